@@ -1,0 +1,40 @@
+# make demo | make test | make lint | make bench — each creates or reuses .venv.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: demo test test-all lint bench clean venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Reinstall when the project metadata changes.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/affidavit demo
+
+# The whole suite, on SQLite and PostgreSQL (AFFIDAVIT_TEST_PG_URL, default the local server).
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+# Includes the long soak tests.
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q --soak
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_append.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache affidavit.db affidavit.db-wal affidavit.db-shm

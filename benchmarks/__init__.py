@@ -1,0 +1,1 @@
+"""Benchmarks for affidavit. Each writes its own section of ``docs/PERFORMANCE.md``."""

@@ -1,0 +1,130 @@
+"""Helpers shared by benchmarks: machine description, timing, and ``docs/PERFORMANCE.md``.
+
+Every benchmark owns one section of ``docs/PERFORMANCE.md``, delimited by
+``<!-- NAME:start -->`` and ``<!-- NAME:end -->``; :func:`write_section` replaces only that
+section and leaves the rest of the file as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PERFORMANCE_MD = REPO_ROOT / "docs" / "PERFORMANCE.md"
+
+FILE_HEADER = (
+    "# Performance\n\n"
+    "Numbers in this file are measured by `make bench` on the machine named in each section.\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """What a set of numbers was measured on."""
+
+    nproc: int
+    cpu_model: str
+    kernel: str
+    python: str
+    sqlite: str
+    postgresql: str | None
+    date: str
+
+    def markdown(self) -> str:
+        pg = self.postgresql or "not measured"
+        return (
+            f"- Date: {self.date}\n"
+            f"- CPU: {self.cpu_model}, `nproc` = {self.nproc}\n"
+            f"- OS: Linux {self.kernel}\n"
+            f"- Python {self.python}, SQLite {self.sqlite}, PostgreSQL server {pg}\n"
+        )
+
+    def rows(self) -> list[tuple[str, str]]:
+        return [
+            ("date", self.date),
+            ("cpu", f"{self.cpu_model} (nproc={self.nproc})"),
+            ("kernel", self.kernel),
+            ("python", self.python),
+            ("sqlite", self.sqlite),
+            ("postgresql", self.postgresql or "not measured"),
+        ]
+
+
+def cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model", "cpu model"):
+            return value.strip()
+    return platform.processor() or "unknown CPU"
+
+
+def nproc() -> int:
+    """What ``nproc`` prints: the CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def describe_machine(postgresql_version: str | None) -> Machine:
+    return Machine(
+        nproc=nproc(),
+        cpu_model=cpu_model(),
+        kernel=platform.release(),
+        python=platform.python_version(),
+        sqlite=sqlite3.sqlite_version,
+        postgresql=postgresql_version,
+        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
+    """A GitHub markdown table; ``align`` has one ``l`` or ``r`` per column."""
+    if len(align) != len(headers):
+        raise ValueError("one alignment letter per column")
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def write_section(name: str, body: str, path: Path = PERFORMANCE_MD) -> None:
+    """Put ``body`` between ``name``'s markers in ``path``, creating the file (with its
+    heading) or appending the section if needed; the rest of the file is left intact."""
+    start, end = _markers(name)
+    section = f"{start}\n{body.strip()}\n{end}"
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = FILE_HEADER
+    i = text.find(start)
+    j = text.find(end, i + len(start)) if i >= 0 else -1
+    if i >= 0 and j >= 0:
+        text = text[:i] + section + text[j + len(end) :]
+    elif i >= 0 or text.find(end) >= 0:
+        raise ValueError(f"{path}: unbalanced {name} markers; fix the file by hand")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,54 @@
+"""affidavit: run AI-agent jobs with at-most-once side effects, crash recovery and a
+tamper-evident record anyone can verify offline.
+
+The public API is what this module exports (``__all__``); everything else is internal.
+"""
+
+from __future__ import annotations
+
+from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
+from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
+from affidavit.core.errors import (
+    AffidavitError,
+    CanonicalizationError,
+    ConfigError,
+    ConflictError,
+    FencedError,
+    JobNotFound,
+    PlanError,
+    StoreError,
+    VerificationError,
+)
+from affidavit.core.events import EventType
+from affidavit.core.plan import Plan
+from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AffidavitError",
+    "CanonicalizationError",
+    "ConfigError",
+    "ConflictError",
+    "EventType",
+    "FencedError",
+    "JobFilter",
+    "JobNotFound",
+    "JobRecord",
+    "NewEvent",
+    "Plan",
+    "PlanError",
+    "Store",
+    "StoreError",
+    "StoredEvent",
+    "VerificationError",
+    "__version__",
+    "canonical",
+    "canonical_sha256",
+    "chain_root",
+    "check_stored_chain",
+    "execution_hash",
+    "open_store",
+    "sha256_hex",
+    "sha256_prefixed",
+]

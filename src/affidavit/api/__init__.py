@@ -1,0 +1,1 @@
+"""HTTP API and web page: a thin adapter over the service functions."""

@@ -1,0 +1,1 @@
+"""Claims and trust: check agent claims by running the check (ARCHITECTURE.md)."""

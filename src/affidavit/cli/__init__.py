@@ -1,0 +1,1 @@
+"""Command-line interface: a thin adapter over the service functions."""

@@ -1,0 +1,53 @@
+"""Options and plumbing every command shares."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+from affidavit.cli import output
+from affidavit.core.config import DATABASE_URL_ENV, database_url
+from affidavit.core.errors import AffidavitError
+from affidavit.store import Store, open_store
+
+
+@dataclass
+class _State:
+    verbose: bool = False
+
+
+state = _State()
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help=f"Database URL (sqlite:///path.db or postgresql://...). "
+        f"Default: ${DATABASE_URL_ENV}, else sqlite:///./affidavit.db.",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+@contextmanager
+def command(as_json: bool) -> Iterator[None]:
+    """Run a command body: an :class:`AffidavitError` becomes message, hint and exit code."""
+    try:
+        yield
+    except AffidavitError as exc:
+        output.fail(exc, as_json=as_json, verbose=state.verbose)
+
+
+@contextmanager
+def opened(db: str | None) -> Iterator[Store]:
+    """The store named by ``--db`` (or the environment), closed afterwards."""
+    store = open_store(database_url(db))
+    try:
+        yield store
+    finally:
+        store.close()

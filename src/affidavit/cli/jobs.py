@@ -1,0 +1,105 @@
+"""``affidavit jobs``: inspect jobs and their event logs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from affidavit.cli import output
+from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.store import JOB_STATUSES, JobFilter
+
+jobs_app = typer.Typer(help="Inspect jobs and their event logs.", no_args_is_help=True)
+
+
+@jobs_app.command("list")
+def list_jobs(
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", help=f"Only these statuses ({', '.join(JOB_STATUSES)})."),
+    ] = None,
+    namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 50,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many (newest first).")] = 0,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List jobs, newest first.
+
+    Exit codes: 0 listed; 3 bad filter or store error.
+    """
+    with command(as_json), opened(db) as store:
+        jobs = store.list_jobs(
+            JobFilter(status=status or None, namespace=namespace, limit=limit, offset=offset)
+        )
+    if as_json:
+        output.emit_json([j.to_dict() for j in jobs])
+        return
+    if not jobs:
+        output.err.print("no jobs")
+        return
+    table = Table("job_id", "status", "plan", "namespace", "events", "created_at")
+    for j in jobs:
+        table.add_row(
+            j.job_id, j.status, j.plan_name or "", j.namespace, str(j.version), j.created_at
+        )
+    output.out.print(table)
+
+
+@jobs_app.command("show")
+def show_job(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show one job.
+
+    Exit codes: 0 shown; 2 no such job; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        job = store.get_job(job_id)
+    if as_json:
+        output.emit_json(job.to_dict())
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in job.to_dict().items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        table.add_row(f"[bold]{key}[/]", shown)
+    output.out.print(table)
+
+
+@jobs_app.command("events")
+def job_events(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    after_version: Annotated[int, typer.Option(min=0, help="Only events after this version.")] = 0,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print a job's event log in version order, with each event's chain hash.
+
+    With --json: a list of {"version","event_id","type","payload","chain_hash"}; the stored
+    bytes of each payload are exactly its RFC 8785 canonical JSON.
+
+    Exit codes: 0 printed; 2 no such job; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        store.get_job(job_id)  # a clear "not found" rather than an empty list
+        events = store.list_events(job_id, after_version=after_version, limit=limit)
+    if as_json:
+        output.emit_json([e.to_dict() for e in events])
+        return
+    table = Table("v", "type", "event_id", "chain_hash", "payload")
+    for e in events:
+        text = e.payload_bytes.decode("utf-8")
+        table.add_row(
+            str(e.version),
+            e.type,
+            e.event_id,
+            e.chain_hash[:16] + "…",
+            text if len(text) <= 80 else text[:79] + "…",
+        )
+    output.out.print(table)

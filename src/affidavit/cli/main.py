@@ -1,0 +1,117 @@
+"""The ``affidavit`` command. Every command takes ``--db`` and ``--json``; with ``--json`` it
+prints one JSON document on stdout, and errors as ``{"error": {"code", "message", "hint"}}``.
+
+Exit codes: 0 success; 1 a check failed; 2 job not found; 3 usage or store error.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from affidavit import __version__
+from affidavit.cli import output
+from affidavit.cli.common import DbOption, JsonOption, command, state
+from affidavit.cli.jobs import jobs_app
+from affidavit.core.config import database_url
+from affidavit.core.errors import ConfigError
+from affidavit.store import open_store
+
+app = typer.Typer(
+    name="affidavit",
+    help="Run AI-agent jobs with at-most-once side effects and a verifiable record.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(jobs_app, name="jobs")
+
+
+def _version(value: bool) -> None:
+    if value:
+        output.out.print(f"affidavit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Show tracebacks for errors.")
+    ] = False,
+) -> None:
+    """affidavit: durable, verifiable execution for AI-agent jobs."""
+    state.verbose = verbose
+
+
+@db_app.command("migrate")
+def db_migrate(db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Apply pending schema migrations (they are also applied whenever a store opens).
+
+    Exit codes: 0 done; 3 the database cannot be reached or is newer than this version.
+    """
+    with command(as_json):
+        store = open_store(database_url(db), migrate=False)
+        try:
+            applied = store.migrate()
+            version = store.schema_version()
+        finally:
+            store.close()
+    doc = {"backend": store.backend, "applied": applied, "schema_version": version}
+    if as_json:
+        output.emit_json(doc)
+    elif applied:
+        output.out.print(f"applied migrations {applied}; schema is at version {version}")
+    else:
+        output.out.print(f"schema is up to date (version {version})")
+
+
+@app.command("demo")
+def demo(as_json: JsonOption = False) -> None:
+    """Show the hash-chained event store at work on a fresh embedded database: append a job's
+    events, recompute the chain, then tamper with one stored byte and catch it.
+
+    Exit codes: 0 the demonstration behaved as expected; 1 otherwise.
+    """
+    from affidavit.cli.demo_view import render
+    from affidavit.demo import run_store_demo
+
+    with command(as_json):
+        result = run_store_demo()
+    if as_json:
+        output.emit_json(result.to_dict())
+    else:
+        render(result)
+    if not result.ok:
+        raise typer.Exit(output.EXIT_FAILED)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: runs the app and maps usage errors to exit code 3."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(args=args, standalone_mode=False)
+    except typer.Abort:
+        raise SystemExit(130) from None
+    except typer.TyperException as exc:  # usage errors: unknown option, missing argument, ...
+        show = getattr(exc, "show", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and show is not None:
+            show()
+            raise SystemExit(0) from None
+        if "--json" in args:
+            error = ConfigError(exc.format_message(), hint="Run with --help for usage.")
+            output.emit_json({"error": error.to_dict()})
+        elif show is not None:
+            show()
+        else:
+            output.err.print(f"error: {exc.format_message()}")
+        raise SystemExit(output.EXIT_USAGE_OR_STORE) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

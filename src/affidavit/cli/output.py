@@ -1,0 +1,47 @@
+"""Rendering for the CLI: JSON documents on stdout, human text via Rich, errors in one shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from affidavit.core.errors import AffidavitError, JobNotFound, VerificationError
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_NOT_FOUND = 2
+EXIT_USAGE_OR_STORE = 3
+
+
+def emit_json(document: Any) -> None:
+    """Print one JSON document on stdout."""
+    sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def exit_code_for(exc: AffidavitError) -> int:
+    if isinstance(exc, JobNotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, VerificationError):
+        return EXIT_FAILED
+    return EXIT_USAGE_OR_STORE
+
+
+def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoReturn:
+    """Report ``exc`` (message and hint; JSON error object with ``--json``) and exit."""
+    if as_json:
+        emit_json({"error": exc.to_dict()})
+    else:
+        err.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False)
+        if exc.hint:
+            err.print(f"[dim]hint:[/] {exc.hint}")
+    if verbose:
+        err.print_exception(show_locals=False)
+    raise typer.Exit(exit_code_for(exc))

@@ -1,0 +1,2 @@
+"""The foundation: canonical JSON, hashes, ids, plans, events, errors. Imports nothing of ours
+outside this package."""

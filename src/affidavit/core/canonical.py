@@ -1,0 +1,189 @@
+"""Canonical JSON (RFC 8785, JCS) and the hash helpers built on it.
+
+``canonical(value)`` is the only way affidavit turns a value into bytes that get hashed or
+stored. The bytes are exactly what the ``rfc8785`` package produces; for the common case
+(no floats, no object keys outside the Basic Multilingual Plane) the C JSON encoder of the
+standard library produces identical bytes much faster, which a property test checks against
+``rfc8785`` on generated values.
+
+Values that JCS cannot represent are rejected with :class:`CanonicalizationError` naming the
+JSON path of the offending value: non-string object keys, integers beyond ±(2^53−1), NaN and
+infinities, bytes, lone surrogates, and any non-JSON type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+import rfc8785
+
+from affidavit.core.errors import CanonicalizationError
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+_fast_encoder = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Rejected(Exception):
+    """Raised at the offending leaf; containers on the way up prepend their key or index."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.parts: list[str | int] = []
+        self.in_key = False  # the offending thing is an object key, not a member value
+
+
+def _check(value: Any) -> bool:
+    """Raise :class:`_Rejected` for a non-representable value; return whether the fast
+    encoder is byte-identical to JCS for it (no floats, no astral-plane keys)."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True
+    if t is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return True
+        raise _Rejected(f"integer {value} is outside ±(2^53-1)")
+    if t is dict:
+        fast = True
+        key: Any = None
+        try:
+            for key, item in value.items():
+                if type(key) is not str and not isinstance(key, str):
+                    bad_key = _Rejected(f"object key {key!r} is not a string")
+                    bad_key.in_key = True
+                    raise bad_key
+                if not key.isascii() and any(ord(c) > 0xFFFF for c in key):
+                    fast = False  # JCS sorts keys by UTF-16 code units, Python by code points
+                if not _check(item):
+                    fast = False
+        except _Rejected as exc:
+            if exc.in_key:
+                exc.in_key = False
+            else:
+                exc.parts.append(key)
+            raise
+        return fast
+    if t is list or t is tuple:
+        fast = True
+        index = -1
+        try:
+            for item in value:
+                index += 1
+                if not _check(item):
+                    fast = False
+        except _Rejected as exc:
+            exc.parts.append(index)
+            raise
+        return fast
+    if t is float:
+        if math.isfinite(value):
+            return False
+        raise _Rejected(f"number {value!r} is not finite")
+    # Subclasses of the JSON types (str enums, int enums) serialize as their base type.
+    if isinstance(value, bool | str):
+        return True
+    if isinstance(value, int):
+        return _check(int(value))
+    if isinstance(value, float):
+        return _check(float(value)) and False
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise _Rejected("bytes are not JSON; encode them (for example as base64 text) first")
+    raise _Rejected(f"a value of type {type(value).__name__} is not JSON")
+
+
+def json_path(parts: list[str | int]) -> str:
+    """Render collected path parts (innermost first) as ``$.a[0]["b c"]``."""
+    out = ["$"]
+    for part in reversed(parts):
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+        elif isinstance(part, str) and _IDENT.match(part):
+            out.append(f".{part}")
+        else:
+            out.append(f"[{json.dumps(part) if isinstance(part, str) else repr(part)}]")
+    return "".join(out)
+
+
+def _find_lone_surrogate(value: Any, parts: list[str | int]) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _find_lone_surrogate(key, []) or _find_lone_surrogate(item, parts):
+                parts.append(key)
+                return True
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            if _find_lone_surrogate(item, parts):
+                parts.append(index)
+                return True
+    return False
+
+
+def canonical(value: Any) -> bytes:
+    """Return the RFC 8785 canonical JSON bytes of ``value``.
+
+    Raises:
+        CanonicalizationError: the value (at the reported JSON path) is not representable.
+    """
+    try:
+        fast = _check(value)
+    except _Rejected as exc:
+        raise CanonicalizationError(exc.reason, path=json_path(exc.parts)) from None
+    try:
+        if fast:
+            return _fast_encoder.encode(value).encode("utf-8")
+        return bytes(rfc8785.dumps(value))
+    except (UnicodeEncodeError, rfc8785.CanonicalizationError) as exc:
+        parts: list[str | int] = []
+        if _find_lone_surrogate(value, parts):
+            raise CanonicalizationError(
+                "string contains a lone surrogate (not valid Unicode)", path=json_path(parts)
+            ) from None
+        raise CanonicalizationError(str(exc)) from exc
+
+
+def _parse_int(text: str) -> int | float:
+    value = int(text)
+    # JCS numbers are IEEE doubles: an integral double beyond 2^53 is written without a
+    # fraction, so read it back as the double it was.
+    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else float(value)
+
+
+def parse(data: bytes | str) -> Any:
+    """Parse JSON as I-JSON does: integers beyond ±(2^53-1) are read as doubles.
+
+    ``canonical(parse(canonical(x))) == canonical(x)`` for every accepted ``x``.
+    """
+    return json.loads(data, parse_int=_parse_int)
+
+
+def canonical_text(value: Any) -> str:
+    """``canonical(value)`` decoded as UTF-8."""
+    return canonical(value).decode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    """Lowercase hex SHA-256 of ``data`` (the bare form used by Verification Mode)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_prefixed(data: bytes) -> str:
+    """``sha256:<hex>``, the form used in proof-pack receipts and contracts."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def canonical_sha256(value: Any) -> str:
+    """Hex SHA-256 of the canonical JSON of ``value``."""
+    return hashlib.sha256(canonical(value)).hexdigest()

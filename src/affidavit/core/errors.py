@@ -1,0 +1,157 @@
+"""One exception hierarchy for everything affidavit raises on purpose.
+
+Every error carries a ``hint``: what the user should do next. The CLI and the HTTP API catch
+:class:`AffidavitError` once and render ``message`` and ``hint``; anything else is a bug.
+"""
+
+from __future__ import annotations
+
+
+class AffidavitError(Exception):
+    """Base of every error affidavit raises deliberately."""
+
+    code: str = "error"
+    default_hint: str = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+
+    def to_dict(self) -> dict[str, str]:
+        """The error as the ``{"code", "message", "hint"}`` object of the CLI and API."""
+        return {"code": self.code, "message": self.message, "hint": self.hint}
+
+
+class ConfigError(AffidavitError):
+    """A setting (URL, environment variable, option) is malformed or unsupported."""
+
+    code = "config_error"
+    default_hint = "Check the command-line options and AFFIDAVIT_* environment variables."
+
+
+# --- canonical JSON -------------------------------------------------------------------------
+
+
+class CanonicalizationError(AffidavitError):
+    """A value cannot be represented in canonical JSON (RFC 8785)."""
+
+    code = "not_canonicalizable"
+    default_hint = (
+        "Stored values must be JSON: string keys, integers within ±(2^53-1), finite numbers, "
+        "no bytes. Convert the value before passing it in."
+    )
+
+    def __init__(self, message: str, *, path: str = "$", hint: str | None = None) -> None:
+        super().__init__(f"{message} at {path}", hint=hint)
+        self.path = path
+        self.reason = message
+
+
+# --- plans ----------------------------------------------------------------------------------
+
+
+class PlanError(AffidavitError):
+    """A plan is malformed. ``node_id`` names the offending node when there is one."""
+
+    code = "invalid_plan"
+    default_hint = "Fix the plan file; see the plan format in docs/plans.md."
+
+    def __init__(self, message: str, *, node_id: str | None = None, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.node_id = node_id
+
+
+class UnknownNodeTypeError(PlanError):
+    code = "plan_unknown_node_type"
+    default_hint = "A node's type must be one of: tool, pure, wait, approval."
+
+
+class DuplicateNodeError(PlanError):
+    code = "plan_duplicate_node"
+    default_hint = "Every node id must be unique within the plan."
+
+
+class DanglingDependencyError(PlanError):
+    code = "plan_dangling_dependency"
+    default_hint = "depends_on may only name nodes defined in the same plan."
+
+
+class CycleError(PlanError):
+    code = "plan_cycle"
+    default_hint = "Remove one of the depends_on edges so that the graph has no cycle."
+
+
+class BadReferenceError(PlanError):
+    """A ``${...}`` reference names something that is not the input or an ancestor node."""
+
+    code = "plan_bad_reference"
+    default_hint = (
+        "A ${...} reference may name `input` or a node this node depends on (directly or "
+        "transitively); add the node to depends_on."
+    )
+
+
+# --- store ----------------------------------------------------------------------------------
+
+
+class StoreError(AffidavitError):
+    """The database failed or is unreachable."""
+
+    code = "store_error"
+    default_hint = "Check that the database is reachable and the URL is right (--db)."
+
+
+class UnsupportedDatabaseURL(ConfigError):
+    code = "unsupported_database_url"
+    default_hint = (
+        "Use sqlite:///path/to/file.db (relative) or sqlite:////abs/path.db, "
+        "or postgresql://user@host:port/dbname."
+    )
+
+
+class MigrationError(StoreError):
+    code = "migration_error"
+    default_hint = "The database schema is newer or different than this version expects."
+
+
+class ConflictError(StoreError):
+    """An append's ``expected_version`` is not the job's current version."""
+
+    code = "version_conflict"
+    default_hint = "Another writer appended first: re-read the job's events and retry."
+
+    def __init__(self, message: str, *, job_id: str, expected: int, actual: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.expected = expected
+        self.actual = actual
+
+
+class FencedError(StoreError):
+    """A write came from an attempt that no longer holds the job's lease."""
+
+    code = "stale_attempt"
+    default_hint = "This worker lost its lease on the job; another attempt owns it now."
+
+    def __init__(self, message: str, *, job_id: str, fence: str, current: str | None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.fence = fence
+        self.current = current
+
+
+class JobNotFound(AffidavitError):
+    code = "job_not_found"
+    default_hint = "List jobs with `affidavit jobs list`."
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} not found")
+        self.job_id = job_id
+
+
+class VerificationError(AffidavitError):
+    """A check over stored or exported evidence failed."""
+
+    code = "verification_failed"
+    default_hint = "The record does not verify; treat it as tampered or incomplete."

@@ -1,0 +1,366 @@
+"""Plans: the task graph a job executes (FORMATS.md §2 and §7).
+
+A plan file (JSON or YAML) has optional plan-level settings (``name``, ``in_flight``,
+``replay_verification``, ``retry``) and ``nodes``. The task graph is ``{"nodes": [...]}`` with the
+nodes *exactly* as parsed — no defaults filled in — because ``plan_hash`` is computed over it and
+outside verifiers recompute that hash from the recorded ``plan_generated`` event.
+
+Validation (each failure is a :class:`PlanError` subclass naming the node):
+
+(1) shape: ``nodes`` is a non-empty list of objects with the known fields and types;
+(2) ``id`` is unique and well-formed; ``type`` is one of tool, pure, wait, approval;
+(3) every ``depends_on`` entry names a node of the plan;
+(4) the graph has no cycle;
+(5) every ``${...}`` reference names ``input`` or an ancestor of the node.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from affidavit.core.canonical import canonical
+from affidavit.core.errors import (
+    AffidavitError,
+    BadReferenceError,
+    CycleError,
+    DanglingDependencyError,
+    DuplicateNodeError,
+    PlanError,
+    UnknownNodeTypeError,
+)
+
+NodeType = Literal["tool", "pure", "wait", "approval"]
+NODE_TYPES: tuple[str, ...] = ("tool", "pure", "wait", "approval")
+IN_FLIGHT_POLICIES: tuple[str, ...] = ("park", "fail")
+REPLAY_MODES: tuple[str, ...] = ("strict", "warn", "human")
+
+_PLAN_FIELDS = frozenset({"name", "nodes", "in_flight", "replay_verification", "retry"})
+_NODE_FIELDS = frozenset({"id", "type", "tool", "args", "depends_on", "timeout_seconds"})
+_RETRY_FIELDS = frozenset({"max_attempts", "backoff_seconds"})
+_NODE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+REFERENCE = re.compile(r"\$\{([^}]*)\}")
+_RESERVED_IDS = frozenset({"input"})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    backoff_seconds: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Plan-level settings, recorded in ``plan_generated.policy``."""
+
+    in_flight: str = "park"
+    replay_verification: str = "strict"
+    retry: RetryPolicy = RetryPolicy()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "in_flight": self.in_flight,
+            "replay_verification": self.replay_verification,
+            "retry": {
+                "max_attempts": self.retry.max_attempts,
+                "backoff_seconds": self.retry.backoff_seconds,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One validated node. ``raw`` is the node object exactly as submitted."""
+
+    id: str
+    type: str
+    tool: str | None
+    args: Mapping[str, Any]
+    depends_on: tuple[str, ...]
+    timeout_seconds: float | None
+    raw: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A validated plan; build one with :meth:`parse`, :meth:`from_text` or :meth:`from_file`."""
+
+    name: str | None
+    nodes: tuple[Node, ...]
+    task_graph: Mapping[str, Any]
+    plan_hash: str
+    order: tuple[str, ...]
+    """Node ids in the canonical topological order that step ids are numbered by."""
+    policy: Policy
+
+    # --- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Plan:
+        """Read and validate a ``.json``, ``.yaml`` or ``.yml`` plan file."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PlanError(f"cannot read plan file {str(p)!r}: {exc.strerror}") from exc
+        fmt: Literal["json", "yaml"] = "json" if p.suffix.lower() == ".json" else "yaml"
+        return cls.from_text(text, fmt, source=str(p))
+
+    @classmethod
+    def from_text(
+        cls, text: str, fmt: Literal["json", "yaml"] = "yaml", *, source: str = "<plan>"
+    ) -> Plan:
+        """Parse plan text (YAML is a superset of JSON, so ``yaml`` reads both)."""
+        try:
+            data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            raise PlanError(f"{source} is not valid {fmt.upper()}: {exc}") from exc
+        return cls.parse(data)
+
+    @classmethod
+    def parse(cls, data: Any) -> Plan:
+        """Validate a parsed plan object; see the module docstring for the checks."""
+        if not isinstance(data, dict):
+            raise PlanError("a plan must be an object with a `nodes` list")
+        unknown = sorted(set(map(str, data)) - _PLAN_FIELDS)
+        if unknown:
+            raise PlanError(f"unknown plan field(s): {', '.join(unknown)}")
+        name = data.get("name")
+        if name is not None and not isinstance(name, str):
+            raise PlanError("plan `name` must be a string")
+        raw_nodes = data.get("nodes")
+        if not isinstance(raw_nodes, list) or not raw_nodes:
+            raise PlanError("a plan needs a non-empty `nodes` list")
+        nodes = tuple(_parse_node(raw, i) for i, raw in enumerate(raw_nodes))  # (1), (2)
+        by_id: dict[str, Node] = {}
+        for node in nodes:
+            if node.id in by_id:
+                raise DuplicateNodeError(f"duplicate node id {node.id!r}", node_id=node.id)
+            by_id[node.id] = node
+        for node in nodes:  # (3)
+            for dep in node.depends_on:
+                if dep not in by_id:
+                    raise DanglingDependencyError(
+                        f"node {node.id!r} depends on {dep!r}, which is not a node of this plan",
+                        node_id=node.id,
+                    )
+        order = topological_order(nodes)  # (4)
+        ancestors = _ancestors(nodes, order)
+        for node in nodes:  # (5)
+            for ref in iter_references(node.args):
+                root = ref.split(".", 1)[0]
+                if root == "input":
+                    continue
+                if root not in by_id:
+                    raise BadReferenceError(
+                        f"node {node.id!r} references ${{{ref}}}, but {root!r} is not a node",
+                        node_id=node.id,
+                    )
+                if root not in ancestors[node.id]:
+                    raise BadReferenceError(
+                        f"node {node.id!r} references ${{{ref}}}, but {root!r} is not among "
+                        "its dependencies",
+                        node_id=node.id,
+                    )
+        task_graph = {"nodes": raw_nodes}
+        try:
+            graph_bytes = canonical(task_graph)
+        except AffidavitError as exc:
+            raise PlanError(f"plan is not representable as canonical JSON: {exc.message}") from exc
+        return cls(
+            name=name,
+            nodes=nodes,
+            task_graph=task_graph,
+            plan_hash=hashlib.sha256(graph_bytes).hexdigest(),
+            order=order,
+            policy=_parse_policy(data),
+        )
+
+    # --- identity ---------------------------------------------------------------------------
+
+    @property
+    def decision_id(self) -> str:
+        return self.plan_hash[:16]
+
+    def step_ids(self, job_id: str) -> dict[str, str]:
+        """Deterministic ``step_id`` of every node for ``job_id`` (FORMATS.md §2)."""
+        types = {n.id: n.type for n in self.nodes}
+        return {
+            node_id: step_id(job_id, self.decision_id, index, types[node_id])
+            for index, node_id in enumerate(self.order)
+        }
+
+    def node(self, node_id: str) -> Node:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    def sinks(self) -> tuple[str, ...]:
+        """Nodes no other node depends on, in canonical order (their outputs form the job's)."""
+        depended = {dep for n in self.nodes for dep in n.depends_on}
+        return tuple(node_id for node_id in self.order if node_id not in depended)
+
+
+def step_id(job_id: str, decision_id: str, index: int, node_type: str) -> str:
+    """``first16(hex(SHA-256(job_id ‖ 0 ‖ decision_id ‖ 0 ‖ index ‖ 0 ‖ node_type)))``."""
+    data = b"\x00".join(
+        (job_id.encode(), decision_id.encode(), str(index).encode(), node_type.encode())
+    )
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def idempotency_key(job_id: str, step: str, tool_name: str, resolved_args: Any) -> str:
+    """Internal ledger key: hex(SHA-256(job_id ‖ 0 ‖ step_id ‖ 0 ‖ tool ‖ 0 ‖ JCS(args)))."""
+    data = b"\x00".join(
+        (job_id.encode(), step.encode(), tool_name.encode(), canonical(resolved_args))
+    )
+    return hashlib.sha256(data).hexdigest()
+
+
+def args_hash(resolved_args: Any) -> str:
+    """First 16 hex chars of SHA-256(JCS(resolved_args))."""
+    return hashlib.sha256(canonical(resolved_args)).hexdigest()[:16]
+
+
+def external_key(job_id: str, step: str, attempt_id: str | None) -> str:
+    """The key a tool passes downstream: ``affidavit:<job>:<step>:<attempt>``."""
+    return f"affidavit:{job_id}:{step}:{attempt_id or '0'}"
+
+
+def topological_order(nodes: tuple[Node, ...]) -> tuple[str, ...]:
+    """Kahn's algorithm with the ready set kept sorted by node id; raises :class:`CycleError`."""
+    indegree = {n.id: len(set(n.depends_on)) for n in nodes}
+    dependents: dict[str, list[str]] = {n.id: [] for n in nodes}
+    for n in nodes:
+        for dep in set(n.depends_on):
+            dependents[dep].append(n.id)
+    ready = sorted(node_id for node_id, d in indegree.items() if d == 0)
+    order: list[str] = []
+    while ready:
+        current = ready.pop(0)
+        order.append(current)
+        for child in dependents[current]:
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                bisect.insort(ready, child)
+    if len(order) != len(nodes):
+        stuck = sorted(node_id for node_id, d in indegree.items() if d > 0)
+        raise CycleError(
+            f"the plan has a dependency cycle through node(s) {', '.join(map(repr, stuck))}",
+            node_id=stuck[0],
+        )
+    return tuple(order)
+
+
+def iter_references(value: Any) -> Iterator[str]:
+    """Every ``${...}`` reference inside a (nested) args value, as the text between braces."""
+    if isinstance(value, str):
+        for match in REFERENCE.finditer(value):
+            yield match.group(1).strip()
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from iter_references(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from iter_references(item)
+
+
+def _ancestors(nodes: tuple[Node, ...], order: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    deps = {n.id: n.depends_on for n in nodes}
+    result: dict[str, frozenset[str]] = {}
+    for node_id in order:  # parents come first in topological order
+        acc: set[str] = set()
+        for dep in deps[node_id]:
+            acc.add(dep)
+            acc |= result[dep]
+        result[node_id] = frozenset(acc)
+    return result
+
+
+def _parse_node(raw: Any, index: int) -> Node:
+    where = f"node #{index + 1}"
+    if not isinstance(raw, dict):
+        raise PlanError(f"{where} must be an object")
+    node_id = raw.get("id")
+    if not isinstance(node_id, str) or not _NODE_ID.match(node_id):
+        raise PlanError(
+            f"{where} has an invalid id {node_id!r}",
+            hint="A node id is a non-empty string of letters, digits, '_' and '-', "
+            "not starting with a digit or '-'.",
+        )
+    if node_id in _RESERVED_IDS:
+        raise PlanError(f"node id {node_id!r} is reserved", node_id=node_id)
+    unknown = sorted(set(map(str, raw)) - _NODE_FIELDS)
+    if unknown:
+        raise PlanError(
+            f"node {node_id!r} has unknown field(s): {', '.join(unknown)}",
+            node_id=node_id,
+            hint=f"Node fields are: {', '.join(sorted(_NODE_FIELDS))}.",
+        )
+    node_type = raw.get("type")
+    if node_type not in NODE_TYPES:
+        raise UnknownNodeTypeError(
+            f"node {node_id!r} has unknown type {node_type!r}", node_id=node_id
+        )
+    tool = raw.get("tool")
+    if node_type in ("tool", "pure"):
+        if not isinstance(tool, str) or not tool:
+            raise PlanError(f"{node_type} node {node_id!r} needs a `tool` name", node_id=node_id)
+    elif tool is not None:
+        raise PlanError(f"{node_type} node {node_id!r} cannot name a tool", node_id=node_id)
+    args = raw.get("args", {})
+    if not isinstance(args, dict):
+        raise PlanError(f"node {node_id!r}: `args` must be an object", node_id=node_id)
+    depends_on = raw.get("depends_on", [])
+    if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
+        raise PlanError(
+            f"node {node_id!r}: `depends_on` must be a list of node ids", node_id=node_id
+        )
+    if node_id in depends_on:
+        raise CycleError(f"node {node_id!r} depends on itself", node_id=node_id)
+    timeout = raw.get("timeout_seconds")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
+        raise PlanError(
+            f"node {node_id!r}: `timeout_seconds` must be a positive number", node_id=node_id
+        )
+    return Node(
+        id=node_id,
+        type=node_type,
+        tool=tool,
+        args=args,
+        depends_on=tuple(depends_on),
+        timeout_seconds=float(timeout) if timeout is not None else None,
+        raw=raw,
+    )
+
+
+def _parse_policy(data: dict[str, Any]) -> Policy:
+    in_flight = data.get("in_flight", "park")
+    if in_flight not in IN_FLIGHT_POLICIES:
+        raise PlanError(f"`in_flight` must be one of park, fail (got {in_flight!r})")
+    replay = data.get("replay_verification", "strict")
+    if replay not in REPLAY_MODES:
+        raise PlanError(
+            f"`replay_verification` must be one of strict, warn, human (got {replay!r})"
+        )
+    retry_raw = data.get("retry", {})
+    if not isinstance(retry_raw, dict) or set(map(str, retry_raw)) - _RETRY_FIELDS:
+        raise PlanError("`retry` must be an object with max_attempts and/or backoff_seconds")
+    max_attempts = retry_raw.get("max_attempts", 3)
+    backoff = retry_raw.get("backoff_seconds", 1.0)
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise PlanError("`retry.max_attempts` must be an integer ≥ 1")
+    if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 0:
+        raise PlanError("`retry.backoff_seconds` must be a number ≥ 0")
+    return Policy(in_flight, replay, RetryPolicy(max_attempts, float(backoff)))

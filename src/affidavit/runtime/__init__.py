@@ -1,0 +1,1 @@
+"""Runtime: plan execution, workers, the invocation ledger, replay (ARCHITECTURE.md)."""

@@ -1,0 +1,241 @@
+"""The storage contract shared by both backends.
+
+A :class:`Store` holds jobs and their append-only, hash-chained event logs (and, as later layers
+land, the invocation ledger, seals, claims and trust) in one database, so that one transaction can
+write events and ledger rows together. Backends: :mod:`affidavit.store.sqlite` and
+:mod:`affidavit.store.postgres`, chosen by URL in :func:`affidavit.store.open_store`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from affidavit.core.canonical import parse
+
+JobStatus = Literal["pending", "running", "waiting", "parked", "completed", "failed", "cancelled"]
+JOB_STATUSES: tuple[str, ...] = (
+    "pending",
+    "running",
+    "waiting",
+    "parked",
+    "completed",
+    "failed",
+    "cancelled",
+)
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append. ``payload`` is canonicalized once, at append."""
+
+    type: str
+    payload: Mapping[str, Any]
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One row of a job's log. ``payload_bytes`` are exactly JCS(payload)."""
+
+    job_id: str
+    version: int
+    event_id: str
+    type: str
+    payload_bytes: bytes
+    chain_hash: str
+    recorded_at: str | None = None
+
+    @property
+    def payload(self) -> Any:
+        return parse(self.payload_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as FORMATS.md §9 prints it (payload decoded)."""
+        return {
+            "version": self.version,
+            "event_id": self.event_id,
+            "type": self.type,
+            "payload": self.payload,
+            "chain_hash": self.chain_hash,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job row. ``version`` and ``head_hash`` are the head of its event chain."""
+
+    job_id: str
+    namespace: str
+    status: str
+    plan_name: str | None
+    idempotency_key: str | None
+    submitted_by: str | None
+    created_at: str
+    updated_at: str
+    version: int
+    head_hash: str | None
+    attempt_id: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    output: Any = None
+    error: Any = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "namespace": self.namespace,
+            "status": self.status,
+            "plan_name": self.plan_name,
+            "idempotency_key": self.idempotency_key,
+            "submitted_by": self.submitted_by,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "event_count": self.version,
+            "head_hash": self.head_hash,
+            "attempt_id": self.attempt_id,
+            "lease_owner": self.lease_owner,
+            "lease_expires_at": self.lease_expires_at,
+            "output": self.output,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Filters for :meth:`Store.list_jobs`; ``None`` means "any"."""
+
+    status: Sequence[str] | None = None
+    namespace: str | None = None
+    plan_name: str | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+class Transaction(Protocol):
+    """Writes that commit or roll back together. Obtained from :meth:`Store.transaction`."""
+
+    def append(
+        self,
+        job_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: int,
+        fence: str | None = None,
+    ) -> list[StoredEvent]:
+        """Append ``events`` to ``job_id``'s log, chained from its head.
+
+        Raises:
+            JobNotFound: no such job.
+            FencedError: ``fence`` is given and is not the job's current attempt id.
+            ConflictError: ``expected_version`` is not the job's current version.
+            CanonicalizationError: a payload is not representable (nothing is written).
+        """
+        ...
+
+    def create_job(
+        self,
+        *,
+        job_id: str | None = None,
+        namespace: str = "default",
+        plan_name: str | None = None,
+        idempotency_key: str | None = None,
+        submitted_by: str | None = None,
+        status: str = "pending",
+    ) -> tuple[JobRecord, bool]:
+        """Insert a job row; with an ``idempotency_key`` already used in ``namespace``, return
+        the existing job and ``False`` instead."""
+        ...
+
+    def get_job(self, job_id: str, *, for_update: bool = False) -> JobRecord | None: ...
+
+    def update_job(
+        self,
+        job_id: str,
+        *,
+        status: str | None = None,
+        output: Any = None,
+        error: Any = None,
+        fence: str | None = None,
+    ) -> JobRecord:
+        """Change a job's status (and record its output or error), fenced like ``append``."""
+        ...
+
+    def set_lease(
+        self, job_id: str, *, attempt_id: str | None, owner: str | None, expires_at: float | None
+    ) -> None:
+        """Give the job's lease to a new attempt (or clear it). Later fenced writes must carry
+        ``attempt_id``."""
+        ...
+
+
+class Store(Protocol):
+    """One database holding jobs and their hash-chained event logs."""
+
+    url: str
+    backend: str
+
+    def migrate(self) -> list[int]:
+        """Apply pending numbered migrations; return the versions applied (empty if none)."""
+        ...
+
+    def schema_version(self) -> int: ...
+
+    def transaction(self, *, durable: bool = True) -> AbstractContextManager[Transaction]:
+        """A write transaction. ``durable=True`` returns only after the commit is synced to
+        disk; ``durable=False`` only writes it (the next durable commit covers it)."""
+        ...
+
+    def append(
+        self,
+        job_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: int,
+        fence: str | None = None,
+        durable: bool = True,
+    ) -> list[StoredEvent]:
+        """:meth:`Transaction.append` in a transaction of its own."""
+        ...
+
+    def create_job(
+        self,
+        *,
+        job_id: str | None = None,
+        namespace: str = "default",
+        plan_name: str | None = None,
+        idempotency_key: str | None = None,
+        submitted_by: str | None = None,
+        events: Sequence[NewEvent] = (),
+        durable: bool = True,
+    ) -> tuple[JobRecord, bool]:
+        """Create a job and append its first ``events`` atomically; with an idempotency key
+        already used in the namespace, return the existing job (and ``False``), writing nothing."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRecord:
+        """Raises :class:`JobNotFound`."""
+        ...
+
+    def list_jobs(self, filters: JobFilter | None = None) -> list[JobRecord]:
+        """Jobs newest first."""
+        ...
+
+    def list_events(
+        self, job_id: str, *, after_version: int = 0, limit: int | None = None
+    ) -> list[StoredEvent]:
+        """Events of ``job_id`` with version > ``after_version``, in version order."""
+        ...
+
+    def iter_events(self, job_id: str, *, batch: int = 1000) -> Iterator[StoredEvent]:
+        """All events of a job in version order, fetched ``batch`` at a time."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,188 @@
+"""The server backend: PostgreSQL through psycopg 3 and a connection pool.
+
+Per-job serialization without a global lock: an append locks only its job's row
+(``SELECT ... FOR UPDATE``), so appends to different jobs run in parallel and appends to one job
+queue behind each other. Durability per transaction: connections run with
+``synchronous_commit=on``; ``durable=False`` sets ``synchronous_commit=off`` for that transaction
+only (written to the WAL, flushed by the WAL writer or by the next synchronous commit).
+
+Our own URL parameter ``schema=NAME`` places the tables in that schema (created on migrate);
+every other URL parameter goes to libpq unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlencode
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from affidavit.core.errors import ConfigError, StoreError
+from affidavit.core.events import utc_now
+from affidavit.store import migrations
+from affidavit.store._sql import Cursor, SqlStore, SqlTransaction
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
+
+
+def _to_pyformat(query: str) -> str:
+    return query.replace("?", "%s")
+
+
+class PostgresTransaction(SqlTransaction):
+    FOR_UPDATE = " FOR UPDATE"
+    _cache: ClassVar[dict[str, str]] = {}
+
+    def _q(self, query: str) -> str:
+        converted = self._cache.get(query)
+        if converted is None:
+            converted = self._cache[query] = _to_pyformat(query)
+        return converted
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """Return (libpq conninfo URL, schema) after removing our ``schema`` parameter."""
+    base, _, query = url.partition("?")
+    params = parse_qsl(query, keep_blank_values=True)
+    schema = None
+    rest = []
+    for key, value in params:
+        if key == "schema":
+            schema = value
+        else:
+            rest.append((key, value))
+    if schema is not None and not _SCHEMA_NAME.match(schema):
+        raise ConfigError(
+            f"invalid schema name {schema!r} in the database URL",
+            hint="A schema name is letters, digits and '_', not starting with a digit.",
+        )
+    return (base + ("?" + urlencode(rest) if rest else "")), schema
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ``***``, for messages."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+class PostgresStore(SqlStore):
+    """A :class:`~affidavit.store.base.Store` on a PostgreSQL database."""
+
+    backend = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_s: float = 10.0,
+        migrate: bool = True,
+    ) -> None:
+        self.url = url
+        conninfo, self.schema = split_url(url)
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            open=False,
+            name="affidavit",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except (PoolTimeout, psycopg.Error) as exc:
+            self._pool.close()
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {redact(url)}",
+                hint="Check that the server is running and the URL (user, host, port, database, "
+                "password with special characters %-encoded) is right.",
+            ) from exc
+        if migrate:
+            self.migrate()
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SET synchronous_commit = on")
+        if self.schema:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+
+    def _q(self, query: str) -> str:
+        return _to_pyformat(query)
+
+    @contextmanager
+    def transaction(self, *, durable: bool = True) -> Iterator[SqlTransaction]:
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                cur = conn.cursor()
+                if not durable:
+                    cur.execute("SET LOCAL synchronous_commit = off")
+                yield PostgresTransaction(cur)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL write failed: {exc}") from exc
+        except PoolTimeout as exc:
+            raise StoreError("no PostgreSQL connection available (pool exhausted)") from exc
+
+    @contextmanager
+    def _reader(self) -> Iterator[Cursor]:
+        try:
+            with self._pool.connection() as conn:
+                yield conn.cursor()
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL read failed: {exc}") from exc
+        except PoolTimeout as exc:
+            raise StoreError("no PostgreSQL connection available (pool exhausted)") from exc
+
+    # --- schema -----------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        with self._reader() as cur:
+            cur.execute("SELECT to_regclass(%s)", (migrations.VERSION_TABLE,))
+            if cur.fetchone()[0] is None:
+                return 0
+            cur.execute(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}")
+            return int(cur.fetchone()[0])
+
+    def migrate(self) -> list[int]:
+        known = migrations.load("postgres")
+        applied: list[int] = []
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                if self.schema:
+                    conn.execute(
+                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                            sql.Identifier(self.schema)
+                        )
+                    )
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {migrations.VERSION_TABLE} ("
+                    "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+                )
+                row = conn.execute(
+                    f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}"
+                ).fetchone()
+                current = int(row[0]) if row else 0
+                migrations.check_not_newer("postgres", current, known)
+                for m in known:
+                    if m.version <= current:
+                        continue
+                    for statement in m.statements():
+                        conn.execute(statement.encode())
+                    conn.execute(
+                        f"INSERT INTO {migrations.VERSION_TABLE} (version, name, applied_at) "
+                        "VALUES (%s, %s, %s)",
+                        (m.version, m.name, utc_now()),
+                    )
+                    applied.append(m.version)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL migration failed: {exc}") from exc
+        return applied
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,173 @@
+"""The embedded backend: one SQLite file in WAL mode.
+
+Concurrency model: one writer connection per process, guarded by a lock, so threads of one
+process take turns; each write transaction starts with ``BEGIN IMMEDIATE``, which takes SQLite's
+write lock up front and waits (busy timeout) for writers in other processes. Readers use one
+connection per thread and, thanks to WAL, never block the writer.
+
+Durability per transaction: ``durable=True`` commits with ``synchronous=FULL`` (the WAL is
+fsynced before COMMIT returns); ``durable=False`` uses ``synchronous=NORMAL`` (written, fsynced
+by the next durable commit or checkpoint: WAL frames are ordered, so a durable commit covers
+every earlier one).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from affidavit.core.errors import StoreError
+from affidavit.core.events import utc_now
+from affidavit.store import migrations
+from affidavit.store._sql import Cursor, SqlStore, SqlTransaction
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+
+class SqliteTransaction(SqlTransaction):
+    """SQLite needs no row locks: ``BEGIN IMMEDIATE`` already holds the database write lock."""
+
+
+class SqliteStore(SqlStore):
+    """A :class:`~affidavit.store.base.Store` on one SQLite file."""
+
+    backend = "sqlite"
+
+    def __init__(
+        self,
+        url: str,
+        path: str,
+        *,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        migrate: bool = True,
+    ) -> None:
+        self.url = url
+        self.path = path
+        self._busy_timeout_s = busy_timeout_s
+        parent = Path(path).resolve().parent
+        if not parent.is_dir():
+            raise StoreError(
+                f"cannot open SQLite database {path!r}: directory {str(parent)!r} does not exist",
+                hint="Create the directory first, or choose another path in the sqlite:/// URL.",
+            )
+        self._write_lock = threading.RLock()
+        self._in_write = False
+        self._writer = self._connect()
+        self._full_sync = True
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        if migrate:
+            self.migrate()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        return conn
+
+    # --- transactions -----------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, *, durable: bool = True) -> Iterator[SqlTransaction]:
+        with self._write_lock:
+            if self._in_write:
+                raise StoreError(
+                    "nested write transaction", hint="Pass the open transaction down instead."
+                )
+            conn = self._writer
+            try:
+                if durable != self._full_sync:
+                    conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                    self._full_sync = durable
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(
+                    f"cannot start a write transaction on {self.path!r}: {exc}"
+                ) from exc
+            self._in_write = True
+            try:
+                yield SqliteTransaction(conn.cursor())
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"SQLite write failed on {self.path!r}: {exc}") from exc
+                raise
+            finally:
+                self._in_write = False
+
+    @contextmanager
+    def _reader(self) -> Iterator[Cursor]:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError("the store is closed")
+            conn = self._connect()
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        try:
+            yield conn.cursor()
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite read failed on {self.path!r}: {exc}") from exc
+
+    # --- schema -----------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        with self._reader() as cur:
+            cur.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+                (migrations.VERSION_TABLE,),
+            )
+            if cur.fetchone()[0] == 0:
+                return 0
+            cur.execute(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}")
+            return int(cur.fetchone()[0])
+
+    def migrate(self) -> list[int]:
+        known = migrations.load("sqlite")
+        applied: list[int] = []
+        # BEGIN IMMEDIATE serializes migrators across processes; DDL is transactional.
+        with self.transaction() as tx:
+            tx.execute(
+                f"CREATE TABLE IF NOT EXISTS {migrations.VERSION_TABLE} ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            rows = tx.execute(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}")
+            current = int(rows[0][0])
+            migrations.check_not_newer("sqlite", current, known)
+            for m in known:
+                if m.version <= current:
+                    continue
+                for statement in m.statements():
+                    tx.execute(statement)
+                tx.execute(
+                    f"INSERT INTO {migrations.VERSION_TABLE} (version, name, applied_at) "
+                    "VALUES (?, ?, ?)",
+                    (m.version, m.name, utc_now()),
+                )
+                applied.append(m.version)
+        return applied
+
+    def close(self) -> None:
+        self._closed = True
+        with self._write_lock:
+            self._writer.close()
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()

@@ -1,0 +1,1 @@
+"""Verification Mode: read-only proofs over a stored job (ARCHITECTURE.md)."""

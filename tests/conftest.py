@@ -1,0 +1,86 @@
+"""Shared fixtures. Every store test runs against SQLite and PostgreSQL via ``store_url``.
+
+PostgreSQL: ``AFFIDAVIT_TEST_PG_URL`` (default the local server). Each test gets a schema of its
+own, dropped afterwards, so runs never collide. With ``AFFIDAVIT_REQUIRE_PG=1`` (CI) an
+unreachable server fails the run instead of skipping the PostgreSQL half.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from affidavit.store import Store, open_store
+
+PG_URL = os.environ.get("AFFIDAVIT_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
+REQUIRE_PG = os.environ.get("AFFIDAVIT_REQUIRE_PG") == "1"
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", help="also run long soak tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--soak"):
+        return
+    skip = pytest.mark.skip(reason="soak test: run with --soak (make test-all)")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
+_pg_ok: bool | None = None
+
+
+def pg_available() -> bool:
+    global _pg_ok
+    if _pg_ok is None:
+        try:
+            with psycopg.connect(PG_URL, connect_timeout=5):
+                _pg_ok = True
+        except psycopg.Error:
+            _pg_ok = False
+    return _pg_ok
+
+
+def with_schema(url: str, schema: str) -> str:
+    return url + ("&" if "?" in url else "?") + f"schema={schema}"
+
+
+def drop_schema(schema: str) -> None:
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema name, dropped after the test."""
+    if not pg_available():
+        if REQUIRE_PG:
+            pytest.fail(f"PostgreSQL is required but unreachable at {PG_URL}")
+        pytest.skip(f"PostgreSQL unreachable at {PG_URL} (set AFFIDAVIT_REQUIRE_PG=1 to fail)")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    yield schema
+    drop_schema(schema)
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty database, once per backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'affidavit.db'}"
+    schema = request.getfixturevalue("pg_schema")
+    return with_schema(PG_URL, schema)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    s = open_store(store_url)
+    yield s
+    s.close()

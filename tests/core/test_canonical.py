@@ -1,0 +1,181 @@
+"""Canonical JSON: RFC 8785 examples, the fast path against the reference, rejections."""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import StrEnum
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from affidavit.core.canonical import (
+    MAX_SAFE_INTEGER,
+    canonical,
+    canonical_sha256,
+    parse,
+    sha256_hex,
+    sha256_prefixed,
+)
+from affidavit.core.errors import CanonicalizationError
+
+# RFC 8785 §3.2.2 (the "numbers/string/literals" example) and §3.2.3 (key sorting by UTF-16).
+RFC_EXAMPLE_IN = (
+    '{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],'
+    '"string": "\\u20ac$\\u000F\\u000aA\'\\u0042\\u0022\\u005c\\\\\\"\\/",'
+    '"literals": [null, true, false]}'
+)
+RFC_EXAMPLE_OUT = (
+    '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'
+    '"string":"€$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
+)
+RFC_SORT_IN = {
+    "\u20ac": "Euro Sign",
+    "\r": "Carriage Return",
+    "\ufb33": "Hebrew Letter Dalet With Dagesh",
+    "1": "One",
+    "\U0001f600": "Emoji: Grinning Face",
+    "\u0080": "Control",
+    "\u00f6": "Latin Small Letter O With Diaeresis",
+}
+RFC_SORT_ORDER = ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\U0001f600", "\ufb33"]
+
+
+def test_rfc8785_number_and_string_example() -> None:
+    assert canonical(json.loads(RFC_EXAMPLE_IN)).decode() == RFC_EXAMPLE_OUT
+
+
+def test_rfc8785_sorts_keys_by_utf16_code_units() -> None:
+    out = json.loads(canonical(RFC_SORT_IN))
+    assert list(out) == RFC_SORT_ORDER
+
+
+def test_no_whitespace_and_sorted_nested() -> None:
+    assert canonical({"b": [1, {"d": 1, "c": None}], "a": True}) == (
+        b'{"a":true,"b":[1,{"c":null,"d":1}]}'
+    )
+
+
+def test_integral_float_is_written_as_integer() -> None:
+    assert canonical({"x": 1.0, "y": -0.0}) == b'{"x":1,"y":0}'
+
+
+def test_hash_helpers() -> None:
+    assert sha256_hex(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert sha256_prefixed(b"") == "sha256:" + sha256_hex(b"")
+    assert canonical_sha256({"b": 1, "a": 2}) == sha256_hex(b'{"a":2,"b":1}')
+
+
+class Color(StrEnum):
+    RED = "red"
+
+
+def test_str_subclass_serializes_as_string() -> None:
+    assert canonical({"c": Color.RED}) == b'{"c":"red"}'
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "fragment"),
+    [
+        ({"a": {1: "x"}}, "$.a", "object key 1 is not a string"),
+        ({"a": [0, 2**53]}, "$.a[1]", "outside"),
+        ({"a": [0, -(2**53)]}, "$.a[1]", "outside"),
+        ({"n": math.nan}, "$.n", "not finite"),
+        ({"n": [math.inf]}, "$.n[0]", "not finite"),
+        ({"b": b"raw"}, "$.b", "bytes"),
+        ({"deep": {"list": [{"x": object()}]}}, "$.deep.list[0].x", "type object"),
+        ({"odd key": {"s": {1, 2}}}, '$["odd key"].s', "type set"),
+        ({"s": "\ud800"}, "$.s", "lone surrogate"),
+    ],
+    ids=[
+        "int_key",
+        "int_too_big",
+        "int_too_small",
+        "nan",
+        "infinity",
+        "bytes",
+        "object",
+        "set_under_quoted_key",
+        "lone_surrogate",
+    ],
+)
+def test_rejects_non_representable_values_naming_the_path(
+    value: Any, path: str, fragment: str
+) -> None:
+    with pytest.raises(CanonicalizationError) as info:
+        canonical(value)
+    assert info.value.path == path
+    assert fragment in info.value.message
+    assert path in info.value.message
+    assert info.value.hint
+
+
+def test_parse_reads_big_integral_numbers_as_doubles() -> None:
+    once = canonical(9007199254740992.0)
+    assert once == b"9007199254740992"
+    assert canonical(parse(once)) == once
+
+
+def test_boundary_integers_are_accepted() -> None:
+    assert canonical([MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER]) == (
+        f"[{MAX_SAFE_INTEGER},{-MAX_SAFE_INTEGER}]".encode()
+    )
+
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-MAX_SAFE_INTEGER, max_value=MAX_SAFE_INTEGER)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_bytes_identical_to_rfc8785_reference(value: Any) -> None:
+    try:
+        expected = rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError:
+        with pytest.raises(CanonicalizationError):
+            canonical(value)
+        return
+    assert canonical(value) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_canonical_is_a_fixed_point(value: Any) -> None:
+    try:
+        once = canonical(value)
+    except CanonicalizationError:
+        return
+    assert canonical(parse(once)) == once
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(alphabet=st.characters(min_codepoint=0xD7F0), max_size=3),
+        st.integers(0, 9),
+        max_size=6,
+    )
+)
+def test_astral_keys_sort_like_the_reference(value: dict[str, int]) -> None:
+    try:
+        expected = rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError):  # lone surrogates
+        with pytest.raises(CanonicalizationError):
+            canonical(value)
+        return
+    assert canonical(value) == expected

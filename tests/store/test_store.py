@@ -1,0 +1,288 @@
+"""The Store contract, run against SQLite and PostgreSQL (the ``store`` fixture)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from affidavit.core.canonical import canonical
+from affidavit.core.chain import chain_root, check_stored_chain
+from affidavit.core.errors import (
+    CanonicalizationError,
+    ConfigError,
+    ConflictError,
+    FencedError,
+    JobNotFound,
+    StoreError,
+    UnsupportedDatabaseURL,
+)
+from affidavit.core.events import InvalidEventError
+from affidavit.core.ids import new_attempt_id
+from affidavit.store import JobFilter, NewEvent, Store, open_store
+
+
+def ev(n: int, **extra: Any) -> NewEvent:
+    return NewEvent("node_started", {"n": n, "text": "é€😀", **extra})
+
+
+def make_job(store: Store, **kw: Any) -> str:
+    job, created = store.create_job(**kw)
+    assert created
+    return job.job_id
+
+
+def chain_ok(store: Store, job_id: str) -> bool:
+    events = store.list_events(job_id)
+    check = check_stored_chain(
+        (e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash) for e in events
+    )
+    return check.ok and check.root == store.get_job(job_id).head_hash
+
+
+def test_append_chains_and_lists(store: Store) -> None:
+    job_id = make_job(store, plan_name="p")
+    first = store.append(job_id, [ev(1)], expected_version=0)
+    more = store.append(
+        job_id, [ev(2), ev(3, nested={"b": 1, "a": [1.5, None]})], expected_version=1
+    )
+    assert [e.version for e in first + more] == [1, 2, 3]
+    events = store.list_events(job_id)
+    assert [e.version for e in events] == [1, 2, 3]
+    assert events[2].payload_bytes == canonical(
+        {"n": 3, "text": "é€😀", "nested": {"a": [1.5, None], "b": 1}}
+    )
+    assert events[2].payload == {"n": 3, "text": "é€😀", "nested": {"a": [1.5, None], "b": 1}}
+    assert [e.chain_hash for e in events] == [e.chain_hash for e in first + more]
+    assert (
+        chain_root((e.event_id, e.type, e.payload_bytes) for e in events) == events[-1].chain_hash
+    )
+    job = store.get_job(job_id)
+    assert job.version == 3
+    assert job.head_hash == events[-1].chain_hash
+    assert chain_ok(store, job_id)
+    assert [e.version for e in store.list_events(job_id, after_version=1)] == [2, 3]
+    assert [e.version for e in store.list_events(job_id, after_version=1, limit=1)] == [2]
+    assert [e.version for e in store.iter_events(job_id, batch=2)] == [1, 2, 3]
+    assert events[0].to_dict()["payload"] == {"n": 1, "text": "é€😀"}
+
+
+def test_version_conflict_writes_nothing(store: Store) -> None:
+    job_id = make_job(store)
+    store.append(job_id, [ev(1), ev(2)], expected_version=0)
+    for wrong in (0, 1, 3):
+        with pytest.raises(ConflictError) as info:
+            store.append(job_id, [ev(9)], expected_version=wrong)
+        assert info.value.actual == 2
+        assert info.value.expected == wrong
+    assert len(store.list_events(job_id)) == 2
+
+
+def test_fencing_rejects_a_stale_attempt(store: Store) -> None:
+    job_id = make_job(store)
+    old, new = new_attempt_id(), new_attempt_id()
+    with store.transaction() as tx:
+        tx.set_lease(job_id, attempt_id=old, owner="w1", expires_at=1.0)
+    store.append(job_id, [ev(1)], expected_version=0, fence=old)
+    with store.transaction() as tx:  # the lease moves to a new attempt (reclaim)
+        tx.set_lease(job_id, attempt_id=new, owner="w2", expires_at=2.0)
+    with pytest.raises(FencedError) as info:
+        store.append(job_id, [ev(2)], expected_version=1, fence=old)
+    assert info.value.current == new
+    with pytest.raises(FencedError), store.transaction() as tx:
+        tx.update_job(job_id, status="completed", fence=old)
+    assert store.get_job(job_id).status == "pending"
+    store.append(job_id, [ev(2)], expected_version=1, fence=new)
+    job = store.get_job(job_id)
+    assert (job.version, job.attempt_id, job.lease_owner, job.lease_expires_at) == (
+        2,
+        new,
+        "w2",
+        2.0,
+    )
+
+
+def test_unknown_job(store: Store) -> None:
+    with pytest.raises(JobNotFound):
+        store.append("nope", [ev(1)], expected_version=0)
+    with pytest.raises(JobNotFound):
+        store.get_job("nope")
+    assert store.list_events("nope") == []
+
+
+def test_bad_payload_writes_nothing(store: Store) -> None:
+    job_id = make_job(store)
+    with pytest.raises(CanonicalizationError, match=r"\$\.deep\[1\]"):
+        store.append(
+            job_id, [ev(1), NewEvent("node_started", {"deep": [1, 2**60]})], expected_version=0
+        )
+    with pytest.raises(InvalidEventError):
+        store.append(job_id, [NewEvent("has space", {})], expected_version=0)
+    with pytest.raises(InvalidEventError):
+        store.append(job_id, [NewEvent("node_started", {}, event_id="a b")], expected_version=0)
+    assert store.list_events(job_id) == []
+    assert store.get_job(job_id).version == 0
+
+
+def test_transaction_rolls_back_everything_on_error(store: Store) -> None:
+    job_id = make_job(store)
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        tx.append(job_id, [ev(1)], expected_version=0)
+        tx.update_job(job_id, status="running")
+        tx.create_job(job_id="other")
+        raise RuntimeError("boom")
+    assert store.list_events(job_id) == []
+    assert store.get_job(job_id).status == "pending"
+    with pytest.raises(JobNotFound):
+        store.get_job("other")
+
+
+def test_events_and_job_rows_commit_together(store: Store) -> None:
+    with store.transaction(durable=False) as tx:
+        job, created = tx.create_job(plan_name="p", submitted_by="alice")
+        assert created
+        tx.append(job.job_id, [ev(1), ev(2)], expected_version=0)
+        tx.update_job(job.job_id, status="completed", output={"r": 1})
+    got = store.get_job(job.job_id)
+    assert (got.status, got.output, got.version, got.submitted_by) == (
+        "completed",
+        {"r": 1},
+        2,
+        "alice",
+    )
+    assert got.terminal
+    assert chain_ok(store, job.job_id)
+
+
+def test_duplicate_event_id_is_rejected(store: Store) -> None:
+    a, b = make_job(store), make_job(store)
+    store.append(a, [NewEvent("node_started", {}, event_id="same-id")], expected_version=0)
+    with pytest.raises(StoreError):
+        store.append(b, [NewEvent("node_started", {}, event_id="same-id")], expected_version=0)
+    assert store.get_job(b).version == 0
+
+
+def test_create_job_idempotency_key(store: Store) -> None:
+    first, created = store.create_job(
+        idempotency_key="order-7",
+        plan_name="refund",
+        events=[NewEvent("job_created", {"input": {"order": 7}})],
+    )
+    assert created and first.version == 1
+    again, created_again = store.create_job(
+        idempotency_key="order-7", events=[NewEvent("job_created", {"input": {"order": 8}})]
+    )
+    assert not created_again
+    assert again.job_id == first.job_id
+    assert [e.payload for e in store.list_events(first.job_id)] == [{"input": {"order": 7}}]
+    other_ns, created_ns = store.create_job(idempotency_key="order-7", namespace="team-b")
+    assert created_ns and other_ns.job_id != first.job_id
+    # jobs without a key never collide
+    assert store.create_job()[0].job_id != store.create_job()[0].job_id
+
+
+def test_explicit_job_id_collision(store: Store) -> None:
+    store.create_job(job_id="fixed")
+    with pytest.raises(StoreError, match="already exists"):
+        store.create_job(job_id="fixed")
+
+
+def test_list_jobs_filters(store: Store) -> None:
+    ids = [
+        make_job(store, namespace="a" if i % 2 else "b", plan_name=f"p{i % 3}") for i in range(9)
+    ]
+    with store.transaction() as tx:
+        tx.update_job(ids[0], status="completed")
+        tx.update_job(ids[1], status="failed", error={"message": "x"})
+    assert len(store.list_jobs()) == 9
+    assert [j.job_id for j in store.list_jobs(JobFilter(limit=3))] == ids[::-1][:3]
+    assert [j.job_id for j in store.list_jobs(JobFilter(limit=3, offset=3))] == ids[::-1][3:6]
+    assert {j.job_id for j in store.list_jobs(JobFilter(status=["completed", "failed"]))} == set(
+        ids[:2]
+    )
+    assert all(j.namespace == "a" for j in store.list_jobs(JobFilter(namespace="a")))
+    assert len(store.list_jobs(JobFilter(namespace="a"))) == 4
+    assert len(store.list_jobs(JobFilter(plan_name="p0", namespace="b"))) == 2  # i = 0, 6
+    assert store.get_job(ids[1]).error == {"message": "x"}
+    with pytest.raises(ConfigError):
+        store.list_jobs(JobFilter(status=["sleeping"]))
+    with pytest.raises(ConfigError):
+        store.list_jobs(JobFilter(limit=0))
+
+
+def test_migrations_are_idempotent(store_url: str) -> None:
+    first = open_store(store_url, migrate=False)
+    try:
+        assert first.schema_version() == 0
+        assert first.migrate() == [1]
+        assert first.migrate() == []
+        assert first.schema_version() == 1
+    finally:
+        first.close()
+    second = open_store(store_url)  # migrate on open: nothing left to do, data intact
+    try:
+        assert second.migrate() == []
+        assert second.schema_version() == 1
+    finally:
+        second.close()
+
+
+def test_newer_schema_is_refused(store_url: str) -> None:
+    s = open_store(store_url)
+    try:
+        with s.transaction() as tx:
+            tx.execute(  # simulate a database migrated by a newer affidavit
+                "INSERT INTO affidavit_schema_migrations (version, name, applied_at) "
+                "VALUES (99, 'future', 'x')"
+            )
+    finally:
+        s.close()
+    with pytest.raises(StoreError, match="newer than this affidavit"):
+        open_store(store_url)
+
+
+def test_durable_and_non_durable_commits_are_both_visible(store: Store) -> None:
+    job_id = make_job(store)
+    store.append(job_id, [ev(1)], expected_version=0, durable=False)
+    store.append(job_id, [ev(2)], expected_version=1, durable=True)
+    store.append(job_id, [ev(3)], expected_version=2, durable=False)
+    assert [e.version for e in store.list_events(job_id)] == [1, 2, 3]
+    assert chain_ok(store, job_id)
+
+
+def test_payload_bytes_survive_a_reopen(store_url: str) -> None:
+    s = open_store(store_url)
+    job_id = make_job(s)
+    payload = {"z": '\u2028\u0007"\\', "a": [1e21, 1e-7, -0.5, 12345678901234]}
+    stored = s.append(job_id, [NewEvent("node_started", payload)], expected_version=0)
+    s.close()
+    s = open_store(store_url)
+    try:
+        (got,) = s.list_events(job_id)
+        assert got.payload_bytes == stored[0].payload_bytes == canonical(payload)
+        assert got.chain_hash == stored[0].chain_hash
+        assert json.loads(got.payload_bytes)["a"][0] == 1e21
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://root@localhost/test",
+        "sqlite://relative.db",
+        "sqlite:///",
+        "sqlite:///:memory:",
+        "affidavit.db",
+    ],
+)
+def test_unsupported_urls(url: str) -> None:
+    with pytest.raises(UnsupportedDatabaseURL) as info:
+        open_store(url)
+    assert "sqlite:///" in info.value.message + info.value.hint
+
+
+def test_sqlite_missing_directory(tmp_path: Any) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        open_store(f"sqlite:///{tmp_path}/no/such/dir/x.db")
