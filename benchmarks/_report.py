@@ -36,6 +36,7 @@ class Machine:
     sqlite: str
     postgresql: str | None
     date: str
+    load: str  # load average (1, 5, 15 min) when the benchmark started
 
     def markdown(self) -> str:
         pg = self.postgresql or "not measured"
@@ -44,6 +45,7 @@ class Machine:
             f"- CPU: {self.cpu_model}, `nproc` = {self.nproc}\n"
             f"- OS: Linux {self.kernel}\n"
             f"- Python {self.python}, SQLite {self.sqlite}, PostgreSQL server {pg}\n"
+            f"- Load average at start: {self.load}\n"
         )
 
     def rows(self) -> list[tuple[str, str]]:
@@ -54,6 +56,7 @@ class Machine:
             ("python", self.python),
             ("sqlite", self.sqlite),
             ("postgresql", self.postgresql or "not measured"),
+            ("load average", self.load),
         ]
 
 
@@ -77,6 +80,13 @@ def nproc() -> int:
         return os.cpu_count() or 1
 
 
+def load_average() -> str:
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def describe_machine(postgresql_version: str | None) -> Machine:
     return Machine(
         nproc=nproc(),
@@ -86,6 +96,7 @@ def describe_machine(postgresql_version: str | None) -> Machine:
         sqlite=sqlite3.sqlite_version,
         postgresql=postgresql_version,
         date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        load=load_average(),
     )
 
 

@@ -52,7 +52,7 @@ from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id
 from affidavit.store import NewEvent, Store, StoredEvent, open_store
-from affidavit.store.postgres import split_url
+from affidavit.store.postgres import redact, split_url
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
@@ -267,7 +267,7 @@ def pg_server_version(url: str) -> str:
             row = conn.execute("SHOW server_version").fetchone()
     except psycopg.Error as exc:
         raise SystemExit(
-            f"error: PostgreSQL is unreachable at {url}: {str(exc).strip()}\n"
+            f"error: PostgreSQL is unreachable at {redact(url)}: {str(exc).strip()}\n"
             "Start the server or pass --pg-url; to benchmark SQLite only, use --backend sqlite."
         ) from exc
     return str(row[0]) if row else "unknown"
@@ -328,11 +328,17 @@ class ChainedJob:
 class Throughput:
     backend: str
     shape: str  # "1 event/tx" or "100 events/tx"
-    chained: float  # events/s, median
-    raw: float  # events/s, median
+    chained_runs: tuple[float, ...]  # events/s of each repetition
+    raw_runs: tuple[float, ...]
     goal: float  # minimum chained/raw
-    samples: int  # events per repetition
-    reps: int
+
+    @property
+    def chained(self) -> float:
+        return median(self.chained_runs)
+
+    @property
+    def raw(self) -> float:
+        return median(self.raw_runs)
 
     @property
     def ratio(self) -> float:
@@ -348,10 +354,16 @@ class Growth:
     backend: str
     short_log: int
     long_log: int
-    short_us: float  # µs/event, median
-    long_us: float
-    appended: int  # events appended per repetition
-    reps: int
+    short_runs: tuple[float, ...]  # µs/event of each repetition
+    long_runs: tuple[float, ...]
+
+    @property
+    def short_us(self) -> float:
+        return median(self.short_runs)
+
+    @property
+    def long_us(self) -> float:
+        return median(self.long_runs)
 
     @property
     def ratio(self) -> float:
@@ -360,6 +372,13 @@ class Growth:
     @property
     def met(self) -> bool:
         return self.ratio <= GOAL_GROWTH
+
+
+def spread(runs: Sequence[float], fmt: str = ",.0f") -> str:
+    """``median (min–max)`` of repetitions, or the single value."""
+    if len(runs) == 1:
+        return format(runs[0], fmt)
+    return f"{median(runs):{fmt}} ({min(runs):{fmt}}–{max(runs):{fmt}})"
 
 
 def measure_throughput(
@@ -392,7 +411,11 @@ def measure_throughput(
         if chained_first:
             raw.append(events / target.raw.insert(row_batches))
     shape = "1 event/tx" if batch == 1 else f"{batch} events/tx"
-    return Throughput(target.label, shape, median(chained), median(raw), goal, events, reps)
+    result = Throughput(target.label, shape, tuple(chained), tuple(raw), goal)
+    console.print(
+        f"    chained {spread(result.chained_runs)}; raw {spread(result.raw_runs)} events/s"
+    )
+    return result
 
 
 def measure_growth(target: Target, source: PayloadSource, sizes: Sizes) -> Growth:
@@ -413,15 +436,12 @@ def measure_growth(target: Target, source: PayloadSource, sizes: Sizes) -> Growt
         for job, out in pairs if rep % 2 == 0 else reversed(pairs):
             batches = chunks(source.events(sizes.growth), BATCH)
             out.append(job.timed(batches) / sizes.growth * 1e6)
-    return Growth(
-        target.label,
-        sizes.short_log,
-        sizes.long_log,
-        median(short_us),
-        median(long_us),
-        sizes.growth,
-        sizes.growth_reps,
+    result = Growth(target.label, sizes.short_log, sizes.long_log, tuple(short_us), tuple(long_us))
+    console.print(
+        f"    at {sizes.short_log:,}: {spread(result.short_runs, '.1f')}; "
+        f"at {sizes.long_log:,}: {spread(result.long_runs, '.1f')} µs/event"
     )
+    return result
 
 
 def run_backend(target: Target, sizes: Sizes, seed: int) -> tuple[list[Throughput], Growth]:
@@ -443,53 +463,84 @@ def run_backend(target: Target, sizes: Sizes, seed: int) -> tuple[list[Throughpu
 
 # --- profile --------------------------------------------------------------------------------
 
-# (label, predicate on a pstats key (file, line, function)); cumulative time of the first match.
-_PROFILE_PARTS: list[tuple[str, Callable[[tuple[str, int, str]], bool]]] = [
-    ("encode_events (total)", lambda k: k[2] == "encode_events"),
-    ("  canonical() JSON", lambda k: k[2] == "canonical" and k[0].endswith("canonical.py")),
-    ("  new_event_id()", lambda k: k[2] == "new_event_id"),
-    ("chain_next() SHA-256 + base64", lambda k: k[2] == "chain_next"),
-    ("StoredEvent construction", lambda k: k[0] == "<string>" and k[2] == "__init__"),
-    ("bytes.hex()", lambda k: "method 'hex' of 'bytes'" in k[2]),
-    ("INSERT executemany", lambda k: "executemany" in k[2] and "sqlite3" in k[2]),
-    ("SELECT head + UPDATE head", lambda k: "'execute' of 'sqlite3.Cursor'" in k[2]),
-    ("BEGIN + COMMIT (fsync)", lambda k: "'execute' of 'sqlite3.Connection'" in k[2]),
-    ("utc_now()", lambda k: k[2] == "utc_now"),
+ProfileKey = tuple[str, int, str]  # pstats: (file, line, function)
+
+
+def _fn(name: str, file_suffix: str = "") -> Callable[[ProfileKey], bool]:
+    return lambda k: k[2] == name and k[0].endswith(file_suffix)
+
+
+def _builtin(fragment: str) -> Callable[[ProfileKey], bool]:
+    return lambda k: k[0] == "~" and fragment in k[2]
+
+
+# (label, top-level?, predicate): cumulative time summed over matching functions. Indented
+# labels are parts of the row above them. Rows that match nothing on a backend are not shown.
+_PROFILE_PARTS: list[tuple[str, bool, Callable[[ProfileKey], bool]]] = [
+    ("encode_events() (validate, id, canonicalize)", True, _fn("encode_events")),
+    ("  canonical() JSON", False, _fn("canonical", "canonical.py")),
+    ("  new_event_id()", False, _fn("new_event_id")),
+    ("chain_next() (SHA-256 over base64 payload)", True, _fn("chain_next")),
+    ("  base64 encode", False, _builtin("b2a_base64")),
+    ("  sha256", False, _builtin("openssl_sha256")),
+    ("StoredEvent(...) construction", True, lambda k: k[0] == "<string>" and k[2] == "__init__"),
+    ("digest.hex()", True, _builtin("method 'hex' of 'bytes'")),
+    ("utc_now()", True, _fn("utc_now")),
+    ("SQL: BEGIN IMMEDIATE + COMMIT (fsync)", True, _builtin("'execute' of 'sqlite3.Connection'")),
+    ("SQL: SELECT head + UPDATE head", True, _builtin("'execute' of 'sqlite3.Cursor'")),
+    ("SQL: INSERT events (executemany)", True, _builtin("'executemany' of 'sqlite3.Cursor'")),
+    ("SQL: pool getconn + putconn", True, lambda k: k[2] in ("getconn", "putconn")),
+    ("SQL: BEGIN (transaction enter)", True, _fn("__enter__", "psycopg/transaction.py")),
+    ("SQL: COMMIT (fsync; transaction exit)", True, _fn("__exit__", "psycopg/transaction.py")),
+    ("SQL: SELECT … FOR UPDATE + UPDATE head", True, _fn("execute", "psycopg/cursor.py")),
+    ("SQL: INSERT events (executemany)", True, _fn("executemany", "psycopg/cursor.py")),
 ]
 
 
-def profile_sqlite(events: int, seed: int) -> None:
-    """Where the batched, durable SQLite chained append spends its time, in µs/event."""
-    source = PayloadSource(seed)
-    with sqlite_target() as target:
-        job = ChainedJob(target.store, "bench-profile")
-        job.timed(chunks(source.events(2 * BATCH), BATCH))
-        batches = chunks(source.events(events), BATCH)
-        plain = job.timed(batches)
-        batches = chunks(source.events(events), BATCH)
-        profiler = cProfile.Profile()
-        gc.collect()
-        profiler.enable()
-        profiled = job.timed(batches)
-        profiler.disable()
-        raw_rows = source.raw_rows("raw-profile", events)
-        raw = target.raw.insert(chunks(raw_rows, BATCH))
+def profile_backend(target: Target, source: PayloadSource, events: int, batch: int) -> None:
+    """Where a durable chained append spends its time on one backend, in µs/event."""
+    job = ChainedJob(target.store, "bench-profile")
+    job.timed(chunks(source.events(2 * batch), batch))  # warm up
+    plain = job.timed(chunks(source.events(events), batch))
+    batches = chunks(source.events(events), batch)
+    profiler = cProfile.Profile()
+    gc.collect()
+    profiler.enable()
+    profiled = job.timed(batches)
+    profiler.disable()
+    raw = target.raw.insert(chunks(source.raw_rows(f"raw-profile-{batch}", events), batch))
 
     stats: Any = pstats.Stats(profiler).stats  # {key: (cc, nc, tottime, cumtime, callers)}
-    table = Table(title=f"cProfile: SQLite chained append, {BATCH} events/tx, {events} events")
+    shape = "1 event/tx" if batch == 1 else f"{batch} events/tx"
+    table = Table(title=f"cProfile: {target.label} chained append, {shape}, {events:,} events")
     table.add_column("part")
-    table.add_column("µs/event (profiled)", justify="right")
+    table.add_column("µs/event", justify="right")
     table.add_column("share", justify="right")
-    table.add_row("total (under cProfile)", f"{profiled / events * 1e6:.1f}", "100 %")
-    for label, match in _PROFILE_PARTS:
+    table.add_row("total under cProfile", f"{profiled / events * 1e6:.1f}", "100%")
+    accounted = 0.0
+    for label, top, match in _PROFILE_PARTS:
         cum = sum(v[3] for k, v in stats.items() if match(k))
+        if cum == 0:
+            continue
+        accounted += cum if top else 0.0
         table.add_row(label, f"{cum / events * 1e6:.1f}", f"{cum / profiled:.0%}")
+    rest = profiled - accounted
+    table.add_row("other (Python glue, profiler overhead)", f"{rest / events * 1e6:.1f}", "")
     console.print(table)
     console.print(
         f"Without the profiler: chained {plain / events * 1e6:.1f} µs/event, raw insert "
-        f"{raw / events * 1e6:.1f} µs/event (same shape, same file)."
+        f"{raw / events * 1e6:.1f} µs/event (same shape, same database).\n"
     )
-    micro_costs(source, events)
+
+
+def run_profile(backends: Sequence[str], sizes: dict[str, Sizes], pg_url: str, seed: int) -> None:
+    source = PayloadSource(seed)
+    for name in backends:
+        target_cm = sqlite_target() if name == "sqlite" else postgres_target(pg_url)
+        with target_cm as target:
+            profile_backend(target, source, sizes[name].single, 1)
+            profile_backend(target, source, sizes[name].batched, BATCH)
+    micro_costs(source, sizes["sqlite"].batched)
 
 
 def micro_costs(source: PayloadSource, n: int) -> None:
@@ -536,6 +587,10 @@ def micro_costs(source: PayloadSource, n: int) -> None:
 
 
 # --- report ---------------------------------------------------------------------------------
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def yes_no(met: bool) -> str:
@@ -625,14 +680,23 @@ def markdown(
     quick: bool,
 ) -> str:
     counts = "".join(
-        f"- {SIZE_LABELS[name]}: {s.single:,} single-event appends and {s.batched:,} events in "
-        f"{BATCH}-event appends per repetition, median of {s.reps} repetitions\n"
+        f"- {SIZE_LABELS[name]}: {s.single:,} events at 1 event/tx and {s.batched:,} events at "
+        f"{BATCH} events/tx per repetition; {plural(s.reps, 'repetition')}\n"
         for name, s in sizes.items()
     )
     growth_note = "".join(
-        f"- {SIZE_LABELS[name]}: {s.growth:,} events appended to each job per repetition, "
-        f"median of {s.growth_reps} repetitions\n"
+        f"- {SIZE_LABELS[name]}: {s.growth:,} events appended to each job per repetition; "
+        f"{plural(s.growth_reps, 'repetition')}\n"
         for name, s in sizes.items()
+    )
+    throughput_ranges = "".join(
+        f"- {r.backend}, {r.shape}: chained {spread(r.chained_runs)}; raw {spread(r.raw_runs)}\n"
+        for r in throughput
+    )
+    growth_ranges = "".join(
+        f"- {g.backend}: at ~{g.short_log:,} events {spread(g.short_runs, '.1f')}; "
+        f"at ~{g.long_log:,} events {spread(g.long_runs, '.1f')}\n"
+        for g in growth
     )
     warning = (
         "\n> **Quick mode (`--quick`)**: smoke-test sizes; these numbers are not representative.\n"
@@ -657,6 +721,9 @@ Chained and raw repetitions alternate which goes first; each case is warmed up f
 
 {counts}
 {markdown_table(THROUGHPUT_HEADERS, throughput_rows(throughput), "llrrrll")}
+Median (min–max) of the repetitions, events/s:
+
+{throughput_ranges}
 ### Append cost vs log length
 
 Per-event cost of durable 100-event appends to a job whose log already holds the given number of
@@ -665,7 +732,10 @@ transaction); each repetition then appends to a fresh short job and to the long 
 are measured on the same table and the ratio isolates the job's own log length.
 
 {growth_note}
-{markdown_table(growth_headers(growth), growth_rows(growth), "lrrrll")}"""
+{markdown_table(growth_headers(growth), growth_rows(growth), "lrrrll")}
+Median (min–max) of the repetitions, µs/event:
+
+{growth_ranges}"""
 
 
 # --- main -----------------------------------------------------------------------------------
@@ -688,7 +758,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="only profile the batched SQLite chained append and print where time goes",
+        help="profile the chained append (both shapes) instead: print where time goes, "
+        "in µs/event; writes nothing",
     )
     return parser.parse_args(argv)
 
@@ -696,14 +767,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     table = QUICK_SIZES if args.quick else SIZES
-    if args.profile:
-        profile_sqlite(table["sqlite"].batched, args.seed)
-        return 0
     backends = ["sqlite", "postgresql"] if args.backend == "all" else [args.backend]
     pg_version = pg_server_version(args.pg_url) if "postgresql" in backends else None
+    if args.profile:
+        run_profile(backends, table, args.pg_url, args.seed)
+        return 0
     machine = describe_machine(pg_version)
     for key, value in machine.rows():
         console.print(f"[dim]{key}:[/dim] {value}")
+    busy = os.getloadavg()[0]
+    if busy > 0.5:
+        console.print(
+            f"[yellow]warning: load average {busy:.2f} at start: other processes compete for "
+            "CPU and disk, so the numbers will be noisy[/yellow]"
+        )
 
     started = time.perf_counter()
     throughput: list[Throughput] = []

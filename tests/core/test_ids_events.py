@@ -8,14 +8,10 @@ import uuid
 
 import pytest
 
-from affidavit.core.events import (
-    PAYLOAD_MODELS,
-    EventType,
-    InvalidEventError,
-    utc_now,
-    validate_payload,
-)
+from affidavit.core.errors import InvalidEventError
+from affidavit.core.events import EventType, utc_now, validate_payload
 from affidavit.core.ids import new_event_id, new_job_id, uuid7
+from affidavit.core.payloads import PAYLOAD_MODELS
 
 
 def test_uuid7_layout() -> None:

@@ -14,11 +14,11 @@ from affidavit.core.errors import (
     ConfigError,
     ConflictError,
     FencedError,
+    InvalidEventError,
     JobNotFound,
     StoreError,
     UnsupportedDatabaseURL,
 )
-from affidavit.core.events import InvalidEventError
 from affidavit.core.ids import new_attempt_id
 from affidavit.store import JobFilter, NewEvent, Store, open_store
 

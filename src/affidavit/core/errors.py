@@ -150,6 +150,11 @@ class JobNotFound(AffidavitError):
         self.job_id = job_id
 
 
+class InvalidEventError(AffidavitError):
+    code = "invalid_event"
+    default_hint = "Event payloads must match FORMATS.md §3."
+
+
 class VerificationError(AffidavitError):
     """A check over stored or exported evidence failed."""
 

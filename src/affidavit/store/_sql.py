@@ -20,10 +20,11 @@ from affidavit.core.errors import (
     ConfigError,
     ConflictError,
     FencedError,
+    InvalidEventError,
     JobNotFound,
     StoreError,
 )
-from affidavit.core.events import InvalidEventError, utc_now
+from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id, new_job_id
 from affidavit.store.base import (
     JOB_STATUSES,

@@ -86,6 +86,17 @@ class PostgresStore(SqlStore):
     ) -> None:
         self.url = url
         conninfo, self.schema = split_url(url)
+        # One direct connection first: it fails fast with libpq's own reason (refused, bad
+        # password, no such database), where a pool would keep retrying until its timeout.
+        try:
+            psycopg.connect(conninfo, connect_timeout=max(1, int(connect_timeout_s))).close()
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {redact(url)}: {redact(reason)}",
+                hint="Check that the server is running and the URL (user, host, port, database, "
+                "password with special characters %-encoded) is right.",
+            ) from None
         self._pool = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -100,9 +111,8 @@ class PostgresStore(SqlStore):
         except (PoolTimeout, psycopg.Error) as exc:
             self._pool.close()
             raise StoreError(
-                f"cannot connect to PostgreSQL at {redact(url)}",
-                hint="Check that the server is running and the URL (user, host, port, database, "
-                "password with special characters %-encoded) is right.",
+                f"cannot open a connection pool to PostgreSQL at {redact(url)}",
+                hint="Check the server's max_connections and the URL.",
             ) from exc
         if migrate:
             self.migrate()

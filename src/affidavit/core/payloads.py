@@ -1,0 +1,171 @@
+"""Pydantic models of every event payload (FORMATS.md §3), keyed by event type."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from affidavit.core.events import EventType, ResultType
+
+_RFC3339_MICRO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    at: str = Field(pattern=_RFC3339_MICRO)
+
+
+class _StepPayload(_Payload):
+    node_id: str
+    step_id: str
+
+
+class JobCreated(_Payload):
+    input: Any
+    plan_name: str | None
+    namespace: str
+    submitted_by: str | None
+    idempotency_key: str | None
+
+
+class RetrySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_attempts: int = Field(ge=1)
+    backoff_seconds: float = Field(ge=0)
+
+
+class PolicySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    in_flight: Literal["park", "fail"]
+    replay_verification: Literal["strict", "warn", "human"]
+    retry: RetrySettings
+
+
+class PlanGenerated(_Payload):
+    task_graph: dict[str, Any]
+    plan_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    policy: PolicySettings
+
+
+class NodeStarted(_StepPayload):
+    attempt: int
+    worker_id: str
+
+
+class ToolInvocationStarted(_StepPayload):
+    invocation_id: str
+    tool_name: str
+    idempotency_key: str
+    args_hash: str
+    attempt: int
+
+
+class ToolInvocationFinished(_StepPayload):
+    invocation_id: str
+    idempotency_key: str
+    outcome: Literal["success", "failure", "timeout", "lost"]
+    result: Any = None
+    error: Any = None
+    catch_up: bool
+
+
+class CommandCommitted(_StepPayload):
+    command_id: str
+    idempotency_key: str | None = None
+    result_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class StateChange(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    resource_type: str
+    resource_id: str
+    operation: str
+    version: str | int | None = None
+    etag: str | None = None
+    external_ref: str | None = None
+
+
+class StateChanged(_StepPayload):
+    state_changes: list[StateChange]
+
+
+class NodeFinished(_StepPayload):
+    result_type: ResultType
+    output: Any = None
+    error: Any = None
+    attempt: int
+    duration_ms: float | int
+
+
+class JobWaiting(_Payload):
+    node_id: str
+    wait_type: Literal["signal", "approval"]
+    correlation_key: str
+    reason: str
+
+
+class WaitCompleted(_Payload):
+    node_id: str
+    correlation_key: str
+    payload: Any
+    signalled_by: str | None
+
+
+class JobParked(_Payload):
+    reason: str
+    node_id: str | None
+    step_id: str | None
+    idempotency_key: str | None = None
+    detail: Any
+
+
+class JobResumed(_Payload):
+    decision: Literal["retry", "accept_result", "fail", "continue"]
+    result: Any = None
+    by: str | None
+    note: str | None
+
+
+class ConfirmationWarning(_StepPayload):
+    resource: Any
+    reason: str
+
+
+class StepCompensated(_StepPayload):
+    compensation: Any
+
+
+class JobCompleted(_Payload):
+    output: dict[str, Any]
+
+
+class JobFailed(_Payload):
+    error: Any
+    node_id: str | None = None
+
+
+class JobCancelled(_Payload):
+    reason: str | None
+    by: str | None
+
+
+PAYLOAD_MODELS: dict[EventType, type[_Payload]] = {
+    EventType.JOB_CREATED: JobCreated,
+    EventType.PLAN_GENERATED: PlanGenerated,
+    EventType.NODE_STARTED: NodeStarted,
+    EventType.TOOL_INVOCATION_STARTED: ToolInvocationStarted,
+    EventType.TOOL_INVOCATION_FINISHED: ToolInvocationFinished,
+    EventType.COMMAND_COMMITTED: CommandCommitted,
+    EventType.STATE_CHANGED: StateChanged,
+    EventType.NODE_FINISHED: NodeFinished,
+    EventType.JOB_WAITING: JobWaiting,
+    EventType.WAIT_COMPLETED: WaitCompleted,
+    EventType.JOB_PARKED: JobParked,
+    EventType.JOB_RESUMED: JobResumed,
+    EventType.CONFIRMATION_WARNING: ConfirmationWarning,
+    EventType.STEP_COMPENSATED: StepCompensated,
+    EventType.JOB_COMPLETED: JobCompleted,
+    EventType.JOB_FAILED: JobFailed,
+    EventType.JOB_CANCELLED: JobCancelled,
+}

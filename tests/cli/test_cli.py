@@ -1,0 +1,177 @@
+"""The CLI as a user runs it: a real subprocess per command, on both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from affidavit import __version__
+from affidavit.core.canonical import canonical
+from affidavit.store import NewEvent, open_store
+
+SRC = str(Path(__file__).parents[2] / "src")
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200", **(env or {})}
+    full_env.pop("AFFIDAVIT_DATABASE_URL", None) if env is None else None
+    return subprocess.run(
+        [sys.executable, "-m", "affidavit", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def json_of(result: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(result.stdout)
+
+
+def seeded(url: str) -> str:
+    store = open_store(url)
+    try:
+        job, _ = store.create_job(
+            plan_name="refund",
+            events=[NewEvent("job_created", {"input": {"order": 7}, "z": 1, "a": "é"})],
+        )
+        store.append(
+            job.job_id, [NewEvent("node_started", {"node_id": "lookup"})], expected_version=1
+        )
+        return job.job_id
+    finally:
+        store.close()
+
+
+def test_version() -> None:
+    result = cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"affidavit {__version__}"
+
+
+def test_db_migrate(store_url: str) -> None:
+    first = cli("db", "migrate", "--db", store_url, "--json")
+    assert first.returncode == 0, first.stderr
+    assert json_of(first) == {
+        "backend": "sqlite" if store_url.startswith("sqlite") else "postgresql",
+        "applied": [1],
+        "schema_version": 1,
+    }
+    again = cli("db", "migrate", "--db", store_url, "--json")
+    assert json_of(again)["applied"] == []
+    human = cli("db", "migrate", "--db", store_url)
+    assert "up to date" in human.stdout
+
+
+def test_jobs_list_show_events(store_url: str) -> None:
+    job_id = seeded(store_url)
+    listed = cli("jobs", "list", "--db", store_url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    (job,) = json_of(listed)
+    assert (job["job_id"], job["status"], job["event_count"]) == (job_id, "pending", 2)
+
+    shown = cli("jobs", "show", job_id, "--db", store_url, "--json")
+    assert json_of(shown)["plan_name"] == "refund"
+
+    events = json_of(cli("jobs", "events", job_id, "--db", store_url, "--json"))
+    assert [e["version"] for e in events] == [1, 2]
+    assert set(events[0]) == {"version", "event_id", "type", "payload", "chain_hash"}
+    assert events[0]["payload"] == {"input": {"order": 7}, "z": 1, "a": "é"}
+    store = open_store(store_url)
+    try:
+        stored = store.list_events(job_id)
+    finally:
+        store.close()
+    assert canonical(events[0]["payload"]) == stored[0].payload_bytes
+    assert [e["chain_hash"] for e in events] == [e.chain_hash for e in stored]
+
+    after = json_of(
+        cli("jobs", "events", job_id, "--after-version", "1", "--db", store_url, "--json")
+    )
+    assert [e["version"] for e in after] == [2]
+
+    human = cli("jobs", "events", job_id, "--db", store_url)
+    assert "node_started" in human.stdout and human.returncode == 0
+    human_list = cli("jobs", "list", "--db", store_url)
+    assert job_id in human_list.stdout
+
+
+def test_filters(store_url: str) -> None:
+    seeded(store_url)
+    assert json_of(cli("jobs", "list", "--status", "completed", "--db", store_url, "--json")) == []
+    bad = cli("jobs", "list", "--status", "sleeping", "--db", store_url, "--json")
+    assert bad.returncode == 3
+    assert json_of(bad)["error"]["code"] == "config_error"
+
+
+def test_database_url_from_environment(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'env.db'}"
+    job_id = seeded(url)
+    result = cli("jobs", "show", job_id, "--json", env={"AFFIDAVIT_DATABASE_URL": url})
+    assert result.returncode == 0, result.stderr
+    assert json_of(result)["job_id"] == job_id
+
+
+def test_default_database_is_affidavit_db_in_cwd(tmp_path: Path) -> None:
+    result = cli("db", "migrate", "--json", cwd=tmp_path, env={"AFFIDAVIT_DATABASE_URL": ""})
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "affidavit.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "error_code"),
+    [
+        (["jobs", "show", "nope"], 2, "job_not_found"),
+        (["jobs", "events", "nope"], 2, "job_not_found"),
+        (["jobs", "list", "--no-such-flag"], 3, "config_error"),
+        (["jobs", "list", "--limit", "0"], 3, "config_error"),
+    ],
+)
+def test_errors(store_url: str, args: list[str], code: int, error_code: str) -> None:
+    as_json = cli(*args, "--db", store_url, "--json")
+    assert as_json.returncode == code
+    error = json_of(as_json)["error"]
+    assert error["code"] == error_code
+    assert error["message"] and error["hint"]
+    human = cli(*args, "--db", store_url)
+    assert human.returncode == code
+    assert "Traceback" not in human.stderr
+
+
+def test_unsupported_url_names_the_schemes(tmp_path: Path) -> None:
+    result = cli("jobs", "list", "--db", "mysql://x@y/z", "--json")
+    assert result.returncode == 3
+    error = json_of(result)["error"]
+    assert error["code"] == "unsupported_database_url"
+    assert "sqlite:///" in error["message"] and "postgresql://" in error["message"]
+
+
+def test_traceback_only_with_verbose() -> None:
+    quiet = cli("jobs", "show", "x", "--db", "mysql://x")
+    assert "Traceback" not in quiet.stderr and "error:" in quiet.stderr and "hint:" in quiet.stderr
+    loud = cli("-v", "jobs", "show", "x", "--db", "mysql://x")
+    assert "Traceback" in loud.stderr
+    assert loud.returncode == 3
+
+
+def test_demo(tmp_path: Path) -> None:
+    result = cli("demo", "--json", env={"TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    summary = json_of(result)
+    assert summary["ok"] and summary["intact_chain_ok"] and summary["tamper_detected"]
+    assert summary["first_bad_version"] == summary["tampered_version"]
+    db = summary["database"]
+    assert db.startswith(f"sqlite:///{tmp_path}")
+    events = json_of(cli("jobs", "events", summary["job_id"], "--db", db, "--json"))
+    assert len(events) == summary["event_count"] == 15
+    human = cli("demo", env={"TMPDIR": str(tmp_path)})
+    assert "tampering detected" in human.stdout

@@ -1,0 +1,66 @@
+"""PostgreSQL URLs: passwords with special characters, schemas, redaction."""
+
+from __future__ import annotations
+
+import uuid
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+from affidavit.core.errors import ConfigError, StoreError
+from affidavit.store import NewEvent, open_store
+from affidavit.store.postgres import redact, split_url
+from tests.conftest import PG_URL
+
+SPECIAL_PASSWORD = "p@ss:w/rd?#%&=+ ü'\"\\"
+
+
+def test_password_with_special_characters(pg_schema: str) -> None:
+    role = f"affidavit_pw_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(
+            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                psycopg.sql.Identifier(role), psycopg.sql.Literal(SPECIAL_PASSWORD)
+            )
+        )
+        dbname = admin.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        admin.execute(
+            psycopg.sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
+                psycopg.sql.Identifier(dbname), psycopg.sql.Identifier(role)
+            )
+        )
+    host_part = PG_URL.split("@", 1)[1]
+    url = f"postgresql://{role}:{quote(SPECIAL_PASSWORD, safe='')}@{host_part}?schema={pg_schema}"
+    try:
+        store = open_store(url)
+        try:
+            job, _ = store.create_job()
+            store.append(job.job_id, [NewEvent("node_started", {"ok": True})], expected_version=0)
+            assert store.get_job(job.job_id).version == 1
+        finally:
+            store.close()
+        assert SPECIAL_PASSWORD not in redact(url)
+        assert quote(SPECIAL_PASSWORD, safe="") not in redact(url)
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{pg_schema}" CASCADE')
+            admin.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
+            admin.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(role)))
+
+
+def test_schema_parameter_is_ours_and_the_rest_goes_to_libpq() -> None:
+    conninfo, schema = split_url(
+        "postgresql://u@h:5/db?connect_timeout=3&schema=abc&sslmode=disable"
+    )
+    assert schema == "abc"
+    assert conninfo == "postgresql://u@h:5/db?connect_timeout=3&sslmode=disable"
+    assert split_url("postgresql://u@h/db") == ("postgresql://u@h/db", None)
+    with pytest.raises(ConfigError, match="invalid schema"):
+        split_url("postgresql://u@h/db?schema=x;drop")
+
+
+def test_unreachable_server_is_a_clear_store_error() -> None:
+    with pytest.raises(StoreError, match="cannot connect") as info:
+        open_store("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=1")
+    assert "secret" not in info.value.message
