@@ -1,0 +1,90 @@
+"""The public surface and the layer rules of ARCHITECTURE.md."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import affidavit
+
+SRC = Path(affidavit.__file__).parent
+
+# What each layer may import (besides itself). Dependencies point downward only.
+ALLOWED = {
+    "core": set(),
+    "store": {"core"},
+    "runtime": {"core", "store"},
+    "verify": {"core", "store", "runtime"},
+    "packs": {"core", "store", "runtime", "verify"},
+    "claims": {"core", "store", "runtime", "verify"},
+}
+
+
+def test_public_api() -> None:
+    assert sorted(affidavit.__all__) == sorted(
+        [
+            "AffidavitError",
+            "CanonicalizationError",
+            "ConfigError",
+            "ConflictError",
+            "EventType",
+            "FencedError",
+            "JobFilter",
+            "JobNotFound",
+            "JobRecord",
+            "NewEvent",
+            "Plan",
+            "PlanError",
+            "Store",
+            "StoreError",
+            "StoredEvent",
+            "VerificationError",
+            "__version__",
+            "canonical",
+            "canonical_sha256",
+            "chain_root",
+            "check_stored_chain",
+            "execution_hash",
+            "open_store",
+            "sha256_hex",
+            "sha256_prefixed",
+        ]
+    )
+    for name in affidavit.__all__:
+        assert hasattr(affidavit, name), name
+
+
+def imported_layers(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "affidavit":
+                found.add(parts[1] if len(parts) > 1 else "affidavit")
+    return found
+
+
+def test_layers_import_downward_only() -> None:
+    violations = []
+    for layer, allowed in ALLOWED.items():
+        for path in (SRC / layer).rglob("*.py"):
+            bad = imported_layers(path) - allowed - {layer}
+            if bad:
+                violations.append(f"{path.relative_to(SRC)} imports {sorted(bad)}")
+    assert violations == []
+
+
+def test_every_error_has_a_hint() -> None:
+    from affidavit.core import errors
+
+    for name in dir(errors):
+        obj = getattr(errors, name)
+        if isinstance(obj, type) and issubclass(obj, errors.AffidavitError):
+            if obj in (errors.AffidavitError,):
+                continue
+            assert obj.default_hint, f"{name} has no hint"
