@@ -100,6 +100,22 @@ def describe_machine(postgresql_version: str | None) -> Machine:
     )
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(steal, total) CPU ticks since boot from ``/proc/stat``; (0, 0) where unavailable."""
+    try:
+        fields = Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()
+    except OSError:
+        return 0, 0
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks)
+
+
+def steal_share(start: tuple[int, int], end: tuple[int, int]) -> float | None:
+    """Fraction of CPU time the hypervisor took from this VM between two :func:`cpu_ticks`."""
+    total = end[1] - start[1]
+    return (end[0] - start[0]) / total if total > 0 else None
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 

@@ -17,7 +17,7 @@ Usage (from the repository root)::
 
     python -m benchmarks.bench_append                 # both backends, writes docs/PERFORMANCE.md
     python -m benchmarks.bench_append --backend sqlite --quick --no-write   # smoke test
-    python -m benchmarks.bench_append --backend sqlite --profile --no-write # where time goes
+    python -m benchmarks.bench_append --profile           # where the time goes (writes nothing)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,9 +56,11 @@ from affidavit.store.postgres import redact, split_url
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
+    cpu_ticks,
     describe_machine,
     markdown_table,
     median,
+    steal_share,
     write_section,
 )
 
@@ -94,8 +96,9 @@ class Sizes:
     """How much work each case does on one backend."""
 
     single: int  # events appended one per durable transaction, per repetition
+    single_reps: int  # repetitions (the median is reported)
     batched: int  # events appended 100 per durable transaction, per repetition
-    reps: int  # repetitions of each throughput case (the median is reported)
+    batched_reps: int
     short_log: int  # events already in the "short" job's log
     long_log: int  # events already in the "long" job's log
     growth: int  # events appended (100 per transaction) to each job, per repetition
@@ -104,12 +107,12 @@ class Sizes:
 
 SIZE_LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 SIZES: dict[str, Sizes] = {
-    "sqlite": Sizes(500, 20_000, 3, 1_000, 100_000, 1_000, 7),
-    "postgresql": Sizes(1_000, 20_000, 3, 1_000, 100_000, 1_000, 7),
+    "sqlite": Sizes(500, 5, 20_000, 3, 1_000, 100_000, 1_000, 7),
+    "postgresql": Sizes(500, 5, 20_000, 3, 1_000, 100_000, 1_000, 7),
 }
 QUICK_SIZES: dict[str, Sizes] = {
-    "sqlite": Sizes(50, 1_000, 1, 100, 2_000, 200, 1),
-    "postgresql": Sizes(50, 1_000, 1, 100, 2_000, 200, 1),
+    "sqlite": Sizes(50, 1, 1_000, 1, 100, 2_000, 200, 1),
+    "postgresql": Sizes(50, 1, 1_000, 1, 100, 2_000, 200, 1),
 }
 
 
@@ -179,6 +182,10 @@ class RawWriter(Protocol):
         """Insert each batch in its own durable transaction; return elapsed seconds."""
         ...
 
+    def settle(self) -> None:
+        """Checkpoint the database so that no case starts with another's backlog."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -194,13 +201,16 @@ class SqliteRaw:
         gc.collect()
         start = time.perf_counter()
         for batch in batches:
-            conn.execute("BEGIN IMMEDIATE")
-            if len(batch) == 1:
+            if len(batch) == 1:  # the cheapest single-row commit: an autocommit INSERT
                 conn.execute(stmt, batch[0])
-            else:
-                conn.executemany(stmt, batch)
+                continue
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(stmt, batch)
             conn.execute("COMMIT")
         return time.perf_counter() - start
+
+    def settle(self) -> None:
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
         self._conn.close()
@@ -219,12 +229,16 @@ class PostgresRaw:
         gc.collect()
         start = time.perf_counter()
         for batch in batches:
+            if len(batch) == 1:  # the cheapest single-row commit: one autocommit INSERT
+                cur.execute(stmt, batch[0])
+                continue
             with conn.transaction():
-                if len(batch) == 1:
-                    cur.execute(stmt, batch[0])
-                else:
-                    cur.executemany(stmt, batch)
+                cur.executemany(stmt, batch)
         return time.perf_counter() - start
+
+    def settle(self) -> None:
+        with suppress(psycopg.errors.InsufficientPrivilege):  # needs superuser or pg_checkpoint
+            self._conn.execute("CHECKPOINT")
 
     def close(self) -> None:
         self._conn.close()
@@ -238,6 +252,9 @@ class Target:
     label: str
     store: Store
     raw: RawWriter
+
+    def settle(self) -> None:
+        self.raw.settle()
 
 
 @contextmanager
@@ -427,6 +444,7 @@ def measure_growth(target: Target, source: PayloadSource, sizes: Sizes) -> Growt
     """
     long_job = ChainedJob(target.store, "bench-long")
     long_job.fill(source.events(sizes.long_log))
+    target.settle()
     short_us: list[float] = []
     long_us: list[float] = []
     for rep in range(sizes.growth_reps):
@@ -447,12 +465,13 @@ def measure_growth(target: Target, source: PayloadSource, sizes: Sizes) -> Growt
 def run_backend(target: Target, sizes: Sizes, seed: int) -> tuple[list[Throughput], Growth]:
     source = PayloadSource(seed)
     results = []
-    for events, batch, goal in (
-        (sizes.single, 1, GOAL_SINGLE),
-        (sizes.batched, BATCH, GOAL_BATCHED),
+    for events, reps, batch, goal in (
+        (sizes.single, sizes.single_reps, 1, GOAL_SINGLE),
+        (sizes.batched, sizes.batched_reps, BATCH, GOAL_BATCHED),
     ):
-        console.print(f"  {target.label}: {events} events × {sizes.reps}, {batch} per transaction")
-        results.append(measure_throughput(target, source, events, batch, sizes.reps, goal))
+        console.print(f"  {target.label}: {events:,} events × {reps}, {batch} per transaction")
+        target.settle()
+        results.append(measure_throughput(target, source, events, batch, reps, goal))
     console.print(
         f"  {target.label}: append cost at {sizes.short_log} vs {sizes.long_log} events "
         f"(building the long log)"
@@ -510,7 +529,9 @@ def profile_backend(target: Target, source: PayloadSource, events: int, batch: i
     profiler.disable()
     raw = target.raw.insert(chunks(source.raw_rows(f"raw-profile-{batch}", events), batch))
 
-    stats: Any = pstats.Stats(profiler).stats  # {key: (cc, nc, tottime, cumtime, callers)}
+    # {(file, line, function): (cc, nc, tottime, cumtime, callers)}; not in typeshed
+    profile_stats = pstats.Stats(profiler)
+    stats: dict[ProfileKey, tuple[Any, ...]] = profile_stats.stats  # type: ignore[attr-defined]
     shape = "1 event/tx" if batch == 1 else f"{batch} events/tx"
     table = Table(title=f"cProfile: {target.label} chained append, {shape}, {events:,} events")
     table.add_column("part")
@@ -538,8 +559,9 @@ def run_profile(backends: Sequence[str], sizes: dict[str, Sizes], pg_url: str, s
     for name in backends:
         target_cm = sqlite_target() if name == "sqlite" else postgres_target(pg_url)
         with target_cm as target:
-            profile_backend(target, source, sizes[name].single, 1)
-            profile_backend(target, source, sizes[name].batched, BATCH)
+            for events, batch in ((sizes[name].single, 1), (sizes[name].batched, BATCH)):
+                target.settle()
+                profile_backend(target, source, events, batch)
     micro_costs(source, sizes["sqlite"].batched)
 
 
@@ -587,6 +609,12 @@ def micro_costs(source: PayloadSource, n: int) -> None:
 
 
 # --- report ---------------------------------------------------------------------------------
+
+
+def steal_text(steal: float | None) -> str:
+    if steal is None:
+        return "CPU steal time unknown"
+    return f"CPU steal (time taken by the hypervisor) during the run: {steal:.0%}"
 
 
 def plural(n: int, word: str) -> str:
@@ -677,11 +705,13 @@ def markdown(
     growth: Sequence[Growth],
     sizes: dict[str, Sizes],
     runtime_s: float,
+    steal: float | None,
     quick: bool,
 ) -> str:
     counts = "".join(
-        f"- {SIZE_LABELS[name]}: {s.single:,} events at 1 event/tx and {s.batched:,} events at "
-        f"{BATCH} events/tx per repetition; {plural(s.reps, 'repetition')}\n"
+        f"- {SIZE_LABELS[name]}: {s.single:,} events at 1 event/tx "
+        f"({plural(s.single_reps, 'repetition')}) and {s.batched:,} events at {BATCH} events/tx "
+        f"({plural(s.batched_reps, 'repetition')})\n"
         for name, s in sizes.items()
     )
     growth_note = "".join(
@@ -708,16 +738,18 @@ def markdown(
 {warning}
 Measured on:
 
-{machine.markdown()}- Benchmark runtime: {runtime_s:.0f} s
+{machine.markdown()}- Benchmark runtime: {runtime_s:.0f} s; {steal_text(steal)}
 
-Chained = `Store.append` (canonicalize each payload, hash-chain it from the job's head, insert,
-move the head, one transaction). Raw = plain INSERTs of pre-built rows (precomputed canonical
-payload, dummy hash, no head read or update) into the store's own `events` table, same database,
-same durability: SQLite `journal_mode=WAL`, `synchronous=FULL`, `BEGIN IMMEDIATE`…`COMMIT`;
-PostgreSQL `synchronous_commit=on`, one explicit transaction per commit (`executemany` for
-100 rows). Payloads are distinct, deterministic ~1 KB JSON objects (11 fields, one 800-character
+Chained = `Store.append` (canonicalize each payload once, lock the job, read its head, check
+fence and version, hash-chain the events from the head, insert them; one transaction). Raw =
+plain INSERTs of pre-built rows (payload bytes already encoded, dummy hash, no lock, no head
+read) into the store's own `events` table, same database, same durability — SQLite
+`journal_mode=WAL`, `synchronous=FULL`; PostgreSQL `synchronous_commit=on` — in the cheapest
+plain form: one autocommit INSERT per single-row commit, `BEGIN`…`executemany`…`COMMIT` for
+100 rows. Payloads are distinct, deterministic ~1 KB JSON objects (11 fields, one 800-character
 text). SQLite runs on a fresh file in a temporary directory, PostgreSQL in a fresh schema.
-Chained and raw repetitions alternate which goes first; each case is warmed up first.
+Each case is warmed up and starts after a checkpoint (SQLite `wal_checkpoint(TRUNCATE)`,
+PostgreSQL `CHECKPOINT`); chained and raw repetitions alternate which goes first.
 
 {counts}
 {markdown_table(THROUGHPUT_HEADERS, throughput_rows(throughput), "llrrrll")}
@@ -728,8 +760,9 @@ Median (min–max) of the repetitions, events/s:
 
 Per-event cost of durable 100-event appends to a job whose log already holds the given number of
 events. The long log is pre-built with batched `durable=False` appends (1,000 events per
-transaction); each repetition then appends to a fresh short job and to the long job, so both
-are measured on the same table and the ratio isolates the job's own log length.
+transaction) and checkpointed; each repetition then appends to a fresh short job and to the
+long job, so both are measured on the same table and the ratio isolates the job's own log
+length.
 
 {growth_note}
 {markdown_table(growth_headers(growth), growth_rows(growth), "lrrrll")}
@@ -783,6 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     started = time.perf_counter()
+    ticks = cpu_ticks()
     throughput: list[Throughput] = []
     growth: list[Growth] = []
     for name in backends:
@@ -792,12 +826,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         throughput.extend(results)
         growth.append(g)
     runtime = time.perf_counter() - started
+    steal = steal_share(ticks, cpu_ticks())
 
     print_results(throughput, growth)
-    console.print(f"Total benchmark runtime: {runtime:.1f} s")
+    console.print(f"Total benchmark runtime: {runtime:.1f} s; {steal_text(steal)}")
     if not args.no_write:
         sizes = {n: table[n] for n in backends}
-        body = markdown(machine, throughput, growth, sizes, runtime, args.quick)
+        body = markdown(machine, throughput, growth, sizes, runtime, steal, args.quick)
         write_section(SECTION, body, args.output)
         console.print(f"Wrote the {SECTION} section of {args.output}")
     return 0

@@ -141,7 +141,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(json_values)
 def test_bytes_identical_to_rfc8785_reference(value: Any) -> None:
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import uuid
@@ -89,3 +90,25 @@ def test_invalid_payloads(event_type: str, payload: dict[str, object], fragment:
     with pytest.raises(InvalidEventError) as info:
         validate_payload(event_type, payload)
     assert fragment in info.value.message
+
+
+def test_a_forked_child_does_not_repeat_the_parents_ids() -> None:
+    """Random bits are drawn from the OS in blocks; a forked child must not replay the block
+    its parent was in the middle of."""
+    new_event_id()  # the parent now holds a partly used block
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(read_fd)
+        os.write(write_fd, " ".join(new_event_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write_fd)
+    parent_ids = {new_event_id() for _ in range(50)}
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_fd) as f:
+        child_ids = set(f.read().split())
+    assert status == 0
+    assert len(child_ids) == 50
+    assert not parent_ids & child_ids
+    # the low 62 bits are the random part: they must differ too, not just the counter
+    assert not {i[-15:] for i in parent_ids} & {i[-15:] for i in child_ids}

@@ -6,6 +6,7 @@ acknowledged append present exactly once, and a chain that recomputes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -128,6 +129,9 @@ def test_a_waiting_writer_proceeds_after_the_holder_commits(store: Store, store_
                     [NewEvent("node_started", {"worker": "a", "i": 0})],
                     expected_version=0,
                 )
+                # a read sends any batched writes (PostgreSQL), so the job is locked from here
+                held = tx.get_job(job.job_id)
+                assert held is not None and held.version == 1
                 entered.set()
                 release.wait(10)
 
@@ -177,6 +181,8 @@ def test_postgres_locks_per_job_not_globally(pg_schema: str) -> None:
                 tx.append(
                     a, [NewEvent("node_started", {"worker": "a", "i": 0})], expected_version=0
                 )
+                job_a = tx.get_job(a)  # a read sends the batched writes: A is locked from here
+                assert job_a is not None and job_a.version == 1
                 entered.set()
                 release.wait(10)
 
@@ -189,12 +195,26 @@ def test_postgres_locks_per_job_not_globally(pg_schema: str) -> None:
             store.append(b, [NewEvent("node_started", {"worker": "b", "i": 0})], expected_version=0)
             done.set()
 
+        blocked_on_a = threading.Event()
+
+        def contender_on_a() -> None:
+            with contextlib.suppress(ConflictError):
+                store.append(
+                    a, [NewEvent("node_started", {"worker": "c", "i": 0})], expected_version=0
+                )
+            blocked_on_a.set()
+
         t2 = threading.Thread(target=other)
+        t3 = threading.Thread(target=contender_on_a)
         t2.start()
+        t3.start()
         committed_while_held = done.wait(5)
+        a_was_blocked = not blocked_on_a.wait(0.5)  # A itself stays locked meanwhile
         release.set()
         t.join()
         t2.join()
+        t3.join()
         assert committed_while_held
+        assert a_was_blocked
     finally:
         store.close()

@@ -286,3 +286,34 @@ def test_unsupported_urls(url: str) -> None:
 def test_sqlite_missing_directory(tmp_path: Any) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         open_store(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+
+
+def test_appends_by_another_store_are_never_overwritten(store: Store, store_url: str) -> None:
+    """Another process's appends make this store's knowledge of the head stale: an append that
+    expects the old version is refused, and the next one, at the right version, chains on the
+    other process's head."""
+    job_id = make_job(store)
+    store.append(job_id, [ev(1)], expected_version=0)
+    other = open_store(store_url)
+    try:
+        other.append(job_id, [ev(2)], expected_version=1)
+    finally:
+        other.close()
+    with pytest.raises(ConflictError) as info:
+        store.append(job_id, [ev(3)], expected_version=1)
+    assert info.value.actual == 2
+    store.append(job_id, [ev(3)], expected_version=2)
+    assert [e.payload["n"] for e in store.list_events(job_id)] == [1, 2, 3]
+    assert chain_ok(store, job_id)
+
+
+def test_conflict_inside_a_transaction_rolls_back_its_other_writes(store: Store) -> None:
+    job_id = make_job(store)
+    store.append(job_id, [ev(1)], expected_version=0)
+    with pytest.raises(ConflictError), store.transaction() as tx:
+        tx.update_job(job_id, status="running")
+        tx.append(job_id, [ev(2)], expected_version=0)  # stale
+    assert store.get_job(job_id).status == "pending"
+    assert len(store.list_events(job_id)) == 1
+    store.append(job_id, [ev(2)], expected_version=1)
+    assert chain_ok(store, job_id)

@@ -9,7 +9,7 @@ Every payload carries ``at``: RFC 3339 UTC with microseconds, as produced by :fu
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -50,9 +50,19 @@ ResultType = Literal[
 COMPLETED_RESULT_TYPES = frozenset({"pure", "side_effect_committed", "compensated"})
 
 
+_second_cache: tuple[int, str] = (-1, "")
+
+
 def utc_now() -> str:
     """Current UTC time as RFC 3339 with microseconds, e.g. ``2026-11-22T10:00:00.123456Z``."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    global _second_cache
+    micros = time.time_ns() // 1000
+    second, fraction = divmod(micros, 1_000_000)
+    cached_second, prefix = _second_cache
+    if second != cached_second:  # every event carries a timestamp: format the date once a second
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second_cache = (second, prefix)
+    return f"{prefix}.{fraction:06d}Z"
 
 
 def validate_payload(event_type: str, payload: Any) -> BaseModel:

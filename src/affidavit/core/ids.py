@@ -15,23 +15,60 @@ import uuid
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
+# Random bits come from the OS in blocks (one system call per 512 ids, not one per id).
+_BLOCK = 4096
+_pool = b""
+_pos = _BLOCK
+
+
+def _reset_after_fork() -> None:
+    """A forked child must not replay its parent's random block or clock state."""
+    global _pool, _pos, _last_ms, _counter, _lock
+    _lock = threading.Lock()
+    _pool, _pos, _last_ms, _counter = b"", _BLOCK, 0, 0
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+_RAND_MASK = (1 << 62) - 1
 
 
 def _uuid7_int() -> int:
-    global _last_ms, _counter
+    return _uuid7_ints(1)[0]
+
+
+def _uuid7_ints(count: int) -> list[int]:
+    """``count`` consecutive UUIDv7 ints under one lock and one clock read."""
+    global _last_ms, _counter, _pool, _pos
+    out: list[int] = []
     with _lock:
-        ms = time.time_ns() // 1_000_000
-        if ms > _last_ms:
-            _last_ms = ms
-            _counter = int.from_bytes(os.urandom(2), "big") & 0x3FF  # leave room to count up
-        else:
-            _counter += 1
-            if _counter > 0xFFF:  # counter exhausted: borrow the next millisecond
-                _last_ms += 1
-                _counter = 0
-        ms, counter = _last_ms, _counter
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-    return (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand
+        ms_now = time.time_ns() // 1_000_000
+        for _ in range(count):
+            if _pos >= _BLOCK:
+                _pool, _pos = os.urandom(_BLOCK), 0
+            rand = int.from_bytes(_pool[_pos : _pos + 8], "big")
+            _pos += 8
+            if ms_now > _last_ms:
+                _last_ms = ms_now
+                _counter = rand >> 54  # 10 random bits: leaves room to count up within this ms
+            else:
+                _counter += 1
+                if _counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+                    _last_ms += 1
+                    _counter = 0
+            out.append(
+                (_last_ms << 80)
+                | (0x7 << 76)
+                | (_counter << 64)
+                | (0b10 << 62)
+                | (rand & _RAND_MASK)
+            )
+    return out
+
+
+def new_event_ids(count: int) -> list[str]:
+    """``count`` new event ids, increasing, cheaper than ``count`` calls of :func:`new_event_id`."""
+    return [f"{n:032x}" for n in _uuid7_ints(count)]
 
 
 def uuid7() -> uuid.UUID:

@@ -1,8 +1,8 @@
 """SQL shared by both backends: the transaction logic of append, jobs and leases.
 
 Backends differ only in connection handling, locking and durability (their own modules) and in
-the placeholder style, which :meth:`SqlTransaction._q` converts. Every SQL string here is written
-with ``?`` placeholders.
+the placeholder style: every SQL string here is written with ``?`` placeholders, which the
+PostgreSQL backend converts.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any, Protocol
 
 from affidavit.core.canonical import canonical
@@ -25,7 +26,7 @@ from affidavit.core.errors import (
     StoreError,
 )
 from affidavit.core.events import utc_now
-from affidavit.core.ids import new_event_id, new_job_id
+from affidavit.core.ids import new_event_ids, new_job_id
 from affidavit.store.base import (
     JOB_STATUSES,
     JobFilter,
@@ -36,7 +37,24 @@ from affidavit.store.base import (
 
 JOB_COLUMNS = (
     "job_id, namespace, status, plan_name, idempotency_key, submitted_by, created_at, "
-    "updated_at, version, head_hash, attempt_id, lease_owner, lease_expires_at, output, error"
+    "updated_at, attempt_id, lease_owner, lease_expires_at, output, error"
+)
+# A job row with its chain head: the job's last event, found through the (job_id, version)
+# index in O(log n) — the head is never stored twice, so an append writes only event rows.
+JOB_SELECT = (
+    "SELECT j.job_id, j.namespace, j.status, j.plan_name, j.idempotency_key, j.submitted_by, "
+    "j.created_at, j.updated_at, j.attempt_id, j.lease_owner, j.lease_expires_at, j.output, "
+    "j.error, coalesce(e.version, 0), e.chain_hash FROM jobs j LEFT JOIN events e "
+    "ON e.job_id = j.job_id AND e.version = "
+    "(SELECT max(version) FROM events WHERE job_id = j.job_id)"
+)
+EVENT_INSERT = (
+    "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+LOCK_JOB = "SELECT attempt_id FROM jobs WHERE job_id = ? FOR UPDATE"  # PostgreSQL
+HEAD_SELECT = (
+    "SELECT version, chain_hash FROM events WHERE job_id = ? ORDER BY version DESC LIMIT 1"
 )
 EVENT_COLUMNS = "job_id, version, event_id, type, payload, chain_hash, recorded_at"
 
@@ -46,7 +64,7 @@ Encoded = tuple[str, str, bytes]
 
 class Cursor(Protocol):
     @property
-    def description(self) -> Any: ...
+    def connection(self) -> Any: ...
     def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
     def executemany(self, sql: Any, params: Any, /) -> Any: ...
     def fetchone(self) -> Any: ...
@@ -64,6 +82,7 @@ def encode_events(events: Sequence[NewEvent]) -> list[Encoded]:
     and newlines: a type or id containing one would make two different logs hash alike.
     """
     encoded: list[Encoded] = []
+    fresh_ids = iter(new_event_ids(sum(1 for ev in events if ev.event_id is None)))
     for ev in events:
         event_type = str(ev.type)
         if not _EVENT_TYPE.match(event_type):
@@ -71,7 +90,7 @@ def encode_events(events: Sequence[NewEvent]) -> list[Encoded]:
                 f"invalid event type {event_type!r}",
                 hint="Event types are lowercase snake_case (letters, digits, '_').",
             )
-        event_id = ev.event_id or new_event_id()
+        event_id = ev.event_id if ev.event_id is not None else next(fresh_ids)
         if not _EVENT_ID.match(event_id):
             raise InvalidEventError(
                 f"invalid event id {event_id!r}",
@@ -92,6 +111,7 @@ def _json_or_none(raw: Any) -> Any:
 
 
 def job_from_row(row: Sequence[Any]) -> JobRecord:
+    """A row of :data:`JOB_SELECT`."""
     return JobRecord(
         job_id=row[0],
         namespace=row[1],
@@ -101,13 +121,13 @@ def job_from_row(row: Sequence[Any]) -> JobRecord:
         submitted_by=row[5],
         created_at=row[6],
         updated_at=row[7],
-        version=row[8],
-        head_hash=row[9],
-        attempt_id=row[10],
-        lease_owner=row[11],
-        lease_expires_at=row[12],
-        output=_json_or_none(row[13]),
-        error=_json_or_none(row[14]),
+        attempt_id=row[8],
+        lease_owner=row[9],
+        lease_expires_at=row[10],
+        output=_json_or_none(row[11]),
+        error=_json_or_none(row[12]),
+        version=int(row[13]),
+        head_hash=row[14],
     )
 
 
@@ -124,31 +144,87 @@ def event_from_row(row: Sequence[Any]) -> StoredEvent:
     )
 
 
-class SqlTransaction:
-    """The :class:`~affidavit.store.base.Transaction` implementation over one connection that
-    is already inside a transaction."""
+def fenced(job_id: str, fence: str, current: str | None) -> FencedError:
+    return FencedError(
+        f"job {job_id}: write fenced off — attempt {fence} no longer holds the lease "
+        f"(current attempt: {current})",
+        job_id=job_id,
+        fence=fence,
+        current=current,
+    )
+
+
+def conflict(job_id: str, expected: int, actual: int) -> ConflictError:
+    return ConflictError(
+        f"job {job_id}: expected version {expected}, but the log is at {actual}",
+        job_id=job_id,
+        expected=expected,
+        actual=actual,
+    )
+
+
+def check_head(
+    job_id: str, job_row: Any, head_row: Any, expected_version: int, fence: str | None
+) -> str | None:
+    """Check a locked job's fence and version; return its head hash (``None`` when empty)."""
+    if job_row is None:
+        raise JobNotFound(job_id)
+    attempt_id = job_row[0]
+    version, head_hex = head_row if head_row is not None else (0, None)
+    if fence is not None and attempt_id != fence:
+        raise fenced(job_id, fence, attempt_id)
+    if version != expected_version:
+        raise conflict(job_id, expected_version, version)
+    return head_hex
+
+
+def chain_events(
+    job_id: str, version: int, head_hex: str | None, encoded: Sequence[Encoded]
+) -> list[StoredEvent]:
+    """The rows of ``encoded`` chained onto the head ``(version, head_hex)``: ``H_i`` is computed
+    here, once, from the stored head — never from the whole log."""
+    previous = bytes.fromhex(head_hex) if head_hex else GENESIS
+    stored = []
+    for event_id, event_type, payload in encoded:
+        version += 1
+        previous = chain_next(previous, event_id, event_type, payload)
+        stored.append(StoredEvent(job_id, version, event_id, event_type, payload, previous.hex()))
+    return stored
+
+
+class SqlTransaction(ABC):
+    """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
+    backend implements on a connection already inside a transaction. SQL is written with ``?``
+    placeholders."""
 
     FOR_UPDATE = ""
 
-    def __init__(self, cursor: Cursor) -> None:
-        self._cur = cursor
+    @abstractmethod
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement that returns no rows.
 
-    def _q(self, sql: str) -> str:
-        return sql
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """Run one statement (``?`` placeholders) in this transaction; return its rows (if any).
-
-        For the store's own layers (migrations, the ledger); not a public query API.
+        For the store's own layers (migrations, the ledger); not a public query API. A backend
+        may defer sending it until the next read or the commit (PostgreSQL batches writes into
+        the next round trip), so its errors can surface there — still inside this transaction.
         """
-        self._cur.execute(self._q(sql), params)
-        if self._cur.description is None:  # the statement returns no rows
-            return []
-        return list(self._cur.fetchall())
+
+    @abstractmethod
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """:meth:`execute` once per parameter row."""
+
+    @abstractmethod
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one row-returning statement (after any deferred writes) and return its rows."""
+
+    @abstractmethod
+    def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
+        """Lock the job against other appenders, then read its head; return
+        ``((attempt_id,) | None, (version, chain_hash) | None)``. The head must be read after the
+        lock is held, so that it includes whatever the previous holder committed."""
 
     def _one(self, sql: str, params: Sequence[Any]) -> Any:
-        self._cur.execute(self._q(sql), params)
-        return self._cur.fetchone()
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
 
     # --- events -----------------------------------------------------------------------------
 
@@ -173,50 +249,17 @@ class SqlTransaction:
         fence: str | None = None,
     ) -> list[StoredEvent]:
         """Append already-canonicalized events (see :func:`encode_events`)."""
-        head = self._one(
-            "SELECT version, head_hash, attempt_id FROM jobs WHERE job_id = ?" + self.FOR_UPDATE,
-            (job_id,),
-        )
-        if head is None:
-            raise JobNotFound(job_id)
-        version, head_hex, attempt_id = head
-        if fence is not None and attempt_id != fence:
-            raise FencedError(
-                f"job {job_id}: write fenced off — attempt {fence} no longer holds the lease "
-                f"(current attempt: {attempt_id})",
-                job_id=job_id,
-                fence=fence,
-                current=attempt_id,
+        job_row, head_row = self._lock_and_head(job_id)
+        head_hex = check_head(job_id, job_row, head_row, expected_version, fence)
+        stored = chain_events(job_id, expected_version, head_hex, encoded)
+        if stored:
+            self.execute_many(
+                EVENT_INSERT,
+                [
+                    (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
+                    for e in stored
+                ],
             )
-        if version != expected_version:
-            raise ConflictError(
-                f"job {job_id}: expected version {expected_version}, but the log is at {version}",
-                job_id=job_id,
-                expected=expected_version,
-                actual=version,
-            )
-        if not encoded:
-            return []
-        previous = bytes.fromhex(head_hex) if head_hex else GENESIS
-        rows = []
-        stored = []
-        for event_id, event_type, payload in encoded:
-            version += 1
-            previous = chain_next(previous, event_id, event_type, payload)
-            digest = previous.hex()
-            rows.append((job_id, version, event_id, event_type, payload, digest))
-            stored.append(StoredEvent(job_id, version, event_id, event_type, payload, digest))
-        self._cur.executemany(
-            self._q(
-                "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
-                "VALUES (?, ?, ?, ?, ?, ?)"
-            ),
-            rows,
-        )
-        self._cur.execute(
-            self._q("UPDATE jobs SET version = ?, head_hash = ?, updated_at = ? WHERE job_id = ?"),
-            (version, stored[-1].chain_hash, utc_now(), job_id),
-        )
         return stored
 
     # --- jobs -------------------------------------------------------------------------------
@@ -232,29 +275,36 @@ class SqlTransaction:
         status: str = "pending",
     ) -> tuple[JobRecord, bool]:
         _check_status(status)
+        by_key = f"{JOB_SELECT} WHERE j.namespace = ? AND j.idempotency_key = ?"
         if idempotency_key is not None:
-            existing = self._one(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ? AND idempotency_key = ?",
-                (namespace, idempotency_key),
-            )
+            existing = self._one(by_key, (namespace, idempotency_key))
             if existing is not None:
                 return job_from_row(existing), False
         now = utc_now()
         new_id = job_id or new_job_id()
-        row = self._one(
+        inserted = self._one(
             f"INSERT INTO jobs ({JOB_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, NULL, NULL, NULL, NULL) "
-            f"ON CONFLICT DO NOTHING RETURNING {JOB_COLUMNS}",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL) "
+            "ON CONFLICT DO NOTHING RETURNING job_id",
             (new_id, namespace, status, plan_name, idempotency_key, submitted_by, now, now),
         )
-        if row is not None:
-            return job_from_row(row), True
+        if inserted is not None:
+            job = JobRecord(
+                job_id=new_id,
+                namespace=namespace,
+                status=status,
+                plan_name=plan_name,
+                idempotency_key=idempotency_key,
+                submitted_by=submitted_by,
+                created_at=now,
+                updated_at=now,
+                version=0,
+                head_hash=None,
+            )
+            return job, True
         if idempotency_key is not None:
             # A concurrent submitter with the same key committed first (PostgreSQL waits for it).
-            existing = self._one(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ? AND idempotency_key = ?",
-                (namespace, idempotency_key),
-            )
+            existing = self._one(by_key, (namespace, idempotency_key))
             if existing is not None:
                 return job_from_row(existing), False
         raise StoreError(
@@ -263,11 +313,9 @@ class SqlTransaction:
         )
 
     def get_job(self, job_id: str, *, for_update: bool = False) -> JobRecord | None:
-        row = self._one(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?"
-            + (self.FOR_UPDATE if for_update else ""),
-            (job_id,),
-        )
+        if for_update:
+            self._one("SELECT job_id FROM jobs WHERE job_id = ?" + self.FOR_UPDATE, (job_id,))
+        row = self._one(f"{JOB_SELECT} WHERE j.job_id = ?", (job_id,))
         return job_from_row(row) if row is not None else None
 
     def update_job(
@@ -293,22 +341,26 @@ class SqlTransaction:
         new_status = current.status if status is None else _check_status(status)
         out = canonical(output).decode() if output is not None else None
         err = canonical(error).decode() if error is not None else None
-        row = self._one(
+        now = utc_now()
+        self.execute(
             "UPDATE jobs SET status = ?, output = COALESCE(?, output), "
-            "error = COALESCE(?, error), updated_at = ? WHERE job_id = ? "
-            f"RETURNING {JOB_COLUMNS}",
-            (new_status, out, err, utc_now(), job_id),
+            "error = COALESCE(?, error), updated_at = ? WHERE job_id = ?",
+            (new_status, out, err, now, job_id),
         )
-        return job_from_row(row)
+        return replace(
+            current,
+            status=new_status,
+            output=current.output if output is None else output,
+            error=current.error if error is None else error,
+            updated_at=now,
+        )
 
     def set_lease(
         self, job_id: str, *, attempt_id: str | None, owner: str | None, expires_at: float | None
     ) -> None:
-        self._cur.execute(
-            self._q(
-                "UPDATE jobs SET attempt_id = ?, lease_owner = ?, lease_expires_at = ? "
-                "WHERE job_id = ?"
-            ),
+        self.execute(
+            "UPDATE jobs SET attempt_id = ?, lease_owner = ?, lease_expires_at = ? "
+            "WHERE job_id = ?",
             (attempt_id, owner, expires_at, job_id),
         )
 
@@ -373,15 +425,13 @@ class SqlStore(ABC):
                 submitted_by=submitted_by,
             )
             if created and encoded:
-                tx.append_encoded(job.job_id, encoded, expected_version=0)
-                refreshed = tx.get_job(job.job_id)
-                assert refreshed is not None
-                job = refreshed
+                stored = tx.append_encoded(job.job_id, encoded, expected_version=0)
+                job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)
             return job, created
 
     def get_job(self, job_id: str) -> JobRecord:
         with self._reader() as cur:
-            cur.execute(self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?"), (job_id,))
+            cur.execute(self._q(f"{JOB_SELECT} WHERE j.job_id = ?"), (job_id,))
             row = cur.fetchone()
         if row is None:
             raise JobNotFound(job_id)
@@ -394,20 +444,20 @@ class SqlStore(ABC):
         if f.status:
             for s in f.status:
                 _check_status(s)
-            where.append("status IN (" + ", ".join("?" for _ in f.status) + ")")
+            where.append("j.status IN (" + ", ".join("?" for _ in f.status) + ")")
             params.extend(f.status)
         if f.namespace is not None:
-            where.append("namespace = ?")
+            where.append("j.namespace = ?")
             params.append(f.namespace)
         if f.plan_name is not None:
-            where.append("plan_name = ?")
+            where.append("j.plan_name = ?")
             params.append(f.plan_name)
         if f.limit < 1 or f.offset < 0:
             raise ConfigError("limit must be ≥ 1 and offset ≥ 0")
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs"
+        sql = JOB_SELECT
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, job_id DESC LIMIT ? OFFSET ?"
+        sql += " ORDER BY j.created_at DESC, j.job_id DESC LIMIT ? OFFSET ?"
         params.extend((f.limit, f.offset))
         with self._reader() as cur:
             cur.execute(self._q(sql), params)

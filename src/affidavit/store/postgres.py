@@ -12,10 +12,11 @@ every other URL parameter goes to libpq unchanged.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import psycopg
@@ -25,25 +26,48 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from affidavit.core.errors import ConfigError, StoreError
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
-from affidavit.store._sql import Cursor, SqlStore, SqlTransaction
+from affidavit.store._sql import HEAD_SELECT, LOCK_JOB, Cursor, SqlStore, SqlTransaction
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
 
 
-def _to_pyformat(query: str) -> str:
+@functools.lru_cache(maxsize=512)
+def _pyformat(query: str) -> str:
+    """``?`` placeholders (the shared SQL) to psycopg's ``%s``."""
     return query.replace("?", "%s")
 
 
 class PostgresTransaction(SqlTransaction):
-    FOR_UPDATE = " FOR UPDATE"
-    _cache: ClassVar[dict[str, str]] = {}
+    """Runs in psycopg's pipeline mode with server-side prepared statements: writes are queued
+    and travel with the next read or the commit, so an append costs two round trips — the row
+    lock and the head read together, then the inserts with the commit — whatever the number of
+    events."""
 
-    def _q(self, query: str) -> str:
-        converted = self._cache.get(query)
-        if converted is None:
-            converted = self._cache[query] = _to_pyformat(query)
-        return converted
+    FOR_UPDATE = " FOR UPDATE"
+
+    def __init__(self, conn: psycopg.Connection[Any], pipeline: psycopg.Pipeline) -> None:
+        self._conn = conn
+        self._pipeline = pipeline
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(_pyformat(sql), params or None, prepare=bool(params))
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.cursor().executemany(_pyformat(sql), rows)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        cursor = self._conn.execute(_pyformat(sql), params or None, prepare=bool(params))
+        self._pipeline.sync()
+        return cursor.fetchall()
+
+    def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
+        # Two statements, one round trip: the head read starts after the lock is granted, so
+        # under READ COMMITTED its snapshot includes what the previous holder committed.
+        lock = self._conn.execute(_pyformat(LOCK_JOB), (job_id,), prepare=True)
+        head = self._conn.execute(_pyformat(HEAD_SELECT), (job_id,), prepare=True)
+        self._pipeline.sync()
+        return lock.fetchone(), head.fetchone()
 
 
 def split_url(url: str) -> tuple[str, str | None]:
@@ -123,16 +147,23 @@ class PostgresStore(SqlStore):
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
 
     def _q(self, query: str) -> str:
-        return _to_pyformat(query)
+        return _pyformat(query)
 
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[SqlTransaction]:
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                cur = conn.cursor()
-                if not durable:
-                    cur.execute("SET LOCAL synchronous_commit = off")
-                yield PostgresTransaction(cur)
+            with self._pool.connection() as conn:
+                try:
+                    with conn.pipeline() as pipeline:
+                        conn.execute("BEGIN")
+                        if not durable:
+                            conn.execute("SET LOCAL synchronous_commit = off")
+                        yield PostgresTransaction(conn, pipeline)
+                        conn.execute("COMMIT")
+                except BaseException:
+                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        conn.execute("ROLLBACK")
+                    raise
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL write failed: {exc}") from exc
         except PoolTimeout as exc:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from affidavit.core.errors import StoreError
 from affidavit.core.events import utc_now
@@ -28,7 +29,37 @@ DEFAULT_BUSY_TIMEOUT_S = 30.0
 
 
 class SqliteTransaction(SqlTransaction):
-    """SQLite needs no row locks: ``BEGIN IMMEDIATE`` already holds the database write lock."""
+    """Statements run at once on the writer connection. No row locks are needed:
+    ``BEGIN IMMEDIATE`` already holds the database write lock."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql, params)
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if len(rows) == 1:
+            self._conn.execute(sql, rows[0])
+        else:
+            self._conn.executemany(sql, rows)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
+        # The write lock is held since BEGIN IMMEDIATE, so one statement reads both.
+        row = self._conn.execute(_JOB_AND_HEAD, (job_id,)).fetchone()
+        if row is None:
+            return None, None
+        return (row[0],), (row[1], row[2]) if row[1] is not None else None
+
+
+_JOB_AND_HEAD = (
+    "SELECT j.attempt_id, e.version, e.chain_hash FROM jobs j LEFT JOIN events e "
+    "ON e.job_id = j.job_id AND e.version = "
+    "(SELECT max(version) FROM events WHERE job_id = j.job_id) WHERE j.job_id = ?"
+)
 
 
 class SqliteStore(SqlStore):
@@ -99,7 +130,7 @@ class SqliteStore(SqlStore):
                 ) from exc
             self._in_write = True
             try:
-                yield SqliteTransaction(conn.cursor())
+                yield SqliteTransaction(conn)
                 conn.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:
@@ -147,7 +178,7 @@ class SqliteStore(SqlStore):
                 f"CREATE TABLE IF NOT EXISTS {migrations.VERSION_TABLE} ("
                 "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
-            rows = tx.execute(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}")
+            rows = tx.query(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}")
             current = int(rows[0][0])
             migrations.check_not_newer("sqlite", current, known)
             for m in known:

@@ -1,4 +1,5 @@
--- Jobs and their hash-chained event logs.
+-- Jobs and their hash-chained event logs. A job's chain head is its last event (by the
+-- (job_id, version) index), so an append writes event rows only.
 CREATE TABLE jobs (
     job_id           TEXT PRIMARY KEY,
     namespace        TEXT NOT NULL,
@@ -8,8 +9,6 @@ CREATE TABLE jobs (
     submitted_by     TEXT,
     created_at       TEXT NOT NULL,
     updated_at       TEXT NOT NULL,
-    version          INTEGER NOT NULL DEFAULT 0,
-    head_hash        TEXT,
     attempt_id       TEXT,
     lease_owner      TEXT,
     lease_expires_at REAL,
