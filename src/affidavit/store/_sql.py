@@ -27,6 +27,7 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids, new_job_id
+from affidavit.store._ledger import LedgerOps
 from affidavit.store.base import (
     JOB_STATUSES,
     JobFilter,
@@ -192,7 +193,7 @@ def chain_events(
     return stored
 
 
-class SqlTransaction(ABC):
+class SqlTransaction(LedgerOps, ABC):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
     placeholders."""

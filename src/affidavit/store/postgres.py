@@ -45,6 +45,7 @@ class PostgresTransaction(SqlTransaction):
     events."""
 
     FOR_UPDATE = " FOR UPDATE"
+    SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, conn: psycopg.Connection[Any], pipeline: psycopg.Pipeline) -> None:
         self._conn = conn

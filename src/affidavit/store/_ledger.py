@@ -1,0 +1,192 @@
+"""Transaction operations for the invocation ledger and for job leases (claim, heartbeat).
+
+Mixed into :class:`~affidavit.store._sql.SqlTransaction`, so the runtime writes ledger rows,
+lease changes and events in one transaction. SQL uses ``?`` placeholders.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from affidavit.core.canonical import canonical
+from affidavit.core.events import utc_now
+
+LEDGER_COLUMNS = (
+    "job_id, idempotency_key, node_id, step_id, tool_name, args_hash, status, invocation_id, "
+    "attempt_id, tries, result, error"
+)
+RUNNABLE = (
+    "(j.status = 'pending' OR (j.status = 'running' AND "
+    "(j.lease_expires_at IS NULL OR j.lease_expires_at < ?)))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One ledger record: the fate of one tool invocation, keyed by (job, idempotency key)."""
+
+    job_id: str
+    idempotency_key: str
+    node_id: str
+    step_id: str
+    tool_name: str
+    args_hash: str
+    status: str  # started | committed | failed
+    invocation_id: str
+    attempt_id: str | None
+    tries: int
+    result: Any
+    error: Any
+
+
+def _ledger_from_row(row: Sequence[Any]) -> LedgerRow:
+    return LedgerRow(
+        job_id=row[0],
+        idempotency_key=row[1],
+        node_id=row[2],
+        step_id=row[3],
+        tool_name=row[4],
+        args_hash=row[5],
+        status=row[6],
+        invocation_id=row[7],
+        attempt_id=row[8],
+        tries=int(row[9]),
+        result=json.loads(row[10]) if row[10] is not None else None,
+        error=json.loads(row[11]) if row[11] is not None else None,
+    )
+
+
+class LedgerOps:
+    """Ledger and lease statements; relies on the transaction primitives."""
+
+    SKIP_LOCKED = ""
+
+    @abstractmethod
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    @abstractmethod
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+    # --- ledger -------------------------------------------------------------------------------
+
+    def ledger_get(self, job_id: str, key: str) -> LedgerRow | None:
+        rows = self.query(
+            f"SELECT {LEDGER_COLUMNS} FROM tool_invocations "
+            "WHERE job_id = ? AND idempotency_key = ?",
+            (job_id, key),
+        )
+        return _ledger_from_row(rows[0]) if rows else None
+
+    def ledger_list(self, job_id: str) -> list[LedgerRow]:
+        rows = self.query(
+            f"SELECT {LEDGER_COLUMNS} FROM tool_invocations WHERE job_id = ? "
+            "ORDER BY created_at, idempotency_key",
+            (job_id,),
+        )
+        return [_ledger_from_row(r) for r in rows]
+
+    def ledger_insert(
+        self,
+        *,
+        job_id: str,
+        key: str,
+        node_id: str,
+        step_id: str,
+        tool_name: str,
+        args_hash: str,
+        invocation_id: str,
+        attempt_id: str | None,
+    ) -> bool:
+        """Insert a ``started`` row; ``False`` if the key already has one (the insert that
+        only one attempt can win)."""
+        now = utc_now()
+        rows = self.query(
+            f"INSERT INTO tool_invocations ({LEDGER_COLUMNS}, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, 1, NULL, NULL, ?, ?) "
+            "ON CONFLICT DO NOTHING RETURNING job_id",
+            (
+                job_id,
+                key,
+                node_id,
+                step_id,
+                tool_name,
+                args_hash,
+                invocation_id,
+                attempt_id,
+                now,
+                now,
+            ),
+        )
+        return bool(rows)
+
+    def ledger_restart(
+        self, job_id: str, key: str, *, invocation_id: str, attempt_id: str | None
+    ) -> None:
+        """Move a ``failed`` (or resolved-as-lost) row back to ``started`` for a new try."""
+        self.execute(
+            "UPDATE tool_invocations SET status = 'started', invocation_id = ?, attempt_id = ?, "
+            "tries = tries + 1, error = NULL, updated_at = ? "
+            "WHERE job_id = ? AND idempotency_key = ? AND status <> 'committed'",
+            (invocation_id, attempt_id, utc_now(), job_id, key),
+        )
+
+    def ledger_finish(
+        self, job_id: str, key: str, *, status: str, result: Any = None, error: Any = None
+    ) -> None:
+        """Mark the row ``committed`` (with its result) or ``failed`` (with the error). A
+        committed row is never changed again."""
+        self.execute(
+            "UPDATE tool_invocations SET status = ?, result = ?, error = ?, updated_at = ? "
+            "WHERE job_id = ? AND idempotency_key = ? AND status <> 'committed'",
+            (
+                status,
+                canonical(result).decode() if result is not None else None,
+                canonical(error).decode() if error is not None else None,
+                utc_now(),
+                job_id,
+                key,
+            ),
+        )
+
+    # --- leases -------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        attempt_id: str,
+        now: float,
+        lease_seconds: float,
+        job_id: str | None = None,
+    ) -> str | None:
+        """Claim one runnable job — pending, or running with an expired lease — for a new
+        attempt; return its id or ``None``. Concurrent claimers never get the same job."""
+        sql = f"SELECT j.job_id FROM jobs j WHERE {RUNNABLE}"
+        params: list[Any] = [now]
+        if job_id is not None:
+            sql += " AND j.job_id = ?"
+            params.append(job_id)
+        sql += " ORDER BY j.created_at, j.job_id LIMIT 1" + self.SKIP_LOCKED
+        rows = self.query(sql, params)
+        if not rows:
+            return None
+        claimed: str = rows[0][0]
+        self.execute(
+            "UPDATE jobs SET status = 'running', attempt_id = ?, lease_owner = ?, "
+            "lease_expires_at = ?, updated_at = ? WHERE job_id = ?",
+            (attempt_id, owner, now + lease_seconds, utc_now(), claimed),
+        )
+        return claimed
+
+    def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool:
+        """Extend the lease if ``attempt_id`` still holds it; ``False`` if it was lost."""
+        rows = self.query(
+            "UPDATE jobs SET lease_expires_at = ? WHERE job_id = ? AND attempt_id = ? "
+            "AND status = 'running' RETURNING job_id",
+            (expires_at, job_id, attempt_id),
+        )
+        return bool(rows)
