@@ -25,6 +25,7 @@ def test_public_api() -> None:
         [
             "AffidavitError",
             "CanonicalizationError",
+            "CompensatableError",
             "ConfigError",
             "ConflictError",
             "EventType",
@@ -35,9 +36,14 @@ def test_public_api() -> None:
             "NewEvent",
             "Plan",
             "PlanError",
+            "RetryableError",
+            "Runtime",
             "Store",
             "StoreError",
             "StoredEvent",
+            "Tool",
+            "ToolContext",
+            "ToolRegistry",
             "VerificationError",
             "__version__",
             "canonical",
@@ -45,9 +51,12 @@ def test_public_api() -> None:
             "chain_root",
             "check_stored_chain",
             "execution_hash",
+            "load_tools",
             "open_store",
+            "pure",
             "sha256_hex",
             "sha256_prefixed",
+            "tool",
         ]
     )
     for name in affidavit.__all__:

@@ -21,6 +21,17 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import EventType
 from affidavit.core.plan import Plan
+from affidavit.runtime.runtime import Runtime
+from affidavit.runtime.sdk import (
+    CompensatableError,
+    RetryableError,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    load_tools,
+    pure,
+    tool,
+)
 from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
 
 __version__ = "0.1.0"
@@ -28,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AffidavitError",
     "CanonicalizationError",
+    "CompensatableError",
     "ConfigError",
     "ConflictError",
     "EventType",
@@ -38,9 +50,14 @@ __all__ = [
     "NewEvent",
     "Plan",
     "PlanError",
+    "RetryableError",
+    "Runtime",
     "Store",
     "StoreError",
     "StoredEvent",
+    "Tool",
+    "ToolContext",
+    "ToolRegistry",
     "VerificationError",
     "__version__",
     "canonical",
@@ -48,7 +65,10 @@ __all__ = [
     "chain_root",
     "check_stored_chain",
     "execution_hash",
+    "load_tools",
     "open_store",
+    "pure",
     "sha256_hex",
     "sha256_prefixed",
+    "tool",
 ]

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from affidavit.core.canonical import parse
+
+if TYPE_CHECKING:
+    from affidavit.store._ledger import LedgerRow
 
 JobStatus = Literal["pending", "running", "waiting", "parked", "completed", "failed", "cancelled"]
 JOB_STATUSES: tuple[str, ...] = (
@@ -174,6 +177,45 @@ class Transaction(Protocol):
         """Give the job's lease to a new attempt (or clear it). Later fenced writes must carry
         ``attempt_id``."""
         ...
+
+    # The invocation ledger and leases (see affidavit.store._ledger for the semantics).
+
+    def ledger_get(self, job_id: str, key: str) -> LedgerRow | None: ...
+
+    def ledger_list(self, job_id: str) -> list[LedgerRow]: ...
+
+    def ledger_insert(
+        self,
+        *,
+        job_id: str,
+        key: str,
+        node_id: str,
+        step_id: str,
+        tool_name: str,
+        args_hash: str,
+        invocation_id: str,
+        attempt_id: str | None,
+    ) -> bool: ...
+
+    def ledger_restart(
+        self, job_id: str, key: str, *, invocation_id: str, attempt_id: str | None
+    ) -> None: ...
+
+    def ledger_finish(
+        self, job_id: str, key: str, *, status: str, result: Any = None, error: Any = None
+    ) -> None: ...
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        attempt_id: str,
+        now: float,
+        lease_seconds: float,
+        job_id: str | None = None,
+    ) -> str | None: ...
+
+    def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool: ...
 
 
 class Store(Protocol):

@@ -1,0 +1,219 @@
+"""The tool SDK (FORMATS.md §8): decorators that register tools, and the context they receive.
+
+``@tool`` marks a function that may change the world: every call goes through the invocation
+ledger, so a committed call is never made again. ``@pure`` marks one without side effects (an
+LLM call, a computation): its output is recorded once and injected on replay.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from affidavit.core.errors import AffidavitError, ConfigError
+
+
+class RetryableError(Exception):
+    """Raise from a tool to ask for a retry (under the retry policy). Any other exception is a
+    permanent failure unless the tool lists its type in ``retry_on``."""
+
+
+class CompensatableError(Exception):
+    """Raise from a tool that acted partially: the runtime runs its compensation, records
+    ``step_compensated``, and fails the job."""
+
+
+class ToolError(AffidavitError):
+    code = "tool_error"
+    default_hint = "Check the tool's registration and the values it returns."
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    resource_type: str
+    resource_id: str
+    operation: str
+    version: str | int | None = None
+    etag: str | None = None
+    external_ref: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "resource_type": self.resource_type,
+            "resource_id": self.resource_id,
+            "operation": self.operation,
+        }
+        for name in ("version", "etag", "external_ref"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@dataclass
+class ToolContext:
+    """What a tool receives as its first argument.
+
+    ``idempotency_key`` is the ledger's internal key; ``external_key``
+    (``affidavit:<job>:<step>:<attempt>``) is the one to pass to downstream APIs that deduplicate
+    (payments, e-mail, webhooks): within one claim of the job a retry reuses it.
+    """
+
+    job_id: str
+    node_id: str
+    step_id: str
+    attempt: int
+    idempotency_key: str | None
+    external_key: str
+    state_changes: list[StateChange] = field(default_factory=list)
+
+    def record_state_change(
+        self,
+        resource_type: str,
+        resource_id: str,
+        operation: str,
+        version: str | int | None = None,
+        etag: str | None = None,
+        external_ref: str | None = None,
+    ) -> None:
+        """Record which outside resource this step changed (recorded as ``state_changed``)."""
+        self.state_changes.append(
+            StateChange(resource_type, resource_id, operation, version, etag, external_ref)
+        )
+
+
+ToolFn = Callable[..., Any]
+
+
+@dataclass
+class Tool:
+    """A registered tool or pure function. Use the decorators rather than this class."""
+
+    name: str
+    fn: ToolFn
+    kind: str  # "tool" | "pure"
+    version: str = "1"
+    retry: int | None = None  # max attempts; None = the plan's policy
+    retry_on: tuple[type[BaseException], ...] = ()
+    in_flight: str | None = None  # "park" | "fail"; None = the plan's policy
+    reconcile_fn: ToolFn | None = None
+    compensate_fn: ToolFn | None = None
+
+    def __call__(self, ctx: ToolContext, /, **kwargs: Any) -> Any:
+        return self.fn(ctx, **kwargs)
+
+    def reconcile(self, fn: ToolFn) -> ToolFn:
+        """Register ``fn(ctx, **args) -> result | None``: did the effect with this key
+        already happen? Called for an invocation that started but never finished."""
+        self.reconcile_fn = fn
+        return fn
+
+    def compensate(self, fn: ToolFn) -> ToolFn:
+        """Register ``fn(ctx, **args) -> details``: undo a partial effect."""
+        self.compensate_fn = fn
+        return fn
+
+
+class ToolRegistry:
+    """Name → tool. The module-level :data:`registry` collects decorated functions; a
+    :class:`~affidavit.runtime.Runtime` can also be given its own."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, t: Tool) -> None:
+        existing = self._tools.get(t.name)
+        if existing is not None and existing.fn is not t.fn:
+            raise ToolError(
+                f"tool {t.name!r} is registered twice",
+                hint="Tool names must be unique within a registry.",
+            )
+        self._tools[t.name] = t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+registry = ToolRegistry()
+
+
+def tool(
+    name: str,
+    *,
+    version: str = "1",
+    retry: int | None = None,
+    retry_on: tuple[type[BaseException], ...] = (),
+    in_flight: str | None = None,
+) -> Callable[[ToolFn], Tool]:
+    """Register a tool that may change the world. See the module docstring."""
+    if in_flight not in (None, "park", "fail"):
+        raise ConfigError(f"in_flight must be 'park' or 'fail', not {in_flight!r}")
+    if retry is not None and retry < 1:
+        raise ConfigError("retry (max attempts) must be ≥ 1")
+
+    def register(fn: ToolFn) -> Tool:
+        t = Tool(name, fn, "tool", version, retry, tuple(retry_on), in_flight)
+        registry.add(t)
+        return t
+
+    return register
+
+
+def pure(name: str, *, version: str = "1", retry: int | None = None) -> Callable[[ToolFn], Tool]:
+    """Register a function without side effects; its output is recorded and never recomputed
+    once the step finished."""
+
+    def register(fn: ToolFn) -> Tool:
+        t = Tool(name, fn, "pure", version, retry)
+        registry.add(t)
+        return t
+
+    return register
+
+
+def load_tools(spec: str) -> None:
+    """Import ``spec`` — a dotted module name or a ``.py`` file path — so that its decorators
+    register its tools in :data:`registry`.
+
+    Raises:
+        ConfigError: the module or file cannot be found or fails to import.
+    """
+    try:
+        if spec.endswith(".py") or "/" in spec:
+            path = Path(spec)
+            if not path.is_file():
+                raise ConfigError(f"tools file {spec!r} not found")
+            name = f"affidavit_tools_{path.stem}"
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ConfigError(f"cannot import tools file {spec!r}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            importlib.import_module(spec)
+    except AffidavitError:
+        raise
+    except ImportError as exc:
+        raise ConfigError(
+            f"cannot import tools module {spec!r}: {exc}",
+            hint="Pass a dotted module name on PYTHONPATH or a path to a .py file.",
+        ) from exc
+    except Exception as exc:  # the user's module raised while importing
+        raise ConfigError(f"tools module {spec!r} failed to import: {exc!r}") from exc

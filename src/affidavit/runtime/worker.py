@@ -1,0 +1,130 @@
+"""Workers: claim runnable jobs, hold their lease with heartbeats, run them.
+
+A job is runnable when it is ``pending``, or ``running`` with an expired lease (its worker
+died): claiming it gives it a new attempt id, which fences off every write of the old one.
+SQLite claims inside ``BEGIN IMMEDIATE``; PostgreSQL with ``FOR UPDATE SKIP LOCKED``, so any
+number of workers on any number of machines share one database.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from affidavit.core.errors import StoreError
+from affidavit.core.ids import new_attempt_id
+from affidavit.runtime.runner import Claim, JobRunner
+from affidavit.runtime.sdk import ToolRegistry
+from affidavit.store import Store
+
+DEFAULT_LEASE_SECONDS = 15.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+
+
+class Worker:
+    """Claims and runs jobs. Thread-safe: ``run(concurrency=N)`` runs N claim loops."""
+
+    def __init__(
+        self,
+        store: Store,
+        tools: ToolRegistry,
+        *,
+        worker_id: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        poll_seconds: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+        self.store = store
+        self.tools = tools
+        self.worker_id = worker_id or default_worker_id()
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self._sleep = sleep
+        self._count_lock = threading.Lock()
+        self.jobs_run = 0
+
+    def claim(self, job_id: str | None = None) -> Claim | None:
+        """Claim one runnable job (or the given one, if runnable)."""
+        attempt = new_attempt_id()
+        with self.store.transaction(durable=True) as tx:
+            claimed = tx.claim(
+                owner=self.worker_id,
+                attempt_id=attempt,
+                now=time.time(),
+                lease_seconds=self.lease_seconds,
+                job_id=job_id,
+            )
+        return Claim(claimed, attempt, self.worker_id) if claimed else None
+
+    def run_claim(self, claim: Claim) -> str:
+        """Run a claimed job while a heartbeat thread keeps its lease alive."""
+        lost = threading.Event()
+        done = threading.Event()
+
+        def beat() -> None:
+            interval = self.lease_seconds / 3
+            while not done.wait(interval):
+                try:
+                    with self.store.transaction(durable=False) as tx:
+                        alive = tx.heartbeat(
+                            claim.job_id, claim.attempt_id, time.time() + self.lease_seconds
+                        )
+                except StoreError:
+                    continue  # a transient failure: try again; fencing still protects writes
+                if not alive:
+                    lost.set()
+                    return
+
+        heart = threading.Thread(target=beat, name=f"heartbeat-{claim.job_id}", daemon=True)
+        heart.start()
+        try:
+            return JobRunner(self.store, self.tools, lease_lost=lost, sleep=self._sleep).run(claim)
+        finally:
+            done.set()
+            heart.join()
+            with self._count_lock:
+                self.jobs_run += 1
+
+    def run_once(self, job_id: str | None = None) -> str | None:
+        """Claim and run one job; ``None`` if nothing was runnable."""
+        claim = self.claim(job_id)
+        return self.run_claim(claim) if claim else None
+
+    def run(
+        self,
+        *,
+        until_idle: bool = False,
+        concurrency: int = 1,
+        stop: threading.Event | None = None,
+    ) -> int:
+        """Run claim loops until ``stop`` is set (or, with ``until_idle``, until no job is
+        runnable); return how many jobs were run."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be ≥ 1")
+        stop = stop or threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                if self.run_once() is None:
+                    if until_idle:
+                        return
+                    stop.wait(self.poll_seconds)
+
+        threads = [
+            threading.Thread(target=loop, name=f"worker-{i}", daemon=True)
+            for i in range(concurrency - 1)
+        ]
+        for t in threads:
+            t.start()
+        loop()
+        for t in threads:
+            t.join()
+        return self.jobs_run
