@@ -1,170 +1,101 @@
-"""A small, real demonstration of the hash-chained event store (``affidavit demo``).
+"""``affidavit demo``: the refund agent end to end, with a crash and its recovery.
 
-It records the events of a refund job on a fresh embedded database, recomputes the chain from
-the stored bytes, then edits one stored payload behind the store's back — as an attacker or a
-faulty migration would — and shows that the recomputation pins the edit to its version.
+(1) A fresh embedded database and a small shop in a new temporary directory.
+(2) Job 1 runs cleanly in this process.
+(3) Job 2 runs in a child process that is killed (SIGKILL) right after the refund was paid but
+    before the payment was recorded (crash point ``tool.after_execute``).
+(4) A worker in this process reclaims job 2 when its lease expires; the refund tool's
+    ``reconcile`` finds the payment by its idempotency key, so it is recorded, not repeated.
+(5) The real world is counted: refunds in the payments ledger and e-mails in the outbox.
+(6) Every job's hash chain is recomputed from the stored bytes; then a copy of the database is
+    tampered with (a refund amount changed) and the recomputation pins the edit to its event.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from affidavit.core.canonical import canonical_sha256
 from affidavit.core.chain import ChainCheck, check_stored_chain
-from affidavit.core.events import utc_now
-from affidavit.core.ids import new_attempt_id
-from affidavit.core.plan import Plan, args_hash, external_key, idempotency_key
-from affidavit.store import NewEvent, StoredEvent, open_store
+from affidavit.examples import refund
+from affidavit.runtime.runtime import Runtime
+from affidavit.store import StoredEvent, open_store
 
-REFUND_PLAN: dict[str, Any] = {
-    "name": "refund-order",
-    "nodes": [
-        {
-            "id": "lookup",
-            "type": "tool",
-            "tool": "lookup_order",
-            "args": {"order_id": "${input.order_id}"},
-        },
-        {
-            "id": "decide",
-            "type": "pure",
-            "tool": "decide_refund",
-            "args": {"order": "${lookup}"},
-            "depends_on": ["lookup"],
-        },
-        {
-            "id": "refund",
-            "type": "tool",
-            "tool": "issue_refund",
-            "args": {"order_id": "${input.order_id}", "amount": "${decide.amount}"},
-            "depends_on": ["decide"],
-        },
-    ],
-}
+CRASH_AT = "tool.after_execute:2"  # the 2nd tool to return: issue_refund (after lookup_order)
+LEASE_SECONDS = 1.0
 
 
-@dataclass(frozen=True)
-class StoreDemoResult:
-    db_path: str
+@dataclass
+class DemoJob:
+    order_id: str
     job_id: str
+    status: str
+    crashed: bool
     events: list[StoredEvent]
-    intact: ChainCheck
+    chain: ChainCheck
+
+
+@dataclass
+class DemoResult:
+    directory: str
+    database: str
+    jobs: list[DemoJob]
+    refunds: Counter[str]
+    emails: Counter[str]
+    child_returncode: int
     tampered_version: int
-    tampered: ChainCheck
+    tamper_check: ChainCheck
+    seconds: float
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return (
-            self.intact.ok
-            and self.intact.root == self.events[-1].chain_hash
-            and not self.tampered.ok
-            and self.tampered.first_bad_version == self.tampered_version
+            all(j.status == "completed" and j.chain.ok for j in self.jobs)
+            and all(self.refunds[j.order_id] == 1 for j in self.jobs)
+            and all(self.emails[j.order_id] == 1 for j in self.jobs)
+            and self.child_returncode == -9
+            and not self.tamper_check.ok
+            and self.tamper_check.first_bad_version == self.tampered_version
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "database": f"sqlite:///{self.db_path}",
-            "job_id": self.job_id,
-            "event_count": len(self.events),
-            "event_chain_root_hash": self.intact.root,
-            "intact_chain_ok": self.intact.ok,
-            "tampered_version": self.tampered_version,
-            "tamper_detected": not self.tampered.ok,
-            "first_bad_version": self.tampered.first_bad_version,
-        }
-
-
-def _refund_job_events(plan: Plan, job_id: str) -> list[NewEvent]:
-    order_input = {"order_id": "A-1001"}
-    steps = plan.step_ids(job_id)
-    attempt = new_attempt_id()
-    events = [
-        NewEvent(
-            "plan_generated",
-            {
-                "at": utc_now(),
-                "task_graph": dict(plan.task_graph),
-                "plan_hash": plan.plan_hash,
-                "policy": plan.policy.to_dict(),
+            "directory": self.directory,
+            "database": self.database,
+            "jobs": [
+                {
+                    "order_id": j.order_id,
+                    "job_id": j.job_id,
+                    "status": j.status,
+                    "crashed_and_recovered": j.crashed,
+                    "event_count": len(j.events),
+                    "event_chain_root_hash": j.chain.root,
+                    "chain_ok": j.chain.ok,
+                    "refunds_paid": self.refunds[j.order_id],
+                    "emails_sent": self.emails[j.order_id],
+                }
+                for j in self.jobs
+            ],
+            "crash": {"point": CRASH_AT, "child_returncode": self.child_returncode},
+            "tamper": {
+                "edited_version": self.tampered_version,
+                "detected": not self.tamper_check.ok,
+                "first_bad_version": self.tamper_check.first_bad_version,
             },
-        )
-    ]
-    results = {
-        "lookup": {"order_id": "A-1001", "total": 4200, "currency": "EUR", "paid": True},
-        "decide": {"amount": 4200, "reason": "item arrived damaged"},
-        "refund": {"refund_id": "rf_7", "amount": 4200, "status": "succeeded"},
-    }
-    resolved = {
-        "lookup": order_input,
-        "decide": {"order": results["lookup"]},
-        "refund": {"order_id": "A-1001", "amount": 4200},
-    }
-    for node_id in plan.order:
-        node = plan.node(node_id)
-        step = steps[node_id]
-        base = {"node_id": node_id, "step_id": step}
-        events.append(
-            NewEvent("node_started", {**base, "at": utc_now(), "attempt": 1, "worker_id": "demo"})
-        )
-        if node.type == "tool":
-            assert node.tool is not None
-            key = idempotency_key(job_id, step, node.tool, resolved[node_id])
-            invocation = f"inv-{step}"
-            events += [
-                NewEvent(
-                    "tool_invocation_started",
-                    {
-                        **base,
-                        "at": utc_now(),
-                        "invocation_id": invocation,
-                        "tool_name": node.tool,
-                        "idempotency_key": key,
-                        "args_hash": args_hash(resolved[node_id]),
-                        "attempt": 1,
-                    },
-                ),
-                NewEvent(
-                    "tool_invocation_finished",
-                    {
-                        **base,
-                        "at": utc_now(),
-                        "invocation_id": invocation,
-                        "idempotency_key": key,
-                        "outcome": "success",
-                        "result": results[node_id],
-                        "catch_up": False,
-                    },
-                ),
-                NewEvent(
-                    "command_committed",
-                    {
-                        **base,
-                        "at": utc_now(),
-                        "command_id": external_key(job_id, step, attempt),
-                        "idempotency_key": key,
-                        "result_hash": canonical_sha256(results[node_id]),
-                    },
-                ),
-            ]
-        finished: dict[str, Any] = {
-            **base,
-            "at": utc_now(),
-            "result_type": "side_effect_committed" if node.type == "tool" else "pure",
-            "attempt": 1,
-            "duration_ms": 3,
+            "seconds": round(self.seconds, 2),
         }
-        if node.type != "tool":
-            finished["output"] = results[node_id]
-        events.append(NewEvent("node_finished", finished))
-    events.append(
-        NewEvent("job_completed", {"at": utc_now(), "output": {"refund": results["refund"]}})
-    )
-    return events
 
 
 def _check(events: list[StoredEvent]) -> ChainCheck:
@@ -173,45 +104,102 @@ def _check(events: list[StoredEvent]) -> ChainCheck:
     )
 
 
-def run_store_demo(directory: str | None = None) -> StoreDemoResult:
-    """Record a refund job's events in a fresh database under ``directory`` (a new temporary
-    directory by default, kept for inspection), verify the chain, tamper, verify again."""
-    folder = Path(directory or tempfile.mkdtemp(prefix="affidavit-demo-"))
-    db_path = str(folder / "affidavit.db")
-    plan = Plan.parse(REFUND_PLAN)
-    store = open_store(f"sqlite:///{db_path}")
-    try:
-        job, _ = store.create_job(
-            plan_name=plan.name,
-            events=[
-                NewEvent(
-                    "job_created",
-                    {
-                        "at": utc_now(),
-                        "input": {"order_id": "A-1001"},
-                        "plan_name": plan.name,
-                        "namespace": "default",
-                        "submitted_by": "demo",
-                        "idempotency_key": None,
-                    },
+def _count_world(data_dir: Path) -> tuple[Counter[str], Counter[str]]:
+    refunds = Counter(e["order_id"] for e in refund.PaymentsLedger(data_dir).entries())
+    emails: Counter[str] = Counter()
+    for eml in (data_dir / "outbox").glob("*.eml"):
+        subject = next(line for line in eml.read_text().splitlines() if line.startswith("Subject"))
+        emails[subject.rsplit(" ", 1)[-1]] += 1
+    return refunds, emails
+
+
+def run_demo(directory: str | None = None) -> DemoResult:
+    """Run the demonstration in ``directory`` (a new temporary directory by default, kept so
+    it can be inspected)."""
+    started = time.perf_counter()
+    root = Path(directory or tempfile.mkdtemp(prefix="affidavit-demo-"))
+    data_dir = refund.setup_shop(root / "shop")
+    db_path = root / "affidavit.db"
+    url = f"sqlite:///{db_path}"
+    plan_file = root / "refund-plan.json"
+    plan_file.write_text(json.dumps(refund.PLAN, indent=2))
+
+    # (2) a clean run
+    with Runtime(url, tools=refund.TOOLS, lease_seconds=LEASE_SECONDS) as rt:
+        first = rt.submit(refund.PLAN, {"order_id": "A-1001", "data_dir": str(data_dir)})
+        rt.run_job(first.job_id)
+
+    # (3) a run that dies between paying and recording the payment
+    env = {**os.environ, "AFFIDAVIT_CRASH_AT": CRASH_AT}
+    env.pop("AFFIDAVIT_DATABASE_URL", None)
+    child = subprocess.run(
+        [
+            sys.executable, "-m", "affidavit", "run", str(plan_file),
+            "--tools", "affidavit.examples.refund",
+            "--input", json.dumps({"order_id": "A-1002", "data_dir": str(data_dir)}),
+            "--idempotency-key", "refund-A-1002",
+            "--lease-seconds", str(LEASE_SECONDS), "--db", url, "--json",
+        ],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+
+    # (4) recovery: wait out the dead worker's lease, then a worker reclaims the job
+    with Runtime(url, tools=refund.TOOLS, lease_seconds=LEASE_SECONDS) as rt:
+        second = rt.submit(
+            refund.PLAN,
+            {"order_id": "A-1002", "data_dir": str(data_dir)},
+            idempotency_key="refund-A-1002",
+        )
+        deadline = time.monotonic() + 30
+        while not rt.get_job(second.job_id).terminal and time.monotonic() < deadline:
+            if rt.run_until_idle() == 0:
+                time.sleep(0.1)
+        jobs = []
+        for order_id, job_id, crashed in (
+            ("A-1001", first.job_id, False),
+            ("A-1002", second.job_id, True),
+        ):
+            events = rt.store.list_events(job_id)
+            jobs.append(
+                DemoJob(
+                    order_id, job_id, rt.get_job(job_id).status, crashed, events, _check(events)
                 )
-            ],
-        )
-        store.append(job.job_id, _refund_job_events(plan, job.job_id), expected_version=1)
-        with store.transaction() as tx:
-            tx.update_job(job.job_id, status="completed", output={"refund": "rf_7"})
-        events = store.list_events(job.job_id)
-        intact = _check(events)
-        # Edit one stored payload directly in the file: the refund amount, 4200 -> 42000.
-        target = next(
-            e for e in events if e.type == "tool_invocation_finished" and b"rf_7" in e.payload_bytes
-        )
-        with sqlite3.connect(db_path) as raw:
-            raw.execute(
-                "UPDATE events SET payload = ? WHERE job_id = ? AND version = ?",
-                (target.payload_bytes.replace(b"4200", b"42000"), job.job_id, target.version),
             )
-        tampered = _check(store.list_events(job.job_id))
+
+    # (5) the real world
+    refunds, emails = _count_world(data_dir)
+
+    # (6) tamper with a copy: change job 1's refund amount
+    tampered_db = root / "tampered-copy.db"
+    # WAL mode: checkpoint first so the copied file holds every committed event
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(db_path, tampered_db)
+    target = next(
+        e for e in jobs[0].events
+        if e.type == "tool_invocation_finished" and b"refund_id" in e.payload_bytes
+    )  # fmt: skip
+    amount = str(target.payload["result"]["amount"]).encode()
+    with sqlite3.connect(tampered_db) as raw:
+        raw.execute(
+            "UPDATE events SET payload = ? WHERE job_id = ? AND version = ?",
+            (target.payload_bytes.replace(amount, amount + b"0"), jobs[0].job_id, target.version),
+        )
+    copy = open_store(f"sqlite:///{tampered_db}")
+    try:
+        tamper_check = _check(copy.list_events(jobs[0].job_id))
     finally:
-        store.close()
-    return StoreDemoResult(db_path, job.job_id, events, intact, target.version, tampered)
+        copy.close()
+    notes = [] if child.returncode == -9 else [f"child exited {child.returncode}: {child.stderr}"]
+    return DemoResult(
+        directory=str(root),
+        database=url,
+        jobs=jobs,
+        refunds=refunds,
+        emails=emails,
+        child_returncode=child.returncode,
+        tampered_version=target.version,
+        tamper_check=tamper_check,
+        seconds=time.perf_counter() - started,
+        notes=notes,
+    )

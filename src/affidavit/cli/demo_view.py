@@ -6,28 +6,56 @@ from rich.panel import Panel
 from rich.table import Table
 
 from affidavit.cli.output import out
-from affidavit.demo import StoreDemoResult
+from affidavit.demo import CRASH_AT, DemoResult
 
 
-def render(result: StoreDemoResult) -> None:
-    out.print(Panel.fit("affidavit demo: a hash-chained, tamper-evident job log", style="bold"))
-    table = Table("v", "type", "chain_hash (H_v)", title=f"job {result.job_id}")
-    for e in result.events:
-        table.add_row(str(e.version), e.type, e.chain_hash[:24] + "…")
-    out.print(table)
-    mark = "[green]intact[/]" if result.intact.ok else "[red]BROKEN[/]"
-    out.print(f"recomputed chain over {result.intact.event_count} stored events: {mark}")
-    out.print(f"event_chain_root_hash = {result.intact.root}")
-    out.print(
-        f"\nnow editing the stored payload of version {result.tampered_version} "
-        "(refund amount 4200 → 42000) directly in the database file …"
-    )
-    if not result.tampered.ok:
-        out.print(
-            f"[bold green]tampering detected[/]: first bad version = "
-            f"{result.tampered.first_bad_version}"
+def render(result: DemoResult) -> None:
+    out.print(Panel.fit("affidavit demo: a refund agent, a crash, and what really happened"))
+    jobs = Table("order", "job", "run", "status", "refunds paid", "e-mails sent", "chain")
+    for j in result.jobs:
+        jobs.add_row(
+            j.order_id,
+            j.job_id,
+            f"killed at {CRASH_AT}, recovered" if j.crashed else "clean",
+            f"[green]{j.status}[/]" if j.status == "completed" else f"[red]{j.status}[/]",
+            _count(result.refunds[j.order_id]),
+            _count(result.emails[j.order_id]),
+            "[green]intact[/]" if j.chain.ok else "[red]BROKEN[/]",
         )
-    else:
-        out.print("[bold red]tampering NOT detected[/]")
-    out.print(f"\ndatabase: sqlite:///{result.db_path}")
-    out.print(f"inspect it: affidavit jobs events {result.job_id} --db sqlite:///{result.db_path}")
+    out.print(jobs)
+    crashed = next((j for j in result.jobs if j.crashed), None)
+    if crashed is not None:
+        events = Table("v", "type", "detail", title=f"events of the recovered job {crashed.job_id}")
+        for e in crashed.events:
+            p = e.payload
+            detail = p.get("node_id", "")
+            if e.type == "tool_invocation_finished":
+                detail += f" outcome={p['outcome']}" + (" (catch-up)" if p.get("catch_up") else "")
+            elif e.type == "node_finished":
+                detail += f" {p['result_type']}"
+            events.add_row(str(e.version), e.type, detail)
+        out.print(events)
+    out.print(
+        f"child process exit code: {result.child_returncode} (−9 = killed by SIGKILL, "
+        "after the refund was paid and before it was recorded)"
+    )
+    detected = not result.tamper_check.ok
+    out.print(
+        f"tampering with a copy (refund amount of event {result.tampered_version}): "
+        + (
+            f"[green]detected[/] at version {result.tamper_check.first_bad_version}"
+            if detected
+            else "[red]not detected[/]"
+        )
+    )
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {note}")
+    out.print(f"\ndatabase: {result.database}")
+    out.print(f"shop, payments ledger and outbox: {result.directory}/shop")
+    out.print(f"look: affidavit jobs events {result.jobs[-1].job_id} --db {result.database}")
+    verdict = "[bold green]ok[/]" if result.ok else "[bold red]NOT ok[/]"
+    out.print(f"demo {verdict} in {result.seconds:.1f} s")
+
+
+def _count(n: int) -> str:
+    return f"[green]{n}[/]" if n == 1 else f"[red]{n}[/]"

@@ -1,0 +1,266 @@
+"""``affidavit run | submit | worker | cancel | resume``: executing jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from affidavit.cli import output
+from affidavit.cli.common import DbOption, JsonOption, command
+from affidavit.core.config import database_url
+from affidavit.core.errors import ConfigError
+from affidavit.runtime.runtime import RESUME_DECISIONS, Runtime
+from affidavit.runtime.sdk import load_tools
+from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS
+from affidavit.store import JobRecord
+
+EXIT_WAITING = 4
+
+ToolsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tools",
+        help="Module (dotted name) or .py file that registers tools; repeatable.",
+        show_default=False,
+    ),
+]
+LeaseOption = Annotated[
+    float | None,
+    typer.Option(
+        "--lease-seconds",
+        min=0.1,
+        help="How long a claim lasts without a heartbeat "
+        "(default $AFFIDAVIT_LEASE_SECONDS, else 15).",
+        show_default=False,
+    ),
+]
+InputOption = Annotated[
+    str | None,
+    typer.Option("--input", help="Job input: a JSON object, or @file.json.", show_default=False),
+]
+
+
+def lease_seconds(value: float | None) -> float:
+    if value is not None:
+        return value
+    env = os.environ.get("AFFIDAVIT_LEASE_SECONDS")
+    if env:
+        try:
+            parsed = float(env)
+        except ValueError:
+            raise ConfigError(f"AFFIDAVIT_LEASE_SECONDS={env!r} is not a number") from None
+        if parsed <= 0:
+            raise ConfigError("AFFIDAVIT_LEASE_SECONDS must be positive")
+        return parsed
+    return DEFAULT_LEASE_SECONDS
+
+
+def parse_json_arg(text: str | None, what: str) -> Any:
+    """A JSON value from ``text`` or, with a leading ``@``, from that file."""
+    if text is None:
+        return None
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {what} file {text[1:]!r}: {exc.strerror}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def open_runtime(db: str | None, tools: list[str] | None, lease: float | None) -> Runtime:
+    for spec in tools or []:
+        load_tools(spec)
+    return Runtime(database_url(db), lease_seconds=lease_seconds(lease))
+
+
+def job_doc(job: JobRecord) -> dict[str, Any]:
+    return {"job_id": job.job_id, "status": job.status, "output": job.output, "error": job.error}
+
+
+def exit_for(status: str) -> int:
+    if status == "completed":
+        return 0
+    if status in ("waiting", "parked"):
+        return EXIT_WAITING
+    return 1 if status in ("failed", "cancelled") else 0
+
+
+def show_job(job: JobRecord) -> None:
+    color = {"completed": "green", "failed": "red", "cancelled": "red"}.get(job.status, "yellow")
+    output.err.print(f"job {job.job_id}: [{color}]{job.status}[/]")
+    if job.output is not None:
+        output.out.print_json(json.dumps(job.output))
+    if job.error is not None:
+        output.err.print(f"error: {job.error}")
+
+
+def run(
+    plan: Annotated[Path, typer.Argument(help="Plan file (.yaml, .yml or .json).")],
+    tools: ToolsOption = None,
+    input: InputOption = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="The same key returns (and resumes) the same job.")
+    ] = None,
+    lease: LeaseOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Submit a job and run it in this process until it completes, fails, waits or parks.
+
+    Exit codes: 0 completed; 1 failed or cancelled; 4 waiting or parked (a human is needed);
+    3 usage or store error (nothing is submitted).
+    """
+    with command(as_json):
+        rt = open_runtime(db, tools, lease)
+        try:
+            job = rt.submit(plan, parse_json_arg(input, "--input"), idempotency_key=idempotency_key)
+            if not job.terminal:
+                job = rt.run_job(job.job_id)
+        finally:
+            rt.close()
+    if as_json:
+        output.emit_json(job_doc(job))
+    else:
+        show_job(job)
+    raise typer.Exit(exit_for(job.status))
+
+
+def submit(
+    plan: Annotated[Path, typer.Argument(help="Plan file (.yaml, .yml or .json).")],
+    tools: ToolsOption = None,
+    input: InputOption = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="The same key returns the same job.")
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Validate and enqueue a job for workers; nothing runs here.
+
+    Exit codes: 0 enqueued (or already there, with the same idempotency key); 3 invalid plan,
+    unknown tool, bad input or store error (nothing is written).
+    """
+    with command(as_json):
+        rt = open_runtime(db, tools, None)
+        try:
+            job = rt.submit(plan, parse_json_arg(input, "--input"), idempotency_key=idempotency_key)
+        finally:
+            rt.close()
+    if as_json:
+        output.emit_json({"job_id": job.job_id, "status": job.status})
+    else:
+        output.out.print(job.job_id)
+
+
+def worker(
+    tools: ToolsOption = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit when no runnable job is left.")
+    ] = False,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Jobs run at once.")] = 1,
+    lease: LeaseOption = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Claim and run jobs (pending ones, and running ones whose lease expired).
+
+    Without --until-idle it polls until interrupted (Ctrl-C). Exit codes: 0 done; 3 usage or
+    store error.
+    """
+    with command(as_json):
+        rt = open_runtime(db, tools, lease)
+        try:
+            if not as_json:
+                output.err.print(
+                    f"worker {rt.worker.worker_id} on {rt.store.backend}"
+                    + (" (until idle)" if until_idle else " (Ctrl-C to stop)")
+                )
+            try:
+                jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
+            except KeyboardInterrupt:
+                jobs_run = rt.worker.jobs_run
+        finally:
+            rt.close()
+    if as_json:
+        output.emit_json({"jobs_run": jobs_run})
+    else:
+        output.out.print(f"jobs run: {jobs_run}")
+
+
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    reason: Annotated[str | None, typer.Option(help="Recorded in job_cancelled.")] = None,
+    by: Annotated[str | None, typer.Option(help="Who cancels (recorded).")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a job that has not finished; open invocations are closed as lost.
+
+    Exit codes: 0 cancelled; 2 no such job; 3 already finished or store error.
+    """
+    with command(as_json):
+        rt = open_runtime(db, None, None)
+        try:
+            job = rt.cancel(job_id, reason=reason, by=by or state_user())
+        finally:
+            rt.close()
+    if as_json:
+        output.emit_json(job_doc(job))
+    else:
+        show_job(job)
+
+
+def resume(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    decision: Annotated[
+        str, typer.Option(help=f"One of: {', '.join(RESUME_DECISIONS)}.", show_default=False)
+    ],
+    result: Annotated[
+        str | None,
+        typer.Option(help="accept_result: the effect's result, JSON or @file.", show_default=False),
+    ] = None,
+    note: Annotated[str | None, typer.Option(help="Recorded in job_resumed.")] = None,
+    by: Annotated[str | None, typer.Option(help="Who decides (recorded).")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Resolve a job parked on an in-flight invocation: retry it, accept a result a person
+    checked, or fail the job. A retried or accepted job is runnable again (run a worker).
+
+    Exit codes: 0 resolved; 2 no such job; 3 not parked, bad decision or store error.
+    """
+    with command(as_json):
+        rt = open_runtime(db, None, None)
+        try:
+            job = rt.resume(
+                job_id,
+                decision,
+                result=parse_json_arg(result, "--result"),
+                by=by or state_user(),
+                note=note,
+            )
+        finally:
+            rt.close()
+    if as_json:
+        output.emit_json(job_doc(job))
+    else:
+        show_job(job)
+
+
+def state_user() -> str | None:
+    return os.environ.get("USER") or None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("submit")(submit)
+    app.command("worker")(worker)
+    app.command("cancel")(cancel)
+    app.command("resume")(resume)

@@ -1,0 +1,1 @@
+"""Example agents, runnable with `affidavit run PLAN --tools affidavit.examples.<name>`."""

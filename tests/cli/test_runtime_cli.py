@@ -1,0 +1,156 @@
+"""``affidavit run | submit | worker | cancel | resume`` as real subprocesses, both backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from affidavit.examples import refund
+from tests.cli.test_cli import cli, json_of
+
+TOOLS = "affidavit.examples.refund"
+
+# The refund tools without reconcile hooks (a separate module: importing the example would
+# register its tools under the same names).
+PLAIN_TOOLS = """
+import json
+from pathlib import Path
+from affidavit import pure, tool
+
+@tool("lookup_order")
+def lookup(ctx, data_dir, order_id):
+    orders = json.loads((Path(data_dir) / "shop.json").read_text())["orders"]
+    return {"order_id": order_id, **orders[order_id]}
+
+@pure("decide_refund")
+def decide(ctx, order):
+    return {"amount": order["total"]}
+
+@tool("issue_refund")
+def pay(ctx, data_dir, order_id, amount):
+    entry = {"idempotency_key": ctx.external_key, "refund_id": "rf_" + order_id,
+             "order_id": order_id, "amount": amount, "status": "succeeded"}
+    with (Path(data_dir) / "payments.jsonl").open("a") as f:
+        f.write(json.dumps(entry) + "\\n")
+    return {"refund_id": entry["refund_id"], "amount": amount, "status": "succeeded"}
+"""
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Path:
+    return refund.setup_shop(tmp_path / "shop")
+
+
+@pytest.fixture
+def plan_file(tmp_path: Path) -> Path:
+    path = tmp_path / "refund.json"
+    path.write_text(json.dumps(refund.PLAN))
+    return path
+
+
+def order(shop: Path, order_id: str = "A-1001") -> str:
+    return json.dumps({"order_id": order_id, "data_dir": str(shop)})
+
+
+def test_run_completes_and_is_idempotent(store_url: str, shop: Path, plan_file: Path) -> None:
+    args = ["run", str(plan_file), "--tools", TOOLS, "--input", order(shop),
+            "--idempotency-key", "k-1", "--db", store_url, "--json"]  # fmt: skip
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    doc = json_of(first)
+    assert doc["status"] == "completed"
+    assert doc["output"]["email"]["message_id"]
+    again = json_of(cli(*args))
+    assert again["job_id"] == doc["job_id"]
+    assert len(refund.PaymentsLedger(shop).entries()) == 1  # ran once
+
+
+def test_submit_then_worker(store_url: str, shop: Path, plan_file: Path) -> None:
+    ids = []
+    for order_id in ("A-1001", "A-1002", "A-1003"):
+        r = cli("submit", str(plan_file), "--tools", TOOLS, "--input", order(shop, order_id),
+                "--db", store_url, "--json")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert json_of(r)["status"] == "pending"
+        ids.append(json_of(r)["job_id"])
+    w = cli("worker", "--tools", TOOLS, "--until-idle", "--concurrency", "2",
+            "--db", store_url, "--json")  # fmt: skip
+    assert w.returncode == 0, w.stderr
+    assert json_of(w) == {"jobs_run": 3}
+    statuses = [json_of(cli("jobs", "show", i, "--db", store_url, "--json"))["status"] for i in ids]
+    assert statuses == ["completed"] * 3
+    assert sorted(e["order_id"] for e in refund.PaymentsLedger(shop).entries()) == [
+        "A-1001", "A-1002", "A-1003"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("plan_patch", "input_json", "fragment"),
+    [
+        ({"nodes": [{"id": "x", "type": "tool", "tool": "no_such_tool"}]}, "{}", "not registered"),
+        ({"nodes": [{"id": "x", "type": "robot"}]}, "{}", "unknown type"),
+        (None, "{not json", "not valid JSON"),
+    ],
+)
+def test_bad_input_submits_nothing(
+    store_url: str, tmp_path: Path, plan_patch: dict[str, object] | None, input_json: str,
+    fragment: str,
+) -> None:  # fmt: skip
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(plan_patch or refund.PLAN))
+    r = cli("run", str(path), "--tools", TOOLS, "--input", input_json, "--db", store_url, "--json")
+    assert r.returncode == 3
+    assert fragment in json_of(r)["error"]["message"]
+    assert json_of(cli("jobs", "list", "--db", store_url, "--json")) == []
+
+
+def test_crash_park_and_resume(store_url: str, shop: Path, tmp_path: Path) -> None:
+    """Without reconcile, a crash after the effect parks the job; a person resolves it."""
+    plan = json.loads(json.dumps(refund.PLAN))
+    plan["nodes"] = plan["nodes"][:3]  # lookup, decide, refund
+    plan_path = tmp_path / "no-reconcile.json"
+    plan_path.write_text(json.dumps(plan))
+    tools = tmp_path / "plain_tools.py"
+    tools.write_text(PLAIN_TOOLS)
+    crashed = cli("run", str(plan_path), "--tools", str(tools), "--input", order(shop),
+                  "--lease-seconds", "0.5", "--db", store_url, "--json",
+                  env={"AFFIDAVIT_CRASH_AT": "tool.after_execute:2"})  # fmt: skip
+    assert crashed.returncode == -9
+    (job,) = json_of(cli("jobs", "list", "--db", store_url, "--json"))
+    import time
+
+    time.sleep(0.6)  # the dead worker's lease expires
+    w = cli("worker", "--tools", str(tools), "--until-idle", "--db", store_url, "--json")
+    assert json_of(w) == {"jobs_run": 1}
+    parked = json_of(cli("jobs", "show", job["job_id"], "--db", store_url, "--json"))
+    assert parked["status"] == "parked"
+    assert len(refund.PaymentsLedger(shop).entries()) == 1  # not re-run blindly
+    bad = cli("resume", job["job_id"], "--decision", "maybe", "--db", store_url, "--json")
+    assert bad.returncode == 3
+    paid = refund.PaymentsLedger(shop).entries()[0]
+    accepted = cli("resume", job["job_id"], "--decision", "accept_result", "--result",
+                   json.dumps({"refund_id": paid["refund_id"], "amount": paid["amount"],
+                               "status": "succeeded"}), "--db", store_url, "--json")  # fmt: skip
+    assert accepted.returncode == 0, accepted.stdout
+    assert json_of(accepted)["status"] == "pending"
+    cli("worker", "--tools", str(tools), "--until-idle", "--db", store_url, "--json")
+    done = json_of(cli("jobs", "show", job["job_id"], "--db", store_url, "--json"))
+    assert done["status"] == "completed"
+    assert done["output"]["refund"]["refund_id"] == paid["refund_id"]
+    assert len(refund.PaymentsLedger(shop).entries()) == 1
+
+
+def test_cancel(store_url: str, shop: Path, plan_file: Path) -> None:
+    r = json_of(cli("submit", str(plan_file), "--tools", TOOLS, "--input", order(shop),
+                    "--db", store_url, "--json"))  # fmt: skip
+    c = cli("cancel", r["job_id"], "--reason", "customer withdrew", "--db", store_url, "--json")
+    assert c.returncode == 0, c.stdout
+    assert json_of(c)["status"] == "cancelled"
+    again = cli("cancel", r["job_id"], "--db", store_url, "--json")
+    assert again.returncode == 3
+    assert json_of(again)["error"]["code"] == "invalid_state"
+    w = json_of(cli("worker", "--tools", TOOLS, "--until-idle", "--db", store_url, "--json"))
+    assert w == {"jobs_run": 0}
+    assert refund.PaymentsLedger(shop).entries() == []
