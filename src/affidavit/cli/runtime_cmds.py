@@ -13,7 +13,7 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
-from affidavit.runtime.runtime import RESUME_DECISIONS, Runtime
+from affidavit.runtime.runtime import RESUME_DECISIONS, InvalidStateError, Runtime
 from affidavit.runtime.sdk import load_tools
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS
 from affidavit.store import JobRecord
@@ -85,8 +85,6 @@ def job_doc(job: JobRecord) -> dict[str, Any]:
 
 
 def exit_for(status: str) -> int:
-    if status == "completed":
-        return 0
     if status in ("waiting", "parked"):
         return EXIT_WAITING
     return 1 if status in ("failed", "cancelled") else 0
@@ -123,6 +121,12 @@ def run(
             job = rt.submit(plan, parse_json_arg(input, "--input"), idempotency_key=idempotency_key)
             if not job.terminal:
                 job = rt.run_job(job.job_id)
+            if job.status in ("pending", "running"):
+                raise InvalidStateError(
+                    f"job {job.job_id} is held by worker {job.lease_owner} (lease until "
+                    f"{job.lease_expires_at}); it was not run here",
+                    hint="Wait for that worker, or for its lease to expire and run again.",
+                )
         finally:
             rt.close()
     if as_json:
