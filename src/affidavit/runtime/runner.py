@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_sha256
-from affidavit.core.errors import AffidavitError, FencedError
+from affidavit.core.errors import AffidavitError, CanonicalizationError, FencedError
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id
 from affidavit.core.plan import Node, Plan, args_hash, external_key, idempotency_key
@@ -258,7 +258,7 @@ class _Run:
             t0 = time.perf_counter()
             try:
                 output = self._call(node, t.fn, ctx, args)
-                canonical(output)
+                _check_result(node, t, output)
             except Exception as exc:
                 retry = self._retryable(t, exc) and attempt < limit
                 finished = {
@@ -428,7 +428,7 @@ class _Run:
             t0 = time.perf_counter()
             try:
                 result = self._call(node, t.fn, ctx, args)
-                canonical(result)
+                _check_result(node, t, result)
             except Exception as exc:
                 retryable = self._retryable(t, exc)
                 result_type = (
@@ -601,6 +601,7 @@ class _Run:
         job_id = self.claim.job_id
         base = {"node_id": node.id, "step_id": row.step_id}
         dead = row.invocation_id
+        reconcile_error: dict[str, Any] | None = None
         if t.reconcile_fn is not None:
             ctx = ToolContext(
                 job_id,
@@ -611,50 +612,58 @@ class _Run:
                 external_key(job_id, row.step_id, row.attempt_id),
             )
             t0 = time.perf_counter()
-            found = t.reconcile_fn(ctx, **args)
-            if found is not None:
-                canonical(found)
-                self._commit(
-                    tx_durable=False,
-                    node=node,
-                    base=base,
-                    key=key,
-                    invocation=dead,
-                    result=found,
-                    attempt=attempt,
-                    t0=t0,
-                    ctx=ctx,
-                    catch_up=True,
-                )
-                return (found,)
-            invocation = started_events[1][1]["invocation_id"]
-            with self.store.transaction(durable=True) as tx:
-                self._append(
-                    tx,
-                    (
-                        "tool_invocation_finished",
-                        {
-                            **base,
-                            "invocation_id": dead,
-                            "idempotency_key": key,
-                            "outcome": "lost",
-                            "error": {"type": "lost", "message": "reconcile found no effect"},
-                            "catch_up": True,
-                        },
-                    ),
-                    *started_events,
-                )
-                tx.ledger_restart(
-                    job_id, key, invocation_id=invocation, attempt_id=self.claim.attempt_id
-                )
-            return None
+            try:
+                found = t.reconcile_fn(ctx, **args)
+                if found is not None:
+                    _check_result(node, t, found)
+            except Exception as exc:  # the lookup itself failed: decide as without a hook
+                reconcile_error = _error(exc)
+            else:
+                if found is not None:
+                    self._commit(
+                        tx_durable=False,
+                        node=node,
+                        base=base,
+                        key=key,
+                        invocation=dead,
+                        result=found,
+                        attempt=attempt,
+                        t0=t0,
+                        ctx=ctx,
+                        catch_up=True,
+                    )
+                    return (found,)
+                invocation = started_events[1][1]["invocation_id"]
+                with self.store.transaction(durable=True) as tx:
+                    self._append(
+                        tx,
+                        (
+                            "tool_invocation_finished",
+                            {
+                                **base,
+                                "invocation_id": dead,
+                                "idempotency_key": key,
+                                "outcome": "lost",
+                                "error": {"type": "lost", "message": "reconcile found no effect"},
+                                "catch_up": True,
+                            },
+                        ),
+                        *started_events,
+                    )
+                    tx.ledger_restart(
+                        job_id, key, invocation_id=invocation, attempt_id=self.claim.attempt_id
+                    )
+                return None
         policy = t.in_flight or self.in_flight_policy
-        detail = {
+        detail: dict[str, Any] = {
             "invocation_id": dead,
             "dead_attempt_id": row.attempt_id,
             "tool_name": t.name,
             "message": "the tool may or may not have acted; it has no reconcile hook",
         }
+        if reconcile_error is not None:
+            detail["message"] = "the tool may or may not have acted; its reconcile hook failed"
+            detail["reconcile_error"] = reconcile_error
         if policy == "park":
             with self.store.transaction(durable=True) as tx:
                 self._append(
@@ -673,7 +682,7 @@ class _Run:
                 tx.update_job(job_id, status="parked", fence=self.claim.attempt_id)
                 tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
             raise Stop("parked")
-        error = {"type": "in_flight", "message": "invocation in flight or lost", **detail}
+        error = {**detail, "type": "in_flight", "message": "invocation in flight or lost"}
         with self.store.transaction(durable=True) as tx:
             self._append(
                 tx,
@@ -703,6 +712,19 @@ class _Run:
             tx.ledger_finish(job_id, key, status="failed", error=error)
             tx.update_job(job_id, status="failed", error=error, fence=self.claim.attempt_id)
         raise Stop("failed")
+
+
+def _check_result(node: Node, t: Tool, value: Any) -> None:
+    """A result is recorded as canonical JSON; if it cannot be, say which node returned it."""
+    try:
+        canonical(value)
+    except CanonicalizationError as exc:
+        raise CanonicalizationError(
+            f"{t.kind} {t.name!r} of node {node.id!r} returned a value that cannot be "
+            f"recorded: {exc.reason}",
+            path=exc.path,
+            hint=exc.hint,
+        ) from exc
 
 
 def _ms(t0: float) -> float:

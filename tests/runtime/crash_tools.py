@@ -1,0 +1,152 @@
+"""Tools for the reliability tests, imported by the test process and by the driver subprocesses.
+
+Every real execution appends one JSON line to a side-channel file whose path travels in the
+tool's args (``side``), so a test counts what really happened in the world independently of the
+database. Lines are written with a single ``os.write`` on an ``O_APPEND`` descriptor: a process
+killed with SIGKILL right after the call still leaves its line (it is in the kernel), and
+concurrent writers from several processes never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from affidavit import ToolContext, ToolRegistry, pure, tool
+
+
+def record(side: str, **fields: Any) -> None:
+    """Append one line describing a real execution to the side channel ``side``."""
+    line = (json.dumps({**fields, "pid": os.getpid()}, sort_keys=True) + "\n").encode()
+    fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_side(side: str | Path) -> list[dict[str, Any]]:
+    """Every complete line of the side channel (a missing file is an empty channel)."""
+    try:
+        text = Path(side).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    lines = []
+    for raw in text.splitlines(keepends=True):
+        if raw.endswith("\n"):  # a line still being written by another process is skipped
+            lines.append(json.loads(raw))
+    return lines
+
+
+def counts(side: str | Path, kind: str) -> Counter[tuple[str, str]]:
+    """How many real executions of ``kind`` each (job id, node id) had."""
+    return Counter((line["job"], line["node"]) for line in read_side(side) if line["kind"] == kind)
+
+
+def _charge(ctx: ToolContext, side: str, amount: int) -> dict[str, Any]:
+    record(side, kind="charge", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    return {"charge_id": ctx.external_key, "amount": amount}
+
+
+@tool("crash_charge")
+def charge(ctx: ToolContext, side: str, amount: int) -> dict[str, Any]:
+    """A payment: the effect is the side-channel line, identified by the external key."""
+    return _charge(ctx, side, amount)
+
+
+@charge.reconcile
+def _charge_reconcile(ctx: ToolContext, side: str, amount: int) -> dict[str, Any] | None:
+    """Did the charge with this (dead attempt's) external key happen? Ask the "payment API"."""
+    for line in read_side(side):
+        if line["kind"] == "charge" and line["key"] == ctx.external_key:
+            return {"charge_id": line["key"], "amount": amount}
+    return None
+
+
+@tool("crash_charge_nr")
+def charge_no_reconcile(ctx: ToolContext, side: str, amount: int) -> dict[str, Any]:
+    """The same payment, without a reconcile hook: an in-flight call cannot be looked up."""
+    return _charge(ctx, side, amount)
+
+
+@tool("crash_slow_charge")
+def slow_charge(ctx: ToolContext, side: str, amount: int, delay: float) -> dict[str, Any]:
+    """A charge whose call returns ``delay`` seconds after the effect: the window in which a
+    test freezes the worker process (SIGSTOP)."""
+    result = _charge(ctx, side, amount)
+    time.sleep(delay)
+    return result
+
+
+@slow_charge.reconcile
+def _slow_charge_reconcile(
+    ctx: ToolContext, side: str, amount: int, delay: float
+) -> dict[str, Any] | None:
+    return _charge_reconcile(ctx, side, amount)
+
+
+@pure("crash_compute")
+def compute(ctx: ToolContext, side: str, charged: dict[str, Any]) -> dict[str, Any]:
+    """A pure step (think: an LLM call). Its calls are counted too."""
+    record(side, kind="compute", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    return {"amount": charged["amount"] + 1, "from": charged["charge_id"]}
+
+
+REGISTRY = ToolRegistry([charge, charge_no_reconcile, slow_charge, compute])
+
+
+def charge_plan(tool_name: str = "crash_charge", in_flight: str | None = None) -> dict[str, Any]:
+    """tool → pure → tool: charge1 → compute → charge2."""
+    plan: dict[str, Any] = {
+        "name": "crash-matrix",
+        "retry": {"max_attempts": 3, "backoff_seconds": 0},
+        "nodes": [
+            {
+                "id": "charge1",
+                "type": "tool",
+                "tool": tool_name,
+                "args": {"side": "${input.side}", "amount": "${input.amount}"},
+            },
+            {
+                "id": "compute",
+                "type": "pure",
+                "tool": "crash_compute",
+                "args": {"side": "${input.side}", "charged": "${charge1}"},
+                "depends_on": ["charge1"],
+            },
+            {
+                "id": "charge2",
+                "type": "tool",
+                "tool": tool_name,
+                "args": {"side": "${input.side}", "amount": "${compute.amount}"},
+                "depends_on": ["compute"],
+            },
+        ],
+    }
+    if in_flight is not None:
+        plan["in_flight"] = in_flight
+    return plan
+
+
+def three_tools_plan() -> dict[str, Any]:
+    """Three tool steps in a row (the multi-worker load): s1 → s2 → s3, each a charge."""
+    nodes: list[dict[str, Any]] = []
+    for i in (1, 2, 3):
+        node: dict[str, Any] = {
+            "id": f"s{i}",
+            "type": "tool",
+            "tool": "crash_charge",
+            "args": {"side": "${input.side}", "amount": "${input.n}"},
+        }
+        if i > 1:
+            node["depends_on"] = [f"s{i - 1}"]
+        nodes.append(node)
+    return {
+        "name": "three-steps",
+        "retry": {"max_attempts": 3, "backoff_seconds": 0},
+        "nodes": nodes,
+    }

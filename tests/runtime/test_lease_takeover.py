@@ -1,0 +1,271 @@
+"""Lease takeover: a worker that stalls inside a tool (GC pause, frozen VM, SIGSTOP) loses its
+lease, a second worker reclaims the job — and the stale worker can commit nothing afterwards.
+
+Fencing guards the record, not the world: what the stale worker does to the outside world after
+the takeover still happens, and the side-channel counts below say so explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from affidavit import FencedError, Runtime, StoreError, Tool, ToolContext, ToolRegistry
+from affidavit.runtime.worker import Worker
+from affidavit.store import Store
+from affidavit.store.postgres import split_url
+from tests.runtime.crash_tools import REGISTRY, counts, read_side
+from tests.runtime.helpers import (
+    assert_log_sound,
+    ledger_rows,
+    of_type,
+    spawn_driver,
+    wait_lease_expired,
+)
+
+
+class FrozenHeartbeats:
+    """The stalled worker's view of the store: its heartbeats do not get through (as if the
+    whole process were frozen), everything else does. Records the errors its writes raise."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.errors: list[BaseException] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    @contextmanager
+    def transaction(self, *, durable: bool = True) -> Iterator[Any]:
+        try:
+            with self._store.transaction(durable=durable) as tx:
+                yield _NoHeartbeat(tx)
+        except BaseException as exc:
+            self.errors.append(exc)
+            raise
+
+
+class _NoHeartbeat:
+    def __init__(self, tx: Any) -> None:
+        self._tx = tx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tx, name)
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> bool:
+        raise StoreError("heartbeat did not get through (worker frozen)")
+
+
+@pytest.mark.parametrize(
+    ("stall", "reconcile"),
+    [("after_effect", True), ("before_effect", True), ("after_effect", False)],
+    ids=["stall-after-effect", "stall-before-effect", "stall-after-effect-no-reconcile"],
+)
+def test_stale_worker_is_fenced_off(store_url: str, stall: str, reconcile: bool) -> None:
+    world: list[tuple[str, str]] = []  # the outside world: (who, external key) per real effect
+    stalled, release = threading.Event(), threading.Event()
+
+    def pay(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        who = threading.current_thread().name
+        if who == "stale" and stall == "before_effect":
+            stalled.set()
+            release.wait(20)
+        world.append((who, ctx.external_key))
+        if who == "stale" and stall == "after_effect":
+            stalled.set()
+            release.wait(20)
+        return {"paid": amount, "ref": ctx.external_key}
+
+    def find(ctx: ToolContext, amount: int) -> dict[str, Any] | None:
+        hits = [key for _, key in world if key == ctx.external_key]
+        return {"paid": amount, "ref": hits[0]} if hits else None
+
+    def note(ctx: ToolContext, paid: dict[str, Any]) -> dict[str, Any]:
+        world.append((threading.current_thread().name, "note:" + paid["ref"]))
+        return {"noted": paid["ref"]}
+
+    tools = ToolRegistry(
+        [
+            Tool("pay", pay, "tool", reconcile_fn=find if reconcile else None),
+            Tool("note", note, "tool"),
+        ]
+    )
+    with Runtime(store_url, tools=tools, lease_seconds=5) as rt:
+        job_id = rt.submit(
+            {
+                "nodes": [
+                    {"id": "pay", "type": "tool", "tool": "pay", "args": {"amount": 7}},
+                    {
+                        "id": "note",
+                        "type": "tool",
+                        "tool": "note",
+                        "args": {"paid": "${pay}"},
+                        "depends_on": ["pay"],
+                    },
+                ]
+            },
+            {},
+        ).job_id
+
+        frozen = FrozenHeartbeats(rt.store)
+        stale_worker = Worker(frozen, tools, worker_id="stale-worker", lease_seconds=0.5)  # type: ignore[arg-type]
+        stale_result: list[str | None] = []
+        stale = threading.Thread(
+            target=lambda: stale_result.append(stale_worker.run_once(job_id)), name="stale"
+        )
+        stale.start()
+        try:
+            assert stalled.wait(10)
+            stale_attempt = rt.get_job(job_id).attempt_id
+            wait_lease_expired(rt.store, job_id)
+
+            # The takeover: a second worker reclaims the job and finishes (or parks) it.
+            fresh = Worker(rt.store, tools, worker_id="fresh-worker", lease_seconds=5)
+            fresh_status = fresh.run_once(job_id)
+            job = rt.get_job(job_id)
+            assert job.attempt_id != stale_attempt or job.attempt_id is None
+            events_after_takeover = rt.store.list_events(job_id)
+            ledger_after_takeover = ledger_rows(rt.store, job_id)
+        finally:
+            release.set()
+            stale.join(20)
+
+        # The stale worker woke up, tried T2 and was fenced off: nothing it did was recorded.
+        assert stale_result == ["lost"]
+        assert any(isinstance(e, FencedError) for e in frozen.errors)
+        assert rt.store.list_events(job_id) == events_after_takeover
+        assert ledger_rows(rt.store, job_id) == ledger_after_takeover
+        events = assert_log_sound(rt.store, job_id)
+        after_claim = [e.payload["worker_id"] for e in events if e.type == "node_started"]
+        assert after_claim[0] == "stale-worker"
+        assert set(after_claim[1:]) <= {"fresh-worker"}  # nothing from the stale attempt
+        finished = of_type(events, "tool_invocation_finished")
+        stale_effects = [key for who, key in world if who == "stale"]
+        fresh_effects = [key for who, key in world if who == threading.current_thread().name]
+        [pay_row] = [r for r in ledger_rows(rt.store, job_id) if r.node_id == "pay"]
+        if not reconcile:
+            # Nobody can tell whether the stale call acted: parked, not re-run, not recorded.
+            assert fresh_status == "parked" and rt.get_job(job_id).status == "parked"
+            assert len(stale_effects) == 1 and fresh_effects == []
+            assert pay_row.status == "started" and finished == []
+            return
+        assert fresh_status == "completed"
+        job = rt.get_job(job_id)
+        assert job.status == "completed"
+        assert pay_row.status == "committed"
+        if stall == "after_effect":
+            # The stale call acted before it froze; the fresh worker's reconcile found it.
+            assert len(stale_effects) == 1
+            assert fresh_effects == ["note:" + stale_effects[0]]
+            assert pay_row.result == {"paid": 7, "ref": stale_effects[0]}
+            [caught] = [f for f in finished if f["node_id"] == "pay"]  # no stale T2
+            assert caught["catch_up"] is True and caught["outcome"] == "success"
+        else:
+            # The stale call acted only after the takeover, when the fresh worker had already
+            # found nothing and paid itself: the world saw two payments — fencing cannot undo
+            # that — but the record holds exactly the fresh worker's, and only it.
+            assert len(stale_effects) == 1
+            assert fresh_effects[0] != stale_effects[0]
+            assert fresh_effects == [fresh_effects[0], "note:" + fresh_effects[0]]
+            assert pay_row.result == {"paid": 7, "ref": fresh_effects[0]}
+            assert job.output == {"note": {"noted": fresh_effects[0]}}
+            assert [f["outcome"] for f in finished if f["node_id"] == "pay"] == [
+                "lost",
+                "success",
+            ]
+
+
+def write_lock_free(url: str, job_id: str) -> bool:
+    """Can the job be written now without waiting (no transaction of a frozen process holds
+    the SQLite write lock or the job's PostgreSQL row lock)?"""
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url[len("sqlite:///") :], timeout=0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
+    conninfo, schema = split_url(url)
+    with psycopg.connect(conninfo) as conn:
+        try:
+            conn.execute(
+                f'SELECT 1 FROM "{schema}".jobs WHERE job_id = %s FOR UPDATE NOWAIT', (job_id,)
+            )
+            return True
+        except psycopg.errors.LockNotAvailable:
+            return False
+
+
+def freeze(proc: subprocess.Popen[str], url: str, job_id: str) -> None:
+    """SIGSTOP ``proc`` at a moment when it holds no lock (its heartbeat thread writes every
+    lease/3 seconds: a process frozen inside that transaction would block the takeover)."""
+    for _ in range(100):
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.02)  # let anything already sent reach the server first
+        if write_lock_free(url, job_id):
+            return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.005)
+    raise AssertionError("could not freeze the worker outside a transaction")
+
+
+def test_sigstopped_worker_process_is_fenced_off(store_url: str, tmp_path: Path) -> None:
+    """A real worker process is frozen with SIGSTOP right after its tool acted; its lease
+    expires, the job is reclaimed and completed here; then it is thawed: its T2 is rejected
+    and it ends with status "lost", having written nothing."""
+    side = tmp_path / "side.jsonl"
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        job_id = rt.submit(
+            {
+                "nodes": [
+                    {
+                        "id": "pay",
+                        "type": "tool",
+                        "tool": "crash_slow_charge",
+                        "args": {"side": "${input.side}", "amount": 5, "delay": 2.5},
+                    }
+                ]
+            },
+            {"side": str(side)},
+        ).job_id
+        proc = spawn_driver(store_url, "--job", job_id, "--lease", "0.5")
+        try:
+            end = time.monotonic() + 30
+            while not read_side(side):  # the effect happened; the call sleeps before returning
+                assert proc.poll() is None and time.monotonic() < end, proc.stderr
+                time.sleep(0.005)
+            freeze(proc, store_url, job_id)
+            [line] = read_side(side)
+            assert line["pid"] == proc.pid
+            wait_lease_expired(rt.store, job_id)
+            assert rt.run_until_idle() == 1
+            job = rt.get_job(job_id)
+            assert job.status == "completed"
+            assert job.output == {"pay": {"charge_id": line["key"], "amount": 5}}
+            snapshot = rt.store.list_events(job_id)
+            ledger = ledger_rows(rt.store, job_id)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert json.loads(out.splitlines()[-1])["status"] == "lost"
+        assert rt.store.list_events(job_id) == snapshot
+        assert ledger_rows(rt.store, job_id) == ledger
+        assert counts(side, "charge") == {(job_id, "pay"): 1}
+        events = assert_log_sound(rt.store, job_id)
+        [caught] = of_type(events, "tool_invocation_finished")
+        assert caught["catch_up"] is True and caught["outcome"] == "success"

@@ -1,0 +1,879 @@
+"""Unit-level runtime tests, on SQLite and PostgreSQL: retries, failures, compensation, cancel,
+resume, idempotent submit, bad input, in-process crash recovery and replay determinism.
+
+Tools are built as :class:`Tool` objects in each test (not with the decorators, which would
+register them in the process-wide registry) and count their real calls in a list.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import affidavit.runtime.runner as runner_module
+from affidavit import (
+    CanonicalizationError,
+    CompensatableError,
+    PlanError,
+    RetryableError,
+    Runtime,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+)
+from affidavit.core.plan import Plan
+from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.runtime import InvalidStateError
+from affidavit.runtime.worker import Worker
+from affidavit.store import JobFilter
+from tests.runtime.helpers import assert_log_sound, ledger_rows, of_type, wait_lease_expired
+
+LEASE = 0.4  # short: tests that simulate a crash wait for it to run out
+
+
+class SimulatedCrash(BaseException):
+    """Raised at a crash point instead of SIGKILL: nothing after it runs, no handler writes
+    anything (the runner only catches ``Exception`` subclasses), the lease is left to expire."""
+
+
+class Calls:
+    """A side channel in the test process: every real call of a tool, in order."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str, int, str]] = []
+        self._lock = threading.Lock()
+
+    def add(self, ctx: ToolContext, name: str) -> None:
+        with self._lock:
+            self.log.append((name, ctx.node_id, ctx.attempt, ctx.external_key))
+
+    def count(self, node_id: str | None = None, name: str | None = None) -> int:
+        return sum(
+            1
+            for n, node, _, _ in self.log
+            if (node_id is None or node == node_id) and (name is None or n == name)
+        )
+
+
+@pytest.fixture
+def calls() -> Calls:
+    return Calls()
+
+
+@pytest.fixture
+def make_runtime(store_url: str) -> Iterator[Callable[..., Runtime]]:
+    opened: list[Runtime] = []
+
+    def make(*tools: Tool, lease_seconds: float = LEASE, sleep: Any = None) -> Runtime:
+        registry = ToolRegistry(tools)
+        rt = Runtime(store_url, tools=registry, lease_seconds=lease_seconds)
+        if sleep is not None:
+            rt.worker = Worker(rt.store, registry, lease_seconds=lease_seconds, sleep=sleep)
+        opened.append(rt)
+        return rt
+
+    yield make
+    for rt in opened:
+        rt.close()
+
+
+@pytest.fixture
+def crash_at(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """``crash_at("tool.after_acquire")``: the next time a runner reaches that point, it
+    "dies" there (see :class:`SimulatedCrash`)."""
+
+    def arm(point: str) -> None:
+        armed = [True]
+
+        def crash_point(name: str) -> None:
+            if name == point and armed[0]:
+                armed[0] = False
+                raise SimulatedCrash(name)
+
+        monkeypatch.setattr(runner_module, "crash_point", crash_point)
+
+    return arm
+
+
+def charge_tool(calls: Calls, name: str = "charge", **kw: Any) -> Tool:
+    def fn(ctx: ToolContext, amount: int = 1) -> dict[str, Any]:
+        calls.add(ctx, name)
+        return {"charged": amount, "key": ctx.external_key}
+
+    return Tool(name, fn, "tool", **kw)
+
+
+def double_tool(calls: Calls) -> Tool:
+    def fn(ctx: ToolContext, value: dict[str, Any]) -> dict[str, Any]:
+        calls.add(ctx, "double")
+        return {"amount": value["charged"] * 2}
+
+    return Tool("double", fn, "pure")
+
+
+def flaky_tool(calls: Calls, fail_times: int, exc: Callable[[], Exception], **kw: Any) -> Tool:
+    def fn(ctx: ToolContext, amount: int = 1) -> dict[str, Any]:
+        calls.add(ctx, "flaky")
+        if calls.count(name="flaky") <= fail_times:
+            raise exc()
+        return {"ok": amount, "key": ctx.external_key}
+
+    return Tool("flaky", fn, "tool", **kw)
+
+
+def node(
+    node_id: str, tool: str, kind: str = "tool", args: Any = None, deps: Any = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": node_id, "type": kind, "tool": tool}
+    if args is not None:
+        out["args"] = args
+    if deps:
+        out["depends_on"] = deps
+    return out
+
+
+def plan(*nodes: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    return {
+        "name": "unit",
+        "retry": {"max_attempts": 3, "backoff_seconds": 0},
+        **settings,
+        "nodes": list(nodes),
+    }
+
+
+CHAIN = plan(
+    node("a", "charge", args={"amount": "${input.amount}"}),
+    node("b", "double", "pure", args={"value": "${a}"}, deps=["a"]),
+    node("c", "charge", args={"amount": "${b.amount}"}, deps=["b"]),
+)
+
+
+def finished_nodes(events: Any, node_id: str) -> list[tuple[str, int]]:
+    return [
+        (p["result_type"], p["attempt"])
+        for p in of_type(events, "node_finished")
+        if p["node_id"] == node_id
+    ]
+
+
+def crash_and_wait(rt: Runtime, job_id: str) -> None:
+    with pytest.raises(SimulatedCrash):
+        rt.run_until_idle()
+    assert rt.get_job(job_id).status == "running"
+    wait_lease_expired(rt.store, job_id)
+
+
+# --- the happy path and re-runs ---------------------------------------------------------------
+
+
+def test_job_runs_each_step_once_and_never_again(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = rt.submit(CHAIN, {"amount": 5}).job_id
+    assert rt.run_until_idle() == 1
+    job = rt.get_job(job_id)
+    assert job.status == "completed"
+    assert job.output == {"c": {"charged": 10, "key": calls.log[-1][3]}}
+    assert [(n, node) for n, node, _, _ in calls.log] == [
+        ("charge", "a"),
+        ("double", "b"),
+        ("charge", "c"),
+    ]
+    events = assert_log_sound(rt.store, job_id)
+    assert [r.status for r in ledger_rows(rt.store, job_id)] == ["committed", "committed"]
+
+    # Running it again — by the idle loop, by id, by a fresh worker — executes nothing.
+    assert rt.run_until_idle() == 0
+    assert rt.run_job(job_id).status == "completed"
+    assert Worker(rt.store, rt.tools, lease_seconds=LEASE).run(until_idle=True) == 0
+    assert len(calls.log) == 3
+    assert rt.store.list_events(job_id) == events
+
+
+def test_committed_step_is_not_retried_when_a_later_step_retries(
+    make_runtime: Any, calls: Calls
+) -> None:
+    rt = make_runtime(charge_tool(calls), flaky_tool(calls, 2, lambda: RetryableError("503")))
+    job_id = rt.submit(plan(node("a", "charge"), node("b", "flaky", deps=["a"])), {}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    assert calls.count("a") == 1
+    assert calls.count("b") == 3
+    assert_log_sound(rt.store, job_id)
+
+
+# --- retries --------------------------------------------------------------------------------
+
+
+def test_retryable_failure_then_success(make_runtime: Any, calls: Calls) -> None:
+    seen_between: list[str] = []
+    holder: list[Runtime] = []
+
+    def backoff(seconds: float) -> None:  # called between the tries: look at the ledger then
+        [row] = ledger_rows(holder[0].store, job_id)
+        seen_between.append(row.status)
+
+    rt = make_runtime(flaky_tool(calls, 1, lambda: RetryableError("try again")), sleep=backoff)
+    holder.append(rt)
+    job_id = rt.submit(
+        plan(
+            node("f", "flaky", args={"amount": 3}),
+            retry={"max_attempts": 3, "backoff_seconds": 0.01},
+        ),
+        {},
+    ).job_id
+    rt.run_until_idle()
+
+    job = rt.get_job(job_id)
+    assert job.status == "completed"
+    assert job.output == {"f": {"ok": 3, "key": calls.log[1][3]}}
+    assert calls.count("f") == 2
+    assert seen_between == ["failed"]  # the failed try left the row failed, not committed
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "committed" and row.tries == 2 and row.result == job.output["f"]
+
+    events = assert_log_sound(rt.store, job_id)
+    assert finished_nodes(events, "f") == [("retryable_failure", 1), ("side_effect_committed", 2)]
+    started = of_type(events, "tool_invocation_started")
+    assert [s["attempt"] for s in started] == [1, 2]
+    assert len({s["idempotency_key"] for s in started}) == 1  # one step, one key
+    assert [f["outcome"] for f in of_type(events, "tool_invocation_finished")] == [
+        "failure",
+        "success",
+    ]
+    # within one claim a retry reuses the external key (a deduplicating API absorbs it)
+    assert [a for _, _, a, _ in calls.log] == [1, 2]
+    assert calls.log[0][3] == calls.log[1][3]
+
+
+def test_retry_on_and_tool_level_max_attempts(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(
+        flaky_tool(calls, 5, lambda: ConnectionError("reset"), retry=2, retry_on=(ConnectionError,))
+    )
+    job_id = rt.submit(plan(node("f", "flaky")), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert calls.count("f") == 2  # the tool's own limit, not the plan's 3
+    assert job.error == {"type": "ConnectionError", "message": "reset"}
+    events = assert_log_sound(rt.store, job_id)
+    assert finished_nodes(events, "f") == [("retryable_failure", 1), ("retryable_failure", 2)]
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "failed" and row.tries == 2
+
+
+def test_retries_exhausted_fail_the_job(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(flaky_tool(calls, 99, lambda: RetryableError("still down")))
+    job_id = rt.submit(plan(node("f", "flaky")), {}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "failed"
+    assert calls.count("f") == 3
+    events = assert_log_sound(rt.store, job_id)
+    [failed] = of_type(events, "job_failed")
+    assert failed["node_id"] == "f" and failed["error"]["message"] == "still down"
+
+
+def test_timeout_is_retried(make_runtime: Any, calls: Calls) -> None:
+    release = threading.Event()
+
+    def slow(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "slow")
+        if calls.count(name="slow") == 1:
+            release.wait(5)  # the first try hangs past its timeout
+        return {"done": True}
+
+    rt = make_runtime(Tool("slow", slow, "tool"))
+    raw = node("s", "slow")
+    raw["timeout_seconds"] = 0.2
+    job_id = rt.submit(plan(raw), {}).job_id
+    try:
+        rt.run_until_idle()
+    finally:
+        release.set()
+    assert rt.get_job(job_id).status == "completed"
+    events = assert_log_sound(rt.store, job_id)
+    assert [f["outcome"] for f in of_type(events, "tool_invocation_finished")] == [
+        "timeout",
+        "success",
+    ]
+
+
+# --- permanent failure and compensation -------------------------------------------------------
+
+
+def test_permanent_failure_fails_the_job(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(
+        charge_tool(calls), flaky_tool(calls, 99, lambda: ValueError("card declined"))
+    )
+    job_id = rt.submit(plan(node("f", "flaky"), node("after", "charge", deps=["f"])), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error == {"type": "ValueError", "message": "card declined"}
+    assert calls.count("f") == 1  # a permanent failure is not retried
+    assert calls.count("after") == 0
+    events = assert_log_sound(rt.store, job_id)
+    [failed] = of_type(events, "job_failed")
+    assert failed == {**failed, "node_id": "f", "error": job.error}
+    assert finished_nodes(events, "f") == [("permanent_failure", 1)]
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "failed" and row.error == job.error
+    assert rt.run_until_idle() == 0 and calls.count("f") == 1
+
+
+def make_compensatable(calls: Calls, compensate: Callable[..., Any] | None) -> Tool:
+    def book(ctx: ToolContext, seats: int) -> dict[str, Any]:
+        calls.add(ctx, "book")
+        raise CompensatableError(f"booked {seats - 1} of {seats} seats")
+
+    return Tool("book", book, "tool", compensate_fn=compensate)
+
+
+def test_compensation(make_runtime: Any, calls: Calls) -> None:
+    undone: list[dict[str, Any]] = []
+
+    def undo(ctx: ToolContext, seats: int) -> dict[str, Any]:
+        undone.append({"key": ctx.idempotency_key, "seats": seats})
+        return {"released": seats - 1}
+
+    rt = make_runtime(make_compensatable(calls, undo), charge_tool(calls))
+    job_id = rt.submit(
+        plan(node("book", "book", args={"seats": 3}), node("pay", "charge", deps=["book"])), {}
+    ).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error == {"type": "CompensatableError", "message": "booked 2 of 3 seats"}
+    assert calls.count("book") == 1 and calls.count("pay") == 0  # not retried, not continued
+    events = assert_log_sound(rt.store, job_id)
+    [compensated] = of_type(events, "step_compensated")
+    assert compensated["node_id"] == "book" and compensated["compensation"] == {"released": 2}
+    assert len(undone) == 1 and undone[0]["seats"] == 3
+    assert undone[0]["key"] == of_type(events, "tool_invocation_started")[0]["idempotency_key"]
+    assert finished_nodes(events, "book") == [("compensatable_failure", 1), ("compensated", 1)]
+    assert of_type(events, "job_failed")[0]["node_id"] == "book"
+    types = [e.type for e in events]
+    assert types.index("step_compensated") < types.index("job_failed")
+    assert rt.run_until_idle() == 0 and calls.count("book") == 1
+
+
+def test_compensation_that_fails_or_is_missing(make_runtime: Any, calls: Calls) -> None:
+    def broken_undo(ctx: ToolContext, seats: int) -> None:
+        raise RuntimeError("undo API down")
+
+    rt = make_runtime(make_compensatable(calls, broken_undo))
+    job_id = rt.submit(plan(node("book", "book", args={"seats": 2})), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error["type"] == "compensation_failed"
+    assert "'book'" in job.error["message"] and "undo API down" in job.error["message"]
+    events = assert_log_sound(rt.store, job_id)
+    assert not of_type(events, "step_compensated")
+
+    rt2 = make_runtime(make_compensatable(calls, None))
+    job2 = rt2.submit(plan(node("book", "book", args={"seats": 2})), {}).job_id
+    rt2.run_until_idle()
+    assert rt2.get_job(job2).status == "failed"
+    events2 = assert_log_sound(rt2.store, job2)
+    assert finished_nodes(events2, "book") == [("compensatable_failure", 1)]
+    assert not of_type(events2, "step_compensated")
+
+
+# --- cancel ---------------------------------------------------------------------------------
+
+
+def test_cancel_pending_job(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = rt.submit(CHAIN, {"amount": 1}).job_id
+    job = rt.cancel(job_id, reason="changed my mind", by="alice")
+    assert job.status == "cancelled"
+    assert rt.run_until_idle() == 0
+    assert calls.log == []
+    events = assert_log_sound(rt.store, job_id)
+    [cancelled] = of_type(events, "job_cancelled")
+    assert cancelled["reason"] == "changed my mind" and cancelled["by"] == "alice"
+    with pytest.raises(InvalidStateError):
+        rt.cancel(job_id)
+    assert len(rt.store.list_events(job_id)) == len(events)
+
+
+def park_in_flight(rt: Runtime, crash_at: Any, plan_dict: dict[str, Any]) -> str:
+    """Submit, "crash" after T1 of the first tool step, recover: the job parks in flight."""
+    job_id = rt.submit(plan_dict, {"amount": 4}).job_id
+    crash_at("tool.after_acquire")
+    crash_and_wait(rt, job_id)
+    assert rt.run_until_idle() == 1
+    assert rt.get_job(job_id).status == "parked"
+    return job_id
+
+
+def test_cancel_job_parked_in_flight(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = park_in_flight(rt, crash_at, CHAIN)
+    assert calls.log == []
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "started"
+
+    assert rt.cancel(job_id, by="ops").status == "cancelled"
+    events = assert_log_sound(rt.store, job_id)  # closing rule: the open invocation is closed
+    [closed] = of_type(events, "tool_invocation_finished")
+    assert closed["outcome"] == "lost" and closed["catch_up"] is True
+    assert closed["invocation_id"] == row.invocation_id
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "failed"
+    assert rt.run_until_idle() == 0 and calls.log == []
+
+
+def test_cancel_revokes_the_running_workers_lease(make_runtime: Any, calls: Calls) -> None:
+    """Cancel while a worker is inside a tool: the worker can commit nothing afterwards."""
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "slow")
+        inside.set()
+        release.wait(10)
+        return {"late": True}
+
+    rt = make_runtime(Tool("slow", slow, "tool"), lease_seconds=5)
+    job_id = rt.submit(plan(node("s", "slow")), {}).job_id
+    result: list[str | None] = []
+    t = threading.Thread(target=lambda: result.append(rt.worker.run_once(job_id)))
+    t.start()
+    assert inside.wait(10)
+    rt.cancel(job_id, by="ops")
+    after_cancel = rt.store.list_events(job_id)
+    release.set()
+    t.join(10)
+    assert result == ["lost"]
+    assert rt.get_job(job_id).status == "cancelled"
+    assert rt.store.list_events(job_id) == after_cancel  # the stale T2 was fenced off
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "failed"
+    assert_log_sound(rt.store, job_id)
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+
+def test_resume_fail_and_bad_decisions(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = park_in_flight(rt, crash_at, CHAIN)
+    with pytest.raises(InvalidStateError):
+        rt.resume(job_id, "maybe")
+    with pytest.raises(InvalidStateError):
+        rt.resume(job_id, "accept_result")  # needs the effect's result
+    with pytest.raises(CanonicalizationError):
+        rt.resume(job_id, "accept_result", result={"x": {1}})
+    assert rt.get_job(job_id).status == "parked"
+
+    job = rt.resume(job_id, "fail", by="ops", note="refunded by hand")
+    assert job.status == "failed"
+    assert "in flight or lost" in job.error["message"]
+    events = assert_log_sound(rt.store, job_id)
+    [resumed] = of_type(events, "job_resumed")
+    assert resumed["decision"] == "fail" and resumed["by"] == "ops"
+    assert finished_nodes(events, "a") == [("permanent_failure", 1)]
+    assert rt.run_until_idle() == 0 and calls.log == []
+    with pytest.raises(InvalidStateError):
+        rt.resume(job_id, "retry")  # not parked any more
+
+
+def test_resume_retry_and_accept_result(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    retried = park_in_flight(rt, crash_at, CHAIN)
+    rt.resume(retried, "retry")
+    rt.run_until_idle()
+    assert rt.get_job(retried).status == "completed"
+    assert calls.count("a") == 1 and calls.count("c") == 1
+    events = assert_log_sound(rt.store, retried)
+    assert [f["outcome"] for f in of_type(events, "tool_invocation_finished")][:2] == [
+        "lost",
+        "success",
+    ]
+    [row_a, _] = ledger_rows(rt.store, retried)
+    assert row_a.tries == 2
+
+    calls.log.clear()
+    accepted = park_in_flight(rt, crash_at, CHAIN)
+    rt.resume(accepted, "accept_result", result={"charged": 4, "key": "found-by-hand"})
+    rt.run_until_idle()
+    job = rt.get_job(accepted)
+    assert job.status == "completed"
+    assert calls.count("a") == 0  # a person said it happened: never executed again
+    assert calls.count("b") == 1 and calls.count("c") == 1
+    assert job.output["c"]["charged"] == 8  # downstream used the accepted result
+    assert_log_sound(rt.store, accepted)
+
+
+def test_in_flight_fail_policy_of_the_tool(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    rt = make_runtime(charge_tool(calls, in_flight="fail"), double_tool(calls))
+    job_id = rt.submit(CHAIN, {"amount": 4}).job_id  # the plan says park; the tool says fail
+    crash_at("tool.after_execute")
+    crash_and_wait(rt, job_id)
+    assert calls.count("a") == 1
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error["message"] == "invocation in flight or lost"
+    assert calls.count("a") == 1
+    assert_log_sound(rt.store, job_id)
+
+
+# --- idempotent submit ----------------------------------------------------------------------
+
+
+def test_duplicate_submit_returns_the_same_job_and_runs_once(
+    make_runtime: Any, calls: Calls
+) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    first = rt.submit(CHAIN, {"amount": 2}, idempotency_key="order-7")
+    second = rt.submit(CHAIN, {"amount": 2}, idempotency_key="order-7")
+    assert second.job_id == first.job_id
+    assert len(rt.store.list_jobs(JobFilter())) == 1
+    rt.run_until_idle()
+    third = rt.submit(CHAIN, {"amount": 2}, idempotency_key="order-7")
+    assert third.job_id == first.job_id and third.status == "completed"
+    assert rt.run_until_idle() == 0
+    assert calls.count("a") == 1 and calls.count("c") == 1
+    events = assert_log_sound(rt.store, first.job_id)
+    assert len(of_type(events, "job_created")) == 1
+    other = rt.submit(CHAIN, {"amount": 2}, idempotency_key="order-8")
+    assert other.job_id != first.job_id
+
+
+def test_concurrent_duplicate_submits(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    ids: list[str] = []
+    barrier = threading.Barrier(4)
+
+    def submit() -> None:
+        barrier.wait()
+        ids.append(rt.submit(CHAIN, {"amount": 2}, idempotency_key="same").job_id)
+
+    threads = [threading.Thread(target=submit) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 1 and len(ids) == 4
+    assert len(rt.store.list_jobs(JobFilter())) == 1
+    rt.run_until_idle(concurrency=2)
+    assert calls.count("a") == 1
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad_plan", "needle"),
+    [
+        ({"nodes": []}, "non-empty"),
+        ({"nodes": [node("a", "charge")], "surprise": 1}, "surprise"),
+        ({"nodes": [node("a", "charge", deps=["b"]), node("b", "charge", deps=["a"])]}, "cycle"),
+        ({"nodes": [node("a", "charge", deps=["ghost"])]}, "ghost"),
+        ({"nodes": [node("a", "charge"), node("b", "charge", args={"x": "${a.y}"})]}, "'a'"),
+        ({"nodes": [node("a", "no_such_tool")]}, "no_such_tool"),
+        ({"nodes": [node("a", "charge", "pure")]}, "@tool"),
+        ({"nodes": [node("a", "charge")], "in_flight": "maybe"}, "in_flight"),
+    ],
+    ids=[
+        "empty",
+        "unknown-field",
+        "cycle",
+        "dangling",
+        "undeclared-ref",
+        "unknown-tool",
+        "wrong-kind",
+        "bad-policy",
+    ],
+)
+def test_invalid_plan_is_refused_and_writes_nothing(
+    make_runtime: Any, calls: Calls, bad_plan: dict[str, Any], needle: str
+) -> None:
+    rt = make_runtime(charge_tool(calls))
+    with pytest.raises(PlanError) as info:
+        rt.submit(bad_plan, {})
+    assert needle in info.value.message
+    assert rt.store.list_jobs(JobFilter()) == []
+
+
+def test_unknown_tool_names_the_node(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(charge_tool(calls))
+    with pytest.raises(PlanError) as info:
+        rt.submit(plan(node("a", "charge"), node("send", "send_email", deps=["a"])), {})
+    assert info.value.node_id == "send"
+    assert "'send'" in info.value.message and "'send_email'" in info.value.message
+    assert "charge" in info.value.hint
+    assert rt.store.list_jobs(JobFilter()) == []
+
+
+@pytest.mark.parametrize("bad_input", [{"x": {1, 2}}, {"b": b"raw"}, {"n": float("nan")}])
+def test_non_json_input_is_refused(make_runtime: Any, calls: Calls, bad_input: Any) -> None:
+    rt = make_runtime(charge_tool(calls))
+    with pytest.raises(CanonicalizationError) as info:
+        rt.submit(plan(node("a", "charge")), bad_input)
+    assert info.value.path.startswith("$.")
+    assert rt.store.list_jobs(JobFilter()) == []
+
+
+@pytest.mark.parametrize("kind", ["tool", "pure"])
+@pytest.mark.parametrize(
+    "value", [{"ids": {1, 2}}, b"bytes", {"n": float("inf")}], ids=["set", "bytes", "inf"]
+)
+def test_non_json_result_fails_the_job_naming_the_node(
+    make_runtime: Any, calls: Calls, kind: str, value: Any
+) -> None:
+    def returns_junk(ctx: ToolContext) -> Any:
+        calls.add(ctx, "junk")
+        return value
+
+    rt = make_runtime(Tool("junk", returns_junk, kind), charge_tool(calls))
+    job_id = rt.submit(
+        plan(node("make_junk", "junk", kind), node("after", "charge", deps=["make_junk"])), {}
+    ).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error["type"] == "CanonicalizationError"
+    message = job.error["message"]
+    assert f"{kind} 'junk' of node 'make_junk' returned a value that cannot be recorded" in message
+    assert "not JSON" in message or "not finite" in message  # what is wrong ...
+    assert message.endswith((" at $", " at $.ids", " at $.n"))  # ... and where
+    assert calls.count("make_junk") == 1  # not retried: it is not a transient failure
+    assert calls.count("after") == 0
+    events = assert_log_sound(rt.store, job_id)
+    assert of_type(events, "job_failed")[0]["node_id"] == "make_junk"
+    if kind == "tool":  # the effect may have happened, but nothing unrecordable is committed
+        [row] = ledger_rows(rt.store, job_id)
+        assert row.status == "failed"
+
+
+def test_unresolvable_args_fail_the_job_naming_the_node(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(charge_tool(calls))
+    job_id = rt.submit(
+        plan(
+            node("lookup", "charge"),
+            node("refund", "charge", args={"amount": "${lookup.missing}"}, deps=["lookup"]),
+        ),
+        {},
+    ).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error["type"] == "args_unresolvable"
+    assert "'refund'" in job.error["message"]
+    assert "${lookup.missing}" in job.error["message"] and "'missing'" in job.error["message"]
+    assert calls.count("refund") == 0
+    events = assert_log_sound(rt.store, job_id)
+    assert of_type(events, "job_failed")[0]["node_id"] == "refund"
+    assert [r.node_id for r in ledger_rows(rt.store, job_id)] == ["lookup"]
+
+
+def test_missing_input_field_fails_the_job(make_runtime: Any, calls: Calls) -> None:
+    rt = make_runtime(charge_tool(calls))
+    job_id = rt.submit(plan(node("a", "charge", args={"amount": "${input.amount}"})), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed" and "'a'" in job.error["message"]
+    assert calls.log == []
+
+
+def test_tool_missing_in_the_worker_fails_the_job(store_url: str, calls: Calls) -> None:
+    """Submitted where the tool exists, run by a worker that lacks it: a clear failure."""
+    with Runtime(store_url, tools=ToolRegistry([charge_tool(calls)])) as submitter:
+        job_id = submitter.submit(plan(node("a", "charge")), {}).job_id
+    with Runtime(store_url, tools=ToolRegistry([])) as worker:
+        worker.run_until_idle()
+        job = worker.get_job(job_id)
+        assert job.status == "failed"
+        assert job.error["type"] == "tool_not_registered"
+        assert "'a'" in job.error["message"] and "'charge'" in job.error["message"]
+    assert calls.log == []
+
+
+# --- in-process crash recovery -----------------------------------------------------------------
+
+
+def test_finished_pure_step_is_not_rerun_after_crash_before_complete(
+    make_runtime: Any, calls: Calls, crash_at: Any
+) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = rt.submit(CHAIN, {"amount": 3}).job_id
+    crash_at("job.before_complete")
+    crash_and_wait(rt, job_id)
+    assert len(calls.log) == 3
+    assert rt.run_until_idle() == 1
+    job = rt.get_job(job_id)
+    assert job.status == "completed"
+    assert [(n, node) for n, node, _, _ in calls.log] == [
+        ("charge", "a"),
+        ("double", "b"),
+        ("charge", "c"),
+    ]
+    assert job.output["c"]["charged"] == 6
+    events = assert_log_sound(rt.store, job_id)
+    assert len(of_type(events, "job_completed")) == 1
+    workers = {p["worker_id"] for p in of_type(events, "node_started")}
+    assert len(workers) == 1  # the recovery run started no node at all
+
+
+def test_crash_after_commit_is_not_reexecuted(
+    make_runtime: Any, calls: Calls, crash_at: Any
+) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = rt.submit(CHAIN, {"amount": 3}).job_id
+    crash_at("tool.after_commit")
+    crash_and_wait(rt, job_id)
+    assert calls.count("a") == 1
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    assert [calls.count(n) for n in "abc"] == [1, 1, 1]
+    assert_log_sound(rt.store, job_id)
+
+
+def test_reconcile_after_in_process_crash(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    effects: dict[str, dict[str, Any]] = {}  # the outside world, by external key
+
+    def pay(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        calls.add(ctx, "pay")
+        effects[ctx.external_key] = {"paid": amount, "ref": ctx.external_key}
+        return effects[ctx.external_key]
+
+    def find(ctx: ToolContext, amount: int) -> dict[str, Any] | None:
+        return effects.get(ctx.external_key)
+
+    rt = make_runtime(Tool("pay", pay, "tool", reconcile_fn=find))
+    job_id = rt.submit(plan(node("p", "pay", args={"amount": 9})), {}).job_id
+    crash_at("tool.after_execute")
+    crash_and_wait(rt, job_id)
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "completed"
+    assert calls.count("p") == 1 and len(effects) == 1
+    assert job.output == {"p": next(iter(effects.values()))}
+    events = assert_log_sound(rt.store, job_id)
+    [finished] = of_type(events, "tool_invocation_finished")
+    assert finished["catch_up"] is True and finished["outcome"] == "success"
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+
+def test_replay_context_is_deterministic(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    rt = make_runtime(
+        charge_tool(calls),
+        double_tool(calls),
+        flaky_tool(calls, 1, lambda: RetryableError("blip")),
+    )
+    graph = plan(
+        node("a", "charge", args={"amount": "${input.amount}"}),
+        node("b", "double", "pure", args={"value": "${a}"}, deps=["a"]),
+        node("f", "flaky", deps=["b"]),
+        node("c", "charge", args={"amount": "${b.amount}"}, deps=["f"]),
+    )
+    job_id = park_in_flight(rt, crash_at, graph)
+    rt.resume(job_id, "retry")
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+
+    events = rt.store.list_events(job_id)
+    first = build_from_events(events)
+    second = build_from_events(events)
+    third = build_from_events(rt.store.list_events(job_id))  # a fresh read of the same log
+    assert first == second == third
+    assert first is not second
+    assert first.status == "completed"
+    assert first.completed_nodes == {"a", "b", "f", "c"}
+    assert first.pending_tool_invocations == {}
+    assert set(first.completed_tool_invocations) == {
+        r.idempotency_key for r in ledger_rows(rt.store, job_id)
+    }
+    assert first.node_output("b") == {"amount": 8}
+    assert first.output == rt.get_job(job_id).output
+    assert first.task_graph == dict(Plan.parse(graph).task_graph)
+    # built from a prefix, it is the state at that point: deterministic there too
+    prefix = events[: len(events) // 2]
+    assert build_from_events(prefix) == build_from_events(list(prefix))
+
+
+def test_lease_expiry_of_a_crashed_run_is_needed_before_reclaim(
+    make_runtime: Any, calls: Calls, crash_at: Any
+) -> None:
+    """A job whose worker "died" is not runnable until its lease expires (until-idle does
+    not wait for it), then it is."""
+    rt = make_runtime(charge_tool(calls), double_tool(calls), lease_seconds=1.5)
+    job_id = rt.submit(CHAIN, {"amount": 1}).job_id
+    crash_at("tool.after_commit")
+    with pytest.raises(SimulatedCrash):
+        rt.run_until_idle()
+    assert rt.get_job(job_id).lease_expires_at > time.time()
+    assert rt.run_until_idle() == 0  # still leased by the dead attempt
+    wait_lease_expired(rt.store, job_id)
+    assert rt.run_until_idle() == 1
+    assert rt.get_job(job_id).status == "completed"
+    assert [calls.count(n) for n in "abc"] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("in_flight", ["park", "fail"])
+@pytest.mark.parametrize("broken", ["raises", "non_json"])
+def test_failing_reconcile_falls_back_to_the_in_flight_policy(
+    make_runtime: Any, calls: Calls, crash_at: Any, in_flight: str, broken: str
+) -> None:
+    """A reconcile hook that raises (its API is down) or returns junk cannot tell whether the
+    effect happened: the job is parked or failed by policy — the tool is not run blindly, and
+    the worker survives (it used to die on every reclaim: a poison job)."""
+
+    def pay(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "pay")
+        return {"paid": True}
+
+    def lookup(ctx: ToolContext) -> Any:
+        if broken == "raises":
+            raise ConnectionError("payments API down")
+        return {"found": {1, 2}}
+
+    rt = make_runtime(Tool("pay", pay, "tool", reconcile_fn=lookup), charge_tool(calls))
+    job_id = rt.submit(
+        plan(node("p", "pay"), node("after", "charge", deps=["p"]), in_flight=in_flight), {}
+    ).job_id
+    crash_at("tool.after_execute")
+    crash_and_wait(rt, job_id)
+    assert rt.run_until_idle() == 1  # the worker does not die
+    job = rt.get_job(job_id)
+    assert calls.count("p") == 1 and calls.count("after") == 0
+    events = assert_log_sound(rt.store, job_id)
+    if in_flight == "park":
+        assert job.status == "parked"
+        [parked] = of_type(events, "job_parked")
+        assert parked["reason"] == "in_flight" and parked["node_id"] == "p"
+        assert "reconcile hook failed" in parked["detail"]["message"]
+        reason = parked["detail"]["reconcile_error"]
+        rt.resume(job_id, "accept_result", result={"paid": True})
+        rt.run_until_idle()
+        assert rt.get_job(job_id).status == "completed"
+        assert calls.count("p") == 1 and calls.count("after") == 1
+        assert_log_sound(rt.store, job_id)
+    else:
+        assert job.status == "failed"
+        assert job.error["message"] == "invocation in flight or lost"
+        reason = job.error["reconcile_error"]
+    if broken == "raises":
+        assert reason == {"type": "ConnectionError", "message": "payments API down"}
+    else:
+        assert reason["type"] == "CanonicalizationError" and "'p'" in reason["message"]
+
+
+def test_concurrent_claim_loops_run_each_step_once(make_runtime: Any, calls: Calls) -> None:
+    """Four claim loops in one worker (threads sharing one store): no job is claimed twice."""
+    rt = make_runtime(charge_tool(calls), double_tool(calls), lease_seconds=10)
+    job_ids = {rt.submit(CHAIN, {"amount": i}).job_id for i in range(24)}
+    assert rt.run_until_idle(concurrency=4) == 24
+    assert {j.job_id for j in rt.store.list_jobs(JobFilter(status=["completed"]))} == job_ids
+    per_step = {(key, node) for _, node, _, key in calls.log}
+    assert len(calls.log) == 24 * 3 == len(per_step)
+    for job_id in job_ids:
+        assert_log_sound(rt.store, job_id)
