@@ -34,7 +34,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python benchmarks/bench_append.py
+	$(BIN)/python benchmarks/bench_steps.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache affidavit.db affidavit.db-wal affidavit.db-shm

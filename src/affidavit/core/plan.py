@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,6 +100,7 @@ class Plan:
     order: tuple[str, ...]
     """Node ids in the canonical topological order that step ids are numbered by."""
     policy: Policy
+    by_id: Mapping[str, Node] = field(default_factory=dict, repr=False, compare=False)
 
     # --- construction -----------------------------------------------------------------------
 
@@ -153,7 +154,7 @@ class Plan:
                         node_id=node.id,
                     )
         order = topological_order(nodes)  # (4)
-        ancestors = _ancestors(nodes, order)
+        deps = {n.id: n.depends_on for n in nodes}
         for node in nodes:  # (5)
             for ref in iter_references(node.args):
                 root = ref.split(".", 1)[0]
@@ -164,7 +165,7 @@ class Plan:
                         f"node {node.id!r} references ${{{ref}}}, but {root!r} is not a node",
                         node_id=node.id,
                     )
-                if root not in ancestors[node.id]:
+                if not _is_ancestor(root, node.id, deps):
                     raise BadReferenceError(
                         f"node {node.id!r} references ${{{ref}}}, but {root!r} is not among "
                         "its dependencies",
@@ -182,6 +183,7 @@ class Plan:
             plan_hash=hashlib.sha256(graph_bytes).hexdigest(),
             order=order,
             policy=_parse_policy(data),
+            by_id=by_id,
         )
 
     # --- identity ---------------------------------------------------------------------------
@@ -199,10 +201,8 @@ class Plan:
         }
 
     def node(self, node_id: str) -> Node:
-        for n in self.nodes:
-            if n.id == node_id:
-                return n
-        raise KeyError(node_id)
+        """The node with this id (``KeyError`` if none)."""
+        return self.by_id[node_id]
 
     def sinks(self) -> tuple[str, ...]:
         """Nodes no other node depends on, in canonical order (their outputs form the job's)."""
@@ -274,16 +274,22 @@ def iter_references(value: Any) -> Iterator[str]:
             yield from iter_references(item)
 
 
-def _ancestors(nodes: tuple[Node, ...], order: tuple[str, ...]) -> dict[str, frozenset[str]]:
-    deps = {n.id: n.depends_on for n in nodes}
-    result: dict[str, frozenset[str]] = {}
-    for node_id in order:  # parents come first in topological order
-        acc: set[str] = set()
-        for dep in deps[node_id]:
-            acc.add(dep)
-            acc |= result[dep]
-        result[node_id] = frozenset(acc)
-    return result
+def _is_ancestor(candidate: str, node_id: str, deps: Mapping[str, tuple[str, ...]]) -> bool:
+    """Whether ``candidate`` is reachable from ``node_id`` through ``depends_on`` (a direct
+    dependency is the common case and costs one lookup; no per-node ancestor sets, which would
+    make validation quadratic in a long chain)."""
+    if candidate in deps[node_id]:
+        return True
+    seen: set[str] = set()
+    stack = list(deps[node_id])
+    while stack:
+        current = stack.pop()
+        if current == candidate:
+            return True
+        if current not in seen:
+            seen.add(current)
+            stack.extend(deps[current])
+    return False
 
 
 def _parse_node(raw: Any, index: int) -> Node:

@@ -20,17 +20,24 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_sha256
-from affidavit.core.errors import AffidavitError, CanonicalizationError, FencedError
-from affidavit.core.events import utc_now
+from affidavit.core.canonical import canonical
+from affidavit.core.errors import AffidavitError, FencedError
 from affidavit.core.ids import new_event_id
 from affidavit.core.plan import Node, Plan, args_hash, external_key, idempotency_key
 from affidavit.runtime.args import resolve
 from affidavit.runtime.crash import crash_point
-from affidavit.runtime.replay import ReplayContext, build_from_events
+from affidavit.runtime.inflight import RecoveryMixin
+from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.run_base import (
+    Claim,
+    StepFailed,
+    Stop,
+    check_result,
+    elapsed_ms,
+    error_dict,
+)
 from affidavit.runtime.sdk import (
     CompensatableError,
     RetryableError,
@@ -38,38 +45,7 @@ from affidavit.runtime.sdk import (
     ToolContext,
     ToolRegistry,
 )
-from affidavit.store import NewEvent, Store
-from affidavit.store._ledger import LedgerRow
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One claim (lease) of a job by a worker."""
-
-    job_id: str
-    attempt_id: str
-    worker_id: str
-
-
-class StepFailed(Exception):
-    """A node failed for good; the job fails with ``error``."""
-
-    def __init__(self, node_id: str, error: dict[str, Any]) -> None:
-        super().__init__(error.get("message", ""))
-        self.node_id = node_id
-        self.error = error
-
-
-class Stop(Exception):
-    """The run ends without completing: the job is waiting, parked, or the lease was lost."""
-
-    def __init__(self, status: str) -> None:
-        super().__init__(status)
-        self.status = status
-
-
-def _error(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc)[:2000]}
+from affidavit.store import Store
 
 
 class JobRunner:
@@ -97,7 +73,16 @@ class JobRunner:
         replay = build_from_events(events)
         if replay.task_graph is None:
             raise AffidavitError(f"job {claim.job_id} has no plan_generated event")
-        run = _Run(self, claim, Plan.parse(replay.task_graph), replay, len(events))
+        run = _Run(
+            self.store,
+            self.tools,
+            claim,
+            Plan.parse(replay.task_graph),
+            replay,
+            len(events),
+            sleep=self._sleep,
+            lease_lost=self._lease_lost,
+        )
         try:
             return run.execute()
         except FencedError:
@@ -106,51 +91,8 @@ class JobRunner:
             return stop.status
 
 
-class _Run:
-    """The state of one run of one job (one claim)."""
-
-    def __init__(
-        self, runner: JobRunner, claim: Claim, plan: Plan, replay: ReplayContext, version: int
-    ) -> None:
-        self.r = runner
-        self.store = runner.store
-        self.claim = claim
-        self.plan = plan
-        self.replay = replay
-        self.version = version
-        self.steps = plan.step_ids(claim.job_id)
-        policy = replay.policy or plan.policy.to_dict()
-        self.in_flight_policy: str = policy["in_flight"]
-        self.max_attempts: int = policy["retry"]["max_attempts"]
-        self.backoff: float = policy["retry"]["backoff_seconds"]
-        self.scope: dict[str, Any] = {"input": replay.input}
-        for node_id in replay.completed_nodes:
-            self.scope[node_id] = replay.node_output(node_id)
-
-    # --- writing ------------------------------------------------------------------------------
-
-    def _events(self, *items: tuple[str, dict[str, Any]]) -> list[NewEvent]:
-        at = utc_now()
-        return [NewEvent(t, {**p, "at": at}) for t, p in items]
-
-    def _append(self, tx: Any, *items: tuple[str, dict[str, Any]]) -> None:
-        stored = tx.append(
-            self.claim.job_id,
-            self._events(*items),
-            expected_version=self.version,
-            fence=self.claim.attempt_id,
-        )
-        self.version += len(stored)
-
-    def _write(self, *items: tuple[str, dict[str, Any]], durable: bool = False) -> None:
-        with self.store.transaction(durable=durable) as tx:
-            self._append(tx, *items)
-
-    def _check_lease(self) -> None:
-        if self.r._lease_lost is not None and self.r._lease_lost.is_set():
-            raise Stop("lost")
-
-    # --- the graph ----------------------------------------------------------------------------
+class _Run(RecoveryMixin):
+    """Executes the graph of one run."""
 
     def execute(self) -> str:
         completed = self.replay.completed_nodes
@@ -194,7 +136,7 @@ class _Run:
         return resolved  # type: ignore[no-any-return]
 
     def _tool(self, node: Node, kind: str) -> Tool:
-        found = self.r.tools.get(node.tool or "")
+        found = self.tools.get(node.tool or "")
         if found is None or found.kind != kind:
             raise StepFailed(
                 node.id,
@@ -229,7 +171,7 @@ class _Run:
 
     def _backoff(self, attempt: int) -> None:
         if self.backoff > 0:
-            self.r._sleep(min(self.backoff * 2 ** (attempt - 1), 60.0))
+            self.sleep(min(self.backoff * 2 ** (attempt - 1), 60.0))
 
     # --- pure ---------------------------------------------------------------------------------
 
@@ -258,7 +200,7 @@ class _Run:
             t0 = time.perf_counter()
             try:
                 output = self._call(node, t.fn, ctx, args)
-                _check_result(node, t, output)
+                check_result(node, t, output)
             except Exception as exc:
                 retry = self._retryable(t, exc) and attempt < limit
                 finished = {
@@ -268,14 +210,14 @@ class _Run:
                     "result_type": "retryable_failure"
                     if self._retryable(t, exc)
                     else "permanent_failure",
-                    "error": _error(exc),
-                    "duration_ms": _ms(t0),
+                    "error": error_dict(exc),
+                    "duration_ms": elapsed_ms(t0),
                 }
                 self._write(("node_started", started), ("node_finished", finished))
                 if retry:
                     self._backoff(attempt)
                     continue
-                raise StepFailed(node.id, _error(exc)) from exc
+                raise StepFailed(node.id, error_dict(exc)) from exc
             crash_point("pure.after_execute")
             finished = {
                 "node_id": node.id,
@@ -283,7 +225,7 @@ class _Run:
                 "attempt": attempt,
                 "result_type": "pure",
                 "output": output,
-                "duration_ms": _ms(t0),
+                "duration_ms": elapsed_ms(t0),
             }
             self._write(("node_started", started), ("node_finished", finished))
             return output
@@ -428,7 +370,7 @@ class _Run:
             t0 = time.perf_counter()
             try:
                 result = self._call(node, t.fn, ctx, args)
-                _check_result(node, t, result)
+                check_result(node, t, result)
             except Exception as exc:
                 retryable = self._retryable(t, exc)
                 result_type = (
@@ -450,7 +392,7 @@ class _Run:
                                 "outcome": "timeout"
                                 if isinstance(exc, TimeoutError)
                                 else "failure",
-                                "error": _error(exc),
+                                "error": error_dict(exc),
                                 "catch_up": False,
                             },
                         ),
@@ -459,20 +401,20 @@ class _Run:
                             {
                                 **base,
                                 "result_type": result_type,
-                                "error": _error(exc),
+                                "error": error_dict(exc),
                                 "attempt": attempt,
-                                "duration_ms": _ms(t0),
+                                "duration_ms": elapsed_ms(t0),
                             },
                         ),
                     )
-                    tx.ledger_finish(job_id, key, status="failed", error=_error(exc))
+                    tx.ledger_finish(job_id, key, status="failed", error=error_dict(exc))
                 if isinstance(exc, CompensatableError):
                     self._compensate(node, t, ctx, args, base, attempt)
-                    raise StepFailed(node.id, _error(exc)) from exc
+                    raise StepFailed(node.id, error_dict(exc)) from exc
                 if retryable and attempt < limit:
                     self._backoff(attempt)
                     continue
-                raise StepFailed(node.id, _error(exc)) from exc
+                raise StepFailed(node.id, error_dict(exc)) from exc
             crash_point("tool.after_execute")
             # (3) T2: finished + committed + node_finished, and the ledger row, together.
             self._commit(
@@ -489,243 +431,3 @@ class _Run:
             )
             crash_point("tool.after_commit")
             return result
-
-    def _commit(
-        self,
-        *,
-        tx_durable: bool,
-        node: Node,
-        base: dict[str, Any],
-        key: str,
-        invocation: str,
-        result: Any,
-        attempt: int,
-        t0: float,
-        ctx: ToolContext | None,
-        catch_up: bool,
-    ) -> None:
-        items: list[tuple[str, dict[str, Any]]] = [
-            (
-                "tool_invocation_finished",
-                {
-                    **base,
-                    "invocation_id": invocation,
-                    "idempotency_key": key,
-                    "outcome": "success",
-                    "result": result,
-                    "catch_up": catch_up,
-                },
-            ),
-            (
-                "command_committed",
-                {
-                    **base,
-                    "command_id": invocation,
-                    "idempotency_key": key,
-                    "result_hash": canonical_sha256(result),
-                },
-            ),
-        ]
-        if ctx is not None and ctx.state_changes:
-            items.append(
-                (
-                    "state_changed",
-                    {**base, "state_changes": [c.to_dict() for c in ctx.state_changes]},
-                )
-            )
-        items.append(
-            (
-                "node_finished",
-                {
-                    **base,
-                    "result_type": "side_effect_committed",
-                    "attempt": attempt,
-                    "duration_ms": _ms(t0),
-                },
-            )
-        )
-        with self.store.transaction(durable=tx_durable) as tx:
-            self._append(tx, *items)
-            tx.ledger_finish(self.claim.job_id, key, status="committed", result=result)
-
-    def _compensate(
-        self,
-        node: Node,
-        t: Tool,
-        ctx: ToolContext,
-        args: dict[str, Any],
-        base: dict[str, Any],
-        attempt: int,
-    ) -> None:
-        if t.compensate_fn is None:
-            return
-        try:
-            details = t.compensate_fn(ctx, **args)
-            canonical(details)
-        except Exception as exc:
-            raise StepFailed(
-                node.id,
-                {
-                    "type": "compensation_failed",
-                    "message": f"compensation of {node.id!r} failed: {exc}",
-                },
-            ) from exc
-        self._write(
-            ("step_compensated", {**base, "compensation": details}),
-            (
-                "node_finished",
-                {
-                    **base,
-                    "result_type": "compensated",
-                    "attempt": attempt,
-                    "duration_ms": 0,
-                    "output": details,
-                },
-            ),
-        )
-
-    def _in_flight(
-        self,
-        node: Node,
-        t: Tool,
-        args: dict[str, Any],
-        key: str,
-        row: LedgerRow,
-        attempt: int,
-        started_events: tuple[tuple[str, dict[str, Any]], ...],
-    ) -> tuple[Any] | None:
-        """Resolve an invocation that a dead attempt started and never finished. Returns
-        ``(result,)`` when reconcile found the effect (caught up), ``None`` when it found
-        nothing (the dead invocation is closed as lost and ours is started); parks or fails
-        the job otherwise (raising)."""
-        job_id = self.claim.job_id
-        base = {"node_id": node.id, "step_id": row.step_id}
-        dead = row.invocation_id
-        reconcile_error: dict[str, Any] | None = None
-        if t.reconcile_fn is not None:
-            ctx = ToolContext(
-                job_id,
-                node.id,
-                row.step_id,
-                attempt,
-                key,
-                external_key(job_id, row.step_id, row.attempt_id),
-            )
-            t0 = time.perf_counter()
-            try:
-                found = t.reconcile_fn(ctx, **args)
-                if found is not None:
-                    _check_result(node, t, found)
-            except Exception as exc:  # the lookup itself failed: decide as without a hook
-                reconcile_error = _error(exc)
-            else:
-                if found is not None:
-                    self._commit(
-                        tx_durable=False,
-                        node=node,
-                        base=base,
-                        key=key,
-                        invocation=dead,
-                        result=found,
-                        attempt=attempt,
-                        t0=t0,
-                        ctx=ctx,
-                        catch_up=True,
-                    )
-                    return (found,)
-                invocation = started_events[1][1]["invocation_id"]
-                with self.store.transaction(durable=True) as tx:
-                    self._append(
-                        tx,
-                        (
-                            "tool_invocation_finished",
-                            {
-                                **base,
-                                "invocation_id": dead,
-                                "idempotency_key": key,
-                                "outcome": "lost",
-                                "error": {"type": "lost", "message": "reconcile found no effect"},
-                                "catch_up": True,
-                            },
-                        ),
-                        *started_events,
-                    )
-                    tx.ledger_restart(
-                        job_id, key, invocation_id=invocation, attempt_id=self.claim.attempt_id
-                    )
-                return None
-        policy = t.in_flight or self.in_flight_policy
-        detail: dict[str, Any] = {
-            "invocation_id": dead,
-            "dead_attempt_id": row.attempt_id,
-            "tool_name": t.name,
-            "message": "the tool may or may not have acted; it has no reconcile hook",
-        }
-        if reconcile_error is not None:
-            detail["message"] = "the tool may or may not have acted; its reconcile hook failed"
-            detail["reconcile_error"] = reconcile_error
-        if policy == "park":
-            with self.store.transaction(durable=True) as tx:
-                self._append(
-                    tx,
-                    (
-                        "job_parked",
-                        {
-                            "reason": "in_flight",
-                            "node_id": node.id,
-                            "step_id": row.step_id,
-                            "idempotency_key": key,
-                            "detail": detail,
-                        },
-                    ),
-                )
-                tx.update_job(job_id, status="parked", fence=self.claim.attempt_id)
-                tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
-            raise Stop("parked")
-        error = {**detail, "type": "in_flight", "message": "invocation in flight or lost"}
-        with self.store.transaction(durable=True) as tx:
-            self._append(
-                tx,
-                (
-                    "tool_invocation_finished",
-                    {
-                        **base,
-                        "invocation_id": dead,
-                        "idempotency_key": key,
-                        "outcome": "lost",
-                        "error": error,
-                        "catch_up": True,
-                    },
-                ),
-                (
-                    "node_finished",
-                    {
-                        **base,
-                        "result_type": "permanent_failure",
-                        "error": error,
-                        "attempt": attempt,
-                        "duration_ms": 0,
-                    },
-                ),
-                ("job_failed", {"error": error, "node_id": node.id}),
-            )
-            tx.ledger_finish(job_id, key, status="failed", error=error)
-            tx.update_job(job_id, status="failed", error=error, fence=self.claim.attempt_id)
-        raise Stop("failed")
-
-
-def _check_result(node: Node, t: Tool, value: Any) -> None:
-    """A result is recorded as canonical JSON; if it cannot be, say which node returned it."""
-    try:
-        canonical(value)
-    except CanonicalizationError as exc:
-        raise CanonicalizationError(
-            f"{t.kind} {t.name!r} of node {node.id!r} returned a value that cannot be "
-            f"recorded: {exc.reason}",
-            path=exc.path,
-            hint=exc.hint,
-        ) from exc
-
-
-def _ms(t0: float) -> float:
-    return round((time.perf_counter() - t0) * 1000, 3)

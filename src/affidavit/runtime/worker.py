@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from affidavit.core.errors import StoreError
 from affidavit.core.ids import new_attempt_id
-from affidavit.runtime.runner import Claim, JobRunner
+from affidavit.runtime.run_base import Claim
+from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.store import Store
 

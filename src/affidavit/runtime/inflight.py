@@ -1,0 +1,185 @@
+"""Steps that went wrong: compensation, and invocations left in flight by a dead attempt."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from affidavit.core.canonical import canonical
+from affidavit.core.plan import Node, external_key
+from affidavit.runtime.run_base import (
+    RunBase,
+    StepFailed,
+    Stop,
+    check_result,
+    error_dict,
+)
+from affidavit.runtime.sdk import Tool, ToolContext
+from affidavit.store._ledger import LedgerRow
+
+
+class RecoveryMixin(RunBase):
+    def _compensate(
+        self,
+        node: Node,
+        t: Tool,
+        ctx: ToolContext,
+        args: dict[str, Any],
+        base: dict[str, Any],
+        attempt: int,
+    ) -> None:
+        if t.compensate_fn is None:
+            return
+        try:
+            details = t.compensate_fn(ctx, **args)
+            canonical(details)
+        except Exception as exc:
+            raise StepFailed(
+                node.id,
+                {
+                    "type": "compensation_failed",
+                    "message": f"compensation of {node.id!r} failed: {exc}",
+                },
+            ) from exc
+        self._write(
+            ("step_compensated", {**base, "compensation": details}),
+            (
+                "node_finished",
+                {
+                    **base,
+                    "result_type": "compensated",
+                    "attempt": attempt,
+                    "duration_ms": 0,
+                    "output": details,
+                },
+            ),
+        )
+
+    def _in_flight(
+        self,
+        node: Node,
+        t: Tool,
+        args: dict[str, Any],
+        key: str,
+        row: LedgerRow,
+        attempt: int,
+        started_events: tuple[tuple[str, dict[str, Any]], ...],
+    ) -> tuple[Any] | None:
+        """Resolve an invocation that a dead attempt started and never finished. Returns
+        ``(result,)`` when reconcile found the effect (caught up), ``None`` when it found
+        nothing (the dead invocation is closed as lost and ours is started); parks or fails
+        the job otherwise (raising)."""
+        job_id = self.claim.job_id
+        base = {"node_id": node.id, "step_id": row.step_id}
+        dead = row.invocation_id
+        reconcile_error: dict[str, Any] | None = None
+        if t.reconcile_fn is not None:
+            ctx = ToolContext(
+                job_id,
+                node.id,
+                row.step_id,
+                attempt,
+                key,
+                external_key(job_id, row.step_id, row.attempt_id),
+            )
+            t0 = time.perf_counter()
+            try:
+                found = t.reconcile_fn(ctx, **args)
+                if found is not None:
+                    check_result(node, t, found)
+            except Exception as exc:  # the lookup itself failed: decide as without a hook
+                reconcile_error = error_dict(exc)
+            else:
+                if found is not None:
+                    self._commit(
+                        tx_durable=False,
+                        node=node,
+                        base=base,
+                        key=key,
+                        invocation=dead,
+                        result=found,
+                        attempt=attempt,
+                        t0=t0,
+                        ctx=ctx,
+                        catch_up=True,
+                    )
+                    return (found,)
+                invocation = started_events[1][1]["invocation_id"]
+                with self.store.transaction(durable=True) as tx:
+                    self._append(
+                        tx,
+                        (
+                            "tool_invocation_finished",
+                            {
+                                **base,
+                                "invocation_id": dead,
+                                "idempotency_key": key,
+                                "outcome": "lost",
+                                "error": {"type": "lost", "message": "reconcile found no effect"},
+                                "catch_up": True,
+                            },
+                        ),
+                        *started_events,
+                    )
+                    tx.ledger_restart(
+                        job_id, key, invocation_id=invocation, attempt_id=self.claim.attempt_id
+                    )
+                return None
+        policy = t.in_flight or self.in_flight_policy
+        detail: dict[str, Any] = {
+            "invocation_id": dead,
+            "dead_attempt_id": row.attempt_id,
+            "tool_name": t.name,
+            "message": "the tool may or may not have acted; it has no reconcile hook",
+        }
+        if reconcile_error is not None:
+            detail["message"] = "the tool may or may not have acted; its reconcile hook failed"
+            detail["reconcile_error"] = reconcile_error
+        if policy == "park":
+            with self.store.transaction(durable=True) as tx:
+                self._append(
+                    tx,
+                    (
+                        "job_parked",
+                        {
+                            "reason": "in_flight",
+                            "node_id": node.id,
+                            "step_id": row.step_id,
+                            "idempotency_key": key,
+                            "detail": detail,
+                        },
+                    ),
+                )
+                tx.update_job(job_id, status="parked", fence=self.claim.attempt_id)
+                tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
+            raise Stop("parked")
+        error = {**detail, "type": "in_flight", "message": "invocation in flight or lost"}
+        with self.store.transaction(durable=True) as tx:
+            self._append(
+                tx,
+                (
+                    "tool_invocation_finished",
+                    {
+                        **base,
+                        "invocation_id": dead,
+                        "idempotency_key": key,
+                        "outcome": "lost",
+                        "error": error,
+                        "catch_up": True,
+                    },
+                ),
+                (
+                    "node_finished",
+                    {
+                        **base,
+                        "result_type": "permanent_failure",
+                        "error": error,
+                        "attempt": attempt,
+                        "duration_ms": 0,
+                    },
+                ),
+                ("job_failed", {"error": error, "node_id": node.id}),
+            )
+            tx.ledger_finish(job_id, key, status="failed", error=error)
+            tx.update_job(job_id, status="failed", error=error, fence=self.claim.attempt_id)
+        raise Stop("failed")

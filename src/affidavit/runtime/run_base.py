@@ -1,0 +1,182 @@
+"""The state of one run of one job, and the writes every kind of step shares.
+
+Every write appends at the run's known version and is fenced by the claim's attempt id, so a
+run that lost its lease (or raced another writer) writes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.errors import CanonicalizationError
+from affidavit.core.events import utc_now
+from affidavit.core.plan import Node, Plan
+from affidavit.runtime.replay import ReplayContext
+from affidavit.runtime.sdk import Tool, ToolContext, ToolRegistry
+from affidavit.store import NewEvent, Store
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim (lease) of a job by a worker."""
+
+    job_id: str
+    attempt_id: str
+    worker_id: str
+
+
+class StepFailed(Exception):
+    """A node failed for good; the job fails with ``error``."""
+
+    def __init__(self, node_id: str, error: dict[str, Any]) -> None:
+        super().__init__(error.get("message", ""))
+        self.node_id = node_id
+        self.error = error
+
+
+class Stop(Exception):
+    """The run ends without completing: the job is waiting, parked, or the lease was lost."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def error_dict(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc)[:2000]}
+
+
+class RunBase:
+    """One run of one job (one claim)."""
+
+    def __init__(
+        self,
+        store: Store,
+        tools: ToolRegistry,
+        claim: Claim,
+        plan: Plan,
+        replay: ReplayContext,
+        version: int,
+        *,
+        sleep: Callable[[float], None],
+        lease_lost: threading.Event | None,
+    ) -> None:
+        self.store = store
+        self.tools = tools
+        self.sleep = sleep
+        self.lease_lost = lease_lost
+        self.claim = claim
+        self.plan = plan
+        self.replay = replay
+        self.version = version
+        self.steps = plan.step_ids(claim.job_id)
+        policy = replay.policy or plan.policy.to_dict()
+        self.in_flight_policy: str = policy["in_flight"]
+        self.max_attempts: int = policy["retry"]["max_attempts"]
+        self.backoff: float = policy["retry"]["backoff_seconds"]
+        self.scope: dict[str, Any] = {"input": replay.input}
+        for node_id in replay.completed_nodes:
+            self.scope[node_id] = replay.node_output(node_id)
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def _events(self, *items: tuple[str, dict[str, Any]]) -> list[NewEvent]:
+        at = utc_now()
+        return [NewEvent(t, {**p, "at": at}) for t, p in items]
+
+    def _append(self, tx: Any, *items: tuple[str, dict[str, Any]]) -> None:
+        stored = tx.append(
+            self.claim.job_id,
+            self._events(*items),
+            expected_version=self.version,
+            fence=self.claim.attempt_id,
+        )
+        self.version += len(stored)
+
+    def _write(self, *items: tuple[str, dict[str, Any]], durable: bool = False) -> None:
+        with self.store.transaction(durable=durable) as tx:
+            self._append(tx, *items)
+
+    def _check_lease(self) -> None:
+        if self.lease_lost is not None and self.lease_lost.is_set():
+            raise Stop("lost")
+
+    def _commit(
+        self,
+        *,
+        tx_durable: bool,
+        node: Node,
+        base: dict[str, Any],
+        key: str,
+        invocation: str,
+        result: Any,
+        attempt: int,
+        t0: float,
+        ctx: ToolContext | None,
+        catch_up: bool,
+    ) -> None:
+        items: list[tuple[str, dict[str, Any]]] = [
+            (
+                "tool_invocation_finished",
+                {
+                    **base,
+                    "invocation_id": invocation,
+                    "idempotency_key": key,
+                    "outcome": "success",
+                    "result": result,
+                    "catch_up": catch_up,
+                },
+            ),
+            (
+                "command_committed",
+                {
+                    **base,
+                    "command_id": invocation,
+                    "idempotency_key": key,
+                    "result_hash": canonical_sha256(result),
+                },
+            ),
+        ]
+        if ctx is not None and ctx.state_changes:
+            items.append(
+                (
+                    "state_changed",
+                    {**base, "state_changes": [c.to_dict() for c in ctx.state_changes]},
+                )
+            )
+        items.append(
+            (
+                "node_finished",
+                {
+                    **base,
+                    "result_type": "side_effect_committed",
+                    "attempt": attempt,
+                    "duration_ms": elapsed_ms(t0),
+                },
+            )
+        )
+        with self.store.transaction(durable=tx_durable) as tx:
+            self._append(tx, *items)
+            tx.ledger_finish(self.claim.job_id, key, status="committed", result=result)
+
+
+def check_result(node: Node, t: Tool, value: Any) -> None:
+    """A result is recorded as canonical JSON; if it cannot be, say which node returned it."""
+    try:
+        canonical(value)
+    except CanonicalizationError as exc:
+        raise CanonicalizationError(
+            f"{t.kind} {t.name!r} of node {node.id!r} returned a value that cannot be "
+            f"recorded: {exc.reason}",
+            path=exc.path,
+            hint=exc.hint,
+        ) from exc
+
+
+def elapsed_ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
