@@ -16,5 +16,5 @@ CREATE TABLE tool_invocations (
     created_at      TEXT NOT NULL,
     updated_at      TEXT NOT NULL,
     PRIMARY KEY (job_id, idempotency_key)
-);
+) WITHOUT ROWID;  -- small rows: clustered on the key, one B-tree page per write, not two
 CREATE INDEX jobs_runnable ON jobs (status, lease_expires_at);
