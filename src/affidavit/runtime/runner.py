@@ -358,6 +358,10 @@ class _Run(RecoveryMixin):
                 # not found by reconcile: the dead invocation is closed and ours is started
                 invocation = str(started_events[1][1]["invocation_id"])
             crash_point("tool.after_acquire")
+            # A heartbeat may have found the lease taken over while T1 committed: then do not
+            # act. The invocation stays open for the new owner, whose reconcile (or in-flight
+            # policy) decides — never a second blind execution from here.
+            self._check_lease()
             # (2) execute
             ctx = ToolContext(
                 job_id,

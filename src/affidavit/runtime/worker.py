@@ -8,6 +8,7 @@ number of workers on any number of machines share one database.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -22,6 +23,7 @@ from affidavit.runtime.sdk import ToolRegistry
 from affidavit.store import Store
 
 DEFAULT_LEASE_SECONDS = 15.0
+log = logging.getLogger("affidavit.worker")
 
 
 def default_worker_id() -> str:
@@ -114,7 +116,14 @@ class Worker:
 
         def loop() -> None:
             while not stop.is_set():
-                if self.run_once() is None:
+                try:
+                    ran = self.run_once()
+                except Exception:
+                    # A job whose run raised unexpectedly keeps its lease until it expires and
+                    # is then retried elsewhere; this loop goes on with other jobs.
+                    log.exception("worker %s: a job run failed unexpectedly", self.worker_id)
+                    ran = "error"
+                if ran is None:
                     if until_idle:
                         return
                     stop.wait(self.poll_seconds)
