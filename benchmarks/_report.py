@@ -11,7 +11,7 @@ import os
 import platform
 import sqlite3
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -155,3 +155,53 @@ def write_section(name: str, body: str, path: Path = PERFORMANCE_MD) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+# --- shared formatting and profiling helpers ----------------------------------------------------
+
+ProfileKey = tuple[str, int, str]  # pstats: (file, line, function)
+
+
+def function_matcher(name: str, file_suffix: str = "") -> Callable[[ProfileKey], bool]:
+    """Match a profiled Python function by name and the end of its file path."""
+    return lambda k: k[2] == name and k[0].endswith(file_suffix)
+
+
+def builtin_matcher(fragment: str) -> Callable[[ProfileKey], bool]:
+    """Match a profiled built-in (C) function whose description contains ``fragment``."""
+    return lambda k: k[0] == "~" and fragment in k[2]
+
+
+def pg_conninfo(url: str) -> str:
+    """The benchmark's PostgreSQL URL without a schema (each run makes its own)."""
+    from affidavit.store.postgres import split_url
+
+    conninfo, schema = split_url(url)
+    if schema is not None:
+        raise SystemExit("error: --pg-url must not carry ?schema=; the benchmark makes its own")
+    return conninfo
+
+
+def spread(runs: Sequence[float], fmt: str = ",.0f") -> str:
+    """``median (min–max)`` of repetitions, or the single value."""
+    if len(runs) == 1:
+        return format(runs[0], fmt)
+    return f"{median(runs):{fmt}} ({min(runs):{fmt}}–{max(runs):{fmt}})"
+
+
+def yes_no(met: bool) -> str:
+    return "yes" if met else "**no**"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def steal_text(steal: float | None) -> str:
+    if steal is None:
+        return "CPU steal time unknown"
+    return f"CPU steal (time taken by the hypervisor) during the run: {steal:.0%}"
+
+
+def fmt_rate(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.0f}"

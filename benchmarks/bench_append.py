@@ -52,16 +52,25 @@ from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id
 from affidavit.store import NewEvent, Store, StoredEvent, open_store
-from affidavit.store.postgres import redact, split_url
+from affidavit.store.postgres import redact
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
+    ProfileKey,
+    builtin_matcher,
     cpu_ticks,
     describe_machine,
+    fmt_rate,
+    function_matcher,
     markdown_table,
     median,
+    pg_conninfo,
+    plural,
+    spread,
     steal_share,
+    steal_text,
     write_section,
+    yes_no,
 )
 
 SECTION = "bench_append"
@@ -270,13 +279,6 @@ def sqlite_target() -> Iterator[Target]:
             store.close()
 
 
-def pg_conninfo(url: str) -> str:
-    conninfo, schema = split_url(url)
-    if schema is not None:
-        raise SystemExit("error: --pg-url must not carry ?schema=; the benchmark makes its own")
-    return conninfo
-
-
 def pg_server_version(url: str) -> str:
     """The server version, or exit with a clear message if PostgreSQL cannot be reached."""
     try:
@@ -391,13 +393,6 @@ class Growth:
         return self.ratio <= GOAL_GROWTH
 
 
-def spread(runs: Sequence[float], fmt: str = ",.0f") -> str:
-    """``median (min–max)`` of repetitions, or the single value."""
-    if len(runs) == 1:
-        return format(runs[0], fmt)
-    return f"{median(runs):{fmt}} ({min(runs):{fmt}}–{max(runs):{fmt}})"
-
-
 def measure_throughput(
     target: Target, source: PayloadSource, events: int, batch: int, reps: int, goal: float
 ) -> Throughput:
@@ -482,37 +477,51 @@ def run_backend(target: Target, sizes: Sizes, seed: int) -> tuple[list[Throughpu
 
 # --- profile --------------------------------------------------------------------------------
 
-ProfileKey = tuple[str, int, str]  # pstats: (file, line, function)
-
-
-def _fn(name: str, file_suffix: str = "") -> Callable[[ProfileKey], bool]:
-    return lambda k: k[2] == name and k[0].endswith(file_suffix)
-
-
-def _builtin(fragment: str) -> Callable[[ProfileKey], bool]:
-    return lambda k: k[0] == "~" and fragment in k[2]
-
 
 # (label, top-level?, predicate): cumulative time summed over matching functions. Indented
 # labels are parts of the row above them. Rows that match nothing on a backend are not shown.
 _PROFILE_PARTS: list[tuple[str, bool, Callable[[ProfileKey], bool]]] = [
-    ("encode_events() (validate, id, canonicalize)", True, _fn("encode_events")),
-    ("  canonical() JSON", False, _fn("canonical", "canonical.py")),
-    ("  new_event_id()", False, _fn("new_event_id")),
-    ("chain_next() (SHA-256 over base64 payload)", True, _fn("chain_next")),
-    ("  base64 encode", False, _builtin("b2a_base64")),
-    ("  sha256", False, _builtin("openssl_sha256")),
+    ("encode_events() (validate, id, canonicalize)", True, function_matcher("encode_events")),
+    ("  canonical() JSON", False, function_matcher("canonical", "canonical.py")),
+    ("  new_event_id()", False, function_matcher("new_event_id")),
+    ("chain_next() (SHA-256 over base64 payload)", True, function_matcher("chain_next")),
+    ("  base64 encode", False, builtin_matcher("b2a_base64")),
+    ("  sha256", False, builtin_matcher("openssl_sha256")),
     ("StoredEvent(...) construction", True, lambda k: k[0] == "<string>" and k[2] == "__init__"),
-    ("digest.hex()", True, _builtin("method 'hex' of 'bytes'")),
-    ("utc_now()", True, _fn("utc_now")),
-    ("SQL: BEGIN IMMEDIATE + COMMIT (fsync)", True, _builtin("'execute' of 'sqlite3.Connection'")),
-    ("SQL: SELECT head + UPDATE head", True, _builtin("'execute' of 'sqlite3.Cursor'")),
-    ("SQL: INSERT events (executemany)", True, _builtin("'executemany' of 'sqlite3.Cursor'")),
+    ("digest.hex()", True, builtin_matcher("method 'hex' of 'bytes'")),
+    ("utc_now()", True, function_matcher("utc_now")),
+    (
+        "SQL: BEGIN IMMEDIATE + COMMIT (fsync)",
+        True,
+        builtin_matcher("'execute' of 'sqlite3.Connection'"),
+    ),
+    ("SQL: SELECT head + UPDATE head", True, builtin_matcher("'execute' of 'sqlite3.Cursor'")),
+    (
+        "SQL: INSERT events (executemany)",
+        True,
+        builtin_matcher("'executemany' of 'sqlite3.Cursor'"),
+    ),
     ("SQL: pool getconn + putconn", True, lambda k: k[2] in ("getconn", "putconn")),
-    ("SQL: BEGIN (transaction enter)", True, _fn("__enter__", "psycopg/transaction.py")),
-    ("SQL: COMMIT (fsync; transaction exit)", True, _fn("__exit__", "psycopg/transaction.py")),
-    ("SQL: SELECT … FOR UPDATE + UPDATE head", True, _fn("execute", "psycopg/cursor.py")),
-    ("SQL: INSERT events (executemany)", True, _fn("executemany", "psycopg/cursor.py")),
+    (
+        "SQL: BEGIN (transaction enter)",
+        True,
+        function_matcher("__enter__", "psycopg/transaction.py"),
+    ),
+    (
+        "SQL: COMMIT (fsync; transaction exit)",
+        True,
+        function_matcher("__exit__", "psycopg/transaction.py"),
+    ),
+    (
+        "SQL: SELECT … FOR UPDATE + UPDATE head",
+        True,
+        function_matcher("execute", "psycopg/cursor.py"),
+    ),
+    (
+        "SQL: INSERT events (executemany)",
+        True,
+        function_matcher("executemany", "psycopg/cursor.py"),
+    ),
 ]
 
 
@@ -609,24 +618,6 @@ def micro_costs(source: PayloadSource, n: int) -> None:
 
 
 # --- report ---------------------------------------------------------------------------------
-
-
-def steal_text(steal: float | None) -> str:
-    if steal is None:
-        return "CPU steal time unknown"
-    return f"CPU steal (time taken by the hypervisor) during the run: {steal:.0%}"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def yes_no(met: bool) -> str:
-    return "yes" if met else "**no**"
-
-
-def fmt_rate(x: float) -> str:
-    return f"{x:,.0f}"
 
 
 def throughput_rows(results: Sequence[Throughput]) -> list[list[str]]:

@@ -71,12 +71,21 @@ from affidavit.store.postgres import redact, split_url
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
+    ProfileKey,
+    builtin_matcher,
     cpu_ticks,
     describe_machine,
+    fmt_rate,
+    function_matcher,
     markdown_table,
     median,
+    pg_conninfo,
+    plural,
+    spread,
     steal_share,
+    steal_text,
     write_section,
+    yes_no,
 )
 
 SECTION = "bench_steps"
@@ -306,13 +315,6 @@ def run_child(script: Path, args: Sequence[str], cwd: Path) -> tuple[dict[str, A
 # --- results --------------------------------------------------------------------------------
 
 
-def spread(runs: Sequence[float], fmt: str = ",.0f") -> str:
-    """``median (min–max)`` of repetitions, or the single value."""
-    if len(runs) == 1:
-        return format(runs[0], fmt)
-    return f"{median(runs):{fmt}} ({min(runs):{fmt}}–{max(runs):{fmt}})"
-
-
 @dataclass(slots=True)
 class Case:
     """One SQLite case: steps/s of each repetition, in-process and (for subprocesses) whole."""
@@ -514,13 +516,6 @@ def plan_parse_seconds(n: int, reps: int = 3) -> float:
 
 
 # --- PostgreSQL -----------------------------------------------------------------------------
-
-
-def pg_conninfo(url: str) -> str:
-    conninfo, schema = split_url(url)
-    if schema is not None:
-        raise SystemExit("error: --pg-url must not carry ?schema=; the benchmark makes its own")
-    return conninfo
 
 
 def pg_server_version(url: str) -> str | None:
@@ -753,7 +748,6 @@ def goals(results: Results) -> list[Goal]:
 
 # --- profile --------------------------------------------------------------------------------
 
-ProfileKey = tuple[str, int, str]  # pstats: (file, line, function)
 Stats = dict[ProfileKey, tuple[Any, ...]]  # (cc, nc, tottime, cumtime, callers)
 
 
@@ -801,14 +795,6 @@ class TracedConnection:
         return self._conn.execute(statement, params)
 
 
-def _fn(name: str, file_suffix: str) -> Callable[[ProfileKey], bool]:
-    return lambda k: k[2] == name and k[0].endswith(file_suffix)
-
-
-def _builtin(fragment: str) -> Callable[[ProfileKey], bool]:
-    return lambda k: k[0] == "~" and fragment in k[2]
-
-
 def _any(*preds: Callable[[ProfileKey], bool]) -> Callable[[ProfileKey], bool]:
     return lambda k: any(p(k) for p in preds)
 
@@ -833,8 +819,8 @@ PLAN = "affidavit/core/plan.py"
 SQL = "affidavit/store/_sql.py"
 LEDGER = "affidavit/store/_ledger.py"
 BENCH = "benchmarks/bench_steps.py"
-_canonical = _fn("canonical", "affidavit/core/canonical.py")
-_sql_call = _builtin("of 'sqlite3.Connection'")
+_canonical = function_matcher("canonical", "affidavit/core/canonical.py")
+_sql_call = builtin_matcher("of 'sqlite3.Connection'")
 
 # (label, top-level?, how to total it). Top-level rows are disjoint parts of the run; indented
 # rows are parts of the row above; "all callers" rows overlap the others (shown for reference).
@@ -842,7 +828,9 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
     (
         "job start: Plan.parse + step ids (once per job, O(n²) in a chain)",
         True,
-        lambda s: _cum(s, _any(_fn("parse", PLAN), _fn("step_ids", PLAN))),
+        lambda s: _cum(
+            s, _any(function_matcher("parse", PLAN), function_matcher("step_ids", PLAN))
+        ),
     ),
     (
         "job start: claim, read the log, replay",
@@ -850,54 +838,64 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
         lambda s: _cum(
             s,
             _any(
-                _fn("claim", "affidavit/runtime/worker.py"),
-                _fn("list_events", SQL),
-                _fn("build_from_events", "affidavit/runtime/replay.py"),
+                function_matcher("claim", "affidavit/runtime/worker.py"),
+                function_matcher("list_events", SQL),
+                function_matcher("build_from_events", "affidavit/runtime/replay.py"),
             ),
         ),
     ),
-    ("plan.node(id) lookup (linear scan)", True, lambda s: _cum(s, _fn("node", PLAN))),
-    ("args: resolve ${…} + canonical check", True, lambda s: _cum(s, _fn("_resolve_args", RUNNER))),
+    ("plan.node(id) lookup (linear scan)", True, lambda s: _cum(s, function_matcher("node", PLAN))),
+    (
+        "args: resolve ${…} + canonical check",
+        True,
+        lambda s: _cum(s, function_matcher("_resolve_args", RUNNER)),
+    ),
     (
         "keys: idempotency_key + args_hash ×2 (canonical JSON + SHA-256)",
         True,
-        lambda s: _cum(s, _any(_fn("idempotency_key", PLAN), _fn("args_hash", PLAN))),
+        lambda s: _cum(
+            s, _any(function_matcher("idempotency_key", PLAN), function_matcher("args_hash", PLAN))
+        ),
     ),
     (
         "uuid: new_event_id() (invocation id)",
         True,
-        lambda s: _cum(s, _fn("new_event_id", "affidavit/core/ids.py")),
+        lambda s: _cum(s, function_matcher("new_event_id", "affidavit/core/ids.py")),
     ),
     (
         "event payloads: _events() (utc_now + dict copies)",
         True,
-        lambda s: _cum(s, _fn("_events", RUNNER)),
+        lambda s: _cum(s, function_matcher("_events", RUNNER)),
     ),
     (
         "event append: tx.append (encode, head, chain, INSERT)",
         True,
-        lambda s: _cum(s, _fn("append", SQL)),
+        lambda s: _cum(s, function_matcher("append", SQL)),
     ),
     (
         "  canonical JSON of the event payloads",
         False,
-        lambda s: _cum_from(s, _canonical, _fn("encode_events", SQL)),
+        lambda s: _cum_from(s, _canonical, function_matcher("encode_events", SQL)),
     ),
     (
         "  event ids: new_event_ids() (uuid7)",
         False,
-        lambda s: _cum(s, _fn("new_event_ids", "affidavit/core/ids.py")),
+        lambda s: _cum(s, function_matcher("new_event_ids", "affidavit/core/ids.py")),
     ),
     (
         "  SQL: SELECT job + head",
         False,
-        lambda s: _cum(s, _fn("_lock_and_head", "affidavit/store/sqlite.py")),
+        lambda s: _cum(s, function_matcher("_lock_and_head", "affidavit/store/sqlite.py")),
     ),
-    ("  chain_events() (SHA-256 chain)", False, lambda s: _cum(s, _fn("chain_events", SQL))),
+    (
+        "  chain_events() (SHA-256 chain)",
+        False,
+        lambda s: _cum(s, function_matcher("chain_events", SQL)),
+    ),
     (
         "  SQL: INSERT events",
         False,
-        lambda s: _cum(s, _fn("execute_many", "affidavit/store/sqlite.py")),
+        lambda s: _cum(s, function_matcher("execute_many", "affidavit/store/sqlite.py")),
     ),
     (
         "ledger SQL: get + insert (T1), finish (T2)",
@@ -905,43 +903,57 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
         lambda s: _cum(
             s,
             _any(
-                _fn("ledger_get", LEDGER),
-                _fn("ledger_insert", LEDGER),
-                _fn("ledger_finish", LEDGER),
+                function_matcher("ledger_get", LEDGER),
+                function_matcher("ledger_insert", LEDGER),
+                function_matcher("ledger_finish", LEDGER),
             ),
         ),
     ),
     (
         "transaction start: PRAGMA synchronous switch + BEGIN IMMEDIATE",
         True,
-        lambda s: _cum(s, _any(_fn("pragma", BENCH), _fn("begin", BENCH))),
+        lambda s: _cum(
+            s, _any(function_matcher("pragma", BENCH), function_matcher("begin", BENCH))
+        ),
     ),
-    ("T1 COMMIT (synced: fsync of the WAL)", True, lambda s: _cum(s, _fn("commit_synced", BENCH))),
-    ("T2 COMMIT (written, not synced)", True, lambda s: _cum(s, _fn("commit_written", BENCH))),
+    (
+        "T1 COMMIT (synced: fsync of the WAL)",
+        True,
+        lambda s: _cum(s, function_matcher("commit_synced", BENCH)),
+    ),
+    (
+        "T2 COMMIT (written, not synced)",
+        True,
+        lambda s: _cum(s, function_matcher("commit_written", BENCH)),
+    ),
     (
         "result: canonical(result) + canonical_sha256(result)",
         True,
         lambda s: (
-            _cum_from(s, _canonical, _fn("_tool_step", RUNNER))
-            + _cum(s, _fn("canonical_sha256", "affidavit/core/canonical.py"))
+            _cum_from(s, _canonical, function_matcher("_tool_step", RUNNER))
+            + _cum(s, function_matcher("canonical_sha256", "affidavit/core/canonical.py"))
         ),
     ),
-    ("the tool itself (noop)", True, lambda s: _cum(s, _fn("noop", BENCH))),
+    ("the tool itself (noop)", True, lambda s: _cum(s, function_matcher("noop", BENCH))),
     ("all callers: canonical() JSON", False, lambda s: _cum(s, _canonical)),
-    ("all callers: SHA-256", False, lambda s: _cum(s, _builtin("openssl_sha256"))),
+    ("all callers: SHA-256", False, lambda s: _cum(s, builtin_matcher("openssl_sha256"))),
     (
         "all callers: uuid7 ids",
         False,
         lambda s: _cum(
             s,
             _any(
-                _fn("new_event_id", "affidavit/core/ids.py"),
-                _fn("new_event_ids", "affidavit/core/ids.py"),
-                _fn("new_attempt_id", "affidavit/core/ids.py"),
+                function_matcher("new_event_id", "affidavit/core/ids.py"),
+                function_matcher("new_event_ids", "affidavit/core/ids.py"),
+                function_matcher("new_attempt_id", "affidavit/core/ids.py"),
             ),
         ),
     ),
-    ("all callers: utc_now()", False, lambda s: _cum(s, _fn("utc_now", "core/events.py"))),
+    (
+        "all callers: utc_now()",
+        False,
+        lambda s: _cum(s, function_matcher("utc_now", "core/events.py")),
+    ),
     ("all callers: sqlite3 calls (incl. COMMIT)", False, lambda s: _cum(s, _sql_call)),
 ]
 
@@ -1217,20 +1229,6 @@ def run_profile(sizes: Sizes) -> None:
 # --- report ---------------------------------------------------------------------------------
 
 
-def steal_text(steal: float | None) -> str:
-    if steal is None:
-        return "CPU steal time unknown"
-    return f"CPU steal (time taken by the hypervisor) during the run: {steal:.0%}"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def yes_no(met: bool) -> str:
-    return "yes" if met else "**no**"
-
-
 def bullet(text: str) -> str:
     """A markdown list item wrapped at 100 columns."""
     return textwrap.fill(
@@ -1245,10 +1243,6 @@ def bullet(text: str) -> str:
 
 def workers_text(n: int) -> str:
     return f"{n} worker process" if n == 1 else f"{n} worker processes"
-
-
-def fmt_rate(x: float | None) -> str:
-    return "—" if x is None else f"{x:,.0f}"
 
 
 def dbos_durability(info: DbosInfo) -> str:
