@@ -8,13 +8,13 @@ from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.core.config import DEFAULT_NAMESPACE, database_url
-from affidavit.core.errors import AffidavitError, PlanError
+from affidavit.core.errors import AffidavitError, JobNotFound, PlanError
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
-from affidavit.store import JobRecord, NewEvent, Store, open_store
+from affidavit.store import JobRecord, NewEvent, Store, Transaction, open_store
 
 
 class InvalidStateError(AffidavitError):
@@ -23,6 +23,14 @@ class InvalidStateError(AffidavitError):
 
 
 RESUME_DECISIONS = ("retry", "accept_result", "fail")
+
+
+def _locked_job(tx: Transaction, job_id: str) -> JobRecord:
+    """The job, locked against concurrent writers for the rest of ``tx``."""
+    job = tx.get_job(job_id, for_update=True)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
 
 
 class Runtime:
@@ -166,11 +174,7 @@ class Runtime:
             InvalidStateError: the job already completed, failed or was cancelled.
         """
         with self.store.transaction(durable=True) as tx:
-            job = tx.get_job(job_id, for_update=True)
-            if job is None:
-                from affidavit.core.errors import JobNotFound
-
-                raise JobNotFound(job_id)
+            job = _locked_job(tx, job_id)
             if job.terminal:
                 raise InvalidStateError(f"job {job_id} is already {job.status}")
             replay = build_from_events(self.store.list_events(job_id))
@@ -234,11 +238,7 @@ class Runtime:
         if result is not None:
             canonical(result)
         with self.store.transaction(durable=True) as tx:
-            job = tx.get_job(job_id, for_update=True)
-            if job is None:
-                from affidavit.core.errors import JobNotFound
-
-                raise JobNotFound(job_id)
+            job = _locked_job(tx, job_id)
             replay = build_from_events(self.store.list_events(job_id))
             if job.status != "parked" or not replay.pending_tool_invocations:
                 raise InvalidStateError(
