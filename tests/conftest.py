@@ -84,3 +84,10 @@ def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
     yield s
     s.close()
+
+
+@pytest.fixture(autouse=True)
+def _signing_key_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Seals are signed with a key file; tests keep theirs in the test's directory (never in
+    the home directory, the default for PostgreSQL). Tests of the default location unset it."""
+    monkeypatch.setenv("AFFIDAVIT_SIGNING_KEY", str(tmp_path / "keys" / "affidavit-signing.key"))

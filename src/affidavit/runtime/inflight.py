@@ -182,4 +182,5 @@ class RecoveryMixin(RunBase):
             )
             tx.ledger_finish(job_id, key, status="failed", error=error)
             tx.update_job(job_id, status="failed", error=error, fence=self.claim.attempt_id)
+            self.sealer.seal_txn(tx, job_id)
         raise Stop("failed")

@@ -18,6 +18,7 @@ from affidavit.core.events import utc_now
 from affidavit.core.plan import Node, Plan
 from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.sdk import Tool, ToolContext, ToolRegistry
+from affidavit.runtime.sealing import Sealer
 from affidavit.store import NewEvent, Store
 
 
@@ -65,8 +66,10 @@ class RunBase:
         *,
         sleep: Callable[[float], None],
         lease_lost: threading.Event | None,
+        sealer: Sealer,
     ) -> None:
         self.store = store
+        self.sealer = sealer  # signs the seal in the transaction of the terminal event
         self.tools = tools
         self.sleep = sleep
         self.lease_lost = lease_lost

@@ -45,6 +45,7 @@ from affidavit.runtime.sdk import (
     ToolContext,
     ToolRegistry,
 )
+from affidavit.runtime.sealing import Sealer
 from affidavit.store import Store
 
 
@@ -58,9 +59,11 @@ class JobRunner:
         *,
         sleep: Callable[[float], None] = time.sleep,
         lease_lost: threading.Event | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.store = store
         self.tools = tools
+        self.sealer = sealer if sealer is not None else Sealer.for_store(store)
         self._sleep = sleep
         self._lease_lost = lease_lost
 
@@ -82,6 +85,7 @@ class JobRunner:
             len(events),
             sleep=self._sleep,
             lease_lost=self._lease_lost,
+            sealer=self.sealer,
         )
         try:
             return run.execute()
@@ -118,6 +122,7 @@ class _Run(RecoveryMixin):
             tx.update_job(
                 self.claim.job_id, status="completed", output=output, fence=self.claim.attempt_id
             )
+            self.sealer.seal_txn(tx, self.claim.job_id)
         return "completed"
 
     def _fail_job(self, node_id: str | None, error: dict[str, Any]) -> None:
@@ -126,6 +131,7 @@ class _Run(RecoveryMixin):
             tx.update_job(
                 self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
             )
+            self.sealer.seal_txn(tx, self.claim.job_id)
 
     def _resolve_args(self, node: Node) -> dict[str, Any]:
         try:

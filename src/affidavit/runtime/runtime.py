@@ -13,6 +13,7 @@ from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
+from affidavit.runtime.sealing import Sealer, SigningKey
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, NewEvent, Store, Transaction, open_store
 
@@ -37,7 +38,9 @@ class Runtime:
     """One database and one tool registry.
 
     ``Runtime("sqlite:///./affidavit.db", tools=[...])``; ``tools`` defaults to every tool
-    registered by the decorators.
+    registered by the decorators. ``signing_key`` (a :class:`SigningKey` or a key file path)
+    signs the seal of every job that finishes; by default the key file of
+    :func:`~affidavit.runtime.sealing.default_key_path`, created on first use.
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class Runtime:
         store: Store | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker_id: str | None = None,
+        signing_key: SigningKey | Path | str | None = None,
     ) -> None:
         if tools is None:
             self.tools = registry
@@ -56,8 +60,18 @@ class Runtime:
         else:
             self.tools = ToolRegistry(tools)
         self.store = store if store is not None else open_store(database_url(db_url))
+        if isinstance(signing_key, SigningKey):
+            self.sealer = Sealer(key=signing_key)
+        elif signing_key is not None:
+            self.sealer = Sealer(signing_key)
+        else:
+            self.sealer = Sealer.for_store(self.store)
         self.worker = Worker(
-            self.store, self.tools, lease_seconds=lease_seconds, worker_id=worker_id
+            self.store,
+            self.tools,
+            lease_seconds=lease_seconds,
+            worker_id=worker_id,
+            sealer=self.sealer,
         )
 
     def close(self) -> None:
@@ -173,6 +187,7 @@ class Runtime:
         Raises:
             InvalidStateError: the job already completed, failed or was cancelled.
         """
+        self.sealer.key()  # load or create it before the transaction, not inside
         with self.store.transaction(durable=True) as tx:
             job = _locked_job(tx, job_id)
             if job.terminal:
@@ -208,7 +223,9 @@ class Runtime:
             events.append(NewEvent("job_cancelled", {"at": at, "reason": reason, "by": by}))
             tx.append(job_id, events, expected_version=job.version)
             tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
-            return tx.update_job(job_id, status="cancelled")
+            cancelled = tx.update_job(job_id, status="cancelled")
+            self.sealer.seal_txn(tx, job_id)
+            return cancelled
 
     def resume(
         self,
@@ -237,6 +254,7 @@ class Runtime:
             raise InvalidStateError("accept_result needs --result (the effect's result)")
         if result is not None:
             canonical(result)
+        self.sealer.key()
         with self.store.transaction(durable=True) as tx:
             job = _locked_job(tx, job_id)
             replay = build_from_events(self.store.list_events(job_id))
@@ -315,6 +333,8 @@ class Runtime:
                 }
                 events.append(NewEvent("job_failed", {"at": at, "error": error, "node_id": None}))
                 tx.append(job_id, events, expected_version=job.version)
-                return tx.update_job(job_id, status="failed", error=error)
+                failed = tx.update_job(job_id, status="failed", error=error)
+                self.sealer.seal_txn(tx, job_id)
+                return failed
             tx.append(job_id, events, expected_version=job.version)
             return tx.update_job(job_id, status="pending")

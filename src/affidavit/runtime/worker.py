@@ -20,6 +20,7 @@ from affidavit.core.ids import new_attempt_id
 from affidavit.runtime.run_base import Claim
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
+from affidavit.runtime.sealing import Sealer
 from affidavit.store import Store
 
 DEFAULT_LEASE_SECONDS = 15.0
@@ -42,6 +43,7 @@ class Worker:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        sealer: Sealer | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -51,6 +53,7 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self._sleep = sleep
+        self.sealer = sealer if sealer is not None else Sealer.for_store(store)
         self._count_lock = threading.Lock()
         self.jobs_run = 0
 
@@ -89,7 +92,9 @@ class Worker:
         heart = threading.Thread(target=beat, name=f"heartbeat-{claim.job_id}", daemon=True)
         heart.start()
         try:
-            return JobRunner(self.store, self.tools, lease_lost=lost, sleep=self._sleep).run(claim)
+            return JobRunner(
+                self.store, self.tools, lease_lost=lost, sleep=self._sleep, sealer=self.sealer
+            ).run(claim)
         finally:
             done.set()
             heart.join()
@@ -98,6 +103,9 @@ class Worker:
 
     def run_once(self, job_id: str | None = None) -> str | None:
         """Claim and run one job; ``None`` if nothing was runnable."""
+        # A key that cannot be loaded or created must stop us before a job acts, not when it
+        # is about to be sealed.
+        self.sealer.key()
         claim = self.claim(job_id)
         return self.run_claim(claim) if claim else None
 

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from affidavit.core.canonical import canonical
 from affidavit.core.chain import GENESIS, chain_next
@@ -27,7 +27,9 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids, new_job_id
+from affidavit.core.seal import PublicKey, Seal
 from affidavit.store._ledger import LedgerOps
+from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, SealOps, key_from_row, seal_from_row
 from affidavit.store.base import (
     JOB_STATUSES,
     JobFilter,
@@ -35,6 +37,9 @@ from affidavit.store.base import (
     NewEvent,
     StoredEvent,
 )
+
+if TYPE_CHECKING:
+    from affidavit.store._snapshot import SqlSnapshot
 
 JOB_COLUMNS = (
     "job_id, namespace, status, plan_name, idempotency_key, submitted_by, created_at, "
@@ -191,7 +196,7 @@ def chain_events(
     return stored
 
 
-class SqlTransaction(LedgerOps, ABC):
+class SqlTransaction(LedgerOps, SealOps, ABC):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
     placeholders."""
@@ -385,6 +390,9 @@ class SqlStore(ABC):
     @abstractmethod
     def transaction(self, *, durable: bool = True) -> AbstractContextManager[SqlTransaction]: ...
 
+    @abstractmethod
+    def snapshot(self) -> AbstractContextManager[SqlSnapshot]: ...
+
     def _q(self, sql: str) -> str:
         return sql
 
@@ -484,3 +492,14 @@ class SqlStore(ABC):
             if len(page) < batch:
                 return
             after = page[-1].version
+
+    def get_seal(self, job_id: str) -> Seal | None:
+        with self._reader() as cur:
+            cur.execute(self._q(SEAL_SELECT), (job_id,))
+            row = cur.fetchone()
+        return seal_from_row(row) if row is not None else None
+
+    def signing_keys(self) -> list[PublicKey]:
+        with self._reader() as cur:
+            cur.execute(self._q(KEYS_SELECT))
+            return [key_from_row(r) for r in cur.fetchall()]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from affidavit.core.canonical import parse
 
 if TYPE_CHECKING:
+    from affidavit.core.seal import PublicKey, Seal
     from affidavit.store._ledger import LedgerRow
 
 JobStatus = Literal["pending", "running", "waiting", "parked", "completed", "failed", "cancelled"]
@@ -217,6 +218,40 @@ class Transaction(Protocol):
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool: ...
 
+    # Seals and their public keys (see affidavit.store._seals).
+
+    def seal_insert(self, seal: Seal) -> bool:
+        """Store a job's seal; ``False`` (nothing written) if the job already has one."""
+        ...
+
+    def seal_get(self, job_id: str) -> Seal | None: ...
+
+    def key_register(self, key: PublicKey, *, created_at: str) -> bool:
+        """Record a public key; ``False`` if its key id is already known."""
+        ...
+
+    def key_retire(self, key_id: str, *, retired_at: str) -> None: ...
+
+    def keys_list(self) -> list[PublicKey]: ...
+
+
+class Snapshot(Protocol):
+    """A consistent, read-only view of the database (one read transaction), obtained from
+    :meth:`Store.snapshot`. Every read sees the same moment, even while workers write."""
+
+    def get_job(self, job_id: str) -> JobRecord | None: ...
+
+    def iter_events(self, job_id: str, *, batch: int = ...) -> Iterator[StoredEvent]:
+        """The job's whole log in version order, streamed ``batch`` rows at a time (memory
+        does not grow with the log). ``recorded_at`` is not read."""
+        ...
+
+    def ledger_list(self, job_id: str) -> list[LedgerRow]: ...
+
+    def seal_get(self, job_id: str) -> Seal | None: ...
+
+    def keys_list(self) -> list[PublicKey]: ...
+
 
 class Store(Protocol):
     """One database holding jobs and their hash-chained event logs."""
@@ -278,6 +313,18 @@ class Store(Protocol):
 
     def iter_events(self, job_id: str, *, batch: int = 1000) -> Iterator[StoredEvent]:
         """All events of a job in version order, fetched ``batch`` at a time."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[Snapshot]:
+        """A consistent read-only view; see :class:`Snapshot`."""
+        ...
+
+    def get_seal(self, job_id: str) -> Seal | None:
+        """The job's seal, if it has one."""
+        ...
+
+    def signing_keys(self) -> list[PublicKey]:
+        """Every public key recorded for checking seals (retired ones included)."""
         ...
 
     def close(self) -> None: ...

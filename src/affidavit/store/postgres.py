@@ -13,6 +13,7 @@ every other URL parameter goes to libpq unchanged.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from affidavit.core.errors import ConfigError, StoreError
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
+from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import HEAD_SELECT, LOCK_JOB, Cursor, SqlStore, SqlTransaction
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -69,6 +71,26 @@ class PostgresTransaction(SqlTransaction):
         head = self._conn.execute(_pyformat(HEAD_SELECT), (job_id,), prepare=True)
         self._pipeline.sync()
         return lock.fetchone(), head.fetchone()
+
+
+_cursor_names = itertools.count()
+
+
+class PostgresSnapshot(SqlSnapshot):
+    """Reads inside one ``REPEATABLE READ READ ONLY`` transaction; the log streams through a
+    server-side cursor, ``batch`` rows per round trip."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._conn.execute(_pyformat(sql), params or None).fetchall()
+
+    def stream(self, sql: str, params: Sequence[Any], batch: int) -> Iterator[Sequence[Any]]:
+        with self._conn.cursor(name=f"affidavit_snapshot_{next(_cursor_names)}") as cursor:
+            cursor.itersize = batch
+            cursor.execute(_pyformat(sql), params)
+            yield from cursor
 
 
 def split_url(url: str) -> tuple[str, str | None]:
@@ -175,6 +197,21 @@ class PostgresStore(SqlStore):
         try:
             with self._pool.connection() as conn:
                 yield conn.cursor()
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL read failed: {exc}") from exc
+        except PoolTimeout as exc:
+            raise StoreError("no PostgreSQL connection available (pool exhausted)") from exc
+
+    @contextmanager
+    def snapshot(self) -> Iterator[SqlSnapshot]:
+        """A consistent, read-only view of the database as of its first read."""
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                try:
+                    yield PostgresSnapshot(conn)
+                finally:
+                    conn.execute("ROLLBACK")
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL read failed: {exc}") from exc
         except PoolTimeout as exc:

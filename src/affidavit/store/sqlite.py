@@ -23,6 +23,7 @@ from typing import Any
 from affidavit.core.errors import StoreError
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
+from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import Cursor, SqlStore, SqlTransaction
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
@@ -60,6 +61,25 @@ _JOB_AND_HEAD = (
     "ON e.job_id = j.job_id AND e.version = "
     "(SELECT max(version) FROM events WHERE job_id = j.job_id) WHERE j.job_id = ?"
 )
+
+
+class SqliteSnapshot(SqlSnapshot):
+    """Reads inside one deferred read transaction: WAL keeps its snapshot from the first read
+    until the end, whatever writers commit meanwhile."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def stream(self, sql: str, params: Sequence[Any], batch: int) -> Iterator[Sequence[Any]]:
+        cursor = self._conn.execute(sql, params)
+        try:
+            while rows := cursor.fetchmany(batch):
+                yield from rows
+        finally:
+            cursor.close()
 
 
 class SqliteStore(SqlStore):
@@ -155,6 +175,21 @@ class SqliteStore(SqlStore):
             yield conn.cursor()
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite read failed on {self.path!r}: {exc}") from exc
+
+    @contextmanager
+    def snapshot(self) -> Iterator[SqlSnapshot]:
+        """A consistent, read-only view (its own connection, so it nests with anything)."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        conn = self._connect()
+        try:
+            conn.execute("PRAGMA query_only = 1")
+            conn.execute("BEGIN")
+            yield SqliteSnapshot(conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite read failed on {self.path!r}: {exc}") from exc
+        finally:
+            conn.close()
 
     # --- schema -----------------------------------------------------------------------------
 

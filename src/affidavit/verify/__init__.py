@@ -1,1 +1,24 @@
-"""Verification Mode: read-only proofs over a stored job (ARCHITECTURE.md)."""
+"""Verification Mode: the read-only proofs over a job's record (ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from affidavit.verify.result import (
+    Check,
+    LedgerProof,
+    ReplayProof,
+    SealCheck,
+    StoredChainCheck,
+    VerificationResult,
+)
+from affidavit.verify.verification import verify_events, verify_job
+
+__all__ = [
+    "Check",
+    "LedgerProof",
+    "ReplayProof",
+    "SealCheck",
+    "StoredChainCheck",
+    "VerificationResult",
+    "verify_events",
+    "verify_job",
+]

@@ -1,0 +1,193 @@
+"""Seals: an Ed25519 signature over a finished job's chain head and length.
+
+    message   = JCS({"job_id", "event_count", "event_chain_root_hash", "sealed_at", "key_id"})
+    signature = Ed25519(private key, message)
+    key_id    = first 16 hex chars of hex(SHA-256(raw 32-byte public key))
+
+A bare hash chain detects edits, insertions, deletions and reordering inside the log, but not a
+truncated tail or a log re-chained from scratch: whoever can write the database can recompute
+every hash. A seal fixes the length and the head at the moment the job finished, with a key the
+database does not hold. Public keys and signatures travel as standard base64 of the raw bytes
+(as in proof packs); hashes and key ids are lowercase hex.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from affidavit.core.canonical import canonical
+
+ALGORITHM = "ed25519"
+PUBLIC_KEY_BYTES = 32
+
+
+def key_id_for(public_raw: bytes) -> str:
+    """The key id of a raw 32-byte Ed25519 public key."""
+    return hashlib.sha256(public_raw).hexdigest()[:16]
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    """Strict standard base64 (padding required, no stray characters).
+
+    Raises:
+        ValueError: not valid base64.
+    """
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise ValueError(f"not valid base64: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PublicKey:
+    """A seal-verification key as the database (or a verifier's trust list) holds it."""
+
+    key_id: str
+    public_key: bytes  # raw 32 bytes
+    created_at: str | None = None
+    retired_at: str | None = None
+
+    @classmethod
+    def from_raw(cls, public_raw: bytes) -> PublicKey:
+        return cls(key_id_for(public_raw), public_raw)
+
+    @property
+    def public_key_b64(self) -> str:
+        return b64(self.public_key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key_id": self.key_id,
+            "algorithm": ALGORITHM,
+            "public_key": self.public_key_b64,
+            "created_at": self.created_at,
+            "retired_at": self.retired_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Seal:
+    """A signed statement: job ``job_id`` ended with ``event_count`` events whose chain root is
+    ``event_chain_root_hash``; signed at ``sealed_at`` by key ``key_id``."""
+
+    job_id: str
+    event_count: int
+    event_chain_root_hash: str
+    sealed_at: str
+    key_id: str
+    signature: str  # base64 of the raw 64-byte Ed25519 signature
+    algorithm: str = ALGORITHM
+
+    def message(self) -> bytes:
+        """The exact bytes that are signed."""
+        return seal_message(
+            self.job_id, self.event_count, self.event_chain_root_hash, self.sealed_at, self.key_id
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "event_count": self.event_count,
+            "event_chain_root_hash": self.event_chain_root_hash,
+            "sealed_at": self.sealed_at,
+            "key_id": self.key_id,
+            "algorithm": self.algorithm,
+            "signature": self.signature,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Seal:
+        """A seal from :meth:`to_dict` output.
+
+        Raises:
+            ValueError: a field is missing or has the wrong type.
+        """
+        try:
+            seal = cls(
+                job_id=data["job_id"],
+                event_count=data["event_count"],
+                event_chain_root_hash=data["event_chain_root_hash"],
+                sealed_at=data["sealed_at"],
+                key_id=data["key_id"],
+                signature=data["signature"],
+                algorithm=data.get("algorithm", ALGORITHM),
+            )
+        except KeyError as exc:
+            raise ValueError(f"seal lacks {exc.args[0]!r}") from None
+        for name in ("job_id", "event_chain_root_hash", "sealed_at", "key_id", "signature"):
+            if not isinstance(getattr(seal, name), str):
+                raise ValueError(f"seal field {name!r} must be a string")
+        if type(seal.event_count) is not int:
+            raise ValueError("seal field 'event_count' must be an integer")
+        return seal
+
+
+def seal_message(
+    job_id: str, event_count: int, event_chain_root_hash: str, sealed_at: str, key_id: str
+) -> bytes:
+    """JCS of the five sealed fields."""
+    return canonical(
+        {
+            "job_id": job_id,
+            "event_count": event_count,
+            "event_chain_root_hash": event_chain_root_hash,
+            "sealed_at": sealed_at,
+            "key_id": key_id,
+        }
+    )
+
+
+def sign_seal(
+    private_key: Ed25519PrivateKey,
+    *,
+    job_id: str,
+    event_count: int,
+    event_chain_root_hash: str,
+    sealed_at: str,
+) -> Seal:
+    """Sign a seal with ``private_key``; its key id is derived from the public half."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    public_raw = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    key_id = key_id_for(public_raw)
+    message = seal_message(job_id, event_count, event_chain_root_hash, sealed_at, key_id)
+    return Seal(
+        job_id=job_id,
+        event_count=event_count,
+        event_chain_root_hash=event_chain_root_hash,
+        sealed_at=sealed_at,
+        key_id=key_id,
+        signature=b64(private_key.sign(message)),
+    )
+
+
+def check_signature(seal: Seal, public_raw: bytes) -> str:
+    """Check ``seal``'s signature against a raw public key; return ``""`` when it holds, else
+    the reason it does not."""
+    if seal.algorithm != ALGORITHM:
+        return f"unsupported seal algorithm {seal.algorithm!r}"
+    if len(public_raw) != PUBLIC_KEY_BYTES:
+        return f"public key {seal.key_id} is not {PUBLIC_KEY_BYTES} bytes"
+    if key_id_for(public_raw) != seal.key_id:
+        return f"public key does not match key id {seal.key_id}"
+    try:
+        signature = unb64(seal.signature)
+    except ValueError as exc:
+        return f"seal signature is {exc}"
+    try:
+        Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, seal.message())
+    except InvalidSignature:
+        return f"seal signature does not verify with key {seal.key_id}"
+    return ""

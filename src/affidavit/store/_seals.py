@@ -1,0 +1,90 @@
+"""Transaction operations for seals and the public keys that check them.
+
+Mixed into :class:`~affidavit.store._sql.SqlTransaction`, so that a job's terminal event and its
+seal commit together. SQL uses ``?`` placeholders.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from affidavit.core.seal import ALGORITHM, PublicKey, Seal, b64, unb64
+
+SEAL_COLUMNS = "job_id, event_count, event_chain_root_hash, sealed_at, key_id, algorithm, signature"
+SEAL_SELECT = f"SELECT {SEAL_COLUMNS} FROM seals WHERE job_id = ?"
+KEYS_SELECT = (
+    "SELECT key_id, public_key, created_at, retired_at FROM signing_keys "
+    "WHERE algorithm = 'ed25519' ORDER BY created_at, key_id"
+)
+
+
+def seal_from_row(row: Sequence[Any]) -> Seal:
+    return Seal(
+        job_id=row[0],
+        event_count=int(row[1]),
+        event_chain_root_hash=row[2],
+        sealed_at=row[3],
+        key_id=row[4],
+        algorithm=row[5],
+        signature=row[6],
+    )
+
+
+def key_from_row(row: Sequence[Any]) -> PublicKey:
+    try:
+        raw = unb64(row[1])
+    except ValueError:
+        raw = b""  # a damaged row: no seal can verify with it, which verification reports
+    return PublicKey(key_id=row[0], public_key=raw, created_at=row[2], retired_at=row[3])
+
+
+class SealOps:
+    """Seal and key statements; relies on the transaction primitives."""
+
+    @abstractmethod
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    @abstractmethod
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+    def seal_insert(self, seal: Seal) -> bool:
+        """Store a job's seal; ``False`` (and nothing written) if the job already has one."""
+        rows = self.query(
+            f"INSERT INTO seals ({SEAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING RETURNING job_id",
+            (
+                seal.job_id,
+                seal.event_count,
+                seal.event_chain_root_hash,
+                seal.sealed_at,
+                seal.key_id,
+                seal.algorithm,
+                seal.signature,
+            ),
+        )
+        return bool(rows)
+
+    def seal_get(self, job_id: str) -> Seal | None:
+        rows = self.query(SEAL_SELECT, (job_id,))
+        return seal_from_row(rows[0]) if rows else None
+
+    def key_register(self, key: PublicKey, *, created_at: str) -> bool:
+        """Record a public key; ``False`` if its key id is already known."""
+        rows = self.query(
+            "INSERT INTO signing_keys (key_id, algorithm, public_key, created_at, retired_at) "
+            "VALUES (?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING RETURNING key_id",
+            (key.key_id, ALGORITHM, b64(key.public_key), created_at),
+        )
+        return bool(rows)
+
+    def key_retire(self, key_id: str, *, retired_at: str) -> None:
+        """Mark a key retired: it signs nothing new, and still verifies what it signed."""
+        self.execute(
+            "UPDATE signing_keys SET retired_at = ? WHERE key_id = ? AND retired_at IS NULL",
+            (retired_at, key_id),
+        )
+
+    def keys_list(self) -> list[PublicKey]:
+        return [key_from_row(r) for r in self.query(KEYS_SELECT)]

@@ -1,0 +1,62 @@
+"""Consistent reads: one job, its whole log, its ledger rows and its seal as of one moment.
+
+Verification reads a job that may still be running. Reading the job row, the events and the
+ledger in separate statements could mix states (a ledger row committed after the events were
+read looks like a lie); a snapshot reads them all in one read-only transaction — SQLite's WAL
+snapshot, PostgreSQL ``REPEATABLE READ`` — and streams the log in batches so that memory does not
+grow with its length.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from affidavit.core.seal import PublicKey, Seal
+from affidavit.store._ledger import LEDGER_COLUMNS, LedgerRow, _ledger_from_row
+from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, key_from_row, seal_from_row
+from affidavit.store._sql import JOB_SELECT, job_from_row
+from affidavit.store.base import JobRecord, StoredEvent
+
+DEFAULT_BATCH = 2000
+# Without recorded_at: informational, not covered by the chain, and costly to convert per row.
+EVENTS_SELECT = (
+    "SELECT job_id, version, event_id, type, payload, chain_hash FROM events "
+    "WHERE job_id = ? ORDER BY version"
+)
+
+
+class SqlSnapshot(ABC):
+    """The :class:`~affidavit.store.base.Snapshot` reads over two backend primitives."""
+
+    @abstractmethod
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """All rows of one statement."""
+
+    @abstractmethod
+    def stream(self, sql: str, params: Sequence[Any], batch: int) -> Iterator[Sequence[Any]]:
+        """The rows of one statement, fetched ``batch`` at a time."""
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        rows = self.query(f"{JOB_SELECT} WHERE j.job_id = ?", (job_id,))
+        return job_from_row(rows[0]) if rows else None
+
+    def iter_events(self, job_id: str, *, batch: int = DEFAULT_BATCH) -> Iterator[StoredEvent]:
+        for row in self.stream(EVENTS_SELECT, (job_id,), batch):
+            yield StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
+
+    def ledger_list(self, job_id: str) -> list[LedgerRow]:
+        rows = self.query(
+            f"SELECT {LEDGER_COLUMNS} FROM tool_invocations WHERE job_id = ? "
+            "ORDER BY created_at, idempotency_key",
+            (job_id,),
+        )
+        return [_ledger_from_row(r) for r in rows]
+
+    def seal_get(self, job_id: str) -> Seal | None:
+        rows = self.query(SEAL_SELECT, (job_id,))
+        return seal_from_row(rows[0]) if rows else None
+
+    def keys_list(self) -> list[PublicKey]:
+        return [key_from_row(r) for r in self.query(KEYS_SELECT)]

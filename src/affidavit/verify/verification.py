@@ -1,0 +1,330 @@
+"""Verification Mode: ``verify_job`` over the database, ``verify_events`` over an export.
+
+Read-only: nothing is written, whatever the job's status. The contract, in order:
+
+(1) read the job row, its whole log, its ledger rows, its seal and the known public keys in one
+    consistent snapshot (the job may be running while we read);
+(2) stream the log once through :class:`~affidavit.verify._fold.LogFold`: recompute every chain
+    hash (root and stored-hash check), the execution hash and the replay invariants;
+(3) compare the ledger rows with the log (ledger proof);
+(4) compare the job's stored status with the log (replay proof);
+(5) check the seal: required once the job is terminal, signed by a known (or trusted) key,
+    covering exactly the recomputed length and root.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.errors import AffidavitError, JobNotFound, VerificationError
+from affidavit.core.seal import PublicKey, Seal, check_signature, unb64
+from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
+from affidavit.store._ledger import LedgerRow
+from affidavit.verify._fold import LogFold
+from affidavit.verify.result import (
+    LedgerProof,
+    ReplayProof,
+    SealCheck,
+    StoredChainCheck,
+    VerificationResult,
+)
+
+KeyLike = PublicKey | bytes | str
+_KEY_ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+def verify_job(
+    store: Store, job_id: str, *, trusted_keys: Iterable[KeyLike] | None = None
+) -> VerificationResult:
+    """Verify one job of any status; never changes anything.
+
+    ``trusted_keys`` pins the keys a seal may be signed with (public keys as
+    :class:`~affidavit.core.seal.PublicKey`, raw 32 bytes or base64, or key ids of keys recorded
+    in the database). Without it every key recorded in the database is accepted — which proves
+    the log unchanged since sealing against anyone who cannot also write a key into the
+    database.
+
+    Raises:
+        JobNotFound: no such job.
+        StoreError: the database cannot be read.
+    """
+    # (1) one snapshot
+    with store.snapshot() as snap:
+        job = snap.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        # (2) one streaming pass
+        fold = LogFold(job_id)
+        feed = fold.feed
+        for e in snap.iter_events(job_id):
+            feed(e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
+        ledger = snap.ledger_list(job_id)
+        seal = snap.seal_get(job_id)
+        recorded = snap.keys_list()
+    keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
+    return _assemble(fold, status=job.status, ledger=ledger, seal=seal, keys=keys)
+
+
+def verify_events(
+    events: Iterable[StoredEvent | Mapping[str, Any]],
+    *,
+    public_keys: Iterable[KeyLike] | Mapping[str, bytes] = (),
+    seal: Seal | Mapping[str, Any] | None = None,
+    ledger: Iterable[LedgerRow] | None = None,
+    status: str | None = None,
+    job_id: str | None = None,
+) -> VerificationResult:
+    """Verify an exported event list without a database.
+
+    ``events`` in version order: :class:`~affidavit.store.StoredEvent` objects, or mappings
+    shaped like ``affidavit jobs events --json`` output (``version``, ``event_id``, ``type``,
+    ``payload`` — the decoded object, or its stored bytes — and ``chain_hash``). ``seal`` is the
+    job's seal (a terminal job without one fails the seal check), checked against
+    ``public_keys`` only. ``ledger`` rows, when given, are compared with the log. ``status`` is
+    the job's claimed status; without it the status the log ends in is used.
+
+    Raises:
+        VerificationError: the input is not an event list (a malformed entry is named).
+    """
+    iterator = iter(events)
+    try:
+        first = next(iterator)
+    except StopIteration:
+        first = None
+    if job_id is None:
+        job_id = _event_job_id(first) if first is not None else None
+    if job_id is None:
+        raise VerificationError(
+            "the events name no job id", hint="Pass job_id=... (exports may omit it per event)."
+        )
+    fold = LogFold(job_id)
+    if first is not None:
+        for position, row in enumerate(_chain(first, iterator), start=1):
+            fold.feed(*_event_parts(row, position))
+    parsed_seal = _parse_seal(seal)
+    keys = _key_map(public_keys.items() if isinstance(public_keys, Mapping) else public_keys)
+    ledger_rows = list(ledger) if ledger is not None else None
+    return _assemble(
+        fold,
+        status=status,
+        ledger=ledger_rows,
+        seal=parsed_seal,
+        keys=keys,
+    )
+
+
+# --- assembling the result ----------------------------------------------------------------------
+
+
+def _assemble(
+    fold: LogFold,
+    *,
+    status: str | None,
+    ledger: list[LedgerRow] | None,
+    seal: Seal | None,
+    keys: dict[str, PublicKey],
+) -> VerificationResult:
+    fold.finish()
+    log_status = fold.log_status
+    shown_status = status if status is not None else log_status
+    # (3) ledger rows against the log
+    row_errors = _ledger_disagreements(fold, ledger) if ledger is not None else []
+    terminal = shown_status in TERMINAL_STATUSES or log_status in TERMINAL_STATUSES
+    pending = fold.pending_keys
+    ledger_errors = list(fold.ledger_errors) + row_errors
+    if terminal and pending:
+        ledger_errors.append(
+            f"the job is {shown_status} but {len(pending)} invocation(s) were never closed"
+        )
+    ledger_proof = LedgerProof(not ledger_errors, pending, tuple(ledger_errors))
+    # (4) stored status against the log
+    if status is not None and not _status_agrees(status, log_status):
+        fold.violate("status", None, f"the job is {status} but its log says {log_status}")
+    if row_errors:
+        fold.violate("ledger", None, row_errors[0])
+    if fold.replay_error is None:
+        replay = ReplayProof(True)
+    else:
+        invariant, version, detail = fold.replay_error
+        where = f" at version {version}" if version is not None else ""
+        replay = ReplayProof(False, f"{invariant}{where}: {detail}", invariant, version)
+    chain = StoredChainCheck(fold.first_bad_version is None, fold.first_bad_version, fold.count)
+    return VerificationResult(
+        job_id=fold.job_id,
+        execution_hash=fold.execution_hash(),
+        event_chain_root_hash=fold.root,
+        tool_invocation_ledger_proof=ledger_proof,
+        replay_proof_result=replay,
+        stored_chain=chain,
+        seal=_check_seal(fold, seal, keys, terminal, shown_status),
+        status=shown_status,
+    )
+
+
+def _status_agrees(status: str, log_status: str) -> bool:
+    if status in ("pending", "running"):
+        # A claim writes no event, and a crashed run stays "running" until it is reclaimed.
+        return log_status in ("pending", "running")
+    return status == log_status
+
+
+def _ledger_disagreements(fold: LogFold, ledger: list[LedgerRow]) -> list[str]:
+    errors: list[str] = []
+    rows = {r.idempotency_key: r for r in ledger}
+    for key in sorted(fold.keys - rows.keys()):
+        errors.append(f"key {key[:16]}… was invoked but has no ledger row")
+    for key, row in rows.items():
+        short = key[:16] + "…"
+        if key not in fold.keys:
+            errors.append(f"ledger row {short} has no invocation in the log")
+        elif row.status == "committed":
+            if key not in fold.committed:
+                errors.append(f"ledger row {short} is committed but the log has no commit")
+            elif _result_hash(row.result) != fold.committed[key]:
+                errors.append(f"ledger row {short}: result does not match the committed hash")
+        elif row.status == "started":
+            open_invocation = fold.open_by_key.get(key)
+            if open_invocation is None:
+                errors.append(f"ledger row {short} is started but the log closed it")
+            elif open_invocation != row.invocation_id:
+                errors.append(f"ledger row {short} names another invocation than the log")
+        elif row.status == "failed":
+            if key in fold.committed:
+                errors.append(f"ledger row {short} is failed but the log committed it")
+            elif key in fold.open_by_key:
+                errors.append(f"ledger row {short} is failed but the log has it open")
+        else:
+            errors.append(f"ledger row {short} has unknown status {row.status!r}")
+    return errors
+
+
+def _result_hash(result: Any) -> str | None:
+    try:
+        return canonical_sha256(result)
+    except AffidavitError:
+        return None
+
+
+# (5) the seal
+
+
+def _check_seal(
+    fold: LogFold, seal: Seal | None, keys: dict[str, PublicKey], terminal: bool, status: str
+) -> SealCheck:
+    if seal is None:
+        if terminal:
+            return SealCheck(False, False, error=f"the job is {status} but has no seal")
+        return SealCheck(False, True)
+    error = ""
+    key = keys.get(seal.key_id)
+    if seal.job_id != fold.job_id:
+        error = f"the seal is for job {seal.job_id!r}"
+    elif key is None:
+        error = f"the seal is signed by unknown key {seal.key_id}"
+    else:
+        error = check_signature(seal, key.public_key)
+    if not error and seal.event_count != fold.count:
+        error = f"the seal covers {seal.event_count} events, the log has {fold.count}"
+    if not error and seal.event_chain_root_hash != fold.root:
+        error = "the seal's chain root does not match the log (re-chained or altered)"
+    if not error and not terminal:
+        error = "a seal on a job that is not terminal"
+    return SealCheck(True, not error, seal.key_id, seal.event_count, error)
+
+
+# --- inputs -------------------------------------------------------------------------------------
+
+
+def _key_map(keys: Iterable[Any]) -> dict[str, PublicKey]:
+    found: dict[str, PublicKey] = {}
+    for item in keys:
+        key = _public_key(item)
+        found[key.key_id] = key
+    return found
+
+
+def _public_key(item: Any) -> PublicKey:
+    if isinstance(item, PublicKey):
+        return item
+    if isinstance(item, tuple) and len(item) == 2:  # (key_id, raw) from a mapping
+        return _public_key(item[1])
+    if isinstance(item, bytes | bytearray):
+        return PublicKey.from_raw(bytes(item))
+    if isinstance(item, str):
+        try:
+            return PublicKey.from_raw(unb64(item.strip()))
+        except ValueError as exc:
+            raise VerificationError(f"public key {item!r} is not base64: {exc}") from None
+    raise VerificationError(f"not a public key: {type(item).__name__}")
+
+
+def _trusted(trusted: Iterable[KeyLike], recorded: list[PublicKey]) -> dict[str, PublicKey]:
+    by_id = {k.key_id: k for k in recorded}
+    found: dict[str, PublicKey] = {}
+    for item in trusted:
+        if isinstance(item, str) and _KEY_ID.match(item):
+            if item not in by_id:
+                raise VerificationError(
+                    f"trusted key id {item} is not recorded in the database",
+                    hint="Pass the public key itself (base64) instead of its id.",
+                )
+            found[item] = by_id[item]
+        else:
+            key = _public_key(item)
+            found[key.key_id] = key
+    return found
+
+
+def _parse_seal(seal: Seal | Mapping[str, Any] | None) -> Seal | None:
+    if seal is None or isinstance(seal, Seal):
+        return seal
+    try:
+        return Seal.from_dict(seal)
+    except ValueError as exc:
+        raise VerificationError(f"malformed seal: {exc}") from None
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+def _event_job_id(event: Any) -> str | None:
+    if isinstance(event, StoredEvent):
+        return event.job_id
+    if isinstance(event, Mapping):
+        value = event.get("job_id")
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _event_parts(event: Any, position: int) -> tuple[int, str, str, bytes, str | None]:
+    if isinstance(event, StoredEvent):
+        return event.version, event.event_id, event.type, event.payload_bytes, event.chain_hash
+    if not isinstance(event, Mapping):
+        raise VerificationError(f"event #{position} is not an object")
+    try:
+        version, event_id, event_type = event["version"], event["event_id"], event["type"]
+        payload = event["payload"]
+    except KeyError as exc:
+        raise VerificationError(f"event #{position} lacks {exc.args[0]!r}") from None
+    if type(version) is not int or not isinstance(event_id, str) or not isinstance(event_type, str):
+        raise VerificationError(f"event #{position}: version, event_id or type is malformed")
+    if isinstance(payload, bytes | bytearray):
+        payload_bytes = bytes(payload)
+    else:
+        try:
+            payload_bytes = canonical(payload)
+        except AffidavitError as exc:
+            raise VerificationError(f"event #{position}: payload: {exc.message}") from None
+    chain_hash = event.get("chain_hash")
+    return (
+        version,
+        event_id,
+        event_type,
+        payload_bytes,
+        chain_hash if isinstance(chain_hash, str) else None,
+    )
