@@ -36,8 +36,11 @@ def test_public_api() -> None:
             "NewEvent",
             "Plan",
             "PlanError",
+            "PublicKey",
             "RetryableError",
             "Runtime",
+            "Seal",
+            "SigningKey",
             "Store",
             "StoreError",
             "StoredEvent",
@@ -45,6 +48,7 @@ def test_public_api() -> None:
             "ToolContext",
             "ToolRegistry",
             "VerificationError",
+            "VerificationResult",
             "__version__",
             "canonical",
             "canonical_sha256",
@@ -57,6 +61,8 @@ def test_public_api() -> None:
             "sha256_hex",
             "sha256_prefixed",
             "tool",
+            "verify_events",
+            "verify_job",
         ]
     )
     for name in affidavit.__all__:

@@ -21,6 +21,7 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import EventType
 from affidavit.core.plan import Plan
+from affidavit.core.seal import PublicKey, Seal
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import (
     CompensatableError,
@@ -32,7 +33,9 @@ from affidavit.runtime.sdk import (
     pure,
     tool,
 )
+from affidavit.runtime.sealing import SigningKey
 from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
+from affidavit.verify import VerificationResult, verify_events, verify_job
 
 __version__ = "0.1.0"
 
@@ -50,8 +53,11 @@ __all__ = [
     "NewEvent",
     "Plan",
     "PlanError",
+    "PublicKey",
     "RetryableError",
     "Runtime",
+    "Seal",
+    "SigningKey",
     "Store",
     "StoreError",
     "StoredEvent",
@@ -59,6 +65,7 @@ __all__ = [
     "ToolContext",
     "ToolRegistry",
     "VerificationError",
+    "VerificationResult",
     "__version__",
     "canonical",
     "canonical_sha256",
@@ -71,4 +78,6 @@ __all__ = [
     "sha256_hex",
     "sha256_prefixed",
     "tool",
+    "verify_events",
+    "verify_job",
 ]

@@ -17,7 +17,7 @@ rotation so that old seals keep verifying.
 Crash safety: the seal is written in the same transaction as the job's terminal event (see
 :meth:`Sealer.seal_txn`), so a terminal job without a seal is not a state a crash can leave
 behind. Jobs that finished before seals existed can be sealed afterwards with
-:func:`seal_unsealed`.
+:func:`affidavit.verify.repair.seal_unsealed`, which verifies each log first.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.serialization import (
 from affidavit.core.errors import AffidavitError, ConfigError, JobNotFound
 from affidavit.core.events import utc_now
 from affidavit.core.seal import PublicKey, Seal, sign_seal
-from affidavit.store import TERMINAL_STATUSES, JobFilter, Store, Transaction
+from affidavit.store import TERMINAL_STATUSES, Store, Transaction
 
 KEY_ENV = "AFFIDAVIT_SIGNING_KEY"
 KEY_FILE_NAME = "affidavit-signing.key"
@@ -283,17 +283,3 @@ class Sealer:
         with store.transaction(durable=True) as tx:
             tx.key_register(key.public, created_at=utc_now())
         return key
-
-
-def seal_unsealed(store: Store, sealer: Sealer, *, limit: int = 10_000) -> list[Seal]:
-    """Seal every terminal job that has no seal (jobs that finished before seals existed).
-    Returns the new seals. Signing after the fact attests the log as it is now, at
-    ``sealed_at``."""
-    sealed: list[Seal] = []
-    jobs = store.list_jobs(JobFilter(status=sorted(TERMINAL_STATUSES), limit=limit))
-    for job in jobs:
-        if store.get_seal(job.job_id) is None:
-            seal = sealer.seal_job(store, job.job_id)
-            if seal is not None:
-                sealed.append(seal)
-    return sealed

@@ -120,6 +120,8 @@ class Worker:
         runnable); return how many jobs were run."""
         if concurrency < 1:
             raise ValueError("concurrency must be ≥ 1")
+        # An unusable signing key stops the worker here: the loops below survive job errors.
+        self.sealer.key()
         stop = stop or threading.Event()
 
         def loop() -> None:

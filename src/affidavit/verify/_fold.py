@@ -184,6 +184,8 @@ class LogFold:
         if type(p) is not dict:
             self.violate("payload", version, f"{event_type} payload is not a JSON object")
             return
+        if event_type == "node_finished":
+            self._execution_step(p)
         try:
             if event_type in _STEP_EVENTS:
                 self._check_step(p, event_type)
@@ -219,24 +221,42 @@ class LogFold:
 
     # --- handlers -------------------------------------------------------------------------------
 
+    def _execution_step(self, p: dict[str, Any]) -> None:
+        """FORMATS.md §5 over every node_finished in log order, whatever else is wrong with it
+        (the replay proof reports that)."""
+        node_id, result_type = p.get("node_id"), p.get("result_type")
+        pair = (
+            node_id if isinstance(node_id, str) else "",
+            result_type if isinstance(result_type, str) else "",
+        )
+        if self._exec is None:
+            self._finished_before_plan.append(pair)
+        else:
+            self._exec.update(f"{pair[0]}:{pair[1]}\n".encode())
+
     def _plan_generated(self, p: dict[str, Any], version: int) -> None:
-        if self.plan is not None:
+        if self._exec is not None:
             raise _Violation("plan", "a second plan_generated")
         graph = p.get("task_graph")
-        try:
-            self.plan = Plan.parse(graph)
-        except AffidavitError as exc:
-            raise _Violation("plan", f"the task graph is not a valid plan: {exc.message}") from exc
-        recomputed = canonical_sha256(graph)
         recorded = p.get("plan_hash")
-        if recorded is not None and recorded != recomputed:
-            raise _Violation("plan", f"plan_hash {recorded} does not match the task graph")
-        self.plan_hash = recorded if isinstance(recorded, str) else recomputed
-        self.steps = self.plan.step_ids(self.job_id)
+        try:
+            recomputed = canonical_sha256(graph) if graph is not None else None
+        except AffidavitError:
+            recomputed = None
+        # The execution hash follows FORMATS.md §5 even when the plan itself is broken.
+        self.plan_hash = recorded if isinstance(recorded, str) else (recomputed or "")
         self._exec = _sha256(self.plan_hash.encode())
         for node_id, result_type in self._finished_before_plan:
             self._exec.update(f"{node_id}:{result_type}\n".encode())
         self._finished_before_plan.clear()
+        try:
+            plan = Plan.parse(graph)
+        except AffidavitError as exc:
+            raise _Violation("plan", f"the task graph is not a valid plan: {exc.message}") from exc
+        if recorded is not None and recorded != recomputed:
+            raise _Violation("plan", f"plan_hash {recorded} does not match the task graph")
+        self.plan = plan
+        self.steps = plan.step_ids(self.job_id)
 
     def _node_started(self, p: dict[str, Any], version: int) -> None:
         node_id = p["node_id"]
@@ -321,10 +341,6 @@ class LogFold:
         result_type = p.get("result_type")
         if result_type not in RESULT_TYPES:
             raise _Violation("payload", f"unknown result_type {result_type!r}")
-        if self._exec is None:
-            self._finished_before_plan.append((node_id, result_type))
-        else:
-            self._exec.update(f"{node_id}:{result_type}\n".encode())
         if node_id in self.completed:
             raise _Violation("not_rerun", f"node {node_id!r} finished again after it completed")
         self._deps_completed(node_id, "finished")

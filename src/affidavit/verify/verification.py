@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_sha256
-from affidavit.core.errors import AffidavitError, JobNotFound, VerificationError
-from affidavit.core.seal import PublicKey, Seal, check_signature, unb64
+from affidavit.core.errors import AffidavitError, ConfigError, JobNotFound, VerificationError
+from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, check_signature, unb64
 from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 from affidavit.verify._fold import LogFold
@@ -34,6 +34,10 @@ from affidavit.verify.result import (
 
 KeyLike = PublicKey | bytes | str
 _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
+_KEY_HINT = (
+    "Give a raw 32-byte Ed25519 public key in standard base64 (as `affidavit keys show` prints "
+    "it), or the 16-hex key id of a key recorded in the database."
+)
 
 
 def verify_job(
@@ -251,14 +255,18 @@ def _public_key(item: Any) -> PublicKey:
         return item
     if isinstance(item, tuple) and len(item) == 2:  # (key_id, raw) from a mapping
         return _public_key(item[1])
-    if isinstance(item, bytes | bytearray):
-        return PublicKey.from_raw(bytes(item))
     if isinstance(item, str):
         try:
-            return PublicKey.from_raw(unb64(item.strip()))
+            item = unb64(item.strip())
         except ValueError as exc:
-            raise VerificationError(f"public key {item!r} is not base64: {exc}") from None
-    raise VerificationError(f"not a public key: {type(item).__name__}")
+            raise ConfigError(f"public key {item!r} is {exc}", hint=_KEY_HINT) from None
+    if isinstance(item, bytes | bytearray):
+        if len(item) != PUBLIC_KEY_BYTES:
+            raise ConfigError(
+                f"a public key is {PUBLIC_KEY_BYTES} bytes, not {len(item)}", hint=_KEY_HINT
+            )
+        return PublicKey.from_raw(bytes(item))
+    raise ConfigError(f"not a public key: {type(item).__name__}", hint=_KEY_HINT)
 
 
 def _trusted(trusted: Iterable[KeyLike], recorded: list[PublicKey]) -> dict[str, PublicKey]:
@@ -267,7 +275,7 @@ def _trusted(trusted: Iterable[KeyLike], recorded: list[PublicKey]) -> dict[str,
     for item in trusted:
         if isinstance(item, str) and _KEY_ID.match(item):
             if item not in by_id:
-                raise VerificationError(
+                raise ConfigError(
                     f"trusted key id {item} is not recorded in the database",
                     hint="Pass the public key itself (base64) instead of its id.",
                 )

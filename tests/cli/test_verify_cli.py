@@ -1,0 +1,101 @@
+"""`affidavit verify` and `affidavit keys` as a user runs them, on both backends."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from affidavit import Runtime, verify_job
+from affidavit.examples import refund
+from tests.cli.test_cli import cli, json_of
+from tests.verify.helpers import RawDb, refund_job
+
+SECTION6 = {
+    "job_id",
+    "execution_hash",
+    "event_chain_root_hash",
+    "tool_invocation_ledger_proof",
+    "replay_proof_result",
+    "stored_chain",
+    "seal",
+    "ok",
+}
+
+
+def finished_job(url: str, tmp_path: Path, order_id: str = "A-1001") -> str:
+    with Runtime(url, tools=refund.TOOLS) as rt:
+        return refund_job(rt, tmp_path / f"shop-{order_id}", order_id)
+
+
+def test_verify_outputs_and_exit_codes(store_url: str, tmp_path: Path) -> None:
+    job_id = finished_job(store_url, tmp_path)
+
+    ok = cli("verify", job_id, "--db", store_url, "--json")
+    assert ok.returncode == 0, ok.stderr
+    doc = json_of(ok)
+    assert set(doc) == SECTION6 and doc["ok"] is True
+    with Runtime(store_url, tools=refund.TOOLS) as rt:
+        assert doc == verify_job(rt.store, job_id).to_dict()
+
+    human = cli("verify", job_id, "--db", store_url)
+    assert human.returncode == 0
+    assert "✓" in human.stdout and "✗" not in human.stdout
+    assert "verified: every check holds" in human.stdout
+
+    RawDb(store_url).execute("DELETE FROM seals WHERE job_id = ?", (job_id,))
+    bad = cli("verify", job_id, "--db", store_url, "--json")
+    assert bad.returncode == 1
+    assert json_of(bad)["seal"] == {
+        "present": False,
+        "ok": False,
+        "key_id": None,
+        "event_count": None,
+        "error": "the job is completed but has no seal",
+    }
+    bad_human = cli("verify", job_id, "--db", store_url)
+    assert bad_human.returncode == 1
+    assert "✗" in bad_human.stdout and "has no seal" in bad_human.stdout
+    assert "NOT verified: seal failed" in bad_human.stdout
+
+    missing = cli("verify", "no-such-job", "--db", store_url, "--json")
+    assert missing.returncode == 2
+    assert json_of(missing)["error"]["code"] == "job_not_found"
+
+    bad_key = cli("verify", job_id, "--trusted-key", "AAAA", "--db", store_url, "--json")
+    assert bad_key.returncode == 3
+    assert json_of(bad_key)["error"]["code"] == "config_error"
+
+
+def test_verify_store_error_is_exit_3(tmp_path: Path) -> None:
+    result = cli("verify", "x", "--db", f"sqlite:///{tmp_path / 'no' / 'dir.db'}", "--json")
+    assert result.returncode == 3
+    assert json_of(result)["error"]["code"] == "store_error"
+
+
+def test_keys_show_and_rotate(store_url: str, tmp_path: Path) -> None:
+    key_file = Path(os.environ["AFFIDAVIT_SIGNING_KEY"])
+    shown = cli("keys", "show", "--db", store_url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    first = json_of(shown)
+    assert first["path"] == str(key_file)
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert [k["key_id"] for k in first["keys"]] == [first["key_id"]]
+    assert json_of(cli("keys", "show", "--db", store_url, "--json"))["key_id"] == first["key_id"]
+
+    old_job = finished_job(store_url, tmp_path, "A-1001")
+    rotated = cli("keys", "rotate", "--db", store_url, "--json")
+    assert rotated.returncode == 0, rotated.stderr
+    second = json_of(rotated)
+    assert second["retired_key_id"] == first["key_id"] != second["key_id"]
+    retired = {k["key_id"]: k["retired_at"] for k in second["keys"]}
+    assert retired[first["key_id"]] is not None and retired[second["key_id"]] is None
+    assert (key_file.parent / f"{key_file.name}.retired-{first['key_id']}").exists()
+
+    new_job = finished_job(store_url, tmp_path, "A-1002")
+    for job_id, key_id in ((old_job, first["key_id"]), (new_job, second["key_id"])):
+        doc = json_of(cli("verify", job_id, "--db", store_url, "--json"))
+        assert doc["ok"] is True and doc["seal"]["key_id"] == key_id
+
+    human = cli("keys", "show", "--db", store_url)
+    assert second["key_id"] in human.stdout and first["key_id"] in human.stdout

@@ -1,0 +1,170 @@
+"""Real jobs for the verification tests, and direct database access for tampering with them."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from affidavit import Runtime, Tool, ToolContext, ToolRegistry
+from affidavit.examples import refund
+from affidavit.runtime import runner as runner_module
+from affidavit.store.postgres import split_url
+from tests.runtime.helpers import wait_lease_expired
+
+LEASE = 0.3
+
+
+class SimulatedCrash(BaseException):
+    """Raised at a crash point: the run stops there, as if the process had died (the runner
+    catches only ``Exception``, so nothing is cleaned up and the lease is left to expire)."""
+
+
+def arm_crash(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    """The next time a runner reaches ``point`` it "dies" there."""
+    armed = [True]
+
+    def crash_point(name: str) -> None:
+        if name == point and armed[0]:
+            armed[0] = False
+            raise SimulatedCrash(name)
+
+    monkeypatch.setattr(runner_module, "crash_point", crash_point)
+
+
+def refund_job(rt: Runtime, data_dir: Path, order_id: str = "A-1001") -> str:
+    """Run the demo's refund agent to completion; return the job id."""
+    refund.setup_shop(data_dir)
+    job = rt.submit(refund.PLAN, {"order_id": order_id, "data_dir": str(data_dir)})
+    rt.run_until_idle()
+    assert rt.get_job(job.job_id).status == "completed"
+    return job.job_id
+
+
+def charge_tool(name: str = "charge", *, fail: bool = False) -> Tool:
+    def fn(ctx: ToolContext, amount: int = 1) -> dict[str, Any]:
+        if fail:
+            raise ValueError("card declined")
+        return {"charged": amount, "key": ctx.external_key}
+
+    return Tool(name, fn, "tool")
+
+
+def tools(*extra: Tool) -> ToolRegistry:
+    return ToolRegistry([charge_tool(), *extra])
+
+
+def plan(*nodes: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    return {
+        "name": "verify-test",
+        "retry": {"max_attempts": 1, "backoff_seconds": 0},
+        **settings,
+        "nodes": list(nodes),
+    }
+
+
+TWO_CHARGES = plan(
+    {"id": "a", "type": "tool", "tool": "charge", "args": {"amount": "${input.amount}"}},
+    {"id": "b", "type": "tool", "tool": "charge", "args": {"amount": 2}, "depends_on": ["a"]},
+)
+
+
+def crash_in_flight(rt: Runtime, monkeypatch: pytest.MonkeyPatch, job_plan: dict[str, Any]) -> str:
+    """Submit and run until the first tool step's T1 committed, then "die": the job is left
+    running with one invocation in flight."""
+    job_id = rt.submit(job_plan, {"amount": 4}).job_id
+    arm_crash(monkeypatch, "tool.after_acquire")
+    with pytest.raises(SimulatedCrash):
+        rt.run_until_idle()
+    assert rt.get_job(job_id).status == "running"
+    return job_id
+
+
+def park_in_flight(rt: Runtime, monkeypatch: pytest.MonkeyPatch, job_plan: dict[str, Any]) -> str:
+    """As :func:`crash_in_flight`, then recover: no reconcile hook, so the job parks."""
+    job_id = crash_in_flight(rt, monkeypatch, job_plan)
+    wait_lease_expired(rt.store, job_id)
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "parked"
+    return job_id
+
+
+@dataclass
+class RawDb:
+    """Direct SQL on the database behind a store URL (``?`` placeholders), bypassing the
+    store — the way someone with write access to the database would tamper with it."""
+
+    url: str
+
+    @contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        if self.url.startswith("sqlite:///"):
+            conn = sqlite3.connect(self.url[len("sqlite:///") :])
+            try:
+                yield conn.cursor()
+                conn.commit()
+            finally:
+                conn.close()
+        else:
+            conninfo, schema = split_url(self.url)
+            with psycopg.connect(conninfo) as pg:
+                if schema:
+                    pg.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+                yield pg.cursor()
+
+    def _q(self, query: str) -> str:
+        return query if self.url.startswith("sqlite:///") else query.replace("?", "%s")
+
+    def execute(self, query: str, params: Sequence[Any] = ()) -> int:
+        with self._cursor() as cur:
+            cur.execute(self._q(query), params)
+            return int(cur.rowcount)
+
+    def rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._cursor() as cur:
+            cur.execute(self._q(query), params)
+            return [tuple(r) for r in cur.fetchall()]
+
+    def events(self, job_id: str) -> list[tuple[int, str, str, bytes, str]]:
+        """(version, event_id, type, payload bytes, chain_hash) in version order."""
+        return [
+            (int(v), e, t, bytes(p), h)
+            for v, e, t, p, h in self.rows(
+                "SELECT version, event_id, type, payload, chain_hash FROM events "
+                "WHERE job_id = ? ORDER BY version",
+                (job_id,),
+            )
+        ]
+
+    def set_payload(self, job_id: str, version: int, payload: bytes) -> None:
+        self.execute(
+            "UPDATE events SET payload = ? WHERE job_id = ? AND version = ?",
+            (payload, job_id, version),
+        )
+
+    def rewrite_log(self, job_id: str, events: Sequence[tuple[str, str, bytes]]) -> None:
+        """Replace the job's whole log with ``(event_id, type, payload)``, correctly re-chained
+        from scratch (what a forger with database access can always do)."""
+        from affidavit.core.chain import GENESIS, chain_next
+
+        head = GENESIS
+        rows = []
+        for version, (event_id, event_type, payload) in enumerate(events, start=1):
+            head = chain_next(head, event_id, event_type, payload)
+            rows.append((job_id, version, event_id, event_type, payload, head.hex()))
+        with self._cursor() as cur:
+            cur.execute(self._q("DELETE FROM events WHERE job_id = ?"), (job_id,))
+            cur.executemany(
+                self._q(
+                    "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
+                    "VALUES (?, ?, ?, ?, ?, ?)"
+                ),
+                rows,
+            )

@@ -1,0 +1,243 @@
+"""The replay proof's invariants, each broken in an otherwise well-formed, correctly chained
+export of a real job: the error names the invariant and the version of the first violation."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from affidavit import Runtime, verify_events
+from affidavit.core.canonical import canonical
+from affidavit.core.chain import GENESIS, chain_next
+from affidavit.examples import refund
+from tests.verify.helpers import refund_job
+
+Event = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Event]]:
+    """One completed refund job's events, as `affidavit jobs events --json` prints them (the
+    fold is store-independent; the store-level checks run on both backends elsewhere)."""
+    tmp = tmp_path_factory.mktemp("invariants")
+    with Runtime(f"sqlite:///{tmp / 'a.db'}", tools=refund.TOOLS, signing_key=tmp / "k") as rt:
+        job_id = refund_job(rt, tmp / "shop")
+        yield [{"job_id": job_id, **e.to_dict()} for e in rt.store.list_events(job_id)]
+
+
+def rechain(events: list[Event]) -> list[Event]:
+    """Renumber and re-chain (what a forger can always do): only the invariants can tell."""
+    head = GENESIS
+    out = []
+    for version, e in enumerate(events, start=1):
+        payload = e["payload"] if isinstance(e["payload"], bytes) else canonical(e["payload"])
+        head = chain_next(head, e["event_id"], e["type"], payload)
+        out.append({**e, "version": version, "chain_hash": head.hex()})
+    return out
+
+
+def index(events: list[Event], event_type: str, node_id: str | None = None, nth: int = 0) -> int:
+    found = [
+        i
+        for i, e in enumerate(events)
+        if e["type"] == event_type
+        and (
+            node_id is None
+            or (isinstance(e["payload"], dict) and e["payload"].get("node_id") == node_id)
+        )
+    ]
+    return found[nth]
+
+
+def check(events: list[Event], invariant: str, version: int, **kw: Any) -> Any:
+    result = verify_events(rechain(events), **kw)
+    assert result.stored_chain.ok
+    assert not result.replay_proof_result.ok
+    assert result.replay_proof_result.invariant == invariant, result.replay_proof_result.error
+    assert result.replay_proof_result.version == version
+    assert result.replay_proof_result.error.startswith(f"{invariant} at version {version}: ")
+    return result
+
+
+Mutation = Callable[[list[Event]], tuple[str, int]]
+
+
+def dependency_skipped(ev: list[Event]) -> tuple[str, int]:
+    del ev[index(ev, "node_finished", "lookup")]
+    return "dependencies_first", index(ev, "node_started", "decide") + 1
+
+
+def node_not_in_plan(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_started", "decide")
+    ev[i]["payload"]["node_id"] = "ghost"
+    return "node_in_plan", i + 1
+
+
+def wrong_step_id(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_finished", "decide")
+    ev[i]["payload"]["step_id"] = "0000000000000000"
+    return "node_in_plan", i + 1
+
+
+def executed_after_commit(ev: list[Event]) -> tuple[str, int]:
+    started = copy.deepcopy(ev[index(ev, "tool_invocation_started", "lookup")])
+    started["event_id"] = "forged-1"
+    started["payload"]["invocation_id"] = "forged-invocation"
+    i = index(ev, "job_completed")
+    ev.insert(i, started)
+    return "committed_once", i + 1
+
+
+def result_hash_forged(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "command_committed", "refund")
+    ev[i]["payload"]["result_hash"] = "0" * 64
+    return "commit_evidence", i + 1
+
+
+def committed_without_commit(ev: list[Event]) -> tuple[str, int]:
+    del ev[index(ev, "command_committed", "lookup")]
+    return "commit_evidence", index(ev, "node_finished", "lookup") + 1
+
+
+def pure_step_rerun(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_finished", "decide")
+    again = copy.deepcopy(ev[i])
+    again["event_id"] = "forged-2"
+    ev.insert(i + 1, again)
+    return "not_rerun", i + 2
+
+
+def event_after_terminal(ev: list[Event]) -> tuple[str, int]:
+    extra = copy.deepcopy(ev[index(ev, "node_started", "email")])
+    extra["event_id"] = "forged-3"
+    ev.append(extra)
+    return "after_terminal", len(ev)
+
+
+def completed_without_all_nodes(ev: list[Event]) -> tuple[str, int]:
+    first = index(ev, "node_started", "email")
+    last = index(ev, "node_finished", "email")
+    del ev[first : last + 1]
+    return "after_terminal", index(ev, "job_completed") + 1
+
+
+def plan_hash_forged(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "plan_generated")
+    ev[i]["payload"]["plan_hash"] = "f" * 64
+    return "plan", i + 1
+
+
+def finished_twice(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "tool_invocation_finished", "email")
+    again = copy.deepcopy(ev[i])
+    again["event_id"] = "forged-4"
+    ev.insert(i + 1, again)
+    return "closing_rule", i + 2
+
+
+def finished_without_start(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "tool_invocation_finished", "lookup")
+    ev[i]["payload"]["invocation_id"] = "never-started"
+    return "closing_rule", i + 1
+
+
+def unknown_type(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_started", "email")
+    ev[i]["type"] = "node_teleported"
+    return "payload", i + 1
+
+
+def payload_not_an_object(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_started", "email")
+    ev[i]["payload"] = b"[1,2,3]"
+    return "payload", i + 1
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        dependency_skipped,
+        node_not_in_plan,
+        wrong_step_id,
+        executed_after_commit,
+        result_hash_forged,
+        committed_without_commit,
+        pure_step_rerun,
+        event_after_terminal,
+        completed_without_all_nodes,
+        plan_hash_forged,
+        finished_twice,
+        finished_without_start,
+        unknown_type,
+        payload_not_an_object,
+    ],
+)
+def test_violation_is_named_with_its_version(exported: list[Event], mutate: Mutation) -> None:
+    events = copy.deepcopy(exported)
+    invariant, version = mutate(events)
+    check(events, invariant, version)
+
+
+def test_ledger_proof_flags_closing_rule_breaches(exported: list[Event]) -> None:
+    for mutate in (finished_twice, finished_without_start):
+        events = copy.deepcopy(exported)
+        mutate(events)
+        ledger = verify_events(rechain(events)).tool_invocation_ledger_proof
+        assert not ledger.ok and ledger.errors
+
+
+def test_terminal_job_with_an_open_invocation(exported: list[Event]) -> None:
+    """The job "fails" while the email invocation is still open: ledger proof fails and lists
+    the key; the same log without the terminal event is simply in flight."""
+    events = copy.deepcopy(exported)
+    cut = index(events, "tool_invocation_started", "email") + 1
+    key = events[cut - 1]["payload"]["idempotency_key"]
+    failed = copy.deepcopy(events[-1])
+    failed.update(type="job_failed", payload={"at": failed["payload"]["at"], "error": "x"})
+    in_flight = verify_events(rechain(events[:cut]))
+    assert in_flight.ok and in_flight.status == "running"
+    assert in_flight.tool_invocation_ledger_proof.pending_idempotency_keys == (key,)
+    terminal = verify_events(rechain([*events[:cut], failed]))
+    ledger = terminal.tool_invocation_ledger_proof
+    assert not ledger.ok and ledger.pending_idempotency_keys == (key,)
+    assert ledger.errors == ("the job is failed but 1 invocation(s) were never closed",)
+
+
+def test_malformed_exports_fail_closed(exported: list[Event]) -> None:
+    from affidavit import VerificationError
+
+    with pytest.raises(VerificationError, match="lacks 'type'"):
+        verify_events([{k: v for k, v in exported[0].items() if k != "type"}])
+    with pytest.raises(VerificationError, match="no job id"):
+        verify_events([])
+    with pytest.raises(VerificationError, match="malformed seal"):
+        verify_events(exported, seal={"job_id": "x"})
+    nan = {**exported[0], "payload": {"x": float("nan")}}
+    with pytest.raises(VerificationError, match="payload"):
+        verify_events([nan])
+
+
+def test_vector_formulas_through_verify_events(exported: list[Event]) -> None:
+    """FORMATS.md §10: chain root and execution hash of the minimal vector events."""
+    import json
+
+    vectors = json.loads((Path(__file__).parents[1] / "vectors" / "formats_v1.json").read_text())
+    chain = [
+        {"version": i, "event_id": e, "type": t, "payload": p, "chain_hash": None}
+        for i, (e, t, p) in enumerate(vectors["chain"]["events"], start=1)
+    ]
+    result = verify_events(chain, job_id=vectors["job_id"])
+    assert result.event_chain_root_hash == vectors["chain"]["root"]
+    assert result.stored_chain.first_bad_version == 1  # no stored hashes were given
+    decide = {
+        "version": 4,
+        "event_id": "e4",
+        "type": "node_finished",
+        "payload": {"node_id": "decide", "result_type": "pure"},
+    }
+    result = verify_events([*chain, decide], job_id=vectors["job_id"])
+    assert result.execution_hash == vectors["execution_hash"]["expected"]

@@ -1,0 +1,222 @@
+"""The tamper corpus: each case edits a finished job's database directly, as someone with
+write access could, and must be caught by the check the case names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from affidavit import Runtime, SigningKey, verify_job
+from affidavit.core.canonical import canonical, canonical_sha256, parse
+from affidavit.core.ids import new_event_id
+from affidavit.verify import VerificationResult
+from tests.verify.helpers import RawDb
+
+Refunded = tuple[Runtime, str]
+
+
+def failing_checks(result: VerificationResult) -> set[str]:
+    return {c.name for c in result.checks() if not c.ok}
+
+
+def version_of(raw: RawDb, job_id: str, event_type: str, nth: int = 0) -> int:
+    return [v for v, _, t, _, _ in raw.events(job_id) if t == event_type][nth]
+
+
+def test_untouched_job_verifies(refunded: Refunded) -> None:
+    rt, job_id = refunded
+    assert verify_job(rt.store, job_id).ok
+
+
+def test_flip_one_byte_of_a_payload(refunded: Refunded, raw: RawDb) -> None:
+    rt, job_id = refunded
+    version = version_of(raw, job_id, "tool_invocation_finished", 1)  # the refund's result
+    payload = bytearray(raw.events(job_id)[version - 1][3])
+    at = payload.index(b'"amount":') + len(b'"amount":')
+    payload[at] ^= 0x01  # 4200 -> 5200: still valid JSON, a different amount
+    raw.set_payload(job_id, version, bytes(payload))
+    result = verify_job(rt.store, job_id)
+    assert "stored_chain" in failing_checks(result)
+    assert result.stored_chain.first_bad_version == version
+
+
+def test_change_an_events_type(refunded: Refunded, raw: RawDb) -> None:
+    rt, job_id = refunded
+    version = version_of(raw, job_id, "node_started", 2)
+    raw.execute(
+        "UPDATE events SET type = 'confirmation_warning' WHERE job_id = ? AND version = ?",
+        (job_id, version),
+    )
+    result = verify_job(rt.store, job_id)
+    assert "stored_chain" in failing_checks(result)
+    assert result.stored_chain.first_bad_version == version
+
+
+def test_delete_an_event(refunded: Refunded, raw: RawDb) -> None:
+    rt, job_id = refunded
+    version = version_of(raw, job_id, "command_committed")
+    raw.execute("DELETE FROM events WHERE job_id = ? AND version = ?", (job_id, version))
+    result = verify_job(rt.store, job_id)
+    assert "stored_chain" in failing_checks(result)
+    assert result.stored_chain.first_bad_version == version
+    assert result.stored_chain.event_count == len(raw.events(job_id))
+
+
+def test_swap_two_events(refunded: Refunded, raw: RawDb) -> None:
+    rt, job_id = refunded
+    a = version_of(raw, job_id, "node_finished", 0)
+    b = version_of(raw, job_id, "node_finished", 1)
+    raw.execute("UPDATE events SET version = -1 WHERE job_id = ? AND version = ?", (job_id, a))
+    raw.execute("UPDATE events SET version = ? WHERE job_id = ? AND version = ?", (a, job_id, b))
+    raw.execute("UPDATE events SET version = ? WHERE job_id = ? AND version = -1", (b, job_id))
+    result = verify_job(rt.store, job_id)
+    assert "stored_chain" in failing_checks(result)
+    assert result.stored_chain.first_bad_version == a
+
+
+def test_insert_a_forged_event_and_rechain_the_rest(refunded: Refunded, raw: RawDb) -> None:
+    """A forger inserts a state change and recomputes every later hash: the stored chain is
+    consistent again, but the seal fixed the length and the root."""
+    rt, job_id = refunded
+    events = [(e, t, p) for _, e, t, p, _ in raw.events(job_id)]
+    at = version_of(raw, job_id, "node_finished", 2) - 1
+    refund_started = parse(events[at - 1][2])
+    forged = {
+        "at": refund_started["at"],
+        "node_id": refund_started["node_id"],
+        "step_id": refund_started["step_id"],
+        "state_changes": [
+            {"resource_type": "payment", "resource_id": "P-1", "operation": "refund"}
+        ],
+    }
+    events.insert(at, (new_event_id(), "state_changed", canonical(forged)))
+    raw.rewrite_log(job_id, events)
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok  # the chain alone cannot tell
+    assert result.replay_proof_result.ok  # a plausible event
+    assert failing_checks(result) == {"seal"}
+    assert "covers" in result.seal.error
+
+
+def test_truncate_the_tail(refunded: Refunded, raw: RawDb) -> None:
+    """Dropping the last events leaves a valid prefix chain; the seal knows the length."""
+    rt, job_id = refunded
+    n = len(raw.events(job_id))
+    raw.execute("DELETE FROM events WHERE job_id = ? AND version > ?", (job_id, n - 3))
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok
+    assert "seal" in failing_checks(result)
+    assert result.seal.error == f"the seal covers {n} events, the log has {n - 3}"
+
+
+def test_truncate_the_tail_and_recompute(refunded: Refunded, raw: RawDb) -> None:
+    """Truncated to just before the terminal event and re-chained, with the job row put back
+    to running: every log-internal check passes, only the seal tells."""
+    rt, job_id = refunded
+    events = [(e, t, p) for _, e, t, p, _ in raw.events(job_id)][:-1]
+    raw.rewrite_log(job_id, events)
+    raw.execute("UPDATE jobs SET status = 'running' WHERE job_id = ?", (job_id,))
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok and result.replay_proof_result.ok
+    assert failing_checks(result) == {"seal"}
+
+
+def test_rechain_the_whole_log(refunded: Refunded, raw: RawDb) -> None:
+    """Change the refund's recorded result everywhere it appears — the finished event, the
+    result hash in command_committed, the ledger row — then re-chain the whole log from
+    scratch: log and ledger are consistent, the seal's root is not."""
+    rt, job_id = refunded
+    events = []
+    new_result = None
+    for _, event_id, event_type, payload_bytes, _ in raw.events(job_id):
+        payload = parse(payload_bytes)
+        if event_type == "tool_invocation_finished" and payload["node_id"] == "refund":
+            payload["result"]["amount"] = 1
+            new_result = payload["result"]
+        if event_type == "command_committed" and payload["node_id"] == "refund":
+            payload["result_hash"] = canonical_sha256(new_result)
+        events.append((event_id, event_type, canonical(payload)))
+    raw.rewrite_log(job_id, events)
+    raw.execute(
+        "UPDATE tool_invocations SET result = ? WHERE job_id = ? AND node_id = 'refund'",
+        (canonical(new_result).decode(), job_id),
+    )
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok
+    assert result.tool_invocation_ledger_proof.ok and result.replay_proof_result.ok
+    assert failing_checks(result) == {"seal"}
+    assert "chain root" in result.seal.error
+
+
+def test_edit_a_ledger_rows_result(refunded: Refunded, raw: RawDb) -> None:
+    rt, job_id = refunded
+    [(stored,)] = raw.rows(
+        "SELECT result FROM tool_invocations WHERE job_id = ? AND node_id = 'refund'", (job_id,)
+    )
+    edited = json.loads(stored)
+    edited["amount"] += 1
+    raw.execute(
+        "UPDATE tool_invocations SET result = ? WHERE job_id = ? AND node_id = 'refund'",
+        (canonical(edited).decode(), job_id),
+    )
+    result = verify_job(rt.store, job_id)
+    assert "tool_invocation_ledger_proof" in failing_checks(result)
+    assert any("result does not match" in e for e in result.tool_invocation_ledger_proof.errors)
+    assert result.replay_proof_result.invariant == "ledger"
+    assert result.stored_chain.ok and result.seal.ok
+
+
+def test_delete_the_seal(refunded: Refunded, raw: RawDb) -> None:
+    rt, job_id = refunded
+    assert raw.execute("DELETE FROM seals WHERE job_id = ?", (job_id,)) == 1
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"seal"}
+    assert result.seal.present is False
+    assert result.seal.error == "the job is completed but has no seal"
+
+
+def test_seal_signed_by_an_unknown_key(refunded: Refunded, raw: RawDb) -> None:
+    """A forger re-signs a seal over a re-chained log with a key of their own."""
+    rt, job_id = refunded
+    before = verify_job(rt.store, job_id)
+    forger = SigningKey.generate()
+    seal = forger.seal(job_id, before.stored_chain.event_count, before.event_chain_root_hash)
+    raw.execute(
+        "UPDATE seals SET key_id = ?, signature = ?, sealed_at = ? WHERE job_id = ?",
+        (seal.key_id, seal.signature, seal.sealed_at, job_id),
+    )
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"seal"}
+    assert result.seal.error == f"the seal is signed by unknown key {forger.key_id}"
+
+
+def test_seal_fields_edited_without_the_key(refunded: Refunded, raw: RawDb) -> None:
+    rt, job_id = refunded
+    raw.execute("UPDATE seals SET event_count = event_count - 1 WHERE job_id = ?", (job_id,))
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"seal"}
+    assert "does not verify" in result.seal.error
+
+
+def test_public_key_row_swapped(refunded: Refunded, raw: RawDb) -> None:
+    """Replacing the recorded public key under the same key id does not make a forged
+    signature valid: the key id is the hash of the key."""
+    rt, job_id = refunded
+    forger = SigningKey.generate()
+    raw.execute("UPDATE signing_keys SET public_key = ?", (forger.public.public_key_b64,))
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"seal"}
+    assert "does not match key id" in result.seal.error
+
+
+@pytest.mark.parametrize("status", ["running", "failed"])
+def test_status_row_disagrees_with_the_log(refunded: Refunded, raw: RawDb, status: str) -> None:
+    rt, job_id = refunded
+    raw.execute("UPDATE jobs SET status = ? WHERE job_id = ?", (status, job_id))
+    result = verify_job(rt.store, job_id)
+    assert "replay_proof_result" in failing_checks(result)
+    assert result.replay_proof_result.invariant == "status"
+    assert result.replay_proof_result.error == (
+        f"status: the job is {status} but its log says completed"
+    )

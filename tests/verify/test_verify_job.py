@@ -1,0 +1,305 @@
+"""verify_job on real jobs of every status, on both backends."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from affidavit import JobNotFound, Runtime, SigningKey, verify_events, verify_job
+from affidavit.core.canonical import canonical
+from affidavit.runtime.replay import build_from_events
+from tests.runtime.helpers import ledger_rows, wait_lease_expired
+from tests.verify.helpers import (
+    TWO_CHARGES,
+    RawDb,
+    charge_tool,
+    crash_in_flight,
+    park_in_flight,
+    plan,
+    tools,
+)
+
+SECTION6_KEYS = [
+    "job_id",
+    "execution_hash",
+    "event_chain_root_hash",
+    "tool_invocation_ledger_proof",
+    "replay_proof_result",
+    "stored_chain",
+    "seal",
+    "ok",
+]
+
+
+def assert_all_ok(result: Any) -> None:
+    assert result.ok, result.checks()
+    assert result.replay_proof_result.error == ""
+
+
+def test_completed_job_verifies_and_matches_a_hand_computed_chain(
+    refunded: tuple[Runtime, str], raw: RawDb
+) -> None:
+    rt, job_id = refunded
+    result = verify_job(rt.store, job_id)
+    assert_all_ok(result)
+    doc = result.to_dict()
+    assert list(doc) == SECTION6_KEYS
+    assert doc["tool_invocation_ledger_proof"] == {"ok": True, "pending_idempotency_keys": []}
+    assert doc["replay_proof_result"] == {"ok": True, "error": ""}
+
+    # FORMATS.md §4 by hand, from the raw rows: raw previous digest, "\n", id, " ", type, " ",
+    # standard padded base64 of the stored bytes.
+    rows = raw.events(job_id)
+    head = b""
+    for version, event_id, event_type, payload, stored in rows:
+        text = f"\n{event_id} {event_type} {base64.b64encode(payload).decode()}"
+        head = hashlib.sha256(head + text.encode()).digest()
+        assert stored == head.hex(), f"stored hash of version {version}"
+    assert doc["event_chain_root_hash"] == head.hex()
+    assert doc["stored_chain"] == {"ok": True, "first_bad_version": None, "event_count": len(rows)}
+
+    # FORMATS.md §5 by hand.
+    events = rt.store.list_events(job_id)
+    [plan_event] = [e.payload for e in events if e.type == "plan_generated"]
+    assert (
+        plan_event["plan_hash"] == hashlib.sha256(canonical(plan_event["task_graph"])).hexdigest()
+    )
+    text = plan_event["plan_hash"] + "".join(
+        f"{e.payload['node_id']}:{e.payload['result_type']}\n"
+        for e in events
+        if e.type == "node_finished"
+    )
+    assert doc["execution_hash"] == hashlib.sha256(text.encode()).hexdigest()
+
+    # The seal by hand: Ed25519 over JCS of the five fields, with the recorded public key.
+    seal = rt.store.get_seal(job_id)
+    assert seal is not None
+    [key] = [k for k in rt.store.signing_keys() if k.key_id == seal.key_id]
+    assert seal.key_id == hashlib.sha256(key.public_key).hexdigest()[:16]
+    message = canonical(
+        {
+            "job_id": job_id,
+            "event_count": len(rows),
+            "event_chain_root_hash": head.hex(),
+            "sealed_at": seal.sealed_at,
+            "key_id": seal.key_id,
+        }
+    )
+    Ed25519PublicKey.from_public_bytes(key.public_key).verify(
+        base64.b64decode(seal.signature), message
+    )
+    assert doc["seal"] == {
+        "present": True,
+        "ok": True,
+        "key_id": seal.key_id,
+        "event_count": len(rows),
+        "error": "",
+    }
+
+
+def test_verification_changes_nothing(refunded: tuple[Runtime, str], raw: RawDb) -> None:
+    rt, job_id = refunded
+    tables = ("jobs", "events", "tool_invocations", "seals", "signing_keys")
+    before = {t: sorted(map(repr, raw.rows(f"SELECT * FROM {t}"))) for t in tables}
+    for _ in range(2):
+        verify_job(rt.store, job_id)
+    assert {t: sorted(map(repr, raw.rows(f"SELECT * FROM {t}"))) for t in tables} == before
+
+
+def test_unknown_job(refunded: tuple[Runtime, str]) -> None:
+    rt, _ = refunded
+    with pytest.raises(JobNotFound):
+        verify_job(rt.store, "no-such-job")
+
+
+def test_failed_and_cancelled_jobs_are_sealed_and_verify(
+    make_runtime: Callable[..., Runtime],
+) -> None:
+    rt = make_runtime(tools(charge_tool("declined", fail=True)))
+    failing = rt.submit(
+        plan(
+            {"id": "a", "type": "tool", "tool": "charge", "args": {"amount": 1}},
+            {"id": "b", "type": "tool", "tool": "declined", "depends_on": ["a"]},
+        )
+    ).job_id
+    cancelled = rt.submit(TWO_CHARGES, {"amount": 1}).job_id
+    rt.cancel(cancelled, reason="not needed", by="test")
+    rt.run_until_idle()
+    for job_id, status in ((failing, "failed"), (cancelled, "cancelled")):
+        assert rt.get_job(job_id).status == status
+        result = verify_job(rt.store, job_id)
+        assert_all_ok(result)
+        assert result.seal.present and result.seal.event_count == result.stored_chain.event_count
+
+
+def test_job_in_flight_reports_its_pending_key_and_passes(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Running with an open invocation (T1 committed, the worker died): the key is listed as
+    pending, nothing fails — the chain is intact and the job is not terminal, so no seal."""
+    rt = make_runtime(tools())
+    job_id = crash_in_flight(rt, monkeypatch, TWO_CHARGES)
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "started"
+
+    result = verify_job(rt.store, job_id)
+    assert_all_ok(result)
+    assert result.status == "running"
+    assert result.tool_invocation_ledger_proof.pending_idempotency_keys == (row.idempotency_key,)
+    assert result.stored_chain.ok and result.stored_chain.first_bad_version is None
+    assert result.seal.to_dict() == {
+        "present": False,
+        "ok": True,
+        "key_id": None,
+        "event_count": None,
+        "error": "",
+    }
+    replay = build_from_events(rt.store.list_events(job_id))
+    assert set(replay.pending_tool_invocations) == {row.idempotency_key}
+
+
+def test_parked_job_reports_pending_then_resumed_job_verifies(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = make_runtime(tools())
+    job_id = park_in_flight(rt, monkeypatch, TWO_CHARGES)
+    [row] = ledger_rows(rt.store, job_id)
+    parked = verify_job(rt.store, job_id)
+    assert_all_ok(parked)
+    assert parked.status == "parked"
+    assert parked.tool_invocation_ledger_proof.pending_idempotency_keys == (row.idempotency_key,)
+    assert not parked.seal.present
+
+    rt.resume(job_id, "accept_result", result={"charged": 4, "key": "found by a person"})
+    rt.run_until_idle()
+    done = verify_job(rt.store, job_id)
+    assert rt.get_job(job_id).status == "completed"
+    assert_all_ok(done)
+    assert done.tool_invocation_ledger_proof.pending_idempotency_keys == ()
+    assert done.seal.present
+
+
+def test_resume_fail_seals_the_failed_job(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = make_runtime(tools())
+    job_id = park_in_flight(rt, monkeypatch, TWO_CHARGES)
+    rt.resume(job_id, "fail", by="operator")
+    result = verify_job(rt.store, job_id)
+    assert result.status == "failed"
+    assert_all_ok(result)
+    assert result.seal.present
+
+
+def test_in_flight_policy_fail_seals_the_failed_job(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = make_runtime(tools())
+    job_id = crash_in_flight(rt, monkeypatch, {**TWO_CHARGES, "in_flight": "fail"})
+    wait_lease_expired(rt.store, job_id)
+    rt.run_until_idle()
+    result = verify_job(rt.store, job_id)
+    assert result.status == "failed"
+    assert_all_ok(result)
+    assert result.seal.present
+
+
+def test_waiting_job_verifies(make_runtime: Callable[..., Runtime]) -> None:
+    rt = make_runtime(tools())
+    job_id = rt.submit(
+        plan(
+            {"id": "a", "type": "tool", "tool": "charge", "args": {"amount": 1}},
+            {"id": "ok", "type": "approval", "depends_on": ["a"]},
+        )
+    ).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "waiting"
+    result = verify_job(rt.store, job_id)
+    assert_all_ok(result)
+    assert result.status == "waiting" and not result.seal.present
+
+
+def test_agrees_with_the_runtime_replay(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verifier's own streaming fold and the runtime's replay context read the same log
+    the same way: status and pending keys agree."""
+    rt = make_runtime(tools())
+    in_flight = crash_in_flight(rt, monkeypatch, TWO_CHARGES)
+    done = rt.submit(TWO_CHARGES, {"amount": 3}).job_id
+    wait_lease_expired(rt.store, in_flight)
+    rt.run_until_idle()
+    for job_id in (in_flight, done):
+        result = verify_job(rt.store, job_id)
+        replay = build_from_events(rt.store.list_events(job_id))
+        assert result.status == replay.status == rt.get_job(job_id).status
+        assert set(result.tool_invocation_ledger_proof.pending_idempotency_keys) == set(
+            replay.pending_tool_invocations
+        )
+
+
+def exported(rt: Runtime, job_id: str) -> list[dict[str, Any]]:
+    """The events as `affidavit jobs events --json` prints them (payload decoded)."""
+    return [{"job_id": job_id, **e.to_dict()} for e in rt.store.list_events(job_id)]
+
+
+def test_verify_events_offline_equals_verify_job(refunded: tuple[Runtime, str]) -> None:
+    rt, job_id = refunded
+    seal = rt.store.get_seal(job_id)
+    assert seal is not None
+    keys = [k.public_key_b64 for k in rt.store.signing_keys()]
+    offline = verify_events(
+        exported(rt, job_id),
+        seal=seal.to_dict(),
+        public_keys=keys,
+        ledger=ledger_rows(rt.store, job_id),
+        status="completed",
+    )
+    assert offline.to_dict() == verify_job(rt.store, job_id).to_dict()
+    # The stored rows themselves (bytes, no re-serialization) give the same answer.
+    assert (
+        verify_events(rt.store.list_events(job_id), seal=seal, public_keys=keys).to_dict()
+        == offline.to_dict()
+    )
+
+
+def test_verify_events_needs_the_public_key_and_the_seal(refunded: tuple[Runtime, str]) -> None:
+    rt, job_id = refunded
+    seal = rt.store.get_seal(job_id)
+    assert seal is not None
+    no_key = verify_events(exported(rt, job_id), seal=seal)
+    assert not no_key.ok and not no_key.seal.ok
+    assert "unknown key" in no_key.seal.error
+    no_seal = verify_events(
+        exported(rt, job_id), public_keys=[k.public_key_b64 for k in rt.store.signing_keys()]
+    )
+    assert no_seal.status == "completed" and no_seal.seal.to_dict()["present"] is False
+    assert not no_seal.ok
+
+
+def test_trusted_keys_pin_the_signer(refunded: tuple[Runtime, str]) -> None:
+    rt, job_id = refunded
+    seal = rt.store.get_seal(job_id)
+    assert seal is not None
+    assert verify_job(rt.store, job_id, trusted_keys=[seal.key_id]).ok
+    [recorded] = rt.store.signing_keys()
+    assert verify_job(rt.store, job_id, trusted_keys=[recorded.public_key_b64]).ok
+    stranger = SigningKey.generate()
+    pinned = verify_job(rt.store, job_id, trusted_keys=[stranger.public_raw])
+    assert not pinned.ok and "unknown key" in pinned.seal.error
+
+
+def test_explicit_signing_key_is_used(make_runtime: Callable[..., Runtime], tmp_path: Path) -> None:
+    key = SigningKey.generate()
+    rt = make_runtime(tools(), signing_key=key)
+    job_id = rt.submit(TWO_CHARGES, {"amount": 1}).job_id
+    rt.run_until_idle()
+    seal = rt.store.get_seal(job_id)
+    assert seal is not None and seal.key_id == key.key_id
+    assert verify_job(rt.store, job_id, trusted_keys=[key.public_raw]).ok
