@@ -47,12 +47,15 @@ class SqlSnapshot(ABC):
             yield StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
 
     def ledger_list(self, job_id: str) -> list[LedgerRow]:
-        rows = self.query(
+        return list(self.iter_ledger(job_id))
+
+    def iter_ledger(self, job_id: str, *, batch: int = DEFAULT_BATCH) -> Iterator[LedgerRow]:
+        sql = (
             f"SELECT {LEDGER_COLUMNS} FROM tool_invocations WHERE job_id = ? "
-            "ORDER BY created_at, idempotency_key",
-            (job_id,),
+            "ORDER BY idempotency_key"
         )
-        return [_ledger_from_row(r) for r in rows]
+        for row in self.stream(sql, (job_id,), batch):
+            yield _ledger_from_row(row)
 
     def seal_get(self, job_id: str) -> Seal | None:
         rows = self.query(SEAL_SELECT, (job_id,))

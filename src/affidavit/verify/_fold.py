@@ -28,6 +28,7 @@ with the version of the first event that violates it:
 from __future__ import annotations
 
 import hashlib
+import sys
 from base64 import b64encode
 from collections.abc import Callable
 from typing import Any
@@ -104,10 +105,11 @@ class LogFold:
         self.steps: dict[str, str] = {}
         self.completed: set[str] = set()
         self.committed_nodes: set[str] = set()
-        self.started_invocations: dict[str, str] = {}  # invocation_id -> key
-        self.finished_invocations: set[str] = set()
+        self.invocation_ids: set[str] = set()  # every invocation started
+        self.open_invocations: dict[str, str] = {}  # open invocation_id -> key
         self.open_by_key: dict[str, str] = {}  # key -> open invocation_id (insertion = log order)
-        self.success: dict[str, tuple[str, str | None]] = {}  # key -> (invocation, result hash)
+        # key -> (invocation, result hash) of a success not committed yet (T2 commits it next)
+        self.success: dict[str, tuple[str, str | None]] = {}
         self.committed: dict[str, str] = {}  # key -> result_hash
         self.keys: set[str] = set()
         self.log_status = "pending"
@@ -267,7 +269,7 @@ class LogFold:
             self.log_status = "running"
 
     def _invocation_started(self, p: dict[str, Any], version: int) -> None:
-        key = _str(p, "idempotency_key")
+        key = sys.intern(_str(p, "idempotency_key"))  # one string per key, however often seen
         invocation = _str(p, "invocation_id")
         node_id = p["node_id"]
         assert self.plan is not None
@@ -276,14 +278,15 @@ class LogFold:
         self._deps_completed(node_id, "invoked its tool")
         if key in self.committed:
             raise _Violation("committed_once", f"key {key[:16]}… executed again after its commit")
-        if invocation in self.started_invocations:
+        if invocation in self.invocation_ids:
             raise _Violation("closing_rule", f"invocation {invocation} started twice")
         if key in self.open_by_key:
             raise _Violation(
                 "closing_rule",
                 f"key {key[:16]}… started again while invocation {self.open_by_key[key]} is open",
             )
-        self.started_invocations[invocation] = key
+        self.invocation_ids.add(invocation)
+        self.open_invocations[invocation] = key
         self.open_by_key[key] = invocation
         self.keys.add(key)
 
@@ -291,18 +294,18 @@ class LogFold:
         key = _str(p, "idempotency_key")
         invocation = _str(p, "invocation_id")
         outcome = p.get("outcome")
-        started_key = self.started_invocations.get(invocation)
+        started_key = self.open_invocations.get(invocation)
         if started_key is None:
+            if invocation in self.invocation_ids:
+                self.ledger_error(f"invocation {invocation} (key {key[:16]}…) finished twice")
+                raise _Violation("closing_rule", f"invocation {invocation} finished twice")
             self.ledger_error(f"invocation {invocation} finished without being started")
             raise _Violation("closing_rule", f"invocation {invocation} finished, never started")
-        if invocation in self.finished_invocations:
-            self.ledger_error(f"invocation {invocation} (key {key[:16]}…) finished twice")
-            raise _Violation("closing_rule", f"invocation {invocation} finished twice")
         if started_key != key:
             raise _Violation("closing_rule", f"invocation {invocation} finished under another key")
         if outcome not in ("success", "failure", "timeout", "lost"):
             raise _Violation("payload", f"unknown outcome {outcome!r}")
-        self.finished_invocations.add(invocation)
+        del self.open_invocations[invocation]
         self.open_by_key.pop(key, None)
         if outcome == "success":
             try:
@@ -322,7 +325,7 @@ class LogFold:
         if key in self.committed:
             self.ledger_error(f"key {key[:16]}… committed twice")
             raise _Violation("committed_once", f"key {key[:16]}… committed twice")
-        success = self.success.get(key)
+        success = self.success.pop(key, None)
         if success is None or success[0] != command:
             raise _Violation(
                 "commit_evidence",
@@ -333,7 +336,7 @@ class LogFold:
                 "commit_evidence",
                 f"result_hash of key {key[:16]}… does not match the recorded result",
             )
-        self.committed[key] = result_hash
+        self.committed[sys.intern(key)] = result_hash
         self.committed_nodes.add(p["node_id"])
 
     def _node_finished(self, p: dict[str, Any], version: int) -> None:

@@ -15,6 +15,7 @@ Read-only: nothing is written, whatever the job's status. The contract, in order
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -65,11 +66,13 @@ def verify_job(
         feed = fold.feed
         for e in snap.iter_events(job_id):
             feed(e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
-        ledger = snap.ledger_list(job_id)
+        fold.finish()
+        # (3) the ledger rows, streamed too
+        row_errors = _ledger_disagreements(fold, snap.iter_ledger(job_id))
         seal = snap.seal_get(job_id)
         recorded = snap.keys_list()
     keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
-    return _assemble(fold, status=job.status, ledger=ledger, seal=seal, keys=keys)
+    return _assemble(fold, status=job.status, row_errors=row_errors, seal=seal, keys=keys)
 
 
 def verify_events(
@@ -108,16 +111,11 @@ def verify_events(
     if first is not None:
         for position, row in enumerate(_chain(first, iterator), start=1):
             fold.feed(*_event_parts(row, position))
+    fold.finish()
     parsed_seal = _parse_seal(seal)
     keys = _key_map(public_keys.items() if isinstance(public_keys, Mapping) else public_keys)
-    ledger_rows = list(ledger) if ledger is not None else None
-    return _assemble(
-        fold,
-        status=status,
-        ledger=ledger_rows,
-        seal=parsed_seal,
-        keys=keys,
-    )
+    row_errors = _ledger_disagreements(fold, ledger) if ledger is not None else []
+    return _assemble(fold, status=status, row_errors=row_errors, seal=parsed_seal, keys=keys)
 
 
 # --- assembling the result ----------------------------------------------------------------------
@@ -127,15 +125,12 @@ def _assemble(
     fold: LogFold,
     *,
     status: str | None,
-    ledger: list[LedgerRow] | None,
+    row_errors: list[str],
     seal: Seal | None,
     keys: dict[str, PublicKey],
 ) -> VerificationResult:
-    fold.finish()
     log_status = fold.log_status
     shown_status = status if status is not None else log_status
-    # (3) ledger rows against the log
-    row_errors = _ledger_disagreements(fold, ledger) if ledger is not None else []
     terminal = shown_status in TERMINAL_STATUSES or log_status in TERMINAL_STATUSES
     pending = fold.pending_keys
     ledger_errors = list(fold.ledger_errors) + row_errors
@@ -175,12 +170,17 @@ def _status_agrees(status: str, log_status: str) -> bool:
     return status == log_status
 
 
-def _ledger_disagreements(fold: LogFold, ledger: list[LedgerRow]) -> list[str]:
+def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerRow]) -> list[str]:
+    """Each ledger row against what the log says about its key (streamed: only the set of
+    keys seen is kept)."""
     errors: list[str] = []
-    rows = {r.idempotency_key: r for r in ledger}
-    for key in sorted(fold.keys - rows.keys()):
-        errors.append(f"key {key[:16]}… was invoked but has no ledger row")
-    for key, row in rows.items():
+    seen: set[str] = set()
+    for row in ledger:
+        key = row.idempotency_key
+        if key in seen:
+            errors.append(f"ledger row {key[:16]}… appears twice")
+            continue
+        seen.add(sys.intern(key))
         short = key[:16] + "…"
         if key not in fold.keys:
             errors.append(f"ledger row {short} has no invocation in the log")
@@ -202,6 +202,8 @@ def _ledger_disagreements(fold: LogFold, ledger: list[LedgerRow]) -> list[str]:
                 errors.append(f"ledger row {short} is failed but the log has it open")
         else:
             errors.append(f"ledger row {short} has unknown status {row.status!r}")
+    for key in sorted(fold.keys - seen):
+        errors.append(f"key {key[:16]}… was invoked but has no ledger row")
     return errors
 
 
