@@ -9,9 +9,10 @@ grow with its length.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from affidavit.core.seal import PublicKey, Seal
 from affidavit.store._ledger import LEDGER_COLUMNS, LedgerRow, _ledger_from_row
@@ -20,6 +21,14 @@ from affidavit.store._sql import JOB_SELECT, job_from_row
 from affidavit.store.base import JobRecord, StoredEvent
 
 DEFAULT_BATCH = 2000
+EVENT_ROWS_SELECT = (
+    "SELECT version, event_id, type, payload, chain_hash FROM events "
+    "WHERE job_id = ? ORDER BY version"
+)
+LEDGER_DIGEST_SELECT = (
+    "SELECT idempotency_key, status, invocation_id, result FROM tool_invocations "
+    "WHERE job_id = ? ORDER BY idempotency_key"
+)
 # Without recorded_at: informational, not covered by the chain, and costly to convert per row.
 EVENTS_SELECT = (
     "SELECT job_id, version, event_id, type, payload, chain_hash FROM events "
@@ -45,6 +54,23 @@ class SqlSnapshot(ABC):
     def iter_events(self, job_id: str, *, batch: int = DEFAULT_BATCH) -> Iterator[StoredEvent]:
         for row in self.stream(EVENTS_SELECT, (job_id,), batch):
             yield StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
+
+    def iter_event_rows(
+        self, job_id: str, *, batch: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[int, str, str, bytes, str]]:
+        """``(version, event_id, type, payload bytes, chain_hash)`` in version order: the
+        fields a verifier needs, without building an object per event."""
+        rows = self.stream(EVENT_ROWS_SELECT, (job_id,), batch)  # rows are those tuples
+        return cast("Iterator[tuple[int, str, str, bytes, str]]", rows)
+
+    def iter_ledger_digests(
+        self, job_id: str, *, batch: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, str, str, str]]:
+        """``(idempotency_key, status, invocation_id, result_sha256)`` per ledger row, the
+        digest taken over the stored result text (``null`` when there is none)."""
+        for key, status, invocation, result in self.stream(LEDGER_DIGEST_SELECT, (job_id,), batch):
+            text = result if result is not None else "null"
+            yield key, status, invocation, hashlib.sha256(text.encode()).hexdigest()
 
     def ledger_list(self, job_id: str) -> list[LedgerRow]:
         return list(self.iter_ledger(job_id))

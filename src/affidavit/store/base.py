@@ -246,6 +246,20 @@ class Snapshot(Protocol):
         does not grow with the log). ``recorded_at`` is not read."""
         ...
 
+    def iter_event_rows(
+        self, job_id: str, *, batch: int = ...
+    ) -> Iterator[tuple[int, str, str, bytes, str]]:
+        """``(version, event_id, type, payload bytes, chain_hash)`` of the whole log in version
+        order, streamed like :meth:`iter_events` without an object per event."""
+        ...
+
+    def iter_ledger_digests(
+        self, job_id: str, *, batch: int = ...
+    ) -> Iterator[tuple[str, str, str, str]]:
+        """``(idempotency_key, status, invocation_id, sha256 of the stored result text)`` per
+        ledger row (the text ``null`` when the row has no result)."""
+        ...
+
     def ledger_list(self, job_id: str) -> list[LedgerRow]: ...
 
     def iter_ledger(self, job_id: str, *, batch: int = ...) -> Iterator[LedgerRow]:

@@ -27,10 +27,10 @@ with the version of the first event that violates it:
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import sys
-from base64 import b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -70,7 +70,12 @@ _STEP_EVENTS = frozenset(
     }
 )
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
+_OUTCOMES = frozenset({"success", "failure", "timeout", "lost"})
 _sha256 = hashlib.sha256
+
+
+def _b64(data: bytes) -> bytes:
+    return binascii.b2a_base64(data, newline=False)
 
 
 class _Violation(Exception):
@@ -78,6 +83,23 @@ class _Violation(Exception):
         super().__init__(detail)
         self.invariant = invariant
         self.detail = detail
+
+
+def _hash_matches(result: Any, result_hash: str) -> bool:
+    """Whether ``result_hash`` is the SHA-256 of JCS(result). Sorted-key orjson output equals
+    JCS for most values and is several times faster; when its digest matches, the bytes are the
+    canonical ones (the runtime hashed exactly those). Only on a mismatch is the full RFC 8785
+    encoder consulted (floats and non-BMP keys are where the two differ)."""
+    try:
+        fast = orjson.dumps(result, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        fast = b""
+    if _sha256(fast).hexdigest() == result_hash:
+        return True
+    try:
+        return _sha256(canonical(result)).hexdigest() == result_hash
+    except AffidavitError:
+        return False
 
 
 def _str(p: dict[str, Any], name: str) -> str:
@@ -100,16 +122,20 @@ class LogFold:
         self.plan_hash: str | None = None
         self._exec: Any = None
         self._finished_before_plan: list[tuple[str, str]] = []
-        # replay state
-        self.plan: Plan | None = None
+        # the plan, reduced to what the checks need (the parsed task graph is not kept)
+        self.has_plan = False
         self.steps: dict[str, str] = {}
+        self.node_type: dict[str, str] = {}
+        self.deps: dict[str, tuple[str, ...]] = {}
+        self.order: tuple[str, ...] = ()
+        # replay state
         self.completed: set[str] = set()
-        self.committed_nodes: set[str] = set()
+        self.committed_nodes: set[str] = set()  # committed, node_finished not seen yet
         self.invocation_ids: set[str] = set()  # every invocation started
         self.open_invocations: dict[str, str] = {}  # open invocation_id -> key
         self.open_by_key: dict[str, str] = {}  # key -> open invocation_id (insertion = log order)
-        # key -> (invocation, result hash) of a success not committed yet (T2 commits it next)
-        self.success: dict[str, tuple[str, str | None]] = {}
+        # key -> (invocation, result) of a success not committed yet (T2 commits it next)
+        self.success: dict[str, tuple[str, Any]] = {}
         self.committed: dict[str, str] = {}  # key -> result_hash
         self.keys: set[str] = set()
         self.log_status = "pending"
@@ -117,18 +143,28 @@ class LogFold:
         # findings
         self.replay_error: tuple[str, int | None, str] | None = None
         self.ledger_errors: list[str] = []
-        self._handlers: dict[str, Callable[[dict[str, Any], int], None]] = {
+        noop = self._noop
+        self._dispatch: dict[str, Callable[[dict[str, Any]], object]] = {
+            "job_created": noop,
             "plan_generated": self._plan_generated,
             "node_started": self._node_started,
             "tool_invocation_started": self._invocation_started,
             "tool_invocation_finished": self._invocation_finished,
             "command_committed": self._command_committed,
+            "state_changed": self._step,
             "node_finished": self._node_finished,
             "job_waiting": self._job_waiting,
             "wait_completed": self._wait_completed,
             "job_parked": self._job_parked,
             "job_resumed": self._job_resumed,
+            "confirmation_warning": self._step,
+            "step_compensated": self._step,
+            "job_completed": self._job_completed,
+            "job_failed": self._job_failed,
+            "job_cancelled": self._job_cancelled,
         }
+        assert set(self._dispatch) == _KNOWN_TYPES
+        self._version = 0
 
     # --- findings -------------------------------------------------------------------------------
 
@@ -152,70 +188,84 @@ class LogFold:
         stored_hash: str | None,
     ) -> None:
         """Take the next event of the log (stored bytes, as read)."""
-        self.count += 1
-        head = _sha256(
-            b"".join(
-                (
-                    self.head,
-                    b"\n",
-                    event_id.encode(),
-                    b" ",
-                    event_type.encode(),
-                    b" ",
-                    b64encode(payload),
-                )
-            )
-        ).digest()
-        self.head = head
-        if self.first_bad_version is None and (version != self.count or stored_hash != head.hex()):
-            self.first_bad_version = self.count
-        if self.terminal_version is not None:
-            self.violate(
-                "after_terminal",
-                version,
-                f"{event_type} follows the terminal event at version {self.terminal_version}",
-            )
-        if event_type not in _KNOWN_TYPES:
-            self.violate("payload", version, f"unknown event type {event_type!r}")
-            return
-        try:
-            p = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            self.violate("payload", version, f"{event_type} payload is not JSON")
-            return
-        if type(p) is not dict:
-            self.violate("payload", version, f"{event_type} payload is not a JSON object")
-            return
-        if event_type == "node_finished":
-            self._execution_step(p)
-        try:
-            if event_type in _STEP_EVENTS:
-                self._check_step(p, event_type)
-            handler = self._handlers.get(event_type)
-            if handler is not None:
-                handler(p, version)
-            elif event_type in TERMINAL_EVENTS:
-                self._terminal(event_type, version)
-        except _Violation as v:
-            self.violate(v.invariant, version, f"{event_type}: {v.detail}")
+        self.feed_all(((version, event_id, event_type, payload, stored_hash),))
 
-    def _check_step(self, p: dict[str, Any], event_type: str) -> None:
-        node_id = _str(p, "node_id")
+    def feed_all(self, rows: Iterable[tuple[int, str, str, bytes, str | None]]) -> None:
+        """Take the next events: ``(version, event_id, type, payload bytes, stored hash)`` in
+        version order. The hot loop of verification; state lives in locals while it runs."""
+        head, count, first_bad = self.head, self.count, self.first_bad_version
+        dispatch, violate, loads, sha256, b64, join = (
+            self._dispatch,
+            self.violate,
+            orjson.loads,
+            _sha256,
+            _b64,
+            b"".join,
+        )
+        try:
+            for version, event_id, event_type, payload, stored_hash in rows:
+                count += 1
+                head = sha256(
+                    join(
+                        (
+                            head,
+                            b"\n",
+                            event_id.encode(),
+                            b" ",
+                            event_type.encode(),
+                            b" ",
+                            b64(payload),
+                        )
+                    )
+                ).digest()
+                if first_bad is None and (version != count or stored_hash != head.hex()):
+                    first_bad = count
+                self._version = version
+                if self.terminal_version is not None:
+                    violate(
+                        "after_terminal",
+                        version,
+                        f"{event_type} follows the terminal event at version "
+                        f"{self.terminal_version}",
+                    )
+                handler = dispatch.get(event_type)
+                if handler is None:
+                    violate("payload", version, f"unknown event type {event_type!r}")
+                    continue
+                try:
+                    p = loads(payload)
+                    if type(p) is not dict:
+                        raise _Violation("payload", "the payload is not a JSON object")
+                    handler(p)
+                except _Violation as v:
+                    violate(v.invariant, version, f"{event_type}: {v.detail}")
+                except orjson.JSONDecodeError:
+                    violate("payload", version, f"{event_type}: the payload is not JSON")
+                except (KeyError, TypeError, AttributeError) as exc:
+                    violate("payload", version, f"{event_type}: malformed field ({exc!r})")
+        finally:
+            self.head, self.count, self.first_bad_version = head, count, first_bad
+
+    def _step(self, p: dict[str, Any]) -> str:
+        """Check a step event's node and step id; return the node id."""
+        node_id: Any = p.get("node_id")
+        expected = self.steps.get(node_id) if type(node_id) is str else None
+        if expected is not None and p.get("step_id") == expected:
+            return str(node_id)
+        _str(p, "node_id")
         step_id = _str(p, "step_id")
-        if self.plan is None:
+        if not self.has_plan:
             raise _Violation("plan", "a step event before plan_generated")
-        expected = self.steps.get(node_id)
         if expected is None:
             raise _Violation("node_in_plan", f"node {node_id!r} is not in the plan")
-        if step_id != expected:
-            raise _Violation(
-                "node_in_plan", f"step id {step_id!r} of node {node_id!r} is not {expected!r}"
-            )
+        raise _Violation(
+            "node_in_plan", f"step id {step_id!r} of node {node_id!r} is not {expected!r}"
+        )
 
     def _deps_completed(self, node_id: str, what: str) -> None:
-        assert self.plan is not None
-        for dep in self.plan.by_id[node_id].depends_on:
-            if dep not in self.completed:
+        completed = self.completed
+        for dep in self.deps[node_id]:
+            if dep not in completed:
                 raise _Violation(
                     "dependencies_first",
                     f"node {node_id!r} {what} before its dependency {dep!r} completed",
@@ -223,60 +273,68 @@ class LogFold:
 
     # --- handlers -------------------------------------------------------------------------------
 
-    def _execution_step(self, p: dict[str, Any]) -> None:
-        """FORMATS.md §5 over every node_finished in log order, whatever else is wrong with it
-        (the replay proof reports that)."""
-        node_id, result_type = p.get("node_id"), p.get("result_type")
-        pair = (
-            node_id if isinstance(node_id, str) else "",
-            result_type if isinstance(result_type, str) else "",
-        )
-        if self._exec is None:
-            self._finished_before_plan.append(pair)
-        else:
-            self._exec.update(f"{pair[0]}:{pair[1]}\n".encode())
+    def _noop(self, p: dict[str, Any]) -> None:
+        pass
 
-    def _plan_generated(self, p: dict[str, Any], version: int) -> None:
+    def _plan_generated(self, p: dict[str, Any]) -> None:
         if self._exec is not None:
             raise _Violation("plan", "a second plan_generated")
         graph = p.get("task_graph")
         recorded = p.get("plan_hash")
+        plan: Plan | None = None
+        error: AffidavitError | None = None
         try:
-            recomputed = canonical_sha256(graph) if graph is not None else None
-        except AffidavitError:
-            recomputed = None
+            plan = Plan.parse(graph)  # computes the plan hash over exactly this task graph
+        except AffidavitError as exc:
+            error = exc
+        if isinstance(recorded, str):
+            self.plan_hash = recorded
+        elif plan is not None:
+            self.plan_hash = plan.plan_hash
+        else:
+            try:
+                self.plan_hash = canonical_sha256(graph) if graph is not None else ""
+            except AffidavitError:
+                self.plan_hash = ""
         # The execution hash follows FORMATS.md §5 even when the plan itself is broken.
-        self.plan_hash = recorded if isinstance(recorded, str) else (recomputed or "")
         self._exec = _sha256(self.plan_hash.encode())
         for node_id, result_type in self._finished_before_plan:
             self._exec.update(f"{node_id}:{result_type}\n".encode())
         self._finished_before_plan.clear()
-        try:
-            plan = Plan.parse(graph)
-        except AffidavitError as exc:
-            raise _Violation("plan", f"the task graph is not a valid plan: {exc.message}") from exc
-        if recorded is not None and recorded != recomputed:
+        if plan is None:
+            detail = error.message if error is not None else "no task graph"
+            raise _Violation("plan", f"the task graph is not a valid plan: {detail}")
+        if recorded is not None and recorded != plan.plan_hash:
             raise _Violation("plan", f"plan_hash {recorded} does not match the task graph")
-        self.plan = plan
+        self.has_plan = True
         self.steps = plan.step_ids(self.job_id)
+        self.node_type = {n.id: n.type for n in plan.nodes}
+        self.deps = {n.id: n.depends_on for n in plan.nodes}
+        self.order = plan.order
 
-    def _node_started(self, p: dict[str, Any], version: int) -> None:
+    def _node_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
+        expected = self.steps.get(node_id)
+        if expected is None or expected != p.get("step_id"):
+            self._step(p)
         if node_id in self.completed:
             raise _Violation("not_rerun", f"node {node_id!r} started again after it completed")
         self._deps_completed(node_id, "started")
         if self.log_status in ("pending", "parked", "waiting"):
             self.log_status = "running"
 
-    def _invocation_started(self, p: dict[str, Any], version: int) -> None:
-        key = sys.intern(_str(p, "idempotency_key"))  # one string per key, however often seen
-        invocation = _str(p, "invocation_id")
+    def _invocation_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
-        assert self.plan is not None
-        if self.plan.by_id[node_id].type != "tool":
+        expected = self.steps.get(node_id)
+        if expected is None or expected != p.get("step_id"):
+            self._step(p)
+        key = sys.intern(p["idempotency_key"])  # one string per key, however often seen
+        invocation = p["invocation_id"]
+        if self.node_type[node_id] != "tool":
             raise _Violation("node_in_plan", f"node {node_id!r} is not a tool node")
         self._deps_completed(node_id, "invoked its tool")
         if key in self.committed:
+            self.ledger_error(f"key {key[:16]}… executed again after its commit")
             raise _Violation("committed_once", f"key {key[:16]}… executed again after its commit")
         if invocation in self.invocation_ids:
             raise _Violation("closing_rule", f"invocation {invocation} started twice")
@@ -290,9 +348,13 @@ class LogFold:
         self.open_by_key[key] = invocation
         self.keys.add(key)
 
-    def _invocation_finished(self, p: dict[str, Any], version: int) -> None:
-        key = _str(p, "idempotency_key")
-        invocation = _str(p, "invocation_id")
+    def _invocation_finished(self, p: dict[str, Any]) -> None:
+        node_id = p["node_id"]
+        expected = self.steps.get(node_id)
+        if expected is None or expected != p.get("step_id"):
+            self._step(p)
+        key = p["idempotency_key"]
+        invocation = p["invocation_id"]
         outcome = p.get("outcome")
         started_key = self.open_invocations.get(invocation)
         if started_key is None:
@@ -303,25 +365,23 @@ class LogFold:
             raise _Violation("closing_rule", f"invocation {invocation} finished, never started")
         if started_key != key:
             raise _Violation("closing_rule", f"invocation {invocation} finished under another key")
-        if outcome not in ("success", "failure", "timeout", "lost"):
+        if outcome not in _OUTCOMES:
             raise _Violation("payload", f"unknown outcome {outcome!r}")
         del self.open_invocations[invocation]
-        self.open_by_key.pop(key, None)
+        del self.open_by_key[started_key]
         if outcome == "success":
-            try:
-                result_hash: str | None = _sha256(canonical(p.get("result"))).hexdigest()
-            except AffidavitError:
-                result_hash = None
-            self.success[key] = (invocation, result_hash)
+            self.success[started_key] = (invocation, p.get("result"))
 
-    def _command_committed(self, p: dict[str, Any], version: int) -> None:
+    def _command_committed(self, p: dict[str, Any]) -> None:
+        node_id = p["node_id"]
+        expected = self.steps.get(node_id)
+        if expected is None or expected != p.get("step_id"):
+            self._step(p)
         key = p.get("idempotency_key")
         if key is None:
             return  # a command of a non-tool step: nothing in the ledger
-        if type(key) is not str:
-            raise _Violation("payload", "field 'idempotency_key' is not a string")
-        command = _str(p, "command_id")
-        result_hash = _str(p, "result_hash")
+        command = p["command_id"]
+        result_hash = p["result_hash"]
         if key in self.committed:
             self.ledger_error(f"key {key[:16]}… committed twice")
             raise _Violation("committed_once", f"key {key[:16]}… committed twice")
@@ -331,53 +391,75 @@ class LogFold:
                 "commit_evidence",
                 f"command {command} of key {key[:16]}… has no successful invocation",
             )
-        if success[1] != result_hash:
+        if not _hash_matches(success[1], result_hash):
             raise _Violation(
                 "commit_evidence",
                 f"result_hash of key {key[:16]}… does not match the recorded result",
             )
         self.committed[sys.intern(key)] = result_hash
-        self.committed_nodes.add(p["node_id"])
+        self.committed_nodes.add(node_id)
 
-    def _node_finished(self, p: dict[str, Any], version: int) -> None:
-        node_id = p["node_id"]
+    def _node_finished(self, p: dict[str, Any]) -> None:
+        # FORMATS.md §5 over every node_finished in log order, whatever else is wrong with it
+        # (the replay proof reports that).
+        node_id: Any = p.get("node_id")
         result_type = p.get("result_type")
+        pair = (
+            node_id if type(node_id) is str else "",
+            result_type if type(result_type) is str else "",
+        )
+        if self._exec is None:
+            self._finished_before_plan.append(pair)
+        else:
+            self._exec.update(f"{pair[0]}:{pair[1]}\n".encode())
+        expected = self.steps.get(node_id)
+        if expected is None or expected != p.get("step_id"):
+            self._step(p)
         if result_type not in RESULT_TYPES:
             raise _Violation("payload", f"unknown result_type {result_type!r}")
         if node_id in self.completed:
             raise _Violation("not_rerun", f"node {node_id!r} finished again after it completed")
         self._deps_completed(node_id, "finished")
-        if result_type == "side_effect_committed":
-            assert self.plan is not None
-            if self.plan.by_id[node_id].type != "tool" or node_id not in self.committed_nodes:
-                raise _Violation(
-                    "commit_evidence",
-                    f"node {node_id!r} finished as side_effect_committed without a commit",
-                )
+        if result_type == "side_effect_committed" and (
+            self.node_type[node_id] != "tool" or node_id not in self.committed_nodes
+        ):
+            raise _Violation(
+                "commit_evidence",
+                f"node {node_id!r} finished as side_effect_committed without a commit",
+            )
         if result_type in COMPLETED_RESULT_TYPES:
             self.completed.add(node_id)
+            self.committed_nodes.discard(node_id)
 
-    def _job_waiting(self, p: dict[str, Any], version: int) -> None:
+    def _job_waiting(self, p: dict[str, Any]) -> None:
         self.log_status = "waiting"
 
-    def _wait_completed(self, p: dict[str, Any], version: int) -> None:
+    def _wait_completed(self, p: dict[str, Any]) -> None:
         self.log_status = "running"
 
-    def _job_parked(self, p: dict[str, Any], version: int) -> None:
+    def _job_parked(self, p: dict[str, Any]) -> None:
         self.log_status = "parked"
 
-    def _job_resumed(self, p: dict[str, Any], version: int) -> None:
+    def _job_resumed(self, p: dict[str, Any]) -> None:
         self.log_status = "pending"
 
-    def _terminal(self, event_type: str, version: int) -> None:
-        self.log_status = TERMINAL_EVENTS[event_type]
-        self.terminal_version = version
-        if event_type == "job_completed" and self.plan is not None:
-            missing = [n for n in self.plan.order if n not in self.completed]
-            if missing:
-                raise _Violation(
-                    "after_terminal", f"job completed but node {missing[0]!r} never completed"
-                )
+    def _job_completed(self, p: dict[str, Any]) -> None:
+        self._terminal("completed")
+        missing = [n for n in self.order if n not in self.completed]
+        if missing:
+            raise _Violation(
+                "after_terminal", f"job completed but node {missing[0]!r} never completed"
+            )
+
+    def _job_failed(self, p: dict[str, Any]) -> None:
+        self._terminal("failed")
+
+    def _job_cancelled(self, p: dict[str, Any]) -> None:
+        self._terminal("cancelled")
+
+    def _terminal(self, status: str) -> None:
+        self.log_status = status
+        self.terminal_version = self._version
 
     # --- results --------------------------------------------------------------------------------
 
@@ -397,7 +479,7 @@ class LogFold:
         """Checks that need the whole log."""
         if self.count == 0:
             self.violate("plan", None, "the log is empty")
-        elif self.plan is None:
+        elif not self.has_plan:
             self.violate("plan", None, "the log has no plan_generated event")
 
     @property

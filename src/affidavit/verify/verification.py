@@ -63,12 +63,10 @@ def verify_job(
             raise JobNotFound(job_id)
         # (2) one streaming pass
         fold = LogFold(job_id)
-        feed = fold.feed
-        for e in snap.iter_events(job_id):
-            feed(e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
+        fold.feed_all(snap.iter_event_rows(job_id))
         fold.finish()
         # (3) the ledger rows, streamed too
-        row_errors = _ledger_disagreements(fold, snap.iter_ledger(job_id))
+        row_errors = _ledger_disagreements(fold, snap.iter_ledger_digests(job_id))
         seal = snap.seal_get(job_id)
         recorded = snap.keys_list()
     keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
@@ -109,12 +107,24 @@ def verify_events(
         )
     fold = LogFold(job_id)
     if first is not None:
-        for position, row in enumerate(_chain(first, iterator), start=1):
-            fold.feed(*_event_parts(row, position))
+        fold.feed_all(
+            _event_parts(row, position)
+            for position, row in enumerate(_chain(first, iterator), start=1)
+        )
     fold.finish()
     parsed_seal = _parse_seal(seal)
     keys = _key_map(public_keys.items() if isinstance(public_keys, Mapping) else public_keys)
-    row_errors = _ledger_disagreements(fold, ledger) if ledger is not None else []
+    row_errors = (
+        _ledger_disagreements(
+            fold,
+            (
+                (r.idempotency_key, r.status, r.invocation_id, _result_hash(r.result))
+                for r in ledger
+            ),
+        )
+        if ledger is not None
+        else []
+    )
     return _assemble(fold, status=status, row_errors=row_errors, seal=parsed_seal, keys=keys)
 
 
@@ -170,13 +180,14 @@ def _status_agrees(status: str, log_status: str) -> bool:
     return status == log_status
 
 
-def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerRow]) -> list[str]:
-    """Each ledger row against what the log says about its key (streamed: only the set of
-    keys seen is kept)."""
+def _ledger_disagreements(
+    fold: LogFold, ledger: Iterable[tuple[str, str, str, str | None]]
+) -> list[str]:
+    """Each ledger row — ``(key, status, invocation_id, result digest)`` — against what the log
+    says about its key (streamed: only the set of keys seen is kept)."""
     errors: list[str] = []
     seen: set[str] = set()
-    for row in ledger:
-        key = row.idempotency_key
+    for key, status, invocation_id, result_digest in ledger:
         if key in seen:
             errors.append(f"ledger row {key[:16]}… appears twice")
             continue
@@ -184,24 +195,24 @@ def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerRow]) -> list[st
         short = key[:16] + "…"
         if key not in fold.keys:
             errors.append(f"ledger row {short} has no invocation in the log")
-        elif row.status == "committed":
+        elif status == "committed":
             if key not in fold.committed:
                 errors.append(f"ledger row {short} is committed but the log has no commit")
-            elif _result_hash(row.result) != fold.committed[key]:
+            elif result_digest != fold.committed[key]:
                 errors.append(f"ledger row {short}: result does not match the committed hash")
-        elif row.status == "started":
+        elif status == "started":
             open_invocation = fold.open_by_key.get(key)
             if open_invocation is None:
                 errors.append(f"ledger row {short} is started but the log closed it")
-            elif open_invocation != row.invocation_id:
+            elif open_invocation != invocation_id:
                 errors.append(f"ledger row {short} names another invocation than the log")
-        elif row.status == "failed":
+        elif status == "failed":
             if key in fold.committed:
                 errors.append(f"ledger row {short} is failed but the log committed it")
             elif key in fold.open_by_key:
                 errors.append(f"ledger row {short} is failed but the log has it open")
         else:
-            errors.append(f"ledger row {short} has unknown status {row.status!r}")
+            errors.append(f"ledger row {short} has unknown status {status!r}")
     for key in sorted(fold.keys - seen):
         errors.append(f"key {key[:16]}… was invoked but has no ledger row")
     return errors
