@@ -35,11 +35,12 @@ from typing import Any
 
 import orjson
 
-from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.canonical import canonical_sha256
 from affidavit.core.chain import GENESIS
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, EventType
-from affidavit.core.plan import Plan
+from affidavit.verify._digest import canonical_hash_matches
+from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 
 TERMINAL_EVENTS = {
     "job_completed": "completed",
@@ -83,23 +84,6 @@ class _Violation(Exception):
         super().__init__(detail)
         self.invariant = invariant
         self.detail = detail
-
-
-def _hash_matches(result: Any, result_hash: str) -> bool:
-    """Whether ``result_hash`` is the SHA-256 of JCS(result). Sorted-key orjson output equals
-    JCS for most values and is several times faster; when its digest matches, the bytes are the
-    canonical ones (the runtime hashed exactly those). Only on a mismatch is the full RFC 8785
-    encoder consulted (floats and non-BMP keys are where the two differ)."""
-    try:
-        fast = orjson.dumps(result, option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONEncodeError, TypeError):
-        fast = b""
-    if _sha256(fast).hexdigest() == result_hash:
-        return True
-    try:
-        return _sha256(canonical(result)).hexdigest() == result_hash
-    except AffidavitError:
-        return False
 
 
 def _str(p: dict[str, Any], name: str) -> str:
@@ -281,36 +265,33 @@ class LogFold:
             raise _Violation("plan", "a second plan_generated")
         graph = p.get("task_graph")
         recorded = p.get("plan_hash")
-        plan: Plan | None = None
-        error: AffidavitError | None = None
+        view: PlanView | None = None
+        problem = "no task graph"
         try:
-            plan = Plan.parse(graph)  # computes the plan hash over exactly this task graph
-        except AffidavitError as exc:
-            error = exc
+            view = read_plan(graph, recorded, self.job_id)
+        except PlanProblem as exc:
+            problem = str(exc)
+        # The execution hash follows FORMATS.md §5 even when the plan itself is broken.
         if isinstance(recorded, str):
             self.plan_hash = recorded
-        elif plan is not None:
-            self.plan_hash = plan.plan_hash
+        elif view is not None:
+            self.plan_hash = view.plan_hash
         else:
             try:
                 self.plan_hash = canonical_sha256(graph) if graph is not None else ""
             except AffidavitError:
                 self.plan_hash = ""
-        # The execution hash follows FORMATS.md §5 even when the plan itself is broken.
         self._exec = _sha256(self.plan_hash.encode())
         for node_id, result_type in self._finished_before_plan:
             self._exec.update(f"{node_id}:{result_type}\n".encode())
         self._finished_before_plan.clear()
-        if plan is None:
-            detail = error.message if error is not None else "no task graph"
-            raise _Violation("plan", f"the task graph is not a valid plan: {detail}")
-        if recorded is not None and recorded != plan.plan_hash:
-            raise _Violation("plan", f"plan_hash {recorded} does not match the task graph")
+        if view is None:
+            raise _Violation("plan", problem)
         self.has_plan = True
-        self.steps = plan.step_ids(self.job_id)
-        self.node_type = {n.id: n.type for n in plan.nodes}
-        self.deps = {n.id: n.depends_on for n in plan.nodes}
-        self.order = plan.order
+        self.steps = view.steps
+        self.node_type = view.node_type
+        self.deps = view.deps
+        self.order = view.order
 
     def _node_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -391,7 +372,7 @@ class LogFold:
                 "commit_evidence",
                 f"command {command} of key {key[:16]}… has no successful invocation",
             )
-        if not _hash_matches(success[1], result_hash):
+        if not canonical_hash_matches(success[1], result_hash):
             raise _Violation(
                 "commit_evidence",
                 f"result_hash of key {key[:16]}… does not match the recorded result",
