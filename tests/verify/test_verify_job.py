@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -303,3 +304,36 @@ def test_explicit_signing_key_is_used(make_runtime: Callable[..., Runtime], tmp_
     seal = rt.store.get_seal(job_id)
     assert seal is not None and seal.key_id == key.key_id
     assert verify_job(rt.store, job_id, trusted_keys=[key.public_raw]).ok
+
+
+def test_verifying_while_the_job_runs(make_runtime: Callable[..., Runtime]) -> None:
+    """Verification reads one snapshot: run after run of it while a worker appends events and
+    commits ledger rows never sees the log and the ledger disagree, and the finished job then
+    verifies with its seal."""
+    rt = make_runtime(tools())
+    nodes = [{"id": "n0", "type": "tool", "tool": "charge", "args": {"amount": 0}}]
+    for i in range(1, 25):
+        nodes.append(
+            {
+                "id": f"n{i}",
+                "type": "tool",
+                "tool": "charge",
+                "args": {"amount": i},
+                "depends_on": [f"n{i - 1}"],
+            }
+        )
+    job_id = rt.submit(plan(*nodes), {}).job_id
+    worker = threading.Thread(target=rt.run_until_idle)
+    worker.start()
+    seen: list[int] = []
+    try:
+        while True:
+            result = verify_job(rt.store, job_id)
+            assert result.ok, result.checks()
+            seen.append(result.stored_chain.event_count)
+            if result.status == "completed":
+                break
+    finally:
+        worker.join()
+    assert seen == sorted(seen)  # every snapshot is a prefix of the next
+    assert result.seal.present and result.seal.event_count == seen[-1]

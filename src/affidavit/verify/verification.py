@@ -92,7 +92,9 @@ def verify_events(
     the job's claimed status; without it the status the log ends in is used.
 
     Raises:
-        VerificationError: the input is not an event list (a malformed entry is named).
+        VerificationError: the input is not an event list (a malformed entry is named), or the
+            seal is malformed.
+        ConfigError: a public key is not a raw 32-byte Ed25519 key (or its base64).
     """
     iterator = iter(events)
     try:
