@@ -1,0 +1,88 @@
+"""Store.snapshot(): one consistent, read-only moment, streamed; on both backends."""
+
+from __future__ import annotations
+
+import pytest
+
+from affidavit.core.errors import StoreError
+from affidavit.core.seal import PublicKey
+from affidavit.runtime.sealing import SigningKey
+from affidavit.store import NewEvent, Store
+
+
+def make_job(store: Store, n: int) -> str:
+    job, _ = store.create_job(
+        events=[NewEvent("node_started", {"node_id": f"n{i}"}) for i in range(n)]
+    )
+    return job.job_id
+
+
+def test_snapshot_does_not_see_later_commits(store: Store) -> None:
+    job_id = make_job(store, 3)
+    with store.snapshot() as snap:
+        job = snap.get_job(job_id)
+        assert job is not None and job.version == 3
+        store.append(job_id, [NewEvent("node_started", {"node_id": "late"})], expected_version=3)
+        with store.transaction() as tx:
+            tx.ledger_insert(
+                job_id=job_id,
+                key="k",
+                node_id="n0",
+                step_id="s",
+                tool_name="t",
+                args_hash="a",
+                invocation_id="i",
+                attempt_id=None,
+            )
+        assert [v for v, *_ in snap.iter_event_rows(job_id)] == [1, 2, 3]
+        assert snap.ledger_list(job_id) == []
+    with store.snapshot() as snap:
+        assert len(list(snap.iter_events(job_id))) == 4
+        [row] = snap.ledger_list(job_id)
+        assert row.idempotency_key == "k"
+
+
+def test_snapshot_streams_in_batches_in_version_order(store: Store) -> None:
+    job_id = make_job(store, 25)
+    other = make_job(store, 2)
+    stored = store.list_events(job_id)
+    with store.snapshot() as snap:
+        streamed = list(snap.iter_events(job_id, batch=4))
+        rows = list(snap.iter_event_rows(job_id, batch=7))
+        assert snap.get_job("missing") is None
+    assert [(e.event_id, e.payload_bytes, e.chain_hash) for e in streamed] == [
+        (e.event_id, e.payload_bytes, e.chain_hash) for e in stored
+    ]
+    assert [(v, i, t, bytes(p), h) for v, i, t, p, h in rows] == [
+        (e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash) for e in stored
+    ]
+    assert other not in {e.job_id for e in streamed}
+
+
+def test_snapshot_is_read_only(store: Store) -> None:
+    job_id = make_job(store, 1)
+    with pytest.raises(StoreError), store.snapshot() as snap:
+        snap.query("UPDATE jobs SET status = 'failed' WHERE job_id = ?", (job_id,))  # type: ignore[attr-defined]
+    assert store.get_job(job_id).status == "pending"
+
+
+def test_seals_and_keys_round_trip(store: Store) -> None:
+    job_id = make_job(store, 2)
+    key = SigningKey.generate()
+    head = store.get_job(job_id)
+    seal = key.seal(job_id, head.version, head.head_hash or "")
+    with store.transaction() as tx:
+        assert tx.key_register(key.public, created_at="2026-01-01T00:00:00.000000Z")
+        assert not tx.key_register(key.public, created_at="later")  # already known
+        assert tx.seal_insert(seal)
+        assert not tx.seal_insert(key.seal(job_id, 99, "x"))  # one seal per job
+    assert store.get_seal(job_id) == seal
+    [recorded] = store.signing_keys()
+    assert recorded == PublicKey(
+        key.key_id, key.public_raw, created_at="2026-01-01T00:00:00.000000Z", retired_at=None
+    )
+    with store.transaction() as tx:
+        tx.key_retire(key.key_id, retired_at="2026-02-01T00:00:00.000000Z")
+    assert store.signing_keys()[0].retired_at == "2026-02-01T00:00:00.000000Z"
+    with store.snapshot() as snap:
+        assert snap.seal_get(job_id) == seal and snap.keys_list() == store.signing_keys()
