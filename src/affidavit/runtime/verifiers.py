@@ -21,13 +21,14 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from affidavit.core.errors import ConfigError
 from affidavit.runtime.confirm import Confirmation, ConfirmationContext
 from affidavit.runtime.sdk import StateChange, ToolContext
+
+if TYPE_CHECKING:
+    import httpx
 
 DELETE_OPERATIONS = frozenset({"delete", "deleted", "remove", "removed"})
 
@@ -123,8 +124,11 @@ class HttpVerifier:
         headers: dict[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        import httpx  # imported when used: most processes never check HTTP resources
+
         self.resource_types = (resource_type,)
         self.version_field = version_field
+        self._http_error = httpx.HTTPError
         self._client = httpx.Client(
             timeout=timeout, headers=headers or {}, transport=transport, follow_redirects=True
         )
@@ -137,7 +141,7 @@ class HttpVerifier:
         request_headers = {"If-None-Match": change.etag} if change.etag else {}
         try:
             response = self._client.get(url, headers=request_headers)
-        except httpx.HTTPError as exc:
+        except self._http_error as exc:
             return Confirmation.mismatch(f"{url} could not be reached: {exc!r}")
         gone = response.status_code in (404, 410)
         if _gone_is_expected(change):
