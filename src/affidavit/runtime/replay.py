@@ -122,6 +122,11 @@ class ReplayContext:
             )
         }
 
+    @property
+    def recorded_outputs(self) -> dict[str, Any]:
+        """Node id → recorded output, for every completed node."""
+        return {n: self.node_output(n) for n in self.completed_nodes}
+
     def node_output(self, node_id: str) -> Any:
         """The recorded output of a completed node: a pure/wait node's ``output``, a tool
         node's committed result."""
@@ -139,7 +144,7 @@ class ReplayContextBuilder:
 
     def __init__(self) -> None:
         self.ctx = ReplayContext()
-        self._plan: Plan | None = None
+        self._plan: Plan | None = None  # parsed from plan_generated; see :attr:`plan`
         self._completed_at: dict[str, int] = {}  # node id -> version it completed at
         self._committed_nodes: set[str] = set()  # tool nodes with a committed invocation
         self._version = 0
@@ -176,7 +181,17 @@ class ReplayContextBuilder:
             builder.add(event)
         return builder.ctx
 
+    @property
+    def plan(self) -> Plan | None:
+        """The plan of ``plan_generated``, parsed (``None`` before it)."""
+        return self._plan
+
     def add(self, event: StoredEvent) -> None:
+        """Fold one more event (the next version) into :attr:`ctx`.
+
+        Raises:
+            ReplayError: the event is impossible after the ones before it.
+        """
         ctx = self.ctx
         self._version = event.version
         if event.version != ctx.event_count + 1:

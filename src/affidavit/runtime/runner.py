@@ -25,12 +25,12 @@ from typing import Any
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError
 from affidavit.core.ids import new_event_id
-from affidavit.core.plan import Node, Plan, args_hash, external_key, idempotency_key
+from affidavit.core.plan import Node, args_hash, external_key, idempotency_key
 from affidavit.runtime.args import resolve
 from affidavit.runtime.crash import crash_point
 from affidavit.runtime.inflight import RecoveryMixin
 from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.runtime.run_base import (
     Claim,
     StepFailed,
@@ -73,14 +73,17 @@ class JobRunner:
         """Run the job of ``claim`` until it completes, fails, waits, parks or loses its
         lease; return the resulting status (``"lost"`` when fenced off)."""
         events = self.store.list_events(claim.job_id)
-        replay = build_from_events(events)
-        if replay.task_graph is None:
+        builder = ReplayContextBuilder()
+        for event in events:
+            builder.add(event)
+        if builder.plan is None:
             raise AffidavitError(f"job {claim.job_id} has no plan_generated event")
+        replay = builder.ctx
         run = _Run(
             self.store,
             self.tools,
             claim,
-            Plan.parse(replay.task_graph),
+            builder.plan,
             replay,
             len(events),
             sleep=self._sleep,
