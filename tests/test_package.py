@@ -17,6 +17,8 @@ ALLOWED = {
     "verify": {"core", "store", "runtime"},
     "packs": {"core", "store", "runtime", "verify"},
     "claims": {"core", "store", "runtime", "verify"},
+    # the API serves every layer below it; the package root only for its version
+    "api": {"core", "store", "runtime", "verify", "packs", "claims", "affidavit"},
 }
 
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.trace import job_trace
 from affidavit.store import JOB_STATUSES, JobFilter
 
 jobs_app = typer.Typer(help="Inspect jobs and their event logs.", no_args_is_help=True)
@@ -114,5 +115,32 @@ def job_events(
             e.event_id,
             e.chain_hash[:16] + "…",
             text if len(text) <= 80 else text[:79] + "…",
+        )
+    output.out.print(table)
+
+
+@jobs_app.command("trace")
+def job_trace_cmd(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Each node of the job's plan with its state (pure, side_effect_committed, in_flight,
+    waiting, parked, running, failed, pending, skipped), outcome, attempts and duration.
+
+    Exit codes: 0 shown; 2 no such job; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        doc = job_trace(store, job_id)
+    if as_json:
+        output.emit_json(doc)
+        return
+    job = doc["job"]
+    output.out.print(f"job {job['job_id']}: [bold]{job['status']}[/] ({doc['event_count']} events)")
+    table = Table("node", "type", "state", "attempts", "duration ms", "depends on")
+    for n in doc["nodes"]:
+        duration = "" if n["duration_ms"] is None else f"{n['duration_ms']:.1f}"
+        table.add_row(
+            n["id"], n["type"], n["state"], str(n["attempts"]), duration, ", ".join(n["depends_on"])
         )
     output.out.print(table)

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from affidavit import __version__
-from affidavit.cli import output, runtime_cmds
+from affidavit.cli import output, runtime_cmds, serve_cmds
 from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.cli.jobs import jobs_app
 from affidavit.core.config import database_url
@@ -31,6 +31,7 @@ db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
 runtime_cmds.register(app)
+serve_cmds.register(app)
 
 
 def _version(value: bool) -> None:

@@ -6,12 +6,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from affidavit.core.canonical import canonical
 from affidavit.core.config import DEFAULT_NAMESPACE, database_url
-from affidavit.core.errors import ConfigError, PlanError
-from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
-from affidavit.runtime.confirm import REPLAY_VERIFICATION_MODES, ResourceVerifier
+from affidavit.runtime.confirm import ResourceVerifier
 from affidavit.runtime.decisions import (
     RESUME_DECISIONS,
     InvalidStateError,
@@ -21,8 +18,9 @@ from affidavit.runtime.decisions import (
 )
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
+from affidavit.runtime.submit import check_plan, submit_job
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
-from affidavit.store import JobRecord, NewEvent, Store, open_store
+from affidavit.store import JobRecord, Store, open_store
 
 __all__ = ["RESUME_DECISIONS", "InvalidStateError", "Runtime"]
 
@@ -81,23 +79,7 @@ class Runtime:
         Raises:
             PlanError: naming the node and the tool.
         """
-        for node in plan.nodes:
-            if node.type not in ("tool", "pure"):
-                continue
-            found = self.tools.get(node.tool or "")
-            if found is None:
-                known = ", ".join(self.tools.names()) or "none"
-                raise PlanError(
-                    f"node {node.id!r} uses {node.type} {node.tool!r}, which is not registered",
-                    node_id=node.id,
-                    hint=f"Registered: {known}. Load the module that defines it with --tools.",
-                )
-            if found.kind != node.type:
-                raise PlanError(
-                    f"node {node.id!r} is a {node.type} node but {node.tool!r} is registered "
-                    f"with @{found.kind}",
-                    node_id=node.id,
-                )
+        check_plan(plan, self.tools)
 
     def submit(
         self,
@@ -110,61 +92,17 @@ class Runtime:
         replay_verification: str | None = None,
     ) -> JobRecord:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
-        Nothing is written unless the plan, its tools and the input are all valid.
-
-        ``replay_verification`` (``strict`` | ``warn`` | ``human``) overrides the plan's mode
-        for this job; the effective policy is recorded in ``plan_generated``.
-
-        Raises:
-            PlanError: the plan is invalid or uses a tool that is not registered.
-            ConfigError: an unknown ``replay_verification`` mode.
-            CanonicalizationError: the input is not JSON that can be recorded.
-        """
-        if isinstance(plan, Plan):
-            parsed = plan
-        elif isinstance(plan, Mapping):
-            parsed = Plan.parse(dict(plan))
-        else:
-            parsed = Plan.from_file(plan)
-        self.check_plan(parsed)
-        policy = parsed.policy.to_dict()
-        if replay_verification is not None:
-            if replay_verification not in REPLAY_VERIFICATION_MODES:
-                raise ConfigError(
-                    f"unknown replay_verification mode {replay_verification!r}",
-                    hint=f"Use one of: {', '.join(REPLAY_VERIFICATION_MODES)}.",
-                )
-            policy["replay_verification"] = replay_verification
-        job_input = {} if input is None else input
-        canonical(job_input)  # rejects non-JSON input with its path, before anything is written
-        at = utc_now()
-        job, _ = self.store.create_job(
-            namespace=namespace,
-            plan_name=parsed.name,
+        Nothing is written unless the plan, its tools and the input are all valid. See
+        :func:`~affidavit.runtime.submit.submit_job`."""
+        job, _ = submit_job(
+            self.store,
+            plan,
+            input,
+            tools=self.tools,
             idempotency_key=idempotency_key,
+            namespace=namespace,
             submitted_by=submitted_by,
-            events=[
-                NewEvent(
-                    "job_created",
-                    {
-                        "at": at,
-                        "input": job_input,
-                        "plan_name": parsed.name,
-                        "namespace": namespace,
-                        "submitted_by": submitted_by,
-                        "idempotency_key": idempotency_key,
-                    },
-                ),
-                NewEvent(
-                    "plan_generated",
-                    {
-                        "at": at,
-                        "task_graph": dict(parsed.task_graph),
-                        "plan_hash": parsed.plan_hash,
-                        "policy": policy,
-                    },
-                ),
-            ],
+            replay_verification=replay_verification,
         )
         return job
 
