@@ -14,7 +14,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from affidavit.core.errors import AffidavitError, ConfigError
+from affidavit.core.errors import AffidavitError, ConfigError, NotFound
 from affidavit.core.events import utc_now
 from affidavit.store import Store
 from affidavit.store._apikeys import ApiKeyRow
@@ -35,7 +35,7 @@ class Forbidden(AffidavitError):
     default_hint = "Use a key whose role allows this (observer < agent < admin)."
 
 
-class ApiKeyNotFound(AffidavitError):
+class ApiKeyNotFound(NotFound):
     code = "api_key_not_found"
     default_hint = "List keys with `affidavit apikeys list`."
 

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from affidavit.api.auth import ApiKeyNotFound, Forbidden, Unauthorized
+from affidavit.api.auth import Forbidden, Unauthorized
 from affidavit.api.ratelimit import RateLimited
 from affidavit.core.errors import (
     AffidavitError,
@@ -18,7 +18,7 @@ from affidavit.core.errors import (
     ConfigError,
     ConflictError,
     InvalidEventError,
-    JobNotFound,
+    NotFound,
     PlanError,
     ReplayError,
     SignalRejected,
@@ -30,8 +30,7 @@ from affidavit.runtime.decisions import InvalidStateError
 STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),
-    (JobNotFound, 404),
-    (ApiKeyNotFound, 404),
+    (NotFound, 404),
     (RateLimited, 429),
     (ConflictError, 409),
     (InvalidStateError, 409),

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
-from affidavit.core.errors import AffidavitError, JobNotFound, SignalRejected, VerificationError
+from affidavit.core.errors import AffidavitError, NotFound, SignalRejected, VerificationError
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
@@ -27,7 +27,7 @@ def emit_json(document: Any) -> None:
 
 
 def exit_code_for(exc: AffidavitError) -> int:
-    if isinstance(exc, JobNotFound):
+    if isinstance(exc, NotFound):
         return EXIT_NOT_FOUND
     if isinstance(exc, VerificationError | SignalRejected):
         return EXIT_FAILED

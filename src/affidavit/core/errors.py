@@ -141,7 +141,14 @@ class FencedError(StoreError):
         self.current = current
 
 
-class JobNotFound(AffidavitError):
+class NotFound(AffidavitError):
+    """The thing named does not exist (or is not the caller's to see)."""
+
+    code = "not_found"
+    default_hint = "Check the id."
+
+
+class JobNotFound(NotFound):
     code = "job_not_found"
     default_hint = "List jobs with `affidavit jobs list`."
 
