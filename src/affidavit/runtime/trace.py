@@ -8,9 +8,10 @@ A node's ``state`` is what the trace page colours it by:
 - ``pure`` / ``side_effect_committed`` / ``compensated``: finished with that outcome;
 - ``in_flight``: a tool invocation started and never finished (a crash between T1 and T2);
 - ``waiting``: a wait or approval node the job waits on; ``parked``: the node the job is parked
-  on;
-- ``running``: started, not finished; ``failed``: its last try failed;
-- ``pending``: not started yet; ``skipped``: never started and the job has ended.
+  on (an in-flight invocation, or a committed step the world no longer matches);
+- ``running``: started and not finished in a running job; ``failed``: its last try failed;
+- ``pending``: not started yet, or to be finished at the next pickup (a signalled wait);
+  ``skipped``: never started and the job has ended.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
         w["node_id"]: k for k, w in replay.waits.items() if k not in replay.completed_waits
     }
     parked_node = replay.parked.get("node_id") if replay.parked else None
+    signalled = {w["node_id"] for w in replay.completed_waits.values()}
     completed = replay.completed_nodes
     graph = replay.task_graph or {"nodes": []}
     nodes = []
@@ -81,20 +83,22 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
         node_id = raw["id"]
         finished = replay.node_finished.get(node_id)
         outcome = finished["result_type"] if finished else None
-        if node_id in completed:
+        if parked_node == node_id and job.status == "parked":
+            state = "parked"  # the step a person must decide about, whatever it did before
+        elif node_id in completed:
             state = str(outcome)
         elif node_id in pending_nodes:
             state = "in_flight"
-        elif parked_node == node_id:
-            state = "parked"
         elif node_id in open_waits and job.status == "waiting":
             state = "waiting"
         elif finished is not None:
             state = "failed"
-        elif node_id in started_at:
-            state = "failed" if job.terminal else "running"
+        elif job.terminal:
+            state = "failed" if node_id in started_at else "skipped"
+        elif node_id in started_at and job.status == "running" and node_id not in signalled:
+            state = "running"
         else:
-            state = "skipped" if job.terminal else "pending"
+            state = "pending"
         node: dict[str, Any] = {
             "id": node_id,
             "type": raw["type"],
