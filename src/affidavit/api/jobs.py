@@ -31,6 +31,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 
+MAX_INT = 2**53  # the largest integer every JSON reader and both databases hold exactly
 StatusQuery = Annotated[
     list[str] | None, Query(description=f"Any of: {', '.join(JOB_STATUSES)}; repeatable.")
 ]
@@ -79,7 +80,7 @@ def list_jobs(
     status: StatusQuery = None,
     namespace: Annotated[str | None, Query(description="Admins: any namespace.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
 ) -> dict[str, Any]:
     """Jobs of the caller's namespace (an admin's: every namespace, or `namespace`), newest
     first."""
@@ -103,7 +104,7 @@ def events(
     job_id: str,
     svc: ServiceDep,
     caller: Observer,
-    after_version: Annotated[int, Query(ge=0)] = 0,
+    after_version: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """The log in version order, a page at a time, each event with its chain hash."""

@@ -58,6 +58,7 @@ LOCK_JOB = "SELECT attempt_id FROM jobs WHERE job_id = ? FOR UPDATE"  # PostgreS
 HEAD_SELECT = (
     "SELECT version, chain_hash FROM events WHERE job_id = ? ORDER BY version DESC LIMIT 1"
 )
+MAX_INT64 = 2**63 - 1
 EVENT_COLUMNS = "job_id, version, event_id, type, payload, chain_hash, recorded_at"
 
 # An encoded event: (event_id, type, canonical payload bytes).
@@ -457,8 +458,8 @@ class SqlStore(ApiKeyReads, ABC):
         if f.plan_name is not None:
             where.append("j.plan_name = ?")
             params.append(f.plan_name)
-        if f.limit < 1 or f.offset < 0:
-            raise ConfigError("limit must be ≥ 1 and offset ≥ 0")
+        if not (1 <= f.limit <= MAX_INT64 and 0 <= f.offset <= MAX_INT64):
+            raise ConfigError("limit must be ≥ 1 and offset ≥ 0 (and both below 2^63)")
         sql = JOB_SELECT
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -474,6 +475,10 @@ class SqlStore(ApiKeyReads, ABC):
         sql = (
             f"SELECT {EVENT_COLUMNS} FROM events WHERE job_id = ? AND version > ? ORDER BY version"
         )
+        if not 0 <= after_version <= MAX_INT64 or (
+            limit is not None and not 1 <= limit <= MAX_INT64
+        ):
+            raise ConfigError("after_version must be ≥ 0 and limit ≥ 1 (and both below 2^63)")
         params: list[Any] = [job_id, after_version]
         if limit is not None:
             sql += " LIMIT ?"
