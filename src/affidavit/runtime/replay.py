@@ -186,8 +186,9 @@ class ReplayContextBuilder:
         """The plan of ``plan_generated``, parsed (``None`` before it)."""
         return self._plan
 
-    def add(self, event: StoredEvent) -> None:
-        """Fold one more event (the next version) into :attr:`ctx`.
+    def add(self, event: StoredEvent, payload: Any = None) -> None:
+        """Fold one more event (the next version) into :attr:`ctx`; ``payload``, when given,
+        is ``event.payload`` already decoded by the caller.
 
         Raises:
             ReplayError: the event is impossible after the ones before it.
@@ -210,7 +211,7 @@ class ReplayContextBuilder:
         ctx.event_count += 1
         ctx.job_id = event.job_id
         try:
-            handler(event.payload)
+            handler(event.payload if payload is None else payload)
         except ReplayError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

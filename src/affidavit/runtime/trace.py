@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.store import Store
 
 NODE_STATES = (
@@ -45,15 +45,16 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     """
     job = store.get_job(job_id)
     events = store.list_events(job_id)
-    replay = build_from_events(events)
+    builder = ReplayContextBuilder()
     started_at: dict[str, str] = {}
     finished_at: dict[str, str] = {}
     durations: dict[str, float] = {}
     tries: dict[str, list[dict[str, Any]]] = {}
     for e in events:
+        p = e.payload
+        builder.add(e, p)
         if e.type not in ("node_started", "node_finished"):
             continue
-        p = e.payload
         node_id = p["node_id"]
         if e.type == "node_started":
             started_at.setdefault(node_id, p.get("at", ""))
@@ -70,6 +71,7 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
                     "version": e.version,
                 }
             )
+    replay = builder.ctx
     pending_nodes = {p["node_id"]: k for k, p in replay.pending_tool_invocations.items()}
     open_waits = {
         w["node_id"]: k for k, w in replay.waits.items() if k not in replay.completed_waits
