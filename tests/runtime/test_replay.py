@@ -277,8 +277,10 @@ class Property:
         return {"node": ctx.node_id, "deps": deps}
 
     def crash_point(self, name: str) -> None:
-        self.hits += 1
-        if self.hits in self.crash_at:
+        with self.lock:
+            self.hits += 1
+            crash = self.hits in self.crash_at
+        if crash:
             raise SimulatedCrash(name)
 
 
@@ -299,12 +301,18 @@ def prop(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runt
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(graph=task_graphs(), crashes=st.sets(st.integers(1, 10), min_size=1, max_size=3))
+@given(
+    graph=task_graphs(),
+    crashes=st.sets(st.integers(1, 10), min_size=1, max_size=3),
+    step_concurrency=st.sampled_from([1, 3]),
+)
 def test_resuming_from_the_log_never_repeats_work(
-    prop: tuple[Runtime, Property], graph: dict[str, Any], crashes: set[int]
+    prop: tuple[Runtime, Property], graph: dict[str, Any], crashes: set[int], step_concurrency: int
 ) -> None:
+    """Also with independent nodes running at the same time (``step_concurrency`` 3)."""
     rt, p = prop
     p.hits, p.crash_at = 0, crashes
+    rt.worker.step_concurrency = step_concurrency
     job_id = rt.submit(graph, {}).job_id
     died = 0
     for _ in range(len(crashes) + 1):

@@ -59,6 +59,16 @@ ReplayVerificationOption = Annotated[
         show_default=False,
     ),
 ]
+StepConcurrencyOption = Annotated[
+    int,
+    typer.Option(
+        "--step-concurrency",
+        min=1,
+        max=64,
+        help="Independent nodes of one job run at once (their tools overlap; every step keeps "
+        "its T1/T2 protocol).",
+    ),
+]
 InputOption = Annotated[
     str | None,
     typer.Option("--input", help="Job input: a JSON object, or @file.json.", show_default=False),
@@ -95,10 +105,14 @@ def parse_json_arg(text: str | None, what: str) -> Any:
         raise ConfigError(f"{what} is not valid JSON: {exc}") from exc
 
 
-def open_runtime(db: str | None, tools: list[str] | None, lease: float | None) -> Runtime:
+def open_runtime(
+    db: str | None, tools: list[str] | None, lease: float | None, step_concurrency: int = 1
+) -> Runtime:
     for spec in tools or []:
         load_tools(spec)
-    return Runtime(database_url(db), lease_seconds=lease_seconds(lease))
+    return Runtime(
+        database_url(db), lease_seconds=lease_seconds(lease), step_concurrency=step_concurrency
+    )
 
 
 def job_doc(job: JobRecord) -> dict[str, Any]:
@@ -128,6 +142,7 @@ def run(
         str | None, typer.Option(help="The same key returns (and resumes) the same job.")
     ] = None,
     replay_verification: ReplayVerificationOption = None,
+    step_concurrency: StepConcurrencyOption = 1,
     lease: LeaseOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -138,7 +153,7 @@ def run(
     3 usage or store error (nothing is submitted).
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease)
+        rt = open_runtime(db, tools, lease, step_concurrency)
         try:
             job = rt.submit(
                 plan,
@@ -202,6 +217,7 @@ def worker(
         bool, typer.Option("--until-idle", help="Exit when no runnable job is left.")
     ] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=64, help="Jobs run at once.")] = 1,
+    step_concurrency: StepConcurrencyOption = 1,
     lease: LeaseOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -212,7 +228,7 @@ def worker(
     store error.
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease)
+        rt = open_runtime(db, tools, lease, step_concurrency)
         try:
             if not as_json:
                 output.err.print(

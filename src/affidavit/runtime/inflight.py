@@ -171,7 +171,7 @@ class RecoveryMixin(RunBase):
                     )
                     return (found,)
                 invocation = started_events[1][1]["invocation_id"]
-                with self.store.transaction(durable=True) as tx:
+                with self._tx(durable=True) as tx:
                     self._append(
                         tx,
                         (
@@ -210,7 +210,7 @@ class RecoveryMixin(RunBase):
                 idempotency_key=key,
             )
         error = {**detail, "type": "in_flight", "message": "invocation in flight or lost"}
-        with self.store.transaction(durable=True) as tx:
+        with self._tx(durable=True) as tx:
             self._append(
                 tx,
                 (

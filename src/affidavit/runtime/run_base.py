@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,10 @@ class RunBase:
     ) -> None:
         self.store = store
         self.metrics = metrics
+        # Steps of one run may execute concurrently (step_concurrency > 1); their transactions
+        # and the run's known version are serialized by this lock.
+        self._lock = threading.RLock()
+        self.step_concurrency = 1
         self.tools = tools
         self.sleep = sleep
         self.lease_lost = lease_lost
@@ -89,6 +94,12 @@ class RunBase:
 
     # --- writing ------------------------------------------------------------------------------
 
+    @contextmanager
+    def _tx(self, *, durable: bool) -> Iterator[Any]:
+        """A store transaction, exclusive among the run's concurrently executing steps."""
+        with self._lock, self.store.transaction(durable=durable) as tx:
+            yield tx
+
     def _events(self, *items: tuple[str, dict[str, Any]]) -> list[NewEvent]:
         at = utc_now()
         return [NewEvent(t, {**p, "at": at}) for t, p in items]
@@ -103,7 +114,7 @@ class RunBase:
         self.version += len(stored)
 
     def _write(self, *items: tuple[str, dict[str, Any]], durable: bool = False) -> None:
-        with self.store.transaction(durable=durable) as tx:
+        with self._tx(durable=durable) as tx:
             self._append(tx, *items)
 
     def _park(
@@ -121,14 +132,14 @@ class RunBase:
         if idempotency_key is not None:
             parked["idempotency_key"] = idempotency_key
         parked["detail"] = detail
-        with self.store.transaction(durable=True) as tx:
+        with self._tx(durable=True) as tx:
             self._append(tx, ("job_parked", parked))
             tx.update_job(self.claim.job_id, status="parked", fence=self.claim.attempt_id)
             tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
         return Stop("parked")
 
     def _fail_job(self, node_id: str | None, error: dict[str, Any]) -> None:
-        with self.store.transaction(durable=True) as tx:
+        with self._tx(durable=True) as tx:
             self._append(tx, ("job_failed", {"error": error, "node_id": node_id}))
             tx.update_job(
                 self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
@@ -192,7 +203,7 @@ class RunBase:
                 },
             )
         )
-        with self.store.transaction(durable=tx_durable) as tx:
+        with self._tx(durable=tx_durable) as tx:
             self._append(tx, *items)
             tx.ledger_finish(self.claim.job_id, key, status="committed", result=result)
 

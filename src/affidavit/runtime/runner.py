@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -60,9 +60,13 @@ class JobRunner:
         sleep: Callable[[float], None] = time.sleep,
         lease_lost: threading.Event | None = None,
         metrics: RuntimeMetrics | None = None,
+        step_concurrency: int = 1,
     ) -> None:
+        if step_concurrency < 1:
+            raise ValueError("step_concurrency must be ≥ 1")
         self.store = store
         self.tools = tools
+        self.step_concurrency = step_concurrency
         self._sleep = sleep
         self._lease_lost = lease_lost
         self.metrics = metrics if metrics is not None else RuntimeMetrics()
@@ -90,6 +94,7 @@ class JobRunner:
             lease_lost=self._lease_lost,
             metrics=self.metrics,
         )
+        run.step_concurrency = self.step_concurrency
         try:
             return run.execute()
         except FencedError:
@@ -104,29 +109,93 @@ class _Run(RecoveryMixin):
     def execute(self) -> str:
         completed = self.replay.completed_nodes
         self._confirm_recorded(completed)
-        for node_id in self.plan.order:
-            if node_id in completed:
-                continue  # recorded: its output is injected, it is never run again
-            self._check_lease()
-            node = self.plan.node(node_id)
-            try:
-                if node.type == "tool":
-                    self.scope[node_id] = self._tool_step(node)
-                elif node.type == "pure":
-                    self.scope[node_id] = self._pure_step(node)
-                else:
-                    self._wait_step(node)
-            except StepFailed as failed:
-                self._fail_job(failed.node_id, failed.error)
-                return "failed"
+        try:
+            if self.step_concurrency > 1:
+                self._execute_concurrently(completed)
+            else:
+                for node_id in self.plan.order:
+                    if node_id in completed:
+                        continue  # recorded: its output is injected, it is never run again
+                    self._check_lease()
+                    self.scope[node_id] = self._run_node(node_id)
+        except StepFailed as failed:
+            self._fail_job(failed.node_id, failed.error)
+            return "failed"
         crash_point("job.before_complete")
         output = {sink: self.scope.get(sink) for sink in self.plan.sinks()}
-        with self.store.transaction(durable=True) as tx:
+        with self._tx(durable=True) as tx:
             self._append(tx, ("job_completed", {"output": output}))
             tx.update_job(
                 self.claim.job_id, status="completed", output=output, fence=self.claim.attempt_id
             )
         return "completed"
+
+    def _run_node(self, node_id: str) -> Any:
+        """Run one node whose dependencies completed; its output."""
+        node = self.plan.node(node_id)
+        if node.type == "tool":
+            return self._tool_step(node)
+        if node.type == "pure":
+            return self._pure_step(node)
+        return self._wait_step(node)
+
+    def _execute_concurrently(self, completed: set[str]) -> None:
+        """Run independent nodes at the same time, up to ``step_concurrency`` at once.
+
+        Every step keeps the tool-step protocol (its transactions are serialized by the run's
+        lock; only the tools' own work overlaps). Whatever ends the run — a failed step, a wait,
+        a park, a lost lease — takes effect only after the steps already running have finished
+        and recorded their outcome, so no recorded effect is ever cut off: invocations a dead
+        attempt left open are resolved first, one at a time (they may park or fail the job), and
+        wait/approval nodes run only when no other step is running.
+        """
+        done = set(completed)
+        remaining = [n for n in self.plan.order if n not in done]
+        for node_id in [n for n in remaining if n in self._open_nodes()]:
+            self._check_lease()
+            self.scope[node_id] = self._run_node(node_id)
+            done.add(node_id)
+            remaining.remove(node_id)
+        ended: BaseException | None = None
+        running: dict[Future[Any], str] = {}
+        with ThreadPoolExecutor(self.step_concurrency, thread_name_prefix="affidavit-step") as pool:
+            while True:
+                progressed = True
+                while ended is None and progressed:
+                    progressed = False
+                    for node_id in list(remaining):
+                        if len(running) >= self.step_concurrency:
+                            break
+                        node = self.plan.node(node_id)
+                        if not all(d in done for d in node.depends_on):
+                            continue
+                        if node.type in ("wait", "approval"):
+                            if running:
+                                continue  # a wait ends the run: let the running steps finish
+                            remaining.remove(node_id)
+                            self._check_lease()
+                            self.scope[node_id] = self._run_node(node_id)
+                            done.add(node_id)
+                            progressed = True
+                            break
+                        remaining.remove(node_id)
+                        self._check_lease()
+                        running[pool.submit(self._run_node, node_id)] = node_id
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    node_id = running.pop(future)
+                    try:
+                        self.scope[node_id] = future.result()
+                        done.add(node_id)
+                    except BaseException as exc:  # re-raised once every running step has ended
+                        ended = ended or exc
+        if ended is not None:
+            raise ended
+
+    def _open_nodes(self) -> set[str]:
+        return {p["node_id"] for p in self.replay.pending_tool_invocations.values()}
 
     def _resolve_args(self, node: Node) -> dict[str, Any]:
         try:
@@ -233,7 +302,7 @@ class _Run(RecoveryMixin):
 
     # --- wait / approval (continued by signals) -------------------------------------------------
 
-    def _wait_step(self, node: Node) -> None:
+    def _wait_step(self, node: Node) -> Any:
         key = f"{self.claim.job_id}:{node.id}"
         done = self.replay.completed_waits.get(key)
         step = self.steps[node.id]
@@ -258,10 +327,9 @@ class _Run(RecoveryMixin):
             self._write(("node_finished", finished))
             if not approved:
                 raise StepFailed(node.id, {"type": "not_approved", "message": "approval denied"})
-            self.scope[node.id] = payload
-            return
+            return payload
         if key not in self.replay.waits:
-            with self.store.transaction(durable=True) as tx:
+            with self._tx(durable=True) as tx:
                 self._append(
                     tx,
                     (
@@ -316,7 +384,7 @@ class _Run(RecoveryMixin):
                 ),
             )
             # (1) T1: acquire + started, durable before the tool may act.
-            with self.store.transaction(durable=True) as tx:
+            with self._tx(durable=True) as tx:
                 row = tx.ledger_get(job_id, key)
                 if row is None:
                     tx.ledger_insert(
@@ -385,7 +453,7 @@ class _Run(RecoveryMixin):
                     if retryable
                     else "permanent_failure"
                 )
-                with self.store.transaction(durable=False) as tx:
+                with self._tx(durable=False) as tx:
                     self._append(
                         tx,
                         (

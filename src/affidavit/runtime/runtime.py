@@ -30,7 +30,8 @@ class Runtime:
 
     ``Runtime("sqlite:///./affidavit.db", tools=[...], verifiers=[...])``; ``tools`` defaults
     to every tool (and resource verifier) registered in the module-level registry;
-    ``verifiers`` adds resource verifiers for confirmation replay.
+    ``verifiers`` adds resource verifiers for confirmation replay. ``step_concurrency`` runs up
+    to that many independent nodes of a job at once (default 1: one node at a time).
     """
 
     def __init__(
@@ -42,6 +43,7 @@ class Runtime:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker_id: str | None = None,
         verifiers: Iterable[ResourceVerifier] = (),
+        step_concurrency: int = 1,
     ) -> None:
         if tools is None:
             self.tools = registry
@@ -60,6 +62,7 @@ class Runtime:
             lease_seconds=lease_seconds,
             worker_id=worker_id,
             metrics=self.metrics,
+            step_concurrency=step_concurrency,
         )
 
     def close(self) -> None:

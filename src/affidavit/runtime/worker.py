@@ -32,7 +32,8 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    """Claims and runs jobs. Thread-safe: ``run(concurrency=N)`` runs N claim loops."""
+    """Claims and runs jobs. Thread-safe: ``run(concurrency=N)`` runs N claim loops (N jobs at
+    once); ``step_concurrency`` runs up to that many independent nodes of one job at once."""
 
     def __init__(
         self,
@@ -44,9 +45,13 @@ class Worker:
         poll_seconds: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
         metrics: RuntimeMetrics | None = None,
+        step_concurrency: int = 1,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
+        if step_concurrency < 1:
+            raise ValueError("step_concurrency must be ≥ 1")
+        self.step_concurrency = step_concurrency
         self.store = store
         self.tools = tools
         self.worker_id = worker_id or default_worker_id()
@@ -93,7 +98,12 @@ class Worker:
         heart.start()
         try:
             return JobRunner(
-                self.store, self.tools, lease_lost=lost, sleep=self._sleep, metrics=self.metrics
+                self.store,
+                self.tools,
+                lease_lost=lost,
+                sleep=self._sleep,
+                metrics=self.metrics,
+                step_concurrency=self.step_concurrency,
             ).run(claim)
         finally:
             done.set()
