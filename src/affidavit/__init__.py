@@ -6,17 +6,30 @@ The public API is what this module exports (``__all__``); everything else is int
 
 from __future__ import annotations
 
+from affidavit.claims import (
+    Agent,
+    ClaimService,
+    ClaimType,
+    SandboxConfig,
+    TrustPolicy,
+    VerificationResult,
+)
 from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
 from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
 from affidavit.core.errors import (
     AffidavitError,
+    AgentNotFound,
+    AuthorizationError,
     CanonicalizationError,
+    ClaimRejected,
+    CommandNotAllowed,
     ConfigError,
     ConflictError,
     FencedError,
     JobNotFound,
     PlanError,
     StoreError,
+    ValidationError,
     VerificationError,
 )
 from affidavit.core.events import EventType
@@ -38,7 +51,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AffidavitError",
+    "Agent",
+    "AgentNotFound",
+    "AuthorizationError",
     "CanonicalizationError",
+    "ClaimRejected",
+    "ClaimService",
+    "ClaimType",
+    "CommandNotAllowed",
     "CompensatableError",
     "ConfigError",
     "ConflictError",
@@ -52,13 +72,17 @@ __all__ = [
     "PlanError",
     "RetryableError",
     "Runtime",
+    "SandboxConfig",
     "Store",
     "StoreError",
     "StoredEvent",
     "Tool",
     "ToolContext",
     "ToolRegistry",
+    "TrustPolicy",
+    "ValidationError",
     "VerificationError",
+    "VerificationResult",
     "__version__",
     "canonical",
     "canonical_sha256",
