@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from affidavit.claims import ClaimService
+from affidavit.claims import ClaimService, sandbox
 from affidavit.claims.sandbox import SandboxConfig, parse_command
 from affidavit.core.errors import CommandNotAllowed, ConfigError
 from affidavit.store import Store
@@ -180,7 +180,7 @@ with open("child.pid", "w") as f:
 """
 
 
-def test_timeout_kills_the_whole_process_group(store: Store, project: Path) -> None:
+def test_timeout_kills_the_whole_process_group(store: Store, project: Path, spawn: str) -> None:
     write(project, "forker.py", FORK_AND_SLEEP.format(parent="time.sleep(120)"))
     svc = service(store, project)
     result = svc.verify_claim(
@@ -260,7 +260,17 @@ def test_invalid_utf8_is_replaced_not_fatal(store: Store, project: Path) -> None
     assert evidence is not None and "\ufffd" in evidence["stdout"]["excerpt"]
 
 
-def test_memory_limit_contains_a_greedy_command(store: Store, project: Path) -> None:
+@pytest.fixture(params=["prlimit", "preexec_fn"])
+def spawn(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of setting limits in the child: util-linux's prlimit, or a preexec_fn."""
+    if request.param == "preexec_fn":
+        monkeypatch.setattr(sandbox, "_prlimit", lambda: None)
+    elif sandbox._prlimit() is None:
+        pytest.skip("util-linux prlimit is not installed; the preexec_fn case covers limits")
+    return str(request.param)
+
+
+def test_memory_limit_contains_a_greedy_command(store: Store, project: Path, spawn: str) -> None:
     write(project, "greedy.py", "buf = bytearray(1 << 30)\nprint('allocated')\n")
     svc = service(store, project, memory_bytes=256 << 20)
     result = svc.verify_claim(
@@ -273,7 +283,7 @@ def test_memory_limit_contains_a_greedy_command(store: Store, project: Path) -> 
     assert evidence["limits"]["memory_bytes"] == 256 << 20
 
 
-def test_cpu_limit_stops_a_busy_loop(store: Store, project: Path) -> None:
+def test_cpu_limit_stops_a_busy_loop(store: Store, project: Path, spawn: str) -> None:
     write(project, "busy.py", "while True:\n    pass\n")
     svc = service(store, project, cpu_seconds=1)
     result = svc.verify_claim("alice", "custom", {}, "python busy.py", "vera", timeout_s=20)

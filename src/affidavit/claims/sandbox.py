@@ -24,6 +24,7 @@ The contract, in order:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
@@ -346,6 +347,34 @@ def _limit_setter(limits: list[tuple[int, int]]) -> Callable[[], None]:
     return apply
 
 
+_PRLIMIT_FLAGS = {
+    resource.RLIMIT_CORE: "--core",
+    resource.RLIMIT_CPU: "--cpu",
+    resource.RLIMIT_AS: "--as",
+    resource.RLIMIT_FSIZE: "--fsize",
+}
+
+
+@functools.cache
+def _prlimit() -> str | None:
+    # Only the system's own copy, never one from a configurable or project path.
+    return shutil.which("prlimit", path="/usr/bin:/bin")
+
+
+def _prlimit_prefix(limits: list[tuple[int, int]]) -> list[str]:
+    """``prlimit --cpu=N:N ... --`` when util-linux's ``prlimit`` is installed, else ``[]``.
+
+    Either way the limits are set in the child before the program is exec'd, so neither the
+    program nor anything it starts runs without them. ``prlimit`` (set limits, then exec) lets
+    Python spawn with ``vfork``; a ``preexec_fn`` forces a full ``fork`` and runs Python code in
+    the child, about 2 ms slower per command here.
+    """
+    tool = _prlimit()
+    if tool is None:
+        return []
+    return [tool, *(f"{_PRLIMIT_FLAGS[res]}={value}:{value}" for res, value in limits), "--"]
+
+
 def build_env(config: SandboxConfig, home: str) -> dict[str, str]:
     """The child's whole environment: nothing of the service's leaks unless named in
     ``pass_env``."""
@@ -395,9 +424,13 @@ def run_command(
         executable = shutil.which(command.program, path=env["PATH"])
         if executable is None:
             return failed(f"program {command.program!r} was not found on the search path")
+        argv, prefix = list(command.argv), _prlimit_prefix(limits)
+        if prefix:
+            argv = [*prefix, executable, *argv[1:]]
+            executable = prefix[0]
         try:
             proc = subprocess.Popen(
-                list(command.argv),
+                argv,
                 executable=executable,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -406,7 +439,7 @@ def run_command(
                 env=env,
                 close_fds=True,
                 start_new_session=True,
-                preexec_fn=_limit_setter(limits),
+                preexec_fn=None if prefix else _limit_setter(limits),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return failed(f"cannot start {command.program!r}: {exc}")
@@ -416,7 +449,7 @@ def run_command(
         timed_out = False
         try:
             timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, deadline)
-            if not timed_out:  # the pipes are closed; the program may still be running
+            if not timed_out:  # without a pidfd the exit may still be ahead
                 try:
                     proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
                 except subprocess.TimeoutExpired:
@@ -465,7 +498,8 @@ def _pump(
         return now + _DRAIN_AFTER_KILL_S
 
     try:
-        while captures:
+        # With a pidfd, also wait (without polling) for the exit after the pipes closed.
+        while captures or (pidfd is not None and not exited):
             now = time.perf_counter()
             if now >= until:
                 if exited:
@@ -475,6 +509,8 @@ def _pump(
             wait = until - now
             if pidfd is None and not exited:
                 wait = min(wait, 0.05)  # no pidfd: notice the exit by polling
+            if not captures and exited:
+                break
             for key, _ in sel.select(wait):
                 fd = int(key.fd)
                 if fd == pidfd:
