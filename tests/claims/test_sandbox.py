@@ -195,6 +195,19 @@ def test_timeout_kills_the_whole_process_group(store: Store, project: Path, spaw
     assert (agent.trust_score, agent.verifications, agent.error_verifications) == (0.5, 0, 1)
 
 
+def test_a_child_that_left_the_process_group_dies_at_the_timeout(
+    store: Store, project: Path
+) -> None:
+    escape = FORK_AND_SLEEP.replace(
+        "time.sleep(120)\n    os._exit", "os.setsid()\n    time.sleep(120)\n    os._exit"
+    )
+    write(project, "escaper.py", escape.format(parent="time.sleep(120)"))
+    svc = service(store, project)
+    result = svc.verify_claim("alice", "custom", {}, "python escaper.py", "vera", timeout_s=1.5)
+    assert result.decided_by == "timeout"
+    assert _wait_until_gone(int((project / "child.pid").read_text()))
+
+
 def test_what_a_command_leaves_running_is_killed_when_it_exits(store: Store, project: Path) -> None:
     write(project, "leaver.py", FORK_AND_SLEEP.format(parent="print('done')"))
     svc = service(store, project)

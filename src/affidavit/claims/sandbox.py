@@ -17,7 +17,8 @@ The contract, in order:
    and with CPU, address-space, file-size and core-dump limits;
 5. stdout and stderr are read concurrently; each is hashed in full and kept up to a cap (its head
    and its tail), so a flood of output costs memory bounded by the cap;
-6. at the timeout the whole process group is killed; when the program exits, whatever it left
+6. at the timeout the whole process group is killed, and so is any descendant that left the
+   group but is still in the program's process tree; when the program exits, whatever it left
    running in its process group is killed too.
 """
 
@@ -399,6 +400,43 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _descendants(root: int) -> list[int]:
+    """Live descendants of ``root`` by parent links in ``/proc`` (Linux; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(name))
+    found: list[int] = []
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _kill_tree(pid: int) -> None:
+    """At a timeout: the process group, and any descendant that left it (``setsid``) while
+    still attached to the tree. Descendants are found before the group dies, because once the
+    program is dead its orphans are re-parented and can no longer be told apart."""
+    strays = _descendants(pid)
+    _kill_group(pid)
+    for stray in strays:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(stray, signal.SIGKILL)
+
+
 def run_command(
     command: Command, config: SandboxConfig, *, timeout_s: float | None = None
 ) -> RunResult:
@@ -454,6 +492,7 @@ def run_command(
                     proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
                 except subprocess.TimeoutExpired:
                     timed_out = True
+                    _kill_tree(proc.pid)
         finally:
             _kill_group(proc.pid)  # at a timeout everything; otherwise what was left running
             return_code = proc.wait()
@@ -493,8 +532,9 @@ def _pump(
     exited = timed_out = False
     until = deadline  # the deadline, then the end of the drain after a kill
 
-    def ended(now: float) -> float:
-        _kill_group(proc.pid)  # before the program is reaped, its group id cannot be reused
+    def ended(now: float, *, timeout: bool = False) -> float:
+        # Before the program is reaped, its pid (the group id) cannot be reused.
+        (_kill_tree if timeout else _kill_group)(proc.pid)
         return now + _DRAIN_AFTER_KILL_S
 
     try:
@@ -505,7 +545,7 @@ def _pump(
                 if exited:
                     break
                 exited = timed_out = True
-                until = ended(now)
+                until = ended(now, timeout=True)
             wait = until - now
             if pidfd is None and not exited:
                 wait = min(wait, 0.05)  # no pidfd: notice the exit by polling
