@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from affidavit.claims import ClaimService
 from affidavit.claims.compare import (
@@ -257,3 +259,38 @@ def test_parse_claim_keeps_the_rules_in_order() -> None:
     rules = parse_claim({"exact_match": None, "return_code": 3, "output_contains": "x"})
     assert rules.rules == ("return_code", "output_contains", "exact_match")
     assert rules.has_exact_match and rules.exact_match is None
+
+
+WORDS = {
+    "passed": "passed",
+    "failed": "failed",
+    "skipped": "skipped",
+    "xfailed": "xfailed",
+    "xpassed": "xpassed",
+    "deselected": "deselected",
+}
+
+
+@given(
+    counts=st.dictionaries(st.sampled_from([*WORDS, "errors", "warnings"]), st.integers(1, 10_000)),
+    seconds=st.floats(0, 1000, allow_nan=False).map(lambda x: round(x, 2)),
+    banner=st.booleans(),
+)
+def test_pytest_parser_reads_back_any_summary(
+    counts: dict[str, int], seconds: float, banner: bool
+) -> None:
+    def word(key: str, n: int) -> str:
+        if key in ("errors", "warnings"):
+            return key if n != 1 else key[:-1]
+        return key
+
+    parts = ", ".join(f"{n} {word(k, n)}" for k, n in counts.items()) or "no tests ran"
+    line = f"{parts} in {seconds}s"
+    if banner:
+        line = f"{'=' * 10} {line} {'=' * 10}"
+    parsed = metrics_pytest(["....\n" + line + "\n"])
+    assert parsed is not None
+    for key in (*WORDS, "errors", "warnings"):
+        assert parsed[key] == counts.get(key, 0), key
+    outcomes = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed")
+    assert parsed["total"] == sum(counts.get(k, 0) for k in outcomes)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import math
 import os
 import resource
@@ -42,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from affidavit.claims.capture import Capture, Captured
 from affidavit.core.errors import CommandNotAllowed, ConfigError
 
 DEFAULT_ALLOWED_PROGRAMS = frozenset(
@@ -218,87 +218,6 @@ def _python_reason(argv: Sequence[str]) -> str | None:
     return None
 
 
-# --- capture ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Captured:
-    """One output stream: its full size and digest, and the kept head and tail."""
-
-    total_bytes: int
-    sha256: str
-    head: bytes
-    tail: bytes
-
-    @property
-    def truncated(self) -> bool:
-        return self.total_bytes > len(self.head) + len(self.tail)
-
-    def segments(self) -> list[str]:
-        """The kept text: one segment when complete, head and tail when truncated. Invalid
-        UTF-8 is replaced with U+FFFD."""
-        if not self.truncated:
-            return [(self.head + self.tail).decode("utf-8", errors="replace")]
-        return [
-            self.head.decode("utf-8", errors="replace"),
-            self.tail.decode("utf-8", errors="replace"),
-        ]
-
-    def excerpt(self, limit: int) -> str:
-        """At most ``limit`` bytes of the stream for the evidence record: all of it, or its
-        beginning and end around a marker saying how much was left out."""
-        kept = self.head + self.tail if not self.truncated else b""
-        if (kept and len(kept) <= limit) or self.total_bytes == 0:
-            return kept.decode("utf-8", errors="replace")
-        first = self.head[: limit - limit // 2]
-        last = self.tail[-(limit // 2) :] if limit // 2 else b""
-        if not self.truncated and len(first) + len(last) >= self.total_bytes:
-            return kept.decode("utf-8", errors="replace")
-        omitted = self.total_bytes - len(first) - len(last)
-        return (
-            first.decode("utf-8", errors="replace")
-            + f"\n…[{omitted} bytes omitted]…\n"
-            + last.decode("utf-8", errors="replace")
-        )
-
-    def to_dict(self, excerpt_bytes: int) -> dict[str, Any]:
-        return {
-            "sha256": self.sha256,
-            "bytes": self.total_bytes,
-            "truncated": self.truncated,
-            "excerpt": self.excerpt(excerpt_bytes),
-        }
-
-
-class _Capture:
-    """Accumulates a stream: every byte is hashed; the first ``cap - cap//2`` and the last
-    ``cap//2`` bytes are kept."""
-
-    def __init__(self, cap: int) -> None:
-        self._head_cap = cap - cap // 2
-        self._tail_cap = cap // 2
-        self._head = bytearray()
-        self._tail = bytearray()
-        self._digest = hashlib.sha256()
-        self._total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self._digest.update(chunk)
-        self._total += len(chunk)
-        room = self._head_cap - len(self._head)
-        if room > 0:
-            self._head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self._tail += chunk
-            if len(self._tail) > 2 * self._tail_cap:  # trim in amortized O(1)
-                del self._tail[: len(self._tail) - self._tail_cap]
-
-    def result(self) -> Captured:
-        tail = bytes(self._tail[-self._tail_cap :]) if self._tail_cap else b""
-        return Captured(self._total, self._digest.hexdigest(), bytes(self._head), tail)
-
-
 # --- running ------------------------------------------------------------------------------
 
 
@@ -318,7 +237,7 @@ class RunResult:
     limits: Mapping[str, Any] = field(default_factory=dict)
 
 
-_EMPTY = _Capture(2).result()
+_EMPTY = Capture(2).result()
 
 
 def _rlimits(config: SandboxConfig, timeout_s: float) -> list[tuple[int, int]]:
@@ -482,7 +401,7 @@ def run_command(
         except (OSError, subprocess.SubprocessError) as exc:
             return failed(f"cannot start {command.program!r}: {exc}")
         assert proc.stdout is not None and proc.stderr is not None
-        out, err = _Capture(config.max_output_bytes), _Capture(config.max_output_bytes)
+        out, err = Capture(config.max_output_bytes), Capture(config.max_output_bytes)
         deadline = started + timeout
         timed_out = False
         try:
@@ -513,14 +432,14 @@ def run_command(
 
 
 def _pump(
-    proc: subprocess.Popen[bytes], streams: dict[IO[bytes], _Capture], deadline: float
+    proc: subprocess.Popen[bytes], streams: dict[IO[bytes], Capture], deadline: float
 ) -> bool:
     """Read both pipes until they close. When the program exits, kill what it left running in
     its process group; at ``deadline``, kill the whole group. After either, keep reading only
     briefly (a descendant that left the group may hold the pipes open). Return whether the
     deadline was hit."""
     sel = selectors.DefaultSelector()
-    captures: dict[int, _Capture] = {}
+    captures: dict[int, Capture] = {}
     for stream, capture in streams.items():
         fd = stream.fileno()
         os.set_blocking(fd, False)
