@@ -95,6 +95,10 @@ def test_verify_history_stats_and_trust(store_url: str) -> None:
     assert len(json_of(log)["entries"]) == 5
     assert cli("trust", "history", "alice", "--db", store_url).returncode == 0
 
+    taken = cli("agents", "add", "alice", "--db", store_url, "--json")
+    assert taken.returncode == 3 and json_of(taken)["error"]["code"] == "agent_exists"
+    bad_role = cli("agents", "add", "bob", "--role", "root", "--db", store_url, "--json")
+    assert bad_role.returncode == 5 and json_of(bad_role)["error"]["code"] == "invalid_input"
     listed = json_of(cli("agents", "list", "--db", store_url, "--json"))
     assert [a["agent_id"] for a in listed] == ["alice", "otto", "vera"]
     shown = cli("agents", "show", "alice", "--db", store_url)

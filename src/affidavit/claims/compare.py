@@ -27,7 +27,7 @@ from typing import Any
 
 from affidavit.claims.sandbox import RunResult
 from affidavit.core.canonical import canonical, parse
-from affidavit.core.errors import CanonicalizationError, ValidationError
+from affidavit.core.errors import CanonicalizationError, InvalidClaim
 
 RULES = ("return_code", "output_contains", "metrics", "exact_match")
 CLAIM_KEYS = frozenset((*RULES, "tolerance", "parser", "pattern_id", "description"))
@@ -70,8 +70,8 @@ class ClaimRules:
         return tuple(rule for rule in RULES if present[rule])
 
 
-def _invalid(message: str) -> ValidationError:
-    return ValidationError(message)
+def _invalid(message: str) -> InvalidClaim:
+    return InvalidClaim(message)
 
 
 def _is_number(value: Any) -> bool:
@@ -86,7 +86,7 @@ def parse_claim(content: Any) -> ClaimRules:
     """Validate ``content`` and return its rules.
 
     Raises:
-        ValidationError: not a JSON object, an unknown key, or a malformed rule (the message
+        InvalidClaim: not a JSON object, an unknown key, or a malformed rule (the message
             names the key).
     """
     if not isinstance(content, Mapping):
@@ -94,7 +94,7 @@ def parse_claim(content: Any) -> ClaimRules:
     try:
         canonical(content)
     except CanonicalizationError as exc:
-        raise ValidationError(f"the claim is not representable as JSON: {exc.message}") from None
+        raise InvalidClaim(f"the claim is not representable as JSON: {exc.message}") from None
     unknown = sorted(set(content) - CLAIM_KEYS)
     if unknown:
         raise _invalid(f"unknown claim key(s) {unknown}; a claim may contain {sorted(CLAIM_KEYS)}")

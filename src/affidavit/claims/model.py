@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from affidavit.core.canonical import parse
-from affidavit.core.errors import ValidationError
+from affidavit.core.errors import InvalidClaim, ValidationError
 
 
 class ClaimType(StrEnum):
@@ -45,11 +45,11 @@ def check_ident(value: Any, what: str) -> str:
 
 
 def claim_type(value: Any) -> ClaimType:
-    """Raises :class:`ValidationError` for an unknown type."""
+    """Raises :class:`InvalidClaim` for an unknown type."""
     try:
         return ClaimType(value)
     except ValueError:
-        raise ValidationError(
+        raise InvalidClaim(
             f"unknown claim type {value!r}",
             hint=f"Claim types: {', '.join(t.value for t in ClaimType)}.",
         ) from None

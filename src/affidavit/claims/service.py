@@ -177,7 +177,8 @@ class ClaimService:
         (2) both agents exist (:class:`AgentNotFound`);
         (3) the verifier's role is ``agent`` or ``admin`` (:class:`VerifierRoleForbidden`);
         (4) the verifier is in the claimant's namespace, or an admin (:class:`NamespaceForbidden`);
-        (5) the claim type is known and the claim well-formed (:class:`ValidationError`);
+        (5) the claim type is known and the claim well-formed (:class:`InvalidClaim`, a
+            :class:`ValidationError`);
         (6) the command is allow-listed (:class:`CommandNotAllowed`).
 
         Then (7) the command runs in the sandbox, (8) the run is judged, and (9) one

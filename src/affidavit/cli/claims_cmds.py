@@ -19,7 +19,7 @@ from affidavit.claims.model import ClaimType, Role
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.runtime_cmds import parse_json_arg
-from affidavit.core.errors import ConfigError, ValidationError
+from affidavit.core.errors import ConfigError, InvalidClaim, ValidationError
 
 agents_app = typer.Typer(help="Register and inspect agents.", no_args_is_help=True)
 claims_app = typer.Typer(help="Verify agents' claims and read the evidence.", no_args_is_help=True)
@@ -151,7 +151,7 @@ def verify(
         try:
             content = parse_json_arg(claim, "--claim")
         except ConfigError as exc:
-            raise ValidationError(exc.message) from None
+            raise InvalidClaim(exc.message) from None
         if timeout is not None and not timeout > 0:
             raise ValidationError(f"--timeout must be positive, not {timeout}")
         sandbox = SandboxConfig(project_dir=project_dir)

@@ -194,7 +194,14 @@ class SelfVerificationError(ClaimRejected):
 
 
 class ValidationError(ClaimRejected):
-    """A claim, claim type, agent definition or query is malformed."""
+    """A request of the claims layer (agent, pattern, query, claim) is malformed."""
+
+    code = "invalid_input"
+    default_hint = "See docs/claims.md for agents, claim types and the rules a claim may contain."
+
+
+class InvalidClaim(ValidationError):
+    """An unknown claim type or a malformed claim."""
 
     code = "invalid_claim"
     default_hint = "See docs/claims.md for the claim types and the rules a claim may contain."
