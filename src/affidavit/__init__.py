@@ -28,23 +28,30 @@ from affidavit.core.errors import (
     FencedError,
     JobNotFound,
     PlanError,
+    ReplayError,
+    SignalRejected,
     StoreError,
     ValidationError,
     VerificationError,
 )
 from affidavit.core.events import EventType
 from affidavit.core.plan import Plan
+from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
+from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import (
     CompensatableError,
     RetryableError,
+    StateChange,
     Tool,
     ToolContext,
     ToolRegistry,
     load_tools,
     pure,
+    register_verifier,
     tool,
 )
+from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
 from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
 
 __version__ = "0.1.0"
@@ -61,18 +68,29 @@ __all__ = [
     "CommandNotAllowed",
     "CompensatableError",
     "ConfigError",
+    "Confirmation",
+    "ConfirmationContext",
     "ConflictError",
     "EventType",
     "FencedError",
+    "FileVerifier",
+    "HttpVerifier",
     "JobFilter",
     "JobNotFound",
     "JobRecord",
     "NewEvent",
     "Plan",
     "PlanError",
+    "ReplayContext",
+    "ReplayContextBuilder",
+    "ReplayError",
+    "ResourceVerifier",
     "RetryableError",
     "Runtime",
     "SandboxConfig",
+    "SignalRejected",
+    "SqlRowVerifier",
+    "StateChange",
     "Store",
     "StoreError",
     "StoredEvent",
@@ -92,6 +110,8 @@ __all__ = [
     "load_tools",
     "open_store",
     "pure",
+    "record_file",
+    "register_verifier",
     "sha256_hex",
     "sha256_prefixed",
     "tool",

@@ -1,7 +1,7 @@
 """The ``affidavit`` command. Every command takes ``--db`` and ``--json``; with ``--json`` it
 prints one JSON document on stdout, and errors as ``{"error": {"code", "message", "hint"}}``.
 
-Exit codes: 0 success; 1 a check failed; 2 job or agent not found; 3 usage or store error;
+Exit codes: 0 success; 1 a check failed; 2 not found; 3 usage or store error;
 5 a claim refused (nothing ran).
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from affidavit import __version__
-from affidavit.cli import output, runtime_cmds
+from affidavit.cli import output, runtime_cmds, serve_cmds
 from affidavit.cli.claims_cmds import agents_app, claims_app, trust_app
 from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.cli.jobs import jobs_app
@@ -36,6 +36,7 @@ app.add_typer(agents_app, name="agents")
 app.add_typer(claims_app, name="claims")
 app.add_typer(trust_app, name="trust")
 runtime_cmds.register(app)
+serve_cmds.register(app)
 
 
 def _version(value: bool) -> None:

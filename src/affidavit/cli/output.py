@@ -11,9 +11,9 @@ from rich.console import Console
 
 from affidavit.core.errors import (
     AffidavitError,
-    AgentNotFound,
     ClaimRejected,
-    JobNotFound,
+    NotFound,
+    SignalRejected,
     VerificationError,
 )
 
@@ -34,11 +34,11 @@ def emit_json(document: Any) -> None:
 
 
 def exit_code_for(exc: AffidavitError) -> int:
-    if isinstance(exc, JobNotFound | AgentNotFound):
+    if isinstance(exc, NotFound):
         return EXIT_NOT_FOUND
     if isinstance(exc, ClaimRejected):
         return EXIT_REFUSED
-    if isinstance(exc, VerificationError):
+    if isinstance(exc, VerificationError | SignalRejected):
         return EXIT_FAILED
     return EXIT_USAGE_OR_STORE
 

@@ -141,7 +141,14 @@ class FencedError(StoreError):
         self.current = current
 
 
-class JobNotFound(AffidavitError):
+class NotFound(AffidavitError):
+    """The thing named does not exist (or is not the caller's to see)."""
+
+    code = "not_found"
+    default_hint = "Check the id."
+
+
+class JobNotFound(NotFound):
     code = "job_not_found"
     default_hint = "List jobs with `affidavit jobs list`."
 
@@ -162,10 +169,30 @@ class VerificationError(AffidavitError):
     default_hint = "The record does not verify; treat it as tampered or incomplete."
 
 
+class ReplayError(AffidavitError):
+    """A job's event log is structurally impossible: it cannot have been written by a runtime
+    that follows the tool-step protocol (an event for a node the plan does not have, a finish
+    without a start, an event after the job ended, ...). ``version`` names the first such event."""
+
+    code = "replay_error"
+    default_hint = "The log was edited or written by something else; run `affidavit verify JOB`."
+
+    def __init__(self, message: str, *, version: int, hint: str | None = None) -> None:
+        super().__init__(f"event {version}: {message}", hint=hint)
+        self.version = version
+
+
+class SignalRejected(AffidavitError):
+    """A signal that matches no wait of the job, or arrives when the job cannot take it."""
+
+    code = "signal_rejected"
+    default_hint = "See the job's waits with `affidavit jobs show JOB`; nothing was written."
+
+
 # --- claims and trust -----------------------------------------------------------------------
 
 
-class AgentNotFound(AffidavitError):
+class AgentNotFound(NotFound):
     """A claimant or verifier agent is not registered."""
 
     code = "agent_not_found"

@@ -16,6 +16,7 @@ from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.core.errors import CanonicalizationError
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Node, Plan
+from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.sdk import Tool, ToolContext, ToolRegistry
 from affidavit.store import NewEvent, Store
@@ -65,8 +66,10 @@ class RunBase:
         *,
         sleep: Callable[[float], None],
         lease_lost: threading.Event | None,
+        metrics: RuntimeMetrics,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.tools = tools
         self.sleep = sleep
         self.lease_lost = lease_lost
@@ -79,6 +82,7 @@ class RunBase:
         self.in_flight_policy: str = policy["in_flight"]
         self.max_attempts: int = policy["retry"]["max_attempts"]
         self.backoff: float = policy["retry"]["backoff_seconds"]
+        self.replay_verification: str = policy.get("replay_verification", "strict")
         self.scope: dict[str, Any] = {"input": replay.input}
         for node_id in replay.completed_nodes:
             self.scope[node_id] = replay.node_output(node_id)
@@ -101,6 +105,34 @@ class RunBase:
     def _write(self, *items: tuple[str, dict[str, Any]], durable: bool = False) -> None:
         with self.store.transaction(durable=durable) as tx:
             self._append(tx, *items)
+
+    def _park(
+        self,
+        reason: str,
+        *,
+        node_id: str,
+        step_id: str,
+        detail: dict[str, Any],
+        idempotency_key: str | None = None,
+    ) -> Stop:
+        """Park the job (a person decides with ``affidavit resume``): it holds no lease and
+        no worker until then. Returns the :class:`Stop` to raise."""
+        parked: dict[str, Any] = {"reason": reason, "node_id": node_id, "step_id": step_id}
+        if idempotency_key is not None:
+            parked["idempotency_key"] = idempotency_key
+        parked["detail"] = detail
+        with self.store.transaction(durable=True) as tx:
+            self._append(tx, ("job_parked", parked))
+            tx.update_job(self.claim.job_id, status="parked", fence=self.claim.attempt_id)
+            tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
+        return Stop("parked")
+
+    def _fail_job(self, node_id: str | None, error: dict[str, Any]) -> None:
+        with self.store.transaction(durable=True) as tx:
+            self._append(tx, ("job_failed", {"error": error, "node_id": node_id}))
+            tx.update_job(
+                self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
+            )
 
     def _check_lease(self) -> None:
         if self.lease_lost is not None and self.lease_lost.is_set():

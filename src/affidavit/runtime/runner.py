@@ -25,11 +25,12 @@ from typing import Any
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError
 from affidavit.core.ids import new_event_id
-from affidavit.core.plan import Node, Plan, args_hash, external_key, idempotency_key
+from affidavit.core.plan import Node, args_hash, external_key, idempotency_key
 from affidavit.runtime.args import resolve
 from affidavit.runtime.crash import crash_point
 from affidavit.runtime.inflight import RecoveryMixin
-from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.metrics import RuntimeMetrics
+from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.runtime.run_base import (
     Claim,
     StepFailed,
@@ -58,11 +59,13 @@ class JobRunner:
         *,
         sleep: Callable[[float], None] = time.sleep,
         lease_lost: threading.Event | None = None,
+        metrics: RuntimeMetrics | None = None,
     ) -> None:
         self.store = store
         self.tools = tools
         self._sleep = sleep
         self._lease_lost = lease_lost
+        self.metrics = metrics if metrics is not None else RuntimeMetrics()
 
     # --- the job --------------------------------------------------------------------------
 
@@ -70,18 +73,22 @@ class JobRunner:
         """Run the job of ``claim`` until it completes, fails, waits, parks or loses its
         lease; return the resulting status (``"lost"`` when fenced off)."""
         events = self.store.list_events(claim.job_id)
-        replay = build_from_events(events)
-        if replay.task_graph is None:
+        builder = ReplayContextBuilder()
+        for event in events:
+            builder.add(event)
+        if builder.plan is None:
             raise AffidavitError(f"job {claim.job_id} has no plan_generated event")
+        replay = builder.ctx
         run = _Run(
             self.store,
             self.tools,
             claim,
-            Plan.parse(replay.task_graph),
+            builder.plan,
             replay,
             len(events),
             sleep=self._sleep,
             lease_lost=self._lease_lost,
+            metrics=self.metrics,
         )
         try:
             return run.execute()
@@ -96,6 +103,7 @@ class _Run(RecoveryMixin):
 
     def execute(self) -> str:
         completed = self.replay.completed_nodes
+        self._confirm_recorded(completed)
         for node_id in self.plan.order:
             if node_id in completed:
                 continue  # recorded: its output is injected, it is never run again
@@ -119,13 +127,6 @@ class _Run(RecoveryMixin):
                 self.claim.job_id, status="completed", output=output, fence=self.claim.attempt_id
             )
         return "completed"
-
-    def _fail_job(self, node_id: str | None, error: dict[str, Any]) -> None:
-        with self.store.transaction(durable=True) as tx:
-            self._append(tx, ("job_failed", {"error": error, "node_id": node_id}))
-            tx.update_job(
-                self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
-            )
 
     def _resolve_args(self, node: Node) -> dict[str, Any]:
         try:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from affidavit.core.errors import StoreError
 from affidavit.core.ids import new_attempt_id
+from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.run_base import Claim
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
@@ -42,6 +43,7 @@ class Worker:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        metrics: RuntimeMetrics | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -51,6 +53,7 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self._sleep = sleep
+        self.metrics = metrics if metrics is not None else RuntimeMetrics()
         self._count_lock = threading.Lock()
         self.jobs_run = 0
 
@@ -89,7 +92,9 @@ class Worker:
         heart = threading.Thread(target=beat, name=f"heartbeat-{claim.job_id}", daemon=True)
         heart.start()
         try:
-            return JobRunner(self.store, self.tools, lease_lost=lost, sleep=self._sleep).run(claim)
+            return JobRunner(
+                self.store, self.tools, lease_lost=lost, sleep=self._sleep, metrics=self.metrics
+            ).run(claim)
         finally:
             done.set()
             heart.join()

@@ -27,6 +27,7 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids, new_job_id
+from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._ledger import LedgerOps
 from affidavit.store.base import (
     JOB_STATUSES,
@@ -191,7 +192,7 @@ def chain_events(
     return stored
 
 
-class SqlTransaction(LedgerOps, ABC):
+class SqlTransaction(LedgerOps, ApiKeyWrites, ABC):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
     placeholders."""
@@ -372,7 +373,7 @@ def _check_status(status: str) -> str:
     return status
 
 
-class SqlStore(ABC):
+class SqlStore(ApiKeyReads, ABC):
     """The :class:`~affidavit.store.base.Store` methods both backends share. A backend supplies
     connections: ``_reader()`` (a cursor for reads) and ``transaction()``."""
 
@@ -387,6 +388,11 @@ class SqlStore(ABC):
 
     def _q(self, sql: str) -> str:
         return sql
+
+    def _read_rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._reader() as cur:
+            cur.execute(self._q(sql), params)
+            return list(cur.fetchall())
 
     def append(
         self,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from affidavit.core.canonical import parse
 
 if TYPE_CHECKING:
+    from affidavit.store._apikeys import ApiKeyRow
     from affidavit.store._ledger import LedgerRow
 
 JobStatus = Literal["pending", "running", "waiting", "parked", "completed", "failed", "cancelled"]
@@ -217,6 +218,12 @@ class Transaction(Protocol):
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool: ...
 
+    # API keys (see affidavit.store._apikeys).
+
+    def apikey_insert(self, row: ApiKeyRow) -> None: ...
+
+    def apikey_revoke(self, key_id: str, at: str) -> ApiKeyRow | None: ...
+
     # Statements for the layers that keep their own tables in this database (claims and
     # trust): SQL with ``?`` placeholders, run inside this transaction.
 
@@ -291,5 +298,13 @@ class Store(Protocol):
     def iter_events(self, job_id: str, *, batch: int = 1000) -> Iterator[StoredEvent]:
         """All events of a job in version order, fetched ``batch`` at a time."""
         ...
+
+    def get_api_key(self, key_id: str) -> ApiKeyRow | None: ...
+
+    def list_api_keys(self) -> list[ApiKeyRow]: ...
+
+    def count_jobs_by_status(self) -> dict[str, int]: ...
+
+    def count_invocations_by_status(self) -> dict[str, int]: ...
 
     def close(self) -> None: ...

@@ -1,0 +1,133 @@
+"""A job's trace: each node of its plan with what happened to it, read from the log.
+
+The service function behind ``affidavit jobs trace``, ``GET /api/jobs/{id}/trace`` and the
+trace page. Read-only.
+
+A node's ``state`` is what the trace page colours it by:
+
+- ``pure`` / ``side_effect_committed`` / ``compensated``: finished with that outcome;
+- ``in_flight``: a tool invocation started and never finished (a crash between T1 and T2);
+- ``waiting``: a wait or approval node the job waits on; ``parked``: the node the job is parked
+  on;
+- ``running``: started, not finished; ``failed``: its last try failed;
+- ``pending``: not started yet; ``skipped``: never started and the job has ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from affidavit.runtime.replay import build_from_events
+from affidavit.store import Store
+
+NODE_STATES = (
+    "pure",
+    "side_effect_committed",
+    "compensated",
+    "in_flight",
+    "waiting",
+    "parked",
+    "running",
+    "failed",
+    "pending",
+    "skipped",
+)
+
+
+def job_trace(store: Store, job_id: str) -> dict[str, Any]:
+    """The job, its nodes in plan order with state, outcome, attempts, timings, and the waits,
+    park and confirmation warnings in force.
+
+    Raises:
+        JobNotFound: no such job.
+        ReplayError: the log is structurally impossible (see ``affidavit verify``).
+    """
+    job = store.get_job(job_id)
+    events = store.list_events(job_id)
+    replay = build_from_events(events)
+    started_at: dict[str, str] = {}
+    finished_at: dict[str, str] = {}
+    durations: dict[str, float] = {}
+    tries: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        if e.type not in ("node_started", "node_finished"):
+            continue
+        p = e.payload
+        node_id = p["node_id"]
+        if e.type == "node_started":
+            started_at.setdefault(node_id, p.get("at", ""))
+        else:
+            finished_at[node_id] = p.get("at", "")
+            durations[node_id] = durations.get(node_id, 0) + float(p.get("duration_ms", 0))
+            tries.setdefault(node_id, []).append(
+                {
+                    "attempt": p.get("attempt"),
+                    "result_type": p["result_type"],
+                    "at": p.get("at"),
+                    "duration_ms": p.get("duration_ms"),
+                    "error": p.get("error"),
+                    "version": e.version,
+                }
+            )
+    pending_nodes = {p["node_id"]: k for k, p in replay.pending_tool_invocations.items()}
+    open_waits = {
+        w["node_id"]: k for k, w in replay.waits.items() if k not in replay.completed_waits
+    }
+    parked_node = replay.parked.get("node_id") if replay.parked else None
+    completed = replay.completed_nodes
+    graph = replay.task_graph or {"nodes": []}
+    nodes = []
+    for raw in graph["nodes"]:
+        node_id = raw["id"]
+        finished = replay.node_finished.get(node_id)
+        outcome = finished["result_type"] if finished else None
+        if node_id in completed:
+            state = str(outcome)
+        elif node_id in pending_nodes:
+            state = "in_flight"
+        elif parked_node == node_id:
+            state = "parked"
+        elif node_id in open_waits and job.status == "waiting":
+            state = "waiting"
+        elif finished is not None:
+            state = "failed"
+        elif node_id in started_at:
+            state = "failed" if job.terminal else "running"
+        else:
+            state = "skipped" if job.terminal else "pending"
+        node: dict[str, Any] = {
+            "id": node_id,
+            "type": raw["type"],
+            "tool": raw.get("tool"),
+            "depends_on": list(raw.get("depends_on", [])),
+            "step_id": replay.step_ids.get(node_id),
+            "state": state,
+            "outcome": outcome,
+            "attempts": replay.node_attempts.get(node_id, len(tries.get(node_id, []))),
+            "started_at": started_at.get(node_id),
+            "finished_at": finished_at.get(node_id),
+            "duration_ms": durations.get(node_id),
+            "tries": tries.get(node_id, []),
+        }
+        if node_id in completed:
+            node["output"] = replay.node_output(node_id)
+        if finished is not None and "error" in finished:
+            node["error"] = finished["error"]
+        if node_id in pending_nodes:
+            node["idempotency_key"] = pending_nodes[node_id]
+        if node_id in open_waits:
+            node["correlation_key"] = open_waits[node_id]
+        nodes.append(node)
+    return {
+        "job": job.to_dict(),
+        "plan_hash": replay.plan_hash,
+        "policy": replay.policy,
+        "nodes": nodes,
+        "waiting_for": [{"node_id": n, "correlation_key": k} for n, k in open_waits.items()]
+        if job.status == "waiting"
+        else [],
+        "parked": {k: v for k, v in replay.parked.items() if k != "at"} if replay.parked else None,
+        "warnings": replay.warnings,
+        "created_at": events[0].payload.get("at") if events else None,
+        "event_count": len(events),
+    }
