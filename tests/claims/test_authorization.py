@@ -75,6 +75,7 @@ def test_self_verification_is_refused(team: ClaimService, project: Path) -> None
 
 def test_unknown_agents(team: ClaimService, project: Path) -> None:
     refused(team, project, AgentNotFound, "nobody")
+    refused(team, project, AgentNotFound, "no\x00body")  # no agent can have this id
     with pytest.raises(AgentNotFound, match="agent 'ghost' not found"):
         team.verify_claim("ghost", "custom", {}, "python touch.py", "vera")
 

@@ -33,15 +33,19 @@ PROPAGATING_ACCESS = frozenset({"public", "system"})
 _IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
 
+def is_ident(value: Any) -> bool:
+    return isinstance(value, str) and _IDENT.match(value) is not None
+
+
 def check_ident(value: Any, what: str) -> str:
     """An agent id, namespace or pattern id: 1–128 of ``[A-Za-z0-9_.:@-]``, starting with a
     letter or digit."""
-    if not isinstance(value, str) or not _IDENT.match(value):
+    if not is_ident(value):
         raise ValidationError(
             f"{what} {value!r} is invalid",
             hint="Use 1–128 letters, digits and _ . : @ - (starting with a letter or digit).",
         )
-    return value
+    return str(value)
 
 
 def claim_type(value: Any) -> ClaimType:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from affidavit.claims.model import Agent, Pattern, TrustEntry
+from affidavit.claims.model import Agent, Pattern, TrustEntry, is_ident
 from affidavit.core.canonical import canonical
 from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.events import utc_now
@@ -76,7 +76,10 @@ def insert_agent(tx: Transaction, agent_id: str, namespace: str, role: str, scor
 
 def get_agent(tx: Transaction, agent_id: str, *, lock: str = "") -> Agent | None:
     """The agent row; ``lock`` is the backend's row-lock clause (``" FOR UPDATE"`` on
-    PostgreSQL; SQLite's write transaction already excludes other writers)."""
+    PostgreSQL; SQLite's write transaction already excludes other writers). An id that no
+    agent could have (see :func:`~affidavit.claims.model.check_ident`) is not looked up."""
+    if not is_ident(agent_id):
+        return None
     rows = tx.query(f"SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = ?{lock}", (agent_id,))
     return _agent(rows[0]) if rows else None
 
@@ -124,6 +127,8 @@ def insert_pattern(
 
 
 def get_pattern(tx: Transaction, pattern_id: str) -> Pattern | None:
+    if not is_ident(pattern_id):
+        return None
     rows = tx.query(
         f"SELECT {PATTERN_COLUMNS} FROM learning_patterns WHERE pattern_id = ?", (pattern_id,)
     )
