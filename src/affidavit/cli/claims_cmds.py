@@ -31,6 +31,8 @@ ROLES = ", ".join(r.value for r in Role)
 
 def _kv_table(doc: dict[str, Any]) -> Table:
     table = Table(show_header=False, box=None)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # ids and digests are shown whole
     for key, value in doc.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         table.add_row(f"[bold]{key}[/]", shown)
