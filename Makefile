@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python benchmarks/bench_append.py
 	$(BIN)/python benchmarks/bench_steps.py
+	$(BIN)/python benchmarks/bench_claims.py
 	$(BIN)/python benchmarks/bench_api.py
 
 clean:

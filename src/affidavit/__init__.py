@@ -6,11 +6,23 @@ The public API is what this module exports (``__all__``); everything else is int
 
 from __future__ import annotations
 
+from affidavit.claims import (
+    Agent,
+    ClaimService,
+    ClaimType,
+    SandboxConfig,
+    TrustPolicy,
+    VerificationResult,
+)
 from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
 from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
 from affidavit.core.errors import (
     AffidavitError,
+    AgentNotFound,
+    AuthorizationError,
     CanonicalizationError,
+    ClaimRejected,
+    CommandNotAllowed,
     ConfigError,
     ConflictError,
     FencedError,
@@ -19,6 +31,7 @@ from affidavit.core.errors import (
     ReplayError,
     SignalRejected,
     StoreError,
+    ValidationError,
     VerificationError,
 )
 from affidavit.core.events import EventType
@@ -45,7 +58,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AffidavitError",
+    "Agent",
+    "AgentNotFound",
+    "AuthorizationError",
     "CanonicalizationError",
+    "ClaimRejected",
+    "ClaimService",
+    "ClaimType",
+    "CommandNotAllowed",
     "CompensatableError",
     "ConfigError",
     "Confirmation",
@@ -67,6 +87,7 @@ __all__ = [
     "ResourceVerifier",
     "RetryableError",
     "Runtime",
+    "SandboxConfig",
     "SignalRejected",
     "SqlRowVerifier",
     "StateChange",
@@ -76,7 +97,10 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolRegistry",
+    "TrustPolicy",
+    "ValidationError",
     "VerificationError",
+    "VerificationResult",
     "__version__",
     "canonical",
     "canonical_sha256",

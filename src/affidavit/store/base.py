@@ -224,6 +224,18 @@ class Transaction(Protocol):
 
     def apikey_revoke(self, key_id: str, at: str) -> ApiKeyRow | None: ...
 
+    # Statements for the layers that keep their own tables in this database (claims and
+    # trust): SQL with ``?`` placeholders, run inside this transaction.
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement that returns no rows (its error may surface at the next read or
+        at commit, still inside this transaction)."""
+        ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one row-returning statement and return its rows."""
+        ...
+
 
 class Store(Protocol):
     """One database holding jobs and their hash-chained event logs."""
