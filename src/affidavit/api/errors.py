@@ -14,6 +14,8 @@ from affidavit.api.auth import Forbidden, Unauthorized
 from affidavit.api.ratelimit import RateLimited
 from affidavit.core.errors import (
     AffidavitError,
+    AgentExistsError,
+    AuthorizationError,
     CanonicalizationError,
     ConfigError,
     ConflictError,
@@ -21,8 +23,10 @@ from affidavit.core.errors import (
     NotFound,
     PlanError,
     ReplayError,
+    SelfVerificationError,
     SignalRejected,
     StoreError,
+    ValidationError,
 )
 from affidavit.runtime.decisions import InvalidStateError
 
@@ -30,6 +34,10 @@ from affidavit.runtime.decisions import InvalidStateError
 STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),
+    (SelfVerificationError, 403),
+    (AuthorizationError, 403),
+    (ValidationError, 422),
+    (AgentExistsError, 409),
     (NotFound, 404),
     (RateLimited, 429),
     (ConflictError, 409),
