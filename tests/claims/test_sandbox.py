@@ -47,6 +47,10 @@ REFUSED = [
     ("pip install --target {p} six", "inline code"),
     ("python -m pip install --target {p} six", "inline code"),
     ("coverage run -m pip install --target {p} six", "inline code"),
+    ("pip uninstall -y {p}", "changes the environment"),
+    ("python -m pip uninstall -y {p}", "changes the environment"),
+    ("pip cache purge", "changes the environment"),
+    ("pip --cache-dir {p} install six", "changes the environment"),
     ("touch {p}", "not on the allow-list"),
     ("", "empty"),
     ("   ", "empty"),
@@ -327,3 +331,10 @@ def test_an_allowed_program_that_is_not_installed_is_a_spawn_error(
 def test_commands_read_no_stdin(svc: ClaimService) -> None:
     result = svc.verify_claim("alice", "custom", {"return_code": 0}, "cat", "vera", timeout_s=5)
     assert result.accurate  # stdin is /dev/null: cat ends at once
+
+
+@pytest.mark.parametrize(
+    "text", ["pip list", "pip --version", "pip show pytest", "pip freeze", "python -m pip list"]
+)
+def test_pip_may_read(text: str) -> None:
+    assert parse_command(text, SandboxConfig()).argv[0] in ("pip", "python")

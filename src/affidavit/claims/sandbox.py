@@ -9,8 +9,10 @@ The contract, in order:
    ``/usr/bin/pytest``, ``bin/pytest``) is refused even when its last component is allowed: the
    service resolves the name on its own search path, so the caller cannot choose which file runs;
 3. flags that run code given on the command line or fetched at run time (``python -c``,
-   ``pip install`` and ``python -m pip install``) are refused unless the configuration allows
-   inline code;
+   ``pip install`` and ``python -m pip install``) and pip commands that change the service's
+   environment (``pip uninstall``, ``pip cache purge``, ...: pip may only ``list``, ``show``,
+   ``freeze``, ``check``, ``inspect``, ``hash`` and ``help``) are refused unless the
+   configuration allows inline code;
 4. the program runs in a new session (its own process group), with stdin from ``/dev/null``, in a
    fresh scratch directory (or the configured project directory), with an environment built from
    scratch (``PATH``, ``HOME``, ``TMPDIR``, locale, plus the variables the configuration names),
@@ -79,7 +81,9 @@ DEFAULT_FILE_SIZE_BYTES = 256 << 20
 # that left the process group could hold them open forever; it does not hold up the result.
 _DRAIN_AFTER_KILL_S = 1.0
 _READ_CHUNK = 1 << 16
-_PIP_FETCHING = frozenset({"install", "download", "wheel"})
+# pip subcommands that only read: anything else (install, uninstall, download, wheel, cache,
+# config, ...) fetches and runs package code or changes the service's own environment.
+_PIP_READ_ONLY = frozenset({"list", "show", "freeze", "check", "help", "inspect", "hash"})
 
 
 def default_search_path() -> str:
@@ -184,9 +188,14 @@ def inline_code_reason(argv: Sequence[str]) -> str | None:
 
 
 def _pip_reason(program: str, args: Sequence[str]) -> str | None:
+    """pip may only read: its first word that is not an option is the subcommand (an option's
+    value read as one is refused too — fail closed)."""
     for word in args:
-        if word in _PIP_FETCHING:
-            return f"`{program} {word}` fetches and runs package code"
+        if word.startswith("-"):
+            continue
+        if word not in _PIP_READ_ONLY:
+            return f"`{program} {word}` fetches and runs package code or changes the environment"
+        return None
     return None
 
 
