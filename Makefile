@@ -38,6 +38,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_append.py
 	$(BIN)/python benchmarks/bench_steps.py
 	$(BIN)/python benchmarks/bench_verify.py
+	$(BIN)/python benchmarks/bench_claims.py
+	$(BIN)/python benchmarks/bench_api.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache affidavit.db affidavit.db-wal affidavit.db-shm

@@ -6,47 +6,78 @@ The public API is what this module exports (``__all__``); everything else is int
 
 from __future__ import annotations
 
+from affidavit.claims import (
+    Agent,
+    ClaimService,
+    ClaimType,
+    SandboxConfig,
+    TrustPolicy,
+    VerificationResult,
+)
 from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
 from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
 from affidavit.core.errors import (
     AffidavitError,
+    AgentNotFound,
+    AuthorizationError,
     CanonicalizationError,
+    ClaimRejected,
+    CommandNotAllowed,
     ConfigError,
     ConflictError,
     FencedError,
     JobNotFound,
     PlanError,
+    ReplayError,
+    SignalRejected,
     StoreError,
+    ValidationError,
     VerificationError,
 )
 from affidavit.core.events import EventType
 from affidavit.core.plan import Plan
 from affidavit.core.seal import PublicKey, Seal
+from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
+from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import (
     CompensatableError,
     RetryableError,
+    StateChange,
     Tool,
     ToolContext,
     ToolRegistry,
     load_tools,
     pure,
+    register_verifier,
     tool,
 )
 from affidavit.runtime.sealing import SigningKey
+from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
 from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
-from affidavit.verify import VerificationResult, verify_events, verify_job
+from affidavit.verify import verify_events, verify_job
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AffidavitError",
+    "Agent",
+    "AgentNotFound",
+    "AuthorizationError",
     "CanonicalizationError",
+    "ClaimRejected",
+    "ClaimService",
+    "ClaimType",
+    "CommandNotAllowed",
     "CompensatableError",
     "ConfigError",
+    "Confirmation",
+    "ConfirmationContext",
     "ConflictError",
     "EventType",
     "FencedError",
+    "FileVerifier",
+    "HttpVerifier",
     "JobFilter",
     "JobNotFound",
     "JobRecord",
@@ -54,16 +85,26 @@ __all__ = [
     "Plan",
     "PlanError",
     "PublicKey",
+    "ReplayContext",
+    "ReplayContextBuilder",
+    "ReplayError",
+    "ResourceVerifier",
     "RetryableError",
     "Runtime",
+    "SandboxConfig",
     "Seal",
+    "SignalRejected",
     "SigningKey",
+    "SqlRowVerifier",
+    "StateChange",
     "Store",
     "StoreError",
     "StoredEvent",
     "Tool",
     "ToolContext",
     "ToolRegistry",
+    "TrustPolicy",
+    "ValidationError",
     "VerificationError",
     "VerificationResult",
     "__version__",
@@ -75,6 +116,8 @@ __all__ = [
     "load_tools",
     "open_store",
     "pure",
+    "record_file",
+    "register_verifier",
     "sha256_hex",
     "sha256_prefixed",
     "tool",

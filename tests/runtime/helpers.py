@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from affidavit import ToolContext
 from affidavit.core.chain import check_stored_chain
 from affidavit.core.events import validate_payload
 from affidavit.runtime.replay import build_from_events
@@ -127,3 +129,50 @@ def assert_log_sound(store: Store, job_id: str) -> list[StoredEvent]:
     if job.status != "running":  # a crashed run leaves "running" until it is reclaimed
         assert replay.status == job.status
     return events
+
+
+# --- in-process runs ---------------------------------------------------------------------------
+
+
+class SimulatedCrash(BaseException):
+    """Raised at a crash point instead of SIGKILL: nothing after it runs, no handler writes
+    anything (the runner only catches ``Exception`` subclasses), the lease is left to expire."""
+
+
+class Calls:
+    """A side channel in the test process: every real call of a tool, in order."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str, int, str]] = []
+        self._lock = threading.Lock()
+
+    def add(self, ctx: ToolContext, name: str) -> None:
+        with self._lock:
+            self.log.append((name, ctx.node_id, ctx.attempt, ctx.external_key))
+
+    def count(self, node_id: str | None = None, name: str | None = None) -> int:
+        return sum(
+            1
+            for n, node, _, _ in self.log
+            if (node_id is None or node == node_id) and (name is None or n == name)
+        )
+
+
+def node(
+    node_id: str, tool: str, kind: str = "tool", args: Any = None, deps: Any = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": node_id, "type": kind, "tool": tool}
+    if args is not None:
+        out["args"] = args
+    if deps:
+        out["depends_on"] = deps
+    return out
+
+
+def plan(*nodes: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    return {
+        "name": "unit",
+        "retry": {"max_attempts": 3, "backoff_seconds": 0},
+        **settings,
+        "nodes": list(nodes),
+    }

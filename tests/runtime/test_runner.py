@@ -30,33 +30,18 @@ from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.runtime import InvalidStateError
 from affidavit.runtime.worker import Worker
 from affidavit.store import JobFilter
-from tests.runtime.helpers import assert_log_sound, ledger_rows, of_type, wait_lease_expired
+from tests.runtime.helpers import (
+    Calls,
+    SimulatedCrash,
+    assert_log_sound,
+    ledger_rows,
+    node,
+    of_type,
+    plan,
+    wait_lease_expired,
+)
 
 LEASE = 0.4  # short: tests that simulate a crash wait for it to run out
-
-
-class SimulatedCrash(BaseException):
-    """Raised at a crash point instead of SIGKILL: nothing after it runs, no handler writes
-    anything (the runner only catches ``Exception`` subclasses), the lease is left to expire."""
-
-
-class Calls:
-    """A side channel in the test process: every real call of a tool, in order."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[str, str, int, str]] = []
-        self._lock = threading.Lock()
-
-    def add(self, ctx: ToolContext, name: str) -> None:
-        with self._lock:
-            self.log.append((name, ctx.node_id, ctx.attempt, ctx.external_key))
-
-    def count(self, node_id: str | None = None, name: str | None = None) -> int:
-        return sum(
-            1
-            for n, node, _, _ in self.log
-            if (node_id is None or node == node_id) and (name is None or n == name)
-        )
 
 
 @pytest.fixture
@@ -123,26 +108,6 @@ def flaky_tool(calls: Calls, fail_times: int, exc: Callable[[], Exception], **kw
         return {"ok": amount, "key": ctx.external_key}
 
     return Tool("flaky", fn, "tool", **kw)
-
-
-def node(
-    node_id: str, tool: str, kind: str = "tool", args: Any = None, deps: Any = None
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": node_id, "type": kind, "tool": tool}
-    if args is not None:
-        out["args"] = args
-    if deps:
-        out["depends_on"] = deps
-    return out
-
-
-def plan(*nodes: dict[str, Any], **settings: Any) -> dict[str, Any]:
-    return {
-        "name": "unit",
-        "retry": {"max_attempts": 3, "backoff_seconds": 0},
-        **settings,
-        "nodes": list(nodes),
-    }
 
 
 CHAIN = plan(

@@ -10,6 +10,8 @@ from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.trace import job_trace
 from affidavit.store import JOB_STATUSES, JobFilter
 
 jobs_app = typer.Typer(help="Inspect jobs and their event logs.", no_args_is_help=True)
@@ -55,17 +57,29 @@ def show_job(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show one job.
+    """Show one job. A waiting job also lists what it waits for (the correlation keys to
+    `affidavit signal`); a parked job why it is parked (what `affidavit resume` decides).
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
     with command(as_json), opened(db) as store:
         job = store.get_job(job_id)
+        doc = job.to_dict()
+        if job.status in ("waiting", "parked"):
+            replay = build_from_events(store.list_events(job_id))
+            if job.status == "waiting":
+                doc["waiting_for"] = [
+                    {"node_id": w["node_id"], "wait_type": w["wait_type"], "correlation_key": k}
+                    for k, w in replay.waits.items()
+                    if k not in replay.completed_waits
+                ]
+            elif replay.parked is not None:
+                doc["parked"] = {k: v for k, v in replay.parked.items() if k != "at"}
     if as_json:
-        output.emit_json(job.to_dict())
+        output.emit_json(doc)
         return
     table = Table(show_header=False, box=None)
-    for key, value in job.to_dict().items():
+    for key, value in doc.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         table.add_row(f"[bold]{key}[/]", shown)
     output.out.print(table)
@@ -101,5 +115,32 @@ def job_events(
             e.event_id,
             e.chain_hash[:16] + "…",
             text if len(text) <= 80 else text[:79] + "…",
+        )
+    output.out.print(table)
+
+
+@jobs_app.command("trace")
+def job_trace_cmd(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Each node of the job's plan with its state (pure, side_effect_committed, in_flight,
+    waiting, parked, running, failed, pending, skipped), outcome, attempts and duration.
+
+    Exit codes: 0 shown; 2 no such job; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        doc = job_trace(store, job_id)
+    if as_json:
+        output.emit_json(doc)
+        return
+    job = doc["job"]
+    output.out.print(f"job {job['job_id']}: [bold]{job['status']}[/] ({doc['event_count']} events)")
+    table = Table("node", "type", "state", "attempts", "duration ms", "depends on")
+    for n in doc["nodes"]:
+        duration = "" if n["duration_ms"] is None else f"{n['duration_ms']:.1f}"
+        table.add_row(
+            n["id"], n["type"], n["state"], str(n["attempts"]), duration, ", ".join(n["depends_on"])
         )
     output.out.print(table)

@@ -1,7 +1,8 @@
 """The ``affidavit`` command. Every command takes ``--db`` and ``--json``; with ``--json`` it
 prints one JSON document on stdout, and errors as ``{"error": {"code", "message", "hint"}}``.
 
-Exit codes: 0 success; 1 a check failed; 2 job not found; 3 usage or store error.
+Exit codes: 0 success; 1 a check failed; 2 not found; 3 usage or store error;
+5 a claim refused (nothing ran).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Annotated
 import typer
 
 from affidavit import __version__
-from affidavit.cli import output, runtime_cmds, verify_cmds
+from affidavit.cli import output, runtime_cmds, serve_cmds, verify_cmds
+from affidavit.cli.claims_cmds import agents_app, claims_app, trust_app
 from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.cli.jobs import jobs_app
 from affidavit.core.config import database_url
@@ -30,8 +32,12 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(agents_app, name="agents")
+app.add_typer(claims_app, name="claims")
+app.add_typer(trust_app, name="trust")
 runtime_cmds.register(app)
 verify_cmds.register(app)
+serve_cmds.register(app)
 
 
 def _version(value: bool) -> None:

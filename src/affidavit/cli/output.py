@@ -9,7 +9,13 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
-from affidavit.core.errors import AffidavitError, JobNotFound, VerificationError
+from affidavit.core.errors import (
+    AffidavitError,
+    ClaimRejected,
+    NotFound,
+    SignalRejected,
+    VerificationError,
+)
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
@@ -18,6 +24,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_NOT_FOUND = 2
 EXIT_USAGE_OR_STORE = 3
+EXIT_REFUSED = 5  # a claim refused before anything ran (4 is "waiting" for `run`)
 
 
 def emit_json(document: Any) -> None:
@@ -27,9 +34,11 @@ def emit_json(document: Any) -> None:
 
 
 def exit_code_for(exc: AffidavitError) -> int:
-    if isinstance(exc, JobNotFound):
+    if isinstance(exc, NotFound):
         return EXIT_NOT_FOUND
-    if isinstance(exc, VerificationError):
+    if isinstance(exc, ClaimRejected):
+        return EXIT_REFUSED
+    if isinstance(exc, VerificationError | SignalRejected):
         return EXIT_FAILED
     return EXIT_USAGE_OR_STORE
 

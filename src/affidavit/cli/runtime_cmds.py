@@ -1,9 +1,11 @@
-"""``affidavit run | submit | worker | cancel | resume``: executing jobs."""
+"""``affidavit run | submit | worker | signal | resume | cancel``: executing jobs and the human
+decisions on them."""
 
 from __future__ import annotations
 
 import json
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +15,8 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
-from affidavit.runtime.runtime import RESUME_DECISIONS, InvalidStateError, Runtime
+from affidavit.runtime.decisions import RESUME_DECISIONS, InvalidStateError, signal_job
+from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS
 from affidavit.store import JobRecord
@@ -36,6 +39,34 @@ LeaseOption = Annotated[
         help="How long a claim lasts without a heartbeat "
         "(default $AFFIDAVIT_LEASE_SECONDS, else 15).",
         show_default=False,
+    ),
+]
+
+
+class ReplayMode(StrEnum):
+    strict = "strict"
+    warn = "warn"
+    human = "human"
+
+
+ReplayVerificationOption = Annotated[
+    ReplayMode | None,
+    typer.Option(
+        "--replay-verification",
+        help="What a recorded side effect the world no longer matches does on pickup: strict "
+        "(fail the job), warn (record and go on), human (park). Default: the plan's, else "
+        "strict.",
+        show_default=False,
+    ),
+]
+StepConcurrencyOption = Annotated[
+    int,
+    typer.Option(
+        "--step-concurrency",
+        min=1,
+        max=64,
+        help="Independent nodes of one job run at once (their tools overlap; every step keeps "
+        "its T1/T2 protocol).",
     ),
 ]
 InputOption = Annotated[
@@ -74,10 +105,14 @@ def parse_json_arg(text: str | None, what: str) -> Any:
         raise ConfigError(f"{what} is not valid JSON: {exc}") from exc
 
 
-def open_runtime(db: str | None, tools: list[str] | None, lease: float | None) -> Runtime:
+def open_runtime(
+    db: str | None, tools: list[str] | None, lease: float | None, step_concurrency: int = 1
+) -> Runtime:
     for spec in tools or []:
         load_tools(spec)
-    return Runtime(database_url(db), lease_seconds=lease_seconds(lease))
+    return Runtime(
+        database_url(db), lease_seconds=lease_seconds(lease), step_concurrency=step_concurrency
+    )
 
 
 def job_doc(job: JobRecord) -> dict[str, Any]:
@@ -106,6 +141,8 @@ def run(
     idempotency_key: Annotated[
         str | None, typer.Option(help="The same key returns (and resumes) the same job.")
     ] = None,
+    replay_verification: ReplayVerificationOption = None,
+    step_concurrency: StepConcurrencyOption = 1,
     lease: LeaseOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -116,9 +153,14 @@ def run(
     3 usage or store error (nothing is submitted).
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease)
+        rt = open_runtime(db, tools, lease, step_concurrency)
         try:
-            job = rt.submit(plan, parse_json_arg(input, "--input"), idempotency_key=idempotency_key)
+            job = rt.submit(
+                plan,
+                parse_json_arg(input, "--input"),
+                idempotency_key=idempotency_key,
+                replay_verification=replay_verification.value if replay_verification else None,
+            )
             if not job.terminal:
                 job = rt.run_job(job.job_id)
             if job.status in ("pending", "running"):
@@ -143,6 +185,7 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(help="The same key returns the same job.")
     ] = None,
+    replay_verification: ReplayVerificationOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -154,7 +197,12 @@ def submit(
     with command(as_json):
         rt = open_runtime(db, tools, None)
         try:
-            job = rt.submit(plan, parse_json_arg(input, "--input"), idempotency_key=idempotency_key)
+            job = rt.submit(
+                plan,
+                parse_json_arg(input, "--input"),
+                idempotency_key=idempotency_key,
+                replay_verification=replay_verification.value if replay_verification else None,
+            )
         finally:
             rt.close()
     if as_json:
@@ -169,6 +217,7 @@ def worker(
         bool, typer.Option("--until-idle", help="Exit when no runnable job is left.")
     ] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=64, help="Jobs run at once.")] = 1,
+    step_concurrency: StepConcurrencyOption = 1,
     lease: LeaseOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -179,7 +228,7 @@ def worker(
     store error.
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease)
+        rt = open_runtime(db, tools, lease, step_concurrency)
         try:
             if not as_json:
                 output.err.print(
@@ -235,10 +284,15 @@ def resume(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Resolve a job parked on an in-flight invocation: retry it, accept a result a person
-    checked, or fail the job. A retried or accepted job is runnable again (run a worker).
+    """Resolve a parked job.
 
-    Exit codes: 0 resolved; 2 no such job; 3 not parked, bad decision or store error.
+    Parked on an in-flight invocation: retry it, accept_result (a result a person checked), or
+    fail. Parked because the world no longer matches a recorded side effect
+    (replay_verification: human): continue (accept the world as it is) or fail. A resumed job is
+    runnable again (run a worker).
+
+    Exit codes: 0 resolved; 2 no such job; 3 not parked, a decision that does not fit, or store
+    error.
     """
     with command(as_json):
         rt = open_runtime(db, None, None)
@@ -258,6 +312,47 @@ def resume(
         show_job(job)
 
 
+def signal(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    key: Annotated[
+        str,
+        typer.Option(
+            "--key", help="The wait's correlation key (see `jobs show`).", show_default=False
+        ),
+    ],
+    payload: Annotated[
+        str | None,
+        typer.Option(
+            help="The wait node's output, JSON or @file. For an approval node, "
+            '{"approved": false} denies it and the job fails.',
+            show_default=False,
+        ),
+    ] = None,
+    by: Annotated[str | None, typer.Option(help="Who signals (recorded).")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Complete a wait or approval node of a waiting job; the job becomes runnable (run a
+    worker). Re-sending a key that was already signalled changes nothing.
+
+    Exit codes: 0 signalled (or already signalled); 1 the key matches no wait of the job, or
+    the job has finished; 2 no such job; 3 bad payload or store error.
+    """
+    with command(as_json):
+        value = parse_json_arg(payload, "--payload")
+        rt = open_runtime(db, None, None)
+        try:
+            job, appended = signal_job(rt.store, job_id, key, value, by=by or state_user())
+        finally:
+            rt.close()
+    if as_json:
+        output.emit_json({**job_doc(job), "appended": appended})
+    else:
+        if not appended:
+            output.err.print(f"key {key!r} was already signalled; nothing changed")
+        show_job(job)
+
+
 def state_user() -> str | None:
     return os.environ.get("USER") or None
 
@@ -266,5 +361,6 @@ def register(app: typer.Typer) -> None:
     app.command("run")(run)
     app.command("submit")(submit)
     app.command("worker")(worker)
-    app.command("cancel")(cancel)
+    app.command("signal")(signal)
     app.command("resume")(resume)
+    app.command("cancel")(cancel)

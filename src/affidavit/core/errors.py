@@ -141,7 +141,14 @@ class FencedError(StoreError):
         self.current = current
 
 
-class JobNotFound(AffidavitError):
+class NotFound(AffidavitError):
+    """The thing named does not exist (or is not the caller's to see)."""
+
+    code = "not_found"
+    default_hint = "Check the id."
+
+
+class JobNotFound(NotFound):
     code = "job_not_found"
     default_hint = "List jobs with `affidavit jobs list`."
 
@@ -160,3 +167,97 @@ class VerificationError(AffidavitError):
 
     code = "verification_failed"
     default_hint = "The record does not verify; treat it as tampered or incomplete."
+
+
+class ReplayError(AffidavitError):
+    """A job's event log is structurally impossible: it cannot have been written by a runtime
+    that follows the tool-step protocol (an event for a node the plan does not have, a finish
+    without a start, an event after the job ended, ...). ``version`` names the first such event."""
+
+    code = "replay_error"
+    default_hint = "The log was edited or written by something else; run `affidavit verify JOB`."
+
+    def __init__(self, message: str, *, version: int, hint: str | None = None) -> None:
+        super().__init__(f"event {version}: {message}", hint=hint)
+        self.version = version
+
+
+class SignalRejected(AffidavitError):
+    """A signal that matches no wait of the job, or arrives when the job cannot take it."""
+
+    code = "signal_rejected"
+    default_hint = "See the job's waits with `affidavit jobs show JOB`; nothing was written."
+
+
+# --- claims and trust -----------------------------------------------------------------------
+
+
+class AgentNotFound(NotFound):
+    """A claimant or verifier agent is not registered."""
+
+    code = "agent_not_found"
+    default_hint = "Register the agent first: `affidavit agents add ID --namespace NS --role R`."
+
+    def __init__(self, agent_id: str, *, what: str = "agent") -> None:
+        super().__init__(f"{what} {agent_id!r} not found")
+        self.agent_id = agent_id
+
+
+class AgentExistsError(AffidavitError):
+    code = "agent_exists"
+    default_hint = "Agent ids are unique; choose another id or use the existing agent."
+
+
+class ClaimRejected(AffidavitError):
+    """A claim was refused before anything ran; nothing was executed or recorded."""
+
+    code = "claim_rejected"
+    default_hint = "Nothing was executed or recorded; fix the request and submit it again."
+
+
+class SelfVerificationError(ClaimRejected):
+    code = "self_verification"
+    default_hint = "A claim must be verified by another agent than the one that made it."
+
+
+class ValidationError(ClaimRejected):
+    """A request of the claims layer (agent, pattern, query, claim) is malformed."""
+
+    code = "invalid_input"
+    default_hint = "See docs/claims.md for agents, claim types and the rules a claim may contain."
+
+
+class InvalidClaim(ValidationError):
+    """An unknown claim type or a malformed claim."""
+
+    code = "invalid_claim"
+    default_hint = "See docs/claims.md for the claim types and the rules a claim may contain."
+
+
+class CommandNotAllowed(ValidationError):
+    """The verification command is not on the allow-list or uses a refused form."""
+
+    code = "command_not_allowed"
+    default_hint = (
+        "Use a bare program name from the allow-list (no path, no shell, no inline code); "
+        "see docs/claims.md."
+    )
+
+
+class AuthorizationError(ClaimRejected):
+    """The verifier may not verify this claim."""
+
+    code = "forbidden"
+    default_hint = "Verify with an agent of role agent or admin in the claimant's namespace."
+
+
+class VerifierRoleForbidden(AuthorizationError):
+    code = "verifier_role_forbidden"
+    default_hint = "Only agents with role `agent` or `admin` may verify claims."
+
+
+class NamespaceForbidden(AuthorizationError):
+    code = "verifier_namespace_forbidden"
+    default_hint = (
+        "Only a verifier in the claimant's namespace, or an admin, may verify its claims."
+    )

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import (
     AffidavitError,
@@ -120,9 +118,16 @@ class Plan:
         cls, text: str, fmt: Literal["json", "yaml"] = "yaml", *, source: str = "<plan>"
     ) -> Plan:
         """Parse plan text (YAML is a superset of JSON, so ``yaml`` reads both)."""
+        if fmt == "json":
+            try:
+                return cls.parse(json.loads(text))
+            except json.JSONDecodeError as exc:
+                raise PlanError(f"{source} is not valid JSON: {exc}") from exc
+        import yaml  # only YAML plans need it (and it is slow to import)
+
         try:
-            data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
             raise PlanError(f"{source} is not valid {fmt.upper()}: {exc}") from exc
         return cls.parse(data)
 

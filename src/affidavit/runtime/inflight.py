@@ -1,4 +1,5 @@
-"""Steps that went wrong: compensation, and invocations left in flight by a dead attempt."""
+"""Recovery on pickup and after failures: confirmation of recorded side effects, compensation,
+and invocations left in flight by a dead attempt."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from affidavit.core.canonical import canonical
 from affidavit.core.plan import Node, external_key
+from affidavit.runtime.confirm import ConfirmationContext, Mismatch, confirm_changes
 from affidavit.runtime.run_base import (
     RunBase,
     StepFailed,
@@ -19,6 +21,70 @@ from affidavit.store._ledger import LedgerRow
 
 
 class RecoveryMixin(RunBase):
+    def _confirm_recorded(self, completed: set[str]) -> None:
+        """Confirmation replay (see :mod:`affidavit.runtime.confirm`): before the recorded
+        results of committed tool steps are injected, ask the verifiers registered for the
+        resources those steps changed. Returns when the world matches (or a mismatch is only
+        warned about); parks or fails the job otherwise (raising :class:`Stop`)."""
+        replay = self.replay
+        verifiers = self.tools.verifiers
+        if not verifiers or not replay.state_changes:
+            return
+        mismatches: list[Mismatch] = []
+        for node_id in self.plan.order:
+            step = self.steps[node_id]
+            changes = replay.state_changes.get(step)
+            if not changes or node_id not in completed or step in replay.accepted_steps:
+                continue
+            key = next(
+                (
+                    k
+                    for k, inv in replay.invocations.items()
+                    if inv.node_id == node_id and inv.committed
+                ),
+                None,
+            )
+            ctx = ConfirmationContext(
+                self.claim.job_id, node_id, step, key, replay.node_output(node_id)
+            )
+            found = confirm_changes(verifiers, ctx, changes)
+            self.metrics.confirmations.labels("mismatch" if found else "match").inc()
+            mismatches += found
+        if not mismatches:
+            return
+        if self.replay_verification == "warn":
+            self._write(
+                *[
+                    (
+                        "confirmation_warning",
+                        {
+                            "node_id": m.node_id,
+                            "step_id": m.step_id,
+                            "resource": m.resource,
+                            "reason": m.reason,
+                        },
+                    )
+                    for m in mismatches
+                ]
+            )
+            for m in mismatches:
+                self.metrics.confirmation_warnings.labels(m.resource["resource_type"]).inc()
+            return
+        first = mismatches[0]
+        detail = {"mismatches": [m.to_dict() for m in mismatches]}
+        if self.replay_verification == "human":
+            raise self._park(
+                "replay_verification", node_id=first.node_id, step_id=first.step_id, detail=detail
+            )
+        error = {
+            "type": "replay_verification",
+            "message": f"the world no longer matches what step {first.node_id!r} recorded: "
+            f"{first.reason}",
+            **detail,
+        }
+        self._fail_job(first.node_id, error)
+        raise Stop("failed")
+
     def _compensate(
         self,
         node: Node,
@@ -105,7 +171,7 @@ class RecoveryMixin(RunBase):
                     )
                     return (found,)
                 invocation = started_events[1][1]["invocation_id"]
-                with self.store.transaction(durable=True) as tx:
+                with self._tx(durable=True) as tx:
                     self._append(
                         tx,
                         (
@@ -136,25 +202,15 @@ class RecoveryMixin(RunBase):
             detail["message"] = "the tool may or may not have acted; its reconcile hook failed"
             detail["reconcile_error"] = reconcile_error
         if policy == "park":
-            with self.store.transaction(durable=True) as tx:
-                self._append(
-                    tx,
-                    (
-                        "job_parked",
-                        {
-                            "reason": "in_flight",
-                            "node_id": node.id,
-                            "step_id": row.step_id,
-                            "idempotency_key": key,
-                            "detail": detail,
-                        },
-                    ),
-                )
-                tx.update_job(job_id, status="parked", fence=self.claim.attempt_id)
-                tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
-            raise Stop("parked")
+            raise self._park(
+                "in_flight",
+                node_id=node.id,
+                step_id=row.step_id,
+                detail=detail,
+                idempotency_key=key,
+            )
         error = {**detail, "type": "in_flight", "message": "invocation in flight or lost"}
-        with self.store.transaction(durable=True) as tx:
+        with self._tx(durable=True) as tx:
             self._append(
                 tx,
                 (

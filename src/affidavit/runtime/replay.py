@@ -1,18 +1,39 @@
 """Rebuild a job's state from its event log — the log is the authority.
 
-:func:`build_from_events` is pure (no I/O) and deterministic: the same events give equal
-contexts. The runner uses it to skip finished nodes and inject recorded results; Verification
-Mode uses it to check the log's invariants.
+:meth:`ReplayContextBuilder.build_from_events` is pure (no I/O) and deterministic: the same
+events give equal contexts. It is the only way the runner learns a job's state when it picks a
+job up; Verification Mode uses it to check the log's invariants.
+
+It refuses a log that no runtime following the tool-step protocol could have written, with a
+:class:`~affidavit.core.errors.ReplayError` naming the first impossible event's version:
+
+- versions run 1, 2, 3, ... for one job; ``job_created`` comes first and ``plan_generated``
+  once, before any step event; nothing follows ``job_completed``/``job_failed``/
+  ``job_cancelled``;
+- every step event names a node of the plan with that node's step id; tool invocations belong
+  to tool nodes and waits to wait/approval nodes;
+- a node starts and completes only after all of its dependencies completed, and a completed node
+  never starts or finishes again (G3);
+- a ``tool_invocation_finished`` closes an open ``tool_invocation_started`` of the same
+  invocation; ``command_committed`` follows that invocation's successful finish, once; a
+  committed idempotency key is never started again (G1); a tool node completes only with a
+  committed invocation;
+- a ``wait_completed`` answers a ``job_waiting`` with the same correlation key, once; a
+  ``job_resumed`` follows a ``job_parked``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+from affidavit.core.errors import AffidavitError, ReplayError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
+from affidavit.core.plan import Plan
 from affidavit.store.base import StoredEvent
+
+TERMINAL = ("completed", "failed", "cancelled")
 
 
 @dataclass
@@ -44,12 +65,15 @@ class Invocation:
 
 @dataclass
 class ReplayContext:
+    """A job's state as its log tells it (ARCHITECTURE.md "Replay and confirmation")."""
+
     job_id: str | None = None
     input: Any = None
     namespace: str | None = None
     task_graph: dict[str, Any] | None = None
     plan_hash: str | None = None
     policy: dict[str, Any] | None = None
+    step_ids: dict[str, str] = field(default_factory=dict)  # node id -> step id
     node_finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # latest per node
     node_attempts: dict[str, int] = field(default_factory=dict)
     finish_order: list[tuple[str, str]] = field(default_factory=list)  # (node_id, result_type)
@@ -58,6 +82,9 @@ class ReplayContext:
     state_changes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by step
     waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # correlation key -> wait
     completed_waits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parked: dict[str, Any] | None = None  # the job_parked payload while the job is parked
+    accepted_steps: set[str] = field(default_factory=set)  # mismatches a person let through
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # confirmation_warning
     status: str = "pending"
     output: Any = None
     error: Any = None
@@ -71,12 +98,34 @@ class ReplayContext:
         }
 
     @property
+    def completed_command_ids(self) -> set[str]:
+        return set(self.committed_commands)
+
+    @property
     def completed_tool_invocations(self) -> dict[str, Any]:
+        """Idempotency key → recorded result, for every committed invocation."""
         return {k: inv.result for k, inv in self.invocations.items() if inv.committed}
 
     @property
     def pending_tool_invocations(self) -> dict[str, dict[str, Any]]:
+        """Idempotency key → the ``tool_invocation_started`` payload still open."""
         return {k: p for k, inv in self.invocations.items() if (p := inv.pending) is not None}
+
+    @property
+    def approved_keys(self) -> set[str]:
+        """Correlation keys answered by a signal that did not deny (``approved: false``)."""
+        return {
+            k
+            for k, done in self.completed_waits.items()
+            if not (
+                isinstance(done.get("payload"), dict) and done["payload"].get("approved") is False
+            )
+        }
+
+    @property
+    def recorded_outputs(self) -> dict[str, Any]:
+        """Node id → recorded output, for every completed node."""
+        return {n: self.node_output(n) for n in self.completed_nodes}
 
     def node_output(self, node_id: str) -> Any:
         """The recorded output of a completed node: a pure/wait node's ``output``, a tool
@@ -90,68 +139,276 @@ class ReplayContext:
         return None
 
 
-def build_from_events(events: Iterable[StoredEvent]) -> ReplayContext:
-    """Fold the log into a :class:`ReplayContext`."""
-    ctx = ReplayContext()
-    for event in events:
+class ReplayContextBuilder:
+    """Folds a log into a :class:`ReplayContext`, refusing impossible logs."""
+
+    def __init__(self) -> None:
+        self.ctx = ReplayContext()
+        self._plan: Plan | None = None  # parsed from plan_generated; see :attr:`plan`
+        self._completed_at: dict[str, int] = {}  # node id -> version it completed at
+        self._committed_nodes: set[str] = set()  # tool nodes with a committed invocation
+        self._version = 0
+        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+            "job_created": self._job_created,
+            "plan_generated": self._plan_generated,
+            "node_started": self._node_started,
+            "tool_invocation_started": self._invocation_started,
+            "tool_invocation_finished": self._invocation_finished,
+            "command_committed": self._command_committed,
+            "state_changed": self._state_changed,
+            "node_finished": self._node_finished,
+            "job_waiting": self._job_waiting,
+            "wait_completed": self._wait_completed,
+            "job_parked": self._job_parked,
+            "job_resumed": self._job_resumed,
+            "confirmation_warning": self._confirmation_warning,
+            "step_compensated": self._step_compensated,
+            "job_completed": self._job_completed,
+            "job_failed": self._job_failed,
+            "job_cancelled": self._job_cancelled,
+        }
+
+    @classmethod
+    def build_from_events(cls, events: Iterable[StoredEvent]) -> ReplayContext:
+        """The context of the log ``events`` (in version order, starting at 1).
+
+        Raises:
+            ReplayError: the log is structurally impossible; ``version`` names the first
+                offending event.
+        """
+        builder = cls()
+        for event in events:
+            builder.add(event)
+        return builder.ctx
+
+    @property
+    def plan(self) -> Plan | None:
+        """The plan of ``plan_generated``, parsed (``None`` before it)."""
+        return self._plan
+
+    def add(self, event: StoredEvent, payload: Any = None) -> None:
+        """Fold one more event (the next version) into :attr:`ctx`; ``payload``, when given,
+        is ``event.payload`` already decoded by the caller.
+
+        Raises:
+            ReplayError: the event is impossible after the ones before it.
+        """
+        ctx = self.ctx
+        self._version = event.version
+        if event.version != ctx.event_count + 1:
+            self._fail(f"version {event.version} follows {ctx.event_count}; versions run 1, 2, 3")
+        if ctx.job_id is not None and event.job_id != ctx.job_id:
+            self._fail(f"belongs to job {event.job_id!r}, not {ctx.job_id!r}")
+        if ctx.status in TERMINAL:
+            self._fail(f"{event.type} after the job was {ctx.status}")
+        handler = self._handlers.get(event.type)
+        if handler is None:
+            self._fail(f"unknown event type {event.type!r}")
+        if event.version == 1 and event.type != "job_created":
+            self._fail("the log does not start with job_created")
+        if event.type not in ("job_created", "plan_generated") and self._plan is None:
+            self._fail(f"{event.type} before plan_generated")
         ctx.event_count += 1
         ctx.job_id = event.job_id
-        p = event.payload
-        t = event.type
-        if t == "job_created":
-            ctx.input = p.get("input")
-            ctx.namespace = p.get("namespace")
-        elif t == "plan_generated":
-            ctx.task_graph = p.get("task_graph")
-            ctx.plan_hash = p.get("plan_hash")
-            ctx.policy = p.get("policy")
-        elif t == "node_started":
-            ctx.node_attempts[p["node_id"]] = max(
-                ctx.node_attempts.get(p["node_id"], 0), int(p.get("attempt", 1))
+        try:
+            handler(event.payload if payload is None else payload)
+        except ReplayError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            self._fail(f"malformed {event.type} payload: {type(exc).__name__} {exc}")
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _fail(self, message: str) -> NoReturn:
+        raise ReplayError(message, version=self._version)
+
+    def _step(self, p: dict[str, Any], *kinds: str) -> str:
+        """The event's node id, checked against the plan (type and step id)."""
+        assert self._plan is not None
+        node_id = p["node_id"]
+        node = self._plan.by_id.get(node_id)
+        if node is None:
+            self._fail(f"node {node_id!r} is not in the plan")
+        if kinds and node.type not in kinds:
+            self._fail(f"node {node_id!r} is a {node.type} node, not {' or '.join(kinds)}")
+        if "step_id" in p and p["step_id"] != self.ctx.step_ids[node_id]:
+            self._fail(
+                f"step id {p['step_id']!r} of node {node_id!r} is not the plan's "
+                f"{self.ctx.step_ids[node_id]!r}"
             )
-            if ctx.status in ("pending", "parked", "waiting"):
-                ctx.status = "running"
-        elif t == "tool_invocation_started":
-            inv = ctx.invocations.get(p["idempotency_key"])
-            if inv is None:
-                inv = ctx.invocations[p["idempotency_key"]] = Invocation(
-                    p["idempotency_key"], p["node_id"], p["step_id"], p["tool_name"]
-                )
-            inv.started.append(p)
-        elif t == "tool_invocation_finished":
-            inv = ctx.invocations.get(p["idempotency_key"])
-            if inv is None:  # finished without started: kept so verification can flag it
-                inv = ctx.invocations[p["idempotency_key"]] = Invocation(
-                    p["idempotency_key"], p["node_id"], p["step_id"], ""
-                )
-            inv.finished.append(p)
-        elif t == "command_committed":
-            ctx.committed_commands[p["command_id"]] = p.get("idempotency_key") or ""
-            key = p.get("idempotency_key")
-            if key and key in ctx.invocations:
-                ctx.invocations[key].committed = True
-        elif t == "state_changed":
-            ctx.state_changes.setdefault(p["step_id"], []).extend(p["state_changes"])
-        elif t == "node_finished":
-            ctx.node_finished[p["node_id"]] = p
-            ctx.finish_order.append((p["node_id"], p["result_type"]))
-        elif t == "job_waiting":
-            ctx.waits[p["correlation_key"]] = p
-            ctx.status = "waiting"
-        elif t == "wait_completed":
-            ctx.completed_waits[p["correlation_key"]] = p
+        return str(node_id)
+
+    def _check_ready(self, node_id: str, what: str) -> None:
+        assert self._plan is not None
+        if node_id in self._completed_at:
+            self._fail(
+                f"node {node_id!r} {what} again after it completed at event "
+                f"{self._completed_at[node_id]}"
+            )
+        for dep in self._plan.node(node_id).depends_on:
+            if dep not in self._completed_at:
+                self._fail(f"node {node_id!r} {what} before its dependency {dep!r} completed")
+
+    # --- one handler per event type -----------------------------------------------------------
+
+    def _job_created(self, p: dict[str, Any]) -> None:
+        if self._version != 1:
+            self._fail("job_created is not the first event")
+        self.ctx.input = p.get("input")
+        self.ctx.namespace = p.get("namespace")
+
+    def _plan_generated(self, p: dict[str, Any]) -> None:
+        ctx = self.ctx
+        if self._plan is not None:
+            self._fail("a second plan_generated")
+        try:
+            self._plan = Plan.parse(p["task_graph"])
+        except AffidavitError as exc:
+            self._fail(f"plan_generated holds an invalid task graph: {exc.message}")
+        assert ctx.job_id is not None
+        ctx.task_graph = p["task_graph"]
+        ctx.plan_hash = p.get("plan_hash")
+        ctx.policy = p.get("policy")
+        ctx.step_ids = self._plan.step_ids(ctx.job_id)
+
+    def _node_started(self, p: dict[str, Any]) -> None:
+        ctx = self.ctx
+        node_id = self._step(p)
+        self._check_ready(node_id, "started")
+        ctx.node_attempts[node_id] = max(ctx.node_attempts.get(node_id, 0), int(p["attempt"]))
+        if ctx.status != "waiting":
             ctx.status = "running"
-        elif t == "job_parked":
-            ctx.status = "parked"
-        elif t == "job_resumed":
-            ctx.resumptions.append(p)
-            ctx.status = "pending"
-        elif t == "job_completed":
-            ctx.status = "completed"
-            ctx.output = p.get("output")
-        elif t == "job_failed":
-            ctx.status = "failed"
-            ctx.error = p.get("error")
-        elif t == "job_cancelled":
-            ctx.status = "cancelled"
-    return ctx
+
+    def _invocation_started(self, p: dict[str, Any]) -> None:
+        node_id = self._step(p, "tool")
+        self._check_ready(node_id, "started an invocation")
+        key = p["idempotency_key"]
+        inv = self.ctx.invocations.get(key)
+        if inv is None:
+            inv = self.ctx.invocations[key] = Invocation(key, node_id, p["step_id"], p["tool_name"])
+        elif inv.node_id != node_id:
+            self._fail(f"idempotency key {key} was started by node {inv.node_id!r} before")
+        if inv.committed:
+            self._fail(f"idempotency key {key} started again after it was committed")
+        if inv.pending is not None:
+            self._fail(
+                f"idempotency key {key} started while invocation "
+                f"{inv.pending['invocation_id']} is still open"
+            )
+        inv.started.append(p)
+
+    def _invocation_finished(self, p: dict[str, Any]) -> None:
+        node_id = self._step(p, "tool")
+        key = p["idempotency_key"]
+        inv = self.ctx.invocations.get(key)
+        pending = inv.pending if inv is not None else None
+        if inv is None or inv.node_id != node_id:
+            self._fail(f"tool_invocation_finished for key {key}, which was never started")
+        if pending is None or pending["invocation_id"] != p["invocation_id"]:
+            self._fail(
+                f"tool_invocation_finished for invocation {p['invocation_id']}, which is not open"
+            )
+        if p["outcome"] not in ("success", "failure", "timeout", "lost"):
+            self._fail(f"unknown invocation outcome {p['outcome']!r}")
+        inv.finished.append(p)
+
+    def _command_committed(self, p: dict[str, Any]) -> None:
+        self._step(p, "tool")
+        key = p.get("idempotency_key")
+        inv = self.ctx.invocations.get(key or "")
+        last = inv.finished[-1] if inv is not None and inv.finished else None
+        if inv is None or last is None or last["outcome"] != "success":
+            self._fail(f"command_committed for key {key} without a successful finish")
+        if last["invocation_id"] != p["command_id"]:
+            self._fail(
+                f"command {p['command_id']} does not match the finished invocation "
+                f"{last['invocation_id']}"
+            )
+        if inv.committed:
+            self._fail(f"idempotency key {key} committed twice")
+        inv.committed = True
+        self._committed_nodes.add(inv.node_id)
+        self.ctx.committed_commands[p["command_id"]] = key or ""
+
+    def _state_changed(self, p: dict[str, Any]) -> None:
+        self._step(p, "tool")
+        self.ctx.state_changes.setdefault(p["step_id"], []).extend(p["state_changes"])
+
+    def _node_finished(self, p: dict[str, Any]) -> None:
+        ctx = self.ctx
+        node_id = self._step(p)
+        result_type = p["result_type"]
+        if result_type in COMPLETED_RESULT_TYPES:
+            self._check_ready(node_id, "finished")
+        elif node_id in self._completed_at:
+            self._check_ready(node_id, "finished")  # fails: it completed already
+        if result_type == "side_effect_committed" and node_id not in self._committed_nodes:
+            self._fail(f"node {node_id!r} finished as side_effect_committed without a commit")
+        ctx.node_finished[node_id] = p
+        ctx.finish_order.append((node_id, result_type))
+        if result_type in COMPLETED_RESULT_TYPES:
+            self._completed_at[node_id] = self._version
+
+    def _job_waiting(self, p: dict[str, Any]) -> None:
+        node_id = self._step(p, "wait", "approval")
+        key = p["correlation_key"]
+        if key in self.ctx.waits:
+            self._fail(f"a second job_waiting for correlation key {key!r}")
+        self.ctx.waits[key] = {**p, "node_id": node_id}
+        self.ctx.status = "waiting"
+
+    def _wait_completed(self, p: dict[str, Any]) -> None:
+        key = p["correlation_key"]
+        wait = self.ctx.waits.get(key)
+        if wait is None:
+            self._fail(f"wait_completed for correlation key {key!r}, which nobody waits for")
+        if key in self.ctx.completed_waits:
+            self._fail(f"a second wait_completed for correlation key {key!r}")
+        if p["node_id"] != wait["node_id"]:
+            self._fail(
+                f"wait_completed names node {p['node_id']!r}, the wait is {wait['node_id']!r}'s"
+            )
+        self.ctx.completed_waits[key] = p
+        self.ctx.status = "pending"
+
+    def _job_parked(self, p: dict[str, Any]) -> None:
+        if p.get("node_id") is not None:
+            self._step(p)
+        self.ctx.parked = p
+        self.ctx.status = "parked"
+
+    def _job_resumed(self, p: dict[str, Any]) -> None:
+        ctx = self.ctx
+        if ctx.parked is None:
+            self._fail("job_resumed while the job is not parked")
+        if p["decision"] == "continue" and ctx.parked.get("reason") == "replay_verification":
+            detail = ctx.parked.get("detail") or {}
+            ctx.accepted_steps.update(m["step_id"] for m in detail.get("mismatches", []))
+            if ctx.parked.get("step_id"):
+                ctx.accepted_steps.add(ctx.parked["step_id"])
+        ctx.resumptions.append(p)
+        ctx.parked = None
+        ctx.status = "pending"
+
+    def _confirmation_warning(self, p: dict[str, Any]) -> None:
+        self._step(p, "tool")
+        self.ctx.warnings.append(p)
+
+    def _step_compensated(self, p: dict[str, Any]) -> None:
+        self._step(p, "tool")
+
+    def _job_completed(self, p: dict[str, Any]) -> None:
+        self.ctx.status = "completed"
+        self.ctx.output = p.get("output")
+
+    def _job_failed(self, p: dict[str, Any]) -> None:
+        self.ctx.status = "failed"
+        self.ctx.error = p.get("error")
+
+    def _job_cancelled(self, p: dict[str, Any]) -> None:
+        self.ctx.status = "cancelled"
+
+
+def build_from_events(events: Iterable[StoredEvent]) -> ReplayContext:
+    """Shorthand for :meth:`ReplayContextBuilder.build_from_events`."""
+    return ReplayContextBuilder.build_from_events(events)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.core.errors import CanonicalizationError
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Node, Plan
+from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.sdk import Tool, ToolContext, ToolRegistry
 from affidavit.runtime.sealing import Sealer
@@ -66,10 +68,16 @@ class RunBase:
         *,
         sleep: Callable[[float], None],
         lease_lost: threading.Event | None,
+        metrics: RuntimeMetrics,
         sealer: Sealer,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.sealer = sealer  # signs the seal in the transaction of the terminal event
+        # Steps of one run may execute concurrently (step_concurrency > 1); their transactions
+        # and the run's known version are serialized by this lock.
+        self._lock = threading.RLock()
+        self.step_concurrency = 1
         self.tools = tools
         self.sleep = sleep
         self.lease_lost = lease_lost
@@ -82,11 +90,18 @@ class RunBase:
         self.in_flight_policy: str = policy["in_flight"]
         self.max_attempts: int = policy["retry"]["max_attempts"]
         self.backoff: float = policy["retry"]["backoff_seconds"]
+        self.replay_verification: str = policy.get("replay_verification", "strict")
         self.scope: dict[str, Any] = {"input": replay.input}
         for node_id in replay.completed_nodes:
             self.scope[node_id] = replay.node_output(node_id)
 
     # --- writing ------------------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self, *, durable: bool) -> Iterator[Any]:
+        """A store transaction, exclusive among the run's concurrently executing steps."""
+        with self._lock, self.store.transaction(durable=durable) as tx:
+            yield tx
 
     def _events(self, *items: tuple[str, dict[str, Any]]) -> list[NewEvent]:
         at = utc_now()
@@ -102,8 +117,37 @@ class RunBase:
         self.version += len(stored)
 
     def _write(self, *items: tuple[str, dict[str, Any]], durable: bool = False) -> None:
-        with self.store.transaction(durable=durable) as tx:
+        with self._tx(durable=durable) as tx:
             self._append(tx, *items)
+
+    def _park(
+        self,
+        reason: str,
+        *,
+        node_id: str,
+        step_id: str,
+        detail: dict[str, Any],
+        idempotency_key: str | None = None,
+    ) -> Stop:
+        """Park the job (a person decides with ``affidavit resume``): it holds no lease and
+        no worker until then. Returns the :class:`Stop` to raise."""
+        parked: dict[str, Any] = {"reason": reason, "node_id": node_id, "step_id": step_id}
+        if idempotency_key is not None:
+            parked["idempotency_key"] = idempotency_key
+        parked["detail"] = detail
+        with self._tx(durable=True) as tx:
+            self._append(tx, ("job_parked", parked))
+            tx.update_job(self.claim.job_id, status="parked", fence=self.claim.attempt_id)
+            tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
+        return Stop("parked")
+
+    def _fail_job(self, node_id: str | None, error: dict[str, Any]) -> None:
+        with self._tx(durable=True) as tx:
+            self._append(tx, ("job_failed", {"error": error, "node_id": node_id}))
+            tx.update_job(
+                self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
+            )
+            self.sealer.seal_txn(tx, self.claim.job_id)
 
     def _check_lease(self) -> None:
         if self.lease_lost is not None and self.lease_lost.is_set():
@@ -163,7 +207,7 @@ class RunBase:
                 },
             )
         )
-        with self.store.transaction(durable=tx_durable) as tx:
+        with self._tx(durable=tx_durable) as tx:
             self._append(tx, *items)
             tx.ledger_finish(self.claim.job_id, key, status="committed", result=result)
 

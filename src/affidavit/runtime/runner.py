@@ -18,18 +18,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError
 from affidavit.core.ids import new_event_id
-from affidavit.core.plan import Node, Plan, args_hash, external_key, idempotency_key
+from affidavit.core.plan import Node, args_hash, external_key, idempotency_key
 from affidavit.runtime.args import resolve
 from affidavit.runtime.crash import crash_point
 from affidavit.runtime.inflight import RecoveryMixin
-from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.metrics import RuntimeMetrics
+from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.runtime.run_base import (
     Claim,
     StepFailed,
@@ -59,13 +60,19 @@ class JobRunner:
         *,
         sleep: Callable[[float], None] = time.sleep,
         lease_lost: threading.Event | None = None,
+        metrics: RuntimeMetrics | None = None,
+        step_concurrency: int = 1,
         sealer: Sealer | None = None,
     ) -> None:
+        if step_concurrency < 1:
+            raise ValueError("step_concurrency must be ≥ 1")
         self.store = store
-        self.tools = tools
         self.sealer = sealer if sealer is not None else Sealer.for_store(store)
+        self.tools = tools
+        self.step_concurrency = step_concurrency
         self._sleep = sleep
         self._lease_lost = lease_lost
+        self.metrics = metrics if metrics is not None else RuntimeMetrics()
 
     # --- the job --------------------------------------------------------------------------
 
@@ -73,20 +80,25 @@ class JobRunner:
         """Run the job of ``claim`` until it completes, fails, waits, parks or loses its
         lease; return the resulting status (``"lost"`` when fenced off)."""
         events = self.store.list_events(claim.job_id)
-        replay = build_from_events(events)
-        if replay.task_graph is None:
+        builder = ReplayContextBuilder()
+        for event in events:
+            builder.add(event)
+        if builder.plan is None:
             raise AffidavitError(f"job {claim.job_id} has no plan_generated event")
+        replay = builder.ctx
         run = _Run(
             self.store,
             self.tools,
             claim,
-            Plan.parse(replay.task_graph),
+            builder.plan,
             replay,
             len(events),
             sleep=self._sleep,
             lease_lost=self._lease_lost,
+            metrics=self.metrics,
             sealer=self.sealer,
         )
+        run.step_concurrency = self.step_concurrency
         try:
             return run.execute()
         except FencedError:
@@ -100,24 +112,22 @@ class _Run(RecoveryMixin):
 
     def execute(self) -> str:
         completed = self.replay.completed_nodes
-        for node_id in self.plan.order:
-            if node_id in completed:
-                continue  # recorded: its output is injected, it is never run again
-            self._check_lease()
-            node = self.plan.node(node_id)
-            try:
-                if node.type == "tool":
-                    self.scope[node_id] = self._tool_step(node)
-                elif node.type == "pure":
-                    self.scope[node_id] = self._pure_step(node)
-                else:
-                    self._wait_step(node)
-            except StepFailed as failed:
-                self._fail_job(failed.node_id, failed.error)
-                return "failed"
+        self._confirm_recorded(completed)
+        try:
+            if self.step_concurrency > 1:
+                self._execute_concurrently(completed)
+            else:
+                for node_id in self.plan.order:
+                    if node_id in completed:
+                        continue  # recorded: its output is injected, it is never run again
+                    self._check_lease()
+                    self.scope[node_id] = self._run_node(node_id)
+        except StepFailed as failed:
+            self._fail_job(failed.node_id, failed.error)
+            return "failed"
         crash_point("job.before_complete")
         output = {sink: self.scope.get(sink) for sink in self.plan.sinks()}
-        with self.store.transaction(durable=True) as tx:
+        with self._tx(durable=True) as tx:
             self._append(tx, ("job_completed", {"output": output}))
             tx.update_job(
                 self.claim.job_id, status="completed", output=output, fence=self.claim.attempt_id
@@ -125,13 +135,72 @@ class _Run(RecoveryMixin):
             self.sealer.seal_txn(tx, self.claim.job_id)
         return "completed"
 
-    def _fail_job(self, node_id: str | None, error: dict[str, Any]) -> None:
-        with self.store.transaction(durable=True) as tx:
-            self._append(tx, ("job_failed", {"error": error, "node_id": node_id}))
-            tx.update_job(
-                self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
-            )
-            self.sealer.seal_txn(tx, self.claim.job_id)
+    def _run_node(self, node_id: str) -> Any:
+        """Run one node whose dependencies completed; its output."""
+        node = self.plan.node(node_id)
+        if node.type == "tool":
+            return self._tool_step(node)
+        if node.type == "pure":
+            return self._pure_step(node)
+        return self._wait_step(node)
+
+    def _execute_concurrently(self, completed: set[str]) -> None:
+        """Run independent nodes at the same time, up to ``step_concurrency`` at once.
+
+        Every step keeps the tool-step protocol (its transactions are serialized by the run's
+        lock; only the tools' own work overlaps). Whatever ends the run — a failed step, a wait,
+        a park, a lost lease — takes effect only after the steps already running have finished
+        and recorded their outcome, so no recorded effect is ever cut off: invocations a dead
+        attempt left open are resolved first, one at a time (they may park or fail the job), and
+        wait/approval nodes run only when no other step is running.
+        """
+        done = set(completed)
+        remaining = [n for n in self.plan.order if n not in done]
+        for node_id in [n for n in remaining if n in self._open_nodes()]:
+            self._check_lease()
+            self.scope[node_id] = self._run_node(node_id)
+            done.add(node_id)
+            remaining.remove(node_id)
+        ended: BaseException | None = None
+        running: dict[Future[Any], str] = {}
+        with ThreadPoolExecutor(self.step_concurrency, thread_name_prefix="affidavit-step") as pool:
+            while True:
+                progressed = True
+                while ended is None and progressed:
+                    progressed = False
+                    for node_id in list(remaining):
+                        if len(running) >= self.step_concurrency:
+                            break
+                        node = self.plan.node(node_id)
+                        if not all(d in done for d in node.depends_on):
+                            continue
+                        if node.type in ("wait", "approval"):
+                            if running:
+                                continue  # a wait ends the run: let the running steps finish
+                            remaining.remove(node_id)
+                            self._check_lease()
+                            self.scope[node_id] = self._run_node(node_id)
+                            done.add(node_id)
+                            progressed = True
+                            break
+                        remaining.remove(node_id)
+                        self._check_lease()
+                        running[pool.submit(self._run_node, node_id)] = node_id
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    node_id = running.pop(future)
+                    try:
+                        self.scope[node_id] = future.result()
+                        done.add(node_id)
+                    except BaseException as exc:  # re-raised once every running step has ended
+                        ended = ended or exc
+        if ended is not None:
+            raise ended
+
+    def _open_nodes(self) -> set[str]:
+        return {p["node_id"] for p in self.replay.pending_tool_invocations.values()}
 
     def _resolve_args(self, node: Node) -> dict[str, Any]:
         try:
@@ -238,7 +307,7 @@ class _Run(RecoveryMixin):
 
     # --- wait / approval (continued by signals) -------------------------------------------------
 
-    def _wait_step(self, node: Node) -> None:
+    def _wait_step(self, node: Node) -> Any:
         key = f"{self.claim.job_id}:{node.id}"
         done = self.replay.completed_waits.get(key)
         step = self.steps[node.id]
@@ -263,10 +332,9 @@ class _Run(RecoveryMixin):
             self._write(("node_finished", finished))
             if not approved:
                 raise StepFailed(node.id, {"type": "not_approved", "message": "approval denied"})
-            self.scope[node.id] = payload
-            return
+            return payload
         if key not in self.replay.waits:
-            with self.store.transaction(durable=True) as tx:
+            with self._tx(durable=True) as tx:
                 self._append(
                     tx,
                     (
@@ -321,7 +389,7 @@ class _Run(RecoveryMixin):
                 ),
             )
             # (1) T1: acquire + started, durable before the tool may act.
-            with self.store.transaction(durable=True) as tx:
+            with self._tx(durable=True) as tx:
                 row = tx.ledger_get(job_id, key)
                 if row is None:
                     tx.ledger_insert(
@@ -390,7 +458,7 @@ class _Run(RecoveryMixin):
                     if retryable
                     else "permanent_failure"
                 )
-                with self.store.transaction(durable=False) as tx:
+                with self._tx(durable=False) as tx:
                     self._append(
                         tx,
                         (

@@ -6,41 +6,36 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.core.config import DEFAULT_NAMESPACE, database_url
-from affidavit.core.errors import AffidavitError, JobNotFound, PlanError
-from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
-from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.confirm import ResourceVerifier
+from affidavit.runtime.decisions import (
+    RESUME_DECISIONS,
+    InvalidStateError,
+    cancel_job,
+    resume_job,
+    signal_job,
+)
+from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
 from affidavit.runtime.sealing import Sealer, SigningKey
+from affidavit.runtime.submit import check_plan, submit_job
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
-from affidavit.store import JobRecord, NewEvent, Store, Transaction, open_store
+from affidavit.store import JobRecord, Store, open_store
 
-
-class InvalidStateError(AffidavitError):
-    code = "invalid_state"
-    default_hint = "Check the job's status with `affidavit jobs show JOB`."
-
-
-RESUME_DECISIONS = ("retry", "accept_result", "fail")
-
-
-def _locked_job(tx: Transaction, job_id: str) -> JobRecord:
-    """The job, locked against concurrent writers for the rest of ``tx``."""
-    job = tx.get_job(job_id, for_update=True)
-    if job is None:
-        raise JobNotFound(job_id)
-    return job
+__all__ = ["RESUME_DECISIONS", "InvalidStateError", "Runtime"]
 
 
 class Runtime:
     """One database and one tool registry.
 
-    ``Runtime("sqlite:///./affidavit.db", tools=[...])``; ``tools`` defaults to every tool
-    registered by the decorators. ``signing_key`` (a :class:`SigningKey` or a key file path)
-    signs the seal of every job that finishes; by default the key file of
-    :func:`~affidavit.runtime.sealing.default_key_path`, created on first use.
+    ``Runtime("sqlite:///./affidavit.db", tools=[...], verifiers=[...])``; ``tools`` defaults
+    to every tool (and resource verifier) registered in the module-level registry;
+    ``signing_key`` (a :class:`SigningKey` or a key file path) signs the seal of every job that
+    finishes, by default the key file of :func:`~affidavit.runtime.sealing.default_key_path`
+    (created on first use);
+    ``verifiers`` adds resource verifiers for confirmation replay. ``step_concurrency`` runs up
+    to that many independent nodes of a job at once (default 1: one node at a time).
     """
 
     def __init__(
@@ -51,6 +46,8 @@ class Runtime:
         store: Store | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker_id: str | None = None,
+        verifiers: Iterable[ResourceVerifier] = (),
+        step_concurrency: int = 1,
         signing_key: SigningKey | Path | str | None = None,
     ) -> None:
         if tools is None:
@@ -59,6 +56,10 @@ class Runtime:
             self.tools = tools
         else:
             self.tools = ToolRegistry(tools)
+        verifiers = list(verifiers)
+        if verifiers:
+            self.tools = self.tools.with_verifiers(verifiers)
+        self.metrics = RuntimeMetrics()
         self.store = store if store is not None else open_store(database_url(db_url))
         if isinstance(signing_key, SigningKey):
             self.sealer = Sealer(key=signing_key)
@@ -71,6 +72,8 @@ class Runtime:
             self.tools,
             lease_seconds=lease_seconds,
             worker_id=worker_id,
+            metrics=self.metrics,
+            step_concurrency=step_concurrency,
             sealer=self.sealer,
         )
 
@@ -91,23 +94,7 @@ class Runtime:
         Raises:
             PlanError: naming the node and the tool.
         """
-        for node in plan.nodes:
-            if node.type not in ("tool", "pure"):
-                continue
-            found = self.tools.get(node.tool or "")
-            if found is None:
-                known = ", ".join(self.tools.names()) or "none"
-                raise PlanError(
-                    f"node {node.id!r} uses {node.type} {node.tool!r}, which is not registered",
-                    node_id=node.id,
-                    hint=f"Registered: {known}. Load the module that defines it with --tools.",
-                )
-            if found.kind != node.type:
-                raise PlanError(
-                    f"node {node.id!r} is a {node.type} node but {node.tool!r} is registered "
-                    f"with @{found.kind}",
-                    node_id=node.id,
-                )
+        check_plan(plan, self.tools)
 
     def submit(
         self,
@@ -117,46 +104,20 @@ class Runtime:
         idempotency_key: str | None = None,
         namespace: str = DEFAULT_NAMESPACE,
         submitted_by: str | None = None,
+        replay_verification: str | None = None,
     ) -> JobRecord:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
-        Nothing is written unless the plan, its tools and the input are all valid."""
-        if isinstance(plan, Plan):
-            parsed = plan
-        elif isinstance(plan, Mapping):
-            parsed = Plan.parse(dict(plan))
-        else:
-            parsed = Plan.from_file(plan)
-        self.check_plan(parsed)
-        job_input = {} if input is None else input
-        canonical(job_input)  # rejects non-JSON input with its path, before anything is written
-        at = utc_now()
-        job, _ = self.store.create_job(
-            namespace=namespace,
-            plan_name=parsed.name,
+        Nothing is written unless the plan, its tools and the input are all valid. See
+        :func:`~affidavit.runtime.submit.submit_job`."""
+        job, _ = submit_job(
+            self.store,
+            plan,
+            input,
+            tools=self.tools,
             idempotency_key=idempotency_key,
+            namespace=namespace,
             submitted_by=submitted_by,
-            events=[
-                NewEvent(
-                    "job_created",
-                    {
-                        "at": at,
-                        "input": job_input,
-                        "plan_name": parsed.name,
-                        "namespace": namespace,
-                        "submitted_by": submitted_by,
-                        "idempotency_key": idempotency_key,
-                    },
-                ),
-                NewEvent(
-                    "plan_generated",
-                    {
-                        "at": at,
-                        "task_graph": dict(parsed.task_graph),
-                        "plan_hash": parsed.plan_hash,
-                        "policy": parsed.policy.to_dict(),
-                    },
-                ),
-            ],
+            replay_verification=replay_verification,
         )
         return job
 
@@ -177,55 +138,21 @@ class Runtime:
     def get_job(self, job_id: str) -> JobRecord:
         return self.store.get_job(job_id)
 
-    # --- human decisions ----------------------------------------------------------------------
+    # --- human decisions (the service functions of :mod:`affidavit.runtime.decisions`) ---------
+
+    def signal(
+        self, job_id: str, key: str, payload: Any = None, *, by: str | None = None
+    ) -> JobRecord:
+        """Complete the wait whose correlation key is ``key`` with ``payload``; the job becomes
+        runnable. A repeated signal returns the job and writes nothing. See
+        :func:`~affidavit.runtime.decisions.signal_job`."""
+        job, _ = signal_job(self.store, job_id, key, payload, by=by)
+        return job
 
     def cancel(self, job_id: str, *, reason: str | None = None, by: str | None = None) -> JobRecord:
-        """Cancel a job that is not finished. Invocations still open are closed as ``lost``
-        (the tool may or may not have acted) and the lease is revoked, so a worker still
-        running the job can write nothing more.
-
-        Raises:
-            InvalidStateError: the job already completed, failed or was cancelled.
-        """
-        self.sealer.key()  # load or create it before the transaction, not inside
-        with self.store.transaction(durable=True) as tx:
-            job = _locked_job(tx, job_id)
-            if job.terminal:
-                raise InvalidStateError(f"job {job_id} is already {job.status}")
-            replay = build_from_events(self.store.list_events(job_id))
-            at = utc_now()
-            events = []
-            for key, started in replay.pending_tool_invocations.items():
-                events.append(
-                    NewEvent(
-                        "tool_invocation_finished",
-                        {
-                            "at": at,
-                            "node_id": started["node_id"],
-                            "step_id": started["step_id"],
-                            "invocation_id": started["invocation_id"],
-                            "idempotency_key": key,
-                            "outcome": "lost",
-                            "catch_up": True,
-                            "error": {
-                                "type": "cancelled",
-                                "message": "job cancelled while in flight",
-                            },
-                        },
-                    )
-                )
-                tx.ledger_finish(
-                    job_id,
-                    key,
-                    status="failed",
-                    error={"type": "cancelled", "message": "job cancelled"},
-                )
-            events.append(NewEvent("job_cancelled", {"at": at, "reason": reason, "by": by}))
-            tx.append(job_id, events, expected_version=job.version)
-            tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
-            cancelled = tx.update_job(job_id, status="cancelled")
-            self.sealer.seal_txn(tx, job_id)
-            return cancelled
+        """Cancel a job that is not finished; open invocations are closed as ``lost``. See
+        :func:`~affidavit.runtime.decisions.cancel_job`."""
+        return cancel_job(self.store, job_id, reason=reason, by=by, sealer=self.sealer)
 
     def resume(
         self,
@@ -236,105 +163,9 @@ class Runtime:
         by: str | None = None,
         note: str | None = None,
     ) -> JobRecord:
-        """Resolve a job parked on an in-flight invocation (FORMATS.md §3 closing rule):
-
-        - ``retry``: the invocation is closed as ``lost`` and the tool may run again;
-        - ``accept_result``: the invocation is closed as a success with ``result`` (the effect
-          happened; a person checked) and the job continues;
-        - ``fail``: the invocation is closed as ``lost`` and the job fails.
-
-        Raises:
-            InvalidStateError: the job is not parked on an invocation, or the decision is bad.
-        """
-        if decision not in RESUME_DECISIONS:
-            raise InvalidStateError(
-                f"unknown decision {decision!r}", hint=f"Use one of: {', '.join(RESUME_DECISIONS)}."
-            )
-        if decision == "accept_result" and result is None:
-            raise InvalidStateError("accept_result needs --result (the effect's result)")
-        if result is not None:
-            canonical(result)
-        self.sealer.key()
-        with self.store.transaction(durable=True) as tx:
-            job = _locked_job(tx, job_id)
-            replay = build_from_events(self.store.list_events(job_id))
-            if job.status != "parked" or not replay.pending_tool_invocations:
-                raise InvalidStateError(
-                    f"job {job_id} is {job.status}, not parked on an in-flight invocation"
-                )
-            at = utc_now()
-            events: list[NewEvent] = []
-            for key, started in replay.pending_tool_invocations.items():
-                base = {"at": at, "node_id": started["node_id"], "step_id": started["step_id"]}
-                closing = {
-                    **base,
-                    "invocation_id": started["invocation_id"],
-                    "idempotency_key": key,
-                    "catch_up": True,
-                }
-                if decision == "accept_result":
-                    events += [
-                        NewEvent(
-                            "tool_invocation_finished",
-                            {**closing, "outcome": "success", "result": result},
-                        ),
-                        NewEvent(
-                            "command_committed",
-                            {
-                                **base,
-                                "command_id": started["invocation_id"],
-                                "idempotency_key": key,
-                                "result_hash": canonical_sha256(result),
-                            },
-                        ),
-                        NewEvent(
-                            "node_finished",
-                            {
-                                **base,
-                                "result_type": "side_effect_committed",
-                                "attempt": started["attempt"],
-                                "duration_ms": 0,
-                            },
-                        ),
-                    ]
-                    tx.ledger_finish(job_id, key, status="committed", result=result)
-                else:
-                    error = {"type": "lost", "message": f"resolved by a person: {decision}"}
-                    events.append(
-                        NewEvent(
-                            "tool_invocation_finished",
-                            {**closing, "outcome": "lost", "error": error},
-                        )
-                    )
-                    tx.ledger_finish(job_id, key, status="failed", error=error)
-                    if decision == "fail":
-                        events.append(
-                            NewEvent(
-                                "node_finished",
-                                {
-                                    **base,
-                                    "result_type": "permanent_failure",
-                                    "error": error,
-                                    "attempt": started["attempt"],
-                                    "duration_ms": 0,
-                                },
-                            )
-                        )
-            events.append(
-                NewEvent(
-                    "job_resumed",
-                    {"at": at, "decision": decision, "result": result, "by": by, "note": note},
-                )
-            )
-            if decision == "fail":
-                error = {
-                    "type": "in_flight",
-                    "message": "invocation in flight or lost; failed by a person",
-                }
-                events.append(NewEvent("job_failed", {"at": at, "error": error, "node_id": None}))
-                tx.append(job_id, events, expected_version=job.version)
-                failed = tx.update_job(job_id, status="failed", error=error)
-                self.sealer.seal_txn(tx, job_id)
-                return failed
-            tx.append(job_id, events, expected_version=job.version)
-            return tx.update_job(job_id, status="pending")
+        """Resolve a parked job: ``retry`` / ``accept_result`` / ``fail`` for an in-flight
+        invocation, ``continue`` / ``fail`` after a confirmation mismatch. See
+        :func:`~affidavit.runtime.decisions.resume_job`."""
+        return resume_job(
+            self.store, job_id, decision, result=result, by=by, note=note, sealer=self.sealer
+        )

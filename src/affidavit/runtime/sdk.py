@@ -10,12 +10,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from affidavit.core.errors import AffidavitError, ConfigError
+
+if TYPE_CHECKING:
+    from affidavit.runtime.confirm import ResourceVerifier
 
 
 class RetryableError(Exception):
@@ -41,6 +44,18 @@ class StateChange:
     version: str | int | None = None
     etag: str | None = None
     external_ref: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StateChange:
+        """The change as recorded in a ``state_changed`` event."""
+        return cls(
+            str(data["resource_type"]),
+            str(data["resource_id"]),
+            str(data["operation"]),
+            data.get("version"),
+            data.get("etag"),
+            data.get("external_ref"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -123,10 +138,15 @@ class ToolRegistry:
     """Name → tool. The module-level :data:`registry` collects decorated functions; a
     :class:`~affidavit.runtime.Runtime` can also be given its own."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(
+        self, tools: Iterable[Tool] = (), verifiers: Iterable[ResourceVerifier] = ()
+    ) -> None:
         self._tools: dict[str, Tool] = {}
+        self._verifiers: dict[str, list[ResourceVerifier]] = {}
         for t in tools:
             self.add(t)
+        for v in verifiers:
+            self.add_verifier(v)
 
     def add(self, t: Tool) -> None:
         existing = self._tools.get(t.name)
@@ -136,6 +156,36 @@ class ToolRegistry:
                 hint="Tool names must be unique within a registry.",
             )
         self._tools[t.name] = t
+
+    def add_verifier(self, verifier: ResourceVerifier) -> None:
+        """Register a :class:`~affidavit.runtime.confirm.ResourceVerifier` for the resource
+        types it names (confirmation replay asks it about those types)."""
+        types = getattr(verifier, "resource_types", None)
+        if not types or not callable(getattr(verifier, "verify", None)):
+            raise ToolError(
+                f"{verifier!r} is not a resource verifier",
+                hint="A verifier has `resource_types` (a tuple of names) and "
+                "`verify(ctx, change) -> Confirmation`.",
+            )
+        for resource_type in types:
+            listed = self._verifiers.setdefault(resource_type, [])
+            if verifier not in listed:
+                listed.append(verifier)
+
+    @property
+    def verifiers(self) -> dict[str, list[ResourceVerifier]]:
+        """Resource type → the verifiers registered for it."""
+        return self._verifiers
+
+    def with_verifiers(self, verifiers: Iterable[ResourceVerifier]) -> ToolRegistry:
+        """A registry with this one's tools and verifiers plus ``verifiers``."""
+        copy = ToolRegistry(self._tools.values())
+        for listed in self._verifiers.values():
+            for v in listed:
+                copy.add_verifier(v)
+        for v in verifiers:
+            copy.add_verifier(v)
+        return copy
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -185,6 +235,13 @@ def pure(name: str, *, version: str = "1", retry: int | None = None) -> Callable
         return t
 
     return register
+
+
+def register_verifier(verifier: ResourceVerifier) -> ResourceVerifier:
+    """Register ``verifier`` in :data:`registry` (next to the decorated tools, so a module
+    loaded with ``--tools`` can bring its verifiers); returns it."""
+    registry.add_verifier(verifier)
+    return verifier
 
 
 def load_tools(spec: str) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from affidavit.core.errors import StoreError
 from affidavit.core.ids import new_attempt_id
+from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.run_base import Claim
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
@@ -32,7 +33,8 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    """Claims and runs jobs. Thread-safe: ``run(concurrency=N)`` runs N claim loops."""
+    """Claims and runs jobs. Thread-safe: ``run(concurrency=N)`` runs N claim loops (N jobs at
+    once); ``step_concurrency`` runs up to that many independent nodes of one job at once."""
 
     def __init__(
         self,
@@ -43,16 +45,22 @@ class Worker:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        metrics: RuntimeMetrics | None = None,
+        step_concurrency: int = 1,
         sealer: Sealer | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
+        if step_concurrency < 1:
+            raise ValueError("step_concurrency must be ≥ 1")
+        self.step_concurrency = step_concurrency
         self.store = store
         self.tools = tools
         self.worker_id = worker_id or default_worker_id()
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self._sleep = sleep
+        self.metrics = metrics if metrics is not None else RuntimeMetrics()
         self.sealer = sealer if sealer is not None else Sealer.for_store(store)
         self._count_lock = threading.Lock()
         self.jobs_run = 0
@@ -93,7 +101,13 @@ class Worker:
         heart.start()
         try:
             return JobRunner(
-                self.store, self.tools, lease_lost=lost, sleep=self._sleep, sealer=self.sealer
+                self.store,
+                self.tools,
+                lease_lost=lost,
+                sleep=self._sleep,
+                metrics=self.metrics,
+                step_concurrency=self.step_concurrency,
+                sealer=self.sealer,
             ).run(claim)
         finally:
             done.set()

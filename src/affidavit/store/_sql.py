@@ -28,6 +28,7 @@ from affidavit.core.errors import (
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids, new_job_id
 from affidavit.core.seal import PublicKey, Seal
+from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._ledger import LedgerOps
 from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, SealOps, key_from_row, seal_from_row
 from affidavit.store.base import (
@@ -62,6 +63,7 @@ LOCK_JOB = "SELECT attempt_id FROM jobs WHERE job_id = ? FOR UPDATE"  # PostgreS
 HEAD_SELECT = (
     "SELECT version, chain_hash FROM events WHERE job_id = ? ORDER BY version DESC LIMIT 1"
 )
+MAX_INT64 = 2**63 - 1
 EVENT_COLUMNS = "job_id, version, event_id, type, payload, chain_hash, recorded_at"
 
 # An encoded event: (event_id, type, canonical payload bytes).
@@ -196,7 +198,7 @@ def chain_events(
     return stored
 
 
-class SqlTransaction(LedgerOps, SealOps, ABC):
+class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
     placeholders."""
@@ -377,7 +379,7 @@ def _check_status(status: str) -> str:
     return status
 
 
-class SqlStore(ABC):
+class SqlStore(ApiKeyReads, ABC):
     """The :class:`~affidavit.store.base.Store` methods both backends share. A backend supplies
     connections: ``_reader()`` (a cursor for reads) and ``transaction()``."""
 
@@ -395,6 +397,11 @@ class SqlStore(ABC):
 
     def _q(self, sql: str) -> str:
         return sql
+
+    def _read_rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._reader() as cur:
+            cur.execute(self._q(sql), params)
+            return list(cur.fetchall())
 
     def append(
         self,
@@ -459,8 +466,8 @@ class SqlStore(ABC):
         if f.plan_name is not None:
             where.append("j.plan_name = ?")
             params.append(f.plan_name)
-        if f.limit < 1 or f.offset < 0:
-            raise ConfigError("limit must be ≥ 1 and offset ≥ 0")
+        if not (1 <= f.limit <= MAX_INT64 and 0 <= f.offset <= MAX_INT64):
+            raise ConfigError("limit must be ≥ 1 and offset ≥ 0 (and both below 2^63)")
         sql = JOB_SELECT
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -476,6 +483,10 @@ class SqlStore(ABC):
         sql = (
             f"SELECT {EVENT_COLUMNS} FROM events WHERE job_id = ? AND version > ? ORDER BY version"
         )
+        if not 0 <= after_version <= MAX_INT64 or (
+            limit is not None and not 1 <= limit <= MAX_INT64
+        ):
+            raise ConfigError("after_version must be ≥ 0 and limit ≥ 1 (and both below 2^63)")
         params: list[Any] = [job_id, after_version]
         if limit is not None:
             sql += " LIMIT ?"

@@ -17,6 +17,7 @@ from affidavit.core.canonical import parse
 
 if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
+    from affidavit.store._apikeys import ApiKeyRow
     from affidavit.store._ledger import LedgerRow
 
 JobStatus = Literal["pending", "running", "waiting", "parked", "completed", "failed", "cancelled"]
@@ -218,6 +219,24 @@ class Transaction(Protocol):
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool: ...
 
+    # API keys (see affidavit.store._apikeys).
+
+    def apikey_insert(self, row: ApiKeyRow) -> None: ...
+
+    def apikey_revoke(self, key_id: str, at: str) -> ApiKeyRow | None: ...
+
+    # Statements for the layers that keep their own tables in this database (claims and
+    # trust): SQL with ``?`` placeholders, run inside this transaction.
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement that returns no rows (its error may surface at the next read or
+        at commit, still inside this transaction)."""
+        ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one row-returning statement and return its rows."""
+        ...
+
     # Seals and their public keys (see affidavit.store._seals).
 
     def seal_insert(self, seal: Seal) -> bool:
@@ -333,6 +352,13 @@ class Store(Protocol):
         """All events of a job in version order, fetched ``batch`` at a time."""
         ...
 
+    def get_api_key(self, key_id: str) -> ApiKeyRow | None: ...
+
+    def list_api_keys(self) -> list[ApiKeyRow]: ...
+
+    def count_jobs_by_status(self) -> dict[str, int]: ...
+
+    def count_invocations_by_status(self) -> dict[str, int]: ...
     def snapshot(self) -> AbstractContextManager[Snapshot]:
         """A consistent read-only view; see :class:`Snapshot`."""
         ...

@@ -243,14 +243,8 @@ class PostgresStore(SqlStore):
                     f"CREATE TABLE IF NOT EXISTS {migrations.VERSION_TABLE} ("
                     "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
                 )
-                row = conn.execute(
-                    f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}"
-                ).fetchone()
-                current = int(row[0]) if row else 0
-                migrations.check_not_newer("postgres", current, known)
-                for m in known:
-                    if m.version <= current:
-                        continue
+                rows = conn.execute(f"SELECT version FROM {migrations.VERSION_TABLE}").fetchall()
+                for m in migrations.pending("postgres", (int(r[0]) for r in rows), known):
                     for statement in m.statements():
                         conn.execute(statement.encode())
                     conn.execute(

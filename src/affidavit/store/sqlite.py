@@ -213,12 +213,8 @@ class SqliteStore(SqlStore):
                 f"CREATE TABLE IF NOT EXISTS {migrations.VERSION_TABLE} ("
                 "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
-            rows = tx.query(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}")
-            current = int(rows[0][0])
-            migrations.check_not_newer("sqlite", current, known)
-            for m in known:
-                if m.version <= current:
-                    continue
+            rows = tx.query(f"SELECT version FROM {migrations.VERSION_TABLE}")
+            for m in migrations.pending("sqlite", (int(r[0]) for r in rows), known):
                 for statement in m.statements():
                     tx.execute(statement)
                 tx.execute(

@@ -1,4 +1,4 @@
-"""Sealing jobs that finished before seals existed (databases created before migration 0003).
+"""Sealing jobs that finished before seals existed (databases created before migration 0005).
 
 A new job is sealed in the transaction of its terminal event, so this is never needed for it. A
 seal made afterwards attests the log as it is *now* (its ``sealed_at`` says when); that is why

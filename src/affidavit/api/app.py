@@ -1,0 +1,123 @@
+"""The FastAPI application: ``create_app(store)``, served by ``affidavit serve``.
+
+The app has no logic of its own: each route authenticates the caller, checks role and namespace,
+and calls the service function the CLI calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from affidavit.api import claims, errors, jobs, ui
+from affidavit.api.deps import Observer, Service, ServiceDep
+from affidavit.api.models import ErrorBody, Health
+from affidavit.api.ratelimit import Limiter, RateLimit
+from affidavit.core.errors import StoreError
+from affidavit.runtime.sdk import ToolRegistry
+from affidavit.store import JOB_STATUSES, Store
+
+DEFAULT_RATE_LIMIT = RateLimit(1200, 60.0)
+
+
+class _StoreCollector(Collector):
+    """Counts read from the database at scrape time (every worker's work, not just ours)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        jobs_by_status = GaugeMetricFamily("affidavit_jobs", "Jobs by status.", labels=["status"])
+        counts = self.store.count_jobs_by_status()
+        for status in JOB_STATUSES:
+            jobs_by_status.add_metric([status], counts.get(status, 0))
+        yield jobs_by_status
+        ledger = GaugeMetricFamily(
+            "affidavit_tool_invocations",
+            "Ledger rows (tool invocations) by status: started (in flight), committed, failed.",
+            labels=["status"],
+        )
+        for status, n in sorted(self.store.count_invocations_by_status().items()):
+            ledger.add_metric([status], n)
+        yield ledger
+
+
+def create_app(
+    store: Store,
+    *,
+    tools: ToolRegistry | None = None,
+    rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
+) -> FastAPI:
+    """The API over ``store``. ``tools``: check submitted plans against these registered tools
+    (``None``: workers check them when they run the job). ``rate_limit``: per API key
+    (``None``: unlimited)."""
+    from affidavit import __version__  # the package root, imported late (it imports every layer)
+
+    app = FastAPI(
+        title="affidavit",
+        version=__version__,
+        description="Durable AI-agent jobs with at-most-once side effects and verifiable "
+        "records. Authenticate with `Authorization: Bearer <key>` (`affidavit apikeys create`).",
+    )
+    app.state.service = Service(store, tools, Limiter(rate_limit) if rate_limit else None)
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_StoreCollector(store))
+    latency = Histogram(
+        "affidavit_http_request_duration_seconds",
+        "HTTP request latency by route, method and status.",
+        ["route", "method", "status"],
+        registry=registry,
+    )
+    app.state.metrics = registry
+    errors.install(app)
+    app.include_router(jobs.router)
+    app.include_router(claims.router)
+    ui.install(app)
+
+    @app.middleware("http")
+    async def timing(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        latency.labels(path, request.method, str(response.status_code)).observe(
+            time.perf_counter() - t0
+        )
+        return response
+
+    @app.get(
+        "/health",
+        response_model=Health,
+        tags=["service"],
+        responses={503: {"model": Health}},
+    )
+    def health(svc: ServiceDep) -> JSONResponse:
+        """Is the database reachable? No key needed."""
+        try:
+            svc.store.schema_version()
+        except StoreError as exc:
+            return JSONResponse(
+                {"status": "unavailable", "database": exc.message, "backend": svc.store.backend},
+                status_code=503,
+            )
+        return JSONResponse({"status": "ok", "database": "ok", "backend": svc.store.backend})
+
+    @app.get(
+        "/metrics",
+        tags=["service"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}}, 401: {"model": ErrorBody}},
+    )
+    def metrics(caller: Observer) -> Response:
+        """Prometheus text: jobs by status, ledger rows by status, request latencies."""
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    return app

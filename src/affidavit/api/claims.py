@@ -1,0 +1,137 @@
+"""``/api/claims`` and ``/api/agents``: verify a claim by running its check (the verifier is
+the caller's agent), and read agents' trust, evidence and trust logs. Each route calls
+:class:`~affidavit.claims.ClaimService`, as the CLI does."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from affidavit.api.auth import Caller
+from affidavit.api.deps import AgentRole, Observer, ServiceDep
+from affidavit.api.jobs import ERRORS
+from affidavit.claims import ClaimService
+from affidavit.claims.model import Agent
+from affidavit.core.errors import AgentNotFound
+
+router = APIRouter(tags=["claims"], responses=ERRORS)
+
+ClaimTypeName = Literal[
+    "test_result",
+    "performance_metric",
+    "code_quality",
+    "security_finding",
+    "deployment_status",
+    "custom",
+]
+
+
+class VerifyClaim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: str = Field(description="The claimant.", min_length=1, max_length=128)
+    claim_type: ClaimTypeName
+    claim: dict[str, Any] = Field(
+        description="The claim: return_code, output_contains, metrics (+ tolerance, parser), "
+        "exact_match, pattern_id (docs/claims.md)."
+    )
+    command: str = Field(description="The check to run (allow-listed, no shell).", min_length=1)
+    timeout_s: float | None = Field(default=None, gt=0, le=600)
+
+
+class ClaimVerdict(BaseModel):
+    accurate: bool
+    verdict: str
+    decided_by: str
+    claim: dict[str, Any]
+    actual: dict[str, Any]
+    verification_id: str
+    evidence_id: str
+    new_trust_score: float
+    propagation: dict[str, Any]
+
+
+class AgentTrust(BaseModel):
+    agent_id: str
+    namespace: str
+    role: str
+    trust_score: float
+    requires_verification: bool
+    reliable: bool
+    verifications: int
+    accurate_verifications: int
+    error_verifications: int
+    created_at: str
+    updated_at: str
+
+
+class TrustLogEntry(BaseModel):
+    version: int
+    entry_id: str
+    type: str
+    payload: Any
+    chain_hash: str
+
+
+def _visible_agent(service: ClaimService, caller: Caller, agent_id: str) -> Agent:
+    """The agent, if the caller may see its namespace (else "not found", like a missing one)."""
+    agent = service.get_agent(agent_id)
+    if not caller.sees(agent.namespace):
+        raise AgentNotFound(agent_id)
+    return agent
+
+
+@router.post("/api/claims/verify", response_model=ClaimVerdict)
+def verify_claim(body: VerifyClaim, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
+    """Judge the claim by running its command; the caller's agent is the verifier. A refused
+    claim (self-verification, role, namespace, allow-list, malformed) runs nothing: 403/422."""
+    service = ClaimService(svc.store)
+    _visible_agent(service, caller, body.agent_id)
+    result = service.verify_claim(
+        body.agent_id,
+        body.claim_type,
+        body.claim,
+        body.command,
+        caller.agent_id,
+        timeout_s=body.timeout_s,
+    )
+    return result.to_dict()
+
+
+@router.get("/api/agents/{agent_id}/trust", response_model=AgentTrust)
+def trust(agent_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+    """The agent's trust score, whether it still requires verification, and its counters."""
+    service = ClaimService(svc.store)
+    return service.agent_dict(_visible_agent(service, caller, agent_id))
+
+
+@router.get("/api/agents/{agent_id}/verifications", response_model=list[dict[str, Any]])
+def verifications(
+    agent_id: str,
+    svc: ServiceDep,
+    caller: Observer,
+    claim_type: ClaimTypeName | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[dict[str, Any]]:
+    """The agent's evidence records, newest first."""
+    service = ClaimService(svc.store)
+    _visible_agent(service, caller, agent_id)
+    return service.get_verification_history(agent_id, claim_type, limit)
+
+
+@router.get("/api/agents/{agent_id}/verification-stats", response_model=dict[str, Any])
+def verification_stats(agent_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+    """Totals, accuracy, by claim type, the last 10."""
+    service = ClaimService(svc.store)
+    _visible_agent(service, caller, agent_id)
+    return service.get_verification_statistics(agent_id)
+
+
+@router.get("/api/agents/{agent_id}/trust-history", response_model=list[TrustLogEntry])
+def trust_history(agent_id: str, svc: ServiceDep, caller: Observer) -> list[dict[str, Any]]:
+    """The agent's hash-chained trust log, oldest first."""
+    service = ClaimService(svc.store)
+    _visible_agent(service, caller, agent_id)
+    return [e.to_dict() for e in service.get_trust_history(agent_id)]

@@ -1,0 +1,69 @@
+"""Request dependencies: the service state, and the caller (authenticated, rate limited, of a
+sufficient role)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from affidavit.api.auth import Caller, Forbidden, authenticate
+from affidavit.api.ratelimit import Limiter
+from affidavit.core.errors import JobNotFound
+from affidavit.runtime.sdk import ToolRegistry
+from affidavit.store import JobRecord, Store
+
+
+@dataclass
+class Service:
+    """What the app serves from: one store, the tools submissions are checked against (``None``:
+    workers check them when they run), the rate limiter."""
+
+    store: Store
+    tools: ToolRegistry | None
+    limiter: Limiter | None
+
+
+def service(request: Request) -> Service:
+    found: Service = request.app.state.service
+    return found
+
+
+ServiceDep = Annotated[Service, Depends(service)]
+
+
+def caller_with(role: str) -> Callable[..., Caller]:
+    """A dependency: the authenticated caller, who must have ``role`` or above."""
+
+    def dependency(
+        svc: ServiceDep,
+        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    ) -> Caller:
+        caller = authenticate(svc.store, authorization)
+        if svc.limiter is not None:
+            svc.limiter.take(caller.key_id)
+        if not caller.has(role):
+            raise Forbidden(f"role {caller.role!r} may not do this; it needs {role!r} or above")
+        return caller
+
+    return dependency
+
+
+Observer = Annotated[Caller, Depends(caller_with("observer"))]
+AgentRole = Annotated[Caller, Depends(caller_with("agent"))]
+Admin = Annotated[Caller, Depends(caller_with("admin"))]
+
+
+def visible_job(store: Store, caller: Caller, job_id: str) -> JobRecord:
+    """The job, if the caller may see it. Another namespace's job is "not found", exactly like
+    a job that does not exist, so ids of other tenants do not leak.
+
+    Raises:
+        JobNotFound: no such job, or not the caller's namespace.
+    """
+    job = store.get_job(job_id)
+    if not caller.sees(job.namespace):
+        raise JobNotFound(job_id)
+    return job

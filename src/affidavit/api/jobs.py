@@ -1,0 +1,153 @@
+"""``/api/jobs``: submit, list, read, trace, and the human decisions. Each route calls the same
+service function as the CLI."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+
+from affidavit.api.auth import Forbidden
+from affidavit.api.deps import Admin, AgentRole, Observer, ServiceDep, visible_job
+from affidavit.api.models import (
+    Cancel,
+    ErrorBody,
+    EventPage,
+    Job,
+    JobList,
+    Resume,
+    Signal,
+    SignalResult,
+    SubmitJob,
+    Trace,
+)
+from affidavit.runtime.decisions import cancel_job, resume_job, signal_job
+from affidavit.runtime.submit import submit_job
+from affidavit.runtime.trace import job_trace
+from affidavit.store import JOB_STATUSES, JobFilter
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 422, 429, 503)
+}
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
+
+MAX_INT = 2**53  # the largest integer every JSON reader and both databases hold exactly
+StatusQuery = Annotated[
+    list[str] | None, Query(description=f"Any of: {', '.join(JOB_STATUSES)}; repeatable.")
+]
+
+
+@router.post("", status_code=201, response_model=Job)
+def submit(
+    body: SubmitJob,
+    svc: ServiceDep,
+    caller: AgentRole,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="The same key returns the same job.",
+            max_length=200,
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """Validate and enqueue a job in the caller's namespace (201); with an `Idempotency-Key`
+    already used there, the existing job (200). Nothing is written for an invalid plan or
+    input (422)."""
+    namespace = body.namespace or caller.namespace
+    if namespace != caller.namespace and caller.role != "admin":
+        raise Forbidden(f"only an admin may submit into namespace {namespace!r}")
+    job, created = submit_job(
+        svc.store,
+        body.plan,
+        body.input,
+        tools=svc.tools,
+        idempotency_key=idempotency_key,
+        namespace=namespace,
+        submitted_by=caller.agent_id,
+        replay_verification=body.replay_verification,
+    )
+    if not created:
+        response.status_code = 200
+    return job.to_dict()
+
+
+@router.get("", response_model=JobList)
+def list_jobs(
+    svc: ServiceDep,
+    caller: Observer,
+    status: StatusQuery = None,
+    namespace: Annotated[str | None, Query(description="Admins: any namespace.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+) -> dict[str, Any]:
+    """Jobs of the caller's namespace (an admin's: every namespace, or `namespace`), newest
+    first."""
+    if caller.role != "admin":
+        if namespace is not None and namespace != caller.namespace:
+            raise Forbidden(f"namespace {namespace!r} is not yours")
+        namespace = caller.namespace
+    jobs = svc.store.list_jobs(
+        JobFilter(status=status, namespace=namespace, limit=limit, offset=offset)
+    )
+    return {"jobs": [j.to_dict() for j in jobs], "limit": limit, "offset": offset}
+
+
+@router.get("/{job_id}", response_model=Job)
+def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+    return visible_job(svc.store, caller, job_id).to_dict()
+
+
+@router.get("/{job_id}/events", response_model=EventPage)
+def events(
+    job_id: str,
+    svc: ServiceDep,
+    caller: Observer,
+    after_version: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """The log in version order, a page at a time, each event with its chain hash."""
+    job = visible_job(svc.store, caller, job_id)
+    page = svc.store.list_events(job_id, after_version=after_version, limit=limit)
+    more = bool(page) and page[-1].version < job.version
+    return {
+        "events": [e.to_dict() for e in page],
+        "next_after_version": page[-1].version if more else None,
+    }
+
+
+@router.get("/{job_id}/trace", response_model=Trace)
+def trace(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+    """Each node with its state, outcome, attempts and timings; the waits and the park."""
+    visible_job(svc.store, caller, job_id)
+    return job_trace(svc.store, job_id)
+
+
+@router.post("/{job_id}/signal", response_model=SignalResult)
+def signal(job_id: str, body: Signal, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
+    """Complete a wait or approval node; repeating a key appends nothing (`appended: false`);
+    a key that matches no wait of the job is refused (409)."""
+    visible_job(svc.store, caller, job_id)
+    job, appended = signal_job(svc.store, job_id, body.key, body.payload, by=caller.agent_id)
+    return {**job.to_dict(), "appended": appended}
+
+
+@router.post("/{job_id}/resume", response_model=Job)
+def resume(job_id: str, body: Resume, svc: ServiceDep, caller: Admin) -> dict[str, Any]:
+    """Resolve a parked job (admin): retry / accept_result / fail an in-flight invocation;
+    continue / fail after a confirmation mismatch."""
+    visible_job(svc.store, caller, job_id)
+    return resume_job(
+        svc.store, job_id, body.decision, result=body.result, by=caller.agent_id, note=body.note
+    ).to_dict()
+
+
+@router.post("/{job_id}/cancel", response_model=Job)
+def cancel(
+    job_id: str, svc: ServiceDep, caller: Admin, body: Cancel | None = None
+) -> dict[str, Any]:
+    """Cancel a job that has not finished (admin)."""
+    visible_job(svc.store, caller, job_id)
+    reason = body.reason if body is not None else None
+    return cancel_job(svc.store, job_id, reason=reason, by=caller.agent_id).to_dict()

@@ -1,0 +1,127 @@
+"""Request and response bodies of the HTTP API (pydantic; they are the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmitJob(_Body):
+    plan: dict[str, Any] = Field(description="The task graph with its settings (docs/plans.md).")
+    input: Any = Field(default=None, description="The job input (JSON).")
+    replay_verification: Literal["strict", "warn", "human"] | None = Field(
+        default=None, description="Overrides the plan's mode for this job."
+    )
+    namespace: str | None = Field(
+        default=None, description="Only an admin may submit into another namespace."
+    )
+
+
+class Signal(_Body):
+    key: str = Field(description="The wait's correlation key (see the job's trace).")
+    payload: Any = Field(default=None, description="The wait node's output.")
+
+
+class Resume(_Body):
+    decision: Literal["retry", "accept_result", "continue", "fail"]
+    result: Any = None
+    note: str | None = None
+
+
+class Cancel(_Body):
+    reason: str | None = None
+
+
+class Job(BaseModel):
+    job_id: str
+    namespace: str
+    status: str
+    plan_name: str | None
+    idempotency_key: str | None
+    submitted_by: str | None
+    created_at: str
+    updated_at: str
+    event_count: int
+    head_hash: str | None
+    attempt_id: str | None
+    lease_owner: str | None
+    lease_expires_at: float | None
+    output: Any = None
+    error: Any = None
+
+
+class SignalResult(Job):
+    appended: bool = Field(description="False when the key had been signalled already.")
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+    limit: int
+    offset: int
+
+
+class Event(BaseModel):
+    version: int
+    event_id: str
+    type: str
+    payload: Any
+    chain_hash: str
+
+
+class EventPage(BaseModel):
+    events: list[Event]
+    next_after_version: int | None = Field(
+        description="Pass as after_version for the next page; null when this was the last."
+    )
+
+
+class TraceNode(BaseModel):
+    id: str
+    type: str
+    tool: str | None
+    depends_on: list[str]
+    step_id: str | None
+    state: str
+    outcome: str | None
+    attempts: int
+    started_at: str | None
+    finished_at: str | None
+    duration_ms: float | None
+    tries: list[dict[str, Any]]
+    output: Any = None
+    error: Any = None
+    idempotency_key: str | None = None
+    correlation_key: str | None = None
+
+
+class Trace(BaseModel):
+    job: Job
+    plan_hash: str | None
+    policy: dict[str, Any] | None
+    nodes: list[TraceNode]
+    waiting_for: list[dict[str, Any]]
+    parked: dict[str, Any] | None
+    warnings: list[dict[str, Any]]
+    created_at: str | None
+    event_count: int
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    database: str
+    backend: str
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    hint: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

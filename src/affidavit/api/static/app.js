@@ -1,0 +1,296 @@
+// The affidavit trace page: a job list (/ui/) and one job's trace (/ui/jobs/<id>), drawn from
+// the JSON API with the caller's key. No build step, no third-party code, no network but ours.
+"use strict";
+
+const KEY = "affidavit.key";
+const COLORS = {
+  pure: "var(--pure)", side_effect_committed: "var(--committed)", compensated: "var(--compensated)",
+  in_flight: "var(--in_flight)", waiting: "var(--waiting)", parked: "var(--parked)",
+  running: "var(--running)", failed: "var(--failed)", pending: "var(--pending)",
+  skipped: "var(--skipped)",
+};
+const LABELS = {
+  pure: "pure", side_effect_committed: "side effect committed", compensated: "compensated",
+  in_flight: "in flight", waiting: "waiting", parked: "parked", running: "running",
+  failed: "failed", pending: "pending", skipped: "skipped",
+};
+const SVG = "http://www.w3.org/2000/svg";
+
+const $ = (sel) => document.querySelector(sel);
+
+function el(tag, attrs = {}, ...children) {
+  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4))
+                                      : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null) continue;
+    if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c);
+  return node;
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    super(e.message || `HTTP ${status}`);
+    this.status = status;
+    this.hint = e.hint || "";
+  }
+}
+
+async function api(path) {
+  const response = await fetch(path, {
+    headers: { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` },
+  });
+  let body = null;
+  try { body = await response.json(); } catch (_) { /* not JSON */ }
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+function showError(err) {
+  const box = $("#error");
+  box.hidden = false;
+  box.textContent = err.hint ? `${err.message} — ${err.hint}` : err.message;
+}
+
+function short(hash) { return hash ? `${hash.slice(0, 12)}…` : ""; }
+
+// --- the job list ------------------------------------------------------------------------------
+
+async function renderList(content) {
+  const page = await api("/api/jobs?limit=200");
+  content.append(el("h1", { text: "Jobs" }));
+  const table = el("table", { id: "jobs" });
+  table.append(el("tr", {}, ...["job", "plan", "namespace", "status", "events", "created"]
+    .map((h) => el("th", { text: h }))));
+  for (const job of page.jobs) {
+    table.append(el("tr", { "data-job": job.job_id },
+      el("td", {}, el("a", { href: `/ui/jobs/${job.job_id}`, class: "mono", text: job.job_id })),
+      el("td", { text: job.plan_name || "" }),
+      el("td", { text: job.namespace }),
+      el("td", { class: "status", text: job.status }),
+      el("td", { text: String(job.event_count) }),
+      el("td", { text: job.created_at })));
+  }
+  if (!page.jobs.length) content.append(el("p", { text: "No jobs in your namespace yet." }));
+  content.append(table);
+}
+
+// --- one job -------------------------------------------------------------------------------------
+
+function layers(nodes) {
+  const byId = Object.fromEntries(nodes.map((n) => [n.id, n]));
+  const depth = {};
+  const visit = (id) => {
+    if (depth[id] !== undefined) return depth[id];
+    const deps = byId[id].depends_on.filter((d) => byId[d]);
+    depth[id] = deps.length ? 1 + Math.max(...deps.map(visit)) : 0;
+    return depth[id];
+  };
+  nodes.forEach((n) => visit(n.id));
+  return depth;
+}
+
+function dag(nodes) {
+  const depth = layers(nodes);
+  const W = 170, H = 46, GX = 60, GY = 22, PAD = 12;
+  const rows = {};
+  const pos = {};
+  for (const n of nodes) {
+    const d = depth[n.id];
+    rows[d] = (rows[d] || 0) + 1;
+    pos[n.id] = { x: PAD + d * (W + GX), y: PAD + (rows[d] - 1) * (H + GY) };
+  }
+  const width = PAD * 2 + (Math.max(...Object.values(depth), 0) + 1) * (W + GX) - GX;
+  const height = PAD * 2 + Math.max(...Object.values(rows), 1) * (H + GY) - GY;
+  const svg = el("svg:svg", { id: "dag", width, height, viewBox: `0 0 ${width} ${height}`,
+    role: "img", "aria-label": "task graph" });
+  svg.append(el("svg:defs", {}, el("svg:marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10,
+    refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+  el("svg:path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#8a949e" }))));
+  for (const n of nodes) {
+    for (const dep of n.depends_on) {
+      if (!pos[dep]) continue;
+      const a = pos[dep], b = pos[n.id];
+      const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, mx = (x1 + x2) / 2;
+      svg.append(el("svg:path", { d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
+        fill: "none", stroke: "#8a949e", "stroke-width": 1.4, "marker-end": "url(#arrow)",
+        "data-edge": `${dep}->${n.id}` }));
+    }
+  }
+  for (const n of nodes) {
+    const p = pos[n.id];
+    const g = el("svg:g", { class: "node", "data-node": n.id, "data-state": n.state,
+      transform: `translate(${p.x},${p.y})` });
+    g.append(el("svg:title", { text: `${n.id} (${n.type}${n.tool ? `: ${n.tool}` : ""}) — `
+      + `${LABELS[n.state] || n.state}, ${n.attempts} attempt(s)` }));
+    g.append(el("svg:rect", { width: W, height: H, rx: 7, fill: COLORS[n.state] || "#999" }));
+    g.append(el("svg:text", { x: 10, y: 19, fill: "#fff", "font-weight": 700, text: n.id }));
+    g.append(el("svg:text", { x: 10, y: 36, fill: "#fff",
+      text: `${n.type} · ${LABELS[n.state] || n.state}` }));
+    svg.append(g);
+  }
+  return svg;
+}
+
+function legend() {
+  return el("div", { class: "legend" }, ...Object.keys(LABELS).map((s) =>
+    el("span", { style: `--c:${COLORS[s]}`, text: LABELS[s] })));
+}
+
+function timeline(trace) {
+  const t0 = Date.parse(trace.created_at);
+  const ends = trace.nodes.flatMap((n) => [n.started_at, n.finished_at]).filter(Boolean)
+    .map(Date.parse);
+  const span = Math.max(1, ...ends.map((t) => t - t0));
+  const W = 720, LEFT = 140, ROW = 22;
+  const shown = trace.nodes.filter((n) => n.started_at || n.finished_at);
+  const svg = el("svg:svg", { id: "timeline", width: LEFT + W + 90,
+    height: Math.max(1, shown.length) * ROW + 24, role: "img", "aria-label": "timeline" });
+  shown.forEach((n, i) => {
+    const start = Date.parse(n.started_at || n.finished_at) - t0;
+    const end = n.finished_at ? Date.parse(n.finished_at) - t0 : span;
+    const x = LEFT + (start / span) * W;
+    const w = Math.max(3, ((end - start) / span) * W);
+    const y = i * ROW + 4;
+    svg.append(el("svg:text", { x: 0, y: y + 13, text: n.id }));
+    svg.append(el("svg:rect", { x, y, width: w, height: ROW - 6, rx: 3,
+      fill: COLORS[n.state] || "#999", "data-bar": n.id }));
+    svg.append(el("svg:text", { x: x + w + 6, y: y + 13, fill: "#5f6b76",
+      text: `${n.duration_ms === null ? "" : `${n.duration_ms.toFixed(1)} ms`}`
+        + `${n.attempts > 1 ? ` · ${n.attempts} attempts` : ""}` }));
+  });
+  svg.append(el("svg:text", { x: LEFT, y: shown.length * ROW + 20, fill: "#5f6b76",
+    text: `0 … ${span} ms after the job was created` }));
+  return svg;
+}
+
+const PROOFS = [
+  ["execution", (v) => v.replay_proof_result && v.replay_proof_result.ok,
+    (v) => v.replay_proof_result && v.replay_proof_result.error],
+  ["ledger", (v) => v.tool_invocation_ledger_proof && v.tool_invocation_ledger_proof.ok,
+    (v) => (v.tool_invocation_ledger_proof || {}).error || ""],
+  ["chain", (v) => v.stored_chain && v.stored_chain.ok,
+    (v) => v.stored_chain && v.stored_chain.first_bad_version
+      ? `first bad version ${v.stored_chain.first_bad_version}` : ""],
+  ["seal", (v) => v.seal && v.seal.ok, (v) => (v.seal || {}).error || ""],
+];
+
+async function badges(jobId) {
+  const box = el("div", { class: "badges", id: "proofs" });
+  let verdict;
+  try {
+    verdict = await api(`/api/jobs/${jobId}/verify`);
+  } catch (err) {
+    if (err.status === 404 || err.status === 405) {
+      box.append(el("span", { class: "badge na", "data-proof": "all", text: "proofs: not available" }));
+      return box;
+    }
+    throw err;
+  }
+  for (const [name, ok, why] of PROOFS) {
+    const good = Boolean(ok(verdict));
+    box.append(el("span", { class: `badge ${good ? "ok" : "fail"}`, "data-proof": name,
+      "data-ok": String(good), title: good ? "" : (why(verdict) || "failed"),
+      text: `${name} ${good ? "OK" : "FAILED"}` }));
+  }
+  return box;
+}
+
+async function allEvents(jobId) {
+  const events = [];
+  let after = 0;
+  for (let i = 0; i < 50; i += 1) {
+    const page = await api(`/api/jobs/${jobId}/events?after_version=${after}&limit=1000`);
+    events.push(...page.events);
+    if (page.next_after_version === null) break;
+    after = page.next_after_version;
+  }
+  return events;
+}
+
+function eventsTable(events) {
+  const table = el("table", { id: "events" });
+  table.append(el("tr", {}, ...["version", "type", "node", "chain hash", "payload"]
+    .map((h) => el("th", { text: h }))));
+  for (const e of events) {
+    const payload = el("details", {}, el("summary", { text: "payload" }),
+      el("pre", { class: "mono", text: JSON.stringify(e.payload, null, 2) }));
+    table.append(el("tr", { "data-version": String(e.version) },
+      el("td", { text: String(e.version) }), el("td", { text: e.type }),
+      el("td", { text: (e.payload && e.payload.node_id) || "" }),
+      el("td", { class: "mono", title: e.chain_hash, text: short(e.chain_hash) }),
+      el("td", {}, payload)));
+  }
+  return table;
+}
+
+async function renderJob(content, jobId) {
+  const trace = await api(`/api/jobs/${jobId}/trace`);
+  const job = trace.job;
+  document.title = `affidavit · ${job.job_id}`;
+  content.append(el("h1", {}, "Job ", el("span", { class: "mono", text: job.job_id }), " — ",
+    el("span", { class: "status", id: "job-status", text: job.status })));
+  content.append(el("p", { text: `plan ${job.plan_name || "(unnamed)"} · namespace `
+    + `${job.namespace} · ${trace.event_count} events · head ${short(job.head_hash)}` }));
+  content.append(await badges(jobId));
+  if (trace.parked) {
+    content.append(el("p", { class: "card", id: "parked",
+      text: `Parked on ${trace.parked.node_id} (${trace.parked.reason}). Decide with `
+        + `affidavit resume ${job.job_id} --decision …` }));
+  }
+  for (const w of trace.waiting_for) {
+    content.append(el("p", { class: "card", "data-wait": w.node_id,
+      text: `Waiting on ${w.node_id}: affidavit signal ${job.job_id} --key ${w.correlation_key}` }));
+  }
+  content.append(el("h2", { text: "Task graph" }), legend(), el("div", { class: "card" },
+    dag(trace.nodes)));
+  content.append(el("h2", { text: "Timeline" }), el("div", { class: "card" }, timeline(trace)));
+  const nodes = el("table", { id: "nodes" });
+  nodes.append(el("tr", {}, ...["node", "type", "state", "attempts", "duration", "error"]
+    .map((h) => el("th", { text: h }))));
+  for (const n of trace.nodes) {
+    nodes.append(el("tr", { "data-node": n.id },
+      el("td", { text: n.id }), el("td", { text: n.tool ? `${n.type}: ${n.tool}` : n.type }),
+      el("td", { text: LABELS[n.state] || n.state }), el("td", { text: String(n.attempts) }),
+      el("td", { text: n.duration_ms === null ? "" : `${n.duration_ms.toFixed(1)} ms` }),
+      el("td", { text: n.error ? n.error.message || JSON.stringify(n.error) : "" })));
+  }
+  content.append(el("h2", { text: "Steps" }), nodes);
+  content.append(el("h2", { text: "Events" }), eventsTable(await allEvents(jobId)));
+}
+
+// --- start ----------------------------------------------------------------------------------------
+
+async function start() {
+  const content = $("#content");
+  const login = $("#login");
+  if (!sessionStorage.getItem(KEY)) {
+    login.hidden = false;
+    login.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      sessionStorage.setItem(KEY, $("#key").value.trim());
+      window.location.reload();
+    });
+    return;
+  }
+  $("#forget").hidden = false;
+  $("#forget").addEventListener("click", () => {
+    sessionStorage.removeItem(KEY);
+    window.location.reload();
+  });
+  const match = window.location.pathname.match(/^\/ui\/jobs\/([^/]+)\/?$/);
+  try {
+    if (match) await renderJob(content, decodeURIComponent(match[1]));
+    else await renderList(content);
+    document.body.dataset.ready = "true";
+  } catch (err) {
+    if (err.status === 401) sessionStorage.removeItem(KEY);
+    showError(err);
+    document.body.dataset.ready = "error";
+  }
+}
+
+start();

@@ -1,0 +1,256 @@
+"""The claims tables (migration 0004), read and written inside a store transaction.
+
+``agents`` is the only mutable table (score and counters, updated under a row lock).
+``claim_verifications`` and ``trust_log`` are append-only: the database itself refuses UPDATE
+and DELETE (triggers), so evidence cannot be rewritten after the fact, even by hand.
+SQL uses ``?`` placeholders (the store converts them for PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from affidavit.claims.model import Agent, Pattern, TrustEntry, is_ident
+from affidavit.core.canonical import canonical
+from affidavit.core.chain import GENESIS, chain_next
+from affidavit.core.events import utc_now
+from affidavit.core.ids import new_event_id
+from affidavit.store import Transaction
+
+AGENT_COLUMNS = (
+    "agent_id, namespace, role, trust_score, verifications, accurate_verifications, "
+    "error_verifications, created_at, updated_at"
+)
+PATTERN_COLUMNS = (
+    "pattern_id, owner_agent_id, namespace, access_level, name, success_count, failure_count, "
+    "created_at"
+)
+TRUST_COLUMNS = "agent_id, version, entry_id, type, payload, chain_hash"
+
+
+def _agent(row: Sequence[Any]) -> Agent:
+    return Agent(
+        agent_id=row[0],
+        namespace=row[1],
+        role=row[2],
+        trust_score=float(row[3]),
+        verifications=int(row[4]),
+        accurate_verifications=int(row[5]),
+        error_verifications=int(row[6]),
+        created_at=row[7],
+        updated_at=row[8],
+    )
+
+
+def _pattern(row: Sequence[Any]) -> Pattern:
+    return Pattern(
+        pattern_id=row[0],
+        owner_agent_id=row[1],
+        namespace=row[2],
+        access_level=row[3],
+        name=row[4],
+        success_count=int(row[5]),
+        failure_count=int(row[6]),
+        created_at=row[7],
+    )
+
+
+def _entry(row: Sequence[Any]) -> TrustEntry:
+    return TrustEntry(row[0], int(row[1]), row[2], row[3], bytes(row[4]), row[5])
+
+
+# --- agents ---------------------------------------------------------------------------------
+
+
+def insert_agent(tx: Transaction, agent_id: str, namespace: str, role: str, score: float) -> bool:
+    """Insert an agent; ``False`` if the id is taken (nothing written)."""
+    now = utc_now()
+    rows = tx.query(
+        f"INSERT INTO agents ({AGENT_COLUMNS}) VALUES (?, ?, ?, ?, 0, 0, 0, ?, ?) "
+        "ON CONFLICT DO NOTHING RETURNING agent_id",
+        (agent_id, namespace, role, score, now, now),
+    )
+    return bool(rows)
+
+
+def get_agent(tx: Transaction, agent_id: str, *, lock: str = "") -> Agent | None:
+    """The agent row; ``lock`` is the backend's row-lock clause (``" FOR UPDATE"`` on
+    PostgreSQL; SQLite's write transaction already excludes other writers). An id that no
+    agent could have (see :func:`~affidavit.claims.model.check_ident`) is not looked up."""
+    if not is_ident(agent_id):
+        return None
+    rows = tx.query(f"SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = ?{lock}", (agent_id,))
+    return _agent(rows[0]) if rows else None
+
+
+def list_agents(tx: Transaction, namespace: str | None) -> list[Agent]:
+    if namespace is None:
+        rows = tx.query(f"SELECT {AGENT_COLUMNS} FROM agents ORDER BY namespace, agent_id")
+    else:
+        rows = tx.query(
+            f"SELECT {AGENT_COLUMNS} FROM agents WHERE namespace = ? ORDER BY agent_id",
+            (namespace,),
+        )
+    return [_agent(r) for r in rows]
+
+
+def save_trust(
+    tx: Transaction, agent: Agent, *, score: float, judged: bool, accurate: bool
+) -> None:
+    """Write the agent's new score and bump its counters (the row is locked by the caller)."""
+    tx.execute(
+        "UPDATE agents SET trust_score = ?, verifications = verifications + ?, "
+        "accurate_verifications = accurate_verifications + ?, "
+        "error_verifications = error_verifications + ?, updated_at = ? WHERE agent_id = ?",
+        (score, int(judged), int(accurate), int(not judged), utc_now(), agent.agent_id),
+    )
+
+
+# --- patterns -------------------------------------------------------------------------------
+
+
+def insert_pattern(
+    tx: Transaction,
+    pattern_id: str,
+    owner: str,
+    namespace: str,
+    access_level: str,
+    name: str,
+) -> bool:
+    rows = tx.query(
+        f"INSERT INTO learning_patterns ({PATTERN_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, 0, ?) "
+        "ON CONFLICT DO NOTHING RETURNING pattern_id",
+        (pattern_id, owner, namespace, access_level, name, utc_now()),
+    )
+    return bool(rows)
+
+
+def get_pattern(tx: Transaction, pattern_id: str) -> Pattern | None:
+    if not is_ident(pattern_id):
+        return None
+    rows = tx.query(
+        f"SELECT {PATTERN_COLUMNS} FROM learning_patterns WHERE pattern_id = ?", (pattern_id,)
+    )
+    return _pattern(rows[0]) if rows else None
+
+
+def count_pattern_outcome(tx: Transaction, pattern_id: str, *, success: bool) -> None:
+    column = "success_count" if success else "failure_count"
+    tx.execute(
+        f"UPDATE learning_patterns SET {column} = {column} + 1 WHERE pattern_id = ?",
+        (pattern_id,),
+    )
+
+
+# --- evidence -------------------------------------------------------------------------------
+
+
+def insert_verification(
+    tx: Transaction,
+    *,
+    verification_id: str,
+    agent_id: str,
+    claim_type: str,
+    verdict: str,
+    decided_by: str,
+    verifier_id: str,
+    verified_at: str,
+    evidence_id: str,
+    evidence: bytes,
+) -> None:
+    tx.execute(
+        "INSERT INTO claim_verifications (verification_id, agent_id, claim_type, verdict, "
+        "decided_by, verifier_id, verified_at, evidence_id, evidence) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            verification_id,
+            agent_id,
+            claim_type,
+            verdict,
+            decided_by,
+            verifier_id,
+            verified_at,
+            evidence_id,
+            evidence,
+        ),
+    )
+
+
+def history(
+    tx: Transaction, agent_id: str, claim_type: str | None, limit: int
+) -> list[tuple[str, bytes]]:
+    """``(evidence_id, evidence bytes)`` newest first (by commit order)."""
+    if claim_type is None:
+        rows = tx.query(
+            "SELECT evidence_id, evidence FROM claim_verifications WHERE agent_id = ? "
+            "ORDER BY seq DESC LIMIT ?",
+            (agent_id, limit),
+        )
+    else:
+        rows = tx.query(
+            "SELECT evidence_id, evidence FROM claim_verifications "
+            "WHERE agent_id = ? AND claim_type = ? ORDER BY seq DESC LIMIT ?",
+            (agent_id, claim_type, limit),
+        )
+    return [(r[0], bytes(r[1])) for r in rows]
+
+
+def verdict_counts(tx: Transaction, agent_id: str) -> list[tuple[str, str, int]]:
+    """``(claim_type, verdict, count)`` over all of the agent's verifications."""
+    rows = tx.query(
+        "SELECT claim_type, verdict, count(*) FROM claim_verifications WHERE agent_id = ? "
+        "GROUP BY claim_type, verdict ORDER BY claim_type, verdict",
+        (agent_id,),
+    )
+    return [(r[0], r[1], int(r[2])) for r in rows]
+
+
+def recent(tx: Transaction, agent_id: str, limit: int) -> list[tuple[Any, ...]]:
+    rows = tx.query(
+        "SELECT verification_id, claim_type, verdict, decided_by, verified_at "
+        "FROM claim_verifications WHERE agent_id = ? ORDER BY seq DESC LIMIT ?",
+        (agent_id, limit),
+    )
+    return [tuple(r) for r in rows]
+
+
+def get_evidence(tx: Transaction, verification_id: str) -> tuple[str, bytes] | None:
+    rows = tx.query(
+        "SELECT evidence_id, evidence FROM claim_verifications WHERE verification_id = ?",
+        (verification_id,),
+    )
+    return (rows[0][0], bytes(rows[0][1])) if rows else None
+
+
+# --- the trust log --------------------------------------------------------------------------
+
+
+def append_trust(
+    tx: Transaction, agent_id: str, entry_type: str, payload: dict[str, Any]
+) -> TrustEntry:
+    """Append one entry, chained from the agent's head (the caller holds the agent's row
+    lock, so the head cannot move underneath). ``H_i`` uses the job-event formula with the
+    entry id and type in place of the event's."""
+    head = tx.query(
+        "SELECT version, chain_hash FROM trust_log WHERE agent_id = ? "
+        "ORDER BY version DESC LIMIT 1",
+        (agent_id,),
+    )
+    version, previous = (int(head[0][0]), bytes.fromhex(head[0][1])) if head else (0, GENESIS)
+    entry_id = new_event_id()
+    body = canonical(payload)
+    chain_hash = chain_next(previous, entry_id, entry_type, body).hex()
+    tx.execute(
+        f"INSERT INTO trust_log ({TRUST_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+        (agent_id, version + 1, entry_id, entry_type, body, chain_hash),
+    )
+    return TrustEntry(agent_id, version + 1, entry_id, entry_type, body, chain_hash)
+
+
+def trust_log(tx: Transaction, agent_id: str) -> list[TrustEntry]:
+    rows = tx.query(
+        f"SELECT {TRUST_COLUMNS} FROM trust_log WHERE agent_id = ? ORDER BY version",
+        (agent_id,),
+    )
+    return [_entry(r) for r in rows]

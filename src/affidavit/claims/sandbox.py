@@ -1,0 +1,530 @@
+"""Run a verification command: allow-listed, without a shell, and contained.
+
+The contract, in order:
+
+1. the command string is split with :func:`shlex.split` (POSIX rules); the words are passed to
+   the program as they are — ``;``, ``|``, ``&&``, ``$(...)`` and backticks are literal text,
+   because no shell ever sees them;
+2. the program (the first word) must be a **bare name** on the allow-list. A path (``./pytest``,
+   ``/usr/bin/pytest``, ``bin/pytest``) is refused even when its last component is allowed: the
+   service resolves the name on its own search path, so the caller cannot choose which file runs;
+3. flags that run code given on the command line or fetched at run time (``python -c``,
+   ``pip install`` and ``python -m pip install``) and pip commands that change the service's
+   environment (``pip uninstall``, ``pip cache purge``, ...: pip may only ``list``, ``show``,
+   ``freeze``, ``check``, ``inspect``, ``hash`` and ``help``) are refused unless the
+   configuration allows inline code;
+4. the program runs in a new session (its own process group), with stdin from ``/dev/null``, in a
+   fresh scratch directory (or the configured project directory), with an environment built from
+   scratch (``PATH``, ``HOME``, ``TMPDIR``, locale, plus the variables the configuration names),
+   and with CPU, address-space, file-size and core-dump limits;
+5. stdout and stderr are read concurrently; each is hashed in full and kept up to a cap (its head
+   and its tail), so a flood of output costs memory bounded by the cap;
+6. at the timeout the whole process group is killed, and so is any descendant that left the
+   group but is still in the program's process tree; when the program exits, whatever it left
+   running in its process group is killed too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import resource
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from affidavit.claims.capture import Capture, Captured
+from affidavit.core.errors import CommandNotAllowed, ConfigError
+
+DEFAULT_ALLOWED_PROGRAMS = frozenset(
+    {
+        # development tools
+        "pytest",
+        "python",
+        "python3",
+        "coverage",
+        "ruff",
+        "mypy",
+        "black",
+        "isort",
+        "flake8",
+        "bandit",
+        "safety",
+        "pip",
+        # plain utilities
+        "echo",
+        "cat",
+        "ls",
+        "pwd",
+        "whoami",
+        "true",
+        "false",
+        "sleep",
+    }
+)
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_OUTPUT_CAP = 1 << 20  # bytes kept per stream
+DEFAULT_EXCERPT_BYTES = 4096  # bytes of each stream stored in the evidence record
+DEFAULT_MEMORY_BYTES = 2 << 30  # address space
+DEFAULT_FILE_SIZE_BYTES = 256 << 20
+# After a kill, how long to keep reading for output still buffered in the pipes. A descendant
+# that left the process group could hold them open forever; it does not hold up the result.
+_DRAIN_AFTER_KILL_S = 1.0
+_READ_CHUNK = 1 << 16
+# pip subcommands that only read: anything else (install, uninstall, download, wheel, cache,
+# config, ...) fetches and runs package code or changes the service's own environment.
+_PIP_READ_ONLY = frozenset({"list", "show", "freeze", "check", "help", "inspect", "hash"})
+
+
+def default_search_path() -> str:
+    """The directory of the running interpreter (so that the tools installed next to affidavit
+    are found), then the system directories."""
+    return os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxConfig:
+    """How verification commands are checked and run. Every field has a safe default."""
+
+    allowed_programs: frozenset[str] = DEFAULT_ALLOWED_PROGRAMS
+    allow_inline_code: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_output_bytes: int = DEFAULT_OUTPUT_CAP
+    excerpt_bytes: int = DEFAULT_EXCERPT_BYTES
+    memory_bytes: int | None = DEFAULT_MEMORY_BYTES
+    cpu_seconds: int | None = None  # None: the timeout rounded up, plus one second
+    file_size_bytes: int | None = DEFAULT_FILE_SIZE_BYTES
+    project_dir: str | None = None  # None: a fresh scratch directory per run
+    search_path: str | None = None  # None: default_search_path()
+    pass_env: tuple[str, ...] = ()  # names of variables copied from the service's environment
+
+    def __post_init__(self) -> None:
+        for name in self.allowed_programs:
+            if not name or "/" in name or name != name.strip():
+                raise ConfigError(f"allowed program {name!r} must be a bare program name")
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout_s}")
+        if self.max_output_bytes < 2 or self.excerpt_bytes < 2:
+            raise ConfigError("output caps must be at least 2 bytes")
+        if self.project_dir is not None and not os.path.isdir(self.project_dir):
+            raise ConfigError(f"project directory {self.project_dir!r} does not exist")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command that passed the allow-list: its text and its words."""
+
+    text: str
+    argv: tuple[str, ...]
+
+    @property
+    def program(self) -> str:
+        return self.argv[0]
+
+
+def parse_command(text: str, config: SandboxConfig) -> Command:
+    """Split ``text`` and check it against the allow-list (steps 1–3 of the module contract).
+
+    Raises:
+        CommandNotAllowed: empty or unparsable, a path as the program, a program not on the
+            allow-list, or an inline-code form that the configuration does not allow.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise CommandNotAllowed("the verification command is empty")
+    if "\x00" in text:
+        raise CommandNotAllowed("the verification command contains a NUL character")
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise CommandNotAllowed(f"cannot split the command {text!r}: {exc}") from None
+    if not argv:
+        raise CommandNotAllowed("the verification command is empty")
+    program = argv[0]
+    if "/" in program:
+        raise CommandNotAllowed(
+            f"program {program!r} is a path; only bare program names are accepted",
+            hint="Name the program without a directory (e.g. `pytest`): the service looks it "
+            "up on its own search path, so the caller cannot choose which file runs.",
+        )
+    if program not in config.allowed_programs:
+        allowed = ", ".join(sorted(config.allowed_programs))
+        raise CommandNotAllowed(
+            f"program {program!r} is not on the allow-list",
+            hint=f"Allowed programs: {allowed}. Commands run without a shell.",
+        )
+    if not config.allow_inline_code:
+        reason = inline_code_reason(argv)
+        if reason is not None:
+            raise CommandNotAllowed(
+                f"{reason}; inline code is not allowed",
+                hint="Run a file from the project (e.g. `python check.py`) instead, or enable "
+                "inline code in the service configuration.",
+            )
+    return Command(text=text, argv=tuple(argv))
+
+
+def inline_code_reason(argv: Sequence[str]) -> str | None:
+    """Why ``argv`` runs code given on its command line or fetched at run time, or ``None``."""
+    program = argv[0]
+    if program.startswith("pip"):
+        return _pip_reason(program, argv[1:])
+    if program.startswith("python"):
+        return _python_reason(argv)
+    # Any other allowed program that hands its arguments to pip (``coverage run -m pip ...``).
+    for i, word in enumerate(argv[1:], start=1):
+        if word in ("pip", "-mpip") and _pip_reason("pip", argv[i + 1 :]) is not None:
+            return "running pip to install packages"
+    return None
+
+
+def _pip_reason(program: str, args: Sequence[str]) -> str | None:
+    """pip may only read: its first word that is not an option is the subcommand (an option's
+    value read as one is refused too — fail closed)."""
+    for word in args:
+        if word.startswith("-"):
+            continue
+        if word not in _PIP_READ_ONLY:
+            return f"`{program} {word}` fetches and runs package code or changes the environment"
+        return None
+    return None
+
+
+def _python_reason(argv: Sequence[str]) -> str | None:
+    """Walk the interpreter's own options (up to the script or module) looking for ``-c``."""
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--" or word == "-" or not word.startswith("-"):
+            return None  # a script (or stdin, which is /dev/null) follows: not inline code
+        if word.startswith("--"):
+            i += 2 if word == "--check-hash-based-pycs" else 1
+            continue
+        letters = word[1:]
+        for j, letter in enumerate(letters):
+            if letter == "c":
+                return f"`{argv[0]} -c` runs code given on the command line"
+            if letter == "m":
+                module = letters[j + 1 :] or (argv[i + 1] if i + 1 < len(argv) else "")
+                rest = argv[i + 1 :] if letters[j + 1 :] else argv[i + 2 :]
+                if module == "pip":
+                    return _pip_reason(f"{argv[0]} -m pip", rest)
+                return None
+            if letter in "WX":  # options with a value: the rest of the word, or the next word
+                if j == len(letters) - 1:
+                    i += 1
+                break
+        i += 1
+    return None
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What running a command produced. ``return_code`` is ``-N`` when signal N ended it and
+    ``None`` when it timed out or could not start."""
+
+    command: Command
+    return_code: int | None
+    duration_ms: float
+    timed_out: bool
+    spawn_error: str | None
+    stdout: Captured
+    stderr: Captured
+    workdir: str  # "scratch" or "project"
+    limits: Mapping[str, Any] = field(default_factory=dict)
+
+
+_EMPTY = Capture(2).result()
+
+
+def _rlimits(config: SandboxConfig, timeout_s: float) -> list[tuple[int, int]]:
+    """(resource, limit) pairs, each capped at the service's own hard limit (a child cannot
+    raise it)."""
+    cpu = config.cpu_seconds if config.cpu_seconds is not None else math.ceil(timeout_s) + 1
+    wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu)]
+    if config.memory_bytes is not None:
+        wanted.append((resource.RLIMIT_AS, config.memory_bytes))
+    if config.file_size_bytes is not None:
+        wanted.append((resource.RLIMIT_FSIZE, config.file_size_bytes))
+    out = []
+    for res, value in wanted:
+        hard = resource.getrlimit(res)[1]
+        out.append((res, value if hard == resource.RLIM_INFINITY else min(value, hard)))
+    return out
+
+
+def _limit_setter(limits: list[tuple[int, int]]) -> Callable[[], None]:
+    # Runs in the child between fork and exec: no imports, no allocation beyond the call.
+    setrlimit = resource.setrlimit
+
+    def apply() -> None:
+        for res, value in limits:
+            setrlimit(res, (value, value))
+
+    return apply
+
+
+_PRLIMIT_FLAGS = {
+    resource.RLIMIT_CORE: "--core",
+    resource.RLIMIT_CPU: "--cpu",
+    resource.RLIMIT_AS: "--as",
+    resource.RLIMIT_FSIZE: "--fsize",
+}
+
+
+@functools.cache
+def _prlimit() -> str | None:
+    # Only the system's own copy, never one from a configurable or project path.
+    return shutil.which("prlimit", path="/usr/bin:/bin")
+
+
+def _prlimit_prefix(limits: list[tuple[int, int]]) -> list[str]:
+    """``prlimit --cpu=N:N ... --`` when util-linux's ``prlimit`` is installed, else ``[]``.
+
+    Either way the limits are set in the child before the program is exec'd, so neither the
+    program nor anything it starts runs without them. ``prlimit`` (set limits, then exec) lets
+    Python spawn with ``vfork``; a ``preexec_fn`` forces a full ``fork`` and runs Python code in
+    the child, about 2 ms slower per command here.
+    """
+    tool = _prlimit()
+    if tool is None:
+        return []
+    return [tool, *(f"{_PRLIMIT_FLAGS[res]}={value}:{value}" for res, value in limits), "--"]
+
+
+def build_env(config: SandboxConfig, home: str) -> dict[str, str]:
+    """The child's whole environment: nothing of the service's leaks unless named in
+    ``pass_env``."""
+    env = {
+        "PATH": config.search_path or default_search_path(),
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "NO_COLOR": "1",
+    }
+    for name in config.pass_env:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _descendants(root: int) -> list[int]:
+    """Live descendants of ``root`` by parent links in ``/proc`` (Linux; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(name))
+    found: list[int] = []
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _kill_tree(pid: int) -> None:
+    """At a timeout: the process group, and any descendant that left it (``setsid``) while
+    still attached to the tree. Descendants are found before the group dies, because once the
+    program is dead its orphans are re-parented and can no longer be told apart."""
+    strays = _descendants(pid)
+    _kill_group(pid)
+    for stray in strays:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(stray, signal.SIGKILL)
+
+
+def run_command(
+    command: Command, config: SandboxConfig, *, timeout_s: float | None = None
+) -> RunResult:
+    """Run an allow-listed ``command`` (steps 4–6 of the module contract). Never raises for
+    what the command does: a program that cannot start is reported in ``spawn_error``, a
+    timeout in ``timed_out``."""
+    timeout = config.timeout_s if timeout_s is None else timeout_s
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise ConfigError(f"timeout must be a positive number of seconds, not {timeout}")
+    limits = _rlimits(config, timeout)
+    limit_doc = {resource_name(res): value for res, value in limits}
+    scratch = tempfile.mkdtemp(prefix="affidavit-claim-")
+    workdir = "project" if config.project_dir else "scratch"
+    cwd = config.project_dir or scratch
+    env = build_env(config, scratch)
+    started = time.perf_counter()
+
+    def failed(reason: str) -> RunResult:
+        elapsed = (time.perf_counter() - started) * 1000
+        return RunResult(command, None, elapsed, False, reason, _EMPTY, _EMPTY, workdir, limit_doc)
+
+    try:
+        executable = shutil.which(command.program, path=env["PATH"])
+        if executable is None:
+            return failed(f"program {command.program!r} was not found on the search path")
+        argv, prefix = list(command.argv), _prlimit_prefix(limits)
+        if prefix:
+            argv = [*prefix, executable, *argv[1:]]
+            executable = prefix[0]
+        try:
+            proc = subprocess.Popen(
+                argv,
+                executable=executable,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                close_fds=True,
+                start_new_session=True,
+                preexec_fn=None if prefix else _limit_setter(limits),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return failed(f"cannot start {command.program!r}: {exc}")
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = Capture(config.max_output_bytes), Capture(config.max_output_bytes)
+        deadline = started + timeout
+        timed_out = False
+        try:
+            timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, deadline)
+            if not timed_out:  # without a pidfd the exit may still be ahead
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    _kill_tree(proc.pid)
+        finally:
+            _kill_group(proc.pid)  # at a timeout everything; otherwise what was left running
+            return_code = proc.wait()
+        elapsed = (time.perf_counter() - started) * 1000
+        return RunResult(
+            command,
+            None if timed_out else return_code,
+            elapsed,
+            timed_out,
+            None,
+            out.result(),
+            err.result(),
+            workdir,
+            limit_doc,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _pump(
+    proc: subprocess.Popen[bytes], streams: dict[IO[bytes], Capture], deadline: float
+) -> bool:
+    """Read both pipes until they close. When the program exits, kill what it left running in
+    its process group; at ``deadline``, kill the whole group. After either, keep reading only
+    briefly (a descendant that left the group may hold the pipes open). Return whether the
+    deadline was hit."""
+    sel = selectors.DefaultSelector()
+    captures: dict[int, Capture] = {}
+    for stream, capture in streams.items():
+        fd = stream.fileno()
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+        captures[fd] = capture
+    pidfd = _pidfd(proc.pid)
+    if pidfd is not None:
+        sel.register(pidfd, selectors.EVENT_READ)
+    exited = timed_out = False
+    until = deadline  # the deadline, then the end of the drain after a kill
+
+    def ended(now: float, *, timeout: bool = False) -> float:
+        # Before the program is reaped, its pid (the group id) cannot be reused.
+        (_kill_tree if timeout else _kill_group)(proc.pid)
+        return now + _DRAIN_AFTER_KILL_S
+
+    try:
+        # With a pidfd, also wait (without polling) for the exit after the pipes closed.
+        while captures or (pidfd is not None and not exited):
+            now = time.perf_counter()
+            if now >= until:
+                if exited:
+                    break
+                exited = timed_out = True
+                until = ended(now, timeout=True)
+            wait = until - now
+            if pidfd is None and not exited:
+                wait = min(wait, 0.05)  # no pidfd: notice the exit by polling
+            if not captures and exited:
+                break
+            for key, _ in sel.select(wait):
+                fd = int(key.fd)
+                if fd == pidfd:
+                    sel.unregister(fd)
+                    if not exited:
+                        exited = True
+                        until = ended(time.perf_counter())
+                    continue
+                try:
+                    chunk = os.read(fd, _READ_CHUNK)
+                except BlockingIOError:
+                    continue
+                if chunk:
+                    captures[fd].feed(chunk)
+                else:
+                    sel.unregister(fd)
+                    del captures[fd]
+            if pidfd is None and not exited and proc.poll() is not None:
+                exited = True
+                until = ended(time.perf_counter())
+    finally:
+        sel.close()
+        for stream in streams:
+            stream.close()
+        if pidfd is not None:
+            os.close(pidfd)
+    return timed_out
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+_RESOURCE_NAMES = {
+    resource.RLIMIT_CORE: "core_bytes",
+    resource.RLIMIT_CPU: "cpu_seconds",
+    resource.RLIMIT_AS: "memory_bytes",
+    resource.RLIMIT_FSIZE: "file_size_bytes",
+}
+
+
+def resource_name(res: int) -> str:
+    return _RESOURCE_NAMES.get(res, str(res))

@@ -1,0 +1,451 @@
+"""``ClaimService``: verify what agents claim by running the check, keep the evidence, and move
+each agent's trust score only on that evidence."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from affidavit.claims import records
+from affidavit.claims.compare import ClaimRules, Judgement, judge, parse_claim
+from affidavit.claims.model import (
+    ACCESS_LEVELS,
+    VERIFIER_ROLES,
+    Agent,
+    ClaimType,
+    Pattern,
+    Role,
+    TrustEntry,
+    VerificationResult,
+    check_ident,
+    claim_type,
+    role,
+)
+from affidavit.claims.sandbox import RunResult, SandboxConfig, parse_command, run_command
+from affidavit.claims.trust import TrustPolicy, update
+from affidavit.core.canonical import canonical, parse, sha256_hex
+from affidavit.core.chain import ChainCheck, check_stored_chain
+from affidavit.core.errors import (
+    AgentExistsError,
+    AgentNotFound,
+    NamespaceForbidden,
+    SelfVerificationError,
+    ValidationError,
+    VerifierRoleForbidden,
+)
+from affidavit.core.events import utc_now
+from affidavit.core.ids import uuid7
+from affidavit.store import Store, Transaction
+
+MAX_HISTORY = 1000
+RECENT = 10
+
+
+class ClaimService:
+    """Claims and trust over one :class:`~affidavit.store.Store`.
+
+    ``sandbox`` says which commands may run and how they are contained; ``trust`` holds the
+    trust math's parameters. Both have safe defaults (docs/claims.md).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        sandbox: SandboxConfig | None = None,
+        trust: TrustPolicy | None = None,
+    ) -> None:
+        self.store = store
+        self.sandbox = sandbox or SandboxConfig()
+        self.trust = trust or TrustPolicy()
+        # SQLite's write transaction already excludes other writers; PostgreSQL locks the row.
+        self._lock = " FOR UPDATE" if store.backend == "postgresql" else ""
+
+    @contextmanager
+    def _tx(self, *, durable: bool = False) -> Iterator[Transaction]:
+        with self.store.transaction(durable=durable) as tx:
+            yield tx
+
+    def agent_dict(self, agent: Agent) -> dict[str, Any]:
+        return agent.to_dict(
+            threshold=self.trust.requires_verification_below,
+            reliable_after=self.trust.reliable_after,
+        )
+
+    # --- agents and patterns ----------------------------------------------------------------
+
+    def add_agent(self, agent_id: str, *, namespace: str = "default", role: str = "agent") -> Agent:
+        """Register an agent with the initial trust score; its trust log starts with an
+        ``agent_registered`` entry.
+
+        Raises:
+            ValidationError: a malformed id or namespace, or an unknown role.
+            AgentExistsError: the id is taken (nothing is written).
+        """
+        check_ident(agent_id, "agent id")
+        check_ident(namespace, "namespace")
+        the_role = _role(role)
+        score = self.trust.initial_score
+        with self._tx(durable=True) as tx:
+            if not records.insert_agent(tx, agent_id, namespace, the_role, score):
+                raise AgentExistsError(f"agent {agent_id!r} already exists")
+            records.append_trust(
+                tx,
+                agent_id,
+                "agent_registered",
+                {
+                    "at": utc_now(),
+                    "agent_id": agent_id,
+                    "namespace": namespace,
+                    "role": the_role,
+                    "trust_score": score,
+                },
+            )
+            agent = records.get_agent(tx, agent_id)
+        assert agent is not None
+        return agent
+
+    def get_agent(self, agent_id: str) -> Agent:
+        """Raises :class:`AgentNotFound`."""
+        with self._tx() as tx:
+            agent = records.get_agent(tx, agent_id)
+        if agent is None:
+            raise AgentNotFound(agent_id)
+        return agent
+
+    def list_agents(self, namespace: str | None = None) -> list[Agent]:
+        """Agents ordered by namespace and id."""
+        with self._tx() as tx:
+            return records.list_agents(tx, namespace)
+
+    def add_pattern(
+        self,
+        owner_agent_id: str,
+        *,
+        access_level: str,
+        pattern_id: str | None = None,
+        name: str = "",
+        namespace: str | None = None,
+    ) -> Pattern:
+        """Register a learning pattern owned by an agent (in the owner's namespace unless
+        another is given).
+
+        Raises:
+            AgentNotFound: no such owner.
+            ValidationError: unknown access level, malformed or taken pattern id.
+        """
+        if access_level not in ACCESS_LEVELS:
+            raise ValidationError(
+                f"unknown access level {access_level!r}",
+                hint=f"Access levels: {', '.join(ACCESS_LEVELS)}.",
+            )
+        pid = check_ident(pattern_id, "pattern id") if pattern_id is not None else str(uuid7())
+        with self._tx(durable=True) as tx:
+            owner = records.get_agent(tx, owner_agent_id)
+            if owner is None:
+                raise AgentNotFound(owner_agent_id, what="pattern owner")
+            ns = check_ident(namespace, "namespace") if namespace is not None else owner.namespace
+            if not records.insert_pattern(tx, pid, owner_agent_id, ns, access_level, name):
+                raise ValidationError(f"pattern {pid!r} already exists")
+            pattern = records.get_pattern(tx, pid)
+        assert pattern is not None
+        return pattern
+
+    def get_pattern(self, pattern_id: str) -> Pattern | None:
+        with self._tx() as tx:
+            return records.get_pattern(tx, pattern_id)
+
+    # --- verification -----------------------------------------------------------------------
+
+    def verify_claim(
+        self,
+        agent_id: str,
+        claim_type: ClaimType | str,
+        claim_content: Mapping[str, Any],
+        command: str,
+        verifier_id: str,
+        *,
+        timeout_s: float | None = None,
+    ) -> VerificationResult:
+        """Judge ``agent_id``'s claim by running ``command`` on behalf of ``verifier_id``.
+
+        The checks, in order — each refusal raises before anything runs or is written:
+
+        (1) the verifier is not the claimant (:class:`SelfVerificationError`);
+        (2) both agents exist (:class:`AgentNotFound`);
+        (3) the verifier's role is ``agent`` or ``admin`` (:class:`VerifierRoleForbidden`);
+        (4) the verifier is in the claimant's namespace, or an admin (:class:`NamespaceForbidden`);
+        (5) the claim type is known and the claim well-formed (:class:`InvalidClaim`, a
+            :class:`ValidationError`);
+        (6) the command is allow-listed (:class:`CommandNotAllowed`).
+
+        Then (7) the command runs in the sandbox, (8) the run is judged, and (9) one
+        transaction — holding the claimant's row lock — stores the immutable evidence record,
+        moves the trust score (not on an ``error`` verdict), applies a linked pattern's delta
+        at most once, and appends to the claimant's trust log.
+
+        Raises:
+            StoreError: the database failed (the command may have run; nothing is recorded).
+        """
+        # (1)
+        if verifier_id == agent_id:
+            raise SelfVerificationError(f"agent {agent_id!r} cannot verify its own claim")
+        # (2)
+        with self._tx() as tx:
+            claimant = records.get_agent(tx, agent_id)
+            verifier = records.get_agent(tx, verifier_id)
+        if claimant is None:
+            raise AgentNotFound(agent_id)
+        if verifier is None:
+            raise AgentNotFound(verifier_id, what="verifier")
+        # (3)
+        if verifier.role not in VERIFIER_ROLES:
+            raise VerifierRoleForbidden(
+                f"verifier {verifier_id!r} has role {verifier.role!r}; verifying requires "
+                "agent or admin"
+            )
+        # (4)
+        if verifier.role != Role.ADMIN and verifier.namespace != claimant.namespace:
+            raise NamespaceForbidden(
+                f"verifier {verifier_id!r} (namespace {verifier.namespace!r}) may not verify "
+                f"claims of {agent_id!r} (namespace {claimant.namespace!r})"
+            )
+        # (5)
+        kind = _claim_type(claim_type)
+        rules = parse_claim(claim_content)
+        if timeout_s is not None and not (
+            isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0
+        ):
+            raise ValidationError(f"timeout must be a positive number of seconds, not {timeout_s}")
+        # (6)
+        cmd = parse_command(command, self.sandbox)
+        # (7), (8)
+        run = run_command(cmd, self.sandbox, timeout_s=timeout_s)
+        verdict = judge(rules, run)
+        # (9)
+        return self._record(claimant, verifier_id, kind, rules, run, verdict, timeout_s)
+
+    def _record(
+        self,
+        claimant: Agent,
+        verifier_id: str,
+        kind: ClaimType,
+        rules: ClaimRules,
+        run: RunResult,
+        verdict: Judgement,
+        timeout_s: float | None,
+    ) -> VerificationResult:
+        verification_id = str(uuid7())
+        verified_at = utc_now()
+        evidence: dict[str, Any] = {
+            "verification_id": verification_id,
+            "agent_id": claimant.agent_id,
+            "namespace": claimant.namespace,
+            "claim_type": kind.value,
+            "claim": dict(rules.content),
+            "command": run.command.text,
+            "argv": list(run.command.argv),
+            "workdir": run.workdir,
+            "timeout_s": self.sandbox.timeout_s if timeout_s is None else timeout_s,
+            "limits": dict(run.limits),
+            "return_code": run.return_code,
+            "duration_ms": round(run.duration_ms, 3),
+            "timed_out": run.timed_out,
+            "spawn_error": run.spawn_error,
+            "stdout": run.stdout.to_dict(self.sandbox.excerpt_bytes),
+            "stderr": run.stderr.to_dict(self.sandbox.excerpt_bytes),
+            "verdict": verdict.verdict,
+            "accurate": verdict.accurate,
+            "decided_by": verdict.decided_by,
+            "actual": verdict.actual,
+            "verifier_id": verifier_id,
+            "verified_at": verified_at,
+        }
+        body = canonical(evidence)
+        evidence_id = sha256_hex(body)
+        judged = verdict.verdict != "error"
+        with self._tx(durable=True) as tx:
+            agent = records.get_agent(tx, claimant.agent_id, lock=self._lock)
+            assert agent is not None  # agents are never deleted
+            pattern = (
+                records.get_pattern(tx, rules.pattern_id) if rules.pattern_id is not None else None
+            )
+            change = update(
+                self.trust,
+                agent.trust_score,
+                verdict.verdict,
+                pattern_id=rules.pattern_id,
+                pattern=pattern,
+                claimant_id=agent.agent_id,
+                namespace=agent.namespace,
+            )
+            records.insert_verification(
+                tx,
+                verification_id=verification_id,
+                agent_id=agent.agent_id,
+                claim_type=kind.value,
+                verdict=verdict.verdict,
+                decided_by=verdict.decided_by,
+                verifier_id=verifier_id,
+                verified_at=verified_at,
+                evidence_id=evidence_id,
+                evidence=body,
+            )
+            records.save_trust(
+                tx, agent, score=change.after, judged=judged, accurate=verdict.accurate
+            )
+            if change.pattern_applied and rules.pattern_id is not None:
+                records.count_pattern_outcome(tx, rules.pattern_id, success=verdict.accurate)
+            records.append_trust(
+                tx,
+                agent.agent_id,
+                "claim_verified",
+                {
+                    "at": utc_now(),
+                    "verification_id": verification_id,
+                    "evidence_id": evidence_id,
+                    "claim_type": kind.value,
+                    "verdict": verdict.verdict,
+                    "decided_by": verdict.decided_by,
+                    "verifier_id": verifier_id,
+                    "observation": change.observation,
+                    "alpha": self.trust.alpha,
+                    "score_before": change.before,
+                    "score_ewma": change.ewma,
+                    "pattern": change.propagation,
+                    "score_after": change.after,
+                },
+            )
+        return VerificationResult(
+            claim=dict(rules.content),
+            actual=verdict.actual,
+            verdict=verdict.verdict,
+            decided_by=verdict.decided_by,
+            evidence_id=evidence_id,
+            verification_id=verification_id,
+            new_trust_score=change.after,
+            propagation_result=change.propagation,
+        )
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def get_evidence(self, verification_id: str) -> dict[str, Any] | None:
+        """The stored evidence document with its ``evidence_id`` (the SHA-256 of its stored
+        canonical bytes), or ``None``."""
+        with self._tx() as tx:
+            found = records.get_evidence(tx, verification_id)
+        if found is None:
+            return None
+        evidence_id, body = found
+        return {"evidence_id": evidence_id, **parse(body)}
+
+    def get_verification_history(
+        self, agent_id: str, claim_type: ClaimType | str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """The agent's evidence records, newest first, optionally of one claim type.
+
+        Raises:
+            AgentNotFound: no such agent.
+            ValidationError: unknown claim type, or ``limit`` outside 1–1000.
+        """
+        kind = _claim_type(claim_type).value if claim_type is not None else None
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_HISTORY:
+            raise ValidationError(f"limit must be an integer in 1–{MAX_HISTORY}, not {limit!r}")
+        with self._tx() as tx:
+            if records.get_agent(tx, agent_id) is None:
+                raise AgentNotFound(agent_id)
+            rows = records.history(tx, agent_id, kind, limit)
+        return [{"evidence_id": evidence_id, **parse(body)} for evidence_id, body in rows]
+
+    def get_verification_statistics(self, agent_id: str) -> dict[str, Any]:
+        """Totals, accuracy (accurate / judged; ``error`` verdicts are counted apart), the
+        same by claim type, and the last 10 verifications.
+
+        Raises:
+            AgentNotFound: no such agent.
+        """
+        with self._tx() as tx:
+            agent = records.get_agent(tx, agent_id)
+            if agent is None:
+                raise AgentNotFound(agent_id)
+            counts = records.verdict_counts(tx, agent_id)
+            latest = records.recent(tx, agent_id, RECENT)
+        by_type: dict[str, dict[str, Any]] = {}
+        for kind, verdict, n in counts:
+            entry = by_type.setdefault(
+                kind, {"total": 0, "accurate": 0, "inaccurate": 0, "errors": 0}
+            )
+            entry["errors" if verdict == "error" else verdict] += n
+        for entry in by_type.values():
+            entry["total"] = entry["accurate"] + entry["inaccurate"]
+            entry["accuracy"] = entry["accurate"] / entry["total"] if entry["total"] else 0.0
+        judged = sum(e["total"] for e in by_type.values())
+        accurate = sum(e["accurate"] for e in by_type.values())
+        return {
+            **self.agent_dict(agent),
+            "total_verifications": judged,
+            "accurate_verifications": accurate,
+            "inaccurate_verifications": judged - accurate,
+            "error_verifications": sum(e["errors"] for e in by_type.values()),
+            "accuracy_rate": accurate / judged if judged else 0.0,
+            "by_claim_type": by_type,
+            "recent_verifications": [
+                {
+                    "verification_id": r[0],
+                    "claim_type": r[1],
+                    "verdict": r[2],
+                    "accurate": r[2] == "accurate",
+                    "decided_by": r[3],
+                    "verified_at": r[4],
+                }
+                for r in latest
+            ],
+        }
+
+    def get_trust_history(self, agent_id: str) -> list[TrustEntry]:
+        """The agent's trust log, oldest first.
+
+        Raises:
+            AgentNotFound: no such agent.
+        """
+        with self._tx() as tx:
+            if records.get_agent(tx, agent_id) is None:
+                raise AgentNotFound(agent_id)
+            return records.trust_log(tx, agent_id)
+
+    def check_trust_log(self, agent_id: str) -> dict[str, Any]:
+        """Recompute the agent's trust chain and check that its last entry's score is the
+        agent's current score: ``{"ok", "entries", "first_bad_version", "root",
+        "score_matches"}``.
+
+        Raises:
+            AgentNotFound: no such agent.
+        """
+        with self._tx() as tx:
+            agent = records.get_agent(tx, agent_id)
+            if agent is None:
+                raise AgentNotFound(agent_id)
+            entries = records.trust_log(tx, agent_id)
+        chain: ChainCheck = check_stored_chain(
+            (e.version, e.entry_id, e.type, e.payload_bytes, e.chain_hash) for e in entries
+        )
+        last = entries[-1].payload if entries else {}
+        score = last.get("score_after", last.get("trust_score"))
+        matches = score == agent.trust_score
+        return {
+            "ok": chain.ok and matches,
+            "entries": chain.event_count,
+            "first_bad_version": chain.first_bad_version,
+            "root": chain.root,
+            "score_matches": matches,
+        }
+
+
+def _role(value: str) -> str:
+    return role(value).value
+
+
+def _claim_type(value: Any) -> ClaimType:
+    return claim_type(value)

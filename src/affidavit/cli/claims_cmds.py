@@ -1,0 +1,325 @@
+"""``affidavit agents``, ``affidavit claims`` and ``affidavit trust``: register agents, verify
+their claims by running the check, and read the evidence and trust scores.
+
+Exit codes of ``claims verify``: 0 accurate; 1 inaccurate or not judged (timeout, program that
+cannot start — see ``decided_by``); 2 agent not found; 3 usage or store error; 5 refused
+(allow-list, role, namespace, self-verification, malformed claim) — nothing ran or was written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from affidavit.claims import ClaimService, SandboxConfig
+from affidavit.claims.model import ClaimType, Role
+from affidavit.cli import output
+from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.runtime_cmds import parse_json_arg
+from affidavit.core.errors import ConfigError, InvalidClaim, ValidationError
+
+agents_app = typer.Typer(help="Register and inspect agents.", no_args_is_help=True)
+claims_app = typer.Typer(help="Verify agents' claims and read the evidence.", no_args_is_help=True)
+trust_app = typer.Typer(help="Agents' trust scores and trust logs.", no_args_is_help=True)
+
+CLAIM_TYPES = ", ".join(t.value for t in ClaimType)
+ROLES = ", ".join(r.value for r in Role)
+
+
+def _kv_table(doc: dict[str, Any]) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # ids and digests are shown whole
+    for key, value in doc.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        table.add_row(f"[bold]{key}[/]", shown)
+    return table
+
+
+def _score(value: float) -> str:
+    return f"{value:.4f}"
+
+
+# --- agents -----------------------------------------------------------------------------------
+
+
+@agents_app.command("add")
+def add_agent(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    namespace: Annotated[str, typer.Option(help="The agent's namespace.")] = "default",
+    role: Annotated[str, typer.Option(help=f"One of: {ROLES}.")] = "agent",
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Register an agent with trust score 0.5.
+
+    Exit codes: 0 added; 3 the id is taken, or a usage or store error; 5 malformed id or role.
+    """
+    with command(as_json), opened(db) as store:
+        svc = ClaimService(store)
+        doc = svc.agent_dict(svc.add_agent(agent_id, namespace=namespace, role=role))
+    if as_json:
+        output.emit_json(doc)
+    else:
+        output.out.print(f"added agent {agent_id} ({doc['role']}, namespace {doc['namespace']})")
+
+
+@agents_app.command("list")
+def list_agents(
+    namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List agents by namespace and id.
+
+    Exit codes: 0 listed; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        svc = ClaimService(store)
+        docs = [svc.agent_dict(a) for a in svc.list_agents(namespace)]
+    if as_json:
+        output.emit_json(docs)
+        return
+    if not docs:
+        output.err.print("no agents")
+        return
+    table = Table("agent_id", "namespace", "role", "trust", "verifications", "accurate", "errors")
+    for d in docs:
+        table.add_row(
+            d["agent_id"],
+            d["namespace"],
+            d["role"],
+            _score(d["trust_score"]),
+            str(d["verifications"]),
+            str(d["accurate_verifications"]),
+            str(d["error_verifications"]),
+        )
+    output.out.print(table)
+
+
+@agents_app.command("show")
+def show_agent(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show one agent.
+
+    Exit codes: 0 shown; 2 no such agent; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        svc = ClaimService(store)
+        doc = svc.agent_dict(svc.get_agent(agent_id))
+    if as_json:
+        output.emit_json(doc)
+    else:
+        output.out.print(_kv_table(doc))
+
+
+# --- claims -----------------------------------------------------------------------------------
+
+
+@claims_app.command("verify")
+def verify(
+    agent: Annotated[str, typer.Option("--agent", help="The agent making the claim.")],
+    claim_type: Annotated[str, typer.Option("--type", help=f"One of: {CLAIM_TYPES}.")],
+    claim: Annotated[str, typer.Option("--claim", help="The claim: a JSON object, or @file.json.")],
+    cmd: Annotated[
+        str, typer.Option("--command", help="The check to run (allow-listed, no shell).")
+    ],
+    verifier: Annotated[str, typer.Option("--verifier", help="The verifying agent.")],
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds before the check is killed.")
+    ] = None,
+    project_dir: Annotated[
+        str | None,
+        typer.Option(help="Run in this directory instead of a fresh scratch directory."),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Verify a claim by running the check; record the evidence and move the agent's trust.
+
+    With --json: {"accurate", "verdict", "decided_by", "claim", "actual", "verification_id",
+    "evidence_id", "new_trust_score", "propagation"}.
+
+    Exit codes: 0 accurate; 1 inaccurate or not judged (timeout, spawn error); 2 agent not
+    found; 3 usage or store error; 5 refused (nothing ran or was written).
+    """
+    with command(as_json):
+        try:
+            content = parse_json_arg(claim, "--claim")
+        except ConfigError as exc:
+            raise InvalidClaim(exc.message) from None
+        if timeout is not None and not timeout > 0:
+            raise ValidationError(f"--timeout must be positive, not {timeout}")
+        sandbox = SandboxConfig(project_dir=project_dir)
+        with opened(db) as store:
+            result = ClaimService(store, sandbox=sandbox).verify_claim(
+                agent, claim_type, content, cmd, verifier, timeout_s=timeout
+            )
+    if as_json:
+        output.emit_json(result.to_dict())
+    else:
+        style = {"accurate": "green", "inaccurate": "red"}.get(result.verdict, "yellow")
+        output.out.print(
+            f"[bold {style}]{result.verdict}[/] (decided by {result.decided_by}); "
+            f"trust of {agent}: {_score(result.new_trust_score)}"
+        )
+        output.out.print(
+            _kv_table(
+                {
+                    "return_code": result.actual.get("return_code"),
+                    "duration_ms": result.actual.get("duration_ms"),
+                    "verification_id": result.verification_id,
+                    "evidence_id": result.evidence_id,
+                    "pattern": result.propagation_result["reason"],
+                }
+            )
+        )
+    if not result.accurate:
+        raise typer.Exit(output.EXIT_FAILED)
+
+
+@claims_app.command("history")
+def history(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    claim_type: Annotated[str | None, typer.Option("--type", help="Only this claim type.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 100,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The agent's verification records (the evidence), newest first.
+
+    Exit codes: 0 listed; 2 no such agent; 3 store error; 5 unknown claim type.
+    """
+    with command(as_json), opened(db) as store:
+        records = ClaimService(store).get_verification_history(agent_id, claim_type, limit)
+    if as_json:
+        output.emit_json(records)
+        return
+    if not records:
+        output.err.print("no verifications")
+        return
+    table = Table("verified_at", "type", "verdict", "decided_by", "rc", "command", "verifier")
+    for r in records:
+        table.add_row(
+            r["verified_at"],
+            r["claim_type"],
+            r["verdict"],
+            r["decided_by"],
+            "" if r["return_code"] is None else str(r["return_code"]),
+            r["command"],
+            r["verifier_id"],
+        )
+    output.out.print(table)
+
+
+@claims_app.command("stats")
+def stats(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Totals, accuracy overall and by claim type, and the last 10 verifications.
+
+    Exit codes: 0 shown; 2 no such agent; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        doc = ClaimService(store).get_verification_statistics(agent_id)
+    if as_json:
+        output.emit_json(doc)
+        return
+    output.out.print(
+        f"[bold]{agent_id}[/]: trust {_score(doc['trust_score'])}, "
+        f"{doc['accurate_verifications']}/{doc['total_verifications']} accurate "
+        f"({doc['accuracy_rate']:.0%}), {doc['error_verifications']} not judged"
+    )
+    table = Table("claim type", "total", "accurate", "inaccurate", "errors", "accuracy")
+    for kind, e in doc["by_claim_type"].items():
+        table.add_row(
+            kind,
+            str(e["total"]),
+            str(e["accurate"]),
+            str(e["inaccurate"]),
+            str(e["errors"]),
+            f"{e['accuracy']:.0%}",
+        )
+    output.out.print(table)
+
+
+# --- trust ------------------------------------------------------------------------------------
+
+
+@trust_app.command("show")
+def trust_show(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The agent's trust score, its flags, and the check of its trust log.
+
+    Exit codes: 0 shown and the log verifies; 1 the trust log does not verify; 2 no such
+    agent; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        svc = ClaimService(store)
+        doc = {
+            **svc.agent_dict(svc.get_agent(agent_id)),
+            "trust_log": svc.check_trust_log(agent_id),
+        }
+    if as_json:
+        output.emit_json(doc)
+    else:
+        output.out.print(_kv_table(doc))
+    if not doc["trust_log"]["ok"]:
+        raise typer.Exit(output.EXIT_FAILED)
+
+
+@trust_app.command("history")
+def trust_history(
+    agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The agent's hash-chained trust log, oldest first.
+
+    With --json: {"agent_id", "entries": [{"version","entry_id","type","payload","chain_hash"}],
+    "check": {"ok", "entries", "first_bad_version", "root", "score_matches"}}.
+
+    Exit codes: 0 printed and the log verifies; 1 it does not verify; 2 no such agent; 3 store
+    error.
+    """
+    with command(as_json), opened(db) as store:
+        svc = ClaimService(store)
+        entries = svc.get_trust_history(agent_id)
+        check = svc.check_trust_log(agent_id)
+    if as_json:
+        output.emit_json(
+            {"agent_id": agent_id, "entries": [e.to_dict() for e in entries], "check": check}
+        )
+    else:
+        table = Table("v", "type", "verdict", "before", "after", "pattern", "chain_hash")
+        for e in entries:
+            p = e.payload
+            after = p.get("score_after", p.get("trust_score"))
+            before = p.get("score_before")
+            table.add_row(
+                str(e.version),
+                e.type,
+                p.get("verdict", ""),
+                "" if before is None else _score(before),
+                _score(after),
+                "applied" if p.get("pattern", {}).get("propagated") else "",
+                e.chain_hash[:16] + "…",
+            )
+        output.out.print(table)
+        verdict = (
+            "verifies" if check["ok"] else f"DOES NOT VERIFY (entry {check['first_bad_version']})"
+        )
+        output.out.print(f"trust log {verdict}; root {check['root']}")
+    if not check["ok"]:
+        raise typer.Exit(output.EXIT_FAILED)

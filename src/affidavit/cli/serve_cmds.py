@@ -1,0 +1,118 @@
+"""``affidavit serve`` (the HTTP API) and ``affidavit apikeys create|list|revoke``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from affidavit.api.auth import ROLES, create_api_key, revoke_api_key
+from affidavit.cli import output
+from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.runtime_cmds import ToolsOption
+from affidavit.core.config import database_url
+
+apikeys_app = typer.Typer(help="API keys of the HTTP API.", no_args_is_help=True)
+
+
+@apikeys_app.command("create")
+def apikeys_create(
+    agent: Annotated[str, typer.Option("--agent", help="The agent the key acts as.")],
+    role: Annotated[str, typer.Option("--role", help=f"One of: {', '.join(ROLES)}.")],
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="The namespace the key sees (admins: all).")
+    ] = "default",
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create an API key and print it — once: only its hash is stored.
+
+    Exit codes: 0 created; 3 an unknown role, an invalid namespace or agent id, or a store
+    error (nothing is written).
+    """
+    with command(as_json), opened(db) as store:
+        row, key = create_api_key(store, agent_id=agent, role=role, namespace=namespace)
+    if as_json:
+        output.emit_json({"key_id": row.key_id, "key": key, **row.to_dict()})
+        return
+    output.err.print(
+        f"key {row.key_id} for agent {row.agent_id} ({row.role}, namespace {row.namespace}); "
+        "store it now, it is not shown again:"
+    )
+    output.out.print(key)
+
+
+@apikeys_app.command("list")
+def apikeys_list(db: DbOption = None, as_json: JsonOption = False) -> None:
+    """List API keys (never the keys themselves).
+
+    Exit codes: 0 listed; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        rows = store.list_api_keys()
+    if as_json:
+        output.emit_json([r.to_dict() for r in rows])
+        return
+    table = Table("key id", "agent", "role", "namespace", "created", "revoked")
+    for r in rows:
+        table.add_row(r.key_id, r.agent_id, r.role, r.namespace, r.created_at, r.revoked_at or "")
+    output.out.print(table)
+
+
+@apikeys_app.command("revoke")
+def apikeys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key id (from `apikeys list`).")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Revoke an API key: every later request with it gets 401. Revoking twice is harmless.
+
+    Exit codes: 0 revoked; 2 no such key; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        row = revoke_api_key(store, key_id)
+    if as_json:
+        output.emit_json(row.to_dict())
+    else:
+        output.out.print(f"key {row.key_id} revoked at {row.revoked_at}")
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8080,
+    tools: ToolsOption = None,
+    rate_limit: Annotated[
+        str,
+        typer.Option(help="Requests per key: REQUESTS/SECONDS (default 1200/60); 'off' for none."),
+    ] = "1200/60",
+    db: DbOption = None,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) until Ctrl-C.
+
+    With --tools, submitted plans are checked against those tools; without, workers check them
+    when they run the job. Exit codes: 0 stopped; 3 a bad option or store error.
+    """
+    import uvicorn
+
+    from affidavit.api.app import create_app
+    from affidavit.api.ratelimit import RateLimit
+    from affidavit.runtime.sdk import load_tools, registry
+    from affidavit.store import open_store
+
+    with command(False):
+        limit = None if rate_limit.strip().lower() == "off" else RateLimit.parse(rate_limit)
+        for spec in tools or []:
+            load_tools(spec)
+        store = open_store(database_url(db))
+    try:
+        app = create_app(store, tools=registry if tools else None, rate_limit=limit)
+        output.err.print(f"affidavit API on http://{host}:{port} ({store.backend}); docs at /docs")
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        store.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.add_typer(apikeys_app, name="apikeys")

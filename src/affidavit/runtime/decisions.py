@@ -1,0 +1,294 @@
+"""Human decisions on a job: signal a wait, resume a parked job, cancel.
+
+These are the service functions behind ``affidavit signal|resume|cancel`` and the HTTP API.
+Each is one durable transaction that locks the job first, so concurrent decisions on one job
+are serialized: the second sees what the first wrote (a duplicate signal appends nothing).
+Nothing is written when a decision is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.errors import AffidavitError, JobNotFound, SignalRejected
+from affidavit.core.events import utc_now
+from affidavit.runtime.replay import ReplayContext, build_from_events
+from affidavit.runtime.sealing import Sealer
+from affidavit.store import JobRecord, NewEvent, Store, Transaction
+
+
+class InvalidStateError(AffidavitError):
+    code = "invalid_state"
+    default_hint = "Check the job's status with `affidavit jobs show JOB`."
+
+
+# Which decisions resolve which kind of park.
+DECISIONS_BY_REASON: dict[str, tuple[str, ...]] = {
+    "in_flight": ("retry", "accept_result", "fail"),
+    "replay_verification": ("continue", "fail"),
+}
+RESUME_DECISIONS = ("retry", "accept_result", "continue", "fail")
+
+
+def _locked(store: Store, tx: Transaction, job_id: str) -> tuple[JobRecord, ReplayContext]:
+    """The job, locked against concurrent writers for the rest of ``tx``, and its log."""
+    job = tx.get_job(job_id, for_update=True)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job, build_from_events(store.list_events(job_id))
+
+
+# --- signal -----------------------------------------------------------------------------------
+
+
+def signal_job(
+    store: Store, job_id: str, key: str, payload: Any = None, *, by: str | None = None
+) -> tuple[JobRecord, bool]:
+    """Complete the wait of ``job_id`` whose correlation key is ``key``: append
+    ``wait_completed`` with ``payload`` (the wait node's output) and make the job runnable.
+
+    Returns ``(job, appended)``; a key that was already signalled returns ``appended=False``
+    and writes nothing (signals are idempotent).
+
+    Raises:
+        JobNotFound: no such job.
+        SignalRejected: no wait of the job has this key, or the job ended before the signal.
+        CanonicalizationError: the payload is not JSON that can be recorded.
+    """
+    canonical(payload)
+    with store.transaction(durable=True) as tx:
+        job, replay = _locked(store, tx, job_id)
+        if key in replay.completed_waits:
+            return job, False
+        wait = replay.waits.get(key)
+        if wait is None:
+            waiting = ", ".join(k for k in replay.waits if k not in replay.completed_waits)
+            raise SignalRejected(
+                f"job {job_id} has no wait with correlation key {key!r}",
+                hint=f"Open waits: {waiting}." if waiting else "The job waits for nothing now.",
+            )
+        if job.terminal:
+            raise SignalRejected(f"job {job_id} is {job.status}; it takes no more signals")
+        tx.append(
+            job_id,
+            [
+                NewEvent(
+                    "wait_completed",
+                    {
+                        "at": utc_now(),
+                        "node_id": wait["node_id"],
+                        "correlation_key": key,
+                        "payload": payload,
+                        "signalled_by": by,
+                    },
+                )
+            ],
+            expected_version=job.version,
+        )
+        return tx.update_job(job_id, status="pending"), True
+
+
+# --- resume -----------------------------------------------------------------------------------
+
+
+def resume_job(
+    store: Store,
+    job_id: str,
+    decision: str,
+    *,
+    result: Any = None,
+    by: str | None = None,
+    note: str | None = None,
+    sealer: Sealer | None = None,
+) -> JobRecord:
+    """Resolve a parked job (FORMATS.md §3 closing rule). Parked on an in-flight invocation:
+
+    - ``retry``: the invocation is closed as ``lost`` and the tool may run again;
+    - ``accept_result``: the invocation is closed as a success with ``result`` (the effect
+      happened; a person checked) and the job continues;
+    - ``fail``: the invocation is closed as ``lost`` and the job fails.
+
+    Parked by confirmation replay (``replay_verification``):
+
+    - ``continue``: a person accepts the world as it is; the mismatched steps are not checked
+      again in this job and it continues;
+    - ``fail``: the job fails.
+
+    A job failed here is sealed in the same transaction, with ``sealer`` (default: the key
+    file for this store, see :mod:`affidavit.runtime.sealing`).
+
+    Raises:
+        JobNotFound: no such job.
+        InvalidStateError: the job is not parked, or the decision does not fit its park.
+    """
+    if decision not in RESUME_DECISIONS:
+        raise InvalidStateError(
+            f"unknown decision {decision!r}", hint=f"Use one of: {', '.join(RESUME_DECISIONS)}."
+        )
+    if decision == "accept_result" and result is None:
+        raise InvalidStateError("accept_result needs --result (the effect's result)")
+    if result is not None:
+        canonical(result)
+    sealer = sealer if sealer is not None else Sealer.for_store(store)
+    if decision == "fail":
+        sealer.key()  # load or create it before the transaction, not inside
+    with store.transaction(durable=True) as tx:
+        job, replay = _locked(store, tx, job_id)
+        if job.status != "parked" or replay.parked is None:
+            raise InvalidStateError(f"job {job_id} is {job.status}, not parked")
+        reason = str(replay.parked.get("reason"))
+        allowed = DECISIONS_BY_REASON.get(reason, ("fail",))
+        if decision not in allowed:
+            raise InvalidStateError(
+                f"job {job_id} is parked for {reason}; {decision!r} does not resolve that",
+                hint=f"Use one of: {', '.join(allowed)}.",
+            )
+        at = utc_now()
+        events: list[NewEvent] = []
+        if reason == "in_flight":
+            events += _close_in_flight(tx, job_id, replay, decision, result, at)
+        events.append(
+            NewEvent(
+                "job_resumed",
+                {"at": at, "decision": decision, "result": result, "by": by, "note": note},
+            )
+        )
+        if decision == "fail":
+            error = {
+                "type": reason,
+                "message": "invocation in flight or lost; failed by a person"
+                if reason == "in_flight"
+                else f"parked for {reason}; failed by a person",
+            }
+            events.append(
+                NewEvent(
+                    "job_failed",
+                    {"at": at, "error": error, "node_id": replay.parked.get("node_id")},
+                )
+            )
+            tx.append(job_id, events, expected_version=job.version)
+            failed = tx.update_job(job_id, status="failed", error=error)
+            sealer.seal_txn(tx, job_id)
+            return failed
+        tx.append(job_id, events, expected_version=job.version)
+        return tx.update_job(job_id, status="pending")
+
+
+def _close_in_flight(
+    tx: Transaction,
+    job_id: str,
+    replay: ReplayContext,
+    decision: str,
+    result: Any,
+    at: str,
+) -> list[NewEvent]:
+    """Close every open invocation as the person decided; mark the ledger rows to match."""
+    events: list[NewEvent] = []
+    for key, started in replay.pending_tool_invocations.items():
+        base = {"at": at, "node_id": started["node_id"], "step_id": started["step_id"]}
+        closing = {
+            **base,
+            "invocation_id": started["invocation_id"],
+            "idempotency_key": key,
+            "catch_up": True,
+        }
+        if decision == "accept_result":
+            events += [
+                NewEvent(
+                    "tool_invocation_finished", {**closing, "outcome": "success", "result": result}
+                ),
+                NewEvent(
+                    "command_committed",
+                    {
+                        **base,
+                        "command_id": started["invocation_id"],
+                        "idempotency_key": key,
+                        "result_hash": canonical_sha256(result),
+                    },
+                ),
+                NewEvent(
+                    "node_finished",
+                    {
+                        **base,
+                        "result_type": "side_effect_committed",
+                        "attempt": started["attempt"],
+                        "duration_ms": 0,
+                    },
+                ),
+            ]
+            tx.ledger_finish(job_id, key, status="committed", result=result)
+            continue
+        error = {"type": "lost", "message": f"resolved by a person: {decision}"}
+        events.append(
+            NewEvent("tool_invocation_finished", {**closing, "outcome": "lost", "error": error})
+        )
+        tx.ledger_finish(job_id, key, status="failed", error=error)
+        if decision == "fail":
+            events.append(
+                NewEvent(
+                    "node_finished",
+                    {
+                        **base,
+                        "result_type": "permanent_failure",
+                        "error": error,
+                        "attempt": started["attempt"],
+                        "duration_ms": 0,
+                    },
+                )
+            )
+    return events
+
+
+# --- cancel -----------------------------------------------------------------------------------
+
+
+def cancel_job(
+    store: Store,
+    job_id: str,
+    *,
+    reason: str | None = None,
+    by: str | None = None,
+    sealer: Sealer | None = None,
+) -> JobRecord:
+    """Cancel a job that is not finished. Invocations still open are closed as ``lost``
+    (the tool may or may not have acted) and the lease is revoked, so a worker still
+    running the job can write nothing more. The cancelled job is sealed in the same
+    transaction, with ``sealer`` (default: the key file for this store).
+
+    Raises:
+        JobNotFound: no such job.
+        InvalidStateError: the job already completed, failed or was cancelled.
+    """
+    sealer = sealer if sealer is not None else Sealer.for_store(store)
+    sealer.key()  # load or create it before the transaction, not inside
+    with store.transaction(durable=True) as tx:
+        job, replay = _locked(store, tx, job_id)
+        if job.terminal:
+            raise InvalidStateError(f"job {job_id} is already {job.status}")
+        at = utc_now()
+        events = []
+        for key, started in replay.pending_tool_invocations.items():
+            error = {"type": "cancelled", "message": "job cancelled while in flight"}
+            events.append(
+                NewEvent(
+                    "tool_invocation_finished",
+                    {
+                        "at": at,
+                        "node_id": started["node_id"],
+                        "step_id": started["step_id"],
+                        "invocation_id": started["invocation_id"],
+                        "idempotency_key": key,
+                        "outcome": "lost",
+                        "catch_up": True,
+                        "error": error,
+                    },
+                )
+            )
+            tx.ledger_finish(job_id, key, status="failed", error=error)
+        events.append(NewEvent("job_cancelled", {"at": at, "reason": reason, "by": by}))
+        tx.append(job_id, events, expected_version=job.version)
+        tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
+        cancelled = tx.update_job(job_id, status="cancelled")
+        sealer.seal_txn(tx, job_id)
+        return cancelled

@@ -1,0 +1,117 @@
+"""Submitting a job: validate everything, then write ``job_created`` + ``plan_generated``.
+
+The service function behind ``Runtime.submit``, ``affidavit submit|run`` and ``POST /api/jobs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from affidavit.core.canonical import canonical
+from affidavit.core.config import DEFAULT_NAMESPACE
+from affidavit.core.errors import ConfigError, PlanError
+from affidavit.core.events import utc_now
+from affidavit.core.plan import Plan
+from affidavit.runtime.confirm import REPLAY_VERIFICATION_MODES
+from affidavit.runtime.sdk import ToolRegistry
+from affidavit.store import JobRecord, NewEvent, Store
+
+
+def check_plan(plan: Plan, tools: ToolRegistry) -> None:
+    """Every tool and pure node of ``plan`` names a function of ``tools`` of the right kind.
+
+    Raises:
+        PlanError: naming the node and the tool.
+    """
+    for node in plan.nodes:
+        if node.type not in ("tool", "pure"):
+            continue
+        found = tools.get(node.tool or "")
+        if found is None:
+            known = ", ".join(tools.names()) or "none"
+            raise PlanError(
+                f"node {node.id!r} uses {node.type} {node.tool!r}, which is not registered",
+                node_id=node.id,
+                hint=f"Registered: {known}. Load the module that defines it with --tools.",
+            )
+        if found.kind != node.type:
+            raise PlanError(
+                f"node {node.id!r} is a {node.type} node but {node.tool!r} is registered "
+                f"with @{found.kind}",
+                node_id=node.id,
+            )
+
+
+def submit_job(
+    store: Store,
+    plan: Plan | Mapping[str, Any] | str | Path,
+    input: Any = None,
+    *,
+    tools: ToolRegistry | None,
+    idempotency_key: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    submitted_by: str | None = None,
+    replay_verification: str | None = None,
+) -> tuple[JobRecord, bool]:
+    """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
+    (per namespace) returns the existing job and ``created=False``. Nothing is written unless
+    the plan, its tools (unless ``tools`` is ``None``: then workers check them when they run the
+    job) and the input are all valid.
+
+    ``replay_verification`` (``strict`` | ``warn`` | ``human``) overrides the plan's mode for
+    this job; the effective policy is recorded in ``plan_generated``.
+
+    Raises:
+        PlanError: the plan is invalid or uses a tool that is not registered.
+        ConfigError: an unknown ``replay_verification`` mode.
+        CanonicalizationError: the input is not JSON that can be recorded.
+    """
+    if isinstance(plan, Plan):
+        parsed = plan
+    elif isinstance(plan, Mapping):
+        parsed = Plan.parse(dict(plan))
+    else:
+        parsed = Plan.from_file(plan)
+    if tools is not None:
+        check_plan(parsed, tools)
+    policy = parsed.policy.to_dict()
+    if replay_verification is not None:
+        if replay_verification not in REPLAY_VERIFICATION_MODES:
+            raise ConfigError(
+                f"unknown replay_verification mode {replay_verification!r}",
+                hint=f"Use one of: {', '.join(REPLAY_VERIFICATION_MODES)}.",
+            )
+        policy["replay_verification"] = replay_verification
+    job_input = {} if input is None else input
+    canonical(job_input)  # rejects non-JSON input with its path, before anything is written
+    at = utc_now()
+    return store.create_job(
+        namespace=namespace,
+        plan_name=parsed.name,
+        idempotency_key=idempotency_key,
+        submitted_by=submitted_by,
+        events=[
+            NewEvent(
+                "job_created",
+                {
+                    "at": at,
+                    "input": job_input,
+                    "plan_name": parsed.name,
+                    "namespace": namespace,
+                    "submitted_by": submitted_by,
+                    "idempotency_key": idempotency_key,
+                },
+            ),
+            NewEvent(
+                "plan_generated",
+                {
+                    "at": at,
+                    "task_graph": dict(parsed.task_graph),
+                    "plan_hash": parsed.plan_hash,
+                    "policy": policy,
+                },
+            ),
+        ],
+    )

@@ -1,0 +1,139 @@
+"""A job's trace: each node of its plan with what happened to it, read from the log.
+
+The service function behind ``affidavit jobs trace``, ``GET /api/jobs/{id}/trace`` and the
+trace page. Read-only.
+
+A node's ``state`` is what the trace page colours it by:
+
+- ``pure`` / ``side_effect_committed`` / ``compensated``: finished with that outcome;
+- ``in_flight``: a tool invocation started and never finished (a crash between T1 and T2);
+- ``waiting``: a wait or approval node the job waits on; ``parked``: the node the job is parked
+  on (an in-flight invocation, or a committed step the world no longer matches);
+- ``running``: started and not finished in a running job; ``failed``: its last try failed;
+- ``pending``: not started yet, or to be finished at the next pickup (a signalled wait);
+  ``skipped``: never started and the job has ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from affidavit.runtime.replay import ReplayContextBuilder
+from affidavit.store import Store
+
+NODE_STATES = (
+    "pure",
+    "side_effect_committed",
+    "compensated",
+    "in_flight",
+    "waiting",
+    "parked",
+    "running",
+    "failed",
+    "pending",
+    "skipped",
+)
+
+
+def job_trace(store: Store, job_id: str) -> dict[str, Any]:
+    """The job, its nodes in plan order with state, outcome, attempts, timings, and the waits,
+    park and confirmation warnings in force.
+
+    Raises:
+        JobNotFound: no such job.
+        ReplayError: the log is structurally impossible (see ``affidavit verify``).
+    """
+    job = store.get_job(job_id)
+    events = store.list_events(job_id)
+    builder = ReplayContextBuilder()
+    started_at: dict[str, str] = {}
+    finished_at: dict[str, str] = {}
+    durations: dict[str, float] = {}
+    tries: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        p = e.payload
+        builder.add(e, p)
+        if e.type not in ("node_started", "node_finished"):
+            continue
+        node_id = p["node_id"]
+        if e.type == "node_started":
+            started_at.setdefault(node_id, p.get("at", ""))
+        else:
+            finished_at[node_id] = p.get("at", "")
+            durations[node_id] = durations.get(node_id, 0) + float(p.get("duration_ms", 0))
+            tries.setdefault(node_id, []).append(
+                {
+                    "attempt": p.get("attempt"),
+                    "result_type": p["result_type"],
+                    "at": p.get("at"),
+                    "duration_ms": p.get("duration_ms"),
+                    "error": p.get("error"),
+                    "version": e.version,
+                }
+            )
+    replay = builder.ctx
+    pending_nodes = {p["node_id"]: k for k, p in replay.pending_tool_invocations.items()}
+    open_waits = {
+        w["node_id"]: k for k, w in replay.waits.items() if k not in replay.completed_waits
+    }
+    parked_node = replay.parked.get("node_id") if replay.parked else None
+    signalled = {w["node_id"] for w in replay.completed_waits.values()}
+    completed = replay.completed_nodes
+    graph = replay.task_graph or {"nodes": []}
+    nodes = []
+    for raw in graph["nodes"]:
+        node_id = raw["id"]
+        finished = replay.node_finished.get(node_id)
+        outcome = finished["result_type"] if finished else None
+        if parked_node == node_id and job.status == "parked":
+            state = "parked"  # the step a person must decide about, whatever it did before
+        elif node_id in completed:
+            state = str(outcome)
+        elif node_id in pending_nodes:
+            state = "in_flight"
+        elif node_id in open_waits and job.status == "waiting":
+            state = "waiting"
+        elif finished is not None:
+            state = "failed"
+        elif job.terminal:
+            state = "failed" if node_id in started_at else "skipped"
+        elif node_id in started_at and job.status == "running" and node_id not in signalled:
+            state = "running"
+        else:
+            state = "pending"
+        node: dict[str, Any] = {
+            "id": node_id,
+            "type": raw["type"],
+            "tool": raw.get("tool"),
+            "depends_on": list(raw.get("depends_on", [])),
+            "step_id": replay.step_ids.get(node_id),
+            "state": state,
+            "outcome": outcome,
+            "attempts": replay.node_attempts.get(node_id, len(tries.get(node_id, []))),
+            "started_at": started_at.get(node_id),
+            "finished_at": finished_at.get(node_id),
+            "duration_ms": durations.get(node_id),
+            "tries": tries.get(node_id, []),
+        }
+        if node_id in completed:
+            node["output"] = replay.node_output(node_id)
+        if finished is not None and "error" in finished:
+            node["error"] = finished["error"]
+        if node_id in pending_nodes:
+            node["idempotency_key"] = pending_nodes[node_id]
+        if node_id in open_waits:
+            node["correlation_key"] = open_waits[node_id]
+        nodes.append(node)
+    return {
+        "job": job.to_dict(),
+        "plan_hash": replay.plan_hash,
+        "policy": replay.policy,
+        "nodes": nodes,
+        "waiting_for": [{"node_id": n, "correlation_key": k} for n, k in open_waits.items()]
+        if job.status == "waiting"
+        else [],
+        "parked": {k: v for k, v in replay.parked.items() if k != "at"} if replay.parked else None,
+        "warnings": replay.warnings,
+        "created_at": events[0].payload.get("at") if events else None,
+        "event_count": len(events),
+    }

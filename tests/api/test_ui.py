@@ -1,0 +1,145 @@
+"""The trace page in a real headless Chromium (Debian's ``/usr/bin/chromium``, driven by
+Playwright), against the real API server on loopback. Screenshots go to ``test-artifacts/``
+(or ``$AFFIDAVIT_TEST_ARTIFACTS``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from affidavit import FileVerifier, Runtime, Tool, ToolContext, ToolRegistry, record_file
+from tests.api.conftest import Api
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip(
+        "Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency")
+
+ARTIFACTS = Path(os.environ.get("AFFIDAVIT_TEST_ARTIFACTS", "test-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def open_page(browser: Any, api: Api, path: str, who: str) -> Any:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(api.url + path)
+    page.fill("#key", api.keys[who].removeprefix("Bearer "))
+    page.click("#login button[type=submit]")
+    page.wait_for_selector("body[data-ready]")
+    assert page.get_attribute("body", "data-ready") == "true", page.inner_text("#error")
+    return page
+
+
+def parked_job(api: Api, tmp_path: Path) -> str:
+    """A job parked because the file its first step wrote was edited while it waited."""
+    report = tmp_path / "report.txt"
+
+    def write(ctx: ToolContext) -> dict[str, Any]:
+        report.write_text("refund approved\n")
+        record_file(ctx, report)
+        return {"path": str(report)}
+
+    def after(ctx: ToolContext, w: Any) -> dict[str, Any]:
+        return {"saw": w}
+
+    tools = ToolRegistry([Tool("write", write, "tool"), Tool("after", after, "pure")])
+    plan = {
+        "name": "report",
+        "replay_verification": "human",
+        "nodes": [
+            {"id": "write", "type": "tool", "tool": "write"},
+            {"id": "ok", "type": "approval", "depends_on": ["write"]},
+            {"id": "after", "type": "pure", "tool": "after", "args": {"w": "${write}"},
+             "depends_on": ["ok"]},
+            {"id": "never", "type": "pure", "tool": "after", "args": {"w": "${after}"},
+             "depends_on": ["after"]},
+        ],
+    }  # fmt: skip
+    with Runtime(api.store.url, tools=tools, verifiers=[FileVerifier()]) as rt:
+        job_id = rt.submit(plan, {}, namespace="a").job_id
+        rt.run_job(job_id)
+        rt.signal(job_id, f"{job_id}:ok", {"approved": True})
+        report.write_text("edited by hand\n")
+        rt.run_job(job_id)
+        assert rt.get_job(job_id).status == "parked"
+    return job_id
+
+
+def test_trace_page_of_a_parked_job(browser: Any, api: Api, tmp_path: Path) -> None:
+    job_id = parked_job(api, tmp_path)
+    page = open_page(browser, api, f"/ui/jobs/{job_id}", "observer_a")
+    states = {
+        g.get_attribute("data-node"): g.get_attribute("data-state")
+        for g in page.query_selector_all("#dag g.node")
+    }
+    assert (
+        states
+        == {
+            "write": "side_effect_committed",
+            "ok": "pure",
+            "after": "pending",
+            "never": "pending",
+        }
+        or states["write"] == "parked"
+    )
+    assert set(states) == {"write", "ok", "after", "never"}  # every node of the plan is drawn
+    assert page.inner_text("#job-status") == "parked"
+    assert "Parked on write (replay_verification)" in page.inner_text("#parked")
+    assert len(page.query_selector_all("#dag path[data-edge]")) == 3
+    rows = page.query_selector_all("#events tr[data-version]")
+    assert len(rows) == api.store.get_job(job_id).version
+    assert page.query_selector_all("#timeline rect[data-bar]")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"trace-parked-{api.store.backend}.png"), full_page=True)
+    page.close()
+
+
+def test_job_list_and_namespace(browser: Any, api: Api) -> None:
+    mine = api.waiting_job("a")
+    theirs = api.waiting_job("b")
+    page = open_page(browser, api, "/ui/", "observer_a")
+    listed = {r.get_attribute("data-job") for r in page.query_selector_all("#jobs tr[data-job]")}
+    assert mine in listed and theirs not in listed
+    page.click(f"a[href='/ui/jobs/{mine}']")
+    page.wait_for_selector("#dag")
+    assert page.get_attribute("#dag g[data-node=ok]", "data-state") == "waiting"
+    assert f"--key {mine}:ok" in page.inner_text("[data-wait=ok]")
+    page.close()
+    # another namespace's job reads as not found
+    other = open_page_error(browser, api, f"/ui/jobs/{theirs}", "observer_a")
+    assert "not found" in other
+
+
+def open_page_error(browser: Any, api: Api, path: str, who: str) -> str:
+    page = browser.new_page()
+    page.goto(api.url + path)
+    page.fill("#key", api.keys[who].removeprefix("Bearer "))
+    page.click("#login button[type=submit]")
+    page.wait_for_selector("body[data-ready=error]")
+    text = str(page.inner_text("#error"))
+    page.close()
+    return text
+
+
+def test_bad_key_shows_the_error_and_forgets_it(browser: Any, api: Api) -> None:
+    page = browser.new_page()
+    page.goto(api.url + "/ui/")
+    page.fill("#key", "afv_0000000000000000_" + "x" * 43)
+    page.click("#login button[type=submit]")
+    page.wait_for_selector("body[data-ready=error]")
+    assert "invalid or revoked API key" in page.inner_text("#error")
+    assert page.evaluate("sessionStorage.getItem('affidavit.key')") is None
+    page.close()

@@ -1,0 +1,143 @@
+"""``affidavit agents``, ``claims`` and ``trust`` as a user runs them (both backends)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli.test_cli import cli, json_of
+
+
+def setup_agents(url: str) -> None:
+    for agent, ns, role in (
+        ("alice", "team", "agent"),
+        ("vera", "team", "agent"),
+        ("otto", "team", "observer"),
+    ):
+        result = cli(
+            "agents", "add", agent, "--namespace", ns, "--role", role, "--db", url, "--json"
+        )
+        assert result.returncode == 0, result.stderr
+        assert json_of(result)["trust_score"] == 0.5
+
+
+def verify(
+    url: str,
+    *extra: str,
+    claim: str = '{"return_code": 0}',
+    cmd: str = "true",
+    verifier: str = "vera",
+):  # type: ignore[no-untyped-def]
+    return cli(
+        "claims",
+        "verify",
+        "--agent",
+        "alice",
+        "--type",
+        "test_result",
+        "--claim",
+        claim,
+        "--command",
+        cmd,
+        "--verifier",
+        verifier,
+        "--db",
+        url,
+        *extra,
+    )
+
+
+def test_verify_history_stats_and_trust(store_url: str) -> None:
+    setup_agents(store_url)
+    ok = verify(store_url, "--json")
+    assert ok.returncode == 0, ok.stderr
+    doc = json_of(ok)
+    assert set(doc) >= {
+        "accurate",
+        "decided_by",
+        "actual",
+        "verification_id",
+        "evidence_id",
+        "new_trust_score",
+        "propagation",
+    }
+    assert doc["accurate"] is True and doc["decided_by"] == "return_code"
+    assert doc["new_trust_score"] == 0.55
+
+    wrong = verify(store_url, "--json", cmd="false")
+    assert wrong.returncode == 1 and json_of(wrong)["accurate"] is False
+
+    timed = verify(store_url, "--json", "--timeout", "0.2", claim="{}", cmd="sleep 5")
+    assert timed.returncode == 1 and json_of(timed)["decided_by"] == "timeout"
+
+    human = verify(store_url, claim='{"output_contains": "hi"}', cmd="echo hi")
+    assert human.returncode == 0 and "accurate" in human.stdout
+
+    history = cli("claims", "history", "alice", "--db", store_url, "--json")
+    assert [h["verdict"] for h in json_of(history)] == [
+        "accurate",
+        "error",
+        "inaccurate",
+        "accurate",
+    ]
+    table = cli("claims", "history", "alice", "--db", store_url)
+    assert table.returncode == 0 and "return_code" in table.stdout
+
+    stats = json_of(cli("claims", "stats", "alice", "--db", store_url, "--json"))
+    assert (stats["total_verifications"], stats["error_verifications"]) == (3, 1)
+    assert cli("claims", "stats", "alice", "--db", store_url).returncode == 0
+
+    trust = cli("trust", "show", "alice", "--db", store_url, "--json")
+    assert trust.returncode == 0
+    assert json_of(trust)["trust_log"]["ok"] is True
+    log = cli("trust", "history", "alice", "--db", store_url, "--json")
+    assert log.returncode == 0
+    assert len(json_of(log)["entries"]) == 5
+    assert cli("trust", "history", "alice", "--db", store_url).returncode == 0
+
+    taken = cli("agents", "add", "alice", "--db", store_url, "--json")
+    assert taken.returncode == 3 and json_of(taken)["error"]["code"] == "agent_exists"
+    bad_role = cli("agents", "add", "bob", "--role", "root", "--db", store_url, "--json")
+    assert bad_role.returncode == 5 and json_of(bad_role)["error"]["code"] == "invalid_input"
+    listed = json_of(cli("agents", "list", "--db", store_url, "--json"))
+    assert [a["agent_id"] for a in listed] == ["alice", "otto", "vera"]
+    shown = cli("agents", "show", "alice", "--db", store_url)
+    assert shown.returncode == 0 and "trust_score" in shown.stdout
+
+
+def test_refused_claims_exit_5_and_run_nothing(store_url: str, tmp_path: Path) -> None:
+    setup_agents(store_url)
+    marker = tmp_path / "pwned"
+    cases = [
+        ({"cmd": f"sh -c 'touch {marker}'"}, "command_not_allowed"),
+        ({"cmd": f'python -c \'open("{marker}", "w")\''}, "command_not_allowed"),
+        ({"verifier": "otto"}, "verifier_role_forbidden"),
+        ({"verifier": "alice"}, "self_verification"),
+        ({"claim": "{not json"}, "invalid_claim"),
+        ({"claim": '{"retrun_code": 0}'}, "invalid_claim"),
+    ]
+    for kwargs, code in cases:
+        result = verify(store_url, "--json", **kwargs)
+        assert result.returncode == 5, (kwargs, result.stdout, result.stderr)
+        assert json_of(result)["error"]["code"] == code
+    assert not marker.exists()
+    assert json_of(cli("claims", "history", "alice", "--db", store_url, "--json")) == []
+    missing = verify(store_url, "--json", verifier="nobody")
+    assert missing.returncode == 2 and json_of(missing)["error"]["code"] == "agent_not_found"
+    human = verify(store_url, cmd="rm -rf /")
+    assert human.returncode == 5 and "allow-list" in human.stderr
+
+
+def test_project_dir_option(store_url: str, tmp_path: Path) -> None:
+    setup_agents(store_url)
+    (tmp_path / "check.py").write_text("print('{\"score\": 10}')\n")
+    result = verify(
+        store_url,
+        "--json",
+        "--project-dir",
+        str(tmp_path),
+        claim='{"metrics": {"score": 10}}',
+        cmd="python check.py",
+    )
+    assert result.returncode == 0, result.stdout
+    assert json.loads(result.stdout)["actual"]["metrics"] == {"score": 10.0}
