@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from affidavit.api import claims, errors, jobs, ui
+from affidavit.api import claims, errors, jobs, keys, ui
 from affidavit.api.deps import Observer, Service, ServiceDep
 from affidavit.api.models import ErrorBody, Health
 from affidavit.api.ratelimit import Limiter, RateLimit
@@ -78,6 +78,7 @@ def create_app(
     errors.install(app)
     app.include_router(jobs.router)
     app.include_router(claims.router)
+    app.include_router(keys.router)
     ui.install(app)
 
     @app.middleware("http")

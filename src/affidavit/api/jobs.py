@@ -20,11 +20,13 @@ from affidavit.api.models import (
     SignalResult,
     SubmitJob,
     Trace,
+    Verification,
 )
 from affidavit.runtime.decisions import cancel_job, resume_job, signal_job
 from affidavit.runtime.submit import submit_job
 from affidavit.runtime.trace import job_trace
 from affidavit.store import JOB_STATUSES, JobFilter
+from affidavit.verify import verify_job
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 409, 422, 429, 503)
@@ -122,6 +124,15 @@ def trace(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     """Each node with its state, outcome, attempts and timings; the waits and the park."""
     visible_job(svc.store, caller, job_id)
     return job_trace(svc.store, job_id)
+
+
+@router.get("/{job_id}/verify", response_model=Verification)
+def verify(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+    """Verification Mode (read-only, any status): execution hash, event chain root, ledger
+    proof, replay proof, stored chain, seal. 200 whatever the verdict (see `ok`); 404 for an
+    unknown job or one of another namespace."""
+    visible_job(svc.store, caller, job_id)
+    return verify_job(svc.store, job_id).to_dict()
 
 
 @router.post("/{job_id}/signal", response_model=SignalResult)

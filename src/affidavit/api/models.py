@@ -125,3 +125,53 @@ class ErrorDetail(BaseModel):
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
+
+
+# --- Verification Mode (FORMATS.md §6) and seal keys ---------------------------------------------
+
+
+class LedgerProof(BaseModel):
+    ok: bool
+    pending_idempotency_keys: list[str]
+
+
+class ReplayProof(BaseModel):
+    ok: bool
+    error: str
+
+
+class StoredChain(BaseModel):
+    ok: bool
+    first_bad_version: int | None
+    event_count: int
+
+
+class SealCheck(BaseModel):
+    present: bool
+    ok: bool
+    key_id: str | None
+    event_count: int | None
+    error: str
+
+
+class Verification(BaseModel):
+    job_id: str
+    execution_hash: str
+    event_chain_root_hash: str
+    tool_invocation_ledger_proof: LedgerProof
+    replay_proof_result: ReplayProof
+    stored_chain: StoredChain
+    seal: SealCheck
+    ok: bool
+
+
+class SealKey(BaseModel):
+    key_id: str
+    algorithm: str
+    public_key: str = Field(description="Base64 of the raw 32-byte Ed25519 public key.")
+    created_at: str | None
+    retired_at: str | None
+
+
+class SealKeys(BaseModel):
+    keys: list[SealKey]

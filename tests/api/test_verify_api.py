@@ -1,0 +1,63 @@
+"""``GET /api/jobs/{id}/verify`` and ``GET /api/keys`` over real HTTP, on both backends."""
+
+from __future__ import annotations
+
+from affidavit import verify_job
+from tests.api.conftest import Api
+from tests.verify.helpers import RawDb
+
+
+def finished_job(api: Api, namespace: str = "a") -> str:
+    job_id = api.waiting_job(namespace)
+    with api.client("agent_a" if namespace == "a" else "agent_b") as c:
+        assert c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok"}).status_code == 200
+    api.runtime.run_job(job_id)
+    assert api.runtime.get_job(job_id).status == "completed"
+    return job_id
+
+
+def test_verify_endpoint(api: Api) -> None:
+    job_id = finished_job(api)
+    with api.client("observer_a") as c:
+        response = c.get(f"/api/jobs/{job_id}/verify")
+        assert response.status_code == 200
+        doc = response.json()
+        assert doc == verify_job(api.store, job_id).to_dict()
+        assert doc["ok"] is True and doc["seal"]["present"] is True
+        waiting = api.waiting_job("a")
+        in_flight = c.get(f"/api/jobs/{waiting}/verify").json()
+        assert in_flight["ok"] is True and in_flight["seal"]["present"] is False
+        assert c.get("/api/jobs/no-such-job/verify").status_code == 404
+    with api.client("agent_b") as c:  # another namespace's job does not exist for the caller
+        assert c.get(f"/api/jobs/{job_id}/verify").status_code == 404
+    with api.client(None) as c:
+        assert c.get(f"/api/jobs/{job_id}/verify").status_code == 401
+
+
+def test_verify_endpoint_reports_a_failed_check_with_200(api: Api) -> None:
+    job_id = finished_job(api)
+    RawDb(api.store.url).execute("DELETE FROM seals WHERE job_id = ?", (job_id,))
+    with api.client("admin") as c:
+        response = c.get(f"/api/jobs/{job_id}/verify")
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["ok"] is False
+    assert doc["seal"] == {
+        "present": False,
+        "ok": False,
+        "key_id": None,
+        "event_count": None,
+        "error": "the job is completed but has no seal",
+    }
+
+
+def test_keys_endpoint(api: Api) -> None:
+    job_id = finished_job(api)
+    seal = api.store.get_seal(job_id)
+    assert seal is not None
+    with api.client("observer_a") as c:
+        keys = c.get("/api/keys").json()["keys"]
+    assert seal.key_id in {k["key_id"] for k in keys}
+    assert all(k["algorithm"] == "ed25519" and len(k["public_key"]) == 44 for k in keys)
+    with api.client(None) as c:
+        assert c.get("/api/keys").status_code == 401
