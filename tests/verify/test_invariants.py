@@ -14,6 +14,8 @@ from affidavit import Runtime, verify_events
 from affidavit.core.canonical import canonical
 from affidavit.core.chain import GENESIS, chain_next
 from affidavit.examples import refund
+from affidavit.runtime.replay import ReplayContextBuilder, ReplayError
+from affidavit.store import StoredEvent
 from tests.verify.helpers import refund_job
 
 Event = dict[str, Any]
@@ -180,6 +182,43 @@ def test_violation_is_named_with_its_version(exported: list[Event], mutate: Muta
     events = copy.deepcopy(exported)
     invariant, version = mutate(events)
     check(events, invariant, version)
+
+
+MUTATIONS_THE_RUNTIME_CHECKS = [
+    dependency_skipped,
+    node_not_in_plan,
+    wrong_step_id,
+    executed_after_commit,
+    committed_without_commit,
+    pure_step_rerun,
+    event_after_terminal,
+    finished_twice,
+    finished_without_start,
+    unknown_type,
+]
+
+
+@pytest.mark.parametrize("mutate", MUTATIONS_THE_RUNTIME_CHECKS)
+def test_the_runtime_replay_refuses_the_same_event(exported: list[Event], mutate: Mutation) -> None:
+    """The runtime's replay builder (which refuses impossible logs before it resumes a job)
+    and the verifier's fold name the same first bad event. The fold checks more besides: the
+    result hashes, the plan hash, that a completed job completed every node."""
+    events = copy.deepcopy(exported)
+    _, version = mutate(events)
+    stored = [
+        StoredEvent(
+            e["job_id"],
+            e["version"],
+            e["event_id"],
+            e["type"],
+            e["payload"] if isinstance(e["payload"], bytes) else canonical(e["payload"]),
+            e["chain_hash"],
+        )
+        for e in rechain(events)
+    ]
+    with pytest.raises(ReplayError) as refused:
+        ReplayContextBuilder.build_from_events(stored)
+    assert refused.value.version == version
 
 
 def test_ledger_proof_flags_closing_rule_breaches(exported: list[Event]) -> None:
