@@ -7,8 +7,10 @@
 (4) A worker in this process reclaims job 2 when its lease expires; the refund tool's
     ``reconcile`` finds the payment by its idempotency key, so it is recorded, not repeated.
 (5) The real world is counted: refunds in the payments ledger and e-mails in the outbox.
-(6) Every job's hash chain is recomputed from the stored bytes; then a copy of the database is
-    tampered with (a refund amount changed) and the recomputation pins the edit to its event.
+(6) Every job's hash chain is recomputed from the stored bytes and every job is verified
+    (Verification Mode: proofs, stored chain, seal); then a copy of the database is tampered
+    with (a refund amount changed): the recomputation pins the edit to its event and
+    verification of the copy fails.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from affidavit.core.chain import ChainCheck, check_stored_chain
 from affidavit.examples import refund
 from affidavit.runtime.runtime import Runtime
 from affidavit.store import StoredEvent, open_store
+from affidavit.verify import VerificationResult, verify_job
 
 CRASH_AT = "tool.after_execute:2"  # the 2nd tool to return: issue_refund (after lookup_order)
 LEASE_SECONDS = 1.0
@@ -43,6 +46,7 @@ class DemoJob:
     crashed: bool
     events: list[StoredEvent]
     chain: ChainCheck
+    verification: VerificationResult  # Verification Mode: the four proofs, stored chain, seal
 
 
 @dataclass
@@ -55,18 +59,20 @@ class DemoResult:
     child_returncode: int
     tampered_version: int
     tamper_check: ChainCheck
+    tamper_verification: VerificationResult
     seconds: float
     notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return (
-            all(j.status == "completed" and j.chain.ok for j in self.jobs)
+            all(j.status == "completed" and j.chain.ok and j.verification.ok for j in self.jobs)
             and all(self.refunds[j.order_id] == 1 for j in self.jobs)
             and all(self.emails[j.order_id] == 1 for j in self.jobs)
             and self.child_returncode == -9
             and not self.tamper_check.ok
             and self.tamper_check.first_bad_version == self.tampered_version
+            and not self.tamper_verification.ok
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,6 +89,9 @@ class DemoResult:
                     "event_count": len(j.events),
                     "event_chain_root_hash": j.chain.root,
                     "chain_ok": j.chain.ok,
+                    "verified": j.verification.ok,
+                    "execution_hash": j.verification.execution_hash,
+                    "seal_key_id": j.verification.seal.key_id,
                     "refunds_paid": self.refunds[j.order_id],
                     "emails_sent": self.emails[j.order_id],
                 }
@@ -93,6 +102,7 @@ class DemoResult:
                 "edited_version": self.tampered_version,
                 "detected": not self.tamper_check.ok,
                 "first_bad_version": self.tamper_check.first_bad_version,
+                "verified": self.tamper_verification.ok,
             },
             "seconds": round(self.seconds, 2),
         }
@@ -162,7 +172,13 @@ def run_demo(directory: str | None = None) -> DemoResult:
             events = rt.store.list_events(job_id)
             jobs.append(
                 DemoJob(
-                    order_id, job_id, rt.get_job(job_id).status, crashed, events, _check(events)
+                    order_id,
+                    job_id,
+                    rt.get_job(job_id).status,
+                    crashed,
+                    events,
+                    _check(events),
+                    verify_job(rt.store, job_id),
                 )
             )
 
@@ -188,6 +204,7 @@ def run_demo(directory: str | None = None) -> DemoResult:
     copy = open_store(f"sqlite:///{tampered_db}")
     try:
         tamper_check = _check(copy.list_events(jobs[0].job_id))
+        tamper_verification = verify_job(copy, jobs[0].job_id)
     finally:
         copy.close()
     notes = [] if child.returncode == -9 else [f"child exited {child.returncode}: {child.stderr}"]
@@ -200,6 +217,7 @@ def run_demo(directory: str | None = None) -> DemoResult:
         child_returncode=child.returncode,
         tampered_version=target.version,
         tamper_check=tamper_check,
+        tamper_verification=tamper_verification,
         seconds=time.perf_counter() - started,
         notes=notes,
     )

@@ -173,12 +173,13 @@ def test_demo(tmp_path: Path) -> None:
     assert summary["crash"]["child_returncode"] == -9
     assert summary["tamper"]["detected"]
     assert summary["tamper"]["first_bad_version"] == summary["tamper"]["edited_version"]
+    assert summary["tamper"]["verified"] is False
     assert summary["directory"].startswith(str(tmp_path))
     jobs = summary["jobs"]
     assert [j["crashed_and_recovered"] for j in jobs] == [False, True]
     for job in jobs:  # the real world: exactly one refund and one e-mail per order
         assert (job["status"], job["refunds_paid"], job["emails_sent"]) == ("completed", 1, 1)
-        assert job["chain_ok"]
+        assert job["chain_ok"] and job["verified"] and job["seal_key_id"]
     events = json_of(
         cli("jobs", "events", jobs[1]["job_id"], "--db", summary["database"], "--json")
     )
@@ -187,3 +188,5 @@ def test_demo(tmp_path: Path) -> None:
     human = cli("demo", env={"TMPDIR": str(tmp_path)})
     assert human.returncode == 0
     assert "demo ok" in human.stdout
+    [verdict] = [line for line in human.stdout.splitlines() if "on the tampered copy" in line]
+    assert "fails" in verdict and "stored_chain" in verdict and "seal" in verdict

@@ -11,7 +11,7 @@ from affidavit.demo import CRASH_AT, DemoResult
 
 def render(result: DemoResult) -> None:
     out.print(Panel.fit("affidavit demo: a refund agent, a crash, and what really happened"))
-    jobs = Table("order", "job", "run", "status", "refunds paid", "e-mails sent", "chain")
+    jobs = Table("order", "job", "run", "status", "refunds paid", "e-mails sent", "chain", "verify")
     for j in result.jobs:
         jobs.add_row(
             j.order_id,
@@ -21,6 +21,9 @@ def render(result: DemoResult) -> None:
             _count(result.refunds[j.order_id]),
             _count(result.emails[j.order_id]),
             "[green]intact[/]" if j.chain.ok else "[red]BROKEN[/]",
+            f"[green]✓ sealed by {j.verification.seal.key_id}[/]"
+            if j.verification.ok
+            else "[red]✗ " + ", ".join(c.name for c in j.verification.checks() if not c.ok) + "[/]",
         )
     out.print(jobs)
     crashed = next((j for j in result.jobs if j.crashed), None)
@@ -47,6 +50,11 @@ def render(result: DemoResult) -> None:
             if detected
             else "[red]not detected[/]"
         )
+    )
+    failed = [c.name for c in result.tamper_verification.checks() if not c.ok]
+    out.print(
+        "affidavit verify on the tampered copy: "
+        + (f"[green]fails[/] ({', '.join(failed)})" if failed else "[red]passes[/]")
     )
     for note in result.notes:
         out.print(f"[yellow]note:[/] {note}")
