@@ -9,8 +9,9 @@ Invariants of the replay proof (ARCHITECTURE.md "Verification Mode"), each repor
 with the version of the first event that violates it:
 
 (1)  ``payload``: every payload is a JSON object with the fields its type needs;
-(2)  ``plan``: ``plan_generated`` comes before any step event, its task graph is a valid plan
-     and its ``plan_hash`` recomputes;
+(2)  ``plan``: ``plan_generated`` comes before any step event, its task graph is a DAG of
+     uniquely named, typed nodes (see :mod:`affidavit.verify._plan`) and its ``plan_hash``
+     recomputes;
 (3)  ``node_in_plan``: every step event names a node of the plan, with that node's step id;
 (4)  ``dependencies_first``: a node starts and finishes only after its dependencies completed;
 (5)  ``not_rerun``: a completed node is never started or finished again (replay never calls
@@ -42,11 +43,6 @@ from affidavit.core.events import COMPLETED_RESULT_TYPES, EventType
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 
-TERMINAL_EVENTS = {
-    "job_completed": "completed",
-    "job_failed": "failed",
-    "job_cancelled": "cancelled",
-}
 RESULT_TYPES = frozenset(
     {
         "pure",
@@ -55,19 +51,6 @@ RESULT_TYPES = frozenset(
         "permanent_failure",
         "compensatable_failure",
         "compensated",
-    }
-)
-# Event types that belong to one step of the plan and carry node_id + step_id.
-_STEP_EVENTS = frozenset(
-    {
-        "node_started",
-        "tool_invocation_started",
-        "tool_invocation_finished",
-        "command_committed",
-        "state_changed",
-        "node_finished",
-        "confirmation_warning",
-        "step_compensated",
     }
 )
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
