@@ -280,3 +280,14 @@ def test_vector_formulas_through_verify_events(exported: list[Event]) -> None:
     }
     result = verify_events([*chain, decide], job_id=vectors["job_id"])
     assert result.execution_hash == vectors["execution_hash"]["expected"]
+
+
+def test_truncated_export_with_its_claimed_status(exported: list[Event]) -> None:
+    """Cut off before the terminal event, an export looks in flight; told the job completed,
+    the verifier fails it (status against the log, and a completed job needs a seal)."""
+    cut = exported[:-1]
+    assert verify_events(cut).status == "running" and verify_events(cut).ok
+    claimed = verify_events(cut, status="completed")
+    assert not claimed.ok
+    assert claimed.replay_proof_result.invariant == "status"
+    assert claimed.seal.error == "the job is completed but has no seal"
