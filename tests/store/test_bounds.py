@@ -21,3 +21,13 @@ from affidavit import ConfigError, JobFilter, Store
 def test_out_of_range_paging_is_refused(store: Store, call) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError):
         call(store)
+
+
+def test_nul_in_ids_and_filters_is_not_a_database_error(store: Store) -> None:
+    from affidavit import JobNotFound
+
+    with pytest.raises(JobNotFound):
+        store.get_job("a\x00b")
+    assert store.list_events("a\x00b") == []
+    with pytest.raises(ConfigError):
+        store.list_jobs(JobFilter(namespace="a\x00b"))

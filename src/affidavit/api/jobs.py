@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
-from affidavit.api.auth import Forbidden
+from affidavit.api.auth import Forbidden, check_namespace
 from affidavit.api.deps import Admin, AgentRole, Observer, ServiceDep, visible_job
 from affidavit.api.models import (
     Cancel,
@@ -57,7 +57,7 @@ def submit(
     """Validate and enqueue a job in the caller's namespace (201); with an `Idempotency-Key`
     already used there, the existing job (200). Nothing is written for an invalid plan or
     input (422)."""
-    namespace = body.namespace or caller.namespace
+    namespace = check_namespace(body.namespace or caller.namespace)
     if namespace != caller.namespace and caller.role != "admin":
         raise Forbidden(f"only an admin may submit into namespace {namespace!r}")
     job, created = submit_job(
@@ -86,6 +86,8 @@ def list_jobs(
 ) -> dict[str, Any]:
     """Jobs of the caller's namespace (an admin's: every namespace, or `namespace`), newest
     first."""
+    if namespace is not None:
+        check_namespace(namespace)
     if caller.role != "admin":
         if namespace is not None and namespace != caller.namespace:
             raise Forbidden(f"namespace {namespace!r} is not yours")

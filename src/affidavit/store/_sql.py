@@ -444,6 +444,8 @@ class SqlStore(ApiKeyReads, ABC):
             return job, created
 
     def get_job(self, job_id: str) -> JobRecord:
+        if "\x00" in job_id:  # no job can have it, and PostgreSQL refuses it in a query
+            raise JobNotFound(job_id)
         with self._reader() as cur:
             cur.execute(self._q(f"{JOB_SELECT} WHERE j.job_id = ?"), (job_id,))
             row = cur.fetchone()
@@ -460,6 +462,9 @@ class SqlStore(ApiKeyReads, ABC):
                 _check_status(s)
             where.append("j.status IN (" + ", ".join("?" for _ in f.status) + ")")
             params.extend(f.status)
+        for text in (f.namespace, f.plan_name, *(f.status or ())):
+            if text is not None and "\x00" in text:
+                raise ConfigError("a filter value contains a NUL character")
         if f.namespace is not None:
             where.append("j.namespace = ?")
             params.append(f.namespace)
@@ -487,6 +492,8 @@ class SqlStore(ApiKeyReads, ABC):
             limit is not None and not 1 <= limit <= MAX_INT64
         ):
             raise ConfigError("after_version must be ≥ 0 and limit ≥ 1 (and both below 2^63)")
+        if "\x00" in job_id:
+            return []  # no job can have it, and PostgreSQL refuses it in a query
         params: list[Any] = [job_id, after_version]
         if limit is not None:
             sql += " LIMIT ?"
