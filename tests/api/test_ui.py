@@ -13,6 +13,7 @@ import pytest
 
 from affidavit import FileVerifier, Runtime, Tool, ToolContext, ToolRegistry, record_file
 from tests.api.conftest import Api
+from tests.verify.helpers import RawDb
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -105,6 +106,37 @@ def test_trace_page_of_a_parked_job(browser: Any, api: Api, tmp_path: Path) -> N
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"trace-parked-{api.store.backend}.png"), full_page=True)
     page.close()
+
+
+def test_proof_badges_ok_then_failing_after_tampering(browser: Any, api: Api) -> None:
+    job_id = api.waiting_job("a")
+    api.runtime.signal(job_id, f"{job_id}:ok", {"approved": True})
+    api.runtime.run_job(job_id)
+    assert api.runtime.get_job(job_id).status == "completed"
+
+    def badges() -> dict[str, str]:
+        page = open_page(browser, api, f"/ui/jobs/{job_id}", "observer_a")
+        found = {
+            str(b.get_attribute("data-proof")): str(b.get_attribute("data-ok"))
+            for b in page.query_selector_all("#proofs [data-proof]")
+        }
+        page.screenshot(path=str(ARTIFACTS / f"trace-proofs-{api.store.backend}.png"))
+        page.close()
+        return found
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert badges() == {"replay": "true", "ledger": "true", "chain": "true", "seal": "true"}
+    # someone with write access to the database edits the tool's recorded result
+    raw = RawDb(api.store.url)
+    [(version, payload)] = raw.rows(
+        "SELECT version, payload FROM events WHERE job_id = ? AND type = ?",
+        (job_id, "tool_invocation_finished"),
+    )
+    edited = bytes(payload).replace(b'"x":1', b'"x":7')
+    assert edited != bytes(payload)
+    raw.set_payload(job_id, int(version), edited)
+    after = badges()
+    assert after["chain"] == "false"  # the stored chain no longer recomputes
 
 
 def test_job_list_and_namespace(browser: Any, api: Api) -> None:

@@ -95,7 +95,7 @@ function layers(nodes) {
 
 function dag(nodes) {
   const depth = layers(nodes);
-  const W = 170, H = 46, GX = 60, GY = 22, PAD = 12;
+  const W = 200, H = 46, GX = 56, GY = 22, PAD = 12;
   const rows = {};
   const pos = {};
   for (const n of nodes) {
@@ -168,14 +168,14 @@ function timeline(trace) {
 }
 
 const PROOFS = [
-  ["execution", (v) => v.replay_proof_result && v.replay_proof_result.ok,
-    (v) => v.replay_proof_result && v.replay_proof_result.error],
-  ["ledger", (v) => v.tool_invocation_ledger_proof && v.tool_invocation_ledger_proof.ok,
-    (v) => (v.tool_invocation_ledger_proof || {}).error || ""],
-  ["chain", (v) => v.stored_chain && v.stored_chain.ok,
-    (v) => v.stored_chain && v.stored_chain.first_bad_version
-      ? `first bad version ${v.stored_chain.first_bad_version}` : ""],
-  ["seal", (v) => v.seal && v.seal.ok, (v) => (v.seal || {}).error || ""],
+  ["replay", "replay proof", (v) => v.replay_proof_result,
+    (c) => c.error || ""],
+  ["ledger", "ledger proof", (v) => v.tool_invocation_ledger_proof,
+    (c) => c.error || (c.pending_idempotency_keys || []).join(", ")],
+  ["chain", "stored chain", (v) => v.stored_chain,
+    (c) => (c.first_bad_version ? `first bad version ${c.first_bad_version}` : "")],
+  ["seal", "seal", (v) => v.seal,
+    (c) => c.error || (c.present ? `key ${c.key_id}` : "not sealed yet")],
 ];
 
 async function badges(jobId) {
@@ -190,12 +190,16 @@ async function badges(jobId) {
     }
     throw err;
   }
-  for (const [name, ok, why] of PROOFS) {
-    const good = Boolean(ok(verdict));
+  for (const [name, label, pick, why] of PROOFS) {
+    const check = pick(verdict) || {};
+    const good = check.ok === true;
     box.append(el("span", { class: `badge ${good ? "ok" : "fail"}`, "data-proof": name,
-      "data-ok": String(good), title: good ? "" : (why(verdict) || "failed"),
-      text: `${name} ${good ? "OK" : "FAILED"}` }));
+      "data-ok": String(good), title: why(check) || (good ? "" : "failed"),
+      text: `${label} ${good ? "OK" : "FAILED"}` }));
   }
+  box.append(el("span", { class: "mono", id: "execution-hash",
+    title: `event chain root ${verdict.event_chain_root_hash}`,
+    text: `execution hash ${short(verdict.execution_hash)}` }));
   return box;
 }
 
