@@ -106,3 +106,12 @@ def test_agent_reads_per_namespace(api: Api, agents: ClaimService) -> None:
         assert [e["version"] for e in log] == list(range(1, len(log) + 1))
         assert mine.get("/api/agents/worker-a/verifications",
                         params={"claim_type": "vibes"}).status_code == 422  # fmt: skip
+
+
+def test_metrics_count_claim_verdicts(api: Api, agents: ClaimService) -> None:
+    with api.client("agent_a") as c:
+        assert c.post("/api/claims/verify", json=claim(command="false")).status_code == 200
+        text = c.get("/metrics").text
+    sample = 'affidavit_claim_verifications{claim_type="test_result",verdict="inaccurate"}'
+    line = next(ln for ln in text.splitlines() if ln.startswith(sample))
+    assert float(line.split()[-1]) >= 1

@@ -46,6 +46,14 @@ class _StoreCollector(Collector):
         for status, n in sorted(self.store.count_invocations_by_status().items()):
             ledger.add_metric([status], n)
         yield ledger
+        claims = GaugeMetricFamily(
+            "affidavit_claim_verifications",
+            "Claim verifications by claim type and verdict (accurate, inaccurate, error).",
+            labels=["claim_type", "verdict"],
+        )
+        for (claim_type, verdict), n in sorted(self.store.count_claim_verdicts().items()):
+            claims.add_metric([claim_type, verdict], n)
+        yield claims
 
 
 def create_app(

@@ -1,5 +1,6 @@
 """API keys of the HTTP API (table ``api_keys``): rows, the writes (in a transaction) and the
-reads (on the store's read connections, so authenticating a request takes no write lock).
+reads (on the store's read connections, so authenticating a request takes no write lock); and
+the counts ``/metrics`` reads.
 
 Only a SHA-256 of each key's secret is stored; see :mod:`affidavit.api.auth`.
 """
@@ -92,6 +93,14 @@ class ApiKeyReads:
         """Job status → how many jobs have it (for metrics)."""
         rows = self._read_rows("SELECT status, count(*) FROM jobs GROUP BY status")
         return {str(s): int(n) for s, n in rows}
+
+    def count_claim_verdicts(self) -> dict[tuple[str, str], int]:
+        """(claim type, verdict) → how many claim verifications had it (for metrics)."""
+        rows = self._read_rows(
+            "SELECT claim_type, verdict, count(*) FROM claim_verifications "
+            "GROUP BY claim_type, verdict"
+        )
+        return {(str(t), str(v)): int(n) for t, v, n in rows}
 
     def count_invocations_by_status(self) -> dict[str, int]:
         """Ledger row status (started, committed, failed) → count (for metrics)."""
