@@ -205,3 +205,20 @@ def steal_text(steal: float | None) -> str:
 
 def fmt_rate(x: float | None) -> str:
     return "—" if x is None else f"{x:,.0f}"
+
+
+def pg_server_version(url: str) -> str:
+    """The PostgreSQL server's version, or exit with a clear message if it cannot be reached."""
+    import psycopg
+
+    from affidavit.store.postgres import redact
+
+    try:
+        with psycopg.connect(pg_conninfo(url), connect_timeout=5) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+    except psycopg.Error as exc:
+        raise SystemExit(
+            f"error: PostgreSQL is unreachable at {redact(url)}: {str(exc).strip()}\n"
+            "Start the server or pass --pg-url; to benchmark SQLite only, use --backend sqlite."
+        ) from exc
+    return str(row[0]) if row else "unknown"

@@ -43,6 +43,7 @@ from benchmarks._report import (
     describe_machine,
     markdown_table,
     median,
+    pg_server_version,
     steal_share,
     steal_text,
     write_section,
@@ -250,9 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=PERFORMANCE_MD)
     args = parser.parse_args(argv)
     backends = ["sqlite", "postgresql"] if args.backend == "all" else [args.backend]
-    with psycopg.connect(PG_URL) as conn:
-        pg_version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
-    machine = describe_machine(pg_version)
+    machine = describe_machine(pg_server_version(PG_URL) if "postgresql" in backends else None)
     started, ticks = time.perf_counter(), cpu_ticks()
     results = run(backends, args.requests, args.clients)
     runtime, steal = time.perf_counter() - started, steal_share(ticks, cpu_ticks())

@@ -52,7 +52,6 @@ from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id
 from affidavit.store import NewEvent, Store, StoredEvent, open_store
-from affidavit.store.postgres import redact
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
@@ -65,6 +64,7 @@ from benchmarks._report import (
     markdown_table,
     median,
     pg_conninfo,
+    pg_server_version,
     plural,
     spread,
     steal_share,
@@ -277,19 +277,6 @@ def sqlite_target() -> Iterator[Target]:
         finally:
             raw.close()
             store.close()
-
-
-def pg_server_version(url: str) -> str:
-    """The server version, or exit with a clear message if PostgreSQL cannot be reached."""
-    try:
-        with psycopg.connect(pg_conninfo(url), connect_timeout=5) as conn:
-            row = conn.execute("SHOW server_version").fetchone()
-    except psycopg.Error as exc:
-        raise SystemExit(
-            f"error: PostgreSQL is unreachable at {redact(url)}: {str(exc).strip()}\n"
-            "Start the server or pass --pg-url; to benchmark SQLite only, use --backend sqlite."
-        ) from exc
-    return str(row[0]) if row else "unknown"
 
 
 @contextmanager

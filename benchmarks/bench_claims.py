@@ -41,12 +41,12 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from affidavit.claims import ClaimService
 from affidavit.claims.sandbox import SandboxConfig, _prlimit, parse_command, run_command
 from affidavit.store import open_store
-from affidavit.store.postgres import redact
 from benchmarks._report import (
     cpu_ticks,
     describe_machine,
     markdown_table,
     pg_conninfo,
+    pg_server_version,
     steal_share,
     steal_text,
     write_section,
@@ -138,18 +138,6 @@ def measure(url: str, runs: int) -> Timings:
         return Timings(series["bare"], series["sandbox"], series["verify"])
     finally:
         store.close()
-
-
-def pg_server_version(url: str) -> str:
-    try:
-        with psycopg.connect(pg_conninfo(url), connect_timeout=5) as conn:
-            row = conn.execute("SHOW server_version").fetchone()
-    except psycopg.Error as exc:
-        raise SystemExit(
-            f"error: PostgreSQL is unreachable at {redact(url)}: {str(exc).strip()}\n"
-            "Start the server or pass --pg-url; to benchmark SQLite only, use --backend sqlite."
-        ) from exc
-    return str(row[0]) if row else "unknown"
 
 
 def main() -> None:

@@ -64,6 +64,7 @@ from benchmarks._report import (
     markdown_table,
     median,
     pg_conninfo,
+    pg_server_version,
     spread,
     steal_share,
     steal_text,
@@ -288,18 +289,6 @@ def sqlite_target() -> Iterator[Target]:
             )
         finally:
             store.close()
-
-
-def pg_server_version(url: str) -> str:
-    try:
-        with psycopg.connect(pg_conninfo(url), connect_timeout=5) as conn:
-            row = conn.execute("SHOW server_version").fetchone()
-    except psycopg.Error as exc:
-        raise SystemExit(
-            f"error: PostgreSQL is unreachable: {str(exc).strip()}\n"
-            "Start the server or pass --pg-url; to benchmark SQLite only, use --backend sqlite."
-        ) from exc
-    return str(row[0]) if row else "unknown"
 
 
 @contextmanager

@@ -4,7 +4,7 @@ the caller's agent), and read agents' trust, evidence and trust logs. Each route
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,26 +13,17 @@ from affidavit.api.auth import Caller
 from affidavit.api.deps import AgentRole, Observer, ServiceDep
 from affidavit.api.jobs import ERRORS
 from affidavit.claims import ClaimService
-from affidavit.claims.model import Agent
+from affidavit.claims.model import Agent, ClaimType
 from affidavit.core.errors import AgentNotFound
 
 router = APIRouter(tags=["claims"], responses=ERRORS)
-
-ClaimTypeName = Literal[
-    "test_result",
-    "performance_metric",
-    "code_quality",
-    "security_finding",
-    "deployment_status",
-    "custom",
-]
 
 
 class VerifyClaim(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agent_id: str = Field(description="The claimant.", min_length=1, max_length=128)
-    claim_type: ClaimTypeName
+    claim_type: ClaimType
     claim: dict[str, Any] = Field(
         description="The claim: return_code, output_contains, metrics (+ tolerance, parser), "
         "exact_match, pattern_id (docs/claims.md)."
@@ -112,7 +103,7 @@ def verifications(
     agent_id: str,
     svc: ServiceDep,
     caller: Observer,
-    claim_type: ClaimTypeName | None = None,
+    claim_type: ClaimType | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[dict[str, Any]]:
     """The agent's evidence records, newest first."""

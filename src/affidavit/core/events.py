@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from affidavit.core.errors import InvalidEventError
 
@@ -47,6 +47,7 @@ ResultType = Literal[
     "compensatable_failure",
     "compensated",
 ]
+RESULT_TYPES: frozenset[str] = frozenset(get_args(ResultType))
 COMPLETED_RESULT_TYPES = frozenset({"pure", "side_effect_committed", "compensated"})
 
 

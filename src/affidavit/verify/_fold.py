@@ -39,20 +39,10 @@ import orjson
 from affidavit.core.canonical import canonical_sha256
 from affidavit.core.chain import GENESIS
 from affidavit.core.errors import AffidavitError
-from affidavit.core.events import COMPLETED_RESULT_TYPES, EventType
+from affidavit.core.events import COMPLETED_RESULT_TYPES, RESULT_TYPES, EventType
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 
-RESULT_TYPES = frozenset(
-    {
-        "pure",
-        "side_effect_committed",
-        "retryable_failure",
-        "permanent_failure",
-        "compensatable_failure",
-        "compensated",
-    }
-)
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
 _OUTCOMES = frozenset({"success", "failure", "timeout", "lost"})
 _sha256 = hashlib.sha256
