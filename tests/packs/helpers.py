@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,7 @@ def assay_verify(pack: Path, out: Path) -> tuple[int, dict[str, Any], dict[str, 
         text=True,
         timeout=300,
         check=False,
+        env={**os.environ, "HOME": str(out.parent)},  # assay keeps a keystore under ~/.assay
     )
     result_path = out / "rce_replay_result.json"
     if not result_path.exists():

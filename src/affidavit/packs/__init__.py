@@ -7,11 +7,15 @@ from affidavit.packs.export import (
     UnfinishedJobError,
     export_pack,
 )
+from affidavit.packs.verify import PackVerdict, verify_pack, write_verdict
 
 __all__ = [
     "ExportResult",
     "PackError",
     "PackExistsError",
+    "PackVerdict",
     "UnfinishedJobError",
     "export_pack",
+    "verify_pack",
+    "write_verdict",
 ]

@@ -22,6 +22,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, ConfigError
 from affidavit.core.events import utc_now
 from affidavit.packs import _format as F
+from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.sealing import SigningKey, default_key_path
 from affidavit.runtime.trace import job_trace
 from affidavit.store import TERMINAL_STATUSES, Store
@@ -253,6 +254,7 @@ def _build(
     timestamps: dict[str, str] = {}
     created_at = str(events[0].payload.get("at") or job.created_at)
     ended_at = str(events[-1].payload.get("at") or job.updated_at)
+    log = build_from_events(events)
     for sid in order:
         deps = all_deps[sid]
         blocked = any(status[d] != "PASS" for d in deps)
@@ -265,11 +267,11 @@ def _build(
             opcode, ts = "EMIT_OUTPUT", ended_at
             if blocked:
                 st = "SKIPPED"
-            elif job.status == "completed":
-                st, trace_value = "PASS", {"claim_type": "job_output", "output": job.output}
+            elif log.status == "completed":
+                st, trace_value = "PASS", {"claim_type": "job_output", "output": log.output}
             else:
                 st = "FAIL"
-                trace_value = {"claim_type": "job_output", "status": job.status, "error": job.error}
+                trace_value = {"claim_type": "job_output", "status": log.status, "error": log.error}
         else:
             opcode = "APPLY_TRANSFORM"
             n = node_by_step[sid]
