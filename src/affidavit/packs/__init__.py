@@ -6,6 +6,7 @@ from affidavit.packs.export import (
     PackExistsError,
     UnfinishedJobError,
     export_pack,
+    pack_archive,
 )
 from affidavit.packs.verify import PackVerdict, verify_pack, write_verdict
 
@@ -16,6 +17,7 @@ __all__ = [
     "PackVerdict",
     "UnfinishedJobError",
     "export_pack",
+    "pack_archive",
     "verify_pack",
     "write_verdict",
 ]

@@ -73,7 +73,9 @@ def receipt_hash(receipt: dict[str, Any]) -> str:
     return h(receipt_body(receipt))
 
 
-def env_fingerprint_input(environment: dict[str, Any]) -> dict[str, Any]:
+def env_fingerprint_input(environment: Any) -> dict[str, Any]:
+    if not isinstance(environment, dict):
+        environment = {}
     return {
         "provider": environment.get("provider"),
         "model_id": environment.get("model_id"),
@@ -87,7 +89,7 @@ def episode_spec_view(contract: dict[str, Any]) -> dict[str, Any]:
         "inputs": contract.get("inputs"),
         "replay_script": contract.get("replay_script"),
         "replay_policy": contract.get("replay_policy"),
-        "environment": env_fingerprint_input(contract.get("environment") or {}),
+        "environment": env_fingerprint_input(contract.get("environment")),
     }
 
 

@@ -145,6 +145,22 @@ def export_pack(
     return ExportResult(out, built.pack_root)
 
 
+def pack_archive(store: Store, job_id: str, *, signing_key: SigningKey | None = None) -> bytes:
+    """The pack of ``job_id`` as the bytes of a ``.tar.gz`` holding one directory
+    ``pack-<job_id>/`` (what ``GET /api/jobs/{id}/pack`` serves). Raises as :func:`export_pack`.
+    """
+    import io
+    import tarfile
+
+    with tempfile.TemporaryDirectory(prefix="affidavit-pack-") as tmp:
+        name = f"pack-{job_id}"
+        result = export_pack(store, job_id, Path(tmp) / name, signing_key=signing_key)
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            tar.add(result.pack_dir, arcname=name)
+        return buffer.getvalue()
+
+
 def _publish(staging: Path, out: Path, overwrite: bool) -> None:
     if out.exists() or out.is_symlink():
         if not overwrite:

@@ -634,6 +634,10 @@ def _phase5(st: _State, traces: dict[str, bytes]) -> dict[str, Any]:
     if st.errors:
         return {"present": True}
     log, seal_r, ledger_r = (found[n][0] for n in (F.EVENT_LOG, F.SEAL, F.LEDGER))
+    opened = [r for r in st.receipts if isinstance(r, dict) and _rtype(r) == F.OPEN]
+    if opened and opened[0].get("objective") != (st.contract or {}).get("objective"):
+        # descriptive for RCE, but an affidavit pack binds it like everything else
+        st.errors.append(f"{F.CONTRACT}: objective differs from the {F.OPEN} receipt")
     try:
         data = _read(st.root / F.EVENTS, F.EVENTS)
     except _Fail as exc:
