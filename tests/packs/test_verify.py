@@ -200,3 +200,22 @@ def test_cli_verify(make_runtime: Callable[..., Any], tmp_path: Path, command: l
     bad = runner.invoke(app, [*command, str(pack), "--out-dir", str(out), "--overwrite"])
     assert bad.exit_code == 2
     assert json.loads((out / F.RESULT_FILE).read_text())["verdict"] == "INTEGRITY_FAIL"
+
+
+@pytest.mark.parametrize("what", ["trace", "traces_dir"])
+def test_symlink_out_of_the_pack_is_integrity_fail(
+    make_runtime: Callable[..., Any], tmp_path: Path, what: str
+) -> None:
+    pack = _export(make_runtime, tmp_path, "charges")
+    outside = tmp_path / "outside"
+    shutil.copytree(pack / F.TRACES_DIR, outside)
+    if what == "trace":
+        victim = next((pack / F.TRACES_DIR).iterdir())
+        victim.unlink()
+        victim.symlink_to(outside / victim.name)
+    else:
+        shutil.rmtree(pack / F.TRACES_DIR)
+        (pack / F.TRACES_DIR).symlink_to(outside)
+    verdict = verify_pack(pack)
+    assert verdict.verdict == "INTEGRITY_FAIL"
+    assert any("escapes the pack directory" in e for e in verdict.errors), verdict.errors

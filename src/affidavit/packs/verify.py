@@ -112,19 +112,40 @@ def _loads(data: bytes, what: str) -> Any:
         raise _Fail(f"{what}: invalid JSON ({str(exc)[:200]})") from None
 
 
-def _safe_path(root: Path, rel: Any, what: str) -> Path:
-    """``root/rel`` when ``rel`` is a relative path that stays inside ``root``."""
+def _safe_path(
+    root: Path, rel: Any, what: str, *, plain: bool = False, within: Path | None = None
+) -> Path:
+    """``root/rel`` when ``rel`` is a relative path that stays inside ``root``. ``plain``: the
+    caller checked that ``root`` is a real directory inside the pack (see :func:`_plain_dir`),
+    so a single plain file name that is not a symlink needs no resolving."""
     if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
         raise _Fail(f"{what}: {rel!r} is not a relative path")
     pure = PurePosixPath(rel)
     if pure.is_absolute() or ".." in pure.parts:
         raise _Fail(f"{what}: {rel!r} escapes the pack directory")
     path = root / rel
+    if plain and _SIMPLE.match(rel) and not path.is_symlink():
+        return path  # one plain name in a directory already checked: nothing to resolve
     try:
-        path.resolve().relative_to(root.resolve())
+        path.resolve().relative_to((within or root).resolve())
     except (ValueError, OSError):
         raise _Fail(f"{what}: {rel!r} escapes the pack directory") from None
     return path
+
+
+_SIMPLE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+
+
+def _plain_dir(root: Path, sub: str) -> bool:
+    """``root/sub`` is a real directory (not a symlink) that resolves inside ``root``."""
+    path = root / sub
+    try:
+        if path.is_dir() and not path.is_symlink():
+            path.resolve().relative_to(root.resolve())
+            return True
+    except (ValueError, OSError):
+        pass
+    return False
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -444,7 +465,7 @@ def _signature_check(st: _State, manifest: dict[str, Any], trusted: set[bytes] |
 # --- phase 3: completeness -------------------------------------------------------------------
 
 
-def _phase3(st: _State, steps: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _phase3(st: _State, steps: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, str]]:
     contract = st.contract or {}
     receipts = [r for r in st.receipts if isinstance(r, dict)]
     opens = [r for r in receipts if _rtype(r) == F.OPEN]
@@ -477,7 +498,9 @@ def _phase3(st: _State, steps: list[dict[str, Any]]) -> tuple[dict[str, Any], di
     for item in inputs if isinstance(inputs, list) else []:
         ref = item.get("ref") if isinstance(item, dict) else None
         try:
-            data = _read(_safe_path(st.root / F.INPUTS_DIR, ref, "input"), f"inputs/{ref}")
+            data = _read(
+                _safe_path(st.root / F.INPUTS_DIR, ref, "input", within=st.root), f"inputs/{ref}"
+            )
         except _Fail as exc:
             st.errors.append(str(exc))
             continue
@@ -513,7 +536,8 @@ def _phase3(st: _State, steps: list[dict[str, Any]]) -> tuple[dict[str, Any], di
     policy = policy if isinstance(policy, dict) else {}
     overrides = policy.get("comparator_tiers_by_step")
     overrides = overrides if isinstance(overrides, dict) else {}
-    traces: dict[str, bytes] = {}
+    traces: dict[str, str] = {}  # step id -> H(recorded trace)
+    plain_traces = _plain_dir(st.root, F.TRACES_DIR)
     status: dict[str, str] = {}
     for step in steps:
         sid = step["step_id"]
@@ -553,12 +577,24 @@ def _phase3(st: _State, steps: list[dict[str, Any]]) -> tuple[dict[str, Any], di
                 "(chain integrity)"
             )
         try:
-            path = _safe_path(st.root / F.TRACES_DIR, f"{sid}.json", "recorded trace")
-            traces[sid] = _read(path, f"{F.TRACES_DIR}/{sid}.json")
-            _loads(traces[sid], f"{F.TRACES_DIR}/{sid}.json")
+            path = _safe_path(
+                st.root / F.TRACES_DIR,
+                f"{sid}.json",
+                "recorded trace",
+                plain=plain_traces,
+                within=st.root,
+            )
+            data = _read(path, f"{F.TRACES_DIR}/{sid}.json")
+            value = _loads(data, f"{F.TRACES_DIR}/{sid}.json")
         except _Fail as exc:
             st.errors.append(str(exc))
-            traces.pop(sid, None)
+            continue
+        try:
+            traces[sid] = F.h(value)
+        except (AffidavitError, RecursionError):
+            # not JCS-representable here (e.g. an integer beyond 2^53): hash the raw bytes,
+            # which then cannot match a canonical output hash
+            traces[sid] = F.prefixed(data)
     payloads = [by_id[s["step_id"]] for s in steps if s["step_id"] in by_id]
     if closes:
         c = _payload(closes[0])
@@ -588,7 +624,7 @@ def _phase3(st: _State, steps: list[dict[str, Any]]) -> tuple[dict[str, Any], di
 
 
 def _phase4(
-    steps: list[dict[str, Any]], by_id: dict[str, Any], traces: dict[str, bytes]
+    steps: list[dict[str, Any]], by_id: dict[str, Any], traces: dict[str, str]
 ) -> tuple[int, list[dict[str, Any]]]:
     replayed = 0
     divergent: list[dict[str, Any]] = []
@@ -598,10 +634,7 @@ def _phase4(
         if p.get("step_status") == "SKIPPED":
             continue
         replayed += 1
-        try:
-            observed = F.h(json.loads(traces[sid]))
-        except (AffidavitError, RecursionError, ValueError):
-            observed = F.prefixed(traces[sid])
+        observed = traces[sid]
         if observed != p.get("output_hash"):
             divergent.append(
                 {
@@ -618,7 +651,7 @@ def _phase4(
 # --- phase 5: affidavit's own receipts -------------------------------------------------------
 
 
-def _phase5(st: _State, traces: dict[str, bytes]) -> dict[str, Any]:
+def _phase5(st: _State, traces: dict[str, str]) -> dict[str, Any]:
     ours = [r for r in st.receipts if isinstance(r, dict) and _rtype(r).startswith("affidavit.")]
     if not ours:
         return {"present": False}
@@ -674,9 +707,31 @@ def _phase5(st: _State, traces: dict[str, bytes]) -> dict[str, Any]:
     public = seal_r.get("public_key")
     job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
     status = log.get("job_status")
+    stored: list[StoredEvent] = []
+    for position, e in enumerate(events, start=1):
+        try:
+            stored.append(
+                StoredEvent(
+                    str(job_id),
+                    e["version"],
+                    e["event_id"],
+                    e["type"],
+                    canonical(e["payload"]),
+                    e["chain_hash"],
+                )
+            )
+        except (AffidavitError, KeyError, TypeError, RecursionError) as exc:
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed ({exc})")
+            return {"present": True}
+        if e.get("job_id") != job_id or type(e["version"]) is not int:
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
+            return {"present": True}
+        if not all(isinstance(e[k], str) for k in ("event_id", "type", "chain_hash")):
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
+            return {"present": True}
     try:
         result = verify_events(
-            events,
+            stored,
             public_keys=[public] if isinstance(public, str) else [],
             seal=seal if isinstance(seal, dict) else None,
             ledger_digests=digests,
@@ -700,25 +755,14 @@ def _phase5(st: _State, traces: dict[str, bytes]) -> dict[str, Any]:
         if log.get(name) != value:
             st.errors.append(f"{F.EVENT_LOG}: {name} does not match {F.EVENTS}")
     if result.ok:
-        _bind_traces(st, events, traces)
+        _bind_traces(st, stored, traces)
     return {"present": True, "job_verification": result.to_dict()}
 
 
-def _bind_traces(st: _State, events: list[Any], traces: dict[str, bytes]) -> None:
+def _bind_traces(st: _State, stored: list[StoredEvent], traces: dict[str, str]) -> None:
     """The recorded traces and the input file against the (verified) event log: a trace
     rewritten after export is an integrity failure here, not a divergence."""
     try:
-        stored = [
-            StoredEvent(
-                e["job_id"],
-                e["version"],
-                e["event_id"],
-                e["type"],
-                canonical(e["payload"]),
-                e["chain_hash"],
-            )
-            for e in events
-        ]
         ctx = build_from_events(stored)
     except (AffidavitError, KeyError, TypeError) as exc:
         st.errors.append(f"{F.EVENTS}: cannot be replayed ({exc})")
@@ -739,9 +783,11 @@ def _bind_traces(st: _State, events: list[Any], traces: dict[str, bytes]) -> Non
         ],
     }
     completed = ctx.completed_nodes
+    committed = {inv.node_id: inv.result for inv in ctx.invocations.values() if inv.committed}
     for node_id, sid in ctx.step_ids.items():
         if node_id in completed:
-            expected[sid] = [ctx.node_output(node_id)]
+            finished = ctx.node_finished[node_id]
+            expected[sid] = [finished["output"] if "output" in finished else committed.get(node_id)]
         elif node_id in ctx.node_finished:
             finished = ctx.node_finished[node_id]
             expected[sid] = [
@@ -752,11 +798,10 @@ def _bind_traces(st: _State, events: list[Any], traces: dict[str, bytes]) -> Non
                 {"outcome": None, "error": None},
                 {"outcome": "not_run", "job_status": ctx.status},
             ]
-    for sid, data in traces.items():
+    for sid, observed in traces.items():
         try:
-            observed = F.h(json.loads(data))
             same = any(observed == F.h(value) for value in expected.get(sid, []))
-        except (AffidavitError, ValueError, RecursionError):
+        except (AffidavitError, RecursionError):
             same = False
         if not same:
             st.errors.append(f"{F.TRACES_DIR}/{sid}.json: differs from the event log")
