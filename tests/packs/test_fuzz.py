@@ -258,3 +258,52 @@ def test_fuzz_exported_pack_10000(exported: Path) -> None:
 )
 def test_known_malformations(tmp_path: Path, mutation: tuple[str, Any]) -> None:
     _check(assay_packs.build(tmp_path, "valid"), *mutation)
+
+
+STEP_VALUES = st.one_of(
+    WRONG,
+    st.sampled_from(
+        [
+            "LOAD_INPUT",
+            "EMIT_OUTPUT",
+            "ASSERT_HASH",
+            {"transform": "x"},
+            {"transform": "x", "extra": 1},
+            {"ref": "input.json"},
+            ["a", "a"],
+            ["a", "b"],
+            [1],
+        ]
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.integers(0, 39),
+            st.sampled_from(["step_id", "opcode", "params", "depends_on", "output_schema", "x"]),
+            STEP_VALUES,
+        ),
+        max_size=4,
+    )
+)
+def test_contract_validation_by_step_shape_equals_full_validation(
+    edits: list[tuple[int, str, Any]],
+) -> None:
+    from affidavit.packs.verify import contract_schema_errors, schema_errors
+
+    contract = json.loads(assay_packs_contract())
+    steps = contract["replay_script"]["steps"]
+    template = steps[1]
+    steps[1:2] = [dict(template, step_id=f"m{i:02d}", depends_on=["s01"]) for i in range(38)]
+    for index, key, value in edits:
+        steps[index][key] = value
+    full = schema_errors(F.SCHEMA_NAMES[2], contract)
+    fast = contract_schema_errors(contract)
+    assert sorted(e.split(":")[0] for e in fast) == sorted(e.split(":")[0] for e in full)
+
+
+def assay_packs_contract() -> str:
+    return json.dumps(assay_packs._contract(assertion=False))

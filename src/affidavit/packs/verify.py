@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -102,6 +103,10 @@ def _reject_constant(name: str) -> Any:
 
 
 def _loads(data: bytes, what: str) -> Any:
+    try:
+        return orjson.loads(data)  # fast path; anything it refuses gets the exact reason below
+    except orjson.JSONDecodeError:
+        pass
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -217,16 +222,72 @@ def _validator(name: str) -> Any:
     return jsonschema.Draft7Validator(schema)
 
 
-def schema_errors(name: str, value: Any) -> list[str]:
-    """Validation errors of ``value`` against one of the shipped schemas, as ``path: message``."""
+def _raw_schema_errors(name: str, value: Any) -> list[tuple[tuple[Any, ...], str]]:
     try:
         found = sorted(_validator(name).iter_errors(value), key=lambda e: list(map(str, e.path)))
     except RecursionError:
-        return ["(root): nested too deeply to validate"]
-    out = []
-    for error in found:
-        where = ".".join(str(p) for p in error.absolute_path) or "(root)"
-        out.append(f"{where}: {error.message[:300]}")
+        return [((), "nested too deeply to validate")]
+    return [(tuple(e.absolute_path), e.message[:300]) for e in found]
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in path) or "(root)"
+
+
+def schema_errors(name: str, value: Any) -> list[str]:
+    """Validation errors of ``value`` against one of the shipped schemas, as ``path: message``."""
+    return [f"{_where(path)}: {message}" for path, message in _raw_schema_errors(name, value)]
+
+
+def _step_shape(step: Any) -> Any:
+    """``step`` with its step id and dependency names replaced by placeholders when they are
+    strings (unique, for ``depends_on``): the schema constrains them only to be that, so two
+    steps of one shape are valid or invalid together."""
+    if not isinstance(step, dict):
+        return step
+    shape = dict(step)
+    if isinstance(shape.get("step_id"), str):
+        shape["step_id"] = "s"
+    deps = shape.get("depends_on")
+    if (
+        isinstance(deps, list)
+        and all(isinstance(d, str) for d in deps)
+        and len(set(deps)) == len(deps)
+    ):
+        shape["depends_on"] = [f"d{i}" for i in range(len(deps))]
+    return shape
+
+
+def contract_schema_errors(contract: Any) -> list[str]:
+    """:func:`schema_errors` for an episode contract, validating each distinct step shape once
+    (a 10,000-step script has a handful) and reporting errors at every step of that shape."""
+    name = F.SCHEMA_NAMES[2]
+    script = contract.get("replay_script") if isinstance(contract, dict) else None
+    steps = script.get("steps") if isinstance(script, dict) else None
+    if not isinstance(script, dict) or not isinstance(steps, list) or len(steps) < 32:
+        return schema_errors(name, contract)
+    index: dict[str, int] = {}
+    reps: list[Any] = []
+    owners: list[list[int]] = []
+    for i, step in enumerate(steps):
+        shape = _step_shape(step)
+        try:
+            key = json.dumps(shape, sort_keys=True)
+        except (TypeError, ValueError, RecursionError):
+            key = f"#{i}"
+        if key not in index:
+            index[key] = len(reps)
+            reps.append(shape)
+            owners.append([])
+        owners[index[key]].append(i)
+    probe = {**contract, "replay_script": {**script, "steps": reps}}
+    out: list[str] = []
+    for path, message in _raw_schema_errors(name, probe):
+        if len(path) >= 3 and path[:2] == ("replay_script", "steps") and type(path[2]) is int:
+            for i in owners[path[2]]:
+                out.append(f"{_where(('replay_script', 'steps', i, *path[3:]))}: {message}")
+        else:
+            out.append(f"{_where(path)}: {message}")
     return out
 
 
@@ -244,7 +305,7 @@ def _phase1(st: _State) -> list[dict[str, Any]]:
         st.errors.append(f"{F.CONTRACT}: not a JSON object")
         return []
     st.contract = contract
-    st.errors.extend(f"{F.CONTRACT}: {e}" for e in schema_errors(F.SCHEMA_NAMES[2], contract))
+    st.errors.extend(f"{F.CONTRACT}: {e}" for e in contract_schema_errors(contract))
     environment = contract.get("environment")
     if isinstance(environment, dict):
         try:
