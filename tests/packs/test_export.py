@@ -150,3 +150,26 @@ def test_cli_export(make_runtime: Callable[..., Any], tmp_path: Path, store_url:
     assert json.loads(again.stdout)["error"]["code"] == "pack_exists"
     missing = runner.invoke(app, ["pack", "export", "nope", str(tmp_path / "x"), "--db", store_url])
     assert missing.exit_code == 2
+
+
+class _Crash(BaseException):
+    """Stands for the process dying at that point (not an Exception: nothing handles it)."""
+
+
+def test_a_crash_before_the_rename_leaves_no_pack(
+    make_runtime: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, job_id = run_job(make_runtime, "charges", tmp_path / "data")
+    out = tmp_path / "packs" / "pack"
+
+    def crash(*args: Any) -> None:
+        raise _Crash
+
+    import affidavit.packs.export as export_module
+
+    with monkeypatch.context() as patched, pytest.raises(_Crash):
+        patched.setattr(export_module.os, "rename", crash)
+        export_pack(rt.store, job_id, out)
+    assert not out.exists()
+    assert list((tmp_path / "packs").iterdir()) == []  # the staging directory is gone too
+    assert export_pack(rt.store, job_id, out).pack_dir == out

@@ -219,3 +219,18 @@ def test_symlink_out_of_the_pack_is_integrity_fail(
     verdict = verify_pack(pack)
     assert verdict.verdict == "INTEGRITY_FAIL"
     assert any("escapes the pack directory" in e for e in verdict.errors), verdict.errors
+
+
+def test_timestamps_in_the_future_are_integrity_fail(
+    make_runtime: Callable[..., Any], tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    pack = _export(make_runtime, tmp_path, "charges")
+    stamp = json.loads((pack / F.MANIFEST).read_text())["attestation"]["timestamp_end"]
+    end = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    assert verify_pack(pack, now=end - timedelta(hours=23)).verdict == "MATCH"
+    early = verify_pack(pack, now=end - timedelta(hours=25))
+    assert early.verdict == "INTEGRITY_FAIL"
+    assert any("in the future" in e for e in early.errors)
+    assert verify_pack(pack, now=datetime.now(UTC)).verdict == "MATCH"
