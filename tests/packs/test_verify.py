@@ -234,3 +234,13 @@ def test_timestamps_in_the_future_are_integrity_fail(
     assert early.verdict == "INTEGRITY_FAIL"
     assert any("in the future" in e for e in early.errors)
     assert verify_pack(pack, now=datetime.now(UTC)).verdict == "MATCH"
+
+
+def test_usage_error_is_exit_3(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    binary = Path(sys.executable).parent / "affidavit"
+    for args in (["rce-verify", str(tmp_path)], ["pack", "verify", str(tmp_path), "--bogus"]):
+        proc = subprocess.run([str(binary), *args], capture_output=True, timeout=60, check=False)
+        assert proc.returncode == 3, (args, proc.stderr)
