@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_append.py
 	$(BIN)/python benchmarks/bench_steps.py
 	$(BIN)/python benchmarks/bench_verify.py
+	$(BIN)/python benchmarks/bench_packs.py
 	$(BIN)/python benchmarks/bench_claims.py
 	$(BIN)/python benchmarks/bench_api.py
 

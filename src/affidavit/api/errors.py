@@ -28,6 +28,7 @@ from affidavit.core.errors import (
     StoreError,
     ValidationError,
 )
+from affidavit.packs import PackExistsError, UnfinishedJobError
 from affidavit.runtime.decisions import InvalidStateError
 
 # First match wins: subclasses before their bases (ConflictError is a StoreError).
@@ -44,6 +45,8 @@ STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
     (InvalidStateError, 409),
     (SignalRejected, 409),
     (ReplayError, 409),
+    (UnfinishedJobError, 409),
+    (PackExistsError, 409),
     (PlanError, 422),
     (CanonicalizationError, 422),
     (InvalidEventError, 422),

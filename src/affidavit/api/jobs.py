@@ -22,6 +22,7 @@ from affidavit.api.models import (
     Trace,
     Verification,
 )
+from affidavit.packs import pack_archive
 from affidavit.runtime.decisions import cancel_job, resume_job, signal_job
 from affidavit.runtime.submit import submit_job
 from affidavit.runtime.trace import job_trace
@@ -135,6 +136,24 @@ def verify(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     unknown job or one of another namespace."""
     visible_job(svc.store, caller, job_id)
     return verify_job(svc.store, job_id).to_dict()
+
+
+@router.get(
+    "/{job_id}/pack",
+    response_class=Response,
+    responses={200: {"content": {"application/gzip": {}}, "description": "a .tar.gz"}},
+)
+def pack(job_id: str, svc: ServiceDep, caller: Observer) -> Response:
+    """The finished job as a signed RCE v0.1 proof pack: a `.tar.gz` of the pack directory
+    `affidavit pack export` writes (verify it offline with `affidavit pack verify`). 404 for an
+    unknown job or one of another namespace; 409 for a job that has not finished."""
+    visible_job(svc.store, caller, job_id)
+    data = pack_archive(svc.store, job_id)
+    return Response(
+        data,
+        media_type="application/gzip",
+        headers={"Content-Disposition": f'attachment; filename="pack-{job_id}.tar.gz"'},
+    )
 
 
 @router.post("/{job_id}/signal", response_model=SignalResult)

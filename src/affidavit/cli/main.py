@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from affidavit import __version__
-from affidavit.cli import output, runtime_cmds, serve_cmds, verify_cmds
+from affidavit.cli import output, pack_cmds, runtime_cmds, serve_cmds, verify_cmds
 from affidavit.cli.claims_cmds import agents_app, claims_app, trust_app
 from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.cli.jobs import jobs_app
@@ -37,6 +37,7 @@ app.add_typer(claims_app, name="claims")
 app.add_typer(trust_app, name="trust")
 runtime_cmds.register(app)
 verify_cmds.register(app)
+pack_cmds.register(app)
 serve_cmds.register(app)
 
 

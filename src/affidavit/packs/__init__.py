@@ -1,1 +1,23 @@
-"""Proof packs: RCE v0.1 export and offline verification (PACK-FORMAT.md)."""
+"""Proof packs: RCE v0.1 export and offline verification (PACK-FORMAT.md, docs/packs.md)."""
+
+from affidavit.packs.export import (
+    ExportResult,
+    PackError,
+    PackExistsError,
+    UnfinishedJobError,
+    export_pack,
+    pack_archive,
+)
+from affidavit.packs.verify import PackVerdict, verify_pack, write_verdict
+
+__all__ = [
+    "ExportResult",
+    "PackError",
+    "PackExistsError",
+    "PackVerdict",
+    "UnfinishedJobError",
+    "export_pack",
+    "pack_archive",
+    "verify_pack",
+    "write_verdict",
+]

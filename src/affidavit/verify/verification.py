@@ -81,6 +81,7 @@ def verify_events(
     ledger: Iterable[LedgerRow] | None = None,
     status: str | None = None,
     job_id: str | None = None,
+    ledger_digests: Iterable[tuple[str, str, str, str | None]] | None = None,
 ) -> VerificationResult:
     """Verify an exported event list without a database.
 
@@ -90,6 +91,8 @@ def verify_events(
     job's seal (a terminal job without one fails the seal check), checked against
     ``public_keys`` only. ``ledger`` rows, when given, are compared with the log. ``status`` is
     the job's claimed status; without it the status the log ends in is used.
+    ``ledger_digests`` is the ledger in digest form instead of rows — ``(idempotency key,
+    status, invocation id, hex SHA-256 of JCS(result) or None)`` — as a proof pack carries it.
 
     Raises:
         VerificationError: the input is not an event list (a malformed entry is named), or the
@@ -127,6 +130,8 @@ def verify_events(
         if ledger is not None
         else []
     )
+    if ledger_digests is not None:
+        row_errors += _ledger_disagreements(fold, ledger_digests)
     return _assemble(fold, status=status, row_errors=row_errors, seal=parsed_seal, keys=keys)
 
 

@@ -1,0 +1,137 @@
+"""``affidavit pack export | verify`` and the alias ``affidavit rce-verify``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from cryptography.hazmat.primitives import serialization
+
+from affidavit.cli import output
+from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.core.errors import ConfigError
+from affidavit.core.seal import unb64
+from affidavit.packs import export_pack, verify_pack, write_verdict
+
+pack_app = typer.Typer(help="Proof packs: signed RCE v0.1 exports of jobs.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(pack_app, name="pack")
+    app.command("rce-verify")(verify)
+
+
+@pack_app.command("export")
+def export(
+    job_id: Annotated[str, typer.Argument(help="The job id (a finished job).")],
+    out_dir: Annotated[Path, typer.Argument(help="The pack directory to create.")],
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace OUT_DIR if it exists.")
+    ] = False,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Export a finished job as a signed RCE v0.1 proof pack (verifiable offline by
+    `affidavit pack verify` and by `assay rce-verify`).
+
+    Exit codes: 0 written; 2 no such job; 3 unfinished job, OUT_DIR exists, no signing key, or
+    store error.
+    """
+    with command(as_json), opened(db) as store:
+        result = export_pack(store, job_id, out_dir, overwrite=overwrite)
+    if as_json:
+        output.emit_json(result.to_dict())
+    else:
+        output.out.print(f"wrote {result.pack_dir} (pack root {result.pack_root_sha256})")
+
+
+def verify(
+    pack_dir: Annotated[Path, typer.Argument(help="The pack directory.")],
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out-dir",
+            help="Where to write rce_replay_result.json and rce_replay_details.json.",
+        ),
+    ],
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Write into OUT_DIR even if it exists.")
+    ] = False,
+    pretty: Annotated[bool, typer.Option("--pretty", help="Indent the written JSON.")] = False,
+    trusted_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-key",
+            help="Accept only packs signed by this key: a base64 public key or a file holding "
+            "one (PEM or base64). Repeatable. Default: the key the pack carries "
+            "(self-attested).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Verify a proof pack offline (RCE v0.1 phases 1-4, and the job's event log, seal and
+    ledger when the pack carries them).
+
+    Exit codes: 0 MATCH; 1 DIVERGE; 2 INTEGRITY_FAIL; 3 usage error, no such pack directory,
+    or OUT_DIR exists without --overwrite.
+    """
+    with command(as_json):
+        if not pack_dir.is_dir():
+            raise ConfigError(f"no pack directory at {str(pack_dir)!r}")
+        if out_dir.exists() and not overwrite:
+            raise ConfigError(
+                f"{str(out_dir)!r} already exists", hint="Remove it first or pass --overwrite."
+            )
+        keys = [_load_key(k) for k in trusted_key] if trusted_key else None
+        verdict = verify_pack(pack_dir, trusted_keys=keys)
+        receipt_path, details_path = write_verdict(verdict, out_dir, pretty=pretty)
+    document = {
+        "command": "rce-verify",
+        "status": "ok",
+        "verdict": verdict.verdict,
+        "receipt_path": str(receipt_path),
+        "details_path": str(details_path),
+        "exit_code": verdict.exit_code,
+    }
+    if as_json:
+        output.emit_json(document)
+    else:
+        colour = {"MATCH": "green", "DIVERGE": "yellow"}.get(verdict.verdict, "bold red")
+        output.out.print(f"rce verdict: [{colour}]{verdict.verdict}[/]")
+        for error in verdict.errors[:20]:
+            output.out.print(f"  - {error}", markup=False)
+        output.out.print(f"wrote: {receipt_path}\nwrote: {details_path}")
+    raise typer.Exit(verdict.exit_code)
+
+
+def _load_key(value: str) -> bytes:
+    """A trusted key: base64 of a raw 32-byte key, or a file with one (PEM public/private key
+    or base64)."""
+    path = Path(value)
+    text = value
+    if path.is_file():
+        data = path.read_bytes()
+        if b"-----BEGIN" in data:
+            try:
+                loaded: Any = serialization.load_pem_public_key(data)
+            except ValueError:
+                try:
+                    loaded = serialization.load_pem_private_key(data, password=None).public_key()
+                except (ValueError, TypeError) as exc:
+                    raise ConfigError(f"{value!r} is not an Ed25519 key: {exc}") from None
+            return bytes(
+                loaded.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+            )
+        text = data.decode("ascii", "replace").strip()
+    try:
+        raw = unb64(text)
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise ConfigError(f"--trusted-key {value!r} is neither a base64 key nor a key file")
+    return raw
+
+
+pack_app.command("verify")(verify)

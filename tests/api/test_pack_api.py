@@ -1,0 +1,83 @@
+"""``GET /api/jobs/{id}/pack`` over real HTTP on both backends, and the whole flow: submit over
+HTTP, run, verify, download the pack, `affidavit pack verify` it offline (MATCH)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from affidavit import Runtime
+from affidavit.api.app import create_app
+from affidavit.api.ratelimit import RateLimit
+from affidavit.store import open_store
+from tests.api.conftest import TOOLS, Api, Server, make_keys
+from tests.packs.helpers import assay_verify
+
+AFFIDAVIT = Path(sys.executable).parent / "affidavit"
+PLAN = {
+    "name": "api-pack",
+    "nodes": [
+        {"id": "a", "type": "tool", "tool": "act", "args": {"x": "${input.x}"}},
+        {"id": "t", "type": "pure", "tool": "think", "args": {"a": "${a}"}, "depends_on": ["a"]},
+    ],
+}
+
+
+@pytest.fixture
+def pack_api(store_url: str) -> Iterator[Api]:
+    # function-scoped: the server signs packs with the seal key of this test's runtime
+    store = open_store(store_url)
+    keys = make_keys(store)
+    app = create_app(store, tools=TOOLS, rate_limit=RateLimit(100_000, 1))
+    with Server(app) as url, Runtime(store_url, tools=TOOLS) as rt:
+        yield Api(url, store, rt, keys)
+    store.close()
+
+
+def test_submit_run_verify_download_and_verify_offline(pack_api: Api, tmp_path: Path) -> None:
+    with pack_api.client("agent_a") as c:
+        created = c.post("/api/jobs", json={"plan": PLAN, "input": {"x": 3}})
+        assert created.status_code == 201, created.text
+        job_id = created.json()["job_id"]
+    pack_api.runtime.run_until_idle()
+    with pack_api.client("observer_a") as c:
+        assert c.get(f"/api/jobs/{job_id}/verify").json()["ok"] is True
+        response = c.get(f"/api/jobs/{job_id}/pack")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/gzip"
+    with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    pack = tmp_path / f"pack-{job_id}"
+    assert (pack / "pack_manifest.json").is_file()
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [str(AFFIDAVIT), "pack", "verify", str(pack), "--out-dir", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "MATCH"
+    code, receipt, _ = assay_verify(pack, tmp_path / "assay-out")
+    assert (code, receipt["verdict"]) == (0, "MATCH")
+
+
+def test_pack_endpoint_errors(pack_api: Api) -> None:
+    waiting = pack_api.waiting_job("a")
+    with pack_api.client("observer_a") as c:
+        unfinished = c.get(f"/api/jobs/{waiting}/pack")
+        assert unfinished.status_code == 409
+        assert unfinished.json()["error"]["code"] == "job_not_finished"
+        assert c.get("/api/jobs/no-such-job/pack").status_code == 404
+    with pack_api.client("agent_b") as c:  # another namespace's job does not exist for b
+        assert c.get(f"/api/jobs/{waiting}/pack").status_code == 404
+    with pack_api.client(None) as c:
+        assert c.get(f"/api/jobs/{waiting}/pack").status_code == 401
