@@ -41,12 +41,34 @@ def pack_api(store_url: str) -> Iterator[Api]:
     store.close()
 
 
+TOOLS_MODULE = """
+from affidavit import pure, tool
+
+@tool("act")
+def act(ctx, **args):
+    return {"did": ctx.node_id, "args": args}
+
+@pure("think")
+def think(ctx, **args):
+    return {"thought": args}
+"""
+
+
 def test_submit_run_verify_download_and_verify_offline(pack_api: Api, tmp_path: Path) -> None:
     with pack_api.client("agent_a") as c:
         created = c.post("/api/jobs", json={"plan": PLAN, "input": {"x": 3}})
         assert created.status_code == 201, created.text
         job_id = created.json()["job_id"]
-    pack_api.runtime.run_until_idle()
+    # a real worker process runs it (same database, same seal key from the environment)
+    tools = tmp_path / "pack_api_tools.py"
+    tools.write_text(TOOLS_MODULE)
+    worker = subprocess.run(
+        [str(AFFIDAVIT), "worker", "--tools", str(tools), "--until-idle",
+         "--db", pack_api.store.url, "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert worker.returncode == 0, worker.stderr
+    assert json.loads(worker.stdout) == {"jobs_run": 1}
     with pack_api.client("observer_a") as c:
         assert c.get(f"/api/jobs/{job_id}/verify").json()["ok"] is True
         response = c.get(f"/api/jobs/{job_id}/pack")
