@@ -179,3 +179,19 @@ def test_astral_keys_sort_like_the_reference(value: dict[str, int]) -> None:
             canonical(value)
         return
     assert canonical(value) == expected
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_every_double_is_written_as_the_reference_writes_it(x: float) -> None:
+    # the fast path takes non-integral doubles from 1e-4 up; the rest go to rfc8785
+    assert canonical(x) == rfc8785.dumps(x)
+    assert canonical({"duration_ms": x, "n": 1}) == rfc8785.dumps({"duration_ms": x, "n": 1})
+
+
+@pytest.mark.parametrize(
+    "x",
+    [1e-4, -1e-4, 9.999999e-5, 1.5e-5, 3.4e-6, 0.001, 0.5, 12.345, 4503599627370495.5, 5.0, -0.0],
+)
+def test_doubles_at_the_fast_path_boundaries(x: float) -> None:
+    assert canonical([x]) == rfc8785.dumps([x])

@@ -50,7 +50,10 @@ def _reject_scalar(value: Any) -> bool:
         raise _Rejected(f"integer {value} is outside ±(2^53-1)")
     if t is float:
         if math.isfinite(value):
-            return False
+            # orjson writes a double as the shortest round-trip digits, as JCS does; the two
+            # differ only for integral doubles ("5.0" vs "5") and below 1e-5 (exponent vs fixed
+            # notation), which take the rfc8785 path. Durations and scores stay on the fast one.
+            return not value.is_integer() and abs(value) >= 1e-4
         raise _Rejected(f"number {value!r} is not finite")
     # Subclasses of the JSON types (str enums, int enums) serialize as their base type.
     if isinstance(value, bool | str):

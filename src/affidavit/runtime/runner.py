@@ -390,18 +390,20 @@ class _Run(RecoveryMixin):
             )
             # (1) T1: acquire + started, durable before the tool may act.
             with self._tx(durable=True) as tx:
-                row = tx.ledger_get(job_id, key)
+                # The insert only one attempt can win comes first: on the usual path (a key
+                # never seen) it is the only ledger statement of T1.
+                inserted = tx.ledger_insert(
+                    job_id=job_id,
+                    key=key,
+                    node_id=node.id,
+                    step_id=step,
+                    tool_name=t.name,
+                    args_hash=args_hash(args),
+                    invocation_id=invocation,
+                    attempt_id=self.claim.attempt_id,
+                )
+                row = None if inserted else tx.ledger_get(job_id, key)
                 if row is None:
-                    tx.ledger_insert(
-                        job_id=job_id,
-                        key=key,
-                        node_id=node.id,
-                        step_id=step,
-                        tool_name=t.name,
-                        args_hash=args_hash(args),
-                        invocation_id=invocation,
-                        attempt_id=self.claim.attempt_id,
-                    )
                     self._append(tx, *started_events)
                 elif row.status == "committed":
                     recorded = row.result
