@@ -225,9 +225,12 @@ def step_id(job_id: str, decision_id: str, index: int, node_type: str) -> str:
 
 def idempotency_key(job_id: str, step: str, tool_name: str, resolved_args: Any) -> str:
     """Internal ledger key: hex(SHA-256(job_id ‖ 0 ‖ step_id ‖ 0 ‖ tool ‖ 0 ‖ JCS(args)))."""
-    data = b"\x00".join(
-        (job_id.encode(), step.encode(), tool_name.encode(), canonical(resolved_args))
-    )
+    return idempotency_key_of(job_id, step, tool_name, canonical(resolved_args))
+
+
+def idempotency_key_of(job_id: str, step: str, tool_name: str, args_jcs: bytes) -> str:
+    """:func:`idempotency_key` from the arguments' canonical bytes (already encoded)."""
+    data = b"\x00".join((job_id.encode(), step.encode(), tool_name.encode(), args_jcs))
     return hashlib.sha256(data).hexdigest()
 
 

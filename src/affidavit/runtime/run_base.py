@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.canonical import canonical, sha256_hex
 from affidavit.core.errors import CanonicalizationError
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Node, Plan
@@ -166,7 +166,9 @@ class RunBase:
         t0: float,
         ctx: ToolContext | None,
         catch_up: bool,
+        result_jcs: bytes | None = None,
     ) -> None:
+        jcs = result_jcs if result_jcs is not None else canonical(result)
         items: list[tuple[str, dict[str, Any]]] = [
             (
                 "tool_invocation_finished",
@@ -185,7 +187,7 @@ class RunBase:
                     **base,
                     "command_id": invocation,
                     "idempotency_key": key,
-                    "result_hash": canonical_sha256(result),
+                    "result_hash": sha256_hex(jcs),
                 },
             ),
         ]
@@ -209,13 +211,16 @@ class RunBase:
         )
         with self._tx(durable=tx_durable) as tx:
             self._append(tx, *items)
-            tx.ledger_finish(self.claim.job_id, key, status="committed", result=result)
+            tx.ledger_finish(
+                self.claim.job_id, key, status="committed", result=result, result_jcs=jcs
+            )
 
 
-def check_result(node: Node, t: Tool, value: Any) -> None:
-    """A result is recorded as canonical JSON; if it cannot be, say which node returned it."""
+def check_result(node: Node, t: Tool, value: Any) -> bytes:
+    """A result is recorded as canonical JSON: its bytes; if it cannot be, say which node
+    returned it."""
     try:
-        canonical(value)
+        return canonical(value)
     except CanonicalizationError as exc:
         raise CanonicalizationError(
             f"{t.kind} {t.name!r} of node {node.id!r} returned a value that cannot be "

@@ -15,6 +15,7 @@ executed again, and a finished pure step is never re-run: the replay context inj
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError
 from affidavit.core.ids import new_event_id
-from affidavit.core.plan import Node, args_hash, external_key, idempotency_key
+from affidavit.core.plan import Node, external_key, idempotency_key_of
 from affidavit.runtime.args import resolve
 from affidavit.runtime.crash import crash_point
 from affidavit.runtime.inflight import RecoveryMixin
@@ -202,13 +203,15 @@ class _Run(RecoveryMixin):
     def _open_nodes(self) -> set[str]:
         return {p["node_id"] for p in self.replay.pending_tool_invocations.values()}
 
-    def _resolve_args(self, node: Node) -> dict[str, Any]:
+    def _resolve_args(self, node: Node) -> tuple[dict[str, Any], bytes]:
+        """The node's arguments resolved, and their canonical bytes (keys are derived from
+        them, so they are encoded once)."""
         try:
             resolved = resolve(dict(node.args), self.scope, node.id)
-            canonical(resolved)
+            encoded = canonical(resolved)
         except AffidavitError as exc:
             raise StepFailed(node.id, {"type": exc.code, "message": exc.message}) from exc
-        return resolved  # type: ignore[no-any-return]
+        return resolved, encoded
 
     def _tool(self, node: Node, kind: str) -> Tool:
         found = self.tools.get(node.tool or "")
@@ -252,7 +255,7 @@ class _Run(RecoveryMixin):
 
     def _pure_step(self, node: Node) -> Any:
         t = self._tool(node, "pure")
-        args = self._resolve_args(node)
+        args, _ = self._resolve_args(node)
         step = self.steps[node.id]
         attempt = self.replay.node_attempts.get(node.id, 0)
         limit = t.retry or self.max_attempts
@@ -364,10 +367,11 @@ class _Run(RecoveryMixin):
 
     def _tool_step(self, node: Node) -> Any:
         t = self._tool(node, "tool")
-        args = self._resolve_args(node)
+        args, args_jcs = self._resolve_args(node)
         step = self.steps[node.id]
         job_id = self.claim.job_id
-        key = idempotency_key(job_id, step, t.name, args)
+        key = idempotency_key_of(job_id, step, t.name, args_jcs)
+        hashed_args = hashlib.sha256(args_jcs).hexdigest()[:16]  # = args_hash(args)
         attempt = self.replay.node_attempts.get(node.id, 0)
         limit = t.retry or self.max_attempts
         base = {"node_id": node.id, "step_id": step}
@@ -383,7 +387,7 @@ class _Run(RecoveryMixin):
                         "invocation_id": invocation,
                         "tool_name": t.name,
                         "idempotency_key": key,
-                        "args_hash": args_hash(args),
+                        "args_hash": hashed_args,
                         "attempt": attempt,
                     },
                 ),
@@ -398,7 +402,7 @@ class _Run(RecoveryMixin):
                     node_id=node.id,
                     step_id=step,
                     tool_name=t.name,
-                    args_hash=args_hash(args),
+                    args_hash=hashed_args,
                     invocation_id=invocation,
                     attempt_id=self.claim.attempt_id,
                 )
@@ -450,7 +454,7 @@ class _Run(RecoveryMixin):
             t0 = time.perf_counter()
             try:
                 result = self._call(node, t.fn, ctx, args)
-                check_result(node, t, result)
+                result_jcs = check_result(node, t, result)
             except Exception as exc:
                 retryable = self._retryable(t, exc)
                 result_type = (
@@ -508,6 +512,7 @@ class _Run(RecoveryMixin):
                 t0=t0,
                 ctx=ctx,
                 catch_up=False,
+                result_jcs=result_jcs,
             )
             crash_point("tool.after_commit")
             return result

@@ -135,16 +135,26 @@ class LedgerOps:
         )
 
     def ledger_finish(
-        self, job_id: str, key: str, *, status: str, result: Any = None, error: Any = None
+        self,
+        job_id: str,
+        key: str,
+        *,
+        status: str,
+        result: Any = None,
+        error: Any = None,
+        result_jcs: bytes | None = None,
     ) -> None:
         """Mark the row ``committed`` (with its result) or ``failed`` (with the error). A
-        committed row is never changed again."""
+        committed row is never changed again. ``result_jcs``: the result's canonical bytes,
+        when the caller has them already."""
+        if result_jcs is None and result is not None:
+            result_jcs = canonical(result)
         self.execute(
             "UPDATE tool_invocations SET status = ?, result = ?, error = ?, updated_at = ? "
             "WHERE job_id = ? AND idempotency_key = ? AND status <> 'committed'",
             (
                 status,
-                canonical(result).decode() if result is not None else None,
+                result_jcs.decode() if result_jcs is not None else None,
                 canonical(error).decode() if error is not None else None,
                 utc_now(),
                 job_id,

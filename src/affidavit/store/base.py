@@ -204,7 +204,14 @@ class Transaction(Protocol):
     ) -> None: ...
 
     def ledger_finish(
-        self, job_id: str, key: str, *, status: str, result: Any = None, error: Any = None
+        self,
+        job_id: str,
+        key: str,
+        *,
+        status: str,
+        result: Any = None,
+        error: Any = None,
+        result_jcs: bytes | None = None,
     ) -> None: ...
 
     def claim(
