@@ -218,6 +218,17 @@ def worker(
     ] = False,
     concurrency: Annotated[int, typer.Option(min=1, max=64, help="Jobs run at once.")] = 1,
     step_concurrency: StepConcurrencyOption = 1,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            help="Serve this worker's Prometheus counters (steps by outcome, ledger decisions, "
+            "confirmations) at http://127.0.0.1:PORT/metrics.",
+            show_default=False,
+        ),
+    ] = None,
     lease: LeaseOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
@@ -230,6 +241,12 @@ def worker(
     with command(as_json):
         rt = open_runtime(db, tools, lease, step_concurrency)
         try:
+            if metrics_port is not None:
+                try:
+                    rt.metrics.serve(metrics_port)
+                except OSError as exc:
+                    message = f"cannot serve metrics on port {metrics_port}: {exc}"
+                    raise ConfigError(message) from exc
             if not as_json:
                 output.err.print(
                     f"worker {rt.worker.worker_id} on {rt.store.backend}"

@@ -67,7 +67,22 @@ class RuntimeMetrics:
             "Mismatches recorded as confirmation_warning (replay_verification: warn).",
             ("resource_type",),
         )
-        self._counters = (self.confirmations, self.confirmation_warnings)
+        self.steps = LabelledCounter(
+            "affidavit_steps",
+            "Steps finished by this process, by node type and outcome (node_finished).",
+            ("node_type", "result_type"),
+        )
+        self.ledger_decisions = LabelledCounter(
+            "affidavit_ledger_decisions",
+            "Invocation-ledger decisions at T1: allow_execute, return_recorded_result, in_flight.",
+            ("decision",),
+        )
+        self._counters = (
+            self.confirmations,
+            self.confirmation_warnings,
+            self.steps,
+            self.ledger_decisions,
+        )
 
     def value(self, name: str, **labels: str) -> float:
         """The current value of sample ``name`` (e.g. ``affidavit_confirmations_total``);
@@ -79,7 +94,13 @@ class RuntimeMetrics:
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every counter."""
-        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry())
+
+    def registry(self) -> Any:
+        """A ``prometheus_client`` registry that reads these counters at each scrape."""
+        from prometheus_client import CollectorRegistry
         from prometheus_client.core import CounterMetricFamily
         from prometheus_client.registry import Collector
 
@@ -95,4 +116,10 @@ class RuntimeMetrics:
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector())
-        return generate_latest(registry)
+        return registry
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Serve ``/metrics`` for Prometheus on ``host:port`` from a background thread."""
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=host, registry=self.registry())

@@ -115,6 +115,10 @@ class RunBase:
             fence=self.claim.attempt_id,
         )
         self.version += len(stored)
+        for event_type, payload in items:
+            if event_type == "node_finished":
+                node_type = self.plan.node(payload["node_id"]).type
+                self.metrics.steps.labels(node_type, payload["result_type"]).inc()
 
     def _write(self, *items: tuple[str, dict[str, Any]], durable: bool = False) -> None:
         with self._tx(durable=durable) as tx:

@@ -407,6 +407,13 @@ class _Run(RecoveryMixin):
                     attempt_id=self.claim.attempt_id,
                 )
                 row = None if inserted else tx.ledger_get(job_id, key)
+                self.metrics.ledger_decisions.labels(
+                    "allow_execute"
+                    if row is None or row.status == "failed"
+                    else "return_recorded_result"
+                    if row.status == "committed"
+                    else "in_flight"
+                ).inc()
                 if row is None:
                     self._append(tx, *started_events)
                 elif row.status == "committed":
