@@ -12,10 +12,16 @@ from typing import Annotated, Any
 import typer
 
 from affidavit.cli import output
-from affidavit.cli.common import DbOption, JsonOption, command
+from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
-from affidavit.runtime.decisions import RESUME_DECISIONS, InvalidStateError, signal_job
+from affidavit.runtime.decisions import (
+    RESUME_DECISIONS,
+    InvalidStateError,
+    cancel_job,
+    resume_job,
+    signal_job,
+)
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS
@@ -123,6 +129,14 @@ def exit_for(status: str) -> int:
     if status in ("waiting", "parked"):
         return EXIT_WAITING
     return 1 if status in ("failed", "cancelled") else 0
+
+
+def emit_job(job: JobRecord, as_json: bool) -> None:
+    """Print the job a decision left: JSON with ``--json``, else status, output and error."""
+    if as_json:
+        output.emit_json(job_doc(job))
+    else:
+        show_job(job)
 
 
 def show_job(job: JobRecord) -> None:
@@ -275,16 +289,9 @@ def cancel(
 
     Exit codes: 0 cancelled; 2 no such job; 3 already finished or store error.
     """
-    with command(as_json):
-        rt = open_runtime(db, None, None)
-        try:
-            job = rt.cancel(job_id, reason=reason, by=by or state_user())
-        finally:
-            rt.close()
-    if as_json:
-        output.emit_json(job_doc(job))
-    else:
-        show_job(job)
+    with command(as_json), opened(db) as store:
+        job = cancel_job(store, job_id, reason=reason, by=by or state_user())
+    emit_job(job, as_json)
 
 
 def resume(
@@ -312,21 +319,12 @@ def resume(
     error.
     """
     with command(as_json):
-        rt = open_runtime(db, None, None)
-        try:
-            job = rt.resume(
-                job_id,
-                decision,
-                result=parse_json_arg(result, "--result"),
-                by=by or state_user(),
-                note=note,
+        value = parse_json_arg(result, "--result")
+        with opened(db) as store:
+            job = resume_job(
+                store, job_id, decision, result=value, by=by or state_user(), note=note
             )
-        finally:
-            rt.close()
-    if as_json:
-        output.emit_json(job_doc(job))
-    else:
-        show_job(job)
+    emit_job(job, as_json)
 
 
 def signal(
@@ -357,11 +355,8 @@ def signal(
     """
     with command(as_json):
         value = parse_json_arg(payload, "--payload")
-        rt = open_runtime(db, None, None)
-        try:
-            job, appended = signal_job(rt.store, job_id, key, value, by=by or state_user())
-        finally:
-            rt.close()
+        with opened(db) as store:
+            job, appended = signal_job(store, job_id, key, value, by=by or state_user())
     if as_json:
         output.emit_json({**job_doc(job), "appended": appended})
     else:
