@@ -20,6 +20,8 @@ def unused(x):
         return 1
     return 2
 """
+# The sample project's own tests: 2 pass, 1 fails and 1 is skipped on purpose, so the
+# pytest summary parser is checked on every count it reports.
 TESTS = """\
 import pytest
 
