@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from affidavit.core.canonical import (
     MAX_SAFE_INTEGER,
     canonical,
+    canonical_parsed,
     canonical_sha256,
     parse,
     sha256_hex,
@@ -195,3 +196,38 @@ def test_every_double_is_written_as_the_reference_writes_it(x: float) -> None:
 )
 def test_doubles_at_the_fast_path_boundaries(x: float) -> None:
     assert canonical([x]) == rfc8785.dumps([x])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(json_values)
+def test_canonical_of_parsed_values_is_the_reference(value: Any) -> None:
+    try:
+        expected = rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError):
+        return  # not representable: no parser returns it from valid UTF-8 JSON
+    parsed = json.loads(json.dumps(value))
+    assert canonical_parsed(parsed) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        1.5,
+        -0.0,
+        5.0,
+        [1.0],
+        {"a": 1e21},
+        {"a": [2, 3.25]},
+        {"t:1.5": "x:1.5", "n": 1},
+        {"\U0001f600": 1, "\ufb33": 2},
+        {"k": "\U0001f600"},
+        {"e": "1e5", "n": [1, 2, 3]},
+    ],
+)
+def test_canonical_of_parsed_values_takes_the_reference_path_where_needed(value: Any) -> None:
+    assert canonical_parsed(value) == rfc8785.dumps(value)
+
+
+def test_canonical_of_parsed_values_rejects_unsafe_integers() -> None:
+    with pytest.raises(CanonicalizationError, match="outside"):
+        canonical_parsed({"n": [2**60]})

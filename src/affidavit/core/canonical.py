@@ -182,6 +182,35 @@ def canonical(value: Any) -> bytes:
         raise CanonicalizationError(str(exc)) from exc
 
 
+# In orjson's compact output a number token starts the document or follows ':', ',' or '[';
+# a double always has a '.' or an exponent after its leading digits, an integer never does.
+# Strings may match too (``"t:1.5"``): that only sends the value down the reference path.
+# Bytes from 0xF0 lead a character outside the Basic Multilingual Plane, where JCS's UTF-16
+# key order and orjson's code-point order can differ.
+_NOT_FAST = re.compile(rb"(?:^|[:,\[])-?[0-9]+[.eE]|[\xf0-\xff]")
+
+
+def canonical_parsed(value: Any) -> bytes:
+    """:func:`canonical` for a value a JSON parser returned (dicts, lists, str, int, float, bool,
+    None — nothing else), without the Python walk over it.
+
+    orjson writes it with sorted keys; when those bytes hold no double and no character outside
+    the Basic Multilingual Plane they are the JCS bytes (the only values where the two encoders
+    differ), otherwise the full :func:`canonical` is used. A parser never returns NaN, bytes or
+    non-string keys, so the rejections :func:`canonical` makes for them are not needed here.
+
+    Raises:
+        CanonicalizationError: the value is not representable (an integer beyond ±(2^53-1)).
+    """
+    try:
+        fast = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except (orjson.JSONEncodeError, TypeError):
+        return canonical(value)
+    if _NOT_FAST.search(fast) is None:
+        return fast
+    return canonical(value)
+
+
 def _parse_int(text: str) -> int | float:
     value = int(text)
     # JCS numbers are IEEE doubles: an integral double beyond 2^53 is written without a
