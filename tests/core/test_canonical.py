@@ -231,3 +231,22 @@ def test_canonical_of_parsed_values_takes_the_reference_path_where_needed(value:
 def test_canonical_of_parsed_values_rejects_unsafe_integers() -> None:
     with pytest.raises(CanonicalizationError, match="outside"):
         canonical_parsed({"n": [2**60]})
+
+
+class _Celsius(float):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"backoff_seconds": 1.0, "nodes": [{"id": "a", "n": 2}]},
+        {"a": [1.0, -0.0, 2.5, 9007199254740991.0]},
+        {"a": 9007199254740992.0, "b": 1.0},
+        {"a": 1.0, "b": 1e-7},
+        {"a": 1.0, "\U0001f600": 1},
+        {"t": _Celsius(21.0), "u": [_Celsius(0.5)]},
+    ],
+)
+def test_integral_doubles_beside_other_values_are_written_as_the_reference(value: Any) -> None:
+    assert canonical(value) == rfc8785.dumps(value)

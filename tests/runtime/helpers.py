@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from affidavit import ToolContext
+from affidavit.core.canonical import canonical, parse
 from affidavit.core.chain import check_stored_chain
 from affidavit.core.events import validate_payload
 from affidavit.runtime.replay import build_from_events
@@ -94,6 +95,8 @@ def assert_log_sound(store: Store, job_id: str) -> list[StoredEvent]:
     assert job.head_hash == chain.root
     for e in events:
         validate_payload(e.type, e.payload)
+        # stored bytes are exactly JCS(payload), whichever encoder the runtime used
+        assert canonical(parse(e.payload_bytes)) == e.payload_bytes, e.type
 
     started = of_type(events, "tool_invocation_started")
     finished = of_type(events, "tool_invocation_finished")

@@ -30,6 +30,7 @@ from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.runtime import InvalidStateError
 from affidavit.runtime.worker import Worker
 from affidavit.store import JobFilter
+from affidavit.verify import verify_job
 from tests.runtime.helpers import (
     Calls,
     SimulatedCrash,
@@ -842,3 +843,93 @@ def test_concurrent_claim_loops_run_each_step_once(make_runtime: Any, calls: Cal
     assert len(calls.log) == 24 * 3 == len(per_step)
     for job_id in job_ids:
         assert_log_sound(rt.store, job_id)
+
+
+# --- what a run records, byte for byte ----------------------------------------------------------
+
+AWKWARD = {
+    "whole": 5.0,
+    "tiny": 3e-7,
+    "huge": 1e21,
+    "fraction": 0.1,
+    "negative_zero": -0.0,
+    "text": 'naïve — \U0001f600 \u2028 \x07 "quoted" \\',
+    "\U0001f600 key": [1, 2.5, None, True],
+    "\ufb33": {"nested": [0.5, {"deep": 1e-5}]},
+}
+
+
+def test_recorded_payloads_are_canonical_for_awkward_values(
+    make_runtime: Any, calls: Calls
+) -> None:
+    """Step payloads are written by a fast encoder; every stored payload must still be exactly
+    JCS of its value (assert_log_sound re-canonicalizes each one), for results, pure outputs and
+    state changes holding floats the fast path cannot write and keys it would sort wrongly."""
+
+    def awkward(ctx: ToolContext, n: int) -> dict[str, Any]:
+        calls.add(ctx, "awkward")
+        ctx.record_state_change("file", "/tmp/\U0001f600.txt", "update", version=2.0)
+        return {**AWKWARD, "n": n}
+
+    def echo(ctx: ToolContext, value: Any) -> Any:
+        return [value, 7.0, 0.25]
+
+    rt = make_runtime(Tool("awkward", awkward, "tool"), Tool("echo", echo, "pure"))
+    job_id = rt.submit(
+        plan(
+            node("a", "awkward", args={"n": "${input.n}"}),
+            node("b", "echo", "pure", args={"value": "${a}"}, deps=["a"]),
+        ),
+        {"n": 3},
+    ).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    events = assert_log_sound(rt.store, job_id)
+    (finished,) = of_type(events, "tool_invocation_finished")
+    assert finished["result"] == {**AWKWARD, "n": 3}
+    (changed,) = of_type(events, "state_changed")
+    assert changed["state_changes"][0]["resource_id"] == "/tmp/\U0001f600.txt"
+    pure_output = next(p for p in of_type(events, "node_finished") if p["node_id"] == "b")
+    assert pure_output["output"] == [{**AWKWARD, "n": 3}, 7, 0.25]
+    assert verify_job(rt.store, job_id).ok
+
+
+def test_a_transaction_that_does_not_commit_leaves_the_runs_version_and_head(
+    store_url: str, calls: Calls
+) -> None:
+    """The run chains from the head it holds; a transaction rolled back after an append must
+    not move it, or the next append would leave a gap the store cannot see."""
+    registry = ToolRegistry([charge_tool(calls)])
+    rt = Runtime(store_url, tools=registry, lease_seconds=30)
+    try:
+        job_id = rt.submit(plan(node("a", "charge")), {}).job_id
+        claim = rt.worker.claim(job_id)
+        assert claim is not None
+        events = rt.store.list_events(job_id)
+        replay = build_from_events(events)
+        run = runner_module._Run(
+            rt.store,
+            registry,
+            claim,
+            Plan.parse(replay.task_graph | {"name": "unit"}),
+            replay,
+            len(events),
+            bytes.fromhex(events[-1].chain_hash),
+            sleep=time.sleep,
+            lease_lost=None,
+            metrics=rt.worker.metrics,
+            sealer=rt.worker.sealer,
+        )
+        before = (run.version, run.head)
+        started = {"node_id": "a", "step_id": run.steps["a"], "attempt": 1, "worker_id": "w"}
+        with pytest.raises(RuntimeError, match="after the append"), run._tx(durable=False) as tx:
+            run._append(tx, ("node_started", started), fast=True)
+            assert run.version == before[0] + 1
+            raise RuntimeError("after the append")
+        assert (run.version, run.head) == before
+        assert len(rt.store.list_events(job_id)) == len(events)
+        run._write(("node_started", started), fast=True)
+        assert run.version == len(events) + 1
+        assert run.head == bytes.fromhex(rt.store.get_job(job_id).head_hash or "")
+    finally:
+        rt.close()

@@ -103,6 +103,41 @@ def test_fencing_rejects_a_stale_attempt(store: Store) -> None:
     )
 
 
+def _encoded(*numbers: int) -> list[tuple[str, str, bytes]]:
+    return [
+        (f"known-head-{n}-{new_attempt_id()}", "node_started", canonical({"n": n})) for n in numbers
+    ]
+
+
+def test_append_after_a_known_head(store: Store) -> None:
+    """A writer that holds the head chains from it; the log is the same as with a read head,
+    and an append at a version the log has moved past is refused with nothing written."""
+    job_id = make_job(store)
+    attempt = new_attempt_id()
+    with store.transaction() as tx:
+        tx.set_lease(job_id, attempt_id=attempt, owner="w", expires_at=1.0)
+        first = tx.append_encoded(
+            job_id, _encoded(1, 2), expected_version=0, head=b"", fence=attempt
+        )
+    head = bytes.fromhex(first[-1].chain_hash)
+    with store.transaction() as tx:
+        more = tx.append_encoded(job_id, _encoded(3), expected_version=2, head=head, fence=attempt)
+    assert [e.version for e in first + more] == [1, 2, 3]
+    assert chain_ok(store, job_id)
+    # someone else appended meanwhile: a writer still holding version 3's head is refused
+    store.append(job_id, [ev(4)], expected_version=3)
+    stale = bytes.fromhex(more[-1].chain_hash)
+    with pytest.raises(ConflictError) as info, store.transaction() as tx:
+        tx.append_encoded(job_id, _encoded(9), expected_version=3, head=stale, fence=attempt)
+    assert (info.value.expected, info.value.actual) == (3, 4)
+    with pytest.raises(FencedError), store.transaction() as tx:
+        tx.append_encoded(job_id, _encoded(9), expected_version=4, head=stale, fence="other")
+    with pytest.raises(JobNotFound), store.transaction() as tx:
+        tx.append_encoded("nope", _encoded(9), expected_version=0, head=b"")
+    assert store.get_job(job_id).version == 4
+    assert chain_ok(store, job_id)
+
+
 def test_unknown_job(store: Store) -> None:
     with pytest.raises(JobNotFound):
         store.append("nope", [ev(1)], expected_version=0)

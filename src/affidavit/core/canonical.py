@@ -126,6 +126,38 @@ def _check(value: Any) -> bool:
     return _reject_scalar(value)
 
 
+def _with_integral_doubles_as_ints(value: Any) -> Any:
+    """A copy of an accepted value with every integral double within ±(2^53-1) as an ``int``
+    (JCS writes both alike: ``5.0`` is ``5``), or ``None`` when something else keeps it off the
+    fast encoder (a double below 1e-4, a key outside the Basic Multilingual Plane). One float
+    such as ``backoff_seconds: 1.0`` would otherwise send a whole plan to the slow encoder."""
+    t = type(value)
+    if isinstance(value, float):
+        number = float(value)
+        if number.is_integer() and abs(number) <= MAX_SAFE_INTEGER:
+            return int(number)
+        return number if _reject_scalar(number) else None
+    if t is dict or isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not key.isascii() and any(ord(c) > 0xFFFF for c in key):
+                return None
+            converted = _with_integral_doubles_as_ints(item)
+            if converted is None and item is not None:
+                return None
+            out[key] = converted
+        return out
+    if t is list or t is tuple or isinstance(value, list | tuple):
+        items = []
+        for item in value:
+            converted = _with_integral_doubles_as_ints(item)
+            if converted is None and item is not None:
+                return None
+            items.append(converted)
+        return items
+    return value
+
+
 def json_path(parts: list[str | int]) -> str:
     """Render collected path parts (innermost first) as ``$.a[0]["b c"]``."""
     out = ["$"]
@@ -172,6 +204,9 @@ def canonical(value: Any) -> bytes:
     try:
         if fast:
             return orjson.dumps(value, option=_ORJSON_OPTIONS)
+        converted = _with_integral_doubles_as_ints(value)
+        if converted is not None:
+            return orjson.dumps(converted, option=_ORJSON_OPTIONS)
         return bytes(rfc8785.dumps(value))
     except (UnicodeEncodeError, orjson.JSONEncodeError, rfc8785.CanonicalizationError) as exc:
         parts: list[str | int] = []

@@ -28,6 +28,14 @@ class LabelledCounter:
             raise ValueError(f"{self.name} takes labels {self.labelnames}")
         return _Child(self, tuple(values))
 
+    def inc(self, *values: str) -> None:
+        """Add one to the counter of these label values (``labels(*values).inc()``, without
+        the child object: steps count through here)."""
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}")
+        with self._lock:
+            self._values[values] = self._values.get(values, 0.0) + 1.0
+
     def _inc(self, key: tuple[str, ...], amount: float) -> None:
         with self._lock:
             self._values[key] = self._values.get(key, 0.0) + amount

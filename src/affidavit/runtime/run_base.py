@@ -1,7 +1,10 @@
 """The state of one run of one job, and the writes every kind of step shares.
 
 Every write appends at the run's known version and is fenced by the claim's attempt id, so a
-run that lost its lease (or raced another writer) writes nothing.
+run that lost its lease (or raced another writer) writes nothing. The run also knows its log's
+chain head (it wrote the last event, or read it when it claimed the job), so an append chains
+from it without reading it back; the store still refuses the append if anyone else wrote in
+between. Version and head advance only when a transaction commits.
 """
 
 from __future__ import annotations
@@ -13,15 +16,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from affidavit.core.canonical import canonical, sha256_hex
 from affidavit.core.errors import CanonicalizationError
 from affidavit.core.events import utc_now
+from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import Node, Plan
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.sdk import Tool, ToolContext, ToolRegistry
 from affidavit.runtime.sealing import Sealer
-from affidavit.store import NewEvent, Store
+from affidavit.store import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +60,24 @@ def error_dict(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000]}
 
 
+# A payload the runner builds for a step holds only ids, names, counters, booleans, a duration
+# and already-canonical values wrapped in orjson.Fragment. For those, orjson with sorted keys
+# writes exactly the JCS bytes (core.canonical's fast path: strings, integers within ±(2^53-1),
+# non-integral doubles from 1e-4 up, ASCII keys), so the walk that checks arbitrary values is
+# skipped. Tests re-canonicalize every payload such runs store.
+_STEP_PAYLOAD = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+
+Item = tuple[str, dict[str, Any]]
+
+
+def step_payload(payload: dict[str, Any]) -> bytes:
+    """The JCS bytes of a payload built by the runner (see above)."""
+    try:
+        return orjson.dumps(payload, option=_STEP_PAYLOAD)
+    except orjson.JSONEncodeError as exc:  # a lone surrogate in a name, say
+        raise CanonicalizationError(f"a step event cannot be recorded: {exc}") from None
+
+
 class RunBase:
     """One run of one job (one claim)."""
 
@@ -65,6 +89,7 @@ class RunBase:
         plan: Plan,
         replay: ReplayContext,
         version: int,
+        head: bytes,
         *,
         sleep: Callable[[float], None],
         lease_lost: threading.Event | None,
@@ -85,6 +110,7 @@ class RunBase:
         self.plan = plan
         self.replay = replay
         self.version = version
+        self.head = head  # raw H_version
         self.steps = plan.step_ids(claim.job_id)
         policy = replay.policy or plan.policy.to_dict()
         self.in_flight_policy: str = policy["in_flight"]
@@ -99,30 +125,45 @@ class RunBase:
 
     @contextmanager
     def _tx(self, *, durable: bool) -> Iterator[Any]:
-        """A store transaction, exclusive among the run's concurrently executing steps."""
-        with self._lock, self.store.transaction(durable=durable) as tx:
-            yield tx
+        """A store transaction, exclusive among the run's concurrently executing steps. The
+        run's version and head are restored if it does not commit."""
+        with self._lock:
+            version, head = self.version, self.head
+            try:
+                with self.store.transaction(durable=durable) as tx:
+                    yield tx
+            except BaseException:
+                self.version, self.head = version, head
+                raise
 
-    def _events(self, *items: tuple[str, dict[str, Any]]) -> list[NewEvent]:
+    def _append(self, tx: Any, *items: Item, fast: bool = False) -> None:
+        """Append events (``at`` added). ``fast``: every payload is one the runner built for a
+        step (see :func:`step_payload`); otherwise each is canonicalized in full."""
         at = utc_now()
-        return [NewEvent(t, {**p, "at": at}) for t, p in items]
-
-    def _append(self, tx: Any, *items: tuple[str, dict[str, Any]]) -> None:
-        stored = tx.append(
+        encode = step_payload if fast else canonical
+        encoded = [
+            (event_id, event_type, encode({**payload, "at": at}))
+            for event_id, (event_type, payload) in zip(
+                new_event_ids(len(items)), items, strict=True
+            )
+        ]
+        stored = tx.append_encoded(
             self.claim.job_id,
-            self._events(*items),
+            encoded,
             expected_version=self.version,
             fence=self.claim.attempt_id,
+            head=self.head,
         )
-        self.version += len(stored)
+        self.version = stored[-1].version
+        self.head = bytes.fromhex(stored[-1].chain_hash)
         for event_type, payload in items:
             if event_type == "node_finished":
                 node_type = self.plan.node(payload["node_id"]).type
-                self.metrics.steps.labels(node_type, payload["result_type"]).inc()
+                self.metrics.steps.inc(node_type, payload["result_type"])
 
-    def _write(self, *items: tuple[str, dict[str, Any]], durable: bool = False) -> None:
+    def _write(self, *items: Item, durable: bool = False, fast: bool = False) -> None:
         with self._tx(durable=durable) as tx:
-            self._append(tx, *items)
+            self._append(tx, *items, fast=fast)
 
     def _park(
         self,
@@ -173,7 +214,7 @@ class RunBase:
         result_jcs: bytes | None = None,
     ) -> None:
         jcs = result_jcs if result_jcs is not None else canonical(result)
-        items: list[tuple[str, dict[str, Any]]] = [
+        items: list[Item] = [
             (
                 "tool_invocation_finished",
                 {
@@ -181,7 +222,7 @@ class RunBase:
                     "invocation_id": invocation,
                     "idempotency_key": key,
                     "outcome": "success",
-                    "result": result,
+                    "result": orjson.Fragment(jcs),
                     "catch_up": catch_up,
                 },
             ),
@@ -196,12 +237,8 @@ class RunBase:
             ),
         ]
         if ctx is not None and ctx.state_changes:
-            items.append(
-                (
-                    "state_changed",
-                    {**base, "state_changes": [c.to_dict() for c in ctx.state_changes]},
-                )
-            )
+            changes = canonical([c.to_dict() for c in ctx.state_changes])
+            items.append(("state_changed", {**base, "state_changes": orjson.Fragment(changes)}))
         items.append(
             (
                 "node_finished",
@@ -214,7 +251,7 @@ class RunBase:
             )
         )
         with self._tx(durable=tx_durable) as tx:
-            self._append(tx, *items)
+            self._append(tx, *items, fast=True)
             tx.ledger_finish(
                 self.claim.job_id, key, status="committed", result=result, result_jcs=jcs
             )
@@ -234,5 +271,8 @@ def check_result(node: Node, t: Tool, value: Any) -> bytes:
         ) from exc
 
 
-def elapsed_ms(t0: float) -> float:
-    return round((time.perf_counter() - t0) * 1000, 3)
+def elapsed_ms(t0: float) -> float | int:
+    """Milliseconds since ``t0`` to the microsecond; a whole number as an ``int`` (JCS writes
+    ``5.0`` as ``5`` either way; this keeps it on the fast encoder's path)."""
+    ms = round((time.perf_counter() - t0) * 1000, 3)
+    return int(ms) if ms.is_integer() else ms

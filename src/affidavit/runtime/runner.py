@@ -23,6 +23,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+import orjson
+
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError
 from affidavit.core.ids import new_event_id
@@ -94,6 +96,7 @@ class JobRunner:
             builder.plan,
             replay,
             len(events),
+            bytes.fromhex(events[-1].chain_hash) if events else b"",
             sleep=self._sleep,
             lease_lost=self._lease_lost,
             metrics=self.metrics,
@@ -278,7 +281,7 @@ class _Run(RecoveryMixin):
             t0 = time.perf_counter()
             try:
                 output = self._call(node, t.fn, ctx, args)
-                check_result(node, t, output)
+                output_jcs = check_result(node, t, output)
             except Exception as exc:
                 retry = self._retryable(t, exc) and attempt < limit
                 finished = {
@@ -302,10 +305,10 @@ class _Run(RecoveryMixin):
                 "step_id": step,
                 "attempt": attempt,
                 "result_type": "pure",
-                "output": output,
+                "output": orjson.Fragment(output_jcs),
                 "duration_ms": elapsed_ms(t0),
             }
-            self._write(("node_started", started), ("node_finished", finished))
+            self._write(("node_started", started), ("node_finished", finished), fast=True)
             return output
 
     # --- wait / approval (continued by signals) -------------------------------------------------
@@ -407,22 +410,22 @@ class _Run(RecoveryMixin):
                     attempt_id=self.claim.attempt_id,
                 )
                 row = None if inserted else tx.ledger_get(job_id, key)
-                self.metrics.ledger_decisions.labels(
+                self.metrics.ledger_decisions.inc(
                     "allow_execute"
                     if row is None or row.status == "failed"
                     else "return_recorded_result"
                     if row.status == "committed"
                     else "in_flight"
-                ).inc()
+                )
                 if row is None:
-                    self._append(tx, *started_events)
+                    self._append(tx, *started_events, fast=True)
                 elif row.status == "committed":
                     recorded = row.result
                 elif row.status == "failed":
                     tx.ledger_restart(
                         job_id, key, invocation_id=invocation, attempt_id=self.claim.attempt_id
                     )
-                    self._append(tx, *started_events)
+                    self._append(tx, *started_events, fast=True)
             if row is not None and row.status == "committed":
                 # The log is the authority and already holds the commit (T2 is atomic); this
                 # only records the node's completion if a crash came between T2 and nothing.

@@ -185,11 +185,12 @@ def check_head(
 
 
 def chain_events(
-    job_id: str, version: int, head_hex: str | None, encoded: Sequence[Encoded]
+    job_id: str, version: int, head: bytes, encoded: Sequence[Encoded]
 ) -> list[StoredEvent]:
-    """The rows of ``encoded`` chained onto the head ``(version, head_hex)``: ``H_i`` is computed
-    here, once, from the stored head — never from the whole log."""
-    previous = bytes.fromhex(head_hex) if head_hex else GENESIS
+    """The rows of ``encoded`` chained onto the head ``(version, head)`` (``head`` the raw
+    ``H_version``, empty for an empty log): ``H_i`` is computed here, once, from the head —
+    never from the whole log."""
+    previous = head
     stored = []
     for event_id, event_type, payload in encoded:
         version += 1
@@ -228,6 +229,43 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
         ``((attempt_id,) | None, (version, chain_hash) | None)``. The head must be read after the
         lock is held, so that it includes whatever the previous holder committed."""
 
+    def _append_after_head(
+        self,
+        job_id: str,
+        encoded: Sequence[Encoded],
+        expected_version: int,
+        fence: str | None,
+        head: bytes,
+    ) -> list[StoredEvent]:
+        """Append when the caller already knows the head (``H_expected_version``). By default
+        the head is read anyway and must agree; a backend where that read is a statement of
+        its own may skip it (see :class:`~affidavit.store.sqlite.SqliteTransaction`)."""
+        job_row, head_row = self._lock_and_head(job_id)
+        head_hex = check_head(job_id, job_row, head_row, expected_version, fence)
+        if (bytes.fromhex(head_hex) if head_hex else GENESIS) != head:
+            raise ConflictError(
+                f"job {job_id}: the chain head at version {expected_version} is not the one "
+                "this writer holds",
+                job_id=job_id,
+                expected=expected_version,
+                actual=expected_version,
+            )
+        return self._insert_chained(job_id, expected_version, head, encoded)
+
+    def _insert_chained(
+        self, job_id: str, version: int, head: bytes, encoded: Sequence[Encoded]
+    ) -> list[StoredEvent]:
+        stored = chain_events(job_id, version, head, encoded)
+        if stored:
+            self.execute_many(
+                EVENT_INSERT,
+                [
+                    (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
+                    for e in stored
+                ],
+            )
+        return stored
+
     def _one(self, sql: str, params: Sequence[Any]) -> Any:
         rows = self.query(sql, params)
         return rows[0] if rows else None
@@ -253,20 +291,21 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
         *,
         expected_version: int,
         fence: str | None = None,
+        head: bytes | None = None,
     ) -> list[StoredEvent]:
-        """Append already-canonicalized events (see :func:`encode_events`)."""
+        """Append already-canonicalized events (see :func:`encode_events`).
+
+        ``head``: the raw chain hash of event ``expected_version`` (empty when it is 0), for a
+        writer that knows it because it wrote that event (a run holding the job's lease). The
+        append is refused exactly as without it — fenced, or a :class:`ConflictError` when the
+        log is not at ``expected_version`` — but need not read the head back.
+        """
+        if head is not None:
+            return self._append_after_head(job_id, encoded, expected_version, fence, head)
         job_row, head_row = self._lock_and_head(job_id)
         head_hex = check_head(job_id, job_row, head_row, expected_version, fence)
-        stored = chain_events(job_id, expected_version, head_hex, encoded)
-        if stored:
-            self.execute_many(
-                EVENT_INSERT,
-                [
-                    (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
-                    for e in stored
-                ],
-            )
-        return stored
+        previous = bytes.fromhex(head_hex) if head_hex else GENESIS
+        return self._insert_chained(job_id, expected_version, previous, encoded)
 
     # --- jobs -------------------------------------------------------------------------------
 

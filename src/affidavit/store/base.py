@@ -145,6 +145,27 @@ class Transaction(Protocol):
         """
         ...
 
+    def append_encoded(
+        self,
+        job_id: str,
+        encoded: Sequence[tuple[str, str, bytes]],
+        *,
+        expected_version: int,
+        fence: str | None = None,
+        head: bytes | None = None,
+    ) -> list[StoredEvent]:
+        """:meth:`append` for events already encoded as ``(event_id, type, JCS payload bytes)``
+        (the caller guarantees the bytes are canonical and the type and id well-formed).
+
+        ``head``, the raw chain hash of event ``expected_version`` (``b""`` when it is 0), is for
+        a writer that knows it because it wrote that event: the append is refused exactly as
+        without it, but the head need not be read back.
+
+        Raises:
+            JobNotFound, FencedError, ConflictError: as :meth:`append`.
+        """
+        ...
+
     def create_job(
         self,
         *,

@@ -1,14 +1,15 @@
 """The embedded backend: one SQLite file in WAL mode.
 
-Concurrency model: one writer connection per process, guarded by a lock, so threads of one
-process take turns; each write transaction starts with ``BEGIN IMMEDIATE``, which takes SQLite's
-write lock up front and waits (busy timeout) for writers in other processes. Readers use one
+Concurrency model: writer connections per process (one per durability level), guarded by one
+lock, so threads of one process take turns; each write transaction starts with
+``BEGIN IMMEDIATE``, which takes SQLite's write lock up front and waits (busy timeout) for
+writers in other processes. Readers use one
 connection per thread and, thanks to WAL, never block the writer.
 
 Durability per transaction: ``durable=True`` commits with ``synchronous=FULL`` (the WAL is
 fsynced before COMMIT returns); ``durable=False`` uses ``synchronous=NORMAL`` (written, fsynced
 by the next durable commit or checkpoint: WAL frames are ordered, so a durable commit covers
-every earlier one).
+every earlier one). Each runs on its own writer connection, set up once with that level.
 """
 
 from __future__ import annotations
@@ -20,11 +21,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from affidavit.core.errors import StoreError
+from affidavit.core.errors import JobNotFound, StoreError
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
 from affidavit.store._snapshot import SqlSnapshot
-from affidavit.store._sql import Cursor, SqlStore, SqlTransaction
+from affidavit.store._sql import (
+    Cursor,
+    Encoded,
+    SqlStore,
+    SqlTransaction,
+    conflict,
+    fenced,
+)
+from affidavit.store.base import StoredEvent
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -55,7 +64,33 @@ class SqliteTransaction(SqlTransaction):
             return None, None
         return (row[0],), (row[1], row[2]) if row[1] is not None else None
 
+    def _append_after_head(
+        self,
+        job_id: str,
+        encoded: Sequence[Encoded],
+        expected_version: int,
+        fence: str | None,
+        head: bytes,
+    ) -> list[StoredEvent]:
+        # The write lock is held since BEGIN IMMEDIATE, so the fence read and the inserts see
+        # one state. A log that moved past expected_version is refused by the unique
+        # (job_id, version) key: versions have no gaps, so the first row would collide.
+        row = self._conn.execute(_JOB_FENCE, (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        if fence is not None and row[0] != fence:
+            raise fenced(job_id, fence, row[0])
+        try:
+            return self._insert_chained(job_id, expected_version, head, encoded)
+        except sqlite3.IntegrityError as exc:
+            if "events.job_id, events.version" not in str(exc):
+                raise
+            (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
+            raise conflict(job_id, expected_version, int(actual)) from None
 
+
+_JOB_FENCE = "SELECT attempt_id FROM jobs WHERE job_id = ?"
+_LAST_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE job_id = ?"
 _JOB_AND_HEAD = (
     "SELECT j.attempt_id, e.version, e.chain_hash FROM jobs j LEFT JOIN events e "
     "ON e.job_id = j.job_id AND e.version = "
@@ -106,8 +141,10 @@ class SqliteStore(SqlStore):
             )
         self._write_lock = threading.RLock()
         self._in_write = False
+        # Durability is a connection setting, so durable and written-only transactions use
+        # a connection each instead of switching `synchronous` twice per transaction.
         self._writer = self._connect()
-        self._full_sync = True
+        self._writer_normal = self._connect(synchronous="NORMAL")
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -115,7 +152,7 @@ class SqliteStore(SqlStore):
         if migrate:
             self.migrate()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, *, synchronous: str = "FULL") -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -124,7 +161,7 @@ class SqliteStore(SqlStore):
                 check_same_thread=False,
             )
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA synchronous={synchronous}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         return conn
@@ -138,11 +175,8 @@ class SqliteStore(SqlStore):
                 raise StoreError(
                     "nested write transaction", hint="Pass the open transaction down instead."
                 )
-            conn = self._writer
+            conn = self._writer if durable else self._writer_normal
             try:
-                if durable != self._full_sync:
-                    conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                    self._full_sync = durable
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise StoreError(
@@ -229,6 +263,7 @@ class SqliteStore(SqlStore):
         self._closed = True
         with self._write_lock:
             self._writer.close()
+            self._writer_normal.close()
         with self._readers_lock:
             for conn in self._readers:
                 conn.close()
