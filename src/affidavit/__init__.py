@@ -6,14 +6,9 @@ The public API is what this module exports (``__all__``); everything else is int
 
 from __future__ import annotations
 
-from affidavit.claims import (
-    Agent,
-    ClaimService,
-    ClaimType,
-    SandboxConfig,
-    TrustPolicy,
-    VerificationResult,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
 from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
 from affidavit.core.errors import (
@@ -57,7 +52,41 @@ from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifi
 from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
 from affidavit.verify import verify_events, verify_job
 
+if TYPE_CHECKING:
+    from affidavit.claims import (
+        Agent,
+        ClaimService,
+        ClaimType,
+        SandboxConfig,
+        TrustPolicy,
+        VerificationResult,
+    )
+
 __version__ = "0.1.0"
+
+# Claim verification is imported on first use: a program that only runs jobs (a worker, a
+# short-lived `affidavit run`) does not pay for its models at start-up.
+_LAZY = {
+    name: "affidavit.claims"
+    for name in (
+        "Agent",
+        "ClaimService",
+        "ClaimType",
+        "SandboxConfig",
+        "TrustPolicy",
+        "VerificationResult",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'affidavit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AffidavitError",

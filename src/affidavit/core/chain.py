@@ -11,25 +11,26 @@ padding over the stored payload bytes. These functions are shared by the store (
 from __future__ import annotations
 
 import hashlib
-from base64 import b64encode
+from binascii import b2a_base64 as _b64
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 GENESIS = b""
+_sha256 = hashlib.sha256
 
 
 def chain_next(previous: bytes, event_id: str, event_type: str, payload: bytes) -> bytes:
     """Return the raw digest ``H_i`` given the raw ``H_{i-1}`` and event i's stored parts."""
-    return hashlib.sha256(
+    return _sha256(
         b"".join(
             (
                 previous,
                 b"\n",
-                event_id.encode("utf-8"),
+                event_id.encode(),
                 b" ",
-                event_type.encode("utf-8"),
+                event_type.encode(),
                 b" ",
-                b64encode(payload),
+                _b64(payload, newline=False),  # = base64.b64encode(payload)
             )
         )
     ).digest()

@@ -30,6 +30,7 @@ from affidavit.store._sql import (
     Encoded,
     SqlStore,
     SqlTransaction,
+    chain_events,
     conflict,
     fenced,
 )
@@ -72,25 +73,46 @@ class SqliteTransaction(SqlTransaction):
         fence: str | None,
         head: bytes,
     ) -> list[StoredEvent]:
-        # The write lock is held since BEGIN IMMEDIATE, so the fence read and the inserts see
-        # one state. A log that moved past expected_version is refused by the unique
-        # (job_id, version) key: versions have no gaps, so the first row would collide.
-        row = self._conn.execute(_JOB_FENCE, (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFound(job_id)
-        if fence is not None and row[0] != fence:
-            raise fenced(job_id, fence, row[0])
+        # The write lock is held since BEGIN IMMEDIATE, so the state cannot change under us.
+        # Each row is inserted only while the job exists and the fence holds (checked in the
+        # statement: no read of its own); a log that moved past expected_version is refused
+        # by the unique (job_id, version) key — versions have no gaps, so the first row
+        # collides.
+        stored = chain_events(job_id, expected_version, head, encoded)
+        guard: tuple[str, ...]
+        if fence is None:
+            sql, guard = _INSERT_IF_JOB, (job_id,)
+        else:
+            sql, guard = _INSERT_IF_FENCE, (job_id, fence)
+        rows = [
+            (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash, *guard)
+            for e in stored
+        ]
         try:
-            return self._insert_chained(job_id, expected_version, head, encoded)
+            inserted = self._conn.executemany(sql, rows).rowcount
         except sqlite3.IntegrityError as exc:
             if "events.job_id, events.version" not in str(exc):
                 raise
             (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
             raise conflict(job_id, expected_version, int(actual)) from None
+        if inserted != len(rows):
+            found = self._conn.execute(_JOB_FENCE, (job_id,)).fetchone()
+            if found is None:
+                raise JobNotFound(job_id)
+            raise fenced(job_id, str(fence), found[0])
+        return stored
 
 
 _JOB_FENCE = "SELECT attempt_id FROM jobs WHERE job_id = ?"
 _LAST_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE job_id = ?"
+_INSERT_IF_JOB = (
+    "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
+    "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?)"
+)
+_INSERT_IF_FENCE = (
+    "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
+    "SELECT ?, ?, ?, ?, ?, ? WHERE (SELECT attempt_id FROM jobs WHERE job_id = ?) = ?"
+)
 _JOB_AND_HEAD = (
     "SELECT j.attempt_id, e.version, e.chain_hash FROM jobs j LEFT JOIN events e "
     "ON e.job_id = j.job_id AND e.version = "
