@@ -64,12 +64,15 @@ class Policy:
     retry: RetryPolicy = RetryPolicy()
 
     def to_dict(self) -> dict[str, Any]:
+        backoff = self.retry.backoff_seconds
         return {
             "in_flight": self.in_flight,
             "replay_verification": self.replay_verification,
             "retry": {
                 "max_attempts": self.retry.max_attempts,
-                "backoff_seconds": self.retry.backoff_seconds,
+                # JCS writes 1.0 as 1 anyway; as an int it keeps the recorded plan (often
+                # thousands of nodes) on the fast canonical encoder.
+                "backoff_seconds": int(backoff) if backoff.is_integer() else backoff,
             },
         }
 
