@@ -3,22 +3,32 @@
 The task graph was fully validated when the job was submitted (``Plan.parse``: field names,
 ``${...}`` references, tool names). Verification re-derives, from the recorded graph, exactly
 what its checks rest on — unique typed nodes, dependencies that exist and form no cycle, the
-plan hash and the step ids (FORMATS.md §2, with the same ``topological_order`` and ``step_id``
-the runtime uses) — without building the full plan objects, which for a plan of many steps is
-the largest cost of verifying its log.
+plan hash and the step ids (FORMATS.md §2) — without building the full plan objects, which for
+a plan of many steps is the largest cost of verifying its log.
+
+The order and the step ids are computed here with plain dicts and a heap instead of the
+runtime's :func:`~affidavit.core.plan.topological_order` (which wants :class:`Node` objects and
+keeps its ready set as a sorted list) and one :func:`~affidavit.core.plan.step_id` call per node;
+``tests/verify/test_plan_view.py`` checks both against the runtime's functions on generated
+graphs. A graph with a cycle is handed to the runtime's function, so that its error names the
+same nodes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
 from affidavit.core.canonical import canonical_sha256
 from affidavit.core.errors import AffidavitError
-from affidavit.core.plan import NODE_TYPES, Node, step_id, topological_order
+from affidavit.core.plan import NODE_TYPES, Node, topological_order
 from affidavit.verify._digest import canonical_hash_matches
 
 _NO_ARGS: dict[str, Any] = {}
+_NO_DEPS: list[str] = []  # the default of a node without ``depends_on`` (never mutated)
+_TYPE_SUFFIX = {t: b"\x00" + t.encode() for t in NODE_TYPES}
 
 
 class PlanProblem(Exception):
@@ -46,29 +56,29 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
     raw_nodes = graph["nodes"]
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise PlanProblem("the task graph has no nodes")
-    nodes: list[Node] = []
-    seen: set[str] = set()
-    for index, raw in enumerate(raw_nodes):
+    node_type: dict[str, str] = {}
+    deps: dict[str, tuple[str, ...]] = {}
+    for index, raw in enumerate(raw_nodes, start=1):
         if not isinstance(raw, dict):
-            raise PlanProblem(f"node #{index + 1} is not an object")
-        node_id, node_type = raw.get("id"), raw.get("type")
-        depends_on = raw.get("depends_on", [])
-        if not isinstance(node_id, str) or not node_id or node_id in seen:
-            raise PlanProblem(f"node #{index + 1} has a missing or duplicate id {node_id!r}")
-        if node_type not in NODE_TYPES:
-            raise PlanProblem(f"node {node_id!r} has unknown type {node_type!r}")
-        if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
+            raise PlanProblem(f"node #{index} is not an object")
+        get = raw.get
+        node_id, kind, depends_on = get("id"), get("type"), get("depends_on", _NO_DEPS)
+        if not isinstance(node_id, str) or not node_id or node_id in node_type:
+            raise PlanProblem(f"node #{index} has a missing or duplicate id {node_id!r}")
+        if kind not in NODE_TYPES:
+            raise PlanProblem(f"node {node_id!r} has unknown type {kind!r}")
+        if not isinstance(depends_on, list):
             raise PlanProblem(f"node {node_id!r}: depends_on is not a list of node ids")
-        seen.add(node_id)
-        nodes.append(Node(node_id, node_type, None, _NO_ARGS, tuple(depends_on), None, raw))
-    for node in nodes:
-        for dep in node.depends_on:
-            if dep not in seen:
-                raise PlanProblem(f"node {node.id!r} depends on {dep!r}, which is not a node")
-    try:
-        order = topological_order(tuple(nodes))
-    except AffidavitError as exc:
-        raise PlanProblem(exc.message) from exc
+        for dep in depends_on:
+            if not isinstance(dep, str):
+                raise PlanProblem(f"node {node_id!r}: depends_on is not a list of node ids")
+        node_type[node_id] = kind
+        deps[node_id] = tuple(depends_on)
+    for node_id, node_deps in deps.items():
+        for dep in node_deps:
+            if dep not in node_type:
+                raise PlanProblem(f"node {node_id!r} depends on {dep!r}, which is not a node")
+    order = canonical_order(deps)
     if isinstance(recorded_hash, str):
         if not canonical_hash_matches(graph, recorded_hash):
             raise PlanProblem(f"plan_hash {recorded_hash} does not match the task graph")
@@ -78,15 +88,71 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
             plan_hash = canonical_sha256(graph)
         except AffidavitError as exc:
             raise PlanProblem(exc.message) from exc
-    decision = plan_hash[:16]
-    node_type = {n.id: n.type for n in nodes}
     return PlanView(
         plan_hash=plan_hash,
-        steps={
-            node_id: step_id(job_id, decision, index, node_type[node_id])
-            for index, node_id in enumerate(order)
-        },
+        steps=step_ids(job_id, plan_hash[:16], order, node_type),
         node_type=node_type,
-        deps={n.id: n.depends_on for n in nodes},
+        deps=deps,
         order=order,
     )
+
+
+def canonical_order(deps: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """FORMATS.md §2's order of the nodes (``deps``: node id -> its dependencies, every one a
+    node): Kahn's algorithm taking the smallest ready node id each time.
+
+    Which nodes are ready depends only on which were taken, not on the order their counts were
+    decremented in, so a heap gives the order the runtime's sorted ready list gives.
+
+    Raises:
+        PlanProblem: the graph has a cycle (named as the runtime names it).
+    """
+    waiting: dict[str, int] = {}  # node id -> dependencies not taken yet (distinct ones)
+    dependents: dict[str, list[str]] = {}
+    ready: list[str] = []
+    for node_id, node_deps in deps.items():
+        if not node_deps:
+            ready.append(node_id)
+            continue
+        distinct = node_deps if len(node_deps) == 1 else set(node_deps)
+        waiting[node_id] = len(distinct)
+        for dep in distinct:
+            children = dependents.get(dep)
+            if children is None:
+                dependents[dep] = [node_id]
+            else:
+                children.append(node_id)
+    heapq.heapify(ready)
+    pop, push, get = heapq.heappop, heapq.heappush, dependents.get
+    order: list[str] = []
+    append = order.append
+    while ready:
+        current = pop(ready)
+        append(current)
+        for child in get(current, ()):
+            left = waiting[child] - 1
+            waiting[child] = left
+            if not left:
+                push(ready, child)
+    if len(order) != len(deps):
+        nodes = tuple(Node(n, "", None, _NO_ARGS, d, None, _NO_ARGS) for n, d in deps.items())
+        try:
+            topological_order(nodes)  # raises the runtime's CycleError naming the stuck nodes
+        except AffidavitError as exc:
+            raise PlanProblem(exc.message) from exc
+        raise AssertionError("canonical_order and topological_order disagree")  # pragma: no cover
+    return tuple(order)
+
+
+def step_ids(
+    job_id: str, decision_id: str, order: tuple[str, ...], node_type: dict[str, str]
+) -> dict[str, str]:
+    """:func:`~affidavit.core.plan.step_id` of every node, by its index in ``order``: the same
+    bytes hashed, with the constant ``job_id ‖ 0 ‖ decision_id ‖ 0`` prefix built once."""
+    prefix = b"\x00".join((job_id.encode(), decision_id.encode(), b""))
+    suffix = _TYPE_SUFFIX
+    sha256 = hashlib.sha256
+    return {
+        node_id: sha256(b"%b%d%b" % (prefix, index, suffix[node_type[node_id]])).hexdigest()[:16]
+        for index, node_id in enumerate(order)
+    }

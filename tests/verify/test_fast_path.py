@@ -1,0 +1,254 @@
+"""Property: LogFold's fast paths decide exactly what its handlers decide.
+
+``LogFold.feed_all`` accepts the common step events inline and hands everything else to the
+event's handler; ``LogFold(fast_paths=False)`` sends every event to its handler. On well-formed
+logs and on logs broken in many small ways (events dropped, repeated, moved, retyped; fields
+removed, swapped for another event's value or for a value of the wrong type; payloads that are
+not objects or not JSON; results whose sorted-key and JCS forms differ) both must end in the
+same state: the same first violation, ledger findings, chain, execution hash and replay state.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from affidavit import Runtime
+from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.chain import GENESIS, chain_next
+from affidavit.core.plan import Plan, args_hash, idempotency_key
+from affidavit.examples import refund
+from affidavit.verify._fold import LogFold
+from tests.verify.helpers import refund_job
+
+Event = dict[str, Any]  # {"type", "payload": dict, or the raw payload bytes}
+Log = tuple[str, list[Event]]  # (job id, events)
+_DELETE = object()
+
+STEP_TYPES = [
+    "node_started",
+    "tool_invocation_started",
+    "tool_invocation_finished",
+    "command_committed",
+    "node_finished",
+]
+OTHER_TYPES = ["state_changed", "job_waiting", "job_completed", "job_failed", "plan_generated"]
+FIELDS = [
+    "node_id",
+    "step_id",
+    "idempotency_key",
+    "invocation_id",
+    "command_id",
+    "result_hash",
+    "result",
+    "outcome",
+    "result_type",
+]
+ODD_VALUES: list[Any] = [None, 0, 1.5, True, "x", [], {}, ["a"], {"a": 1}, _DELETE]
+
+
+def synthetic_log(job_id: str = "job-fast-path") -> Log:
+    """A diamond of steps (a -> b, a -> c, b + c -> d), with a failed try and a retry of one
+    tool step, a pure step, a float in one result, and the terminal event."""
+    nodes = [
+        {"id": "a", "type": "tool", "tool": "charge", "args": {"n": 1}},
+        {"id": "b", "type": "tool", "tool": "charge", "args": {"n": 2}, "depends_on": ["a"]},
+        {"id": "c", "type": "pure", "tool": "sum", "args": {}, "depends_on": ["a"]},
+        {"id": "d", "type": "tool", "tool": "charge", "args": {}, "depends_on": ["b", "c"]},
+    ]
+    plan = Plan.parse({"nodes": nodes})
+    steps = plan.step_ids(job_id)
+    events: list[Event] = [
+        {"type": "job_created", "payload": {"input": {}}},
+        {
+            "type": "plan_generated",
+            "payload": {"task_graph": dict(plan.task_graph), "plan_hash": plan.plan_hash},
+        },
+    ]
+
+    def add(event_type: str, node_id: str, **fields: Any) -> None:
+        payload = {"node_id": node_id, "step_id": steps[node_id], **fields}
+        events.append({"type": event_type, "payload": payload})
+
+    for node_id in plan.order:
+        node = plan.node(node_id)
+        add("node_started", node_id, attempt=1)
+        if node.type == "pure":
+            add("node_finished", node_id, result_type="pure", output={"ok": True})
+            continue
+        key = idempotency_key(job_id, steps[node_id], "charge", dict(node.args))
+        if node_id == "b":  # one failed try first
+            add("tool_invocation_started", node_id, invocation_id="b-1", idempotency_key=key)
+            add(
+                "tool_invocation_finished",
+                node_id,
+                invocation_id="b-1",
+                idempotency_key=key,
+                outcome="failure",
+            )
+        invocation = f"{node_id}-ok"
+        result: dict[str, Any] = {"charged": node_id, "args": args_hash(dict(node.args))}
+        if node_id == "d":
+            result["fee"] = 2.5
+        add(
+            "tool_invocation_started",
+            node_id,
+            invocation_id=invocation,
+            idempotency_key=key,
+            tool_name="charge",
+        )
+        add(
+            "tool_invocation_finished",
+            node_id,
+            invocation_id=invocation,
+            idempotency_key=key,
+            outcome="success",
+            result=result,
+        )
+        add(
+            "command_committed",
+            node_id,
+            command_id=invocation,
+            idempotency_key=key,
+            result_hash=canonical_sha256(result),
+        )
+        add("node_finished", node_id, result_type="side_effect_committed")
+    events.append({"type": "job_completed", "payload": {"output": {}}})
+    return job_id, events
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Log]]:
+    """The synthetic log and a real refund job's log."""
+    tmp = tmp_path_factory.mktemp("fast_path")
+    with Runtime(f"sqlite:///{tmp / 'a.db'}", tools=refund.TOOLS, signing_key=tmp / "k") as rt:
+        job_id = refund_job(rt, tmp / "shop")
+        real = [
+            {"type": e.type, "payload": orjson.loads(e.payload_bytes)}
+            for e in rt.store.list_events(job_id)
+        ]
+    yield [synthetic_log(), (job_id, real)]
+
+
+@st.composite
+def mutated(draw: st.DrawFn, logs: list[Log]) -> Log:
+    job_id, original = draw(st.sampled_from(logs), label="log")
+    events = copy.deepcopy(original)
+    for _ in range(draw(st.integers(0, 4), label="mutations")):
+        i = draw(st.integers(0, len(events) - 1), label="at")
+        op = draw(st.sampled_from(["delete", "repeat", "move", "retype", "field", "raw"]))
+        if op == "delete" and len(events) > 1:
+            del events[i]
+        elif op == "repeat":
+            events.insert(draw(st.integers(0, len(events))), copy.deepcopy(events[i]))
+        elif op == "move":
+            events.insert(draw(st.integers(0, len(events) - 1)), events.pop(i))
+        elif op == "retype":
+            events[i]["type"] = draw(st.sampled_from(STEP_TYPES + OTHER_TYPES))
+        elif op == "raw":
+            events[i]["payload"] = draw(st.sampled_from([b"[1]", b"{", b"{}", b'"x"']))
+        elif isinstance(events[i]["payload"], dict):
+            field = draw(st.sampled_from(FIELDS), label="field")
+            pool = [
+                e["payload"][field]
+                for e in events
+                if isinstance(e["payload"], dict) and field in e["payload"]
+            ]
+            value = draw(st.sampled_from(pool + ODD_VALUES), label="value")
+            if value is _DELETE:
+                events[i]["payload"].pop(field, None)
+            else:
+                events[i]["payload"][field] = value
+            if field == "result" and draw(st.booleans(), label="rehash as sorted orjson"):
+                # the hash of orjson's sorted-key bytes, not of the JCS bytes (differs for 5.0)
+                events[i]["payload"]["result"] = {"x": 5.0}
+                for e in events:
+                    if isinstance(e["payload"], dict) and e["type"] == "command_committed":
+                        data = orjson.dumps({"x": 5.0}, option=orjson.OPT_SORT_KEYS)
+                        e["payload"]["result_hash"] = hashlib.sha256(data).hexdigest()
+    return job_id, events
+
+
+def rows(events: list[Event]) -> list[tuple[int, str, str, bytes, str]]:
+    head, out = GENESIS, []
+    for version, e in enumerate(events, start=1):
+        payload = e["payload"]
+        data = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        event_id = f"e{version}"
+        head = chain_next(head, event_id, e["type"], data)
+        out.append((version, event_id, e["type"], data, head.hex()))
+    return out
+
+
+def outcome(fold: LogFold) -> dict[str, Any]:
+    fold.finish()
+    return {
+        "replay_error": fold.replay_error,
+        "ledger_errors": fold.ledger_errors,
+        "chain": (fold.root, fold.count, fold.first_bad_version),
+        "execution_hash": fold.execution_hash(),
+        "log_status": fold.log_status,
+        "terminal_version": fold.terminal_version,
+        "completed": fold.completed,
+        "committed": fold.committed,
+        "committed_nodes": fold.committed_nodes,
+        "invocation_ids": fold.invocation_ids,
+        "open_invocations": list(fold.open_invocations.items()),
+        "open_by_key": list(fold.open_by_key.items()),  # its order is the pending keys' order
+        "success": fold.success,
+        "keys": fold.keys,
+    }
+
+
+def run(log: Log, *, fast_paths: bool) -> dict[str, Any]:
+    job_id, events = log
+    fold = LogFold(job_id, fast_paths=fast_paths)
+    fold.feed_all(rows(events))
+    return outcome(fold)
+
+
+def test_the_logs_verify(logs: list[Log]) -> None:
+    for log in logs:
+        fast = run(log, fast_paths=True)
+        assert fast["replay_error"] is None and not fast["ledger_errors"]
+        assert fast["log_status"] == "completed"
+        assert fast == run(log, fast_paths=False)
+
+
+@settings(
+    max_examples=600,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_fast_paths_agree_with_the_handlers(logs: list[Log], data: st.DataObject) -> None:
+    log = data.draw(mutated(logs))
+    assert run(log, fast_paths=True) == run(log, fast_paths=False)
+
+
+def test_one_event_at_a_time_agrees(logs: list[Log]) -> None:
+    """``feed`` (one event per call, as a streaming caller may use it) ends where
+    ``feed_all`` ends."""
+    job_id, events = logs[0]
+    fold = LogFold(job_id)
+    for row in rows(events):
+        fold.feed(*row)
+    assert outcome(fold) == run(logs[0], fast_paths=True)
+
+
+def test_payload_bytes_need_not_be_canonical(logs: list[Log]) -> None:
+    """The fold reads whatever bytes were stored: a valid payload that is not canonical is a
+    matter for the chain, not for the replay."""
+    job_id, events = copy.deepcopy(logs[0])
+    index = next(i for i, e in enumerate(events) if e["type"] == "node_started")
+    events[index]["payload"] = b" " + canonical(events[index]["payload"])
+    log = (job_id, events)
+    assert run(log, fast_paths=True) == run(log, fast_paths=False)
+    assert run(log, fast_paths=True)["replay_error"] is None
