@@ -21,15 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from affidavit import Runtime
-from affidavit.core.canonical import canonical, canonical_sha256
-from affidavit.core.chain import GENESIS, chain_next
-from affidavit.core.plan import Plan, args_hash, idempotency_key
+from affidavit.core.canonical import canonical
 from affidavit.examples import refund
 from affidavit.verify._fold import LogFold
-from tests.verify.helpers import refund_job
+from tests.verify.helpers import Event, Log, refund_job, rows, synthetic_log
 
-Event = dict[str, Any]  # {"type", "payload": dict, or the raw payload bytes}
-Log = tuple[str, list[Event]]  # (job id, events)
 _DELETE = object()
 
 STEP_TYPES = [
@@ -60,76 +56,6 @@ STEP_FIELDS = {
     "command_committed": ("command_id", "idempotency_key", "result_hash"),
     "node_finished": ("result_type",),
 }
-
-
-def synthetic_log(job_id: str = "job-fast-path") -> Log:
-    """A diamond of steps (a -> b, a -> c, b + c -> d), with a failed try and a retry of one
-    tool step, a pure step, a float in one result, and the terminal event."""
-    nodes = [
-        {"id": "a", "type": "tool", "tool": "charge", "args": {"n": 1}},
-        {"id": "b", "type": "tool", "tool": "charge", "args": {"n": 2}, "depends_on": ["a"]},
-        {"id": "c", "type": "pure", "tool": "sum", "args": {}, "depends_on": ["a"]},
-        {"id": "d", "type": "tool", "tool": "charge", "args": {}, "depends_on": ["b", "c"]},
-    ]
-    plan = Plan.parse({"nodes": nodes})
-    steps = plan.step_ids(job_id)
-    events: list[Event] = [
-        {"type": "job_created", "payload": {"input": {}}},
-        {
-            "type": "plan_generated",
-            "payload": {"task_graph": dict(plan.task_graph), "plan_hash": plan.plan_hash},
-        },
-    ]
-
-    def add(event_type: str, node_id: str, **fields: Any) -> None:
-        payload = {"node_id": node_id, "step_id": steps[node_id], **fields}
-        events.append({"type": event_type, "payload": payload})
-
-    for node_id in plan.order:
-        node = plan.node(node_id)
-        add("node_started", node_id, attempt=1)
-        if node.type == "pure":
-            add("node_finished", node_id, result_type="pure", output={"ok": True})
-            continue
-        key = idempotency_key(job_id, steps[node_id], "charge", dict(node.args))
-        if node_id == "b":  # one failed try first
-            add("tool_invocation_started", node_id, invocation_id="b-1", idempotency_key=key)
-            add(
-                "tool_invocation_finished",
-                node_id,
-                invocation_id="b-1",
-                idempotency_key=key,
-                outcome="failure",
-            )
-        invocation = f"{node_id}-ok"
-        result: dict[str, Any] = {"charged": node_id, "args": args_hash(dict(node.args))}
-        if node_id == "d":
-            result["fee"] = 2.5
-        add(
-            "tool_invocation_started",
-            node_id,
-            invocation_id=invocation,
-            idempotency_key=key,
-            tool_name="charge",
-        )
-        add(
-            "tool_invocation_finished",
-            node_id,
-            invocation_id=invocation,
-            idempotency_key=key,
-            outcome="success",
-            result=result,
-        )
-        add(
-            "command_committed",
-            node_id,
-            command_id=invocation,
-            idempotency_key=key,
-            result_hash=canonical_sha256(result),
-        )
-        add("node_finished", node_id, result_type="side_effect_committed")
-    events.append({"type": "job_completed", "payload": {"output": {}}})
-    return job_id, events
 
 
 @pytest.fixture(scope="module")
@@ -208,17 +134,6 @@ def mutated(draw: st.DrawFn, logs: list[Log]) -> Log:
                         data = orjson.dumps({"x": 5.0}, option=orjson.OPT_SORT_KEYS)
                         e["payload"]["result_hash"] = hashlib.sha256(data).hexdigest()
     return job_id, events
-
-
-def rows(events: list[Event]) -> list[tuple[int, str, str, bytes, str]]:
-    head, out = GENESIS, []
-    for version, e in enumerate(events, start=1):
-        payload = e["payload"]
-        data = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-        event_id = f"e{version}"
-        head = chain_next(head, event_id, e["type"], data)
-        out.append((version, event_id, e["type"], data, head.hex()))
-    return out
 
 
 def outcome(fold: LogFold) -> dict[str, Any]:
