@@ -72,7 +72,7 @@ def reference_read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView
 
 def outcome(graph: Any, recorded_hash: Any, fn: Any) -> PlanView | str:
     try:
-        return fn(graph, recorded_hash, JOB)  # type: ignore[no-any-return]
+        return fn(graph, recorded_hash, JOB)
     except PlanProblem as exc:
         return f"PlanProblem: {exc}"
 
