@@ -65,7 +65,7 @@ def reference_read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView
         plan_hash=plan_hash,
         steps={n: step_id(job_id, plan_hash[:16], i, types[n]) for i, n in enumerate(order)},
         node_type=types,
-        deps={n.id: n.depends_on for n in nodes},
+        deps={n.id: list(n.depends_on) for n in nodes},
         order=order,
     )
 
@@ -156,7 +156,7 @@ def test_a_cycle_is_named_as_the_runtime_names_it(graph: dict[str, Any], message
 
 def test_a_long_chain_and_a_wide_fan() -> None:
     """The shapes of real plans at size: the order is the runtime's either way."""
-    chain = {f"s{i:05d}": (f"s{i - 1:05d}",) if i else () for i in range(5000)}
+    chain = {f"s{i:05d}": [f"s{i - 1:05d}"] if i else [] for i in range(5000)}
     assert canonical_order(chain) == tuple(sorted(chain))
-    fan = {"root": (), **{f"leaf{i}": ("root",) for i in range(3000, 0, -1)}}
+    fan = {"root": [], **{f"leaf{i}": ["root"] for i in range(3000, 0, -1)}}
     assert canonical_order(fan) == ("root", *sorted(k for k in fan if k != "root"))

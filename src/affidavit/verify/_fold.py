@@ -103,7 +103,7 @@ class LogFold:
         self.has_plan = False
         self.steps: dict[str, str] = {}
         self.node_type: dict[str, str] = {}
-        self.deps: dict[str, tuple[str, ...]] = {}
+        self.deps: dict[str, list[str]] = {}
         self.order: tuple[str, ...] = ()
         # replay state
         self.completed: set[str] = set()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ class PlanView:
     plan_hash: str
     steps: dict[str, str]  # node id -> step id
     node_type: dict[str, str]
-    deps: dict[str, tuple[str, ...]]
+    deps: dict[str, list[str]]  # the task graph's own depends_on lists (not to be changed)
     order: tuple[str, ...]
 
 
@@ -57,7 +58,7 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise PlanProblem("the task graph has no nodes")
     node_type: dict[str, str] = {}
-    deps: dict[str, tuple[str, ...]] = {}
+    deps: dict[str, list[str]] = {}
     for index, raw in enumerate(raw_nodes, start=1):
         if not isinstance(raw, dict):
             raise PlanProblem(f"node #{index} is not an object")
@@ -73,7 +74,7 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
             if not isinstance(dep, str):
                 raise PlanProblem(f"node {node_id!r}: depends_on is not a list of node ids")
         node_type[node_id] = kind
-        deps[node_id] = tuple(depends_on)
+        deps[node_id] = depends_on  # not copied: a tuple per node costs more than it saves
     for node_id, node_deps in deps.items():
         for dep in node_deps:
             if dep not in node_type:
@@ -97,7 +98,7 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
     )
 
 
-def canonical_order(deps: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+def canonical_order(deps: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
     """FORMATS.md §2's order of the nodes (``deps``: node id -> its dependencies, every one a
     node): Kahn's algorithm taking the smallest ready node id each time.
 
@@ -108,7 +109,9 @@ def canonical_order(deps: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
         PlanProblem: the graph has a cycle (named as the runtime names it).
     """
     waiting: dict[str, int] = {}  # node id -> dependencies not taken yet (distinct ones)
-    dependents: dict[str, list[str]] = {}
+    # node id -> the nodes depending on it: one id, or a list of them (most nodes of a plan
+    # have at most one dependent, and a list per node is most of the garbage collector's work)
+    dependents: dict[str, str | list[str]] = {}
     ready: list[str] = []
     for node_id, node_deps in deps.items():
         if not node_deps:
@@ -119,7 +122,9 @@ def canonical_order(deps: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
         for dep in distinct:
             children = dependents.get(dep)
             if children is None:
-                dependents[dep] = [node_id]
+                dependents[dep] = node_id
+            elif isinstance(children, str):
+                dependents[dep] = [children, node_id]
             else:
                 children.append(node_id)
     heapq.heapify(ready)
@@ -129,13 +134,18 @@ def canonical_order(deps: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     while ready:
         current = pop(ready)
         append(current)
-        for child in get(current, ()):
+        children = get(current)
+        if children is None:
+            continue
+        for child in (children,) if type(children) is str else children:
             left = waiting[child] - 1
             waiting[child] = left
             if not left:
                 push(ready, child)
     if len(order) != len(deps):
-        nodes = tuple(Node(n, "", None, _NO_ARGS, d, None, _NO_ARGS) for n, d in deps.items())
+        nodes = tuple(
+            Node(n, "", None, _NO_ARGS, tuple(d), None, _NO_ARGS) for n, d in deps.items()
+        )
         try:
             topological_order(nodes)  # raises the runtime's CycleError naming the stuck nodes
         except AffidavitError as exc:
