@@ -517,11 +517,10 @@ class LogFold:
 
     def _job_completed(self, p: dict[str, Any]) -> None:
         self._terminal("completed")
-        missing = [n for n in self.order if n not in self.completed]
-        if missing:
-            raise _Violation(
-                "after_terminal", f"job completed but node {missing[0]!r} never completed"
-            )
+        if self.completed.issuperset(self.order):
+            return
+        missing = next(n for n in self.order if n not in self.completed)
+        raise _Violation("after_terminal", f"job completed but node {missing!r} never completed")
 
     def _job_failed(self, p: dict[str, Any]) -> None:
         self._terminal("failed")
