@@ -112,7 +112,8 @@ class LogFold:
         self.open_invocations: dict[str, str] = {}  # open invocation_id -> key
         self.open_by_key: dict[str, str] = {}  # key -> open invocation_id (insertion = log order)
         # key -> (invocation, result) of a success not committed yet (T2 commits it next)
-        self.success: dict[str, tuple[str, Any]] = {}
+        # (the key itself rides along: the commit files the result hash under that same string)
+        self.success: dict[str, tuple[Any, Any, str]] = {}
         self.committed: dict[str, str] = {}  # key -> result_hash
         self.keys: set[str] = set()
         self.log_status = "pending"
@@ -192,7 +193,7 @@ class LogFold:
         completed, committed, committed_nodes = self.completed, self.committed, self.committed_nodes
         invocation_ids, keys, success = self.invocation_ids, self.keys, self.success
         open_invocations, open_by_key = self.open_invocations, self.open_by_key
-        intern, dumps, sort_keys = sys.intern, orjson.dumps, orjson.OPT_SORT_KEYS
+        dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
         outcomes, result_types, completing = _OUTCOMES, RESULT_TYPES, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
         steps, node_type, deps = self.steps, self.node_type, self.deps
@@ -236,10 +237,11 @@ class LogFold:
                                         self.log_status = "running"
                                     continue
                             elif kind == _INVOCATION_STARTED:
-                                key = intern(p["idempotency_key"])
+                                key = p["idempotency_key"]
                                 invocation = p["invocation_id"]
                                 if (
-                                    node_type[node_id] == "tool"
+                                    type(key) is str
+                                    and node_type[node_id] == "tool"
                                     and completed.issuperset(deps[node_id])
                                     and key not in committed
                                     and invocation not in invocation_ids
@@ -262,7 +264,11 @@ class LogFold:
                                     del open_invocations[invocation]
                                     del open_by_key[started_key]
                                     if outcome == "success":
-                                        success[started_key] = (invocation, p.get("result"))
+                                        success[started_key] = (
+                                            invocation,
+                                            p.get("result"),
+                                            started_key,
+                                        )
                                     continue
                             elif kind == _COMMAND_COMMITTED:
                                 commit_key = p.get("idempotency_key")
@@ -279,7 +285,7 @@ class LogFold:
                                     == result_hash
                                 ):
                                     del success[commit_key]
-                                    committed[intern(commit_key)] = result_hash
+                                    committed[evidence[2]] = result_hash
                                     committed_nodes.add(node_id)
                                     continue
                             else:  # node_finished
@@ -442,7 +448,7 @@ class LogFold:
         del self.open_invocations[invocation]
         del self.open_by_key[started_key]
         if outcome == "success":
-            self.success[started_key] = (invocation, p.get("result"))
+            self.success[started_key] = (invocation, p.get("result"), started_key)
 
     def _command_committed(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -468,7 +474,7 @@ class LogFold:
                 "commit_evidence",
                 f"result_hash of key {key[:16]}… does not match the recorded result",
             )
-        self.committed[sys.intern(key)] = result_hash
+        self.committed[success[2]] = result_hash  # the key as first seen
         self.committed_nodes.add(node_id)
 
     def _node_finished(self, p: dict[str, Any]) -> None:

@@ -15,7 +15,6 @@ Read-only: nothing is written, whatever the job's status. The contract, in order
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -196,7 +195,7 @@ def _ledger_disagreements(
     errors: list[str] = []
     seen: set[str] = set()
     keys, committed, open_by_key = fold.keys, fold.committed, fold.open_by_key
-    add, intern = seen.add, sys.intern
+    add = seen.add
     for key, status, invocation_id, result_digest in ledger:
         # The common row first: a committed key whose result matches the log's commit.
         if (
@@ -204,12 +203,12 @@ def _ledger_disagreements(
             and committed.get(key, _NO_COMMIT) == result_digest
             and key not in seen
         ):
-            add(intern(key))
+            add(key)
             continue
         if key in seen:
             errors.append(f"ledger row {key[:16]}… appears twice")
             continue
-        add(intern(key))
+        add(key)
         short = key[:16] + "…"
         if key not in keys:
             errors.append(f"ledger row {short} has no invocation in the log")
