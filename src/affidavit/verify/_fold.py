@@ -90,7 +90,10 @@ class LogFold:
 
     def __init__(self, job_id: str, *, fast_paths: bool = True) -> None:
         self.job_id = job_id
-        self._fast: dict[str, int] = _FAST_KINDS if fast_paths else {}
+        # event type -> (its part of the chain hash input, its fast path or 0)
+        self._known = {
+            t: (_SEPARATORS[t], _FAST_KINDS.get(t, 0) if fast_paths else 0) for t in _KNOWN_TYPES
+        }
         # chain
         self.head = GENESIS
         self.count = 0
@@ -188,7 +191,7 @@ class LogFold:
             binascii.b2a_base64,
             b"".join,
         )
-        separators, fast = _SEPARATORS, self._fast
+        known = self._known
         # state the handlers mutate in place (never rebound)
         completed, committed, committed_nodes = self.completed, self.committed, self.committed_nodes
         invocation_ids, keys, success = self.invocation_ids, self.keys, self.success
@@ -201,9 +204,11 @@ class LogFold:
         try:
             for version, event_id, event_type, payload, stored_hash in rows:
                 count += 1
-                separator = separators.get(event_type)
-                if separator is None:  # an unknown type (reported below) is chained all the same
-                    separator = b" " + event_type.encode() + b" "
+                entry = known.get(event_type)
+                if entry is None:  # an unknown type (reported below) is chained all the same
+                    separator, kind = b" " + event_type.encode() + b" ", -1
+                else:
+                    separator, kind = entry
                 head = sha256(
                     join((head, b"\n", event_id.encode(), separator, b2a(payload, newline=False)))
                 ).digest()
@@ -215,18 +220,12 @@ class LogFold:
                         version,
                         f"{event_type} follows the terminal event at version {terminal}",
                     )
-                kind = fast.get(event_type, 0)
-                if not kind:
-                    found = dispatch.get(event_type)
-                    if found is None:
-                        violate("payload", version, f"unknown event type {event_type!r}")
-                        continue
-                    handler = found
+                if kind < 0:
+                    violate("payload", version, f"unknown event type {event_type!r}")
+                    continue
                 try:
                     p = loads(payload)
-                    if type(p) is not dict:
-                        raise _Violation("payload", "the payload is not a JSON object")
-                    if kind:
+                    if kind:  # (a payload that is not an object raises here: see below)
                         try:
                             node_id = p["node_id"]
                             if steps.get(node_id, _NOWHERE) != p.get("step_id"):
@@ -310,9 +309,10 @@ class LogFold:
                                     continue
                         except Exception:  # the handler checks the event again and reports it
                             pass
-                        handler = dispatch[event_type]
+                    if type(p) is not dict:
+                        raise _Violation("payload", "the payload is not a JSON object")
                     self._version = version
-                    handler(p)
+                    dispatch[event_type](p)
                 except _Violation as v:
                     violate(v.invariant, version, f"{event_type}: {v.detail}")
                 except orjson.JSONDecodeError:

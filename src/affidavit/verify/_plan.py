@@ -20,7 +20,7 @@ import hashlib
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from affidavit.core.canonical import canonical_sha256
 from affidavit.core.errors import AffidavitError
@@ -57,8 +57,10 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
     raw_nodes = graph["nodes"]
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise PlanProblem("the task graph has no nodes")
+    # One pass checks each node and sets up Kahn's algorithm (see canonical_order).
     node_type: dict[str, str] = {}
     deps: dict[str, list[str]] = {}
+    kahn = _Kahn()
     for index, raw in enumerate(raw_nodes, start=1):
         if not isinstance(raw, dict):
             raise PlanProblem(f"node #{index} is not an object")
@@ -75,11 +77,14 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
                 raise PlanProblem(f"node {node_id!r}: depends_on is not a list of node ids")
         node_type[node_id] = kind
         deps[node_id] = depends_on  # not copied: a tuple per node costs more than it saves
-    for node_id, node_deps in deps.items():
-        for dep in node_deps:
-            if dep not in node_type:
-                raise PlanProblem(f"node {node_id!r} depends on {dep!r}, which is not a node")
-    order = canonical_order(deps)
+        kahn.add(node_id, depends_on)
+    order = kahn.order()
+    if len(order) != len(deps):  # a dependency that is not a node, or a cycle
+        for node_id, node_deps in deps.items():
+            for dep in node_deps:
+                if dep not in node_type:
+                    raise PlanProblem(f"node {node_id!r} depends on {dep!r}, which is not a node")
+        _raise_cycle(deps)
     if isinstance(recorded_hash, str):
         if not canonical_hash_matches(graph, recorded_hash):
             raise PlanProblem(f"plan_hash {recorded_hash} does not match the task graph")
@@ -102,23 +107,39 @@ def canonical_order(deps: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
     """FORMATS.md §2's order of the nodes (``deps``: node id -> its dependencies, every one a
     node): Kahn's algorithm taking the smallest ready node id each time.
 
-    Which nodes are ready depends only on which were taken, not on the order their counts were
-    decremented in, so a heap gives the order the runtime's sorted ready list gives.
-
     Raises:
         PlanProblem: the graph has a cycle (named as the runtime names it).
     """
-    waiting: dict[str, int] = {}  # node id -> dependencies not taken yet (distinct ones)
-    # node id -> the nodes depending on it: one id, or a list of them (most nodes of a plan
-    # have at most one dependent, and a list per node is most of the garbage collector's work)
-    dependents: dict[str, str | list[str]] = {}
-    ready: list[str] = []
+    kahn = _Kahn()
     for node_id, node_deps in deps.items():
+        kahn.add(node_id, node_deps)
+    order = kahn.order()
+    if len(order) != len(deps):
+        _raise_cycle(deps)
+    return order
+
+
+class _Kahn:
+    """Kahn's algorithm with a heap for the ready set: which nodes are ready depends only on
+    which were taken, not on the order their counts were decremented in, so taking the smallest
+    ready id from a heap gives the order the runtime's sorted ready list gives."""
+
+    __slots__ = ("dependents", "ready", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, int] = {}  # node id -> dependencies not taken yet (distinct)
+        # node id -> the nodes depending on it: one id, or a list of them (most nodes of a plan
+        # have at most one dependent, and a list per node is most of the garbage collector's work)
+        self.dependents: dict[str, str | list[str]] = {}
+        self.ready: list[str] = []
+
+    def add(self, node_id: str, node_deps: Sequence[str]) -> None:
         if not node_deps:
-            ready.append(node_id)
-            continue
+            self.ready.append(node_id)
+            return
         distinct = node_deps if len(node_deps) == 1 else set(node_deps)
-        waiting[node_id] = len(distinct)
+        self.waiting[node_id] = len(distinct)
+        dependents = self.dependents
         for dep in distinct:
             children = dependents.get(dep)
             if children is None:
@@ -127,31 +148,36 @@ def canonical_order(deps: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
                 dependents[dep] = [children, node_id]
             else:
                 children.append(node_id)
-    heapq.heapify(ready)
-    pop, push, get = heapq.heappop, heapq.heappush, dependents.get
-    order: list[str] = []
-    append = order.append
-    while ready:
-        current = pop(ready)
-        append(current)
-        children = get(current)
-        if children is None:
-            continue
-        for child in (children,) if type(children) is str else children:
-            left = waiting[child] - 1
-            waiting[child] = left
-            if not left:
-                push(ready, child)
-    if len(order) != len(deps):
-        nodes = tuple(
-            Node(n, "", None, _NO_ARGS, tuple(d), None, _NO_ARGS) for n, d in deps.items()
-        )
-        try:
-            topological_order(nodes)  # raises the runtime's CycleError naming the stuck nodes
-        except AffidavitError as exc:
-            raise PlanProblem(exc.message) from exc
-        raise AssertionError("canonical_order and topological_order disagree")  # pragma: no cover
-    return tuple(order)
+
+    def order(self) -> tuple[str, ...]:
+        """The nodes in order; fewer than were added when some dependency is never taken (it
+        is not a node, or it is on a cycle)."""
+        ready, waiting = self.ready, self.waiting
+        heapq.heapify(ready)
+        pop, push, get = heapq.heappop, heapq.heappush, self.dependents.get
+        order: list[str] = []
+        append = order.append
+        while ready:
+            current = pop(ready)
+            append(current)
+            children = get(current)
+            if children is None:
+                continue
+            for child in (children,) if isinstance(children, str) else children:
+                left = waiting[child] - 1
+                waiting[child] = left
+                if not left:
+                    push(ready, child)
+        return tuple(order)
+
+
+def _raise_cycle(deps: Mapping[str, Sequence[str]]) -> NoReturn:
+    nodes = tuple(Node(n, "", None, _NO_ARGS, tuple(d), None, _NO_ARGS) for n, d in deps.items())
+    try:
+        topological_order(nodes)  # raises the runtime's CycleError naming the stuck nodes
+    except AffidavitError as exc:
+        raise PlanProblem(exc.message) from exc
+    raise AssertionError("canonical_order and topological_order disagree")  # pragma: no cover
 
 
 def step_ids(
