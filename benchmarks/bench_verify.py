@@ -420,7 +420,8 @@ def run_backend(target: Target, events: int, reps: int) -> Result:
         read_s.append(timed(lambda: target.read_only(job_id))[0])
         parsed_s.append(timed(lambda: target.parsed(job_id))[0])
         console.print(
-            f"  rep {rep + 1}: verify {verify_s[-1]:.2f} s, limit {limit_s[-1]:.2f} s, "
+            f"  rep {rep + 1}: verify {verify_s[-1]:.2f} s, limit {limit_s[-1]:.2f} s "
+            f"({limit_s[-1] / verify_s[-1]:.0%} of the limit in this pair), "
             f"read only {read_s[-1]:.2f} s, limit + JSON parse {parsed_s[-1]:.2f} s"
         )
     return Result(

@@ -9,11 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from psycopg import sql
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
+from affidavit.core.canonical import canonical_sha256
+from affidavit.core.chain import GENESIS, chain_next
+from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.examples import refund
 from affidavit.runtime import runner as runner_module
 from affidavit.store.postgres import split_url
@@ -152,8 +156,6 @@ class RawDb:
     def rewrite_log(self, job_id: str, events: Sequence[tuple[str, str, bytes]]) -> None:
         """Replace the job's whole log with ``(event_id, type, payload)``, correctly re-chained
         from scratch (what a forger with database access can always do)."""
-        from affidavit.core.chain import GENESIS, chain_next
-
         head = GENESIS
         rows = []
         for version, (event_id, event_type, payload) in enumerate(events, start=1):
@@ -168,3 +170,90 @@ class RawDb:
                 ),
                 rows,
             )
+
+
+# --- synthetic logs, for the fold's tests (no runtime, no database) ----------------------------
+
+Event = dict[str, Any]  # {"type", "payload": dict, or the raw payload bytes}
+Log = tuple[str, list[Event]]  # (job id, events)
+
+
+def synthetic_log(job_id: str = "job-fast-path") -> Log:
+    """A diamond of steps (a -> b, a -> c, b + c -> d), with a failed try and a retry of one
+    tool step, a pure step, a float in one result, and the terminal event."""
+    nodes = [
+        {"id": "a", "type": "tool", "tool": "charge", "args": {"n": 1}},
+        {"id": "b", "type": "tool", "tool": "charge", "args": {"n": 2}, "depends_on": ["a"]},
+        {"id": "c", "type": "pure", "tool": "sum", "args": {}, "depends_on": ["a"]},
+        {"id": "d", "type": "tool", "tool": "charge", "args": {}, "depends_on": ["b", "c"]},
+    ]
+    plan = Plan.parse({"nodes": nodes})
+    steps = plan.step_ids(job_id)
+    events: list[Event] = [
+        {"type": "job_created", "payload": {"input": {}}},
+        {
+            "type": "plan_generated",
+            "payload": {"task_graph": dict(plan.task_graph), "plan_hash": plan.plan_hash},
+        },
+    ]
+
+    def add(event_type: str, node_id: str, **fields: Any) -> None:
+        payload = {"node_id": node_id, "step_id": steps[node_id], **fields}
+        events.append({"type": event_type, "payload": payload})
+
+    for node_id in plan.order:
+        node = plan.node(node_id)
+        add("node_started", node_id, attempt=1)
+        if node.type == "pure":
+            add("node_finished", node_id, result_type="pure", output={"ok": True})
+            continue
+        key = idempotency_key(job_id, steps[node_id], "charge", dict(node.args))
+        if node_id == "b":  # one failed try first
+            add("tool_invocation_started", node_id, invocation_id="b-1", idempotency_key=key)
+            add(
+                "tool_invocation_finished",
+                node_id,
+                invocation_id="b-1",
+                idempotency_key=key,
+                outcome="failure",
+            )
+        invocation = f"{node_id}-ok"
+        result: dict[str, Any] = {"charged": node_id, "args": args_hash(dict(node.args))}
+        if node_id == "d":
+            result["fee"] = 2.5
+        add(
+            "tool_invocation_started",
+            node_id,
+            invocation_id=invocation,
+            idempotency_key=key,
+            tool_name="charge",
+        )
+        add(
+            "tool_invocation_finished",
+            node_id,
+            invocation_id=invocation,
+            idempotency_key=key,
+            outcome="success",
+            result=result,
+        )
+        add(
+            "command_committed",
+            node_id,
+            command_id=invocation,
+            idempotency_key=key,
+            result_hash=canonical_sha256(result),
+        )
+        add("node_finished", node_id, result_type="side_effect_committed")
+    events.append({"type": "job_completed", "payload": {"output": {}}})
+    return job_id, events
+
+
+def rows(events: list[Event]) -> list[tuple[int, str, str, bytes, str]]:
+    head, out = GENESIS, []
+    for version, e in enumerate(events, start=1):
+        payload = e["payload"]
+        data = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+        event_id = f"e{version}"
+        head = chain_next(head, event_id, e["type"], data)
+        out.append((version, event_id, e["type"], data, head.hex()))
+    return out

@@ -26,8 +26,8 @@ EVENT_ROWS_SELECT = (
     "WHERE job_id = ? ORDER BY version"
 )
 LEDGER_DIGEST_SELECT = (
-    "SELECT idempotency_key, status, invocation_id, result FROM tool_invocations "
-    "WHERE job_id = ? ORDER BY idempotency_key"
+    "SELECT idempotency_key, status, invocation_id, coalesce(result, 'null') "
+    "FROM tool_invocations WHERE job_id = ? ORDER BY idempotency_key"
 )
 # Without recorded_at: informational, not covered by the chain, and costly to convert per row.
 EVENTS_SELECT = (
@@ -68,9 +68,9 @@ class SqlSnapshot(ABC):
     ) -> Iterator[tuple[str, str, str, str]]:
         """``(idempotency_key, status, invocation_id, result_sha256)`` per ledger row, the
         digest taken over the stored result text (``null`` when there is none)."""
-        for key, status, invocation, result in self.stream(LEDGER_DIGEST_SELECT, (job_id,), batch):
-            text = result if result is not None else "null"
-            yield key, status, invocation, hashlib.sha256(text.encode()).hexdigest()
+        sha256 = hashlib.sha256
+        for key, status, invocation, text in self.stream(LEDGER_DIGEST_SELECT, (job_id,), batch):
+            yield key, status, invocation, sha256(text.encode()).hexdigest()
 
     def ledger_list(self, job_id: str) -> list[LedgerRow]:
         return list(self.iter_ledger(job_id))

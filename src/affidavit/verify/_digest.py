@@ -1,4 +1,4 @@
-"""Checking a recorded SHA-256 of canonical JSON against a value, fast."""
+"""Checking a recorded SHA-256 of canonical JSON against a parsed value, fast."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ from typing import Any
 
 import orjson
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical_parsed
 from affidavit.core.errors import AffidavitError
 
 
 def canonical_hash_matches(value: Any, recorded: str) -> bool:
-    """Whether ``recorded`` is hex(SHA-256(JCS(value))).
+    """Whether ``recorded`` is hex(SHA-256(JCS(value))), ``value`` as a JSON parser returned it.
 
     Sorted-key orjson output equals JCS for most values and costs a fraction of the full
     encoder; when its digest matches, those bytes *are* the canonical ones (the writer hashed
-    exactly those). Only on a mismatch is the RFC 8785 encoder consulted: floats and keys outside
-    the Basic Multilingual Plane are where the two differ.
+    exactly those). Only on a mismatch are the JCS bytes taken, through
+    :func:`~affidavit.core.canonical.canonical_parsed`: without a double or a key outside the
+    Basic Multilingual Plane (where the two encoders differ) that is the same sorted-key output,
+    and a mismatch costs no walk over the value.
     """
     try:
         fast = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
@@ -26,6 +28,6 @@ def canonical_hash_matches(value: Any, recorded: str) -> bool:
     if hashlib.sha256(fast).hexdigest() == recorded:
         return True
     try:
-        return hashlib.sha256(canonical(value)).hexdigest() == recorded
+        return hashlib.sha256(canonical_parsed(value)).hexdigest() == recorded
     except AffidavitError:
         return False

@@ -3,22 +3,33 @@
 The task graph was fully validated when the job was submitted (``Plan.parse``: field names,
 ``${...}`` references, tool names). Verification re-derives, from the recorded graph, exactly
 what its checks rest on — unique typed nodes, dependencies that exist and form no cycle, the
-plan hash and the step ids (FORMATS.md §2, with the same ``topological_order`` and ``step_id``
-the runtime uses) — without building the full plan objects, which for a plan of many steps is
-the largest cost of verifying its log.
+plan hash and the step ids (FORMATS.md §2) — without building the full plan objects, which for
+a plan of many steps is the largest cost of verifying its log.
+
+The order and the step ids are computed here with plain dicts and a heap instead of the
+runtime's :func:`~affidavit.core.plan.topological_order` (which wants :class:`Node` objects and
+keeps its ready set as a sorted list) and one :func:`~affidavit.core.plan.step_id` call per node;
+``tests/verify/test_plan_view.py`` checks both against the runtime's functions on generated
+graphs. A graph with a cycle is handed to the runtime's function, so that its error names the
+same nodes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from affidavit.core.canonical import canonical_sha256
 from affidavit.core.errors import AffidavitError
-from affidavit.core.plan import NODE_TYPES, Node, step_id, topological_order
+from affidavit.core.plan import NODE_TYPES, Node, topological_order
 from affidavit.verify._digest import canonical_hash_matches
 
 _NO_ARGS: dict[str, Any] = {}
+_NO_DEPS: list[str] = []  # the default of a node without ``depends_on`` (never mutated)
+_TYPE_SUFFIX = {t: b"\x00" + t.encode() for t in NODE_TYPES}
 
 
 class PlanProblem(Exception):
@@ -30,7 +41,7 @@ class PlanView:
     plan_hash: str
     steps: dict[str, str]  # node id -> step id
     node_type: dict[str, str]
-    deps: dict[str, tuple[str, ...]]
+    deps: dict[str, list[str]]  # the task graph's own depends_on lists (not to be changed)
     order: tuple[str, ...]
 
 
@@ -46,29 +57,34 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
     raw_nodes = graph["nodes"]
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise PlanProblem("the task graph has no nodes")
-    nodes: list[Node] = []
-    seen: set[str] = set()
-    for index, raw in enumerate(raw_nodes):
+    # One pass checks each node and sets up Kahn's algorithm (see canonical_order).
+    node_type: dict[str, str] = {}
+    deps: dict[str, list[str]] = {}
+    kahn = _Kahn()
+    for index, raw in enumerate(raw_nodes, start=1):
         if not isinstance(raw, dict):
-            raise PlanProblem(f"node #{index + 1} is not an object")
-        node_id, node_type = raw.get("id"), raw.get("type")
-        depends_on = raw.get("depends_on", [])
-        if not isinstance(node_id, str) or not node_id or node_id in seen:
-            raise PlanProblem(f"node #{index + 1} has a missing or duplicate id {node_id!r}")
-        if node_type not in NODE_TYPES:
-            raise PlanProblem(f"node {node_id!r} has unknown type {node_type!r}")
-        if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
+            raise PlanProblem(f"node #{index} is not an object")
+        get = raw.get
+        node_id, kind, depends_on = get("id"), get("type"), get("depends_on", _NO_DEPS)
+        if not isinstance(node_id, str) or not node_id or node_id in node_type:
+            raise PlanProblem(f"node #{index} has a missing or duplicate id {node_id!r}")
+        if kind not in NODE_TYPES:
+            raise PlanProblem(f"node {node_id!r} has unknown type {kind!r}")
+        if not isinstance(depends_on, list):
             raise PlanProblem(f"node {node_id!r}: depends_on is not a list of node ids")
-        seen.add(node_id)
-        nodes.append(Node(node_id, node_type, None, _NO_ARGS, tuple(depends_on), None, raw))
-    for node in nodes:
-        for dep in node.depends_on:
-            if dep not in seen:
-                raise PlanProblem(f"node {node.id!r} depends on {dep!r}, which is not a node")
-    try:
-        order = topological_order(tuple(nodes))
-    except AffidavitError as exc:
-        raise PlanProblem(exc.message) from exc
+        for dep in depends_on:
+            if not isinstance(dep, str):
+                raise PlanProblem(f"node {node_id!r}: depends_on is not a list of node ids")
+        node_type[node_id] = kind
+        deps[node_id] = depends_on  # not copied: a tuple per node costs more than it saves
+        kahn.add(node_id, depends_on)
+    order = kahn.order()
+    if len(order) != len(deps):  # a dependency that is not a node, or a cycle
+        for node_id, node_deps in deps.items():
+            for dep in node_deps:
+                if dep not in node_type:
+                    raise PlanProblem(f"node {node_id!r} depends on {dep!r}, which is not a node")
+        _raise_cycle(deps)
     if isinstance(recorded_hash, str):
         if not canonical_hash_matches(graph, recorded_hash):
             raise PlanProblem(f"plan_hash {recorded_hash} does not match the task graph")
@@ -78,15 +94,101 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
             plan_hash = canonical_sha256(graph)
         except AffidavitError as exc:
             raise PlanProblem(exc.message) from exc
-    decision = plan_hash[:16]
-    node_type = {n.id: n.type for n in nodes}
     return PlanView(
         plan_hash=plan_hash,
-        steps={
-            node_id: step_id(job_id, decision, index, node_type[node_id])
-            for index, node_id in enumerate(order)
-        },
+        steps=step_ids(job_id, plan_hash[:16], order, node_type),
         node_type=node_type,
-        deps={n.id: n.depends_on for n in nodes},
+        deps=deps,
         order=order,
     )
+
+
+def canonical_order(deps: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """FORMATS.md §2's order of the nodes (``deps``: node id -> its dependencies, every one a
+    node): Kahn's algorithm taking the smallest ready node id each time.
+
+    Raises:
+        PlanProblem: the graph has a cycle (named as the runtime names it).
+    """
+    kahn = _Kahn()
+    for node_id, node_deps in deps.items():
+        kahn.add(node_id, node_deps)
+    order = kahn.order()
+    if len(order) != len(deps):
+        _raise_cycle(deps)
+    return order
+
+
+class _Kahn:
+    """Kahn's algorithm with a heap for the ready set: which nodes are ready depends only on
+    which were taken, not on the order their counts were decremented in, so taking the smallest
+    ready id from a heap gives the order the runtime's sorted ready list gives."""
+
+    __slots__ = ("dependents", "ready", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, int] = {}  # node id -> dependencies not taken yet (distinct)
+        # node id -> the nodes depending on it: one id, or a list of them (most nodes of a plan
+        # have at most one dependent, and a list per node is most of the garbage collector's work)
+        self.dependents: dict[str, str | list[str]] = {}
+        self.ready: list[str] = []
+
+    def add(self, node_id: str, node_deps: Sequence[str]) -> None:
+        if not node_deps:
+            self.ready.append(node_id)
+            return
+        distinct = node_deps if len(node_deps) == 1 else set(node_deps)
+        self.waiting[node_id] = len(distinct)
+        dependents = self.dependents
+        for dep in distinct:
+            children = dependents.get(dep)
+            if children is None:
+                dependents[dep] = node_id
+            elif isinstance(children, str):
+                dependents[dep] = [children, node_id]
+            else:
+                children.append(node_id)
+
+    def order(self) -> tuple[str, ...]:
+        """The nodes in order; fewer than were added when some dependency is never taken (it
+        is not a node, or it is on a cycle)."""
+        ready, waiting = self.ready, self.waiting
+        heapq.heapify(ready)
+        pop, push, get = heapq.heappop, heapq.heappush, self.dependents.get
+        order: list[str] = []
+        append = order.append
+        while ready:
+            current = pop(ready)
+            append(current)
+            children = get(current)
+            if children is None:
+                continue
+            for child in (children,) if isinstance(children, str) else children:
+                left = waiting[child] - 1
+                waiting[child] = left
+                if not left:
+                    push(ready, child)
+        return tuple(order)
+
+
+def _raise_cycle(deps: Mapping[str, Sequence[str]]) -> NoReturn:
+    nodes = tuple(Node(n, "", None, _NO_ARGS, tuple(d), None, _NO_ARGS) for n, d in deps.items())
+    try:
+        topological_order(nodes)  # raises the runtime's CycleError naming the stuck nodes
+    except AffidavitError as exc:
+        raise PlanProblem(exc.message) from exc
+    raise AssertionError("canonical_order and topological_order disagree")  # pragma: no cover
+
+
+def step_ids(
+    job_id: str, decision_id: str, order: tuple[str, ...], node_type: dict[str, str]
+) -> dict[str, str]:
+    """:func:`~affidavit.core.plan.step_id` of every node, by its index in ``order``: the same
+    bytes hashed, with the constant ``job_id ‖ 0 ‖ decision_id ‖ 0`` prefix built once."""
+    prefix = b"\x00".join((job_id.encode(), decision_id.encode(), b""))
+    suffix = _TYPE_SUFFIX
+    sha256 = hashlib.sha256
+    return {
+        node_id: sha256(b"%b%d%b" % (prefix, index, suffix[node_type[node_id]])).hexdigest()[:16]
+        for index, node_id in enumerate(order)
+    }

@@ -15,7 +15,6 @@ Read-only: nothing is written, whatever the job's status. The contract, in order
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from affidavit.verify.result import (
 
 KeyLike = PublicKey | bytes | str
 _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
+_NO_COMMIT = object()  # what a key without a commit is committed with: equal to no digest
 _KEY_HINT = (
     "Give a raw 32-byte Ed25519 public key in standard base64 (as `affidavit keys show` prints "
     "it), or the 16-hex key id of a key recorded in the database."
@@ -194,33 +194,43 @@ def _ledger_disagreements(
     says about its key (streamed: only the set of keys seen is kept)."""
     errors: list[str] = []
     seen: set[str] = set()
+    keys, committed, open_by_key = fold.keys, fold.committed, fold.open_by_key
+    add = seen.add
     for key, status, invocation_id, result_digest in ledger:
+        # The common row first: a committed key whose result matches the log's commit.
+        if (
+            status == "committed"
+            and committed.get(key, _NO_COMMIT) == result_digest
+            and key not in seen
+        ):
+            add(key)
+            continue
         if key in seen:
             errors.append(f"ledger row {key[:16]}… appears twice")
             continue
-        seen.add(sys.intern(key))
+        add(key)
         short = key[:16] + "…"
-        if key not in fold.keys:
+        if key not in keys:
             errors.append(f"ledger row {short} has no invocation in the log")
         elif status == "committed":
-            if key not in fold.committed:
+            if key not in committed:
                 errors.append(f"ledger row {short} is committed but the log has no commit")
-            elif result_digest != fold.committed[key]:
+            elif result_digest != committed[key]:
                 errors.append(f"ledger row {short}: result does not match the committed hash")
         elif status == "started":
-            open_invocation = fold.open_by_key.get(key)
+            open_invocation = open_by_key.get(key)
             if open_invocation is None:
                 errors.append(f"ledger row {short} is started but the log closed it")
             elif open_invocation != invocation_id:
                 errors.append(f"ledger row {short} names another invocation than the log")
         elif status == "failed":
-            if key in fold.committed:
+            if key in committed:
                 errors.append(f"ledger row {short} is failed but the log committed it")
-            elif key in fold.open_by_key:
+            elif key in open_by_key:
                 errors.append(f"ledger row {short} is failed but the log has it open")
         else:
             errors.append(f"ledger row {short} has unknown status {status!r}")
-    for key in sorted(fold.keys - seen):
+    for key in sorted(keys - seen):
         errors.append(f"key {key[:16]}… was invoked but has no ledger row")
     return errors
 
