@@ -1,0 +1,191 @@
+"""Phase 5 of PACK-FORMAT.md, affidavit's extension: when a pack carries ``affidavit.*``
+receipts, the job's whole event log (``events.ndjson``) is re-verified offline — its hash, chain
+root, execution hash, ledger, replay proof and seal — and the recorded traces and the input file
+are bound to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from affidavit.core.canonical import canonical
+from affidavit.core.errors import AffidavitError
+from affidavit.core.events import COMPLETED_RESULT_TYPES
+from affidavit.packs import _format as F
+from affidavit.packs._files import read
+from affidavit.packs._json import loads
+from affidavit.packs._state import Fail, State, rtype
+from affidavit.store import StoredEvent
+from affidavit.verify import verify_events
+
+
+def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
+    ours = [r for r in st.receipts if isinstance(r, dict) and rtype(r).startswith("affidavit.")]
+    if not ours:
+        return {"present": False}
+    found: dict[str, list[dict[str, Any]]] = {F.EVENT_LOG: [], F.SEAL: [], F.LEDGER: []}
+    for r in ours:
+        if rtype(r) in found:
+            found[rtype(r)].append(r)
+        else:
+            st.errors.append(f"{F.RECEIPTS}: unknown affidavit receipt type {rtype(r)!r}")
+    for name, items in found.items():
+        if len(items) != 1:
+            st.errors.append(f"{F.RECEIPTS}: {len(items)} {name} receipts, expected one")
+    if st.errors:
+        return {"present": True}
+    log, seal_r, ledger_r = (found[n][0] for n in (F.EVENT_LOG, F.SEAL, F.LEDGER))
+    opened = [r for r in st.receipts if isinstance(r, dict) and rtype(r) == F.OPEN]
+    if opened and opened[0].get("objective") != (st.contract or {}).get("objective"):
+        # descriptive for RCE, but an affidavit pack binds it like everything else
+        st.errors.append(f"{F.CONTRACT}: objective differs from the {F.OPEN} receipt")
+    try:
+        data = read(st.root / F.EVENTS, F.EVENTS)
+    except Fail as exc:
+        st.errors.append(str(exc))
+        return {"present": True}
+    if log.get("events_sha256") != F.prefixed(data):
+        st.errors.append(f"{F.EVENTS}: sha256 does not match the {F.EVENT_LOG} receipt")
+    events: list[Any] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if line.strip():
+            try:
+                events.append(loads(line, f"{F.EVENTS} line {number}"))
+            except Fail as exc:
+                st.errors.append(str(exc))
+                return {"present": True}
+    rows = ledger_r.get("rows")
+    digests: list[tuple[str, str, str, str | None]] = []
+    for row in rows if isinstance(rows, list) else [None]:
+        if not isinstance(row, dict) or not all(
+            isinstance(row.get(k), str) for k in ("idempotency_key", "status", "invocation_id")
+        ):
+            st.errors.append(f"{F.LEDGER}: malformed ledger row")
+            continue
+        result_hash = row.get("result_hash")
+        digests.append(
+            (
+                row["idempotency_key"],
+                row["status"],
+                row["invocation_id"],
+                result_hash if isinstance(result_hash, str) else None,
+            )
+        )
+    seal = seal_r.get("seal")
+    public = seal_r.get("public_key")
+    job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
+    status = log.get("job_status")
+    stored: list[StoredEvent] = []
+    for position, e in enumerate(events, start=1):
+        try:
+            stored.append(
+                StoredEvent(
+                    str(job_id),
+                    e["version"],
+                    e["event_id"],
+                    e["type"],
+                    canonical(e["payload"]),
+                    e["chain_hash"],
+                )
+            )
+        except (AffidavitError, KeyError, TypeError, RecursionError) as exc:
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed ({exc})")
+            return {"present": True}
+        if e.get("job_id") != job_id or type(e["version"]) is not int:
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
+            return {"present": True}
+        if not all(isinstance(e[k], str) for k in ("event_id", "type", "chain_hash")):
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
+            return {"present": True}
+    try:
+        result = verify_events(
+            stored,
+            public_keys=[public] if isinstance(public, str) else [],
+            seal=seal if isinstance(seal, dict) else None,
+            ledger_digests=digests,
+            status=status if isinstance(status, str) else None,
+            job_id=job_id if isinstance(job_id, str) else None,
+        )
+    except AffidavitError as exc:
+        st.errors.append(f"{F.EVENTS}: {exc.message}")
+        return {"present": True}
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        st.errors.append(f"{F.EVENTS}: malformed ({type(exc).__name__}: {str(exc)[:200]})")
+        return {"present": True}
+    for check in result.checks():
+        if not check.ok:
+            st.errors.append(f"{F.EVENTS}: {check.name}: {check.detail}")
+    for name, value in (
+        ("event_count", result.stored_chain.event_count),
+        ("event_chain_root_hash", result.event_chain_root_hash),
+        ("execution_hash", result.execution_hash),
+    ):
+        if log.get(name) != value:
+            st.errors.append(f"{F.EVENT_LOG}: {name} does not match {F.EVENTS}")
+    if result.ok:
+        _bind_traces(st, events, traces)
+    return {"present": True, "job_verification": result.to_dict()}
+
+
+def _bind_traces(st: State, events: list[dict[str, Any]], traces: dict[str, str]) -> None:
+    """The recorded traces and the input file against the (verified) event log: a trace
+    rewritten after export is an integrity failure here, not a divergence. One pass over the
+    parsed events; the log's replay invariants were checked by ``verify_events`` already."""
+    job_input: Any = None
+    status, output, error = "pending", None, None
+    step_of: dict[str, str] = {}
+    finished: dict[str, dict[str, Any]] = {}
+    succeeded: dict[str, Any] = {}
+    committed: dict[str, Any] = {}
+    try:
+        for e in events:
+            kind, p = e["type"], e["payload"]
+            if kind == "node_started":
+                step_of[p["node_id"]] = p["step_id"]
+            elif kind == "node_finished":
+                step_of[p["node_id"]] = p["step_id"]
+                finished[p["node_id"]] = p
+            elif kind == "tool_invocation_finished" and p.get("outcome") == "success":
+                succeeded[p["idempotency_key"]] = p.get("result")
+            elif kind == "command_committed":
+                committed.setdefault(p["node_id"], succeeded.get(p["idempotency_key"]))
+            elif kind == "job_created":
+                job_input = p.get("input")
+            elif kind == "job_completed":
+                status, output = "completed", p.get("output")
+            elif kind == "job_failed":
+                status, error = "failed", p.get("error")
+            elif kind == "job_cancelled":
+                status = "cancelled"
+    except (KeyError, TypeError, AttributeError) as exc:
+        st.errors.append(f"{F.EVENTS}: cannot be replayed ({type(exc).__name__}: {exc})")
+        return
+    try:
+        data = read(st.root / F.INPUTS_DIR / F.INPUT_REF, f"{F.INPUTS_DIR}/{F.INPUT_REF}")
+        if data != canonical(job_input):
+            st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: differs from the job's input")
+    except (Fail, AffidavitError) as exc:
+        st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: {exc}")
+    expected: dict[str, list[Any]] = {
+        F.LOAD_STEP_ID: [job_input],
+        F.EMIT_STEP_ID: [
+            {"claim_type": "job_output", "output": output}
+            if status == "completed"
+            else {"claim_type": "job_output", "status": status, "error": error}
+        ],
+    }
+    for node_id, sid in step_of.items():
+        done = finished.get(node_id)
+        if done is None:  # started, never finished
+            expected[sid] = [{"outcome": None, "error": None}]
+        elif done.get("result_type") in COMPLETED_RESULT_TYPES:
+            expected[sid] = [done["output"] if "output" in done else committed.get(node_id)]
+        else:
+            expected[sid] = [{"outcome": done.get("result_type"), "error": done.get("error")}]
+    not_run = {"outcome": "not_run", "job_status": status}
+    for sid, observed in traces.items():
+        try:
+            same = any(observed == F.h(value) for value in expected.get(sid, [not_run]))
+        except (AffidavitError, RecursionError):
+            same = False
+        if not same:
+            st.errors.append(f"{F.TRACES_DIR}/{sid}.json: differs from the event log")
