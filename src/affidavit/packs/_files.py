@@ -29,7 +29,7 @@ def safe_path(
         return path  # one plain name in a directory already checked: nothing to resolve
     try:
         path.resolve().relative_to((within or root).resolve())
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         raise Fail(f"{what}: {rel!r} escapes the pack directory") from None
     return path
 
@@ -41,7 +41,7 @@ def plain_dir(root: Path, sub: str) -> bool:
         if path.is_dir() and not path.is_symlink():
             path.resolve().relative_to(root.resolve())
             return True
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):
         pass
     return False
 
