@@ -5,6 +5,8 @@ are bound to it."""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterable
 from typing import Any
 
 from affidavit.core.canonical import canonical
@@ -12,29 +14,34 @@ from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
 from affidavit.packs import _format as F
 from affidavit.packs._files import read
-from affidavit.packs._json import loads
-from affidavit.packs._state import Fail, State, rtype
+from affidavit.packs._json import loads_lines
+from affidavit.packs._state import Fail, State
 from affidavit.store import StoredEvent
 from affidavit.verify import verify_events
 
 
 def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
-    ours = [r for r in st.receipts if isinstance(r, dict) and rtype(r).startswith("affidavit.")]
+    # st.kinds[i] is rtype(st.receipts[i]): "" for a receipt that is not an object
+    ours = [
+        (r, kind)
+        for r, kind in zip(st.receipts, st.kinds, strict=True)
+        if kind.startswith("affidavit.")
+    ]
     if not ours:
         return {"present": False}
     found: dict[str, list[dict[str, Any]]] = {F.EVENT_LOG: [], F.SEAL: [], F.LEDGER: []}
-    for r in ours:
-        if rtype(r) in found:
-            found[rtype(r)].append(r)
+    for r, kind in ours:
+        if kind in found:
+            found[kind].append(r)
         else:
-            st.errors.append(f"{F.RECEIPTS}: unknown affidavit receipt type {rtype(r)!r}")
+            st.errors.append(f"{F.RECEIPTS}: unknown affidavit receipt type {kind!r}")
     for name, items in found.items():
         if len(items) != 1:
             st.errors.append(f"{F.RECEIPTS}: {len(items)} {name} receipts, expected one")
     if st.errors:
         return {"present": True}
     log, seal_r, ledger_r = (found[n][0] for n in (F.EVENT_LOG, F.SEAL, F.LEDGER))
-    opened = [r for r in st.receipts if isinstance(r, dict) and rtype(r) == F.OPEN]
+    opened = [r for r, kind in zip(st.receipts, st.kinds, strict=True) if kind == F.OPEN]
     if opened and opened[0].get("objective") != (st.contract or {}).get("objective"):
         # descriptive for RCE, but an affidavit pack binds it like everything else
         st.errors.append(f"{F.CONTRACT}: objective differs from the {F.OPEN} receipt")
@@ -45,60 +52,48 @@ def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
         return {"present": True}
     if log.get("events_sha256") != F.prefixed(data):
         st.errors.append(f"{F.EVENTS}: sha256 does not match the {F.EVENT_LOG} receipt")
-    events: list[Any] = []
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if line.strip():
-            try:
-                events.append(loads(line, f"{F.EVENTS} line {number}"))
-            except Fail as exc:
-                st.errors.append(str(exc))
-                return {"present": True}
+    try:
+        events, _ = loads_lines(data, F.EVENTS)
+    except Fail as exc:
+        st.errors.append(str(exc))
+        return {"present": True}
     rows = ledger_r.get("rows")
     digests: list[tuple[str, str, str, str | None]] = []
     for row in rows if isinstance(rows, list) else [None]:
-        if not isinstance(row, dict) or not all(
-            isinstance(row.get(k), str) for k in ("idempotency_key", "status", "invocation_id")
-        ):
-            st.errors.append(f"{F.LEDGER}: malformed ledger row")
-            continue
-        result_hash = row.get("result_hash")
-        digests.append(
-            (
-                row["idempotency_key"],
-                row["status"],
-                row["invocation_id"],
-                result_hash if isinstance(result_hash, str) else None,
+        if isinstance(row, dict):
+            key, row_status, invocation = (
+                row.get("idempotency_key"),
+                row.get("status"),
+                row.get("invocation_id"),
             )
-        )
+            if isinstance(key, str) and isinstance(row_status, str) and isinstance(invocation, str):
+                result_hash = row.get("result_hash")
+                digests.append(
+                    (
+                        key,
+                        row_status,
+                        invocation,
+                        result_hash if isinstance(result_hash, str) else None,
+                    )
+                )
+                continue
+        st.errors.append(f"{F.LEDGER}: malformed ledger row")
     seal = seal_r.get("seal")
     public = seal_r.get("public_key")
     job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
     status = log.get("job_status")
-    stored: list[StoredEvent] = []
-    for position, e in enumerate(events, start=1):
-        try:
-            stored.append(
-                StoredEvent(
-                    str(job_id),
-                    e["version"],
-                    e["event_id"],
-                    e["type"],
-                    canonical(e["payload"]),
-                    e["chain_hash"],
-                )
-            )
-        except (AffidavitError, KeyError, TypeError, RecursionError) as exc:
-            st.errors.append(f"{F.EVENTS}: event {position} is malformed ({exc})")
+    fast = _rows(events, job_id)
+    if fast is not None:
+        rows, log_entries = fast
+    else:
+        checked = _checked_rows(st, events, job_id)
+        if checked is None:
             return {"present": True}
-        if e.get("job_id") != job_id or type(e["version"]) is not int:
-            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
-            return {"present": True}
-        if not all(isinstance(e[k], str) for k in ("event_id", "type", "chain_hash")):
-            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
-            return {"present": True}
+        rows = checked
+        log_entries = [(e["type"], e["payload"]) for e in events]
     try:
         result = verify_events(
-            stored,
+            rows,
             public_keys=[public] if isinstance(public, str) else [],
             seal=seal if isinstance(seal, dict) else None,
             ledger_digests=digests,
@@ -122,11 +117,82 @@ def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
         if log.get(name) != value:
             st.errors.append(f"{F.EVENT_LOG}: {name} does not match {F.EVENTS}")
     if result.ok:
-        _bind_traces(st, events, traces)
+        _bind_traces(st, log_entries, traces)
     return {"present": True, "job_verification": result.to_dict()}
 
 
-def _bind_traces(st: State, events: list[dict[str, Any]], traces: dict[str, str]) -> None:
+# Every field of an event line, in one C-level call per event.
+_FIELDS = operator.itemgetter("job_id", "version", "event_id", "type", "chain_hash", "payload")
+
+
+def _rows(
+    events: list[Any], job_id: Any
+) -> tuple[list[dict[str, Any]], list[tuple[str, Any]]] | None:
+    """The events as :func:`~affidavit.verify.verify_events` takes them (each payload replaced
+    by its JCS bytes, in place: no object built per event) and the ``(type, parsed payload)``
+    of each; ``None`` when any event is not plainly well-formed — :func:`_checked_rows` then
+    finds and names the first. Accepts only logs :func:`_checked_rows` accepts, with the same
+    bytes (every parsed log it accepts, when the job id is a string), and changes nothing
+    unless it accepts."""
+    if type(job_id) is not str or not events:
+        return None
+    kinds: list[str] = []
+    payloads: list[Any] = []
+    for event in events:
+        if type(event) is not dict:
+            return None
+        try:
+            job, version, event_id, kind, chain_hash, payload = _FIELDS(event)
+        except KeyError:
+            return None
+        if (
+            job != job_id
+            or type(version) is not int
+            or type(event_id) is not str
+            or type(kind) is not str
+            or type(chain_hash) is not str
+        ):
+            return None
+        kinds.append(kind)
+        payloads.append(payload)
+    try:
+        payload_bytes = list(map(canonical, payloads))
+    except (AffidavitError, RecursionError):
+        return None
+    for event, data in zip(events, payload_bytes, strict=True):
+        event["payload"] = data
+    return events, list(zip(kinds, payloads, strict=True))
+
+
+def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent] | None:
+    """The events as stored events, checked one by one; ``None`` after recording the first
+    malformed one in ``st.errors``."""
+    stored: list[StoredEvent] = []
+    for position, e in enumerate(events, start=1):
+        try:
+            stored.append(
+                StoredEvent(
+                    str(job_id),
+                    e["version"],
+                    e["event_id"],
+                    e["type"],
+                    canonical(e["payload"]),
+                    e["chain_hash"],
+                )
+            )
+        except (AffidavitError, KeyError, TypeError, RecursionError) as exc:
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed ({exc})")
+            return None
+        if e.get("job_id") != job_id or type(e["version"]) is not int:
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
+            return None
+        if not all(isinstance(e[k], str) for k in ("event_id", "type", "chain_hash")):
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
+            return None
+    return stored
+
+
+def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, str]) -> None:
     """The recorded traces and the input file against the (verified) event log: a trace
     rewritten after export is an integrity failure here, not a divergence. One pass over the
     parsed events; the log's replay invariants were checked by ``verify_events`` already."""
@@ -137,8 +203,7 @@ def _bind_traces(st: State, events: list[dict[str, Any]], traces: dict[str, str]
     succeeded: dict[str, Any] = {}
     committed: dict[str, Any] = {}
     try:
-        for e in events:
-            kind, p = e["type"], e["payload"]
+        for kind, p in log:
             if kind == "node_started":
                 step_of[p["node_id"]] = p["step_id"]
             elif kind == "node_finished":

@@ -18,7 +18,7 @@ from affidavit.core.errors import AffidavitError
 from affidavit.core.seal import PublicKey
 from affidavit.packs import _format as F
 from affidavit.packs._files import read, safe_path
-from affidavit.packs._json import hex_value, loads
+from affidavit.packs._json import canonicalizable, hex_value, loads, loads_lines
 from affidavit.packs._schemas import schema_errors
 from affidavit.packs._state import FUTURE_SKEW, Fail, State, parse_time, rtype
 
@@ -56,15 +56,20 @@ def check_integrity(st: State, trusted: set[bytes] | None, now: datetime) -> Non
     st.manifest = manifest
     st.errors.extend(f"{F.MANIFEST}: {e}" for e in schema_errors(F.SCHEMA_NAMES[1], manifest))
     files = manifest.get("files")
+    receipts_path = st.root / F.RECEIPTS
+    receipts_bytes: bytes | None = None  # read once: hashed here, parsed below
     for entry in files if isinstance(files, list) else []:
         if not isinstance(entry, dict):
             continue
         rel = entry.get("path")
         try:
-            data = read(safe_path(st.root, rel, f"{F.MANIFEST} files"), str(rel))
+            path = safe_path(st.root, rel, f"{F.MANIFEST} files")
+            data = read(path, str(rel))
         except Fail as exc:
             st.errors.append(str(exc))
             continue
+        if path == receipts_path:
+            receipts_bytes = data
         if F.sha256_hex(data) != entry.get("sha256"):
             st.errors.append(f"{rel}: sha256 does not match the manifest")
         if entry.get("bytes") != len(data):
@@ -79,7 +84,7 @@ def check_integrity(st: State, trusted: set[bytes] | None, now: datetime) -> Non
     for name in F.KERNEL_FILES:
         if not (st.root / name).is_file() and not any(e.startswith(name) for e in st.errors):
             st.errors.append(f"{name}: missing")
-    _receipts_check(st, manifest)
+    _receipts_check(st, manifest, receipts_bytes)
     attestation = manifest.get("attestation")
     try:
         if manifest.get("attestation_sha256") != hex_value(attestation):
@@ -96,32 +101,32 @@ def check_integrity(st: State, trusted: set[bytes] | None, now: datetime) -> Non
             st.errors.append(f"{F.MANIFEST}: attestation timestamp {stamp} is in the future")
 
 
-def _receipts_check(st: State, manifest: dict[str, Any]) -> None:
+def _receipts_check(st: State, manifest: dict[str, Any], read_before: bytes | None) -> None:
     try:
-        data = read(st.root / F.RECEIPTS, F.RECEIPTS)
+        data = read_before if read_before is not None else read(st.root / F.RECEIPTS, F.RECEIPTS)
     except Fail as exc:
         if not any(e.startswith(F.RECEIPTS) for e in st.errors):
             st.errors.append(str(exc))
         return
-    lines = data.split(b"\n")
-    receipts: list[Any] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            receipts.append(loads(line, f"{F.RECEIPTS} line {number}"))
-        except Fail as exc:
-            st.errors.append(str(exc))
-            return
+    try:
+        receipts, strict = loads_lines(data, F.RECEIPTS)
+    except Fail as exc:
+        st.errors.append(str(exc))
+        return
     st.receipts = receipts
+    st.kinds = kinds = [rtype(r) for r in receipts]
     if manifest.get("receipt_count_expected") != len(receipts):
         st.errors.append(
             f"{F.RECEIPTS}: {len(receipts)} receipts, the manifest expects "
             f"{manifest.get('receipt_count_expected')!r}"
         )
+    # Every receipt must canonicalize, but only the last one's hash is needed (the head): when
+    # one pass shows that all of them do, only the last is hashed.
+    all_canonical = strict and canonicalizable(receipts)
     integrity_ok = True
     seen: set[str] = set()
     head: str | None = None
+    known_kinds: dict[str, bool] = {}
     for index, receipt in enumerate(receipts):
         if not isinstance(receipt, dict):
             st.errors.append(f"{F.RECEIPTS}: receipt {index} is not an object")
@@ -138,18 +143,25 @@ def _receipts_check(st: State, manifest: dict[str, Any]) -> None:
             if rid in seen:
                 integrity_ok = False
             seen.add(rid)
-        kind = rtype(receipt)
-        if kind and kind not in _ALLOWED_FLAT and not _NAMESPACED.match(kind):
+        kind = kinds[index]
+        allowed = known_kinds.get(kind)
+        if allowed is None:
+            allowed = known_kinds[kind] = _allowed_kind(kind)
+        if not allowed:
             st.errors.append(f"{F.RECEIPTS}: receipt {index} has unsupported type {kind!r}")
         if kind.startswith("loom."):
             st.errors.append(f"{F.RECEIPTS}: receipt {index} has unsupported type {kind!r}")
-        if any(not isinstance(k, str) or not k.isascii() for k in receipt):
+        if not _ascii_keys(receipt):
             integrity_ok = False
-        try:
-            head = hex_value(F.receipt_body(receipt))
-        except Fail:
-            integrity_ok = False
-            head = None
+        if not all_canonical:
+            try:
+                head = hex_value(F.receipt_body(receipt))
+            except Fail:
+                integrity_ok = False
+                head = None
+    if all_canonical and receipts:
+        last = receipts[-1]
+        head = hex_value(F.receipt_body(last)) if isinstance(last, dict) else None
     attestation = manifest.get("attestation")
     if not isinstance(attestation, dict):
         return
@@ -165,6 +177,17 @@ def _receipts_check(st: State, manifest: dict[str, Any]) -> None:
             head = F.sha256_hex(b"empty")
         if head != claimed_head:
             st.errors.append(f"{F.RECEIPTS}: head hash does not match the attestation")
+
+
+def _allowed_kind(kind: str) -> bool:
+    return not kind or kind in _ALLOWED_FLAT or bool(_NAMESPACED.match(kind))
+
+
+def _ascii_keys(receipt: dict[str, Any]) -> bool:
+    try:
+        return "".join(receipt).isascii()  # a parsed object's keys are strings
+    except TypeError:
+        return False
 
 
 def _signature_check(st: State, manifest: dict[str, Any], trusted: set[bytes] | None) -> None:

@@ -32,7 +32,12 @@ class State:
     contract: dict[str, Any] | None = None
     manifest: dict[str, Any] | None = None
     receipts: list[Any] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # rtype() of each receipt
     close: dict[str, Any] | None = None
+    # the contract's hashes (phase 3 and the result receipt) and the JCS of its large parts,
+    # computed once: the replay script of a 10,000-step job is a megabyte
+    contract_hashes: dict[str, str | Fail] = field(default_factory=dict)
+    contract_jcs: dict[str, bytes | None] = field(default_factory=dict)
 
 
 def payload(receipt: dict[str, Any]) -> dict[str, Any]:
