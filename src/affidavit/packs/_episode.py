@@ -7,20 +7,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError
 from affidavit.packs import _format as F
-from affidavit.packs._files import plain_dir, read, safe_path
+from affidavit.packs._files import PlainFiles, plain_dir, read, safe_path
 from affidavit.packs._json import hash_value, loads
-from affidavit.packs._state import HASH, STATUSES, Fail, State, as_int, payload, rtype
+from affidavit.packs._state import HASH, STATUSES, Fail, State, as_int, payload
 
 
 def check_completeness(
     st: State, steps: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], dict[str, str]]:
     contract = st.contract or {}
-    receipts = [r for r in st.receipts if isinstance(r, dict)]
-    opens = [r for r in receipts if rtype(r) == F.OPEN]
-    closes = [r for r in receipts if rtype(r) == F.CLOSE]
+    # st.kinds[i] is rtype(st.receipts[i]): "" for a receipt that is not an object
+    typed = list(zip(st.receipts, st.kinds, strict=True))
+    opens = [r for r, kind in typed if kind == F.OPEN]
+    closes = [r for r, kind in typed if kind == F.CLOSE]
     if len(opens) != 1:
         st.errors.append(f"{F.RECEIPTS}: {len(opens)} {F.OPEN} receipts, expected one")
     if len(closes) != 1:
@@ -28,8 +30,8 @@ def check_completeness(
     st.close = closes[0] if closes else None
     known = {s["step_id"] for s in steps}
     by_id: dict[str, dict[str, Any]] = {}
-    for r in receipts:
-        if rtype(r) != F.STEP:
+    for r, kind in typed:
+        if kind != F.STEP:
             continue
         p = payload(r)
         sid = p.get("step_id")
@@ -58,13 +60,9 @@ def check_completeness(
         if isinstance(item, dict) and item.get("hash") != F.prefixed(data):
             st.errors.append(f"inputs/{ref}: bytes do not match the contract's hash")
     computed: dict[str, str | None] = {}
-    for name, value in (
-        ("episode_spec_hash", F.episode_spec_view(contract)),
-        ("inputs_hash", contract.get("inputs")),
-        ("script_hash", contract.get("replay_script")),
-    ):
+    for name in ("episode_spec_hash", "inputs_hash", "script_hash"):
         try:
-            computed[name] = hash_value(value, name)
+            computed[name] = contract_hash(st, name)
         except Fail as exc:
             st.errors.append(f"{F.CONTRACT}: {exc}")
             computed[name] = None
@@ -83,12 +81,101 @@ def check_completeness(
             st.errors.append(f"{F.OPEN}: replay_basis/comparator_tier must be recorded_trace/A")
         if as_int(o.get("n_steps")) != len(steps):
             st.errors.append(f"{F.OPEN}: n_steps does not match the replay script in {F.CONTRACT}")
+    if plain_dir(st.root, F.TRACES_DIR):
+        with PlainFiles(st.root / F.TRACES_DIR) as plain:
+            traces = _check_steps(st, steps, by_id, plain)
+    else:
+        traces = _check_steps(st, steps, by_id, None)
+    payloads = [by_id[s["step_id"]] for s in steps if s["step_id"] in by_id]
+    if closes:
+        c = payload(closes[0])
+        if c.get("episode_id") != episode_id:
+            st.errors.append(f"{F.CLOSE}: episode_id does not match {F.CONTRACT}")
+        if c.get("episode_spec_hash") != computed["episode_spec_hash"]:
+            st.errors.append(f"{F.CLOSE}: episode_spec_hash does not match {F.CONTRACT}")
+        try:
+            if c.get("outputs_hash") != F.outputs_hash(payloads):
+                st.errors.append(f"{F.CLOSE}: outputs_hash does not match the step receipts")
+        except (AffidavitError, RecursionError):
+            st.errors.append(f"{F.CLOSE}: outputs_hash cannot be recomputed")
+        passed = sum(1 for p in payloads if p.get("step_status") == "PASS")
+        executed = sum(1 for p in payloads if p.get("step_status") in ("PASS", "FAIL"))
+        if as_int(c.get("n_steps_executed")) != executed:
+            st.errors.append(f"{F.CLOSE}: n_steps_executed does not match the step receipts")
+        if as_int(c.get("n_steps_passed")) != passed:
+            st.errors.append(f"{F.CLOSE}: n_steps_passed does not match the step receipts")
+        if c.get("all_steps_passed") is not (passed == len(steps)):
+            st.errors.append(f"{F.CLOSE}: all_steps_passed does not match the step receipts")
+        if c.get("replay_basis") != "recorded_trace" or c.get("comparator_tier") != "A":
+            st.errors.append(f"{F.CLOSE}: replay_basis/comparator_tier must be recorded_trace/A")
+    return by_id, traces
+
+
+def contract_hash(st: State, name: str) -> str:
+    """``episode_spec_hash``, ``inputs_hash`` or ``script_hash`` of the contract (H of the spec
+    view, of ``inputs``, of ``replay_script``), computed once per verification; :class:`Fail`
+    as :func:`~affidavit.packs._json.hash_value` fails when it cannot be canonicalized."""
+    found = st.contract_hashes.get(name)
+    if found is None:
+        found = st.contract_hashes[name] = _contract_hash(st, name)
+    if isinstance(found, Fail):
+        raise found
+    return found
+
+
+def _contract_hash(st: State, name: str) -> str | Fail:
+    contract = st.contract or {}
+    if name == "episode_spec_hash":
+        # JCS of an object is its members' JCS in key order: the spec view's hash reuses the
+        # script's bytes instead of canonicalizing the script a second time
+        inputs, script = _part_jcs(st, "inputs"), _part_jcs(st, "replay_script")
+        try:
+            environment = canonical(F.env_fingerprint_input(contract.get("environment")))
+            policy = canonical(contract.get("replay_policy"))
+        except (AffidavitError, RecursionError):
+            environment = policy = b""  # not canonical: the exact path below says why
+        if inputs is not None and script is not None and environment and policy:
+            return F.prefixed(
+                b'{"environment":%b,"inputs":%b,"replay_policy":%b,"replay_script":%b}'
+                % (environment, inputs, policy, script)
+            )
+        value: Any = F.episode_spec_view(contract)
+    else:
+        part = "inputs" if name == "inputs_hash" else "replay_script"
+        data = _part_jcs(st, part)
+        if data is not None:
+            return F.prefixed(data)
+        value = contract.get(part)
+    try:  # the exact failure, with the JSON path inside the hashed value
+        return hash_value(value, name)
+    except Fail as exc:
+        return exc
+
+
+def _part_jcs(st: State, part: str) -> bytes | None:
+    if part not in st.contract_jcs:
+        try:
+            st.contract_jcs[part] = canonical((st.contract or {}).get(part))
+        except (AffidavitError, RecursionError):
+            st.contract_jcs[part] = None
+    return st.contract_jcs[part]
+
+
+def _check_steps(
+    st: State,
+    steps: list[dict[str, Any]],
+    by_id: dict[str, dict[str, Any]],
+    plain: PlainFiles | None,
+) -> dict[str, str]:
+    """Each step receipt against its step, in DAG order; H(recorded trace) of each step that
+    ran. ``plain``: the traces directory is a plain one, read through it."""
+    contract = st.contract or {}
+    episode_id = contract.get("episode_id")
     policy = contract.get("replay_policy")
     policy = policy if isinstance(policy, dict) else {}
     overrides = policy.get("comparator_tiers_by_step")
     overrides = overrides if isinstance(overrides, dict) else {}
     traces: dict[str, str] = {}  # step id -> H(recorded trace)
-    plain_traces = plain_dir(st.root, F.TRACES_DIR)
     status: dict[str, str] = {}
     for step in steps:
         sid = step["step_id"]
@@ -127,15 +214,18 @@ def check_completeness(
                 f"{where}: input_hashes do not match the dependencies' output hashes "
                 "(chain integrity)"
             )
+        # a plain trace in a plain directory is read directly; anything else the checked way
+        data = plain.read(f"{sid}.json") if plain is not None else None
         try:
-            path = safe_path(
-                st.root / F.TRACES_DIR,
-                f"{sid}.json",
-                "recorded trace",
-                plain=plain_traces,
-                within=st.root,
-            )
-            data = read(path, f"{F.TRACES_DIR}/{sid}.json")
+            if data is None:
+                path = safe_path(
+                    st.root / F.TRACES_DIR,
+                    f"{sid}.json",
+                    "recorded trace",
+                    plain=plain is not None,
+                    within=st.root,
+                )
+                data = read(path, f"{F.TRACES_DIR}/{sid}.json")
             value = loads(data, f"{F.TRACES_DIR}/{sid}.json")
         except Fail as exc:
             st.errors.append(str(exc))
@@ -146,29 +236,7 @@ def check_completeness(
             # not JCS-representable here (e.g. an integer beyond 2^53): hash the raw bytes,
             # which then cannot match a canonical output hash
             traces[sid] = F.prefixed(data)
-    payloads = [by_id[s["step_id"]] for s in steps if s["step_id"] in by_id]
-    if closes:
-        c = payload(closes[0])
-        if c.get("episode_id") != episode_id:
-            st.errors.append(f"{F.CLOSE}: episode_id does not match {F.CONTRACT}")
-        if c.get("episode_spec_hash") != computed["episode_spec_hash"]:
-            st.errors.append(f"{F.CLOSE}: episode_spec_hash does not match {F.CONTRACT}")
-        try:
-            if c.get("outputs_hash") != F.outputs_hash(payloads):
-                st.errors.append(f"{F.CLOSE}: outputs_hash does not match the step receipts")
-        except (AffidavitError, RecursionError):
-            st.errors.append(f"{F.CLOSE}: outputs_hash cannot be recomputed")
-        passed = sum(1 for p in payloads if p.get("step_status") == "PASS")
-        executed = sum(1 for p in payloads if p.get("step_status") in ("PASS", "FAIL"))
-        if as_int(c.get("n_steps_executed")) != executed:
-            st.errors.append(f"{F.CLOSE}: n_steps_executed does not match the step receipts")
-        if as_int(c.get("n_steps_passed")) != passed:
-            st.errors.append(f"{F.CLOSE}: n_steps_passed does not match the step receipts")
-        if c.get("all_steps_passed") is not (passed == len(steps)):
-            st.errors.append(f"{F.CLOSE}: all_steps_passed does not match the step receipts")
-        if c.get("replay_basis") != "recorded_trace" or c.get("comparator_tier") != "A":
-            st.errors.append(f"{F.CLOSE}: replay_basis/comparator_tier must be recorded_trace/A")
-    return by_id, traces
+    return traces
 
 
 def compare(

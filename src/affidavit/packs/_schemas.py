@@ -7,6 +7,8 @@ import json
 from functools import cache
 from typing import Any
 
+import orjson
+
 from affidavit.packs import _format as F
 
 
@@ -63,6 +65,24 @@ def _step_shape(step: Any) -> Any:
     return shape
 
 
+def _shape_key(shape: Any, index: int) -> str | bytes:
+    """A key equal for two shapes exactly when they are the same JSON value (1, 1.0 and true
+    apart): orjson's sorted output, unless it holds ``null`` — orjson writes infinities (which
+    a fallback parse can yield) as ``null`` too — or orjson refuses the value; then the JSON
+    text, as before orjson was used here (a str key never equals a bytes key)."""
+    try:
+        key = orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        pass
+    else:
+        if b"null" not in key:
+            return key
+    try:
+        return json.dumps(shape, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return f"#{index}"
+
+
 def contract_schema_errors(contract: Any) -> list[str]:
     """:func:`schema_errors` for an episode contract, validating each distinct step shape once
     (a 10,000-step script has a handful) and reporting errors at every step of that shape."""
@@ -71,15 +91,12 @@ def contract_schema_errors(contract: Any) -> list[str]:
     steps = script.get("steps") if isinstance(script, dict) else None
     if not isinstance(script, dict) or not isinstance(steps, list) or len(steps) < 32:
         return schema_errors(name, contract)
-    index: dict[str, int] = {}
+    index: dict[str | bytes, int] = {}
     reps: list[Any] = []
     owners: list[list[int]] = []
     for i, step in enumerate(steps):
         shape = _step_shape(step)
-        try:
-            key = json.dumps(shape, sort_keys=True)
-        except (TypeError, ValueError, RecursionError):
-            key = f"#{i}"
+        key = _shape_key(shape, i)
         if key not in index:
             index[key] = len(reps)
             reps.append(shape)

@@ -29,7 +29,7 @@ from affidavit.core.errors import AffidavitError
 from affidavit.core.seal import PublicKey
 from affidavit.packs import _format as F
 from affidavit.packs._contract import check_contract
-from affidavit.packs._episode import check_completeness, compare
+from affidavit.packs._episode import check_completeness, compare, contract_hash
 from affidavit.packs._eventlog import check_event_log
 from affidavit.packs._integrity import check_integrity
 from affidavit.packs._schemas import contract_schema_errors, schema_errors
@@ -40,6 +40,7 @@ from affidavit.packs._state import (
     HEX64,
     INTEGRITY_FAIL,
     MATCH,
+    Fail,
     State,
 )
 
@@ -93,10 +94,10 @@ def _receipt(
     episode_id = contract.get("episode_id")
     root = (st.manifest or {}).get("pack_root_sha256")
 
-    def safe(value: Any) -> str:
+    def safe(name: str) -> str:
         try:
-            return F.h(value)
-        except (AffidavitError, RecursionError):
+            return contract_hash(st, name)
+        except Fail:
             return "sha256:" + "0" * 64
 
     divergent = divergent or []
@@ -110,7 +111,7 @@ def _receipt(
         "episode_id": episode_id
         if isinstance(episode_id, str) and EPISODE.match(episode_id)
         else "ep_" + "0" * 24,
-        "episode_spec_hash": safe(F.episode_spec_view(contract)),
+        "episode_spec_hash": safe("episode_spec_hash"),
         "original_pack_root_sha256": "sha256:"
         + (root if isinstance(root, str) and HEX64.match(root) else "0" * 64),
         "verdict": verdict,
@@ -120,7 +121,7 @@ def _receipt(
         else ("PASS" if verdict == MATCH else "FAIL"),
         "replay_basis": "recorded_trace",
         "comparator_tier": "A",
-        "script_hash": safe(contract.get("replay_script")),
+        "script_hash": safe("script_hash"),
         "steps_replayed": replayed,
         "steps_matched": replayed - len(divergent),
         "steps_diverged": len(divergent),
