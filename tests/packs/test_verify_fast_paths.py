@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from affidavit.core.canonical import canonical
+from affidavit.core.errors import AffidavitError
 from affidavit.packs import _episode, _eventlog, _integrity, _json, _schemas, export_pack
 from affidavit.packs import _format as F
 from affidavit.packs._files import PlainFiles, read, safe_path
@@ -130,6 +131,51 @@ def test_canonicalizable_cases(value: Any, expected: bool) -> None:
         canonical(value)
 
 
+# --- canonical bytes of parsed values -----------------------------------------------------------
+
+TRICKY = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([5.0, -0.0, 0.0, 1e16, 1e21, 1e-5, 1e-6, 1e-7, 9.99e-6, 1.25, 2**53 - 1]),
+    st.sampled_from(["13:00:29.0Z", "a:1e-5", "x,1.0}", "\U0001f600", "\uffff", "e-", "e+1"]),
+    st.integers(min_value=-(2**60), max_value=2**60),
+)
+PARSED = st.recursive(
+    st.none() | st.booleans() | st.text(max_size=6) | TRICKY,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=4) | st.sampled_from(["\U0001f600", "\uffff"]), children)
+    ),
+    max_leaves=12,
+)
+
+
+def _canonical_or_error(value: Any) -> bytes | str:
+    try:
+        return canonical(value)
+    except AffidavitError as exc:
+        return type(exc).__name__
+
+
+@settings(max_examples=1000, deadline=None)
+@given(values=st.lists(PARSED, max_size=6))
+def test_canonical_all_is_canonical_of_each(values: list[Any]) -> None:
+    expected = [_canonical_or_error(v) for v in values]
+    try:
+        got: list[bytes | str] = list(_json.canonical_all(values))
+    except AffidavitError as exc:  # raises exactly when canonical rejects one of them
+        assert type(exc).__name__ in expected
+        return
+    assert got == expected
+
+
+def test_canonical_all_cases() -> None:
+    values = [{"at": "2026-11-22T13:00:29.0Z", "d": 1.25}, [5.0], {"\U0001f600": 1, "\uffff": 2}]
+    assert _json.canonical_all(values) == [canonical(v) for v in values]
+    assert _json.canonical_all([1e16, 1e-7, -0.0]) == [b"10000000000000000", b"1e-7", b"0"]
+    with pytest.raises(AffidavitError):
+        _json.canonical_all([1, 2**53])
+
+
 # --- the events of phase 5 --------------------------------------------------------------------
 
 
@@ -172,9 +218,14 @@ EVENT_EDITS = st.lists(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(edits=EVENT_EDITS, whole=st.one_of(st.none(), WRONG), job_id=st.sampled_from([_JOB, 5]))
+@given(
+    edits=EVENT_EDITS,
+    whole=st.one_of(st.none(), WRONG),
+    job_id=st.sampled_from([_JOB, 5]),
+    strict=st.booleans(),
+)
 def test_event_rows_fast_agrees_with_checked(
-    edits: list[tuple[int, str, Any]], whole: Any, job_id: Any
+    edits: list[tuple[int, str, Any]], whole: Any, job_id: Any, strict: bool
 ) -> None:
     events: list[Any] = [orjson.loads(line) for line in _EVENT_LINES]
     for index, key, value in edits:
@@ -186,7 +237,7 @@ def test_event_rows_fast_agrees_with_checked(
         events[1] = whole
     st_ = State(Path("."))
     checked = _eventlog._checked_rows(st_, copy.deepcopy(events), job_id)
-    fast = _eventlog._rows(events, job_id)
+    fast = _eventlog._rows(events, job_id, strict)
     if fast is None:
         # deferring is always allowed; with a string job id only for a malformed log
         assert checked is None or type(job_id) is not str
@@ -279,9 +330,9 @@ CONTRACT_EDITS = st.lists(
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(edits=CONTRACT_EDITS, drop=st.booleans())
+@given(edits=CONTRACT_EDITS, drop=st.booleans(), strict=st.booleans())
 def test_contract_hashes_agree_with_direct_hashes(
-    edits: list[tuple[tuple[str, ...], Any]], drop: bool
+    edits: list[tuple[tuple[str, ...], Any]], drop: bool, strict: bool
 ) -> None:
     contract = assay_packs._contract(assertion=False)
     for path, value in edits:
@@ -293,7 +344,12 @@ def test_contract_hashes_agree_with_direct_hashes(
         target[path[-1]] = value
     if drop:
         contract.pop("replay_policy", None)
-    state = State(Path("."), contract=contract)
+    if strict:  # as orjson would have parsed it
+        try:
+            contract = orjson.loads(orjson.dumps(contract))
+        except orjson.JSONEncodeError:
+            strict = False
+    state = State(Path("."), contract=contract, contract_strict=strict)
     for name, value in (
         ("episode_spec_hash", F.episode_spec_view(contract)),
         ("inputs_hash", contract.get("inputs")),
@@ -325,14 +381,22 @@ def _norm(verdict: PackVerdict) -> tuple[Any, ...]:
 
 def _without_fast_paths(pack: Path, now: datetime) -> PackVerdict:
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_eventlog, "_rows", lambda events, job_id: None)
+        mp.setattr(_eventlog, "_rows", lambda events, job_id, strict: None)
         mp.setattr(PlainFiles, "read", lambda self, name: None)
         mp.setattr(_integrity, "canonicalizable", lambda values: False)
         mp.setattr(_integrity, "loads_lines", lambda d, n: (_json.loads_each_line(d, n), False))
         mp.setattr(_eventlog, "loads_lines", lambda d, n: (_json.loads_each_line(d, n), False))
         mp.setattr(_schemas, "_shape_key", _json_shape_key)
         mp.setattr(_episode, "_part_jcs", lambda st_, part: None)
+        mp.setattr(
+            _episode, "_trace_hashes", lambda parsed: [_episode._trace_hash(*p) for p in parsed]
+        )
+        mp.setattr(_eventlog, "canonical_all", _each)
         return verify_pack(pack, now=now)
+
+
+def _each(values: list[Any]) -> list[bytes]:
+    return [canonical(value) for value in values]
 
 
 def _json_shape_key(shape: Any, index: int) -> str | bytes:
@@ -342,9 +406,11 @@ def _json_shape_key(shape: Any, index: int) -> str | bytes:
         return f"#{index}"
 
 
-def _same_with_and_without(pack: Path) -> None:
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    assert _norm(verify_pack(pack, now=now)) == _norm(_without_fast_paths(pack, now))
+def _same_with_and_without(pack: Path) -> PackVerdict:
+    now = datetime.now(UTC)
+    verdict = verify_pack(pack, now=now)
+    assert _norm(verdict) == _norm(_without_fast_paths(pack, now))
+    return verdict
 
 
 TRACE_EDITS = st.tuples(
@@ -408,11 +474,12 @@ def exported(make_runtime: Callable[..., Any], tmp_path: Path) -> Iterator[Path]
 
 
 def test_fast_paths_change_nothing_on_fuzzed_exported_packs(exported: Path) -> None:
-    _same_with_and_without(exported)
+    assert _same_with_and_without(exported).verdict == "MATCH"  # every phase ran
     _fuzz_both_ways(exported, 40)
 
 
 def test_fast_paths_change_nothing_on_fuzzed_assay_packs(tmp_path: Path) -> None:
     for scenario in (*assay_packs.SCENARIOS, *assay_packs.CRASHES):
-        _same_with_and_without(assay_packs.build(tmp_path / scenario, scenario))
+        verdict = _same_with_and_without(assay_packs.build(tmp_path / scenario, scenario))
+        assert verdict.verdict == assay_packs.SCENARIOS.get(scenario, ("INTEGRITY_FAIL",))[0]
     _fuzz_both_ways(assay_packs.build(tmp_path / "base", "valid"), 40)

@@ -8,7 +8,7 @@ from typing import Any
 
 from affidavit.packs import _format as F
 from affidavit.packs._files import read
-from affidavit.packs._json import hash_value, loads
+from affidavit.packs._json import hash_value, parse
 from affidavit.packs._schemas import contract_schema_errors
 from affidavit.packs._state import Fail, State
 
@@ -16,14 +16,14 @@ from affidavit.packs._state import Fail, State
 def check_contract(st: State) -> list[dict[str, Any]]:
     """Contract checks; the steps in DAG order (empty when the DAG is unusable)."""
     try:
-        contract = loads(read(st.root / F.CONTRACT, F.CONTRACT), F.CONTRACT)
+        contract, strict = parse(read(st.root / F.CONTRACT, F.CONTRACT), F.CONTRACT)
     except Fail as exc:
         st.errors.append(str(exc))
         return []
     if not isinstance(contract, dict):
         st.errors.append(f"{F.CONTRACT}: not a JSON object")
         return []
-    st.contract = contract
+    st.contract, st.contract_strict = contract, strict
     st.errors.extend(f"{F.CONTRACT}: {e}" for e in contract_schema_errors(contract))
     environment = contract.get("environment")
     if isinstance(environment, dict):

@@ -11,7 +11,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError
 from affidavit.packs import _format as F
 from affidavit.packs._files import PlainFiles, plain_dir, read, safe_path
-from affidavit.packs._json import hash_value, loads
+from affidavit.packs._json import canonical_all, hash_value, parse
 from affidavit.packs._state import HASH, STATUSES, Fail, State, as_int, payload
 
 
@@ -154,8 +154,11 @@ def _contract_hash(st: State, name: str) -> str | Fail:
 
 def _part_jcs(st: State, part: str) -> bytes | None:
     if part not in st.contract_jcs:
+        value = (st.contract or {}).get(part)
         try:
-            st.contract_jcs[part] = canonical((st.contract or {}).get(part))
+            st.contract_jcs[part] = (
+                canonical_all([value])[0] if st.contract_strict else canonical(value)
+            )
         except (AffidavitError, RecursionError):
             st.contract_jcs[part] = None
     return st.contract_jcs[part]
@@ -176,6 +179,8 @@ def _check_steps(
     overrides = policy.get("comparator_tiers_by_step")
     overrides = overrides if isinstance(overrides, dict) else {}
     traces: dict[str, str] = {}  # step id -> H(recorded trace)
+    parsed_ids: list[str] = []  # the traces orjson read, hashed together at the end
+    parsed: list[tuple[Any, bytes]] = []
     status: dict[str, str] = {}
     for step in steps:
         sid = step["step_id"]
@@ -226,17 +231,36 @@ def _check_steps(
                     within=st.root,
                 )
                 data = read(path, f"{F.TRACES_DIR}/{sid}.json")
-            value = loads(data, f"{F.TRACES_DIR}/{sid}.json")
+            value, strict = parse(data, f"{F.TRACES_DIR}/{sid}.json")
         except Fail as exc:
             st.errors.append(str(exc))
             continue
-        try:
-            traces[sid] = F.h(value)
-        except (AffidavitError, RecursionError):
-            # not JCS-representable here (e.g. an integer beyond 2^53): hash the raw bytes,
-            # which then cannot match a canonical output hash
-            traces[sid] = F.prefixed(data)
+        if strict:
+            traces[sid] = ""  # hashed below, with the others orjson read
+            parsed_ids.append(sid)
+            parsed.append((value, data))
+        else:
+            traces[sid] = _trace_hash(value, data)
+    traces.update(zip(parsed_ids, _trace_hashes(parsed), strict=True))
     return traces
+
+
+def _trace_hashes(parsed: list[tuple[Any, bytes]]) -> list[str]:
+    """:func:`_trace_hash` of each ``(trace, bytes)`` orjson read, with one
+    :func:`~affidavit.packs._json.canonical_all`."""
+    try:
+        return list(map(F.prefixed, canonical_all([value for value, _ in parsed])))
+    except (AffidavitError, RecursionError):
+        return [_trace_hash(value, data) for value, data in parsed]
+
+
+def _trace_hash(value: Any, data: bytes) -> str:
+    try:
+        return F.h(value)
+    except (AffidavitError, RecursionError):
+        # not JCS-representable here (e.g. an integer beyond 2^53): hash the raw bytes, which
+        # then cannot match a canonical output hash
+        return F.prefixed(data)
 
 
 def compare(

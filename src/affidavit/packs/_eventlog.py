@@ -14,7 +14,7 @@ from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
 from affidavit.packs import _format as F
 from affidavit.packs._files import read
-from affidavit.packs._json import loads_lines
+from affidavit.packs._json import canonical_all, loads_lines
 from affidavit.packs._state import Fail, State
 from affidavit.store import StoredEvent
 from affidavit.verify import verify_events
@@ -53,7 +53,7 @@ def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
     if log.get("events_sha256") != F.prefixed(data):
         st.errors.append(f"{F.EVENTS}: sha256 does not match the {F.EVENT_LOG} receipt")
     try:
-        events, _ = loads_lines(data, F.EVENTS)
+        events, strict = loads_lines(data, F.EVENTS)
     except Fail as exc:
         st.errors.append(str(exc))
         return {"present": True}
@@ -82,7 +82,7 @@ def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
     public = seal_r.get("public_key")
     job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
     status = log.get("job_status")
-    fast = _rows(events, job_id)
+    fast = _rows(events, job_id, strict)
     if fast is not None:
         rows, log_entries = fast
     else:
@@ -126,14 +126,15 @@ _FIELDS = operator.itemgetter("job_id", "version", "event_id", "type", "chain_ha
 
 
 def _rows(
-    events: list[Any], job_id: Any
+    events: list[Any], job_id: Any, strict: bool
 ) -> tuple[list[dict[str, Any]], list[tuple[str, Any]]] | None:
     """The events as :func:`~affidavit.verify.verify_events` takes them (each payload replaced
     by its JCS bytes, in place: no object built per event) and the ``(type, parsed payload)``
     of each; ``None`` when any event is not plainly well-formed — :func:`_checked_rows` then
     finds and names the first. Accepts only logs :func:`_checked_rows` accepts, with the same
     bytes (every parsed log it accepts, when the job id is a string), and changes nothing
-    unless it accepts."""
+    unless it accepts. ``strict``: orjson parsed the events (see
+    :func:`~affidavit.packs._json.canonical_all`)."""
     if type(job_id) is not str or not events:
         return None
     kinds: list[str] = []
@@ -156,7 +157,7 @@ def _rows(
         kinds.append(kind)
         payloads.append(payload)
     try:
-        payload_bytes = list(map(canonical, payloads))
+        payload_bytes = canonical_all(payloads) if strict else list(map(canonical, payloads))
     except (AffidavitError, RecursionError):
         return None
     for event, data in zip(events, payload_bytes, strict=True):
@@ -230,27 +231,34 @@ def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, st
             st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: differs from the job's input")
     except (Fail, AffidavitError) as exc:
         st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: {exc}")
-    expected: dict[str, list[Any]] = {
-        F.LOAD_STEP_ID: [job_input],
-        F.EMIT_STEP_ID: [
-            {"claim_type": "job_output", "output": output}
-            if status == "completed"
-            else {"claim_type": "job_output", "status": status, "error": error}
-        ],
+    expected: dict[str, Any] = {  # step id -> the trace the log implies
+        F.LOAD_STEP_ID: job_input,
+        F.EMIT_STEP_ID: {"claim_type": "job_output", "output": output}
+        if status == "completed"
+        else {"claim_type": "job_output", "status": status, "error": error},
     }
     for node_id, sid in step_of.items():
         done = finished.get(node_id)
         if done is None:  # started, never finished
-            expected[sid] = [{"outcome": None, "error": None}]
+            expected[sid] = {"outcome": None, "error": None}
         elif done.get("result_type") in COMPLETED_RESULT_TYPES:
-            expected[sid] = [done["output"] if "output" in done else committed.get(node_id)]
+            expected[sid] = done["output"] if "output" in done else committed.get(node_id)
         else:
-            expected[sid] = [{"outcome": done.get("result_type"), "error": done.get("error")}]
+            expected[sid] = {"outcome": done.get("result_type"), "error": done.get("error")}
     not_run = {"outcome": "not_run", "job_status": status}
-    for sid, observed in traces.items():
-        try:
-            same = any(observed == F.h(value) for value in expected.get(sid, [not_run]))
-        except (AffidavitError, RecursionError):
-            same = False
-        if not same:
+    values = [expected.get(sid, not_run) for sid in traces]
+    try:
+        # every payload canonicalized already, so none holds NaN or infinity
+        hashes: list[str | None] = list(map(F.prefixed, canonical_all(values)))
+    except (AffidavitError, RecursionError):
+        hashes = list(map(_hash_or_none, values))
+    for (sid, observed), value_hash in zip(traces.items(), hashes, strict=True):
+        if observed != value_hash:
             st.errors.append(f"{F.TRACES_DIR}/{sid}.json: differs from the event log")
+
+
+def _hash_or_none(value: Any) -> str | None:
+    try:
+        return F.h(value)
+    except (AffidavitError, RecursionError):
+        return None

@@ -37,6 +37,7 @@ class State:
     # the contract's hashes (phase 3 and the result receipt) and the JCS of its large parts,
     # computed once: the replay script of a 10,000-step job is a megabyte
     contract_hashes: dict[str, str | Fail] = field(default_factory=dict)
+    contract_strict: bool = False  # orjson parsed the contract (no NaN, infinity)
     contract_jcs: dict[str, bytes | None] = field(default_factory=dict)
 
 
