@@ -392,6 +392,7 @@ def _without_fast_paths(pack: Path, now: datetime) -> PackVerdict:
             _episode, "_trace_hashes", lambda parsed: [_episode._trace_hash(*p) for p in parsed]
         )
         mp.setattr(_eventlog, "canonical_all", _each)
+        mp.setattr(_integrity, "canonical_all", _each)
         return verify_pack(pack, now=now)
 
 

@@ -18,7 +18,7 @@ from affidavit.core.errors import AffidavitError
 from affidavit.core.seal import PublicKey
 from affidavit.packs import _format as F
 from affidavit.packs._files import read, safe_path
-from affidavit.packs._json import canonicalizable, hex_value, loads, loads_lines
+from affidavit.packs._json import canonical_all, canonicalizable, hex_value, loads, loads_lines
 from affidavit.packs._schemas import schema_errors
 from affidavit.packs._state import FUTURE_SKEW, Fail, State, parse_time, rtype
 
@@ -160,8 +160,12 @@ def _receipts_check(st: State, manifest: dict[str, Any], read_before: bytes | No
                 integrity_ok = False
                 head = None
     if all_canonical and receipts:
-        last = receipts[-1]
-        head = hex_value(F.receipt_body(last)) if isinstance(last, dict) else None
+        last = receipts[-1]  # often the ledger receipt: a row per tool call
+        head = (
+            F.sha256_hex(canonical_all([F.receipt_body(last)])[0])
+            if isinstance(last, dict)
+            else None
+        )
     attestation = manifest.get("attestation")
     if not isinstance(attestation, dict):
         return
