@@ -484,3 +484,18 @@ def test_fast_paths_change_nothing_on_fuzzed_assay_packs(tmp_path: Path) -> None
         verdict = _same_with_and_without(assay_packs.build(tmp_path / scenario, scenario))
         assert verdict.verdict == assay_packs.SCENARIOS.get(scenario, ("INTEGRITY_FAIL",))[0]
     _fuzz_both_ways(assay_packs.build(tmp_path / "base", "valid"), 40)
+
+
+def test_verify_pack_restores_the_garbage_collector(tmp_path: Path) -> None:
+    import gc
+
+    pack = assay_packs.build(tmp_path, "valid")
+    assert gc.isenabled()
+    assert verify_pack(pack).verdict == "MATCH"
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        verify_pack(tmp_path / "missing")
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
