@@ -221,6 +221,30 @@ def test_symlink_out_of_the_pack_is_integrity_fail(
     assert any("escapes the pack directory" in e for e in verdict.errors), verdict.errors
 
 
+@pytest.mark.parametrize("what", ["trace", "traces_dir", "manifest_file"])
+def test_symlink_loop_is_integrity_fail(tmp_path: Path, what: str) -> None:
+    # Path.resolve() raises RuntimeError on a loop before Python 3.13: not a crash, a failure
+    from tests.packs import assay_packs
+
+    pack = assay_packs.build(tmp_path, "valid")
+    if what == "trace":
+        victim = pack / F.TRACES_DIR / "s02.json"
+        victim.unlink()
+        victim.symlink_to(victim.name)
+    elif what == "traces_dir":
+        shutil.rmtree(pack / F.TRACES_DIR)
+        (pack / F.TRACES_DIR).symlink_to(F.TRACES_DIR)
+    else:
+        (pack / "loop").symlink_to("loop")
+        manifest = json.loads((pack / F.MANIFEST).read_text())
+        manifest["files"][0]["path"] = "loop"
+        (pack / F.MANIFEST).write_text(json.dumps(manifest))
+    verdict = verify_pack(pack)
+    assert verdict.verdict == "INTEGRITY_FAIL"
+    assert any("escapes the pack directory" in e for e in verdict.errors), verdict.errors
+    assert result_errors(verdict.receipt) == []
+
+
 def test_timestamps_in_the_future_are_integrity_fail(
     make_runtime: Callable[..., Any], tmp_path: Path
 ) -> None:

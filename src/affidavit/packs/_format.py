@@ -120,7 +120,10 @@ def kahn_order(ids: list[str], deps: dict[str, list[str]]) -> list[str] | None:
     while queue:
         current = queue.popleft()
         order.append(current)
-        for child in sorted(children[current]):
+        kids = children[current]
+        if len(kids) > 1:
+            kids.sort()
+        for child in kids:
             indegree[child] -= 1
             if indegree[child] == 0:
                 queue.append(child)

@@ -1,0 +1,264 @@
+"""Phase 5 of PACK-FORMAT.md, affidavit's extension: when a pack carries ``affidavit.*``
+receipts, the job's whole event log (``events.ndjson``) is re-verified offline — its hash, chain
+root, execution hash, ledger, replay proof and seal — and the recorded traces and the input file
+are bound to it."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+from affidavit.core.canonical import canonical
+from affidavit.core.errors import AffidavitError
+from affidavit.core.events import COMPLETED_RESULT_TYPES
+from affidavit.packs import _format as F
+from affidavit.packs._files import read
+from affidavit.packs._json import canonical_all, loads_lines
+from affidavit.packs._state import Fail, State
+from affidavit.store import StoredEvent
+from affidavit.verify import verify_events
+
+
+def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
+    # st.kinds[i] is rtype(st.receipts[i]): "" for a receipt that is not an object
+    ours = [
+        (r, kind)
+        for r, kind in zip(st.receipts, st.kinds, strict=True)
+        if kind.startswith("affidavit.")
+    ]
+    if not ours:
+        return {"present": False}
+    found: dict[str, list[dict[str, Any]]] = {F.EVENT_LOG: [], F.SEAL: [], F.LEDGER: []}
+    for r, kind in ours:
+        if kind in found:
+            found[kind].append(r)
+        else:
+            st.errors.append(f"{F.RECEIPTS}: unknown affidavit receipt type {kind!r}")
+    for name, items in found.items():
+        if len(items) != 1:
+            st.errors.append(f"{F.RECEIPTS}: {len(items)} {name} receipts, expected one")
+    if st.errors:
+        return {"present": True}
+    log, seal_r, ledger_r = (found[n][0] for n in (F.EVENT_LOG, F.SEAL, F.LEDGER))
+    opened = [r for r, kind in zip(st.receipts, st.kinds, strict=True) if kind == F.OPEN]
+    if opened and opened[0].get("objective") != (st.contract or {}).get("objective"):
+        # descriptive for RCE, but an affidavit pack binds it like everything else
+        st.errors.append(f"{F.CONTRACT}: objective differs from the {F.OPEN} receipt")
+    try:
+        data = read(st.root / F.EVENTS, F.EVENTS)
+    except Fail as exc:
+        st.errors.append(str(exc))
+        return {"present": True}
+    if log.get("events_sha256") != F.prefixed(data):
+        st.errors.append(f"{F.EVENTS}: sha256 does not match the {F.EVENT_LOG} receipt")
+    try:
+        events, strict = loads_lines(data, F.EVENTS)
+    except Fail as exc:
+        st.errors.append(str(exc))
+        return {"present": True}
+    rows = ledger_r.get("rows")
+    digests: list[tuple[str, str, str, str | None]] = []
+    for row in rows if isinstance(rows, list) else [None]:
+        if isinstance(row, dict):
+            key, row_status, invocation = (
+                row.get("idempotency_key"),
+                row.get("status"),
+                row.get("invocation_id"),
+            )
+            if isinstance(key, str) and isinstance(row_status, str) and isinstance(invocation, str):
+                result_hash = row.get("result_hash")
+                digests.append(
+                    (
+                        key,
+                        row_status,
+                        invocation,
+                        result_hash if isinstance(result_hash, str) else None,
+                    )
+                )
+                continue
+        st.errors.append(f"{F.LEDGER}: malformed ledger row")
+    seal = seal_r.get("seal")
+    public = seal_r.get("public_key")
+    job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
+    status = log.get("job_status")
+    fast = _rows(events, job_id, strict)
+    if fast is not None:
+        rows, log_entries = fast
+    else:
+        checked = _checked_rows(st, events, job_id)
+        if checked is None:
+            return {"present": True}
+        rows = checked
+        log_entries = [(e["type"], e["payload"]) for e in events]
+    try:
+        result = verify_events(
+            rows,
+            public_keys=[public] if isinstance(public, str) else [],
+            seal=seal if isinstance(seal, dict) else None,
+            ledger_digests=digests,
+            status=status if isinstance(status, str) else None,
+            job_id=job_id if isinstance(job_id, str) else None,
+        )
+    except AffidavitError as exc:
+        st.errors.append(f"{F.EVENTS}: {exc.message}")
+        return {"present": True}
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        st.errors.append(f"{F.EVENTS}: malformed ({type(exc).__name__}: {str(exc)[:200]})")
+        return {"present": True}
+    for check in result.checks():
+        if not check.ok:
+            st.errors.append(f"{F.EVENTS}: {check.name}: {check.detail}")
+    for name, value in (
+        ("event_count", result.stored_chain.event_count),
+        ("event_chain_root_hash", result.event_chain_root_hash),
+        ("execution_hash", result.execution_hash),
+    ):
+        if log.get(name) != value:
+            st.errors.append(f"{F.EVENT_LOG}: {name} does not match {F.EVENTS}")
+    if result.ok:
+        _bind_traces(st, log_entries, traces)
+    return {"present": True, "job_verification": result.to_dict()}
+
+
+# Every field of an event line, in one C-level call per event.
+_FIELDS = operator.itemgetter("job_id", "version", "event_id", "type", "chain_hash", "payload")
+
+
+def _rows(
+    events: list[Any], job_id: Any, strict: bool
+) -> tuple[list[dict[str, Any]], list[tuple[str, Any]]] | None:
+    """The events as :func:`~affidavit.verify.verify_events` takes them (each payload replaced
+    by its JCS bytes, in place: no object built per event) and the ``(type, parsed payload)``
+    of each; ``None`` when any event is not plainly well-formed — :func:`_checked_rows` then
+    finds and names the first. Accepts only logs :func:`_checked_rows` accepts, with the same
+    bytes (every parsed log it accepts, when the job id is a string), and changes nothing
+    unless it accepts. ``strict``: orjson parsed the events (see
+    :func:`~affidavit.packs._json.canonical_all`)."""
+    if type(job_id) is not str or not events:
+        return None
+    kinds: list[str] = []
+    payloads: list[Any] = []
+    for event in events:
+        if type(event) is not dict:
+            return None
+        try:
+            job, version, event_id, kind, chain_hash, payload = _FIELDS(event)
+        except KeyError:
+            return None
+        if (
+            job != job_id
+            or type(version) is not int
+            or type(event_id) is not str
+            or type(kind) is not str
+            or type(chain_hash) is not str
+        ):
+            return None
+        kinds.append(kind)
+        payloads.append(payload)
+    try:
+        payload_bytes = canonical_all(payloads) if strict else list(map(canonical, payloads))
+    except (AffidavitError, RecursionError):
+        return None
+    for event, data in zip(events, payload_bytes, strict=True):
+        event["payload"] = data
+    return events, list(zip(kinds, payloads, strict=True))
+
+
+def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent] | None:
+    """The events as stored events, checked one by one; ``None`` after recording the first
+    malformed one in ``st.errors``."""
+    stored: list[StoredEvent] = []
+    for position, e in enumerate(events, start=1):
+        try:
+            stored.append(
+                StoredEvent(
+                    str(job_id),
+                    e["version"],
+                    e["event_id"],
+                    e["type"],
+                    canonical(e["payload"]),
+                    e["chain_hash"],
+                )
+            )
+        except (AffidavitError, KeyError, TypeError, RecursionError) as exc:
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed ({exc})")
+            return None
+        if e.get("job_id") != job_id or type(e["version"]) is not int:
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
+            return None
+        if not all(isinstance(e[k], str) for k in ("event_id", "type", "chain_hash")):
+            st.errors.append(f"{F.EVENTS}: event {position} is malformed")
+            return None
+    return stored
+
+
+def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, str]) -> None:
+    """The recorded traces and the input file against the (verified) event log: a trace
+    rewritten after export is an integrity failure here, not a divergence. One pass over the
+    parsed events; the log's replay invariants were checked by ``verify_events`` already."""
+    job_input: Any = None
+    status, output, error = "pending", None, None
+    step_of: dict[str, str] = {}
+    finished: dict[str, dict[str, Any]] = {}
+    succeeded: dict[str, Any] = {}
+    committed: dict[str, Any] = {}
+    try:
+        for kind, p in log:
+            if kind == "node_started":
+                step_of[p["node_id"]] = p["step_id"]
+            elif kind == "node_finished":
+                step_of[p["node_id"]] = p["step_id"]
+                finished[p["node_id"]] = p
+            elif kind == "tool_invocation_finished" and p.get("outcome") == "success":
+                succeeded[p["idempotency_key"]] = p.get("result")
+            elif kind == "command_committed":
+                committed.setdefault(p["node_id"], succeeded.get(p["idempotency_key"]))
+            elif kind == "job_created":
+                job_input = p.get("input")
+            elif kind == "job_completed":
+                status, output = "completed", p.get("output")
+            elif kind == "job_failed":
+                status, error = "failed", p.get("error")
+            elif kind == "job_cancelled":
+                status = "cancelled"
+    except (KeyError, TypeError, AttributeError) as exc:
+        st.errors.append(f"{F.EVENTS}: cannot be replayed ({type(exc).__name__}: {exc})")
+        return
+    try:
+        data = read(st.root / F.INPUTS_DIR / F.INPUT_REF, f"{F.INPUTS_DIR}/{F.INPUT_REF}")
+        if data != canonical(job_input):
+            st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: differs from the job's input")
+    except (Fail, AffidavitError) as exc:
+        st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: {exc}")
+    expected: dict[str, Any] = {  # step id -> the trace the log implies
+        F.LOAD_STEP_ID: job_input,
+        F.EMIT_STEP_ID: {"claim_type": "job_output", "output": output}
+        if status == "completed"
+        else {"claim_type": "job_output", "status": status, "error": error},
+    }
+    for node_id, sid in step_of.items():
+        done = finished.get(node_id)
+        if done is None:  # started, never finished
+            expected[sid] = {"outcome": None, "error": None}
+        elif done.get("result_type") in COMPLETED_RESULT_TYPES:
+            expected[sid] = done["output"] if "output" in done else committed.get(node_id)
+        else:
+            expected[sid] = {"outcome": done.get("result_type"), "error": done.get("error")}
+    not_run = {"outcome": "not_run", "job_status": status}
+    values = [expected.get(sid, not_run) for sid in traces]
+    try:
+        # every payload canonicalized already, so none holds NaN or infinity
+        hashes: list[str | None] = list(map(F.prefixed, canonical_all(values)))
+    except (AffidavitError, RecursionError):
+        hashes = list(map(_hash_or_none, values))
+    for (sid, observed), value_hash in zip(traces.items(), hashes, strict=True):
+        if observed != value_hash:
+            st.errors.append(f"{F.TRACES_DIR}/{sid}.json: differs from the event log")
+
+
+def _hash_or_none(value: Any) -> str | None:
+    try:
+        return F.h(value)
+    except (AffidavitError, RecursionError):
+        return None
