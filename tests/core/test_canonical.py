@@ -250,3 +250,21 @@ class _Celsius(float):
 )
 def test_integral_doubles_beside_other_values_are_written_as_the_reference(value: Any) -> None:
     assert canonical(value) == rfc8785.dumps(value)
+
+
+def test_parsed_event_payloads_stay_on_the_fast_path() -> None:
+    """Timestamps and hex ids hold ':29.176', 'e5' and the like: they must not send every
+    event payload to the reference encoder (a performance property the verifiers rely on)."""
+    from affidavit.core.canonical import _ORJSON_OPTIONS, _is_jcs
+
+    payload = {
+        "at": "2026-11-22T13:00:29.176000Z",
+        "node_id": "s12",
+        "step_id": "3e5f0a1b2c3d4e5f",
+        "result": {"charged": 12, "receipt": "affidavit:0193-e5:3e5f:1"},
+        "duration_ms": 1.25,
+    }
+    import orjson
+
+    assert _is_jcs(orjson.dumps(payload, option=_ORJSON_OPTIONS))
+    assert canonical_parsed(payload) == rfc8785.dumps(payload)

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, canonical_parsed_all
 from affidavit.core.errors import AffidavitError
 from affidavit.packs import _episode, _eventlog, _integrity, _json, _schemas, export_pack
 from affidavit.packs import _format as F
@@ -161,7 +161,7 @@ def _canonical_or_error(value: Any) -> bytes | str:
 def test_canonical_all_is_canonical_of_each(values: list[Any]) -> None:
     expected = [_canonical_or_error(v) for v in values]
     try:
-        got: list[bytes | str] = list(_json.canonical_all(values))
+        got: list[bytes | str] = list(canonical_parsed_all(values))
     except AffidavitError as exc:  # raises exactly when canonical rejects one of them
         assert type(exc).__name__ in expected
         return
@@ -170,10 +170,10 @@ def test_canonical_all_is_canonical_of_each(values: list[Any]) -> None:
 
 def test_canonical_all_cases() -> None:
     values = [{"at": "2026-11-22T13:00:29.0Z", "d": 1.25}, [5.0], {"\U0001f600": 1, "\uffff": 2}]
-    assert _json.canonical_all(values) == [canonical(v) for v in values]
-    assert _json.canonical_all([1e16, 1e-7, -0.0]) == [b"10000000000000000", b"1e-7", b"0"]
+    assert canonical_parsed_all(values) == [canonical(v) for v in values]
+    assert canonical_parsed_all([1e16, 1e-7, -0.0]) == [b"10000000000000000", b"1e-7", b"0"]
     with pytest.raises(AffidavitError):
-        _json.canonical_all([1, 2**53])
+        canonical_parsed_all([1, 2**53])
 
 
 # --- the events of phase 5 --------------------------------------------------------------------
@@ -391,8 +391,8 @@ def _without_fast_paths(pack: Path, now: datetime) -> PackVerdict:
         mp.setattr(
             _episode, "_trace_hashes", lambda parsed: [_episode._trace_hash(*p) for p in parsed]
         )
-        mp.setattr(_eventlog, "canonical_all", _each)
-        mp.setattr(_integrity, "canonical_all", _each)
+        mp.setattr(_eventlog, "canonical_parsed_all", _each)
+        mp.setattr(_integrity, "canonical_parsed_all", _each)
         return verify_pack(pack, now=now)
 
 

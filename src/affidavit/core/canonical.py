@@ -217,33 +217,64 @@ def canonical(value: Any) -> bytes:
         raise CanonicalizationError(str(exc)) from exc
 
 
-# In orjson's compact output a number token starts the document or follows ':', ',' or '[';
-# a double always has a '.' or an exponent after its leading digits, an integer never does.
-# Strings may match too (``"t:1.5"``): that only sends the value down the reference path.
-# Bytes from 0xF0 lead a character outside the Basic Multilingual Plane, where JCS's UTF-16
-# key order and orjson's code-point order can differ.
-_NOT_FAST = re.compile(rb"(?:^|[:,\[])-?[0-9]+[.eE]|[\xf0-\xff]")
+# Where orjson's sorted output and JCS differ for parsed values (property-tested against
+# rfc8785): a number in exponent form or an integral double ("5.0", JCS "5"), and characters
+# outside the Basic Multilingual Plane (JCS orders keys by UTF-16 code units). A number token
+# starts a value: at the start, after ":", "," or "[", or after the "\n" that joins values in
+# canonical_parsed_all. Strings that look alike only cost the full encoder. Fixed-notation
+# fractions agree: both write the shortest round-trip digits, and orjson switches to exponents
+# earlier (below 1e-5) than JCS (1e-6).
+_DIFFERENT_NUMBER = re.compile(rb"(?:^|[:,\[\n])-?[0-9]+(?:(?:\.[0-9]+)?e[-+]|\.0(?![0-9]))")
+_POINT_ZERO = re.compile(rb"\.0[,}\]\n]")
+_ASTRAL = re.compile(rb"[\xf0-\xf7]")
+
+
+def _is_jcs(data: bytes) -> bool:
+    """Whether orjson's sorted output ``data`` (values joined by "\n") is already JCS."""
+    # cheap scans first: each such number holds "e-", "e+" or ".0" before a delimiter
+    if (
+        b"e-" in data
+        or (b"+" in data and b"e+" in data)
+        or _POINT_ZERO.search(data) is not None
+        or data.endswith(b".0")
+    ) and _DIFFERENT_NUMBER.search(data) is not None:
+        return False
+    return data.isascii() or _ASTRAL.search(data) is None
 
 
 def canonical_parsed(value: Any) -> bytes:
     """:func:`canonical` for a value a JSON parser returned (dicts, lists, str, int, float, bool,
-    None — nothing else), without the Python walk over it.
-
-    orjson writes it with sorted keys; when those bytes hold no double and no character outside
-    the Basic Multilingual Plane they are the JCS bytes (the only values where the two encoders
-    differ), otherwise the full :func:`canonical` is used. A parser never returns NaN, bytes or
-    non-string keys, so the rejections :func:`canonical` makes for them are not needed here.
+    None — no NaN or infinity), without the Python walk over it: orjson's sorted output is the
+    JCS bytes unless it holds a number JCS writes otherwise or a character outside the Basic
+    Multilingual Plane, and only then is the full :func:`canonical` used.
 
     Raises:
         CanonicalizationError: the value is not representable (an integer beyond ±(2^53-1)).
     """
     try:
         fast = orjson.dumps(value, option=_ORJSON_OPTIONS)
-    except (orjson.JSONEncodeError, TypeError):
+    except orjson.JSONEncodeError:  # an integer beyond 2^53, deep nesting: the full way
         return canonical(value)
-    if _NOT_FAST.search(fast) is None:
-        return fast
-    return canonical(value)
+    return fast if _is_jcs(fast) else canonical(value)
+
+
+def canonical_parsed_all(values: list[Any]) -> list[bytes]:
+    """``[canonical_parsed(v) for v in values]`` in a few C-level passes: one check over all the
+    values' orjson output, then per value only when that finds something.
+
+    Raises:
+        CanonicalizationError, RecursionError: as :func:`canonical` does, for the first value it
+            rejects.
+    """
+    try:
+        out = [orjson.dumps(value, option=_ORJSON_OPTIONS) for value in values]
+    except orjson.JSONEncodeError:
+        return [canonical(value) for value in values]
+    if _is_jcs(b"\n".join(out)):
+        return out
+    return [
+        data if _is_jcs(data) else canonical(value) for value, data in zip(values, out, strict=True)
+    ]
 
 
 def _parse_int(text: str) -> int | float:

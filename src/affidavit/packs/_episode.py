@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, canonical_parsed_all
 from affidavit.core.errors import AffidavitError
 from affidavit.packs import _format as F
 from affidavit.packs._files import PlainFiles, plain_dir, read, safe_path
-from affidavit.packs._json import canonical_all, hash_value, parse
+from affidavit.packs._json import hash_value, parse
 from affidavit.packs._state import HASH, STATUSES, Fail, State, as_int, payload
 
 
@@ -157,7 +157,7 @@ def _part_jcs(st: State, part: str) -> bytes | None:
         value = (st.contract or {}).get(part)
         try:
             st.contract_jcs[part] = (
-                canonical_all([value])[0] if st.contract_strict else canonical(value)
+                canonical_parsed_all([value])[0] if st.contract_strict else canonical(value)
             )
         except (AffidavitError, RecursionError):
             st.contract_jcs[part] = None
@@ -247,9 +247,9 @@ def _check_steps(
 
 def _trace_hashes(parsed: list[tuple[Any, bytes]]) -> list[str]:
     """:func:`_trace_hash` of each ``(trace, bytes)`` orjson read, with one
-    :func:`~affidavit.packs._json.canonical_all`."""
+    :func:`~affidavit.core.canonical.canonical_parsed_all`."""
     try:
-        return list(map(F.prefixed, canonical_all([value for value, _ in parsed])))
+        return list(map(F.prefixed, canonical_parsed_all([value for value, _ in parsed])))
     except (AffidavitError, RecursionError):
         return [_trace_hash(value, data) for value, data in parsed]
 

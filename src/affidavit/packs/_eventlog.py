@@ -9,12 +9,12 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, canonical_parsed_all
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
 from affidavit.packs import _format as F
 from affidavit.packs._files import read
-from affidavit.packs._json import canonical_all, loads_lines
+from affidavit.packs._json import loads_lines
 from affidavit.packs._state import Fail, State
 from affidavit.store import StoredEvent
 from affidavit.verify import verify_events
@@ -134,7 +134,7 @@ def _rows(
     finds and names the first. Accepts only logs :func:`_checked_rows` accepts, with the same
     bytes (every parsed log it accepts, when the job id is a string), and changes nothing
     unless it accepts. ``strict``: orjson parsed the events (see
-    :func:`~affidavit.packs._json.canonical_all`)."""
+    :func:`~affidavit.core.canonical.canonical_parsed_all`)."""
     if type(job_id) is not str or not events:
         return None
     kinds: list[str] = []
@@ -157,7 +157,7 @@ def _rows(
         kinds.append(kind)
         payloads.append(payload)
     try:
-        payload_bytes = canonical_all(payloads) if strict else list(map(canonical, payloads))
+        payload_bytes = canonical_parsed_all(payloads) if strict else list(map(canonical, payloads))
     except (AffidavitError, RecursionError):
         return None
     for event, data in zip(events, payload_bytes, strict=True):
@@ -249,7 +249,7 @@ def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, st
     values = [expected.get(sid, not_run) for sid in traces]
     try:
         # every payload canonicalized already, so none holds NaN or infinity
-        hashes: list[str | None] = list(map(F.prefixed, canonical_all(values)))
+        hashes: list[str | None] = list(map(F.prefixed, canonical_parsed_all(values)))
     except (AffidavitError, RecursionError):
         hashes = list(map(_hash_or_none, values))
     for (sid, observed), value_hash in zip(traces.items(), hashes, strict=True):

@@ -13,12 +13,12 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, canonical_parsed_all
 from affidavit.core.errors import AffidavitError
 from affidavit.core.seal import PublicKey
 from affidavit.packs import _format as F
 from affidavit.packs._files import read, safe_path
-from affidavit.packs._json import canonical_all, canonicalizable, hex_value, loads, loads_lines
+from affidavit.packs._json import canonicalizable, hex_value, loads, loads_lines
 from affidavit.packs._schemas import schema_errors
 from affidavit.packs._state import FUTURE_SKEW, Fail, State, parse_time, rtype
 
@@ -162,7 +162,7 @@ def _receipts_check(st: State, manifest: dict[str, Any], read_before: bytes | No
     if all_canonical and receipts:
         last = receipts[-1]  # often the ledger receipt: a row per tool call
         head = (
-            F.sha256_hex(canonical_all([F.receipt_body(last)])[0])
+            F.sha256_hex(canonical_parsed_all([F.receipt_body(last)])[0])
             if isinstance(last, dict)
             else None
         )

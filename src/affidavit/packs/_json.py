@@ -4,7 +4,6 @@ that fail as a check (:class:`~affidavit.packs._state.Fail`) instead of raising.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -37,7 +36,7 @@ def loads(data: bytes, what: str) -> Any:
 
 def parse(data: bytes, what: str) -> tuple[Any, bool]:
     """:func:`loads`, and whether orjson read it (then it holds no NaN, infinity or lone
-    surrogate: :func:`canonical_all` applies)."""
+    surrogate: :func:`~affidavit.core.canonical.canonical_parsed_all` applies)."""
     try:
         return orjson.loads(data), True
     except orjson.JSONDecodeError:
@@ -79,53 +78,6 @@ def canonicalizable(values: list[Any]) -> bool:
     except orjson.JSONEncodeError:
         return False
     return True
-
-
-_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
-# Where orjson's sorted output and JCS differ (property-tested against rfc8785): a number in
-# exponent form or an integral double ("5.0", JCS "5"), and characters outside the Basic
-# Multilingual Plane (JCS orders keys by UTF-16 code units). A number token starts a value: at
-# the start, after ":", "," or "[", or after the "\n" that joins values below. Strings that look
-# alike only cost the full encoder. Fixed-notation fractions agree: both write the shortest
-# round-trip digits, and orjson switches to exponents earlier (below 1e-5) than JCS (1e-6).
-_DIFFERENT_NUMBER = re.compile(rb"(?:^|[:,\[\n])-?[0-9]+(?:(?:\.[0-9]+)?e[-+]|\.0(?![0-9]))")
-_POINT_ZERO = re.compile(rb"\.0[,}\]\n]")
-_ASTRAL = re.compile(rb"[\xf0-\xf7]")
-
-
-def _is_jcs(data: bytes) -> bool:
-    """Whether orjson's sorted output ``data`` (values joined by "\n") is already JCS."""
-    # cheap scans first: each such number holds "e-", "e+" or ".0" before a delimiter
-    if (
-        b"e-" in data
-        or (b"+" in data and b"e+" in data)
-        or _POINT_ZERO.search(data) is not None
-        or data.endswith(b".0")
-    ) and _DIFFERENT_NUMBER.search(data) is not None:
-        return False
-    return data.isascii() or _ASTRAL.search(data) is None
-
-
-def canonical_all(values: list[Any]) -> list[bytes]:
-    """``[canonical(v) for v in values]`` for values holding no NaN or infinity (what a JSON
-    parser returns; orjson would write those as ``null``), in a few C-level passes: orjson's
-    sorted output is JCS unless it holds a number in a form JCS writes otherwise or a character
-    outside the Basic Multilingual Plane — one check over all values, then per value, and
-    :func:`~affidavit.core.canonical.canonical` for those that do.
-
-    Raises:
-        CanonicalizationError, RecursionError: as ``canonical`` does, for the first value it
-            rejects.
-    """
-    try:
-        out = [orjson.dumps(value, option=_SORTED) for value in values]
-    except orjson.JSONEncodeError:  # an integer beyond 2^53, deep nesting: the full way
-        return [canonical(value) for value in values]
-    if _is_jcs(b"\n".join(out)):
-        return out
-    return [
-        data if _is_jcs(data) else canonical(value) for value, data in zip(values, out, strict=True)
-    ]
 
 
 def hash_value(value: Any, what: str) -> str:
