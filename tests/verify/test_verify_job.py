@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import threading
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from affidavit import JobNotFound, Runtime, SigningKey, verify_events, verify_job
 from affidavit.core.canonical import canonical
 from affidavit.runtime.replay import build_from_events
+from affidavit.verify._fold import LogFold
 from tests.runtime.helpers import ledger_rows, wait_lease_expired
 from tests.verify.helpers import (
     TWO_CHARGES,
@@ -117,6 +119,30 @@ def test_unknown_job(refunded: tuple[Runtime, str]) -> None:
     rt, _ = refunded
     with pytest.raises(JobNotFound):
         verify_job(rt.store, "no-such-job")
+    assert gc.isenabled()  # the collector paused for the call is back on after the error
+
+
+def test_verification_restores_the_garbage_collector(
+    refunded: tuple[Runtime, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cyclic collector is paused while the log is folded (no cycles, many objects) and
+    on again afterwards."""
+    rt, job_id = refunded
+    seen: list[bool] = []
+    feed_all = LogFold.feed_all
+
+    def spy(self: LogFold, rows: Any) -> None:
+        seen.append(gc.isenabled())
+        feed_all(self, rows)
+
+    monkeypatch.setattr(LogFold, "feed_all", spy)
+    assert verify_job(rt.store, job_id).ok
+    assert seen == [False]
+    assert gc.isenabled()
+    events = rt.store.list_events(job_id)
+    seal = rt.store.get_seal(job_id)
+    assert verify_events(events, public_keys=rt.store.signing_keys(), seal=seal).ok
+    assert gc.isenabled()
 
 
 def test_failed_and_cancelled_jobs_are_sealed_and_verify(

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.collector import collector_paused
 from affidavit.core.errors import AffidavitError, ConfigError, JobNotFound, VerificationError
 from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, check_signature, unb64
 from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
@@ -57,7 +58,7 @@ def verify_job(
         StoreError: the database cannot be read.
     """
     # (1) one snapshot
-    with store.snapshot() as snap:
+    with collector_paused(), store.snapshot() as snap:
         job = snap.get_job(job_id)
         if job is None:
             raise JobNotFound(job_id)
@@ -112,10 +113,11 @@ def verify_events(
         )
     fold = LogFold(job_id)
     if first is not None:
-        fold.feed_all(
-            _event_parts(row, position)
-            for position, row in enumerate(_chain(first, iterator), start=1)
-        )
+        with collector_paused():
+            fold.feed_all(
+                _event_parts(row, position)
+                for position, row in enumerate(_chain(first, iterator), start=1)
+            )
     fold.finish()
     parsed_seal = _parse_seal(seal)
     keys = _key_map(public_keys.items() if isinstance(public_keys, Mapping) else public_keys)
