@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from enum import StrEnum
 from typing import Any
 
+import orjson
 import pytest
 import rfc8785
 from hypothesis import given, settings
@@ -264,7 +266,103 @@ def test_parsed_event_payloads_stay_on_the_fast_path() -> None:
         "result": {"charged": 12, "receipt": "affidavit:0193-e5:3e5f:1"},
         "duration_ms": 1.25,
     }
-    import orjson
 
     assert _is_jcs(orjson.dumps(payload, option=_ORJSON_OPTIONS))
     assert canonical_parsed(payload) == rfc8785.dumps(payload)
+
+
+# The number scan of the parsed-value fast path, as a regular expression: the definition the
+# marker scan in affidavit.core.canonical must agree with on every input.
+_DIFFERENT_NUMBER = re.compile(rb"(?:^|[:,\[\n])-?[0-9]+(?:(?:\.[0-9]+)?e[-+]|\.0(?![0-9]))")
+_SCAN_ALPHABET = st.sampled_from(list(b'0123456789.-+e:,[]{}"\nax'))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_SCAN_ALPHABET, max_size=40).map(bytes))
+def test_number_scan_agrees_with_its_regular_expression(data: bytes) -> None:
+    from affidavit.core.canonical import _has_different_number
+
+    assert _has_different_number(data) == (_DIFFERENT_NUMBER.search(data) is not None)
+
+
+@pytest.mark.parametrize(
+    ("data", "found"),
+    [
+        (b"1e-7", True),
+        (b'{"a":1.5e+300}', True),
+        (b"[-2.5e-6]", True),
+        (b"5.0", True),
+        (b'{"a":[1,10.0]}', True),
+        (b"x\n-0.0", True),
+        (b'{"a":"3e-5"}', False),
+        (b'{"id":"0193ab3e-7f00"}', False),
+        (b'{"v":"1.0"}', False),
+        (b'{"a":10.05}', False),
+        (b'{"a":1.25}', False),
+        (b"e-", False),
+    ],
+)
+def test_number_scan_examples(data: bytes, found: bool) -> None:
+    from affidavit.core.canonical import _has_different_number
+
+    assert _has_different_number(data) is found
+    assert (_DIFFERENT_NUMBER.search(data) is not None) is found
+
+
+# canonical_parsed_exact writes many values in one call with a gap string between them; values
+# that hold that string (or end in it after a quote) must not shift the split.
+_GAP_LIKE = st.sampled_from(["\x00affidavit\x00", 'x"\x00affidavit\x00', "\x00affidavit", "a"])
+_PARSED = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.text(max_size=6)
+    | _GAP_LIKE
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_PARSED, max_size=8))
+def test_exact_canonical_of_many_parsed_values(values: list[Any]) -> None:
+    from affidavit.core.canonical import canonical_parsed_exact
+
+    values = [json.loads(json.dumps(v)) for v in values]  # as a parser returns them
+    out = canonical_parsed_exact(values)
+    if out is None:
+        return  # the caller takes the per-value way: always allowed
+    assert out == [rfc8785.dumps(v) for v in values]
+    # and parsing those bytes gives each value back exactly (5.0 stays a float, True a bool)
+    sort = orjson.OPT_SORT_KEYS
+    assert [orjson.dumps(json.loads(b), option=sort) for b in out] == [
+        orjson.dumps(v, option=sort) for v in values
+    ]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [{"a": 1}, "\x00affidavit\x00", [2]],
+        [[1, "\x00affidavit\x00", 2], "x"],
+        ["\x00affidavit\x00", "\x00affidavit\x00"],
+        ['x"\x00affidavit\x00', 1],
+        [{"k": "\x00affidavit\x00"}, {"\x00affidavit\x00": 1}],
+    ],
+)
+def test_exact_canonical_declines_values_holding_the_gap(values: list[Any]) -> None:
+    from affidavit.core.canonical import canonical_parsed_all, canonical_parsed_exact
+
+    assert canonical_parsed_exact(values) is None
+    assert canonical_parsed_all(values) == [rfc8785.dumps(v) for v in values]
+
+
+def test_exact_canonical_of_plain_values_takes_the_one_call_way() -> None:
+    from affidavit.core.canonical import canonical_parsed_exact
+
+    values = [{"at": "2026-11-22T13:00:29.176000Z", "n": i, "r": [1.5, "e-5"]} for i in range(50)]
+    assert canonical_parsed_exact(values) == [rfc8785.dumps(v) for v in values]
+    assert canonical_parsed_exact([]) == []

@@ -243,12 +243,17 @@ def test_event_rows_fast_agrees_with_checked(
         assert checked is None or type(job_id) is not str
         return
     assert checked is not None and not st_.errors
-    rows, entries = fast
-    assert [
-        (r["version"], r["event_id"], r["type"], r["payload"], r["chain_hash"]) for r in rows
-    ] == [(s.version, s.event_id, s.type, s.payload_bytes, s.chain_hash) for s in checked]
+    rows, parsed, entries = fast
+    assert rows == [(s.version, s.event_id, s.type, s.payload_bytes, s.chain_hash) for s in checked]
     assert [kind for kind, _ in entries] == [s.type for s in checked]
     assert [canonical(p) for _, p in entries] == [s.payload_bytes for s in checked]
+    if parsed is not None:
+        # handed to the fold in place of parsing the rows' bytes: must be exactly that parse
+        # (5.0 is not 5, True is not 1)
+        sort = orjson.OPT_SORT_KEYS
+        assert [orjson.dumps(p, option=sort) for p in parsed] == [
+            orjson.dumps(orjson.loads(s.payload_bytes), option=sort) for s in checked
+        ]
 
 
 # --- recorded traces --------------------------------------------------------------------------

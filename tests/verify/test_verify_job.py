@@ -131,9 +131,9 @@ def test_verification_restores_the_garbage_collector(
     seen: list[bool] = []
     feed_all = LogFold.feed_all
 
-    def spy(self: LogFold, rows: Any) -> None:
+    def spy(self: LogFold, rows: Any, parsed: Any = None) -> None:
         seen.append(gc.isenabled())
-        feed_all(self, rows)
+        feed_all(self, rows, parsed)
 
     monkeypatch.setattr(LogFold, "feed_all", spy)
     assert verify_job(rt.store, job_id).ok
@@ -142,6 +142,7 @@ def test_verification_restores_the_garbage_collector(
     events = rt.store.list_events(job_id)
     seal = rt.store.get_seal(job_id)
     assert verify_events(events, public_keys=rt.store.signing_keys(), seal=seal).ok
+    assert seen == [False, False]
     assert gc.isenabled()
 
 

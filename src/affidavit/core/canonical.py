@@ -224,20 +224,60 @@ def canonical(value: Any) -> bytes:
 # canonical_parsed_all. Strings that look alike only cost the full encoder. Fixed-notation
 # fractions agree: both write the shortest round-trip digits, and orjson switches to exponents
 # earlier (below 1e-5) than JCS (1e-6).
-_DIFFERENT_NUMBER = re.compile(rb"(?:^|[:,\[\n])-?[0-9]+(?:(?:\.[0-9]+)?e[-+]|\.0(?![0-9]))")
-_POINT_ZERO = re.compile(rb"\.0[,}\]\n]")
+#
+# The scan looks for the literal markers "e-", "e+" and ".0" (a C search each, which skips the
+# many that sit inside strings: identifiers, UUIDs) and checks only around each hit that it ends
+# a number token; a regular expression that starts at every delimiter costs ~40 ns per byte.
+_DIGITS = frozenset(b"0123456789")
+_TOKEN_STARTS = frozenset(b":,[\n")
 _ASTRAL = re.compile(rb"[\xf0-\xf7]")
+_DOT, _MINUS = ord("."), ord("-")
+
+
+def _number_ends_at(data: bytes, end: int, fraction: bool) -> bool:
+    """Whether ``data[:end]`` ends with a number token ``-?[0-9]+`` (``fraction``: with an
+    optional ``.[0-9]+``) that starts a value."""
+    i = end - 1
+    while i >= 0 and data[i] in _DIGITS:
+        i -= 1
+    if i == end - 1:
+        return False
+    if fraction and i >= 0 and data[i] == _DOT:
+        j = i - 1
+        while j >= 0 and data[j] in _DIGITS:
+            j -= 1
+        if j == i - 1:
+            return False
+        i = j
+    if i >= 0 and data[i] == _MINUS:
+        i -= 1
+    return i < 0 or data[i] in _TOKEN_STARTS
+
+
+def _has_different_number(data: bytes) -> bool:
+    """A number JCS writes otherwise: ``-?[0-9]+(.[0-9]+)?e[-+]…`` or ``-?[0-9]+.0`` (not
+    followed by a digit), starting a value."""
+    # "+" is rare (memchr finds its absence at once); "e-" and ".0" are searched in full
+    for marker in (b"e-", b"e+") if b"+" in data else (b"e-",):
+        at = data.find(marker)
+        while at != -1:
+            if _number_ends_at(data, at, fraction=True):
+                return True
+            at = data.find(marker, at + 2)
+    at = data.find(b".0")
+    while at != -1:
+        following = data[at + 2 : at + 3]
+        if (not following or following[0] not in _DIGITS) and _number_ends_at(
+            data, at, fraction=False
+        ):
+            return True
+        at = data.find(b".0", at + 2)
+    return False
 
 
 def _is_jcs(data: bytes) -> bool:
     """Whether orjson's sorted output ``data`` (values joined by "\n") is already JCS."""
-    # cheap scans first: each such number holds "e-", "e+" or ".0" before a delimiter
-    if (
-        b"e-" in data
-        or (b"+" in data and b"e+" in data)
-        or _POINT_ZERO.search(data) is not None
-        or data.endswith(b".0")
-    ) and _DIFFERENT_NUMBER.search(data) is not None:
+    if _has_different_number(data):
         return False
     return data.isascii() or _ASTRAL.search(data) is None
 
@@ -266,15 +306,39 @@ def canonical_parsed_all(values: list[Any]) -> list[bytes]:
         CanonicalizationError, RecursionError: as :func:`canonical` does, for the first value it
             rejects.
     """
+    exact = canonical_parsed_exact(values)
+    return exact if exact is not None else [canonical_parsed(value) for value in values]
+
+
+# canonical_parsed_exact writes all the values in one call, as one list with a gap string
+# between them, and splits the output at the gaps: tens of thousands of separate orjson calls
+# whose outputs are kept cost several times the writing itself (measured on 50,000 event
+# payloads: 98 ms one call each, 14 ms as one list). A value may hold the gap string too, so
+# the split is taken only when the gap's bytes occur exactly once per gap — its quotes are
+# bare, which inside a value happens only where a string equals it (or ends in it after an
+# escaped quote), and each such place adds one.
+_GAP = "\x00affidavit\x00"
+_GAP_JSON = b'"\\u0000affidavit\\u0000"'
+_GAP_SEPARATOR = b"," + _GAP_JSON + b","
+
+
+def canonical_parsed_exact(values: list[Any]) -> list[bytes] | None:
+    """The JCS bytes of each parsed value when orjson writes every one of them exactly so,
+    else ``None``. Then parsing those bytes gives back each value as it is (same types, no
+    integral double turned integer), so a caller may use the values in place of re-parsing."""
+    if not values:
+        return []
+    spaced: list[Any] = [_GAP] * (2 * len(values) - 1)
+    spaced[::2] = values
     try:
-        out = [orjson.dumps(value, option=_ORJSON_OPTIONS) for value in values]
-    except orjson.JSONEncodeError:
-        return [canonical(value) for value in values]
-    if _is_jcs(b"\n".join(out)):
-        return out
-    return [
-        data if _is_jcs(data) else canonical(value) for value, data in zip(values, out, strict=True)
-    ]
+        whole = orjson.dumps(spaced, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:  # an unsafe integer, nesting one level too deep: per value
+        return None
+    body = whole[1:-1]
+    if body.count(_GAP_JSON) != len(values) - 1 or not _is_jcs(body):
+        return None
+    parts = body.split(_GAP_SEPARATOR)
+    return parts if len(parts) == len(values) else None
 
 
 def _parse_int(text: str) -> int | float:

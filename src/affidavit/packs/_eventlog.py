@@ -9,7 +9,7 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_parsed_all
+from affidavit.core.canonical import canonical, canonical_parsed_all, canonical_parsed_exact
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
 from affidavit.packs import _format as F
@@ -17,7 +17,9 @@ from affidavit.packs._files import read
 from affidavit.packs._json import loads_lines
 from affidavit.packs._state import Fail, State
 from affidavit.store import StoredEvent
-from affidavit.verify import verify_events
+from affidavit.verify.verification import verify_event_rows
+
+Row = tuple[int, str, str, bytes, str | None]  # (version, event_id, type, payload, chain hash)
 
 
 def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
@@ -83,22 +85,29 @@ def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
     job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
     status = log.get("job_status")
     fast = _rows(events, job_id, strict)
+    parsed: list[Any] | None = None
     if fast is not None:
-        rows, log_entries = fast
+        rows, parsed, log_entries = fast
     else:
         checked = _checked_rows(st, events, job_id)
         if checked is None:
             return {"present": True}
-        rows = checked
+        rows = [(e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash) for e in checked]
         log_entries = [(e["type"], e["payload"]) for e in events]
+    if not isinstance(job_id, str):
+        if not rows:
+            st.errors.append(f"{F.EVENTS}: the events name no job id")
+            return {"present": True}
+        job_id = str(job_id)  # what each checked event was stored under
     try:
-        result = verify_events(
+        result = verify_event_rows(
+            job_id,
             rows,
+            parsed=parsed,
             public_keys=[public] if isinstance(public, str) else [],
             seal=seal if isinstance(seal, dict) else None,
-            ledger_digests=digests,
+            ledgers=[digests],
             status=status if isinstance(status, str) else None,
-            job_id=job_id if isinstance(job_id, str) else None,
         )
     except AffidavitError as exc:
         st.errors.append(f"{F.EVENTS}: {exc.message}")
@@ -127,42 +136,44 @@ _FIELDS = operator.itemgetter("job_id", "version", "event_id", "type", "chain_ha
 
 def _rows(
     events: list[Any], job_id: Any, strict: bool
-) -> tuple[list[dict[str, Any]], list[tuple[str, Any]]] | None:
-    """The events as :func:`~affidavit.verify.verify_events` takes them (each payload replaced
-    by its JCS bytes, in place: no object built per event) and the ``(type, parsed payload)``
-    of each; ``None`` when any event is not plainly well-formed — :func:`_checked_rows` then
-    finds and names the first. Accepts only logs :func:`_checked_rows` accepts, with the same
-    bytes (every parsed log it accepts, when the job id is a string), and changes nothing
-    unless it accepts. ``strict``: orjson parsed the events (see
+) -> tuple[list[Row], list[Any] | None, list[tuple[str, Any]]] | None:
+    """The events as rows for :func:`~affidavit.verify.verification.verify_event_rows`, the
+    parsed payloads when they are exactly what parsing the rows' JCS bytes gives (else
+    ``None``), and the ``(type, parsed payload)`` of each; ``None`` when any event is not
+    plainly well-formed — :func:`_checked_rows` then finds and names the first. Accepts only
+    logs :func:`_checked_rows` accepts, with the same bytes (every parsed log it accepts, when
+    the job id is a string). ``strict``: orjson parsed the events (see
     :func:`~affidavit.core.canonical.canonical_parsed_all`)."""
-    if type(job_id) is not str or not events:
+    if type(job_id) is not str or not events or set(map(type, events)) != {dict}:
         return None
-    kinds: list[str] = []
-    payloads: list[Any] = []
-    for event in events:
-        if type(event) is not dict:
+    try:  # each event's fields, then per field all events' values: C-level passes
+        jobs, versions, event_ids, kinds, chain_hashes, payloads = zip(
+            *map(_FIELDS, events), strict=True
+        )
+        if set(jobs) != {job_id}:
             return None
-        try:
-            job, version, event_id, kind, chain_hash, payload = _FIELDS(event)
-        except KeyError:
-            return None
-        if (
-            job != job_id
-            or type(version) is not int
-            or type(event_id) is not str
-            or type(kind) is not str
-            or type(chain_hash) is not str
-        ):
-            return None
-        kinds.append(kind)
-        payloads.append(payload)
+    except (KeyError, TypeError):  # a field missing; a job id that is not hashable
+        return None
+    if (
+        set(map(type, versions)) != {int}
+        or set(map(type, event_ids)) != {str}
+        or set(map(type, kinds)) != {str}
+        or set(map(type, chain_hashes)) != {str}
+    ):
+        return None
+    values = list(payloads)
+    exact = canonical_parsed_exact(values) if strict else None
     try:
-        payload_bytes = canonical_parsed_all(payloads) if strict else list(map(canonical, payloads))
+        if exact is not None:
+            payload_bytes = exact
+        else:
+            payload_bytes = canonical_parsed_all(values) if strict else list(map(canonical, values))
     except (AffidavitError, RecursionError):
         return None
-    for event, data in zip(events, payload_bytes, strict=True):
-        event["payload"] = data
-    return events, list(zip(kinds, payloads, strict=True))
+    rows: list[Row] = list(
+        zip(versions, event_ids, kinds, payload_bytes, chain_hashes, strict=True)
+    )
+    return rows, (values if exact is not None else None), list(zip(kinds, values, strict=True))
 
 
 def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent] | None:

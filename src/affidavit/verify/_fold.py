@@ -171,9 +171,17 @@ class LogFold:
         """Take the next event of the log (stored bytes, as read)."""
         self.feed_all(((version, event_id, event_type, payload, stored_hash),))
 
-    def feed_all(self, rows: Iterable[tuple[int, str, str, bytes, str | None]]) -> None:
+    def feed_all(
+        self,
+        rows: Iterable[tuple[int, str, str, bytes, str | None]],
+        parsed: Iterable[Any] | None = None,
+    ) -> None:
         """Take the next events: ``(version, event_id, type, payload bytes, stored hash)`` in
         version order. The hot loop of verification; state lives in locals while it runs.
+
+        ``parsed``, when given, holds each row's payload already parsed — exactly what
+        ``orjson.loads`` returns for its bytes (see
+        :func:`~affidavit.core.canonical.canonical_parsed_exact`) — and spares parsing it again.
 
         The five step event types that make up nearly every log have a fast path here: the
         accepting case of their handler — the same lookups and the same state changes, with the
@@ -201,8 +209,10 @@ class LogFold:
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
         steps, node_type, deps = self.steps, self.node_type, self.deps
         terminal, exec_update = self.terminal_version, self._exec_update()
+        take = iter(parsed).__next__ if parsed is not None else None
         try:
             for version, event_id, event_type, payload, stored_hash in rows:
+                given = take() if take is not None else None
                 count += 1
                 entry = known.get(event_type)
                 if entry is None:  # an unknown type (reported below) is chained all the same
@@ -224,7 +234,7 @@ class LogFold:
                     violate("payload", version, f"unknown event type {event_type!r}")
                     continue
                 try:
-                    p = loads(payload)
+                    p = loads(payload) if given is None else given
                     if kind:  # (a payload that is not an object raises here: see below)
                         try:
                             node_id = p["node_id"]

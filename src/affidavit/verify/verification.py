@@ -34,6 +34,9 @@ from affidavit.verify.result import (
 )
 
 KeyLike = PublicKey | bytes | str
+# a ledger row as compared with the log: (idempotency key, status, invocation id, hex SHA-256 of
+# JCS(result) or None)
+LedgerDigest = tuple[str, str, str, str | None]
 _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
 _NO_COMMIT = object()  # what a key without a commit is committed with: equal to no digest
 _KEY_HINT = (
@@ -111,29 +114,52 @@ def verify_events(
         raise VerificationError(
             "the events name no job id", hint="Pass job_id=... (exports may omit it per event)."
         )
+    rows = (
+        (_event_parts(row, position) for position, row in enumerate(_chain(first, iterator), 1))
+        if first is not None
+        else ()
+    )
+    ledgers: list[Iterable[LedgerDigest]] = []
+    if ledger is not None:
+        ledgers.append(
+            (r.idempotency_key, r.status, r.invocation_id, _result_hash(r.result)) for r in ledger
+        )
+    if ledger_digests is not None:
+        ledgers.append(ledger_digests)
+    return verify_event_rows(
+        job_id, rows, public_keys=public_keys, seal=seal, status=status, ledgers=ledgers
+    )
+
+
+def verify_event_rows(
+    job_id: str,
+    rows: Iterable[tuple[int, str, str, bytes, str | None]],
+    *,
+    parsed: Iterable[Any] | None = None,
+    public_keys: Iterable[KeyLike] | Mapping[str, bytes] = (),
+    seal: Seal | Mapping[str, Any] | None = None,
+    status: str | None = None,
+    ledgers: Iterable[Iterable[LedgerDigest]] = (),
+) -> VerificationResult:
+    """:func:`verify_events` for events already in row form — ``(version, event_id, type,
+    payload bytes, stored chain hash)`` in version order — with ``parsed``, when given, each
+    payload exactly as ``orjson.loads`` reads its bytes (see
+    :meth:`~affidavit.verify._fold.LogFold.feed_all`); each of ``ledgers`` is compared with
+    the log on its own, in the digest form of ``verify_events``' ``ledger_digests``.
+
+    Raises:
+        VerificationError: the seal is malformed (or a caller's row iterator raised it).
+        ConfigError: a public key is not a raw 32-byte Ed25519 key (or its base64).
+    """
     fold = LogFold(job_id)
-    if first is not None:
-        with collector_paused():
-            fold.feed_all(
-                _event_parts(row, position)
-                for position, row in enumerate(_chain(first, iterator), start=1)
-            )
+    with collector_paused():
+        fold.feed_all(rows, parsed)
     fold.finish()
     parsed_seal = _parse_seal(seal)
     keys = _key_map(public_keys.items() if isinstance(public_keys, Mapping) else public_keys)
-    row_errors = (
-        _ledger_disagreements(
-            fold,
-            (
-                (r.idempotency_key, r.status, r.invocation_id, _result_hash(r.result))
-                for r in ledger
-            ),
-        )
-        if ledger is not None
-        else []
-    )
-    if ledger_digests is not None:
-        row_errors += _ledger_disagreements(fold, ledger_digests)
+    row_errors: list[str] = []
+    for digests in ledgers:
+        row_errors += _ledger_disagreements(fold, digests)
     return _assemble(fold, status=status, row_errors=row_errors, seal=parsed_seal, keys=keys)
 
 
@@ -189,9 +215,7 @@ def _status_agrees(status: str, log_status: str) -> bool:
     return status == log_status
 
 
-def _ledger_disagreements(
-    fold: LogFold, ledger: Iterable[tuple[str, str, str, str | None]]
-) -> list[str]:
+def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerDigest]) -> list[str]:
     """Each ledger row — ``(key, status, invocation_id, result digest)`` — against what the log
     says about its key (streamed: only the set of keys seen is kept)."""
     errors: list[str] = []
