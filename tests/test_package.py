@@ -128,3 +128,23 @@ def test_every_error_has_a_hint() -> None:
             if obj in (errors.AffidavitError,):
                 continue
             assert obj.default_hint, f"{name} has no hint"
+
+
+def test_running_jobs_does_not_import_claims_or_verification() -> None:
+    """A worker or `affidavit run` starts without the claim models and Verification Mode; both
+    load on first use of their names."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from affidavit import Runtime, ToolRegistry, pure, tool\n"
+        "print(sorted(m for m in ('affidavit.claims', 'affidavit.verify') if m in sys.modules))\n"
+        "import affidavit\n"
+        "affidavit.verify_job, affidavit.ClaimService\n"
+        "print(sorted(m for m in ('affidavit.claims', 'affidavit.verify') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == ["[]", "['affidavit.claims', 'affidavit.verify']"]

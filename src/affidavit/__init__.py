@@ -50,7 +50,6 @@ from affidavit.runtime.sdk import (
 from affidavit.runtime.sealing import SigningKey
 from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
 from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
-from affidavit.verify import verify_events, verify_job
 
 if TYPE_CHECKING:
     from affidavit.claims import (
@@ -61,11 +60,12 @@ if TYPE_CHECKING:
         TrustPolicy,
         VerificationResult,
     )
+    from affidavit.verify import verify_events, verify_job
 
 __version__ = "0.1.0"
 
-# Claim verification is imported on first use: a program that only runs jobs (a worker, a
-# short-lived `affidavit run`) does not pay for its models at start-up.
+# Claim verification and Verification Mode are imported on first use: a program that only runs
+# jobs (a worker, a short-lived `affidavit run`) does not pay for them at start-up.
 _LAZY = {
     name: "affidavit.claims"
     for name in (
@@ -76,7 +76,7 @@ _LAZY = {
         "TrustPolicy",
         "VerificationResult",
     )
-}
+} | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
 
 
 def __getattr__(name: str) -> Any:
