@@ -1010,8 +1010,8 @@ def recorded_steps(store: Any, job_id: str) -> list[RecordedStep]:
 
 
 def store_layer_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
-    """The same two transactions per step through the store's Transaction API (ledger get +
-    insert + append T1 synced; append T2 + ledger finish written), with the events already
+    """The same two transactions per step through the store's Transaction API (ledger insert +
+    append T1 synced; append T2 + ledger finish written), with the events already
     canonicalized and their ids made: the store's share of a tool step, without the runner."""
     store = open_store(f"sqlite:///{path}")
     try:
@@ -1031,12 +1031,13 @@ def store_layer_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
             t1 = [(next(ids), t, canonical(p)) for t, p in s.t1]
             t2 = [(next(ids), t, canonical(p)) for t, p in s.t2]
             prepared.append((s, t1, t2))
-        job_id, version = job.job_id, job.version
+        job_id, version, head = job.job_id, job.version, GENESIS
         gc.collect()
         start = time.perf_counter()
         for s, t1, t2 in prepared:
+            # as the runner does: the insert first (no read on the usual path), appends after
+            # the head it holds
             with store.transaction(durable=True) as tx:
-                tx.ledger_get(job_id, s.key)
                 tx.ledger_insert(
                     job_id=job_id,
                     key=s.key,
@@ -1047,15 +1048,88 @@ def store_layer_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
                     invocation_id=s.invocation_id,
                     attempt_id=attempt,
                 )
-                tx.append_encoded(job_id, t1, expected_version=version, fence=attempt)
-            version += len(t1)
+                stored = tx.append_encoded(
+                    job_id, t1, expected_version=version, fence=attempt, head=head
+                )
+            version, head = version + len(t1), bytes.fromhex(stored[-1].chain_hash)
             with store.transaction(durable=False) as tx:
-                tx.append_encoded(job_id, t2, expected_version=version, fence=attempt)
+                stored = tx.append_encoded(
+                    job_id, t2, expected_version=version, fence=attempt, head=head
+                )
                 tx.ledger_finish(job_id, s.key, status="committed", result=s.result)
-            version += len(t2)
+            version, head = version + len(t2), bytes.fromhex(stored[-1].chain_hash)
         return time.perf_counter() - start
     finally:
         store.close()
+
+
+# The statements of a durable tool step on SQLite, as the store issues them (sqlite.py and
+# _ledger.py), for replaying them in plain sqlite3.
+_RAW_LEDGER_INSERT = (
+    "INSERT INTO tool_invocations (job_id, idempotency_key, node_id, step_id, tool_name, "
+    "args_hash, status, invocation_id, attempt_id, tries, result, error, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, 1, NULL, NULL, ?, ?) "
+    "ON CONFLICT DO NOTHING RETURNING job_id"
+)
+_RAW_LEDGER_FINISH = (
+    "UPDATE tool_invocations SET status = ?, result = ?, error = ?, updated_at = ? "
+    "WHERE job_id = ? AND idempotency_key = ? AND status <> 'committed'"
+)
+_RAW_EVENT_INSERT = (
+    "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
+    "SELECT ?, ?, ?, ?, ?, ? WHERE (SELECT attempt_id FROM jobs WHERE job_id = ?) = ?"
+)
+
+
+def raw_sql_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
+    """The SQL of the same two transactions per step in plain ``sqlite3`` on the store's schema
+    — no affidavit code on the timed path: what the protocol's statements cost by themselves."""
+    open_store(f"sqlite:///{path}").close()  # the schema
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        job_id, attempt, now = "raw-job", new_attempt_id(), utc_now()
+        conn.execute(
+            "INSERT INTO jobs (job_id, namespace, status, created_at, updated_at, attempt_id) "
+            "VALUES (?, 'default', 'running', ?, ?, ?)",
+            (job_id, now, now, attempt),
+        )
+        head, version, prepared = GENESIS, 0, []
+        for s in steps:
+            rows: list[list[tuple[Any, ...]]] = []
+            for events in (s.t1, s.t2):
+                part = []
+                for event_id, (kind, payload) in zip(
+                    new_event_ids(len(events)), events, strict=True
+                ):
+                    data = canonical(payload)
+                    head, version = chain_next(head, event_id, kind, data), version + 1
+                    part.append(
+                        (job_id, version, event_id, kind, data, head.hex(), job_id, attempt)
+                    )
+                rows.append(part)
+            ledger_row = (job_id, s.key, s.node_id, s.step_id, s.tool_name, s.args_hash)
+            result = canonical(s.result).decode()
+            prepared.append(
+                ((*ledger_row, s.invocation_id, attempt, now, now), rows, result, s.key)
+            )
+        execute, executemany = conn.execute, conn.executemany
+        gc.collect()
+        start = time.perf_counter()
+        for ledger_row, (t1, t2), result, key in prepared:
+            execute("PRAGMA synchronous=FULL")
+            execute("BEGIN IMMEDIATE")
+            execute(_RAW_LEDGER_INSERT, ledger_row).fetchall()
+            executemany(_RAW_EVENT_INSERT, t1)
+            execute("COMMIT")
+            execute("PRAGMA synchronous=NORMAL")
+            execute("BEGIN IMMEDIATE")
+            executemany(_RAW_EVENT_INSERT, t2)
+            execute(_RAW_LEDGER_FINISH, ("committed", result, None, now, job_id, key))
+            execute("COMMIT")
+        return time.perf_counter() - start
+    finally:
+        conn.close()
 
 
 def cpu_parts(
@@ -1126,7 +1200,7 @@ def run_profile(sizes: Sizes) -> None:
     n = sizes.steps
     plan_data = chain_plan("tool", n, TOOL_NAMES["tool"])
     with tempfile.TemporaryDirectory(prefix="bench_steps_profile_") as tmp:
-        plain_s, store_s, floor_s = [], [], []
+        plain_s, store_s, raw_s, floor_s = [], [], [], []
         steps: list[RecordedStep] = []
         job_id = ""
         for i in range(3):  # without the profiler; layers interleaved
@@ -1144,6 +1218,7 @@ def run_profile(sizes: Sizes) -> None:
             finally:
                 rt.close()
             store_s.append(store_layer_seconds(f"{tmp}/store_{i}.db", steps))
+            raw_s.append(raw_sql_seconds(f"{tmp}/raw_{i}.db", steps))
             floor = Case("floor", "floor", "", n)
             run_floor(floor, Path(tmp), i)
             floor_s.append(floor.inproc_s[0])
@@ -1191,7 +1266,9 @@ def run_profile(sizes: Sizes) -> None:
         "measured without it.\n"
     )
 
-    run_us, store_us, floor_us = (median(x) / n * 1e6 for x in (plain_s, store_s, floor_s))
+    run_us, store_us, raw_us, floor_us = (
+        median(x) / n * 1e6 for x in (plain_s, store_s, raw_s, floor_s)
+    )
     table = Table(title="Without the profiler: µs per durable tool step (median of 3)")
     table.add_column("layer")
     table.add_column("µs/step", justify="right")
@@ -1203,18 +1280,30 @@ def run_profile(sizes: Sizes) -> None:
         f"{1e6 / store_us:,.0f}",
     )
     table.add_row(
+        "the same SQL in plain sqlite3 (no affidavit code; statements as the store issues them)",
+        f"{raw_us:.0f}",
+        f"{1e6 / raw_us:,.0f}",
+    )
+    table.add_row(
         "floor: 1 synced + 1 written single-row commit", f"{floor_us:.0f}", f"{1e6 / floor_us:,.0f}"
     )
     table.add_row("→ runner + encoding (run − store layer)", f"{run_us - store_us:.0f}", "")
+    table.add_row("→ store code (store layer − plain SQL)", f"{store_us - raw_us:.0f}", "")
     table.add_row(
-        "→ store beyond the floor (store layer − floor)", f"{store_us - floor_us:.0f}", ""
+        "→ the protocol's SQL beyond the floor (plain SQL − floor)", f"{raw_us - floor_us:.0f}", ""
     )
+    table.add_row("plain SQL as a share of the floor's steps/s", f"{floor_us / raw_us:.0%}", "")
     console.print(table)
     console.print(
         "runs (steps/s): "
         + "; ".join(
             f"{name} {', '.join(f'{n / s:,.0f}' for s in xs)}"
-            for name, xs in (("run", plain_s), ("store layer", store_s), ("floor", floor_s))
+            for name, xs in (
+                ("run", plain_s),
+                ("store layer", store_s),
+                ("plain SQL", raw_s),
+                ("floor", floor_s),
+            )
         )
     )
     table = Table(title="CPU parts of a tool step, timed alone (no profiler, no database)")
