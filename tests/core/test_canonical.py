@@ -366,3 +366,58 @@ def test_exact_canonical_of_plain_values_takes_the_one_call_way() -> None:
     values = [{"at": "2026-11-22T13:00:29.176000Z", "n": i, "r": [1.5, "e-5"]} for i in range(50)]
     assert canonical_parsed_exact(values) == [rfc8785.dumps(v) for v in values]
     assert canonical_parsed_exact([]) == []
+
+
+# parse reads most text with orjson; it must return exactly what json.loads with the I-JSON
+# integer rule returns, and refuse exactly what it refuses.
+def _reference_parse(data: bytes | str) -> Any:
+    from affidavit.core.canonical import _parse_int
+
+    return json.loads(data, parse_int=_parse_int)
+
+
+def _outcome(fn: Any, data: bytes | str) -> Any:
+    try:
+        value = fn(data)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
+        return "refused"
+    # type-aware: 5.0 is not 5, True is not 1, NaN equals itself here
+    return json.dumps(value, sort_keys=True, allow_nan=True) + repr(type(value))
+
+
+_JSON_TEXT = st.one_of(
+    json_values.map(lambda v: json.dumps(v, ensure_ascii=False)),
+    st.recursive(
+        st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=5),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+        max_leaves=8,
+    ).map(json.dumps),
+    st.text(alphabet='{}[]",:0123456789.eE+-tfnaulrsNIy \\\\u\n\x00\ud800', max_size=20),
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_JSON_TEXT, st.booleans())
+def test_parse_agrees_with_the_reference_parser(text: str, as_bytes: bool) -> None:
+    data: bytes | str = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    assert _outcome(parse, data) == _outcome(_reference_parse, data)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "9007199254740993",
+        '{"n": 123456789012345678901}',
+        "1e400",
+        "NaN",
+        '"\\ud800"',
+        '{"a": 1, "a": 2}',
+        "-0",
+        "[1.5, 2.0, -0.0]",
+        '{"h": "0123456789012345678"}',
+        "\ufeff[1]",
+    ],
+)
+def test_parse_edge_cases_agree_with_the_reference_parser(text: str) -> None:
+    for data in (text, text.encode("utf-8", "surrogatepass")):
+        assert _outcome(parse, data) == _outcome(_reference_parse, data)

@@ -54,6 +54,32 @@ def log(store_url: str) -> list[StoredEvent]:
     return real_log(store_url)
 
 
+def _scanned_output(ctx: Any, node_id: str) -> Any:
+    """``node_output`` by its definition: a node's own output, else the result of its first
+    committed invocation in log order."""
+    finished = ctx.node_finished[node_id]
+    if "output" in finished:
+        return finished["output"]
+    return next(
+        (i.result for i in ctx.invocations.values() if i.node_id == node_id and i.committed), None
+    )
+
+
+def test_node_output_agrees_with_scanning_every_invocation(log: list[StoredEvent]) -> None:
+    """``node_output`` looks the node's invocations up (a resumed run asks it for every
+    completed node); the lookup follows invocations added after an earlier call."""
+    builder = ReplayContextBuilder()
+    seen = 0
+    for stored in log:
+        builder.add(stored)
+        ctx = builder.ctx
+        for node_id in ctx.completed_nodes:  # asked after every event: the index must follow
+            assert ctx.node_output(node_id) == _scanned_output(ctx, node_id)
+            seen += 1
+    assert seen > 0
+    assert ctx.node_output("a") == {"did": "a"} and ctx.node_output("c") == {"did": "c"}
+
+
 def test_context_is_deterministic_and_complete(log: list[StoredEvent]) -> None:
     first = ReplayContextBuilder.build_from_events(log)
     second = build_from_events(list(log))

@@ -90,6 +90,12 @@ class ReplayContext:
     error: Any = None
     resumptions: list[dict[str, Any]] = field(default_factory=list)
     event_count: int = 0
+    # node id -> its invocations in log order, rebuilt when invocations were added (they are
+    # never removed or replaced): node_output looks a node up instead of scanning every key
+    _by_node: dict[str, list[Invocation]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_node_size: int = field(default=-1, init=False, repr=False, compare=False)
 
     @property
     def completed_nodes(self) -> set[str]:
@@ -133,10 +139,18 @@ class ReplayContext:
         finished = self.node_finished[node_id]
         if "output" in finished:
             return finished["output"]
-        for inv in self.invocations.values():
-            if inv.node_id == node_id and inv.committed:
+        for inv in self._invocations_of(node_id):
+            if inv.committed:
                 return inv.result
         return None
+
+    def _invocations_of(self, node_id: str) -> list[Invocation]:
+        if self._by_node_size != len(self.invocations):
+            by_node: dict[str, list[Invocation]] = {}
+            for inv in self.invocations.values():
+                by_node.setdefault(inv.node_id, []).append(inv)
+            self._by_node, self._by_node_size = by_node, len(self.invocations)
+        return self._by_node.get(node_id, [])
 
 
 class ReplayContextBuilder:
