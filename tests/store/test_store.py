@@ -134,7 +134,16 @@ def test_append_after_a_known_head(store: Store) -> None:
         tx.append_encoded(job_id, _encoded(9), expected_version=4, head=stale, fence="other")
     with pytest.raises(JobNotFound), store.transaction() as tx:
         tx.append_encoded("nope", _encoded(9), expected_version=0, head=b"")
+    # a writer that believes the log longer than it is: refused too, never a gap
+    latest = bytes.fromhex(store.list_events(job_id)[-1].chain_hash)
+    for ahead in (5, 9):
+        with pytest.raises(ConflictError) as info, store.transaction() as tx:
+            tx.append_encoded(
+                job_id, _encoded(9, 10), expected_version=ahead, head=latest, fence=attempt
+            )
+        assert (info.value.expected, info.value.actual) == (ahead, 4)
     assert store.get_job(job_id).version == 4
+    assert [e.version for e in store.list_events(job_id)] == [1, 2, 3, 4]
     assert chain_ok(store, job_id)
 
 

@@ -74,10 +74,10 @@ class SqliteTransaction(SqlTransaction):
         head: bytes,
     ) -> list[StoredEvent]:
         # The write lock is held since BEGIN IMMEDIATE, so the state cannot change under us.
-        # Each row is inserted only while the job exists and the fence holds (checked in the
-        # statement: no read of its own); a log that moved past expected_version is refused
-        # by the unique (job_id, version) key — versions have no gaps, so the first row
-        # collides.
+        # Each row is inserted only while the job exists, the fence holds and the row before
+        # it is in the log (checked in the statement: no read of its own). A log that moved
+        # past expected_version is refused by the unique (job_id, version) key; one that has
+        # not reached it, by the missing previous row.
         stored = chain_events(job_id, expected_version, head, encoded)
         guard: tuple[str, ...]
         if fence is None:
@@ -85,7 +85,18 @@ class SqliteTransaction(SqlTransaction):
         else:
             sql, guard = _INSERT_IF_FENCE, (job_id, fence)
         rows = [
-            (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash, *guard)
+            (
+                e.job_id,
+                e.version,
+                e.event_id,
+                e.type,
+                e.payload_bytes,
+                e.chain_hash,
+                *guard,
+                e.version - 1,
+                job_id,
+                e.version - 1,
+            )
             for e in stored
         ]
         try:
@@ -99,19 +110,25 @@ class SqliteTransaction(SqlTransaction):
             found = self._conn.execute(_JOB_FENCE, (job_id,)).fetchone()
             if found is None:
                 raise JobNotFound(job_id)
-            raise fenced(job_id, str(fence), found[0])
+            if fence is not None and found[0] != fence:
+                raise fenced(job_id, fence, found[0])
+            (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
+            raise conflict(job_id, expected_version, int(actual))
         return stored
 
 
 _JOB_FENCE = "SELECT attempt_id FROM jobs WHERE job_id = ?"
 _LAST_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE job_id = ?"
+# the row before this one (version - 1, given twice) is in the log, or this is the first
+_AFTER_PREVIOUS = " AND (? = 0 OR EXISTS (SELECT 1 FROM events WHERE job_id = ? AND version = ?))"
 _INSERT_IF_JOB = (
     "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
-    "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?)"
+    "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?)" + _AFTER_PREVIOUS
 )
 _INSERT_IF_FENCE = (
     "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
     "SELECT ?, ?, ?, ?, ?, ? WHERE (SELECT attempt_id FROM jobs WHERE job_id = ?) = ?"
+    + _AFTER_PREVIOUS
 )
 _JOB_AND_HEAD = (
     "SELECT j.attempt_id, e.version, e.chain_hash FROM jobs j LEFT JOIN events e "
