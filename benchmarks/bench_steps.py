@@ -68,6 +68,7 @@ from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.runtime.args import resolve
 from affidavit.store import open_store
 from affidavit.store.postgres import redact, split_url
+from affidavit.store.sqlite import _insert_rows  # the event INSERT the store issues
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
@@ -1075,10 +1076,6 @@ _RAW_LEDGER_FINISH = (
     "UPDATE tool_invocations SET status = ?, result = ?, error = ?, updated_at = ? "
     "WHERE job_id = ? AND idempotency_key = ? AND status <> 'committed'"
 )
-_RAW_EVENT_INSERT = (
-    "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
-    "SELECT ?, ?, ?, ?, ?, ? WHERE (SELECT attempt_id FROM jobs WHERE job_id = ?) = ?"
-)
 
 
 def raw_sql_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
@@ -1096,35 +1093,35 @@ def raw_sql_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
         )
         head, version, prepared = GENESIS, 0, []
         for s in steps:
-            rows: list[list[tuple[Any, ...]]] = []
+            rows: list[tuple[str, list[Any]]] = []
             for events in (s.t1, s.t2):
-                part = []
+                params: list[Any] = []
+                previous = version
                 for event_id, (kind, payload) in zip(
                     new_event_ids(len(events)), events, strict=True
                 ):
                     data = canonical(payload)
                     head, version = chain_next(head, event_id, kind, data), version + 1
-                    part.append(
-                        (job_id, version, event_id, kind, data, head.hex(), job_id, attempt)
-                    )
-                rows.append(part)
+                    params += (job_id, version, event_id, kind, data, head.hex())
+                params += (job_id, attempt, previous, job_id, previous)
+                rows.append((_insert_rows(len(events), True), params))
             ledger_row = (job_id, s.key, s.node_id, s.step_id, s.tool_name, s.args_hash)
             result = canonical(s.result).decode()
             prepared.append(
                 ((*ledger_row, s.invocation_id, attempt, now, now), rows, result, s.key)
             )
-        execute, executemany = conn.execute, conn.executemany
+        execute = conn.execute
         gc.collect()
         start = time.perf_counter()
-        for ledger_row, (t1, t2), result, key in prepared:
+        for ledger_row, ((sql1, t1), (sql2, t2)), result, key in prepared:
             execute("PRAGMA synchronous=FULL")
             execute("BEGIN IMMEDIATE")
             execute(_RAW_LEDGER_INSERT, ledger_row).fetchall()
-            executemany(_RAW_EVENT_INSERT, t1)
+            execute(sql1, t1)
             execute("COMMIT")
             execute("PRAGMA synchronous=NORMAL")
             execute("BEGIN IMMEDIATE")
-            executemany(_RAW_EVENT_INSERT, t2)
+            execute(sql2, t2)
             execute(_RAW_LEDGER_FINISH, ("committed", result, None, now, job_id, key))
             execute("COMMIT")
         return time.perf_counter() - start

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 import pytest
@@ -145,6 +146,35 @@ def test_append_after_a_known_head(store: Store) -> None:
     assert store.get_job(job_id).version == 4
     assert [e.version for e in store.list_events(job_id)] == [1, 2, 3, 4]
     assert chain_ok(store, job_id)
+
+
+def test_long_append_after_a_known_head_is_all_or_nothing(store: Store) -> None:
+    """An append of more events than one statement takes (SQLite writes 100 rows per
+    statement) is written whole, in version order, or not at all — also when the caller keeps
+    the transaction going after the error."""
+    job_id = make_job(store)
+    attempt = new_attempt_id()
+    with store.transaction() as tx:
+        tx.set_lease(job_id, attempt_id=attempt, owner="w", expires_at=1.0)
+        first = tx.append_encoded(
+            job_id, _encoded(*range(1, 251)), expected_version=0, head=b"", fence=attempt
+        )
+    assert [e.version for e in store.list_events(job_id)] == list(range(1, 251))
+    assert [e.event_id for e in store.list_events(job_id)] == [e.event_id for e in first]
+    assert chain_ok(store, job_id)
+    head = bytes.fromhex(first[-1].chain_hash)
+    # the last of 250 new events reuses an id the log holds: nothing of the append is written
+    reused = [*_encoded(*range(251, 500)), (first[0].event_id, "node_started", b"{}")]
+    with pytest.raises(StoreError), store.transaction() as tx:
+        tx.append_encoded(job_id, reused, expected_version=250, head=head, fence=attempt)
+    assert store.get_job(job_id).version == 250
+    if store.backend == "sqlite":  # (a failed statement ends a PostgreSQL transaction)
+        with store.transaction() as tx:
+            with pytest.raises(sqlite3.IntegrityError):
+                tx.append_encoded(job_id, reused, expected_version=250, head=head, fence=attempt)
+            tx.append_encoded(job_id, _encoded(251), expected_version=250, head=head, fence=attempt)
+        assert [e.version for e in store.list_events(job_id)] == list(range(1, 252))
+        assert chain_ok(store, job_id)
 
 
 def test_unknown_job(store: Store) -> None:

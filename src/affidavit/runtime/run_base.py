@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import orjson
@@ -123,28 +124,24 @@ class RunBase:
 
     # --- writing ------------------------------------------------------------------------------
 
-    @contextmanager
-    def _tx(self, *, durable: bool) -> Iterator[Any]:
+    def _tx(self, *, durable: bool) -> AbstractContextManager[Any]:
         """A store transaction, exclusive among the run's concurrently executing steps. The
         run's version and head are restored if it does not commit."""
-        with self._lock:
-            version, head = self.version, self.head
-            try:
-                with self.store.transaction(durable=durable) as tx:
-                    yield tx
-            except BaseException:
-                self.version, self.head = version, head
-                raise
+        return _RunTransaction(self, durable)
 
-    def _append(self, tx: Any, *items: Item, fast: bool = False) -> None:
+    def _append(
+        self, tx: Any, *items: Item, fast: bool = False, ids: list[str] | None = None
+    ) -> None:
         """Append events (``at`` added). ``fast``: every payload is one the runner built for a
-        step (see :func:`step_payload`); otherwise each is canonicalized in full."""
+        step (see :func:`step_payload`); otherwise each is canonicalized in full. ``ids``: the
+        events' ids, made by the caller (:func:`~affidavit.core.ids.new_event_ids`) together
+        with other ids it needs; new ones otherwise."""
         at = utc_now()
         encode = step_payload if fast else canonical
         encoded = [
             (event_id, event_type, encode({**payload, "at": at}))
             for event_id, (event_type, payload) in zip(
-                new_event_ids(len(items)), items, strict=True
+                ids if ids is not None else new_event_ids(len(items)), items, strict=True
             )
         ]
         stored = tx.append_encoded(
@@ -255,6 +252,44 @@ class RunBase:
             tx.ledger_finish(
                 self.claim.job_id, key, status="committed", result=result, result_jcs=jcs
             )
+
+
+class _RunTransaction:
+    """:meth:`RunBase._tx` (a class rather than a generator: every tool step opens two)."""
+
+    __slots__ = ("_inner", "_run", "_saved")
+
+    def __init__(self, run: RunBase, durable: bool) -> None:
+        self._run = run
+        self._inner = run.store.transaction(durable=durable)
+        self._saved = (run.version, run.head)
+
+    def __enter__(self) -> Any:
+        run = self._run
+        run._lock.acquire()
+        try:
+            self._saved = (run.version, run.head)
+            return self._inner.__enter__()
+        except BaseException:
+            run._lock.release()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        run = self._run
+        try:
+            self._inner.__exit__(exc_type, exc, tb)
+            if exc is not None:
+                run.version, run.head = self._saved
+        except BaseException:
+            run.version, run.head = self._saved
+            raise
+        finally:
+            run._lock.release()
 
 
 def check_result(node: Node, t: Tool, value: Any) -> bytes:

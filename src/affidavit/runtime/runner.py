@@ -27,7 +27,7 @@ import orjson
 
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError
-from affidavit.core.ids import new_event_id
+from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import Node, external_key, idempotency_key_of
 from affidavit.runtime.args import resolve
 from affidavit.runtime.crash import crash_point
@@ -380,7 +380,8 @@ class _Run(RecoveryMixin):
         base = {"node_id": node.id, "step_id": step}
         while True:
             attempt += 1
-            invocation = new_event_id()
+            # the invocation id and the ids of T1's two events, in one call
+            invocation, *started_ids = new_event_ids(3)
             started_events = (
                 ("node_started", {**base, "attempt": attempt, "worker_id": self.claim.worker_id}),
                 (
@@ -418,7 +419,7 @@ class _Run(RecoveryMixin):
                     else "in_flight"
                 )
                 if row is None:
-                    self._append(tx, *started_events, fast=True)
+                    self._append(tx, *started_events, fast=True, ids=started_ids)
                 elif row.status == "committed":
                     recorded = row.result
                 elif row.status == "failed":

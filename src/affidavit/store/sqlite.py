@@ -14,11 +14,13 @@ the other one.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from affidavit.core.errors import JobNotFound, StoreError
@@ -74,67 +76,151 @@ class SqliteTransaction(SqlTransaction):
         head: bytes,
     ) -> list[StoredEvent]:
         # The write lock is held since BEGIN IMMEDIATE, so the state cannot change under us.
-        # Each row is inserted only while the job exists, the fence holds and the row before
-        # it is in the log (checked in the statement: no read of its own). A log that moved
+        # One statement inserts a chunk of rows, all or none: only while the job exists, the
+        # fence holds and the row before the chunk is in the log (conditions on no row, so
+        # SQLite checks them once per statement, without a read of its own). A log that moved
         # past expected_version is refused by the unique (job_id, version) key; one that has
-        # not reached it, by the missing previous row.
+        # not reached it, by the missing previous row. Later chunks follow rows this append
+        # just wrote, so only the first chunk can be refused.
         stored = chain_events(job_id, expected_version, head, encoded)
-        guard: tuple[str, ...]
-        if fence is None:
-            sql, guard = _INSERT_IF_JOB, (job_id,)
-        else:
-            sql, guard = _INSERT_IF_FENCE, (job_id, fence)
-        rows = [
-            (
-                e.job_id,
-                e.version,
-                e.event_id,
-                e.type,
-                e.payload_bytes,
-                e.chain_hash,
-                *guard,
-                e.version - 1,
-                job_id,
-                e.version - 1,
-            )
-            for e in stored
-        ]
+        if len(stored) <= _CHUNK:
+            self._insert_chunks(job_id, stored, expected_version, fence)
+            return stored
+        # several statements: all of them or none, even if the caller goes on after an error
+        self._conn.execute("SAVEPOINT affidavit_append")
         try:
-            inserted = self._conn.executemany(sql, rows).rowcount
-        except sqlite3.IntegrityError as exc:
-            if "events.job_id, events.version" not in str(exc):
-                raise
-            (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
-            raise conflict(job_id, expected_version, int(actual)) from None
-        if inserted != len(rows):
-            found = self._conn.execute(_JOB_FENCE, (job_id,)).fetchone()
-            if found is None:
-                raise JobNotFound(job_id)
-            if fence is not None and found[0] != fence:
-                raise fenced(job_id, fence, found[0])
-            (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
-            raise conflict(job_id, expected_version, int(actual))
+            self._insert_chunks(job_id, stored, expected_version, fence)
+        except BaseException:
+            self._conn.execute("ROLLBACK TO affidavit_append")
+            raise
+        finally:
+            self._conn.execute("RELEASE affidavit_append")
         return stored
+
+    def _insert_chunks(
+        self, job_id: str, stored: list[StoredEvent], expected_version: int, fence: str | None
+    ) -> None:
+        guard: tuple[str, ...] = (job_id,) if fence is None else (job_id, fence)
+        for start in range(0, len(stored), _CHUNK):
+            chunk = stored[start : start + _CHUNK]
+            params: list[Any] = []
+            for e in chunk:
+                params += (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
+            previous = chunk[0].version - 1
+            params += (*guard, previous, job_id, previous)
+            try:
+                inserted = self._conn.execute(
+                    _insert_rows(len(chunk), fence is not None), params
+                ).rowcount
+            except sqlite3.IntegrityError as exc:
+                if "events.job_id, events.version" not in str(exc):
+                    raise
+                (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
+                raise conflict(job_id, expected_version, int(actual)) from None
+            if inserted != len(chunk):
+                found = self._conn.execute(_JOB_FENCE, (job_id,)).fetchone()
+                if found is None:
+                    raise JobNotFound(job_id)
+                if fence is not None and found[0] != fence:
+                    raise fenced(job_id, fence, found[0])
+                (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
+                raise conflict(job_id, expected_version, int(actual))
 
 
 _JOB_FENCE = "SELECT attempt_id FROM jobs WHERE job_id = ?"
 _LAST_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE job_id = ?"
-# the row before this one (version - 1, given twice) is in the log, or this is the first
-_AFTER_PREVIOUS = " AND (? = 0 OR EXISTS (SELECT 1 FROM events WHERE job_id = ? AND version = ?))"
-_INSERT_IF_JOB = (
-    "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
-    "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?)" + _AFTER_PREVIOUS
-)
-_INSERT_IF_FENCE = (
-    "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
-    "SELECT ?, ?, ?, ?, ?, ? WHERE (SELECT attempt_id FROM jobs WHERE job_id = ?) = ?"
-    + _AFTER_PREVIOUS
-)
+# rows per INSERT statement: 6 parameters each, far below SQLite's variable limit (999 in old
+# builds)
+_CHUNK = 100
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_rows(count: int, fenced: bool) -> str:
+    """The INSERT of ``count`` event rows, guarded by conditions checked once: the job exists
+    (its fence holds), and the row before the first (version - 1, given twice) is in the log or
+    this is the first."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * count)
+    job = (
+        "(SELECT attempt_id FROM jobs WHERE job_id = ?) = ?"
+        if fenced
+        else "EXISTS (SELECT 1 FROM jobs WHERE job_id = ?)"
+    )
+    return (
+        "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
+        f"SELECT column1, column2, column3, column4, column5, column6 FROM (VALUES {values}) "
+        f"WHERE {job} AND (? = 0 OR EXISTS (SELECT 1 FROM events WHERE job_id = ? AND version = ?))"
+    )
+
+
 _JOB_AND_HEAD = (
     "SELECT j.attempt_id, e.version, e.chain_hash FROM jobs j LEFT JOIN events e "
     "ON e.job_id = j.job_id AND e.version = "
     "(SELECT max(version) FROM events WHERE job_id = j.job_id) WHERE j.job_id = ?"
 )
+
+
+class _WriteTransaction:
+    """:meth:`SqliteStore.transaction`: the writer connection inside ``BEGIN IMMEDIATE``,
+    committed on a clean exit and rolled back otherwise (a class rather than a generator:
+    every tool step opens two)."""
+
+    __slots__ = ("_durable", "_store")
+
+    def __init__(self, store: SqliteStore, durable: bool) -> None:
+        self._store = store
+        self._durable = durable
+
+    def __enter__(self) -> SqlTransaction:
+        store, durable = self._store, self._durable
+        store._write_lock.acquire()
+        try:
+            if store._in_write:
+                raise StoreError(
+                    "nested write transaction", hint="Pass the open transaction down instead."
+                )
+            conn = store._writer
+            try:
+                if durable != store._full_sync:
+                    conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                    store._full_sync = durable
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(
+                    f"cannot start a write transaction on {store.path!r}: {exc}"
+                ) from exc
+        except BaseException:
+            store._write_lock.release()
+            raise
+        store._in_write = True
+        return SqliteTransaction(conn)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        store = self._store
+        conn = store._writer
+        try:
+            if exc is None:
+                try:
+                    conn.execute("COMMIT")
+                    return
+                except sqlite3.Error as commit_error:
+                    exc = commit_error
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise StoreError(
+                        f"SQLite write failed on {store.path!r}: {commit_error}"
+                    ) from commit_error
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"SQLite write failed on {store.path!r}: {exc}") from exc
+        finally:
+            store._in_write = False
+            store._write_lock.release()
 
 
 class SqliteSnapshot(SqlSnapshot):
@@ -211,35 +297,8 @@ class SqliteStore(SqlStore):
 
     # --- transactions -----------------------------------------------------------------------
 
-    @contextmanager
-    def transaction(self, *, durable: bool = True) -> Iterator[SqlTransaction]:
-        with self._write_lock:
-            if self._in_write:
-                raise StoreError(
-                    "nested write transaction", hint="Pass the open transaction down instead."
-                )
-            conn = self._writer
-            try:
-                if durable != self._full_sync:
-                    conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-                    self._full_sync = durable
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise StoreError(
-                    f"cannot start a write transaction on {self.path!r}: {exc}"
-                ) from exc
-            self._in_write = True
-            try:
-                yield SqliteTransaction(conn)
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"SQLite write failed on {self.path!r}: {exc}") from exc
-                raise
-            finally:
-                self._in_write = False
+    def transaction(self, *, durable: bool = True) -> AbstractContextManager[SqlTransaction]:
+        return _WriteTransaction(self, durable)
 
     @contextmanager
     def _reader(self) -> Iterator[Cursor]:
