@@ -112,7 +112,12 @@ class RunBase:
         self.replay = replay
         self.version = version
         self.head = head  # raw H_version
-        self.steps = plan.step_ids(claim.job_id)
+        # the replay derived them from this plan when it read plan_generated
+        self.steps = (
+            replay.step_ids
+            if replay.job_id == claim.job_id and replay.step_ids
+            else plan.step_ids(claim.job_id)
+        )
         policy = replay.policy or plan.policy.to_dict()
         self.in_flight_policy: str = policy["in_flight"]
         self.max_attempts: int = policy["retry"]["max_attempts"]
