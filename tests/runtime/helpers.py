@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -11,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from affidavit import ToolContext
 from affidavit.core.canonical import canonical, parse
 from affidavit.core.chain import check_stored_chain
@@ -18,22 +21,29 @@ from affidavit.core.events import validate_payload
 from affidavit.runtime.replay import build_from_events
 from affidavit.store import Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
+from affidavit.store.postgres import split_url
 
 DRIVER = Path(__file__).with_name("driver.py")
 
 
-def driver_env(crash: str | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "AFFIDAVIT_CRASH_AT"}
+def driver_env(crash: str | None = None, stop: str | None = None) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("AFFIDAVIT_CRASH_AT", "AFFIDAVIT_STOP_AT")
+    }
     if crash is not None:
         env["AFFIDAVIT_CRASH_AT"] = crash
+    if stop is not None:
+        env["AFFIDAVIT_STOP_AT"] = stop
     return env
 
 
-def spawn_driver(url: str, *args: str, crash: str | None = None) -> subprocess.Popen[str]:
+def spawn_driver(
+    url: str, *args: str, crash: str | None = None, stop: str | None = None
+) -> subprocess.Popen[str]:
     """Start a worker process (tests/runtime/driver.py) on ``url``."""
     return subprocess.Popen(
         [sys.executable, str(DRIVER), url, *args],
-        env=driver_env(crash),
+        env=driver_env(crash, stop),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -179,3 +189,27 @@ def plan(*nodes: dict[str, Any], **settings: Any) -> dict[str, Any]:
         **settings,
         "nodes": list(nodes),
     }
+
+
+def write_lock_free(url: str, job_id: str) -> bool:
+    """Can the job be written now without waiting (no transaction of a frozen process holds
+    the SQLite write lock or the job's PostgreSQL row lock)?"""
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url[len("sqlite:///") :], timeout=0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
+    conninfo, schema = split_url(url)
+    with psycopg.connect(conninfo) as conn:
+        try:
+            conn.execute(
+                f'SELECT 1 FROM "{schema}".jobs WHERE job_id = %s FOR UPDATE NOWAIT', (job_id,)
+            )
+            return True
+        except psycopg.errors.LockNotAvailable:
+            return False

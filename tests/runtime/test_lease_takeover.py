@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
@@ -18,13 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from affidavit import FencedError, Runtime, StoreError, Tool, ToolContext, ToolRegistry
 from affidavit.runtime.worker import Worker
 from affidavit.store import Store
-from affidavit.store.postgres import split_url
 from tests.runtime.crash_tools import REGISTRY, counts, read_side
 from tests.runtime.helpers import (
     assert_log_sound,
@@ -32,6 +29,7 @@ from tests.runtime.helpers import (
     of_type,
     spawn_driver,
     wait_lease_expired,
+    write_lock_free,
 )
 
 
@@ -184,30 +182,6 @@ def test_stale_worker_is_fenced_off(store_url: str, stall: str, reconcile: bool)
                 "lost",
                 "success",
             ]
-
-
-def write_lock_free(url: str, job_id: str) -> bool:
-    """Can the job be written now without waiting (no transaction of a frozen process holds
-    the SQLite write lock or the job's PostgreSQL row lock)?"""
-    if url.startswith("sqlite:///"):
-        conn = sqlite3.connect(url[len("sqlite:///") :], timeout=0, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False
-        finally:
-            conn.close()
-    conninfo, schema = split_url(url)
-    with psycopg.connect(conninfo) as conn:
-        try:
-            conn.execute(
-                f'SELECT 1 FROM "{schema}".jobs WHERE job_id = %s FOR UPDATE NOWAIT', (job_id,)
-            )
-            return True
-        except psycopg.errors.LockNotAvailable:
-            return False
 
 
 def freeze(proc: subprocess.Popen[str], url: str, job_id: str) -> None:

@@ -1,8 +1,10 @@
 """Named fault-injection points (FORMATS.md §9).
 
 With ``AFFIDAVIT_CRASH_AT=<point>[:<n>]`` in the environment the process kills itself with
-SIGKILL the n-th time (default 1st) it reaches ``point``. The variable is read once, at import;
-without it :func:`crash_point` is a single comparison.
+SIGKILL the n-th time (default 1st) it reaches ``point``. ``AFFIDAVIT_STOP_AT`` (same form)
+stops it there with SIGSTOP instead — every thread, heartbeats included, as a frozen VM or a
+stop-the-world pause would — until someone sends SIGCONT. The variables are read once, at
+import; without them :func:`crash_point` is two comparisons.
 """
 
 from __future__ import annotations
@@ -29,14 +31,20 @@ def _parse(value: str | None) -> tuple[str | None, int]:
 
 
 _POINT, _TARGET = _parse(os.environ.get("AFFIDAVIT_CRASH_AT"))
+_STOP_POINT, _STOP_TARGET = _parse(os.environ.get("AFFIDAVIT_STOP_AT"))
 _seen = 0
+_stops_seen = 0
 
 
 def crash_point(name: str) -> None:
-    """Die here (SIGKILL, no cleanup, no flush) if this is the configured crash point."""
-    global _seen
-    if name != _POINT:
-        return
-    _seen += 1
-    if _seen == _TARGET:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Die here (SIGKILL, no cleanup, no flush) if this is the configured crash point; stop
+    here (SIGSTOP) if it is the configured stop point."""
+    global _seen, _stops_seen
+    if name == _POINT:
+        _seen += 1
+        if _seen == _TARGET:
+            os.kill(os.getpid(), signal.SIGKILL)
+    if name == _STOP_POINT:
+        _stops_seen += 1
+        if _stops_seen == _STOP_TARGET:
+            os.kill(os.getpid(), signal.SIGSTOP)

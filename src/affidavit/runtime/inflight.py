@@ -96,6 +96,7 @@ class RecoveryMixin(RunBase):
     ) -> None:
         if t.compensate_fn is None:
             return
+        self._confirm_lease()
         try:
             details = t.compensate_fn(ctx, **args)
             canonical(details)

@@ -38,6 +38,7 @@ class Claim:
     job_id: str
     attempt_id: str
     worker_id: str
+    lease_expires_at: float | None = None  # as the claim wrote it (seconds since the epoch)
 
 
 class StepFailed(Exception):
@@ -96,6 +97,7 @@ class RunBase:
         lease_lost: threading.Event | None,
         metrics: RuntimeMetrics,
         sealer: Sealer,
+        confirm_lease: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -107,6 +109,7 @@ class RunBase:
         self.tools = tools
         self.sleep = sleep
         self.lease_lost = lease_lost
+        self.confirm_lease = confirm_lease
         self.claim = claim
         self.plan = plan
         self.replay = replay
@@ -198,6 +201,13 @@ class RunBase:
 
     def _check_lease(self) -> None:
         if self.lease_lost is not None and self.lease_lost.is_set():
+            raise Stop("lost")
+
+    def _confirm_lease(self) -> None:
+        """Before the run acts on the world (calls a tool or a compensation): stop unless the
+        lease is surely still this run's (:meth:`~affidavit.runtime.lease.Lease.confirm`)."""
+        self._check_lease()
+        if self.confirm_lease is not None and not self.confirm_lease():
             raise Stop("lost")
 
     def _commit(

@@ -32,6 +32,7 @@ from affidavit.core.plan import Node, external_key, idempotency_key_of
 from affidavit.runtime.args import resolve
 from affidavit.runtime.crash import crash_point
 from affidavit.runtime.inflight import RecoveryMixin
+from affidavit.runtime.lease import Lease
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.runtime.run_base import (
@@ -66,6 +67,7 @@ class JobRunner:
         metrics: RuntimeMetrics | None = None,
         step_concurrency: int = 1,
         sealer: Sealer | None = None,
+        lease: Lease | None = None,
     ) -> None:
         if step_concurrency < 1:
             raise ValueError("step_concurrency must be ≥ 1")
@@ -74,7 +76,10 @@ class JobRunner:
         self.tools = tools
         self.step_concurrency = step_concurrency
         self._sleep = sleep
-        self._lease_lost = lease_lost
+        # ``lease``: the claim's lease, confirmed before every tool call; ``lease_lost`` alone
+        # only says whether a heartbeat found it lost
+        self._lease = lease
+        self._lease_lost = lease_lost if lease_lost is not None or lease is None else lease.lost
         self.metrics = metrics if metrics is not None else RuntimeMetrics()
 
     # --- the job --------------------------------------------------------------------------
@@ -99,6 +104,7 @@ class JobRunner:
             bytes.fromhex(events[-1].chain_hash) if events else b"",
             sleep=self._sleep,
             lease_lost=self._lease_lost,
+            confirm_lease=self._lease.confirm if self._lease is not None else None,
             metrics=self.metrics,
             sealer=self.sealer,
         )
@@ -449,10 +455,11 @@ class _Run(RecoveryMixin):
                 # not found by reconcile: the dead invocation is closed and ours is started
                 invocation = str(started_events[1][1]["invocation_id"])
             crash_point("tool.after_acquire")
-            # A heartbeat may have found the lease taken over while T1 committed: then do not
-            # act. The invocation stays open for the new owner, whose reconcile (or in-flight
-            # policy) decides — never a second blind execution from here.
-            self._check_lease()
+            # The lease may have been taken over while T1 committed, or may have run out while
+            # this process was frozen: then do not act. The invocation stays open for the new
+            # owner, whose reconcile (or in-flight policy) decides — never a second blind
+            # execution from here.
+            self._confirm_lease()
             # (2) execute
             ctx = ToolContext(
                 job_id,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from affidavit.core.errors import StoreError
 from affidavit.core.ids import new_attempt_id
+from affidavit.runtime.lease import Lease
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.run_base import Claim
 from affidavit.runtime.runner import JobRunner
@@ -68,34 +69,39 @@ class Worker:
     def claim(self, job_id: str | None = None) -> Claim | None:
         """Claim one runnable job (or the given one, if runnable)."""
         attempt = new_attempt_id()
+        now = time.time()
         with self.store.transaction(durable=True) as tx:
             claimed = tx.claim(
                 owner=self.worker_id,
                 attempt_id=attempt,
-                now=time.time(),
+                now=now,
                 lease_seconds=self.lease_seconds,
                 job_id=job_id,
             )
-        return Claim(claimed, attempt, self.worker_id) if claimed else None
+        if not claimed:
+            return None
+        return Claim(claimed, attempt, self.worker_id, now + self.lease_seconds)
 
     def run_claim(self, claim: Claim) -> str:
-        """Run a claimed job while a heartbeat thread keeps its lease alive."""
-        lost = threading.Event()
+        """Run a claimed job while a heartbeat thread keeps its lease alive; the run confirms
+        the lease before every tool call (:class:`~affidavit.runtime.lease.Lease`)."""
+        expires_at = claim.lease_expires_at
+        lease = Lease(
+            self.store,
+            claim,
+            self.lease_seconds,
+            expires_at if expires_at is not None else time.time(),  # unknown: renew first
+        )
         done = threading.Event()
 
         def beat() -> None:
             interval = self.lease_seconds / 3
             while not done.wait(interval):
                 try:
-                    with self.store.transaction(durable=False) as tx:
-                        alive = tx.heartbeat(
-                            claim.job_id, claim.attempt_id, time.time() + self.lease_seconds
-                        )
+                    if not lease.renew():
+                        return  # lost: the run stops before its next tool call or write
                 except StoreError:
                     continue  # a transient failure: try again; fencing still protects writes
-                if not alive:
-                    lost.set()
-                    return
 
         heart = threading.Thread(target=beat, name=f"heartbeat-{claim.job_id}", daemon=True)
         heart.start()
@@ -103,7 +109,7 @@ class Worker:
             return JobRunner(
                 self.store,
                 self.tools,
-                lease_lost=lost,
+                lease=lease,
                 sleep=self._sleep,
                 metrics=self.metrics,
                 step_concurrency=self.step_concurrency,

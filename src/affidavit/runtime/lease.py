@@ -1,0 +1,83 @@
+"""A run's hold on its job: renewed by heartbeats, confirmed before the run acts on the world.
+
+Fencing (every write carries the claim's attempt id) keeps a worker that lost its lease from
+recording anything, but it cannot stop that worker from calling a tool. So before a tool is
+called the run confirms its lease: it must not have been lost, and by this machine's clock it
+must still run for at least a third of the lease (the heartbeat interval). When it does not —
+the process was frozen (a stop-the-world pause, a suspended VM, SIGSTOP) or heartbeats kept
+failing — the lease is renewed first, in a transaction fenced by the attempt id: if another
+worker has reclaimed the job meanwhile, the renewal fails and the tool is not called. A lease
+that expired without anyone reclaiming it is simply taken back, and a worker can only reclaim a
+lease that has expired, so after a successful renewal nobody else can act on the step.
+
+The margin of a third of the lease also covers clock skew between workers of up to that much.
+What no lease can cover is a pause inside the tool itself: that is what the tool's
+``reconcile`` hook and the in-flight policy are for.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from affidavit.core.errors import StoreError
+from affidavit.runtime.run_base import Claim
+from affidavit.store import Store
+
+
+class Lease:
+    """The lease of one claim. :meth:`renew` is the heartbeat; :meth:`confirm` is asked before
+    every tool call."""
+
+    def __init__(
+        self,
+        store: Store,
+        claim: Claim,
+        seconds: float,
+        expires_at: float,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.lost = threading.Event()
+        self.seconds = seconds
+        self._store = store
+        self._claim = claim
+        self._expires_at = expires_at
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    @property
+    def expires_at(self) -> float:
+        """Until when the database holds the lease for this claim, as last written by it."""
+        with self._lock:
+            return self._expires_at
+
+    def renew(self) -> bool:
+        """Extend the lease to ``seconds`` from now, if this claim still holds the job; when
+        another attempt holds it, set :attr:`lost` and return ``False``.
+
+        Raises:
+            StoreError: the renewal could not be written (nothing is known either way).
+        """
+        expires = self._clock() + self.seconds
+        with self._store.transaction(durable=False) as tx:
+            alive = tx.heartbeat(self._claim.job_id, self._claim.attempt_id, expires)
+        if not alive:
+            self.lost.set()
+            return False
+        with self._lock:
+            self._expires_at = max(self._expires_at, expires)
+        return True
+
+    def confirm(self) -> bool:
+        """Whether the run may act on the world now (see the module docstring): ``False`` when
+        the lease was lost, or is running out and cannot be renewed."""
+        if self.lost.is_set():
+            return False
+        if self._clock() < self.expires_at - self.seconds / 3:
+            return True
+        try:
+            return self.renew()
+        except StoreError:
+            return False  # not known to be ours: do not act
