@@ -859,7 +859,7 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
         ),
     ),
     (
-        "uuid: new_event_id() (invocation id)",
+        "uuid: new_event_id() (invocation id, when made alone)",
         True,
         lambda s: _cum(s, function_matcher("new_event_id", "affidavit/core/ids.py")),
     ),
@@ -879,7 +879,7 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
         lambda s: _cum_from(s, _canonical, function_matcher("encode_events", SQL)),
     ),
     (
-        "  event ids: new_event_ids() (uuid7)",
+        "  ids: new_event_ids() (uuid7: invocation id + event ids)",
         False,
         lambda s: _cum(s, function_matcher("new_event_ids", "affidavit/core/ids.py")),
     ),
@@ -896,7 +896,7 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
     (
         "  SQL: INSERT events",
         False,
-        lambda s: _cum(s, function_matcher("execute_many", "affidavit/store/sqlite.py")),
+        lambda s: _cum(s, function_matcher("_insert_chunks", "affidavit/store/sqlite.py")),
     ),
     (
         "ledger SQL: get + insert (T1), finish (T2)",
@@ -1172,8 +1172,8 @@ def cpu_parts(
         ),
         (f"SHA-256 chain of {events_per_step:.0f} events", chain),
         (
-            f"uuid7: 1 invocation id + {events_per_step:.0f} event ids",
-            lambda: [(new_event_id(), new_event_ids(2), new_event_ids(3)) for _ in range(n)],
+            f"uuid7: 1 invocation id + {events_per_step:.0f} event ids (2 calls)",
+            lambda: [(new_event_ids(3), new_event_ids(3)) for _ in range(n)],
         ),
         ("utc_now() ×4", lambda: [utc_now() for _ in range(4 * n)]),
         ("result: canonical ×2 + canonical_sha256", results),
