@@ -31,6 +31,8 @@ from tests.runtime.helpers import (
 )
 
 STOP = "tool.after_acquire"  # T1 committed, the tool not called yet
+# The driver's lease: its first heartbeat comes a third of it after the claim, long after the
+# run reaches the stop point, so the frozen process holds no transaction (checked below).
 
 
 def plan(tool_name: str) -> dict[str, Any]:
@@ -74,7 +76,7 @@ def test_thawed_worker_does_not_act_after_a_takeover(
     side = tmp_path / "side.jsonl"
     with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
         job_id = rt.submit(plan(tool_name), {"side": str(side)}).job_id
-        proc = spawn_driver(store_url, "--job", job_id, "--lease", "1", stop=STOP)
+        proc = spawn_driver(store_url, "--job", job_id, "--lease", "1.5", stop=STOP)
         try:
             wait_stopped(proc)
             assert write_lock_free(store_url, job_id)
@@ -110,7 +112,7 @@ def test_thawed_worker_takes_back_a_lease_nobody_reclaimed(store_url: str, tmp_p
     side = tmp_path / "side.jsonl"
     with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
         job_id = rt.submit(plan("crash_charge"), {"side": str(side)}).job_id
-        proc = spawn_driver(store_url, "--job", job_id, "--lease", "1", stop=STOP)
+        proc = spawn_driver(store_url, "--job", job_id, "--lease", "1.5", stop=STOP)
         try:
             wait_stopped(proc)
             wait_lease_expired(rt.store, job_id)
