@@ -277,12 +277,12 @@ class _RunTransaction:
     def __init__(self, run: RunBase, durable: bool) -> None:
         self._run = run
         self._inner = run.store.transaction(durable=durable)
-        self._saved = (run.version, run.head)
 
     def __enter__(self) -> Any:
         run = self._run
         run._lock.acquire()
         try:
+            # read under the lock: what to restore if this transaction does not commit
             self._saved = (run.version, run.head)
             return self._inner.__enter__()
         except BaseException:

@@ -208,12 +208,7 @@ class _WriteTransaction:
                     conn.execute("COMMIT")
                     return
                 except sqlite3.Error as commit_error:
-                    exc = commit_error
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise StoreError(
-                        f"SQLite write failed on {store.path!r}: {commit_error}"
-                    ) from commit_error
+                    exc = commit_error  # rolled back and reported as below
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
