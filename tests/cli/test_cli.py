@@ -190,3 +190,33 @@ def test_demo(tmp_path: Path) -> None:
     assert "demo ok" in human.stdout
     [verdict] = [line for line in human.stdout.splitlines() if "on the tampered copy" in line]
     assert "fails" in verdict and "stored_chain" in verdict and "seal" in verdict
+
+
+def _commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """Every command of the CLI: (its words, its docstring)."""
+    found = []
+    for info in group.registered_commands:
+        name = info.name or info.callback.__name__.replace("_", "-")
+        found.append(((*path, name), info.callback.__doc__ or ""))
+    for sub in group.registered_groups:
+        found += _commands(sub.typer_instance, (*path, sub.name))
+    return found
+
+
+def test_help_wraps_at_the_terminal_not_at_the_docstring_line_breaks() -> None:
+    import inspect
+
+    from typer.testing import CliRunner
+
+    from affidavit.cli.main import app
+
+    commands = _commands(app)
+    assert len(commands) > 20
+    runner = CliRunner()
+    for words, doc in commands:
+        result = runner.invoke(app, [*words, "--help"], env={"COLUMNS": "2000"})
+        assert result.exit_code == 0, (words, result.output)
+        for paragraph in inspect.cleandoc(doc).split("\n\n"):
+            line = " ".join(paragraph.split())
+            # each paragraph is one line of the help, however the docstring broke it
+            assert any(out.strip() == line for out in result.output.splitlines()), (words, line)

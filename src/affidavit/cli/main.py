@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 a check failed; 2 not found; 3 usage or store error;
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Annotated
 
@@ -102,6 +103,28 @@ def demo(as_json: JsonOption = False) -> None:
         render(result)
     if not result.ok:
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def _reflowed(doc: str) -> str:
+    """A docstring as help text: each paragraph on one line, so that the terminal, not the
+    source's line breaks, decides where the help wraps."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+
+def _reflow_help(group: typer.Typer) -> None:
+    """Give every command of ``group`` (and of its sub-groups) its docstring, reflowed, as help
+    (Typer's rich mode keeps a docstring's single line breaks)."""
+    for info in group.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback is not None else None)
+        if doc:
+            info.help = _reflowed(doc)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _reflow_help(sub.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main(argv: list[str] | None = None) -> None:
