@@ -68,7 +68,7 @@ from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.runtime.args import resolve
 from affidavit.store import open_store
 from affidavit.store.postgres import redact, split_url
-from affidavit.store.sqlite import _insert_rows  # the event INSERT the store issues
+from affidavit.store.sqlite import _GUARD, _insert_rows  # the append statements of the store
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
@@ -1070,7 +1070,7 @@ _RAW_LEDGER_INSERT = (
     "INSERT INTO tool_invocations (job_id, idempotency_key, node_id, step_id, tool_name, "
     "args_hash, status, invocation_id, attempt_id, tries, result, error, created_at, updated_at) "
     "VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, 1, NULL, NULL, ?, ?) "
-    "ON CONFLICT DO NOTHING RETURNING job_id"
+    "ON CONFLICT DO NOTHING"
 )
 _RAW_LEDGER_FINISH = (
     "UPDATE tool_invocations SET status = ?, result = ?, error = ?, updated_at = ? "
@@ -1093,18 +1093,17 @@ def raw_sql_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
         )
         head, version, prepared = GENESIS, 0, []
         for s in steps:
-            rows: list[tuple[str, list[Any]]] = []
+            rows: list[tuple[tuple[Any, ...], str, list[Any]]] = []
             for events in (s.t1, s.t2):
                 params: list[Any] = []
-                previous = version
+                guard = (version, job_id, version, job_id)
                 for event_id, (kind, payload) in zip(
                     new_event_ids(len(events)), events, strict=True
                 ):
                     data = canonical(payload)
                     head, version = chain_next(head, event_id, kind, data), version + 1
                     params += (job_id, version, event_id, kind, data, head.hex())
-                params += (job_id, attempt, previous, job_id, previous)
-                rows.append((_insert_rows(len(events), True), params))
+                rows.append((guard, _insert_rows(len(events)), params))
             ledger_row = (job_id, s.key, s.node_id, s.step_id, s.tool_name, s.args_hash)
             result = canonical(s.result).decode()
             prepared.append(
@@ -1113,14 +1112,17 @@ def raw_sql_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
         execute = conn.execute
         gc.collect()
         start = time.perf_counter()
-        for ledger_row, ((sql1, t1), (sql2, t2)), result, key in prepared:
+        for ledger_row, ((g1, sql1, t1), (g2, sql2, t2)), result, key in prepared:
             execute("PRAGMA synchronous=FULL")
             execute("BEGIN IMMEDIATE")
-            execute(_RAW_LEDGER_INSERT, ledger_row).fetchall()
+            if execute(_RAW_LEDGER_INSERT, ledger_row).rowcount != 1:
+                raise RuntimeError("the ledger insert lost")
+            execute(_GUARD, g1).fetchone()
             execute(sql1, t1)
             execute("COMMIT")
             execute("PRAGMA synchronous=NORMAL")
             execute("BEGIN IMMEDIATE")
+            execute(_GUARD, g2).fetchone()
             execute(sql2, t2)
             execute(_RAW_LEDGER_FINISH, ("committed", result, None, now, job_id, key))
             execute("COMMIT")

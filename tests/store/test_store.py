@@ -396,3 +396,24 @@ def test_conflict_inside_a_transaction_rolls_back_its_other_writes(store: Store)
     assert len(store.list_events(job_id)) == 1
     store.append(job_id, [ev(2)], expected_version=1)
     assert chain_ok(store, job_id)
+
+
+def test_ledger_insert_is_won_by_one_caller_only(store: Store) -> None:
+    job, _ = store.create_job(events=[NewEvent("job_created", {})])
+    row = {
+        "job_id": job.job_id,
+        "key": "k",
+        "node_id": "n",
+        "step_id": "s",
+        "tool_name": "t",
+        "args_hash": "a",
+        "attempt_id": None,
+    }
+    with store.transaction() as tx:
+        assert tx.ledger_insert(**row, invocation_id="first") is True
+    with store.transaction() as tx:
+        assert tx.ledger_insert(**row, invocation_id="second") is False
+        assert tx.ledger_insert(**{**row, "key": "other"}, invocation_id="third") is True
+    with store.transaction() as tx:
+        first = tx.ledger_get(job.job_id, "k")
+        assert first is not None and first.invocation_id == "first"

@@ -71,6 +71,10 @@ class LedgerOps:
     @abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
+    def inserted(self, sql: str, params: Sequence[Any]) -> bool:
+        """Run one ``INSERT … ON CONFLICT DO NOTHING`` of one row; whether the row went in."""
+        return bool(self.query(sql + " RETURNING 1", params))
+
     # --- ledger -------------------------------------------------------------------------------
 
     def ledger_get(self, job_id: str, key: str) -> LedgerRow | None:
@@ -104,10 +108,10 @@ class LedgerOps:
         """Insert a ``started`` row; ``False`` if the key already has one (the insert that
         only one attempt can win)."""
         now = utc_now()
-        rows = self.query(
+        return self.inserted(
             f"INSERT INTO tool_invocations ({LEDGER_COLUMNS}, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, 1, NULL, NULL, ?, ?) "
-            "ON CONFLICT DO NOTHING RETURNING job_id",
+            "ON CONFLICT DO NOTHING",
             (
                 job_id,
                 key,
@@ -121,7 +125,6 @@ class LedgerOps:
                 now,
             ),
         )
-        return bool(rows)
 
     def ledger_restart(
         self, job_id: str, key: str, *, invocation_id: str, attempt_id: str | None

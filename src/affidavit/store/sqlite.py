@@ -60,6 +60,10 @@ class SqliteTransaction(SqlTransaction):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self._conn.execute(sql, params).fetchall()
 
+    def inserted(self, sql: str, params: Sequence[Any]) -> bool:
+        # the count of changed rows, not RETURNING (which SQLite buffers in a temporary table)
+        return bool(self._conn.execute(sql, params).rowcount == 1)
+
     def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
         # The write lock is held since BEGIN IMMEDIATE, so one statement reads both.
         row = self._conn.execute(_JOB_AND_HEAD, (job_id,)).fetchone()
@@ -75,21 +79,29 @@ class SqliteTransaction(SqlTransaction):
         fence: str | None,
         head: bytes,
     ) -> list[StoredEvent]:
-        # The write lock is held since BEGIN IMMEDIATE, so the state cannot change under us.
-        # One statement inserts a chunk of rows, all or none: only while the job exists, the
-        # fence holds and the row before the chunk is in the log (conditions on no row, so
-        # SQLite checks them once per statement, without a read of its own). A log that moved
+        # The write lock is held since BEGIN IMMEDIATE, so the state cannot change under us:
+        # one query checks that the job exists, that the fence holds and that the row before
+        # the first new one is in the log; then plain INSERTs write the rows. A log that moved
         # past expected_version is refused by the unique (job_id, version) key; one that has
-        # not reached it, by the missing previous row. Later chunks follow rows this append
-        # just wrote, so only the first chunk can be refused.
+        # not reached it, by the guard. (Folding the guard into the INSERT as a WHERE clause
+        # costs more: a SELECT that reads the table it inserts into makes SQLite copy the rows
+        # through a temporary table first.)
+        guard = self._conn.execute(_GUARD, (expected_version, job_id, expected_version, job_id))
+        found = guard.fetchone()
+        if found is None:
+            raise JobNotFound(job_id)
+        if fence is not None and found[0] != fence:
+            raise fenced(job_id, fence, found[0])
+        if not found[1]:
+            raise self._conflict(job_id, expected_version)
         stored = chain_events(job_id, expected_version, head, encoded)
         if len(stored) <= _CHUNK:
-            self._insert_chunks(job_id, stored, expected_version, fence)
+            self._insert_chunks(job_id, stored, expected_version)
             return stored
         # several statements: all of them or none, even if the caller goes on after an error
         self._conn.execute("SAVEPOINT affidavit_append")
         try:
-            self._insert_chunks(job_id, stored, expected_version, fence)
+            self._insert_chunks(job_id, stored, expected_version)
         except BaseException:
             self._conn.execute("ROLLBACK TO affidavit_append")
             raise
@@ -97,37 +109,29 @@ class SqliteTransaction(SqlTransaction):
             self._conn.execute("RELEASE affidavit_append")
         return stored
 
-    def _insert_chunks(
-        self, job_id: str, stored: list[StoredEvent], expected_version: int, fence: str | None
-    ) -> None:
-        guard: tuple[str, ...] = (job_id,) if fence is None else (job_id, fence)
+    def _insert_chunks(self, job_id: str, stored: list[StoredEvent], expected_version: int) -> None:
         for start in range(0, len(stored), _CHUNK):
             chunk = stored[start : start + _CHUNK]
             params: list[Any] = []
             for e in chunk:
                 params += (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
-            previous = chunk[0].version - 1
-            params += (*guard, previous, job_id, previous)
             try:
-                inserted = self._conn.execute(
-                    _insert_rows(len(chunk), fence is not None), params
-                ).rowcount
+                self._conn.execute(_insert_rows(len(chunk)), params)
             except sqlite3.IntegrityError as exc:
                 if "events.job_id, events.version" not in str(exc):
                     raise
-                (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
-                raise conflict(job_id, expected_version, int(actual)) from None
-            if inserted != len(chunk):
-                found = self._conn.execute(_JOB_FENCE, (job_id,)).fetchone()
-                if found is None:
-                    raise JobNotFound(job_id)
-                if fence is not None and found[0] != fence:
-                    raise fenced(job_id, fence, found[0])
-                (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
-                raise conflict(job_id, expected_version, int(actual))
+                raise self._conflict(job_id, expected_version) from None
+
+    def _conflict(self, job_id: str, expected_version: int) -> Exception:
+        (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
+        return conflict(job_id, expected_version, int(actual))
 
 
-_JOB_FENCE = "SELECT attempt_id FROM jobs WHERE job_id = ?"
+# the append guard: (the job's attempt id, whether the row before the first new one exists)
+_GUARD = (
+    "SELECT attempt_id, ? = 0 OR EXISTS (SELECT 1 FROM events WHERE job_id = ? AND version = ?) "
+    "FROM jobs WHERE job_id = ?"
+)
 _LAST_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE job_id = ?"
 # rows per INSERT statement: 6 parameters each, far below SQLite's variable limit (999 in old
 # builds)
@@ -135,20 +139,11 @@ _CHUNK = 100
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_rows(count: int, fenced: bool) -> str:
-    """The INSERT of ``count`` event rows, guarded by conditions checked once: the job exists
-    (its fence holds), and the row before the first (version - 1, given twice) is in the log or
-    this is the first."""
+def _insert_rows(count: int) -> str:
+    """The INSERT of ``count`` event rows."""
     values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * count)
-    job = (
-        "(SELECT attempt_id FROM jobs WHERE job_id = ?) = ?"
-        if fenced
-        else "EXISTS (SELECT 1 FROM jobs WHERE job_id = ?)"
-    )
     return (
-        "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
-        f"SELECT column1, column2, column3, column4, column5, column6 FROM (VALUES {values}) "
-        f"WHERE {job} AND (? = 0 OR EXISTS (SELECT 1 FROM events WHERE job_id = ? AND version = ?))"
+        f"INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) VALUES {values}"
     )
 
 
