@@ -752,20 +752,13 @@ def goals(results: Results) -> list[Goal]:
 Stats = dict[ProfileKey, tuple[Any, ...]]  # (cc, nc, tottime, cumtime, callers)
 
 
-class TracedConnection:
-    """Wraps the store's SQLite writer connection so that cProfile sees BEGIN, COMMIT (synced
-    or only written), PRAGMA and other statements as separate functions. Profile mode only."""
+class TracedCursor:
+    """Wraps the store's SQLite writer cursor so that cProfile sees BEGIN, COMMIT (synced or
+    only written), PRAGMA and other statements as separate functions. Profile mode only."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._conn = cursor
         self._synced = True
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._conn.in_transaction
-
-    def close(self) -> None:
-        self._conn.close()
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         if statement == "COMMIT":
@@ -821,7 +814,7 @@ SQL = "affidavit/store/_sql.py"
 LEDGER = "affidavit/store/_ledger.py"
 BENCH = "benchmarks/bench_steps.py"
 _canonical = function_matcher("canonical", "affidavit/core/canonical.py")
-_sql_call = builtin_matcher("of 'sqlite3.Connection'")
+_sql_call = _any(builtin_matcher("of 'sqlite3.Connection'"), builtin_matcher("of 'sqlite3.Cursor'"))
 
 # (label, top-level?, how to total it). Top-level rows are disjoint parts of the run; indented
 # rows are parts of the row above; "all callers" rows overlap the others (shown for reference).
@@ -892,6 +885,13 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
         "  chain_events() (SHA-256 chain)",
         False,
         lambda s: _cum(s, function_matcher("chain_events", SQL)),
+    ),
+    (
+        "  SQL: the append's guard (job, fence, previous row)",
+        False,
+        lambda s: _cum_from(
+            s, _sql_call, function_matcher("_append_after_head", "affidavit/store/sqlite.py")
+        ),
     ),
     (
         "  SQL: INSERT events",
@@ -1225,8 +1225,8 @@ def run_profile(sizes: Sizes) -> None:
         rt = Runtime(f"sqlite:///{tmp}/profile.db", tools=REGISTRY)
         try:
             store: Any = rt.store
-            if hasattr(store, "_writer"):  # split BEGIN / COMMIT / PRAGMA in the profile
-                store._writer = TracedConnection(store._writer)
+            if hasattr(store, "_writer_cursor"):  # split BEGIN / COMMIT / PRAGMA in the profile
+                store._writer_cursor = TracedCursor(store._writer_cursor)
             job = rt.submit(plan_data, {})
             profiler = cProfile.Profile()
             gc.collect()

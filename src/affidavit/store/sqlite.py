@@ -42,31 +42,32 @@ DEFAULT_BUSY_TIMEOUT_S = 30.0
 
 
 class SqliteTransaction(SqlTransaction):
-    """Statements run at once on the writer connection. No row locks are needed:
+    """Statements run at once on the writer connection, through its one cursor (a cursor per
+    statement costs more than the statement's own bookkeeping). No row locks are needed:
     ``BEGIN IMMEDIATE`` already holds the database write lock."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cur = cursor
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._conn.execute(sql, params)
+        self._cur.execute(sql, params)
 
     def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if len(rows) == 1:
-            self._conn.execute(sql, rows[0])
+            self._cur.execute(sql, rows[0])
         else:
-            self._conn.executemany(sql, rows)
+            self._cur.executemany(sql, rows)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return self._conn.execute(sql, params).fetchall()
+        return self._cur.execute(sql, params).fetchall()
 
     def inserted(self, sql: str, params: Sequence[Any]) -> bool:
         # the count of changed rows, not RETURNING (which SQLite buffers in a temporary table)
-        return bool(self._conn.execute(sql, params).rowcount == 1)
+        return bool(self._cur.execute(sql, params).rowcount == 1)
 
     def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
         # The write lock is held since BEGIN IMMEDIATE, so one statement reads both.
-        row = self._conn.execute(_JOB_AND_HEAD, (job_id,)).fetchone()
+        row = self._cur.execute(_JOB_AND_HEAD, (job_id,)).fetchone()
         if row is None:
             return None, None
         return (row[0],), (row[1], row[2]) if row[1] is not None else None
@@ -86,7 +87,7 @@ class SqliteTransaction(SqlTransaction):
         # not reached it, by the guard. (Folding the guard into the INSERT as a WHERE clause
         # costs more: a SELECT that reads the table it inserts into makes SQLite copy the rows
         # through a temporary table first.)
-        guard = self._conn.execute(_GUARD, (expected_version, job_id, expected_version, job_id))
+        guard = self._cur.execute(_GUARD, (expected_version, job_id, expected_version, job_id))
         found = guard.fetchone()
         if found is None:
             raise JobNotFound(job_id)
@@ -99,14 +100,14 @@ class SqliteTransaction(SqlTransaction):
             self._insert_chunks(job_id, stored, expected_version)
             return stored
         # several statements: all of them or none, even if the caller goes on after an error
-        self._conn.execute("SAVEPOINT affidavit_append")
+        self._cur.execute("SAVEPOINT affidavit_append")
         try:
             self._insert_chunks(job_id, stored, expected_version)
         except BaseException:
-            self._conn.execute("ROLLBACK TO affidavit_append")
+            self._cur.execute("ROLLBACK TO affidavit_append")
             raise
         finally:
-            self._conn.execute("RELEASE affidavit_append")
+            self._cur.execute("RELEASE affidavit_append")
         return stored
 
     def _insert_chunks(self, job_id: str, stored: list[StoredEvent], expected_version: int) -> None:
@@ -116,14 +117,14 @@ class SqliteTransaction(SqlTransaction):
             for e in chunk:
                 params += (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
             try:
-                self._conn.execute(_insert_rows(len(chunk)), params)
+                self._cur.execute(_insert_rows(len(chunk)), params)
             except sqlite3.IntegrityError as exc:
                 if "events.job_id, events.version" not in str(exc):
                     raise
                 raise self._conflict(job_id, expected_version) from None
 
     def _conflict(self, job_id: str, expected_version: int) -> Exception:
-        (actual,) = self._conn.execute(_LAST_VERSION, (job_id,)).fetchone()
+        (actual,) = self._cur.execute(_LAST_VERSION, (job_id,)).fetchone()
         return conflict(job_id, expected_version, int(actual))
 
 
@@ -173,12 +174,12 @@ class _WriteTransaction:
                 raise StoreError(
                     "nested write transaction", hint="Pass the open transaction down instead."
                 )
-            conn = store._writer
+            cursor = store._writer_cursor
             try:
                 if durable != store._full_sync:
-                    conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                    cursor.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
                     store._full_sync = durable
-                conn.execute("BEGIN IMMEDIATE")
+                cursor.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise StoreError(
                     f"cannot start a write transaction on {store.path!r}: {exc}"
@@ -187,7 +188,7 @@ class _WriteTransaction:
             store._write_lock.release()
             raise
         store._in_write = True
-        return SqliteTransaction(conn)
+        return SqliteTransaction(cursor)
 
     def __exit__(
         self,
@@ -196,16 +197,16 @@ class _WriteTransaction:
         tb: TracebackType | None,
     ) -> None:
         store = self._store
-        conn = store._writer
+        cursor = store._writer_cursor
         try:
             if exc is None:
                 try:
-                    conn.execute("COMMIT")
+                    cursor.execute("COMMIT")
                     return
                 except sqlite3.Error as commit_error:
                     exc = commit_error  # rolled back and reported as below
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            if store._writer.in_transaction:
+                cursor.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"SQLite write failed on {store.path!r}: {exc}") from exc
         finally:
@@ -263,6 +264,7 @@ class SqliteStore(SqlStore):
         # connection has written, and every statement would read its pages back (measured:
         # ~25 more pread calls per tool step).
         self._writer = self._connect()
+        self._writer_cursor = self._writer.cursor()
         self._full_sync = True
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
