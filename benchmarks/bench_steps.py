@@ -820,7 +820,7 @@ _sql_call = _any(builtin_matcher("of 'sqlite3.Connection'"), builtin_matcher("of
 # rows are parts of the row above; "all callers" rows overlap the others (shown for reference).
 PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
     (
-        "job start: Plan.parse + step ids (once per job, O(n²) in a chain)",
+        "job start: Plan.parse + step ids (once per job; linear in the plan)",
         True,
         lambda s: _cum(
             s, _any(function_matcher("parse", PLAN), function_matcher("step_ids", PLAN))
@@ -1161,7 +1161,7 @@ def cpu_parts(
             canonical(s.result)
 
     parts: list[tuple[str, Callable[[], object]]] = [
-        ("Plan.parse at job start (÷ steps; O(n²) for a chain)", lambda: Plan.parse(plan_data)),
+        ("Plan.parse at job start (÷ steps; once per job)", lambda: Plan.parse(plan_data)),
         ("plan.node(id) once per step (linear scan)", lambda: [plan.node(i) for i in plan.order]),
         (
             "resolve ${…} args + canonical check",
