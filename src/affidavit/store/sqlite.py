@@ -63,7 +63,7 @@ class SqliteTransaction(SqlTransaction):
 
     def inserted(self, sql: str, params: Sequence[Any]) -> bool:
         # the count of changed rows, not RETURNING (which SQLite buffers in a temporary table)
-        return bool(self._cur.execute(sql, params).rowcount == 1)
+        return self._cur.execute(sql, params).rowcount == 1
 
     def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
         # The write lock is held since BEGIN IMMEDIATE, so one statement reads both.
