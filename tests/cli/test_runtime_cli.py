@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from affidavit.examples import refund
-from tests.cli.test_cli import cli, json_of
+from tests.cli.test_cli import SRC, cli, json_of
 
 TOOLS = "affidavit.examples.refund"
 
@@ -154,3 +158,105 @@ def test_cancel(store_url: str, shop: Path, plan_file: Path) -> None:
     w = json_of(cli("worker", "--tools", TOOLS, "--until-idle", "--db", store_url, "--json"))
     assert w == {"jobs_run": 0}
     assert refund.PaymentsLedger(shop).entries() == []
+
+
+# --- progress on stderr -----------------------------------------------------------------------
+
+GATED_TOOLS = """
+import time
+import os
+import subprocess
+import sys
+from pathlib import Path
+from affidavit import RetryableError, tool
+
+@tool("gated")
+def gated(ctx, gate):
+    # waits until the test opens the gate: the run cannot end before the test saw progress
+    deadline = time.monotonic() + 60
+    while gate and not Path(gate).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the gate was never opened")
+        time.sleep(0.02)
+    return {"ok": True}
+
+@tool("always_503", retry=2)
+def always_503(ctx):
+    raise RetryableError(f"upstream 503 on try {ctx.attempt}")
+"""
+
+
+def test_run_prints_each_step_while_the_job_runs(store_url: str, tmp_path: Path) -> None:
+    """The first step's line reaches stderr while the second step still blocks: progress is
+    live, not printed when the run ends; stdout carries only the job's output."""
+    (tmp_path / "gated_tools.py").write_text(GATED_TOOLS)
+    gate = tmp_path / "gate"
+    plan = tmp_path / "gated.json"
+    plan.write_text(json.dumps({"name": "gated", "nodes": [
+        {"id": "first", "type": "tool", "tool": "gated", "args": {"gate": ""}},
+        {"id": "second", "type": "tool", "tool": "gated", "args": {"gate": str(gate)},
+         "depends_on": ["first"]},
+    ]}))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"}
+    tools = str(tmp_path / "gated_tools.py")
+    command = [sys.executable, "-m", "affidavit", "run", str(plan), "--tools", tools]
+    proc = subprocess.Popen(
+        [*command, "--db", store_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        seen = [proc.stderr.readline() for _ in range(2)]
+        assert seen[0].startswith("job ") and seen[0].rstrip().endswith(": running"), seen
+        assert seen[1].split() == ["✓", "first", "committed", *seen[1].split()[3:]], seen
+        assert proc.poll() is None  # still blocked in "second"
+        gate.touch()
+        out, rest = proc.communicate(timeout=60)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    assert proc.returncode == 0, rest
+    lines = rest.splitlines()
+    assert lines[0].split()[:3] == ["✓", "second", "committed"]
+    assert lines[1].endswith(": completed")
+    assert json.loads(out) == {"second": {"ok": True}}
+
+
+def test_run_progress_names_failures_and_json_prints_none(store_url: str, tmp_path: Path) -> None:
+    (tmp_path / "gated_tools.py").write_text(GATED_TOOLS)
+    plan = tmp_path / "fails.json"
+    plan.write_text(json.dumps({"name": "fails", "nodes": [
+        {"id": "charge", "type": "tool", "tool": "always_503"}]}))  # fmt: skip
+    args = ["run", str(plan), "--tools", str(tmp_path / "gated_tools.py"), "--db", store_url]
+    r = cli(*args)
+    assert r.returncode == 1
+    steps = [
+        re.sub(r"\(\d+ ms\)", "(N ms)", line)
+        for line in r.stderr.splitlines()
+        if line.startswith("  ")
+    ]
+    assert steps == [
+        "  ↻ charge failed (retryable) (N ms): upstream 503 on try 1",
+        "  ↻ charge failed (retryable) (N ms): upstream 503 on try 2",
+    ]
+    assert r.stderr.splitlines()[-1] == "error: upstream 503 on try 2 (RetryableError)"
+    quiet = cli(*args, "--json")
+    assert quiet.returncode == 1
+    assert quiet.stderr == ""
+    assert json_of(quiet)["status"] == "failed"
+
+
+def test_worker_prints_a_line_per_job(store_url: str, shop: Path, plan_file: Path) -> None:
+    ids = []
+    for order_id in ("A-1001", "A-1002"):
+        r = cli("submit", str(plan_file), "--tools", TOOLS, "--input", order(shop, order_id),
+                "--db", store_url, "--json")  # fmt: skip
+        ids.append(json_of(r)["job_id"])
+    w = cli("worker", "--tools", TOOLS, "--until-idle", "--db", store_url)
+    assert w.returncode == 0, w.stderr
+    lines = [line for line in w.stderr.splitlines() if line.startswith("job ")]
+    assert sorted(line.split()[1].rstrip(":") for line in lines) == sorted(ids)
+    assert all(line.split()[2] == "completed" for line in lines), lines
+    assert w.stdout.strip() == "jobs run: 2"

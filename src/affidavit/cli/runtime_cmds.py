@@ -13,6 +13,7 @@ import typer
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.progress import StepProgress, job_line
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
 from affidavit.runtime.decisions import (
@@ -144,8 +145,12 @@ def show_job(job: JobRecord) -> None:
     output.err.print(f"job {job.job_id}: [{color}]{job.status}[/]")
     if job.output is not None:
         output.out.print_json(json.dumps(job.output))
-    if job.error is not None:
-        output.err.print(f"error: {job.error}")
+    error = job.error
+    if isinstance(error, dict) and error.get("message"):
+        kind = f" ({error['type']})" if error.get("type") else ""
+        output.err.print(f"error: {error['message']}{kind}", markup=False)
+    elif error is not None:
+        output.err.print(f"error: {error}", markup=False)
 
 
 def run(
@@ -176,7 +181,12 @@ def run(
                 replay_verification=replay_verification.value if replay_verification else None,
             )
             if not job.terminal:
-                job = rt.run_job(job.job_id)
+                if as_json:
+                    job = rt.run_job(job.job_id)
+                else:
+                    output.err.print(f"job {job.job_id}: running")
+                    with StepProgress(rt.store, job.job_id, output.err, after_version=job.version):
+                        job = rt.run_job(job.job_id)
             if job.status in ("pending", "running"):
                 raise InvalidStateError(
                     f"job {job.job_id} is held by worker {job.lease_owner} (lease until "
@@ -265,6 +275,9 @@ def worker(
                 output.err.print(
                     f"worker {rt.worker.worker_id} on {rt.store.backend}"
                     + (" (until idle)" if until_idle else " (Ctrl-C to stop)")
+                )
+                rt.worker.on_job = lambda job_id, status, seconds: output.err.print(
+                    job_line(job_id, status, seconds), highlight=False
                 )
             try:
                 jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)

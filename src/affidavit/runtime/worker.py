@@ -49,6 +49,7 @@ class Worker:
         metrics: RuntimeMetrics | None = None,
         step_concurrency: int = 1,
         sealer: Sealer | None = None,
+        on_job: Callable[[str, str, float], None] | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -63,6 +64,9 @@ class Worker:
         self._sleep = sleep
         self.metrics = metrics if metrics is not None else RuntimeMetrics()
         self.sealer = sealer if sealer is not None else Sealer.for_store(store)
+        # called after each run with (job id, resulting status, seconds the run took); the
+        # status is "lost" when the run was fenced off
+        self.on_job = on_job
         self._count_lock = threading.Lock()
         self.jobs_run = 0
 
@@ -105,8 +109,9 @@ class Worker:
 
         heart = threading.Thread(target=beat, name=f"heartbeat-{claim.job_id}", daemon=True)
         heart.start()
+        started = time.perf_counter()
         try:
-            return JobRunner(
+            status = JobRunner(
                 self.store,
                 self.tools,
                 lease=lease,
@@ -120,6 +125,9 @@ class Worker:
             heart.join()
             with self._count_lock:
                 self.jobs_run += 1
+        if self.on_job is not None:
+            self.on_job(claim.job_id, status, time.perf_counter() - started)
+        return status
 
     def run_once(self, job_id: str | None = None) -> str | None:
         """Claim and run one job; ``None`` if nothing was runnable."""

@@ -1,0 +1,127 @@
+"""Progress on stderr while a command runs jobs: one line per step outcome, per job.
+
+``affidavit run`` follows its job's log from a second thread while the job runs, and prints each
+step's outcome as it is recorded (a long job shows where it is); ``affidavit worker`` prints one
+line per job it ran. Both read only what is committed, never slow the run down beyond one read
+of the new events every ``interval`` seconds, and print nothing with ``--json``.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from affidavit.core.errors import StoreError
+from affidavit.store import Store, StoredEvent
+
+# result type of node_finished -> (mark, colour, words)
+_OUTCOMES = {
+    "pure": ("✓", "green", "done"),
+    "side_effect_committed": ("✓", "green", "committed"),
+    "compensated": ("↺", "yellow", "compensated"),
+    "retryable_failure": ("↻", "yellow", "failed (retryable)"),
+    "compensatable_failure": ("✗", "red", "failed (compensatable)"),
+    "permanent_failure": ("✗", "red", "failed"),
+}
+
+
+def describe(event: StoredEvent) -> str | None:
+    """The progress line (Rich markup) for one event, or ``None`` for events not shown."""
+    p: Any = event.payload
+    if not isinstance(p, dict):
+        return None
+    node = escape(str(p.get("node_id", "")))
+    if event.type == "node_finished":
+        mark, colour, words = _OUTCOMES.get(
+            str(p.get("result_type")), ("?", "yellow", str(p.get("result_type")))
+        )
+        line = f"  [{colour}]{mark}[/] {node} {escape(words)}"
+        duration = p.get("duration_ms")
+        if isinstance(duration, int | float) and not isinstance(duration, bool):
+            line += f" [dim]({duration:,.0f} ms)[/]"
+        error = p.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            line += f": {escape(str(error['message']))}"
+        return line
+    if event.type == "tool_invocation_finished" and p.get("catch_up"):
+        outcome = "the effect had happened" if p.get("outcome") == "success" else "it had not"
+        return f"  [yellow]↺[/] {node} recovered an invocation left open: {outcome}"
+    if event.type == "job_waiting":
+        return f"  [yellow]…[/] {node} waits: {escape(str(p.get('reason', '')))}"
+    if event.type == "job_parked":
+        detail = p.get("detail") or p.get("reason", "")
+        return f"  [yellow]‖[/] parked at {node}: {escape(str(detail))}"
+    if event.type == "step_compensated":
+        return f"  [yellow]↺[/] {node} compensation ran"
+    return None
+
+
+class StepProgress:
+    """Print the steps of one job as its run records them (a context manager around the run).
+
+    The log is read from a thread of its own every ``interval`` seconds; leaving the context
+    reads it once more, so every event recorded by then is printed, in version order, once.
+    A read that fails (the database busy, say) is skipped: progress is never worth failing
+    the run over.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        job_id: str,
+        console: Console,
+        *,
+        after_version: int = 0,
+        interval: float = 0.25,
+    ) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.console = console
+        self.version = after_version
+        self.interval = interval
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # one reader at a time: lines stay in version order
+        self._thread = threading.Thread(target=self._follow, name="affidavit-progress", daemon=True)
+
+    def __enter__(self) -> StepProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.poll()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def poll(self) -> None:
+        """Print what was recorded since the last poll."""
+        with self._lock:
+            try:
+                events = self.store.list_events(self.job_id, after_version=self.version)
+            except StoreError:
+                return
+            for event in events:
+                self.version = event.version
+                line = describe(event)
+                if line is not None:
+                    self.console.print(line, highlight=False)
+
+
+def job_line(job_id: str, status: str, seconds: float) -> str:
+    """The line ``affidavit worker`` prints after each run (Rich markup)."""
+    colour = {"completed": "green", "failed": "red", "cancelled": "red", "lost": "red"}.get(
+        status, "yellow"
+    )
+    return f"job {job_id}: [{colour}]{escape(status)}[/] [dim]({seconds:,.2f} s)[/]"
