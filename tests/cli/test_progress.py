@@ -54,3 +54,8 @@ def test_describe(kind: str, payload: Any, line: str | None) -> None:
 
 def test_job_line() -> None:
     assert plain(job_line("j-1", "parked", 2.345)) == "job j-1: parked (2.35 s)"
+
+
+def test_a_payload_that_is_not_json_shows_nothing() -> None:
+    broken = StoredEvent("job-1", 3, "e-1", "node_finished", b'{"node_id": "pay"', "00" * 32)
+    assert describe(broken) is None

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from affidavit.core.errors import StoreError
+from affidavit.core.errors import AffidavitError, StoreError
 from affidavit.store import Store, StoredEvent
 
 # result type of node_finished -> (mark, colour, words)
@@ -31,7 +31,10 @@ _OUTCOMES = {
 
 def describe(event: StoredEvent) -> str | None:
     """The progress line (Rich markup) for one event, or ``None`` for events not shown."""
-    p: Any = event.payload
+    try:
+        p: Any = event.payload
+    except ValueError:  # not JSON: nothing to show (verification reports it)
+        return None
     if not isinstance(p, dict):
         return None
     node = escape(str(p.get("node_id", "")))
@@ -110,7 +113,7 @@ class StepProgress:
         with self._lock:
             try:
                 events = self.store.list_events(self.job_id, after_version=self.version)
-            except StoreError:
+            except (StoreError, AffidavitError):
                 return
             for event in events:
                 self.version = event.version
