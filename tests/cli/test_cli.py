@@ -18,16 +18,22 @@ from affidavit.store import NewEvent, migrations, open_store
 SRC = str(Path(__file__).parents[2] / "src")
 
 
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a CLI subprocess runs in: this checkout's sources, a wide terminal, and
+    (unless ``env`` is given) no database URL from the caller's environment."""
+    full_env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200", **(env or {})}
+    full_env.pop("AFFIDAVIT_DATABASE_URL", None) if env is None else None
+    return full_env
+
+
 def cli(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200", **(env or {})}
-    full_env.pop("AFFIDAVIT_DATABASE_URL", None) if env is None else None
     return subprocess.run(
         [sys.executable, "-m", "affidavit", *args],
         capture_output=True,
         text=True,
-        env=full_env,
+        env=cli_env(env),
         cwd=cwd,
         timeout=120,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from affidavit.examples import refund
-from tests.cli.test_cli import SRC, cli, json_of
+from tests.cli.test_cli import cli, cli_env, json_of
 
 TOOLS = "affidavit.examples.refund"
 
@@ -197,7 +196,6 @@ def test_run_prints_each_step_while_the_job_runs(store_url: str, tmp_path: Path)
         {"id": "second", "type": "tool", "tool": "gated", "args": {"gate": str(gate)},
          "depends_on": ["first"]},
     ]}))  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"}
     tools = str(tmp_path / "gated_tools.py")
     command = [sys.executable, "-m", "affidavit", "run", str(plan), "--tools", tools]
     proc = subprocess.Popen(
@@ -205,7 +203,7 @@ def test_run_prints_each_step_while_the_job_runs(store_url: str, tmp_path: Path)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=cli_env(),
     )
     try:
         assert proc.stderr is not None
@@ -216,7 +214,8 @@ def test_run_prints_each_step_while_the_job_runs(store_url: str, tmp_path: Path)
         gate.touch()
         out, rest = proc.communicate(timeout=60)
     finally:
-        proc.kill() if proc.poll() is None else None
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 0, rest
     lines = rest.splitlines()
     assert lines[0].split()[:3] == ["✓", "second", "committed"]

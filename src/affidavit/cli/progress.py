@@ -87,7 +87,6 @@ class StepProgress:
         self.version = after_version
         self.interval = interval
         self._stop = threading.Event()
-        self._lock = threading.Lock()  # one reader at a time: lines stay in version order
         self._thread = threading.Thread(target=self._follow, name="affidavit-progress", daemon=True)
 
     def __enter__(self) -> StepProgress:
@@ -109,22 +108,28 @@ class StepProgress:
             self.poll()
 
     def poll(self) -> None:
-        """Print what was recorded since the last poll."""
-        with self._lock:
-            try:
-                events = self.store.list_events(self.job_id, after_version=self.version)
-            except (StoreError, AffidavitError):
-                return
-            for event in events:
-                self.version = event.version
-                line = describe(event)
-                if line is not None:
-                    self.console.print(line, highlight=False)
+        """Print what was recorded since the last poll (one poller at a time: the thread,
+        then, once it is joined, the final read)."""
+        try:
+            events = self.store.list_events(self.job_id, after_version=self.version)
+        except (StoreError, AffidavitError):
+            return
+        for event in events:
+            self.version = event.version
+            line = describe(event)
+            if line is not None:
+                self.console.print(line, highlight=False)
+
+
+def status_markup(status: str) -> str:
+    """A job status (or ``lost``) coloured for the terminal: green done, red ended badly,
+    yellow for what waits on something."""
+    colour = {"completed": "green", "failed": "red", "cancelled": "red", "lost": "red"}.get(
+        status, "yellow"
+    )
+    return f"[{colour}]{escape(status)}[/]"
 
 
 def job_line(job_id: str, status: str, seconds: float) -> str:
     """The line ``affidavit worker`` prints after each run (Rich markup)."""
-    colour = {"completed": "green", "failed": "red", "cancelled": "red", "lost": "red"}.get(
-        status, "yellow"
-    )
-    return f"job {job_id}: [{colour}]{escape(status)}[/] [dim]({seconds:,.2f} s)[/]"
+    return f"job {job_id}: {status_markup(status)} [dim]({seconds:,.2f} s)[/]"

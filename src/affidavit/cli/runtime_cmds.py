@@ -13,7 +13,7 @@ import typer
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
-from affidavit.cli.progress import StepProgress, job_line
+from affidavit.cli.progress import StepProgress, job_line, status_markup
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
 from affidavit.runtime.decisions import (
@@ -141,8 +141,7 @@ def emit_job(job: JobRecord, as_json: bool) -> None:
 
 
 def show_job(job: JobRecord) -> None:
-    color = {"completed": "green", "failed": "red", "cancelled": "red"}.get(job.status, "yellow")
-    output.err.print(f"job {job.job_id}: [{color}]{job.status}[/]")
+    output.err.print(f"job {job.job_id}: {status_markup(job.status)}")
     if job.output is not None:
         output.out.print_json(json.dumps(job.output))
     error = job.error
