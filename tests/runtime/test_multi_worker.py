@@ -85,8 +85,16 @@ def test_four_workers_two_killed(store_url: str, tmp_path: Path) -> None:
     with Runtime(url, tools=REGISTRY) as rt:
         job_ids = submit_jobs(rt, side, n_jobs)
         t0 = time.monotonic()
-        # worker 0 dies right after its 20th tool call returned, before T2: a step in flight
+        # worker 0 dies right after its 20th tool call returned, before T2: a step in flight.
+        # It gets a head start of 19 calls: the 20th is then step 2 of the job it holds, which
+        # no other worker can take from it (started together, SQLite's busy waiting can let
+        # the other three claim nearly every job first, so that worker 0 never got to 20).
         procs = [start_worker(url, crash="tool.after_execute:20")]
+        end = time.monotonic() + 60
+        while executions_by(side, procs[0].pid) < 19:
+            assert procs[0].poll() is None, procs[0].communicate()
+            assert time.monotonic() < end, "worker 0 made no progress"
+            time.sleep(0.01)
         procs += [start_worker(url) for _ in range(3)]
         # worker 1 is killed from outside at an arbitrary moment, once it is well into its work
         victim = procs[1]
