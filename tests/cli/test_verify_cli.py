@@ -67,6 +67,66 @@ def test_verify_outputs_and_exit_codes(store_url: str, tmp_path: Path) -> None:
     assert json_of(bad_key)["error"]["code"] == "config_error"
 
 
+def test_verify_all_reports_every_job_and_fails_on_any(store_url: str, tmp_path: Path) -> None:
+    clean = finished_job(store_url, tmp_path, "A-1001")
+    tampered = finished_job(store_url, tmp_path, "A-1002")
+    unsealed = finished_job(store_url, tmp_path, "A-1003")
+    raw = RawDb(store_url)
+    version, _, _, payload, _ = raw.events(tampered)[3]
+    raw.set_payload(tampered, version, payload.replace(b'"', b"'", 1))
+    raw.execute("DELETE FROM seals WHERE job_id = ?", (unsealed,))
+
+    result = cli("verify", "--all", "--db", store_url, "--json")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == ""
+    doc = json_of(result)
+    assert (doc["jobs"], doc["verified"], doc["failed"]) == (3, 1, 2)
+    assert doc["failed_jobs"] == [unsealed, tampered]  # newest first
+    by_id = {r["job_id"]: r for r in doc["results"]}
+    assert list(by_id) == [unsealed, tampered, clean]
+    with Runtime(store_url, tools=refund.TOOLS) as rt:
+        for job_id, entry in by_id.items():
+            assert set(entry) == SECTION6
+            assert entry == verify_job(rt.store, job_id).to_dict()
+    assert by_id[tampered]["stored_chain"]["first_bad_version"] == version
+    assert by_id[unsealed]["seal"]["present"] is False
+    assert by_id[clean]["ok"] is True
+
+    human = cli("verify", "--all", "--db", store_url)
+    assert human.returncode == 1
+    assert tampered in human.stdout and unsealed in human.stdout and clean not in human.stdout
+    assert "stored_chain" in human.stdout and "has no seal" in human.stdout
+    assert "NOT verified: 2 of 3 jobs failed a check" in human.stdout
+
+    raw.set_payload(tampered, version, payload)  # repaired; `unsealed` stays without a seal
+    narrowed = cli("verify", "--all", "--status", "failed", "--db", store_url, "--json")
+    assert narrowed.returncode == 0, narrowed.stderr
+    assert json_of(narrowed)["jobs"] == 0
+    completed = cli("verify", "--all", "--status", "completed", "--db", store_url)
+    assert completed.returncode == 1
+    assert "NOT verified: 1 of 3 jobs failed a check" in completed.stdout
+
+
+def test_verify_selection_errors_change_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    for args in (
+        (),
+        ("some-job", "--all"),
+        ("some-job", "--status", "completed"),
+        ("some-job", "--namespace", "ns"),
+        ("--all", "--status", "finished"),
+    ):
+        result = cli("verify", *args, "--db", url, "--json")
+        assert result.returncode == 3, args
+        assert json_of(result)["error"]["code"] == "config_error", args
+    assert list(tmp_path.iterdir()) == []
+
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    result = cli("verify", "--all", "--db", empty)
+    assert result.returncode == 0
+    assert "no jobs to verify" in result.stdout
+
+
 def test_verify_store_error_is_exit_3(tmp_path: Path) -> None:
     result = cli("verify", "x", "--db", f"sqlite:///{tmp_path / 'no' / 'dir.db'}", "--json")
     assert result.returncode == 3

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.core.errors import ConfigError
 from affidavit.runtime.sealing import KEY_ENV, Sealer, SigningKey
-from affidavit.store import Store
+from affidavit.store import JOB_STATUSES, JobFilter, Store
 from affidavit.verify import VerificationResult, verify_job
 
 keys_app = typer.Typer(help="The key that signs job seals.", no_args_is_help=True)
@@ -33,7 +36,29 @@ def register(app: typer.Typer) -> None:
 
 
 def verify(
-    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    job_id: Annotated[
+        str | None, typer.Argument(help="The job id (or --all).", show_default=False)
+    ] = None,
+    all_jobs: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Verify every job in the database, newest first (narrowed by --status and "
+            "--namespace); exit 1 if any job fails a check.",
+        ),
+    ] = False,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            help=f"With --all: only these statuses ({', '.join(JOB_STATUSES)}). Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="With --all: only this namespace.", show_default=False),
+    ] = None,
     trusted_key: Annotated[
         list[str] | None,
         typer.Option(
@@ -47,19 +72,120 @@ def verify(
     as_json: JsonOption = False,
 ) -> None:
     """Verify a job (any status) without changing anything: execution hash, event chain root,
-    tool-invocation ledger proof, replay proof, stored chain and seal.
+    tool-invocation ledger proof, replay proof, stored chain and seal. With --all, every job
+    that matches the filters when the command starts.
 
-    Exit codes: 0 every check holds; 1 some check failed; 2 no such job; 3 usage or store
-    error.
+    Exit codes: 0 every check holds (with --all: for every job, also when there is none);
+    1 some check failed; 2 no such job; 3 usage or store error.
     """
-    with command(as_json), opened(db) as store:
-        result = verify_job(store, job_id, trusted_keys=trusted_key or None)
+    with command(as_json):
+        _check_selection(job_id, all_jobs, status, namespace)
+        with opened(db) as store:
+            if job_id is None:
+                filters = JobFilter(status=status or None, namespace=namespace)
+                results = verify_all(store, filters, trusted_key or None, show_progress=not as_json)
+            else:
+                result = verify_job(store, job_id, trusted_keys=trusted_key or None)
+    if job_id is None:
+        failed = [r for r in results if not r.ok]
+        if as_json:
+            output.emit_json(
+                {
+                    "jobs": len(results),
+                    "verified": len(results) - len(failed),
+                    "failed": len(failed),
+                    "failed_jobs": [r.job_id for r in failed],
+                    "results": [r.to_dict() for r in results],
+                }
+            )
+        else:
+            render_all(results, failed)
+        if failed:
+            raise typer.Exit(output.EXIT_FAILED)
+        return
     if as_json:
         output.emit_json(result.to_dict())
     else:
         render(result)
     if not result.ok:
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def _check_selection(
+    job_id: str | None, all_jobs: bool, status: list[str] | None, namespace: str | None
+) -> None:
+    """One job or --all, never both; the filters only with --all. Checked before the database
+    is opened, so a bad command line creates nothing."""
+    hint = "Run `affidavit verify JOB` or `affidavit verify --all [--status S] [--namespace NS]`."
+    if (job_id is None) == (not all_jobs):
+        both = ", not both" if all_jobs else ""
+        raise ConfigError(f"give a job id or --all{both}", hint=hint)
+    if job_id is not None and (status or namespace is not None):
+        raise ConfigError("--status and --namespace only narrow --all", hint=hint)
+    for s in status or ():
+        if s not in JOB_STATUSES:
+            raise ConfigError(f"unknown status {s!r}", hint=f"Statuses: {', '.join(JOB_STATUSES)}.")
+
+
+_PAGE = 1000  # jobs per listing query
+
+
+def verify_all(
+    store: Store,
+    filters: JobFilter,
+    trusted_keys: list[str] | None,
+    *,
+    show_progress: bool,
+) -> list[VerificationResult]:
+    """Verify every job that matches ``filters`` (its limit and offset are ignored) when the
+    call starts, newest first; a progress bar on stderr while it runs."""
+    job_ids: dict[str, None] = {}  # listing order; a page may repeat a job when new ones land
+    offset = 0
+    while True:
+        page = store.list_jobs(replace(filters, limit=_PAGE, offset=offset))
+        job_ids.update((j.job_id, None) for j in page)
+        if len(page) < _PAGE:
+            break
+        offset += _PAGE
+    results: list[VerificationResult] = []
+    with Progress(
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs"),
+        TimeElapsedColumn(),
+        console=output.err,
+        transient=True,
+        disable=not show_progress,
+    ) as bar:
+        task = bar.add_task("verify", total=len(job_ids))
+        for job_id in job_ids:
+            results.append(verify_job(store, job_id, trusted_keys=trusted_keys))
+            bar.advance(task)
+    return results
+
+
+def render_all(results: list[VerificationResult], failed: list[VerificationResult]) -> None:
+    if not results:
+        output.out.print("no jobs to verify")
+        return
+    if failed:
+        table = Table(title="jobs NOT verified", title_justify="left")
+        table.add_column("job", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        table.add_column("failed check", no_wrap=True)
+        table.add_column("detail", overflow="fold")
+        for result in failed:
+            bad = [c for c in result.checks() if not c.ok]
+            table.add_row(result.job_id, result.status, bad[0].name, bad[0].detail)
+            for check in bad[1:]:
+                table.add_row("", "", check.name, check.detail)
+        output.out.print(table)
+        output.out.print(
+            f"[bold red]NOT verified[/]: {len(failed)} of {len(results)} jobs failed a check"
+        )
+    else:
+        output.out.print(f"[green]verified[/]: every check holds for all {len(results)} jobs")
 
 
 def render(result: VerificationResult) -> None:
