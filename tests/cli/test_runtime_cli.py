@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,13 @@ def gated(ctx, gate):
         time.sleep(0.02)
     return {"ok": True}
 
+@tool("entered")
+def entered(ctx, side, gate=""):
+    # a side channel of real calls, then wait for the gate like "gated"
+    with open(side, "a") as f:
+        f.write(ctx.node_id + "\\n")
+    return gated.fn(ctx, gate)
+
 @tool("always_503", retry=2)
 def always_503(ctx):
     raise RetryableError(f"upstream 503 on try {ctx.attempt}")
@@ -259,3 +268,140 @@ def test_worker_prints_a_line_per_job(store_url: str, shop: Path, plan_file: Pat
     assert sorted(line.split()[1].rstrip(":") for line in lines) == sorted(ids)
     assert all(line.split()[2] == "completed" for line in lines), lines
     assert w.stdout.strip() == "jobs run: 2"
+
+
+# --- stopping a worker ------------------------------------------------------------------------
+
+
+def start_worker(store_url: str, tools: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "affidavit", "worker", "--tools", tools, "--db", store_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+
+
+def wait_for_lines(path: Path, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists() or len(path.read_text().splitlines()) < count:
+        assert time.monotonic() < deadline, f"{path} never reached {count} lines"
+        time.sleep(0.02)
+
+
+def read_until(proc: subprocess.Popen[str], text: str) -> list[str]:
+    assert proc.stderr is not None
+    lines: list[str] = []
+    while not lines or text not in lines[-1]:
+        line = proc.stderr.readline()
+        assert line, f"stderr ended before {text!r}: {lines}"
+        lines.append(line)
+    return lines
+
+
+def two_step_plan(tmp_path: Path, side: Path, gate: Path) -> Path:
+    """first (waits for ``gate``) → second; both append their node id to ``side``."""
+    plan = tmp_path / "two.json"
+    plan.write_text(json.dumps({"name": "two", "nodes": [
+        {"id": "first", "type": "tool", "tool": "entered",
+         "args": {"side": str(side), "gate": str(gate)}},
+        {"id": "second", "type": "tool", "tool": "entered", "args": {"side": str(side)},
+         "depends_on": ["first"]},
+    ]}))  # fmt: skip
+    return plan
+
+
+def continue_and_verify(store_url: str, tools: Path, side: Path, job_id: str) -> None:
+    """A worker started now takes the handed-back job over at once (its lease would otherwise
+    hold it for 15 s, and ``--until-idle`` does not wait for a live lease) and runs only the
+    step that had not run."""
+    after = cli("worker", "--tools", str(tools), "--until-idle", "--db", store_url, "--json")
+    assert json_of(after) == {"jobs_run": 1}, after.stderr
+    assert side.read_text().splitlines() == ["first", "second"]
+    done = cli("verify", job_id, "--db", store_url, "--json")
+    assert done.returncode == 0 and json_of(done)["ok"] is True
+
+
+def test_worker_stops_gracefully_on_sigterm(store_url: str, tmp_path: Path) -> None:
+    """SIGTERM while a tool runs: the tool finishes and commits, nothing more starts, and the
+    job is handed back to the next worker."""
+    tools = tmp_path / "gated_tools.py"
+    tools.write_text(GATED_TOOLS)
+    side, gate = tmp_path / "calls.txt", tmp_path / "gate"
+    plan = two_step_plan(tmp_path, side, gate)
+    sub = cli("submit", str(plan), "--tools", str(tools), "--db", store_url, "--json")
+    job_id = json_of(sub)["job_id"]
+
+    proc = start_worker(store_url, str(tools))
+    try:
+        wait_for_lines(side, 1)
+        proc.send_signal(signal.SIGTERM)
+        read_until(proc, "SIGTERM: stopping after the steps that are running")
+        assert proc.poll() is None  # the running step is not cut off
+        gate.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.strip() == "jobs run: 1"
+    assert f"job {job_id}: released" in err
+    assert side.read_text().splitlines() == ["first"]
+    shown = json_of(cli("jobs", "show", job_id, "--db", store_url, "--json"))
+    assert shown["status"] == "running"
+    continue_and_verify(store_url, tools, side, job_id)
+
+
+def test_run_stops_after_the_running_step_on_sigterm(store_url: str, tmp_path: Path) -> None:
+    tools = tmp_path / "gated_tools.py"
+    tools.write_text(GATED_TOOLS)
+    side, gate = tmp_path / "calls.txt", tmp_path / "gate"
+    plan = two_step_plan(tmp_path, side, gate)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "affidavit", "run", str(plan), "--tools", str(tools),
+         "--db", store_url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+    )  # fmt: skip
+    try:
+        wait_for_lines(side, 1)
+        proc.send_signal(signal.SIGTERM)
+        first_lines = read_until(proc, "SIGTERM: stopping after the step that is running")
+        gate.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert out == ""
+    job_id = first_lines[0].split()[1].rstrip(":")
+    assert f"job {job_id}: stopped by SIGTERM and handed back" in err
+    assert "✓ first committed" in err
+    assert side.read_text().splitlines() == ["first"]
+    continue_and_verify(store_url, tools, side, job_id)
+
+
+def test_a_second_signal_stops_the_worker_at_once(store_url: str, tmp_path: Path) -> None:
+    tools = tmp_path / "gated_tools.py"
+    tools.write_text(GATED_TOOLS)
+    side = tmp_path / "calls.txt"
+    plan = tmp_path / "stuck.json"
+    never = str(tmp_path / "never-opened")
+    plan.write_text(json.dumps({"name": "stuck", "nodes": [
+        {"id": "stuck", "type": "tool", "tool": "entered",
+         "args": {"side": str(side), "gate": never}},
+    ]}))  # fmt: skip
+    cli("submit", str(plan), "--tools", str(tools), "--db", store_url, "--json")
+    proc = start_worker(store_url, str(tools))
+    try:
+        wait_for_lines(side, 1)
+        proc.send_signal(signal.SIGINT)
+        read_until(proc, "SIGINT: stopping")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)  # the gate stays shut: only the signal ends it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped at once" in err
+    assert out.strip() == "jobs run: 1"  # claimed, and interrupted inside its tool

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal as signals  # (``signal`` is the command below)
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -25,7 +31,7 @@ from affidavit.runtime.decisions import (
 )
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools
-from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS
+from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord
 
 EXIT_WAITING = 4
@@ -167,8 +173,12 @@ def run(
 ) -> None:
     """Submit a job and run it in this process until it completes, fails, waits or parks.
 
+    Ctrl-C or SIGTERM stops it after the step that is running (which records its outcome) and
+    hands the job back for `affidavit worker`; a second signal stops it at once.
+
     Exit codes: 0 completed; 1 failed or cancelled; 4 waiting or parked (a human is needed);
-    3 usage or store error (nothing is submitted).
+    3 usage or store error (nothing is submitted); 128 + the signal's number when stopped by
+    a signal (130 Ctrl-C, 143 SIGTERM).
     """
     with command(as_json):
         rt = open_runtime(db, tools, lease, step_concurrency)
@@ -179,13 +189,35 @@ def run(
                 idempotency_key=idempotency_key,
                 replay_verification=replay_verification.value if replay_verification else None,
             )
+            stop = Interrupted()
             if not job.terminal:
+                what = "the step that is running; the job is handed back"
+                try:
+                    with graceful_stop(rt.worker, quiet=as_json, what=what) as stop:
+                        if as_json:
+                            job = rt.run_job(job.job_id)
+                        else:
+                            output.err.print(f"job {job.job_id}: running")
+                            with StepProgress(
+                                rt.store, job.job_id, output.err, after_version=job.version
+                            ):
+                                job = rt.run_job(job.job_id)
+                except KeyboardInterrupt:
+                    if not as_json:
+                        output.err.print(
+                            f"[yellow]stopped at once[/]: job {job.job_id} may be left with a "
+                            "step in flight; a worker recovers it when its lease expires"
+                        )
+                    raise typer.Exit(128 + (stop.signum or signals.SIGINT)) from None
+            if stop.signum is not None and job.status in ("pending", "running"):
                 if as_json:
-                    job = rt.run_job(job.job_id)
+                    output.emit_json(job_doc(job))
                 else:
-                    output.err.print(f"job {job.job_id}: running")
-                    with StepProgress(rt.store, job.job_id, output.err, after_version=job.version):
-                        job = rt.run_job(job.job_id)
+                    output.err.print(
+                        f"job {job.job_id}: stopped by {signals.Signals(stop.signum).name} and "
+                        "handed back; `affidavit worker` continues it"
+                    )
+                raise typer.Exit(128 + stop.signum)
             if job.status in ("pending", "running"):
                 raise InvalidStateError(
                     f"job {job.job_id} is held by worker {job.lease_owner} (lease until "
@@ -258,8 +290,10 @@ def worker(
 ) -> None:
     """Claim and run jobs (pending ones, and running ones whose lease expired).
 
-    Without --until-idle it polls until interrupted (Ctrl-C). Exit codes: 0 done; 3 usage or
-    store error.
+    Without --until-idle it polls until stopped. Ctrl-C or SIGTERM stops it gracefully: it
+    claims nothing more, lets each running step record its outcome, and hands its jobs back
+    (their leases expire at once, so another worker continues them); a second signal stops it
+    at once. Exit codes: 0 done; 3 usage or store error.
     """
     with command(as_json):
         rt = open_runtime(db, tools, lease, step_concurrency)
@@ -279,15 +313,60 @@ def worker(
                     job_line(job_id, status, seconds), highlight=False
                 )
             try:
-                jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
+                with graceful_stop(rt.worker, quiet=as_json):
+                    jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
             except KeyboardInterrupt:
                 jobs_run = rt.worker.jobs_run
+                if not as_json:
+                    output.err.print(
+                        "[yellow]stopped at once[/]: a step that was running may be left in "
+                        "flight; its job is recovered when its lease expires"
+                    )
         finally:
             rt.close()
     if as_json:
         output.emit_json({"jobs_run": jobs_run})
     else:
         output.out.print(f"jobs run: {jobs_run}")
+
+
+@dataclass
+class Interrupted:
+    """Which signal asked for the stop, if one did."""
+
+    signum: int | None = None
+
+
+@contextmanager
+def graceful_stop(
+    worker: Worker,
+    *,
+    quiet: bool,
+    what: str = "the steps that are running; their jobs are handed back to other workers",
+) -> Iterator[Interrupted]:
+    """While the block runs, the first SIGINT (Ctrl-C) or SIGTERM asks ``worker`` to stop
+    gracefully (:meth:`~affidavit.runtime.worker.Worker.request_stop`); a second one raises
+    :class:`KeyboardInterrupt` at once. The previous handlers are restored afterwards."""
+    seen = Interrupted()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if seen.signum is not None:
+            raise KeyboardInterrupt
+        seen.signum = signum
+        worker.request_stop()
+        if not quiet:
+            name = signals.Signals(signum).name
+            output.err.print(f"{name}: stopping after {what} (signal again to stop at once)")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield seen  # signal handlers can only be set in the main thread
+        return
+    previous = {s: signals.signal(s, handle) for s in (signals.SIGINT, signals.SIGTERM)}
+    try:
+        yield seen
+    finally:
+        for s, h in previous.items():
+            signals.signal(s, h)
 
 
 def cancel(

@@ -70,6 +70,18 @@ class Lease:
             self._expires_at = max(self._expires_at, expires)
         return True
 
+    def release(self) -> bool:
+        """Give the job back: its lease expires now, so any worker may claim it at once (with a
+        new attempt id). ``False`` when another attempt holds it already.
+
+        Raises:
+            StoreError: the release could not be written (the lease then runs out on its own).
+        """
+        with self._store.transaction(durable=False) as tx:
+            released = tx.heartbeat(self._claim.job_id, self._claim.attempt_id, self._clock())
+        self.lost.set()  # from here on this claim acts on nothing
+        return released
+
     def confirm(self) -> bool:
         """Whether the run may act on the world now (see the module docstring): ``False`` when
         the lease was lost, or is running out and cannot be renewed."""

@@ -98,6 +98,7 @@ class RunBase:
         metrics: RuntimeMetrics,
         sealer: Sealer,
         confirm_lease: Callable[[], bool] | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
@@ -110,6 +111,8 @@ class RunBase:
         self.sleep = sleep
         self.lease_lost = lease_lost
         self.confirm_lease = confirm_lease
+        # set when the worker is asked to stop: the run ends at the next step boundary
+        self.stopping = stopping
         self.claim = claim
         self.plan = plan
         self.replay = replay
@@ -202,6 +205,12 @@ class RunBase:
     def _check_lease(self) -> None:
         if self.lease_lost is not None and self.lease_lost.is_set():
             raise Stop("lost")
+
+    def _check_stopping(self) -> None:
+        """At a step boundary (no invocation of this run open): end the run as ``released`` if
+        the worker is stopping; the worker then gives the job's lease back."""
+        if self.stopping is not None and self.stopping.is_set():
+            raise Stop("released")
 
     def _confirm_lease(self) -> None:
         """Before the run acts on the world (calls a tool or a compensation): stop unless the

@@ -68,6 +68,7 @@ class JobRunner:
         step_concurrency: int = 1,
         sealer: Sealer | None = None,
         lease: Lease | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         if step_concurrency < 1:
             raise ValueError("step_concurrency must be ≥ 1")
@@ -81,12 +82,15 @@ class JobRunner:
         self._lease = lease
         self._lease_lost = lease_lost if lease_lost is not None or lease is None else lease.lost
         self.metrics = metrics if metrics is not None else RuntimeMetrics()
+        # ``stopping``: once set, the run ends at its next step boundary as "released"
+        self._stopping = stopping
 
     # --- the job --------------------------------------------------------------------------
 
     def run(self, claim: Claim) -> str:
         """Run the job of ``claim`` until it completes, fails, waits, parks or loses its
-        lease; return the resulting status (``"lost"`` when fenced off)."""
+        lease; return the resulting status (``"lost"`` when fenced off, ``"released"`` when
+        it stopped at a step boundary because the worker is stopping)."""
         events = self.store.list_events(claim.job_id)
         builder = ReplayContextBuilder()
         for event in events:
@@ -107,6 +111,7 @@ class JobRunner:
             confirm_lease=self._lease.confirm if self._lease is not None else None,
             metrics=self.metrics,
             sealer=self.sealer,
+            stopping=self._stopping,
         )
         run.step_concurrency = self.step_concurrency
         try:
@@ -130,6 +135,7 @@ class _Run(RecoveryMixin):
                 for node_id in self.plan.order:
                     if node_id in completed:
                         continue  # recorded: its output is injected, it is never run again
+                    self._check_stopping()
                     self._check_lease()
                     self.scope[node_id] = self._run_node(node_id)
         except StepFailed as failed:
@@ -167,6 +173,7 @@ class _Run(RecoveryMixin):
         done = set(completed)
         remaining = [n for n in self.plan.order if n not in done]
         for node_id in [n for n in remaining if n in self._open_nodes()]:
+            self._check_stopping()
             self._check_lease()
             self.scope[node_id] = self._run_node(node_id)
             done.add(node_id)
@@ -176,6 +183,8 @@ class _Run(RecoveryMixin):
         with ThreadPoolExecutor(self.step_concurrency, thread_name_prefix="affidavit-step") as pool:
             while True:
                 progressed = True
+                if ended is None and self.stopping is not None and self.stopping.is_set():
+                    ended = Stop("released")  # start nothing more; let the running steps end
                 while ended is None and progressed:
                     progressed = False
                     for node_id in list(remaining):
@@ -205,7 +214,9 @@ class _Run(RecoveryMixin):
                         self.scope[node_id] = future.result()
                         done.add(node_id)
                     except BaseException as exc:  # re-raised once every running step has ended
-                        ended = ended or exc
+                        # a step's own outcome (a failure, a park) wins over a worker's stop
+                        released = isinstance(ended, Stop) and ended.status == "released"
+                        ended = exc if ended is None or released else ended
         if ended is not None:
             raise ended
 
@@ -257,8 +268,17 @@ class _Run(RecoveryMixin):
         )
 
     def _backoff(self, attempt: int) -> None:
+        """Wait before the next attempt of a step whose failure is recorded (nothing open). A
+        stopping worker ends the run here instead: the next attempt runs wherever the job is
+        claimed next, and counts on from the recorded ones."""
+        self._check_stopping()
         if self.backoff > 0:
-            self.sleep(min(self.backoff * 2 ** (attempt - 1), 60.0))
+            delay = min(self.backoff * 2 ** (attempt - 1), 60.0)
+            if self.stopping is not None and self.sleep is time.sleep:
+                self.stopping.wait(delay)  # a stop cuts the wait short
+            else:
+                self.sleep(delay)
+            self._check_stopping()
 
     # --- pure ---------------------------------------------------------------------------------
 

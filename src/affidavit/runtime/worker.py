@@ -65,10 +65,26 @@ class Worker:
         self.metrics = metrics if metrics is not None else RuntimeMetrics()
         self.sealer = sealer if sealer is not None else Sealer.for_store(store)
         # called after each run with (job id, resulting status, seconds the run took); the
-        # status is "lost" when the run was fenced off
+        # status is "lost" when the run was fenced off, "released" when it was handed back by a
+        # stopping worker (see request_stop)
         self.on_job = on_job
         self._count_lock = threading.Lock()
         self.jobs_run = 0
+        self._stopping = threading.Event()
+
+    def request_stop(self) -> None:
+        """Stop gracefully: claim nothing more, and end every running job at its next step
+        boundary — after the step that is running has recorded its outcome, never between a
+        tool call and its commit — then give the job's lease back, so that another worker can
+        take it over at once. :meth:`run` returns when every job has been handed back (a
+        step that is running is not interrupted: the wait is as long as that step). Jobs a
+        stopping worker gives back end their run as ``released``."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`request_stop` was called."""
+        return self._stopping.is_set()
 
     def claim(self, job_id: str | None = None) -> Claim | None:
         """Claim one runnable job (or the given one, if runnable)."""
@@ -119,12 +135,22 @@ class Worker:
                 metrics=self.metrics,
                 step_concurrency=self.step_concurrency,
                 sealer=self.sealer,
+                stopping=self._stopping,
             ).run(claim)
         finally:
             done.set()
             heart.join()
             with self._count_lock:
                 self.jobs_run += 1
+        if status == "released":
+            try:
+                lease.release()
+            except StoreError:
+                log.warning(
+                    "worker %s: job %s keeps its lease until it expires",
+                    self.worker_id,
+                    claim.job_id,
+                )
         if self.on_job is not None:
             self.on_job(claim.job_id, status, time.perf_counter() - started)
         return status
@@ -134,6 +160,8 @@ class Worker:
         # A key that cannot be loaded or created must stop us before a job acts, not when it
         # is about to be sealed.
         self.sealer.key()
+        if self._stopping.is_set():
+            return None
         claim = self.claim(job_id)
         return self.run_claim(claim) if claim else None
 
@@ -153,7 +181,7 @@ class Worker:
         stop = stop or threading.Event()
 
         def loop() -> None:
-            while not stop.is_set():
+            while not stop.is_set() and not self._stopping.is_set():
                 try:
                     ran = self.run_once()
                 except Exception:
@@ -162,7 +190,7 @@ class Worker:
                     log.exception("worker %s: a job run failed unexpectedly", self.worker_id)
                     ran = "error"
                 if ran is None:
-                    if until_idle:
+                    if until_idle or self._stopping.is_set():
                         return
                     stop.wait(self.poll_seconds)
 
