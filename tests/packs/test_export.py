@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from typer.testing import CliRunner
 
+from affidavit import Tool, ToolContext, ToolRegistry
 from affidavit.cli.main import app
 from affidavit.core.canonical import canonical
 from affidavit.packs import PackExistsError, UnfinishedJobError, export_pack
@@ -30,6 +31,51 @@ def test_assay_says_match_on_exported_packs(
     assert (code, receipt.get("verdict")) == (0, "MATCH"), details
     assert receipt["original_pack_root_sha256"] == "sha256:" + result.pack_root_sha256
     assert details["errors"] == []
+
+
+def _jcs_event_lines(rt: Any, job_id: str) -> bytes:
+    """events.ndjson as the contract states it: each event's envelope encoded by JCS."""
+    return b"".join(
+        canonical(
+            {
+                "job_id": job_id,
+                "version": e.version,
+                "event_id": e.event_id,
+                "type": e.type,
+                "payload": e.payload,
+                "chain_hash": e.chain_hash,
+            }
+        )
+        + b"\n"
+        for e in rt.store.list_events(job_id)
+    )
+
+
+@pytest.mark.parametrize("kind", [*JOB_KINDS, "awkward"])
+def test_event_lines_are_the_jcs_envelopes(
+    make_runtime: Callable[..., Any], tmp_path: Path, kind: str
+) -> None:
+    """The export splices each stored payload into its envelope instead of re-encoding it; the
+    lines must still be exactly JCS of the envelope, also for values JCS writes its own way."""
+    if kind == "awkward":
+        from tests.runtime.test_runner import AWKWARD
+
+        def awkward(ctx: ToolContext, n: int) -> dict[str, Any]:
+            return {**AWKWARD, "n": n, "\U0001f600 key": [1e21, -0.0, "\x00"]}
+
+        rt = make_runtime(ToolRegistry([Tool("awkward", awkward, "tool")]))
+        job_id = rt.submit(
+            {"name": "odd \u2028 plan", "nodes": [
+                {"id": "a", "type": "tool", "tool": "awkward", "args": {"n": "${input.n}"}}
+            ]},
+            {"n": 2.5e-7, "é": "\U0001f600"},
+        ).job_id  # fmt: skip
+        rt.run_until_idle()
+        assert rt.get_job(job_id).status == "completed"
+    else:
+        rt, job_id = run_job(make_runtime, kind, tmp_path / "data")
+    result = export_pack(rt.store, job_id, tmp_path / "pack")
+    assert (result.pack_dir / F.EVENTS).read_bytes() == _jcs_event_lines(rt, job_id)
 
 
 def _receipts(pack: Path) -> list[dict[str, Any]]:

@@ -12,20 +12,23 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, ConfigError
 from affidavit.core.events import utc_now
 from affidavit.packs import _format as F
-from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.sealing import SigningKey, default_key_path
-from affidavit.runtime.trace import job_trace
-from affidavit.store import TERMINAL_STATUSES, Store
+from affidavit.runtime.trace import trace_of
+from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.verify import verify_events
 
 COMPLETED_STATES = frozenset({"pure", "side_effect_committed", "compensated"})
@@ -114,8 +117,8 @@ def export_pack(
             )
         signing_key = SigningKey.load(path)
 
-    trace = job_trace(store, job_id)
     events = store.list_events(job_id)
+    trace, log = trace_of(job, events)  # one read and one replay of the log serve the pack
     with store.snapshot() as snap:
         ledger = snap.ledger_list(job_id)
     seal = store.get_seal(job_id)
@@ -129,7 +132,7 @@ def export_pack(
             hint=f"Run `affidavit verify {job_id}` to see what is wrong.",
         )
     assert seal is not None  # a verified terminal job has a seal
-    built = _build(job, trace, events, ledger, seal, keys, check, signing_key)
+    built = _build(job, trace, log, events, ledger, seal, keys, check, signing_key)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".affidavit-pack-"))
@@ -182,9 +185,25 @@ class _Built:
     pack_root: str
 
 
+def _event_lines(job_id: str, events: Sequence[StoredEvent]) -> bytes:
+    """``events.ndjson``: per event, the JCS bytes of ``{"job_id", "version", "event_id",
+    "type", "payload", "chain_hash"}`` and a newline. The stored payload bytes are JCS already
+    (the chain that export verified covers exactly them), so they are spliced in as stored
+    rather than parsed and encoded again; orjson writes a string exactly as JCS does (or
+    refuses it, as JCS does a lone surrogate). The keys are in JCS order."""
+    job = orjson.dumps(job_id)
+    dumps = orjson.dumps
+    return b"".join(
+        b'{"chain_hash":%b,"event_id":%b,"job_id":%b,"payload":%b,"type":%b,"version":%d}\n'
+        % (dumps(e.chain_hash), dumps(e.event_id), job, e.payload_bytes, dumps(e.type), e.version)
+        for e in events
+    )
+
+
 def _build(
     job: Any,
     trace: dict[str, Any],
+    log: ReplayContext,
     events: list[Any],
     ledger: list[Any],
     seal: Any,
@@ -270,7 +289,6 @@ def _build(
     timestamps: dict[str, str] = {}
     created_at = str(events[0].payload.get("at") or job.created_at)
     ended_at = str(events[-1].payload.get("at") or job.updated_at)
-    log = build_from_events(events)
     for sid in order:
         deps = all_deps[sid]
         blocked = any(status[d] != "PASS" for d in deps)
@@ -330,20 +348,7 @@ def _build(
         timestamps[sid] = str(ts)
 
     # --- receipts --------------------------------------------------------------------------------
-    events_bytes = b"".join(
-        canonical(
-            {
-                "job_id": job_id,
-                "version": e.version,
-                "event_id": e.event_id,
-                "type": e.type,
-                "payload": e.payload,
-                "chain_hash": e.chain_hash,
-            }
-        )
-        + b"\n"
-        for e in events
-    )
+    events_bytes = _event_lines(job_id, events)
     files[F.EVENTS] = events_bytes
     receipts: list[dict[str, Any]] = []
 

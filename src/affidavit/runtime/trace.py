@@ -16,10 +16,11 @@ A node's ``state`` is what the trace page colours it by:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from affidavit.runtime.replay import ReplayContextBuilder
-from affidavit.store import Store
+from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
+from affidavit.store import JobRecord, Store, StoredEvent
 
 NODE_STATES = (
     "pure",
@@ -44,7 +45,16 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
         ReplayError: the log is structurally impossible (see ``affidavit verify``).
     """
     job = store.get_job(job_id)
-    events = store.list_events(job_id)
+    return trace_of(job, store.list_events(job_id))[0]
+
+
+def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, Any], ReplayContext]:
+    """The trace of ``job`` from its log ``events`` (all of them, in version order), and the
+    replay context built on the way (for callers that need both from one pass).
+
+    Raises:
+        ReplayError: the log is structurally impossible.
+    """
     builder = ReplayContextBuilder()
     started_at: dict[str, str] = {}
     finished_at: dict[str, str] = {}
@@ -124,7 +134,7 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
         if node_id in open_waits:
             node["correlation_key"] = open_waits[node_id]
         nodes.append(node)
-    return {
+    trace = {
         "job": job.to_dict(),
         "plan_hash": replay.plan_hash,
         "policy": replay.policy,
@@ -137,3 +147,4 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
         "created_at": events[0].payload.get("at") if events else None,
         "event_count": len(events),
     }
+    return trace, replay
