@@ -117,9 +117,10 @@ def _check_selection(
     """One job or --all, never both; the filters only with --all. Checked before the database
     is opened, so a bad command line creates nothing."""
     hint = "Run `affidavit verify JOB` or `affidavit verify --all [--status S] [--namespace NS]`."
-    if (job_id is None) == (not all_jobs):
-        both = ", not both" if all_jobs else ""
-        raise ConfigError(f"give a job id or --all{both}", hint=hint)
+    if job_id is None and not all_jobs:
+        raise ConfigError("give a job id or --all", hint=hint)
+    if job_id is not None and all_jobs:
+        raise ConfigError("give a job id or --all, not both", hint=hint)
     if job_id is not None and (status or namespace is not None):
         raise ConfigError("--status and --namespace only narrow --all", hint=hint)
     for s in status or ():

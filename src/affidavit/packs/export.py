@@ -187,9 +187,9 @@ class _Built:
 
 def _event_lines(job_id: str, events: Sequence[StoredEvent]) -> bytes:
     """``events.ndjson``: per event, the JCS bytes of ``{"job_id", "version", "event_id",
-    "type", "payload", "chain_hash"}`` and a newline. The stored payload bytes are JCS already
-    (the chain that export verified covers exactly them), so they are spliced in as stored
-    rather than parsed and encoded again; orjson writes a string exactly as JCS does (or
+    "type", "payload", "chain_hash"}`` and a newline. The store writes each payload as its JCS
+    bytes (and the chain verified before export proves them unchanged), so they are spliced in
+    as stored rather than parsed and encoded again; orjson writes a string exactly as JCS does (or
     refuses it, as JCS does a lone surrogate). The keys are in JCS order."""
     job = orjson.dumps(job_id)
     dumps = orjson.dumps

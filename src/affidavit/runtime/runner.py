@@ -271,14 +271,9 @@ class _Run(RecoveryMixin):
         """Wait before the next attempt of a step whose failure is recorded (nothing open). A
         stopping worker ends the run here instead: the next attempt runs wherever the job is
         claimed next, and counts on from the recorded ones."""
-        self._check_stopping()
         if self.backoff > 0:
-            delay = min(self.backoff * 2 ** (attempt - 1), 60.0)
-            if self.stopping is not None and self.sleep is time.sleep:
-                self.stopping.wait(delay)  # a stop cuts the wait short
-            else:
-                self.sleep(delay)
-            self._check_stopping()
+            self.sleep(min(self.backoff * 2 ** (attempt - 1), 60.0))  # a worker's stop cuts it
+        self._check_stopping()
 
     # --- pure ---------------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ class Worker:
         worker_id: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = 0.5,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         metrics: RuntimeMetrics | None = None,
         step_concurrency: int = 1,
         sealer: Sealer | None = None,
@@ -61,7 +61,9 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
-        self._sleep = sleep
+        # how a run waits between attempts of a step; by default a wait that request_stop
+        # cuts short
+        self._sleep = sleep if sleep is not None else self._wait_unless_stopping
         self.metrics = metrics if metrics is not None else RuntimeMetrics()
         self.sealer = sealer if sealer is not None else Sealer.for_store(store)
         # called after each run with (job id, resulting status, seconds the run took); the
@@ -80,6 +82,9 @@ class Worker:
         step that is running is not interrupted: the wait is as long as that step). Jobs a
         stopping worker gives back end their run as ``released``."""
         self._stopping.set()
+
+    def _wait_unless_stopping(self, seconds: float) -> None:
+        self._stopping.wait(seconds)
 
     @property
     def stopping(self) -> bool:
