@@ -95,15 +95,19 @@ def test_four_workers_two_killed(store_url: str, tmp_path: Path) -> None:
             assert procs[0].poll() is None, procs[0].communicate()
             assert time.monotonic() < end, "worker 0 made no progress"
             time.sleep(0.01)
-        procs += [start_worker(url) for _ in range(3)]
-        # worker 1 is killed from outside at an arbitrary moment, once it is well into its work
-        victim = procs[1]
+        # worker 1 is killed from outside at an arbitrary moment, once it is well into its work.
+        # It too starts ahead of the last two: on a fast machine, started together, the others
+        # could finish nearly every job before it reached 25 calls (seen once).
+        victim = start_worker(url)
+        procs.append(victim)
         end = time.monotonic() + 60
         while executions_by(side, victim.pid) < 25:
             assert victim.poll() is None, victim.communicate()
             assert time.monotonic() < end, "worker 1 made no progress"
             time.sleep(0.01)
+        procs += [start_worker(url) for _ in range(2)]
         time.sleep(random.uniform(0, 0.05))
+        assert victim.poll() is None  # it works until no job is left, so it is still at it
         victim.send_signal(signal.SIGKILL)
 
         outputs = [p.communicate(timeout=180) for p in procs]
