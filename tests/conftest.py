@@ -91,3 +91,20 @@ def _signing_key_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     """Seals are signed with a key file; tests keep theirs in the test's directory (never in
     the home directory, the default for PostgreSQL). Tests of the default location unset it."""
     monkeypatch.setenv("AFFIDAVIT_SIGNING_KEY", str(tmp_path / "keys" / "affidavit-signing.key"))
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """The name of a PostgreSQL database of its own on the test server, dropped afterwards (a
+    test may make it refuse connections without touching any other test)."""
+    if not pg_available():
+        if REQUIRE_PG:
+            pytest.fail(f"PostgreSQL is required but unreachable at {PG_URL}")
+        pytest.skip(f"PostgreSQL unreachable at {PG_URL} (set AFFIDAVIT_REQUIRE_PG=1 to fail)")
+    name = f"affidavit_outage_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

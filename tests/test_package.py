@@ -64,6 +64,7 @@ def test_public_api() -> None:
             "StateChange",
             "Store",
             "StoreError",
+            "StoreUnavailable",
             "StoredEvent",
             "Tool",
             "ToolContext",

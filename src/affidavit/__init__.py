@@ -26,6 +26,7 @@ from affidavit.core.errors import (
     ReplayError,
     SignalRejected,
     StoreError,
+    StoreUnavailable,
     ValidationError,
     VerificationError,
 )
@@ -128,6 +129,7 @@ __all__ = [
     "StateChange",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "StoredEvent",
     "Tool",
     "ToolContext",

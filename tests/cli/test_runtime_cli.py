@@ -14,6 +14,7 @@ import pytest
 
 from affidavit.examples import refund
 from tests.cli.test_cli import cli, cli_env, json_of
+from tests.conftest import PG_URL
 
 TOOLS = "affidavit.examples.refund"
 
@@ -405,3 +406,71 @@ def test_a_second_signal_stops_the_worker_at_once(store_url: str, tmp_path: Path
     assert proc.returncode == 0, err
     assert "stopped at once" in err
     assert out.strip() == "jobs run: 1"  # claimed, and interrupted inside its tool
+
+
+# A tool that takes its own database away while it runs, as a restart or failover would: the
+# database refuses connections and its sessions are terminated, for 1.5 s.
+OUTAGE_TOOLS = """
+import threading
+import psycopg
+from affidavit import tool
+
+@tool("note")
+def note(ctx, side, label, admin_url=None, database=None):
+    with open(side, "a") as f:
+        f.write(label + "\\n")
+    if admin_url:
+        admin = psycopg.connect(admin_url, autocommit=True)
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (database,),
+        )
+
+        def back():
+            admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+            admin.close()
+
+        threading.Timer(1.5, back).start()
+    return {"label": label}
+"""
+
+
+def test_worker_rides_out_a_postgresql_outage(pg_database: str, tmp_path: Path) -> None:
+    """The database goes away while a tool runs: the worker keeps trying the step's record
+    (a one-line warning, no traceback) and the job completes instead of parking."""
+    url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}"
+    tools, side = tmp_path / "outage_tools.py", tmp_path / "calls.txt"
+    tools.write_text(OUTAGE_TOOLS)
+    plan = tmp_path / "plan.json"
+    outage = {"admin_url": PG_URL, "database": pg_database}
+    plan.write_text(json.dumps({"name": "outage", "nodes": [
+        {"id": "a", "type": "tool", "tool": "note",
+         "args": {"side": str(side), "label": "a", **outage}},
+        {"id": "b", "type": "tool", "tool": "note", "depends_on": ["a"],
+         "args": {"side": str(side), "label": "b"}},
+    ]}))  # fmt: skip
+    job_id = json_of(cli("submit", str(plan), "--tools", str(tools), "--db", url, "--json"))[
+        "job_id"
+    ]
+
+    ran = cli("worker", "--tools", str(tools), "--until-idle", "--db", url)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "jobs run: 1"
+    assert "the database is unavailable" in ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert f"job {job_id}: completed" in ran.stderr
+    assert side.read_text().splitlines() == ["a", "b"]
+    done = cli("verify", job_id, "--db", url, "--json")
+    assert done.returncode == 0 and json_of(done)["ok"] is True
+
+
+def test_store_retry_seconds_from_the_environment_is_checked(store_url: str) -> None:
+    bad = cli("worker", "--until-idle", "--db", store_url, "--json",
+              env={"AFFIDAVIT_STORE_RETRY_SECONDS": "soon"})  # fmt: skip
+    assert bad.returncode == 3
+    assert (
+        json_of(bad)["error"]["message"] == "AFFIDAVIT_STORE_RETRY_SECONDS='soon' is not a number"
+    )
+    ok = cli("worker", "--until-idle", "--store-retry-seconds", "5", "--db", store_url, "--json")
+    assert ok.returncode == 0 and json_of(ok) == {"jobs_run": 0}

@@ -29,6 +29,7 @@ from affidavit.runtime.decisions import (
     resume_job,
     signal_job,
 )
+from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
@@ -51,6 +52,17 @@ LeaseOption = Annotated[
         min=0.1,
         help="How long a claim lasts without a heartbeat "
         "(default $AFFIDAVIT_LEASE_SECONDS, else 15).",
+        show_default=False,
+    ),
+]
+StoreRetryOption = Annotated[
+    float | None,
+    typer.Option(
+        "--store-retry-seconds",
+        min=0,
+        help="How long a run keeps trying a write while the database is unavailable (a "
+        "restart, a failover, a busy lock) before it leaves the job to be reclaimed (default "
+        "$AFFIDAVIT_STORE_RETRY_SECONDS, else 60).",
         show_default=False,
     ),
 ]
@@ -88,19 +100,24 @@ InputOption = Annotated[
 ]
 
 
-def lease_seconds(value: float | None) -> float:
+def seconds_setting(value: float | None, env: str, default: float, *, zero_ok: bool) -> float:
+    """``value`` if given, else the environment variable ``env``, else ``default``."""
     if value is not None:
         return value
-    env = os.environ.get("AFFIDAVIT_LEASE_SECONDS")
-    if env:
+    text = os.environ.get(env)
+    if text:
         try:
-            parsed = float(env)
+            parsed = float(text)
         except ValueError:
-            raise ConfigError(f"AFFIDAVIT_LEASE_SECONDS={env!r} is not a number") from None
-        if parsed <= 0:
-            raise ConfigError("AFFIDAVIT_LEASE_SECONDS must be positive")
+            raise ConfigError(f"{env}={text!r} is not a number") from None
+        if parsed < 0 or (parsed == 0 and not zero_ok) or parsed != parsed:
+            raise ConfigError(f"{env} must be {'≥ 0' if zero_ok else 'positive'}")
         return parsed
-    return DEFAULT_LEASE_SECONDS
+    return default
+
+
+def lease_seconds(value: float | None) -> float:
+    return seconds_setting(value, "AFFIDAVIT_LEASE_SECONDS", DEFAULT_LEASE_SECONDS, zero_ok=False)
 
 
 def parse_json_arg(text: str | None, what: str) -> Any:
@@ -119,12 +136,22 @@ def parse_json_arg(text: str | None, what: str) -> Any:
 
 
 def open_runtime(
-    db: str | None, tools: list[str] | None, lease: float | None, step_concurrency: int = 1
+    db: str | None,
+    tools: list[str] | None,
+    lease: float | None,
+    step_concurrency: int = 1,
+    store_retry: float | None = None,
 ) -> Runtime:
     for spec in tools or []:
         load_tools(spec)
+    retry = seconds_setting(
+        store_retry, "AFFIDAVIT_STORE_RETRY_SECONDS", DEFAULT_STORE_RETRY_SECONDS, zero_ok=True
+    )
     return Runtime(
-        database_url(db), lease_seconds=lease_seconds(lease), step_concurrency=step_concurrency
+        database_url(db),
+        lease_seconds=lease_seconds(lease),
+        step_concurrency=step_concurrency,
+        store_retry_seconds=retry,
     )
 
 
@@ -168,6 +195,7 @@ def run(
     replay_verification: ReplayVerificationOption = None,
     step_concurrency: StepConcurrencyOption = 1,
     lease: LeaseOption = None,
+    store_retry: StoreRetryOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -181,7 +209,7 @@ def run(
     a signal (130 Ctrl-C, 143 SIGTERM).
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease, step_concurrency)
+        rt = open_runtime(db, tools, lease, step_concurrency, store_retry)
         try:
             job = rt.submit(
                 plan,
@@ -285,6 +313,7 @@ def worker(
         ),
     ] = None,
     lease: LeaseOption = None,
+    store_retry: StoreRetryOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -296,7 +325,7 @@ def worker(
     at once. Exit codes: 0 done; 3 usage or store error.
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease, step_concurrency)
+        rt = open_runtime(db, tools, lease, step_concurrency, store_retry)
         try:
             if metrics_port is not None:
                 try:

@@ -102,6 +102,18 @@ class StoreError(AffidavitError):
     default_hint = "Check that the database is reachable and the URL is right (--db)."
 
 
+class StoreUnavailable(StoreError):
+    """The database could not be reached or stayed busy: a lost connection, a server that is
+    restarting, a lock held past the busy timeout, a full disk. The same operation may succeed
+    when it is tried again; a write that failed at its commit may or may not have landed."""
+
+    code = "store_unavailable"
+    default_hint = (
+        "The database was unreachable or busy; try again once it is back (workers retry "
+        "on their own)."
+    )
+
+
 class UnsupportedDatabaseURL(ConfigError):
     code = "unsupported_database_url"
     default_hint = (

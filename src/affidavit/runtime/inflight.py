@@ -172,7 +172,8 @@ class RecoveryMixin(RunBase):
                     )
                     return (found,)
                 invocation = started_events[1][1]["invocation_id"]
-                with self._tx(durable=True) as tx:
+
+                def restart(tx: Any) -> None:
                     self._append(
                         tx,
                         (
@@ -191,6 +192,8 @@ class RecoveryMixin(RunBase):
                     tx.ledger_restart(
                         job_id, key, invocation_id=invocation, attempt_id=self.claim.attempt_id
                     )
+
+                self._tx_retrying(True, restart)
                 return None
         policy = t.in_flight or self.in_flight_policy
         detail: dict[str, Any] = {
@@ -211,7 +214,8 @@ class RecoveryMixin(RunBase):
                 idempotency_key=key,
             )
         error = {**detail, "type": "in_flight", "message": "invocation in flight or lost"}
-        with self._tx(durable=True) as tx:
+
+        def fail(tx: Any) -> None:
             self._append(
                 tx,
                 (
@@ -240,4 +244,6 @@ class RecoveryMixin(RunBase):
             tx.ledger_finish(job_id, key, status="failed", error=error)
             tx.update_job(job_id, status="failed", error=error, fence=self.claim.attempt_id)
             self.sealer.seal_txn(tx, job_id)
+
+        self._tx_retrying(True, fail)
         raise Stop("failed")

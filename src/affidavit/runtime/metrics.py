@@ -85,11 +85,18 @@ class RuntimeMetrics:
             "Invocation-ledger decisions at T1: allow_execute, return_recorded_result, in_flight.",
             ("decision",),
         )
+        self.store_retries = LabelledCounter(
+            "affidavit_store_retries",
+            "Run writes that met an unavailable database, by outcome: retried (tried again), "
+            "landed (a commit reported as failed had been written), gave_up.",
+            ("outcome",),
+        )
         self._counters = (
             self.confirmations,
             self.confirmation_warnings,
             self.steps,
             self.ledger_decisions,
+            self.store_retries,
         )
 
     def value(self, name: str, **labels: str) -> float:

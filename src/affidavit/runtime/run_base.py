@@ -9,18 +9,19 @@ between. Version and head advance only when a transaction commits.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from affidavit.core.canonical import canonical, sha256_hex
-from affidavit.core.errors import CanonicalizationError
+from affidavit.core.errors import CanonicalizationError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import Node, Plan
@@ -29,6 +30,15 @@ from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.sdk import Tool, ToolContext, ToolRegistry
 from affidavit.runtime.sealing import Sealer
 from affidavit.store import Store
+
+# How long a run keeps trying a write while the database is unavailable (a restart, a
+# failover, a lock held past the busy timeout), and the waits between tries.
+DEFAULT_STORE_RETRY_SECONDS = 60.0
+_RETRY_FIRST_WAIT = 0.05
+_RETRY_MAX_WAIT = 1.0
+
+T = TypeVar("T")
+log = logging.getLogger("affidavit.runner")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +109,15 @@ class RunBase:
         sealer: Sealer,
         confirm_lease: Callable[[], bool] | None = None,
         stopping: threading.Event | None = None,
+        store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
     ) -> None:
         self.store = store
+        self.store_retry_seconds = store_retry_seconds
+        # (version, head, finished steps) a run transaction that failed at its commit would
+        # have left had the commit landed
+        self._attempted: tuple[int, bytes, tuple[tuple[str, str], ...]] | None = None
+        # (node type, result type) of the node_finished events of the open transaction
+        self._finished_steps: list[tuple[str, str]] = []
         self.metrics = metrics
         self.sealer = sealer  # signs the seal in the transaction of the terminal event
         # Steps of one run may execute concurrently (step_concurrency > 1); their transactions
@@ -140,6 +157,78 @@ class RunBase:
         run's version and head are restored if it does not commit."""
         return _RunTransaction(self, durable)
 
+    def _tx_retrying(self, durable: bool, body: Callable[..., T], *args: Any) -> T:
+        """``body(tx, *args)`` in a run transaction, tried again while the database is unavailable
+        (:class:`StoreUnavailable`) for up to ``store_retry_seconds``, so that a restart or a
+        failover of the database does not cut a step between its tool call and its record.
+
+        A commit reported as failed may have landed (the connection broke after the server
+        committed). Before trying again, the job's head is compared with the head that
+        commit would have made — the chain hash covers this run's new event ids, so only
+        that commit can have made it — and a commit that landed is taken as done, with the
+        result its body returned: nothing is written twice. Otherwise ``body`` runs again in
+        a new transaction, fenced as always, so a run whose lease was taken meanwhile writes
+        nothing (:class:`FencedError`).
+
+        Raises:
+            StoreUnavailable: the database stayed unavailable for ``store_retry_seconds``.
+            Stop: ``"lost"``, when a heartbeat found the lease taken while waiting.
+        """
+        # The run's lock is held throughout, so that the concurrent steps of this run do not
+        # write in between a commit whose outcome is unknown and the check of its head.
+        with self._lock:
+            job_id = self.claim.job_id
+            started: float | None = None  # when the database was first found unavailable
+            wait = _RETRY_FIRST_WAIT
+            # a commit that may have landed: what it would have left, and what its body returned
+            unknown: tuple[tuple[int, bytes, tuple[tuple[str, str], ...]], T] | None = None
+            while True:
+                body_returned = False
+                try:
+                    if unknown is not None:
+                        ((version, head, steps), returned) = unknown
+                        with self._tx(durable=False) as tx:
+                            landed = tx.head(job_id) == (version, head)
+                        unknown = None
+                        if landed:
+                            self.version, self.head = version, head
+                            for node_type, result_type in steps:
+                                self.metrics.steps.inc(node_type, result_type)
+                            self.metrics.store_retries.inc("landed")
+                            log.info("job %s: a commit reported as failed had landed", job_id)
+                            return returned
+                    self._attempted = None
+                    with self._tx(durable=durable) as tx:
+                        result = body(tx, *args)
+                        body_returned = True
+                    return result
+                except StoreUnavailable as exc:
+                    attempted, self._attempted = self._attempted, None
+                    if body_returned and attempted is not None:
+                        unknown = (attempted, result)  # failed at the commit: landed or not
+                    now = time.monotonic()
+                    started = now if started is None else started
+                    elapsed = now - started
+                    if elapsed >= self.store_retry_seconds:
+                        self.metrics.store_retries.inc("gave_up")
+                        log.error(
+                            "job %s: the database stayed unavailable for %.0f s; giving up: %s",
+                            job_id,
+                            elapsed,
+                            exc,
+                        )
+                        raise
+                    self.metrics.store_retries.inc("retried")
+                    (log.warning if wait == _RETRY_FIRST_WAIT else log.debug)(
+                        "job %s: the database is unavailable (%s); trying again for up to %.0f s",
+                        job_id,
+                        exc,
+                        self.store_retry_seconds,
+                    )
+                self._check_lease()
+                time.sleep(wait)  # not cut short by a stop: the step's record is what a stop awaits
+                wait = min(wait * 2, _RETRY_MAX_WAIT)
+
     def _append(
         self, tx: Any, *items: Item, fast: bool = False, ids: list[str] | None = None
     ) -> None:
@@ -165,13 +254,15 @@ class RunBase:
         self.version = stored[-1].version
         self.head = bytes.fromhex(stored[-1].chain_hash)
         for event_type, payload in items:
-            if event_type == "node_finished":
+            if event_type == "node_finished":  # counted when the transaction commits
                 node_type = self.plan.node(payload["node_id"]).type
-                self.metrics.steps.inc(node_type, payload["result_type"])
+                self._finished_steps.append((node_type, payload["result_type"]))
+
+    def _append_items(self, tx: Any, items: tuple[Item, ...], fast: bool) -> None:
+        self._append(tx, *items, fast=fast)
 
     def _write(self, *items: Item, durable: bool = False, fast: bool = False) -> None:
-        with self._tx(durable=durable) as tx:
-            self._append(tx, *items, fast=fast)
+        self._tx_retrying(durable, self._append_items, items, fast)
 
     def _park(
         self,
@@ -188,19 +279,24 @@ class RunBase:
         if idempotency_key is not None:
             parked["idempotency_key"] = idempotency_key
         parked["detail"] = detail
-        with self._tx(durable=True) as tx:
+
+        def write(tx: Any) -> None:
             self._append(tx, ("job_parked", parked))
             tx.update_job(self.claim.job_id, status="parked", fence=self.claim.attempt_id)
             tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
+
+        self._tx_retrying(True, write)
         return Stop("parked")
 
     def _fail_job(self, node_id: str | None, error: dict[str, Any]) -> None:
-        with self._tx(durable=True) as tx:
+        def write(tx: Any) -> None:
             self._append(tx, ("job_failed", {"error": error, "node_id": node_id}))
             tx.update_job(
                 self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
             )
             self.sealer.seal_txn(tx, self.claim.job_id)
+
+        self._tx_retrying(True, write)
 
     def _check_lease(self) -> None:
         if self.lease_lost is not None and self.lease_lost.is_set():
@@ -271,11 +367,13 @@ class RunBase:
                 },
             )
         )
-        with self._tx(durable=tx_durable) as tx:
-            self._append(tx, *items, fast=True)
-            tx.ledger_finish(
-                self.claim.job_id, key, status="committed", result=result, result_jcs=jcs
-            )
+
+        self._tx_retrying(tx_durable, self._commit_txn, items, key, result, jcs)
+
+    def _commit_txn(self, tx: Any, items: list[Item], key: str, result: Any, jcs: bytes) -> None:
+        """T2's writes: the step's closing events and its ledger row committed."""
+        self._append(tx, *items, fast=True)
+        tx.ledger_finish(self.claim.job_id, key, status="committed", result=result, result_jcs=jcs)
 
 
 class _RunTransaction:
@@ -293,6 +391,7 @@ class _RunTransaction:
         try:
             # read under the lock: what to restore if this transaction does not commit
             self._saved = (run.version, run.head)
+            run._finished_steps.clear()
             return self._inner.__enter__()
         except BaseException:
             run._lock.release()
@@ -309,10 +408,16 @@ class _RunTransaction:
             self._inner.__exit__(exc_type, exc, tb)
             if exc is not None:
                 run.version, run.head = self._saved
+            else:
+                for node_type, result_type in run._finished_steps:
+                    run.metrics.steps.inc(node_type, result_type)
         except BaseException:
+            if (run.version, run.head) != self._saved:  # the commit failed after appends
+                run._attempted = (run.version, run.head, tuple(run._finished_steps))
             run.version, run.head = self._saved
             raise
         finally:
+            run._finished_steps.clear()
             run._lock.release()
 
 

@@ -36,7 +36,9 @@ from affidavit.runtime.lease import Lease
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.runtime.run_base import (
+    DEFAULT_STORE_RETRY_SECONDS,
     Claim,
+    Item,
     StepFailed,
     Stop,
     check_result,
@@ -52,6 +54,7 @@ from affidavit.runtime.sdk import (
 )
 from affidavit.runtime.sealing import Sealer
 from affidavit.store import Store
+from affidavit.store._ledger import LedgerRow
 
 
 class JobRunner:
@@ -69,9 +72,14 @@ class JobRunner:
         sealer: Sealer | None = None,
         lease: Lease | None = None,
         stopping: threading.Event | None = None,
+        store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
     ) -> None:
         if step_concurrency < 1:
             raise ValueError("step_concurrency must be ≥ 1")
+        if store_retry_seconds < 0:
+            raise ValueError("store_retry_seconds must not be negative")
+        # how long a run keeps trying a write while the database is unavailable
+        self.store_retry_seconds = store_retry_seconds
         self.store = store
         self.sealer = sealer if sealer is not None else Sealer.for_store(store)
         self.tools = tools
@@ -112,6 +120,7 @@ class JobRunner:
             metrics=self.metrics,
             sealer=self.sealer,
             stopping=self._stopping,
+            store_retry_seconds=self.store_retry_seconds,
         )
         run.step_concurrency = self.step_concurrency
         try:
@@ -143,12 +152,15 @@ class _Run(RecoveryMixin):
             return "failed"
         crash_point("job.before_complete")
         output = {sink: self.scope.get(sink) for sink in self.plan.sinks()}
-        with self._tx(durable=True) as tx:
+
+        def complete(tx: Any) -> None:
             self._append(tx, ("job_completed", {"output": output}))
             tx.update_job(
                 self.claim.job_id, status="completed", output=output, fence=self.claim.attempt_id
             )
             self.sealer.seal_txn(tx, self.claim.job_id)
+
+        self._tx_retrying(True, complete)
         return "completed"
 
     def _run_node(self, node_id: str) -> Any:
@@ -361,7 +373,8 @@ class _Run(RecoveryMixin):
                 raise StepFailed(node.id, {"type": "not_approved", "message": "approval denied"})
             return payload
         if key not in self.replay.waits:
-            with self._tx(durable=True) as tx:
+
+            def wait(tx: Any) -> None:
                 self._append(
                     tx,
                     (
@@ -385,9 +398,57 @@ class _Run(RecoveryMixin):
                 )
                 tx.update_job(self.claim.job_id, status="waiting", fence=self.claim.attempt_id)
                 tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
+
+            self._tx_retrying(True, wait)
         raise Stop("waiting")
 
     # --- tool -----------------------------------------------------------------------------------
+
+    def _acquire(
+        self,
+        tx: Any,
+        node: Node,
+        step: str,
+        tool_name: str,
+        key: str,
+        hashed_args: str,
+        invocation: str,
+        started_events: tuple[Item, Item],
+        started_ids: list[str],
+    ) -> LedgerRow | None:
+        """T1's writes: the ledger row only one attempt can win, and the started events when
+        this attempt may execute. Returns the row found instead of inserted (``None`` when the
+        insert won)."""
+        job_id = self.claim.job_id
+        # The insert comes first: on the usual path (a key never seen) it is the only ledger
+        # statement of T1.
+        inserted = tx.ledger_insert(
+            job_id=job_id,
+            key=key,
+            node_id=node.id,
+            step_id=step,
+            tool_name=tool_name,
+            args_hash=hashed_args,
+            invocation_id=invocation,
+            attempt_id=self.claim.attempt_id,
+        )
+        row: LedgerRow | None = None if inserted else tx.ledger_get(job_id, key)
+        if row is None:
+            self._append(tx, *started_events, fast=True, ids=started_ids)
+        elif row.status == "failed":
+            tx.ledger_restart(
+                job_id, key, invocation_id=invocation, attempt_id=self.claim.attempt_id
+            )
+            self._append(tx, *started_events, fast=True)
+        return row
+
+    def _record_failure(
+        self, tx: Any, key: str, items: tuple[Item, Item], error: dict[str, Any]
+    ) -> None:
+        """A failed attempt's T2: its finished events, and its ledger row marked failed (so a
+        retry may run the tool again)."""
+        self._append(tx, *items)
+        tx.ledger_finish(self.claim.job_id, key, status="failed", error=error)
 
     def _tool_step(self, node: Node) -> Any:
         t = self._tool(node, "tool")
@@ -403,7 +464,7 @@ class _Run(RecoveryMixin):
             attempt += 1
             # the invocation id and the ids of T1's two events, in one call
             invocation, *started_ids = new_event_ids(3)
-            started_events = (
+            started_events: tuple[Item, Item] = (
                 ("node_started", {**base, "attempt": attempt, "worker_id": self.claim.worker_id}),
                 (
                     "tool_invocation_started",
@@ -418,37 +479,27 @@ class _Run(RecoveryMixin):
                 ),
             )
             # (1) T1: acquire + started, durable before the tool may act.
-            with self._tx(durable=True) as tx:
-                # The insert only one attempt can win comes first: on the usual path (a key
-                # never seen) it is the only ledger statement of T1.
-                inserted = tx.ledger_insert(
-                    job_id=job_id,
-                    key=key,
-                    node_id=node.id,
-                    step_id=step,
-                    tool_name=t.name,
-                    args_hash=hashed_args,
-                    invocation_id=invocation,
-                    attempt_id=self.claim.attempt_id,
-                )
-                row = None if inserted else tx.ledger_get(job_id, key)
-                self.metrics.ledger_decisions.inc(
-                    "allow_execute"
-                    if row is None or row.status == "failed"
-                    else "return_recorded_result"
-                    if row.status == "committed"
-                    else "in_flight"
-                )
-                if row is None:
-                    self._append(tx, *started_events, fast=True, ids=started_ids)
-                elif row.status == "committed":
-                    recorded = row.result
-                elif row.status == "failed":
-                    tx.ledger_restart(
-                        job_id, key, invocation_id=invocation, attempt_id=self.claim.attempt_id
-                    )
-                    self._append(tx, *started_events, fast=True)
+            row = self._tx_retrying(
+                True,
+                self._acquire,
+                node,
+                step,
+                t.name,
+                key,
+                hashed_args,
+                invocation,
+                started_events,
+                started_ids,
+            )
+            self.metrics.ledger_decisions.inc(
+                "allow_execute"
+                if row is None or row.status == "failed"
+                else "return_recorded_result"
+                if row.status == "committed"
+                else "in_flight"
+            )
             if row is not None and row.status == "committed":
+                recorded = row.result
                 # The log is the authority and already holds the commit (T2 is atomic); this
                 # only records the node's completion if a crash came between T2 and nothing.
                 self._write(
@@ -497,34 +548,32 @@ class _Run(RecoveryMixin):
                     if retryable
                     else "permanent_failure"
                 )
-                with self._tx(durable=False) as tx:
-                    self._append(
-                        tx,
-                        (
-                            "tool_invocation_finished",
-                            {
-                                **base,
-                                "invocation_id": invocation,
-                                "idempotency_key": key,
-                                "outcome": "timeout"
-                                if isinstance(exc, TimeoutError)
-                                else "failure",
-                                "error": error_dict(exc),
-                                "catch_up": False,
-                            },
-                        ),
-                        (
-                            "node_finished",
-                            {
-                                **base,
-                                "result_type": result_type,
-                                "error": error_dict(exc),
-                                "attempt": attempt,
-                                "duration_ms": elapsed_ms(t0),
-                            },
-                        ),
-                    )
-                    tx.ledger_finish(job_id, key, status="failed", error=error_dict(exc))
+                error = error_dict(exc)
+                finished: tuple[Item, Item] = (
+                    (
+                        "tool_invocation_finished",
+                        {
+                            **base,
+                            "invocation_id": invocation,
+                            "idempotency_key": key,
+                            "outcome": "timeout" if isinstance(exc, TimeoutError) else "failure",
+                            "error": error,
+                            "catch_up": False,
+                        },
+                    ),
+                    (
+                        "node_finished",
+                        {
+                            **base,
+                            "result_type": result_type,
+                            "error": error,
+                            "attempt": attempt,
+                            "duration_ms": elapsed_ms(t0),
+                        },
+                    ),
+                )
+
+                self._tx_retrying(False, self._record_failure, key, finished, error)
                 if isinstance(exc, CompensatableError):
                     self._compensate(node, t, ctx, args, base, attempt)
                     raise StepFailed(node.id, error_dict(exc)) from exc

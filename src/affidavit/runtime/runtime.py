@@ -17,6 +17,7 @@ from affidavit.runtime.decisions import (
     signal_job,
 )
 from affidavit.runtime.metrics import RuntimeMetrics
+from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
 from affidavit.runtime.sealing import Sealer, SigningKey
 from affidavit.runtime.submit import check_plan, submit_job
@@ -36,6 +37,9 @@ class Runtime:
     (created on first use);
     ``verifiers`` adds resource verifiers for confirmation replay. ``step_concurrency`` runs up
     to that many independent nodes of a job at once (default 1: one node at a time).
+    ``store_retry_seconds``: how long a run keeps trying a write while the database is
+    unavailable (a restart, a failover, a lock held past the busy timeout) before it gives up
+    and leaves the job to be reclaimed.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class Runtime:
         verifiers: Iterable[ResourceVerifier] = (),
         step_concurrency: int = 1,
         signing_key: SigningKey | Path | str | None = None,
+        store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
     ) -> None:
         if tools is None:
             self.tools = registry
@@ -75,6 +80,7 @@ class Runtime:
             metrics=self.metrics,
             step_concurrency=step_concurrency,
             sealer=self.sealer,
+            store_retry_seconds=store_retry_seconds,
         )
 
     def close(self) -> None:

@@ -15,17 +15,20 @@ import threading
 import time
 from collections.abc import Callable
 
-from affidavit.core.errors import StoreError
+from affidavit.core.errors import StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
 from affidavit.runtime.lease import Lease
 from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.run_base import Claim
+from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS, Claim
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.runtime.sealing import Sealer
 from affidavit.store import Store
 
 DEFAULT_LEASE_SECONDS = 15.0
+# Waits of a claim loop between tries while the database is unavailable.
+_OUTAGE_FIRST_WAIT = 0.5
+_OUTAGE_MAX_WAIT = 5.0
 log = logging.getLogger("affidavit.worker")
 
 
@@ -50,12 +53,18 @@ class Worker:
         step_concurrency: int = 1,
         sealer: Sealer | None = None,
         on_job: Callable[[str, str, float], None] | None = None,
+        store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
         if step_concurrency < 1:
             raise ValueError("step_concurrency must be ≥ 1")
+        if store_retry_seconds < 0:
+            raise ValueError("store_retry_seconds must not be negative")
         self.step_concurrency = step_concurrency
+        # how long a run keeps trying a write while the database is unavailable, so that a
+        # restart or failover does not leave a step between its tool call and its record
+        self.store_retry_seconds = store_retry_seconds
         self.store = store
         self.tools = tools
         self.worker_id = worker_id or default_worker_id()
@@ -141,6 +150,7 @@ class Worker:
                 step_concurrency=self.step_concurrency,
                 sealer=self.sealer,
                 stopping=self._stopping,
+                store_retry_seconds=self.store_retry_seconds,
             ).run(claim)
         finally:
             done.set()
@@ -186,14 +196,31 @@ class Worker:
         stop = stop or threading.Event()
 
         def loop() -> None:
+            outage_wait = 0.0  # while the database is unavailable: the wait before trying again
             while not stop.is_set() and not self._stopping.is_set():
                 try:
                     ran = self.run_once()
+                except StoreUnavailable as exc:
+                    # A restart or failover of the database: no traceback, and no busy loop.
+                    # A job whose run gave up keeps its lease until it expires and is then
+                    # reclaimed, its open invocation resolved as after a crash.
+                    outage_wait = min(max(2 * outage_wait, _OUTAGE_FIRST_WAIT), _OUTAGE_MAX_WAIT)
+                    log.warning(
+                        "worker %s: the database is unavailable (%s); trying again in %.1f s",
+                        self.worker_id,
+                        exc,
+                        outage_wait,
+                    )
+                    self._stopping.wait(outage_wait)
+                    continue
                 except Exception:
                     # A job whose run raised unexpectedly keeps its lease until it expires and
                     # is then retried elsewhere; this loop goes on with other jobs.
                     log.exception("worker %s: a job run failed unexpectedly", self.worker_id)
                     ran = "error"
+                if outage_wait:
+                    log.warning("worker %s: the database is reachable again", self.worker_id)
+                    outage_wait = 0.0
                 if ran is None:
                     if until_idle or self._stopping.is_set():
                         return

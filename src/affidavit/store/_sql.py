@@ -307,6 +307,16 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
         previous = bytes.fromhex(head_hex) if head_hex else GENESIS
         return self._insert_chained(job_id, expected_version, previous, encoded)
 
+    def head(self, job_id: str) -> tuple[int, bytes]:
+        """The job's last version and its raw chain hash (``0, b""`` for an empty log), read
+        under the job's lock."""
+        job_row, head_row = self._lock_and_head(job_id)
+        if job_row is None:
+            raise JobNotFound(job_id)
+        if head_row is None:
+            return 0, GENESIS
+        return int(head_row[0]), bytes.fromhex(head_row[1])
+
     # --- jobs -------------------------------------------------------------------------------
 
     def create_job(

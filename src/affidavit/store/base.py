@@ -166,6 +166,16 @@ class Transaction(Protocol):
         """
         ...
 
+    def head(self, job_id: str) -> tuple[int, bytes]:
+        """The job's last version and the raw chain hash of that event (``0, b""`` for an
+        empty log), read under the job's lock: what a writer that lost track of whether its
+        last commit landed compares with the head that commit would have made.
+
+        Raises:
+            JobNotFound: no such job.
+        """
+        ...
+
     def create_job(
         self,
         *,

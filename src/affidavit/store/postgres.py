@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from affidavit.core.errors import ConfigError, StoreError
+from affidavit.core.errors import ConfigError, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
 from affidavit.store._snapshot import SqlSnapshot
@@ -112,6 +112,14 @@ def split_url(url: str) -> tuple[str, str | None]:
     return (base + ("?" + urlencode(rest) if rest else "")), schema
 
 
+def store_error(message: str, exc: psycopg.Error) -> StoreError:
+    """``exc`` as a :class:`StoreError`; a :class:`StoreUnavailable` when it may pass: a lost
+    or refused connection, a server shutting down, a serialization failure or deadlock
+    (psycopg's ``OperationalError`` and its subclasses)."""
+    transient = isinstance(exc, psycopg.OperationalError)
+    return (StoreUnavailable if transient else StoreError)(f"{message}: {exc}")
+
+
 def redact(url: str) -> str:
     """The URL with any password replaced by ``***``, for messages."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
@@ -188,9 +196,9 @@ class PostgresStore(SqlStore):
                         conn.execute("ROLLBACK")
                     raise
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL write failed: {exc}") from exc
+            raise store_error("PostgreSQL write failed", exc) from exc
         except PoolTimeout as exc:
-            raise StoreError("no PostgreSQL connection available (pool exhausted)") from exc
+            raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
     @contextmanager
     def _reader(self) -> Iterator[Cursor]:
@@ -198,9 +206,9 @@ class PostgresStore(SqlStore):
             with self._pool.connection() as conn:
                 yield conn.cursor()
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL read failed: {exc}") from exc
+            raise store_error("PostgreSQL read failed", exc) from exc
         except PoolTimeout as exc:
-            raise StoreError("no PostgreSQL connection available (pool exhausted)") from exc
+            raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
     @contextmanager
     def snapshot(self) -> Iterator[SqlSnapshot]:
@@ -213,9 +221,9 @@ class PostgresStore(SqlStore):
                 finally:
                     conn.execute("ROLLBACK")
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL read failed: {exc}") from exc
+            raise store_error("PostgreSQL read failed", exc) from exc
         except PoolTimeout as exc:
-            raise StoreError("no PostgreSQL connection available (pool exhausted)") from exc
+            raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
     # --- schema -----------------------------------------------------------------------------
 

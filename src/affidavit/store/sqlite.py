@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from affidavit.core.errors import JobNotFound, StoreError
+from affidavit.core.errors import JobNotFound, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
 from affidavit.store._snapshot import SqlSnapshot
@@ -148,6 +148,26 @@ def _insert_rows(count: int) -> str:
     )
 
 
+# Primary result codes (the low byte of an extended code) of failures that may pass: a lock
+# another process held past the busy timeout, an I/O error, a full disk.
+_TRANSIENT = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_PROTOCOL,
+    }
+)
+
+
+def store_error(message: str, exc: sqlite3.Error) -> StoreError:
+    """``exc`` as a :class:`StoreError`; a :class:`StoreUnavailable` when it may pass."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    transient = isinstance(code, int) and code & 0xFF in _TRANSIENT
+    return (StoreUnavailable if transient else StoreError)(f"{message}: {exc}")
+
+
 _JOB_AND_HEAD = (
     "SELECT j.attempt_id, e.version, e.chain_hash FROM jobs j LEFT JOIN events e "
     "ON e.job_id = j.job_id AND e.version = "
@@ -181,8 +201,8 @@ class _WriteTransaction:
                     store._full_sync = durable
                 cursor.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise StoreError(
-                    f"cannot start a write transaction on {store.path!r}: {exc}"
+                raise store_error(
+                    f"cannot start a write transaction on {store.path!r}", exc
                 ) from exc
         except BaseException:
             store._write_lock.release()
@@ -208,7 +228,7 @@ class _WriteTransaction:
             if store._writer.in_transaction:
                 cursor.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"SQLite write failed on {store.path!r}: {exc}") from exc
+                raise store_error(f"SQLite write failed on {store.path!r}", exc) from exc
         finally:
             store._in_write = False
             store._write_lock.release()
@@ -284,7 +304,7 @@ class SqliteStore(SqlStore):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+            raise store_error(f"cannot open SQLite database {self.path!r}", exc) from exc
         return conn
 
     # --- transactions -----------------------------------------------------------------------
@@ -305,7 +325,7 @@ class SqliteStore(SqlStore):
         try:
             yield conn.cursor()
         except sqlite3.Error as exc:
-            raise StoreError(f"SQLite read failed on {self.path!r}: {exc}") from exc
+            raise store_error(f"SQLite read failed on {self.path!r}", exc) from exc
 
     @contextmanager
     def snapshot(self) -> Iterator[SqlSnapshot]:
@@ -318,7 +338,7 @@ class SqliteStore(SqlStore):
             conn.execute("BEGIN")
             yield SqliteSnapshot(conn)
         except sqlite3.Error as exc:
-            raise StoreError(f"SQLite read failed on {self.path!r}: {exc}") from exc
+            raise store_error(f"SQLite read failed on {self.path!r}", exc) from exc
         finally:
             conn.close()
 

@@ -1,0 +1,449 @@
+"""A database that goes away while a job runs — a restart, a failover, a lock held past the busy
+timeout — on SQLite and PostgreSQL: a run keeps trying its writes, so a step whose tool has
+acted still gets its record, and a commit that landed although the client was told it failed
+is recognized by the job's chain head and never written twice.
+
+Two kinds of fault:
+
+- the real thing: the SQLite write lock held by another connection, a PostgreSQL database
+  that refuses connections and has its sessions terminated while a tool runs;
+- a dropped connection at one chosen commit (``FlakyStore``): the real store's transaction
+  is rolled back ("before") or committed ("after") and then reported as failed, as when the
+  connection breaks before COMMIT reaches the server or after the server committed. The
+  second cannot be produced on purpose with a real server, so the test places it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+import psycopg
+import pytest
+
+from affidavit import RetryableError, Runtime, Tool, ToolContext, ToolRegistry
+from affidavit.core.errors import StoreError, StoreUnavailable
+from affidavit.runtime.worker import Worker
+from affidavit.store import Store, open_store
+from affidavit.store.sqlite import SqliteStore
+from affidavit.verify import verify_job
+from tests.conftest import PG_URL
+from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
+
+# --- a store whose chosen commit fails ---------------------------------------------------------
+
+Recorded = list[tuple[str, dict[str, Any]]]  # (method, keyword arguments) called on one tx
+
+
+class _RecordingTx:
+    def __init__(self, tx: Any, recorded: Recorded) -> None:
+        self._tx = tx
+        self._recorded = recorded
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._tx, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._recorded.append((name, kwargs))
+            return attr(*args, **kwargs)
+
+        return call
+
+
+class _FlakyTransaction:
+    def __init__(self, flaky: FlakyStore, durable: bool) -> None:
+        self._flaky = flaky
+        self._durable = durable
+        self._recorded: Recorded = []
+
+    def __enter__(self) -> Any:
+        if self._flaky.down.is_set():
+            raise StoreUnavailable("test: the database is down")
+        self._inner = self._flaky.store.transaction(durable=self._durable)
+        return _RecordingTx(self._inner.__enter__(), self._recorded)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Any:
+        flaky = self._flaky
+        if exc is None and flaky.remaining > 0 and flaky.when(self._recorded):
+            flaky.remaining -= 1
+            if flaky.mode == "after":
+                self._inner.__exit__(None, None, None)  # the server commits
+                flaky.fired.append("after")
+                raise StoreUnavailable("test: the connection broke after COMMIT was sent")
+            cut = StoreUnavailable("test: the connection broke before COMMIT")
+            self._inner.__exit__(StoreUnavailable, cut, None)  # rolled back
+            flaky.fired.append("before")
+            raise cut
+        return self._inner.__exit__(exc_type, exc, tb)
+
+
+class FlakyStore:
+    """The real ``store``; the first ``times`` write transactions for which ``when`` holds
+    (given the calls made on them) fail at their commit, rolled back (``mode="before"``) or
+    committed (``"after"``). While ``down`` is set, every write transaction fails at once."""
+
+    def __init__(
+        self,
+        store: Store,
+        when: Callable[[Recorded], bool] = lambda recorded: False,
+        *,
+        mode: str = "before",
+        times: int = 1,
+    ) -> None:
+        self.store = store
+        self.when = when
+        self.mode = mode
+        self.remaining = times
+        self.fired: list[str] = []
+        self.down = threading.Event()
+
+    def transaction(self, *, durable: bool = True) -> _FlakyTransaction:
+        return _FlakyTransaction(self, durable)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def t1(recorded: Recorded) -> bool:
+    return any(name == "ledger_insert" for name, _ in recorded)
+
+
+def t2(recorded: Recorded) -> bool:
+    return any(n == "ledger_finish" and kw.get("status") == "committed" for n, kw in recorded)
+
+
+def failure_record(recorded: Recorded) -> bool:
+    return any(n == "ledger_finish" and kw.get("status") == "failed" for n, kw in recorded)
+
+
+def completion(recorded: Recorded) -> bool:
+    return any(n == "update_job" and kw.get("status") == "completed" for n, kw in recorded)
+
+
+# --- tools and fixtures ------------------------------------------------------------------------
+
+
+def charge_tool(calls: Calls, fail_first: bool = False) -> Tool:
+    def fn(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        calls.add(ctx, "charge")
+        if fail_first and ctx.attempt == 1:
+            raise RetryableError("the payment API timed out")
+        return {"charged": amount}
+
+    return Tool("charge", fn, "tool")
+
+
+def email_tool(calls: Calls, during: Callable[[], None] | None = None) -> Tool:
+    def fn(ctx: ToolContext, charge: Any) -> dict[str, Any]:
+        calls.add(ctx, "email")
+        if during is not None:
+            during()
+        return {"sent": True}
+
+    return Tool("email", fn, "tool")
+
+
+FLOW = plan(
+    node("charge", "charge", args={"amount": 42}),
+    node("email", "email", args={"charge": "${charge}"}, deps=["charge"]),
+)
+
+
+@pytest.fixture
+def calls() -> Calls:
+    return Calls()
+
+
+@pytest.fixture
+def real_store(store_url: str) -> Iterator[Store]:
+    store = open_store(store_url)
+    yield store
+    store.close()
+
+
+def runtime_on(store: Any, *tools: Tool, **options: Any) -> Runtime:
+    return Runtime(store=store, tools=ToolRegistry(tools), lease_seconds=30, **options)
+
+
+def assert_done_once(rt: Runtime, job_id: str, calls: Calls) -> None:
+    """Completed, every tool once, one invocation per node, and Verification Mode passes."""
+    assert rt.get_job(job_id).status == "completed"
+    assert calls.count(name="charge") == 1 and calls.count(name="email") == 1
+    events = assert_log_sound(rt.store, job_id)
+    assert [p["node_id"] for p in of_type(events, "tool_invocation_started")] == [
+        "charge",
+        "email",
+    ]
+    assert len(of_type(events, "node_finished")) == 2
+    assert len(of_type(events, "job_completed")) == 1
+    assert verify_job(rt.store, job_id).ok
+
+
+# --- a commit that fails, before or after the server committed ---------------------------------
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+@pytest.mark.parametrize("when", [t1, t2, completion], ids=["T1", "T2", "job_completed"])
+def test_a_failed_commit_is_retried_and_nothing_is_written_twice(
+    real_store: Store, calls: Calls, mode: str, when: Callable[[Recorded], bool]
+) -> None:
+    flaky = FlakyStore(real_store, when, mode=mode)
+    rt = runtime_on(flaky, charge_tool(calls), email_tool(calls))
+    job_id = rt.submit(FLOW, {}).job_id
+
+    assert rt.run_until_idle() == 1
+    assert flaky.fired == [mode]
+    assert_done_once(rt, job_id, calls)
+    assert rt.metrics.value("affidavit_store_retries_total", outcome="retried") == 1
+    landed = rt.metrics.value("affidavit_store_retries_total", outcome="landed")
+    assert landed == (1 if mode == "after" else 0)
+    # counted once, whether the commit that recorded them was reported or found to have landed
+    steps = {"node_type": "tool", "result_type": "side_effect_committed"}
+    assert rt.metrics.value("affidavit_steps_total", **steps) == 2
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+def test_a_failed_attempts_record_is_retried_and_written_once(
+    real_store: Store, calls: Calls, mode: str
+) -> None:
+    flaky = FlakyStore(real_store, failure_record, mode=mode)
+    rt = runtime_on(flaky, charge_tool(calls, fail_first=True), email_tool(calls))
+    job_id = rt.submit(FLOW, {}).job_id
+
+    rt.run_until_idle()
+    assert flaky.fired == [mode]
+    job = rt.get_job(job_id)
+    assert job.status == "completed"
+    assert calls.count(name="charge") == 2  # the failed attempt, then the retry
+    events = assert_log_sound(rt.store, job_id)
+    outcomes = [p["outcome"] for p in of_type(events, "tool_invocation_finished")]
+    assert outcomes == ["failure", "success", "success"]
+    assert verify_job(rt.store, job_id).ok
+
+
+def test_a_commit_that_landed_is_told_apart_from_one_that_did_not(
+    real_store: Store, calls: Calls
+) -> None:
+    """The landed check compares heads: three T2 commits fail after landing and are each
+    recognized; the log holds each step once."""
+    flaky = FlakyStore(real_store, t2, mode="after", times=3)
+    flow = plan(
+        node("a", "charge", args={"amount": 1}),
+        node("b", "charge", args={"amount": 2}, deps=["a"]),
+        node("c", "charge", args={"amount": 3}, deps=["b"]),
+    )
+    rt = runtime_on(flaky, charge_tool(calls))
+    job_id = rt.submit(flow, {}).job_id
+    rt.run_until_idle()
+    assert flaky.fired == ["after"] * 3
+    assert rt.get_job(job_id).status == "completed"
+    assert calls.count(name="charge") == 3
+    events = assert_log_sound(rt.store, job_id)
+    assert len(of_type(events, "command_committed")) == 3
+    assert rt.metrics.value("affidavit_store_retries_total", outcome="landed") == 3
+    assert verify_job(rt.store, job_id).ok
+
+
+# --- the database stays away -------------------------------------------------------------------
+
+
+def test_a_run_gives_up_after_store_retry_seconds(real_store: Store, calls: Calls) -> None:
+    """The step's record cannot be written for longer than the run keeps trying: the run gives
+    up and the job keeps its open invocation, resolved like a crash's once the database is
+    back and the lease has expired (no reconcile: parked, the tool not run again)."""
+    flaky = FlakyStore(real_store)
+
+    def outage() -> None:
+        flaky.down.set()
+
+    rt = Runtime(
+        store=flaky,
+        tools=ToolRegistry((charge_tool(calls), email_tool(calls, during=outage))),
+        lease_seconds=0.5,
+        store_retry_seconds=0.3,
+    )
+    job_id = rt.submit(FLOW, {}).job_id
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        rt.run_job(job_id)
+    assert time.monotonic() - started < 10
+    assert rt.metrics.value("affidavit_store_retries_total", outcome="gave_up") == 1
+    assert rt.metrics.value("affidavit_store_retries_total", outcome="retried") >= 2
+
+    flaky.down.clear()
+    [_, row] = sorted(ledger_rows(rt.store, job_id), key=lambda r: r.node_id != "charge")
+    assert (row.node_id, row.status) == ("email", "started")  # in flight: acted, not recorded
+    time.sleep(0.6)  # the lease runs out
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "parked"
+    assert calls.count(name="email") == 1
+
+
+def test_a_run_whose_lease_is_taken_while_it_retries_writes_nothing(
+    real_store: Store, store_url: str, calls: Calls
+) -> None:
+    """While the first worker cannot reach the database its heartbeats fail and its lease runs
+    out; a second worker (its own connection, which works) claims the job and resolves the
+    open invocation. When the database comes back, the first run's retried record is fenced
+    off: it ends as ``lost`` and writes nothing."""
+    flaky = FlakyStore(real_store)
+    inside = threading.Event()
+
+    def outage() -> None:
+        flaky.down.set()
+        inside.set()
+
+    tools = ToolRegistry((charge_tool(calls), email_tool(calls, during=outage)))
+    first = Worker(flaky, tools, worker_id="first", lease_seconds=0.5, store_retry_seconds=30)
+    rt = Runtime(store=real_store, tools=tools, lease_seconds=30)
+    job_id = rt.submit(FLOW, {}).job_id
+    statuses: list[str | None] = []
+    thread = threading.Thread(target=lambda: statuses.append(first.run_once()), daemon=True)
+    thread.start()
+    assert inside.wait(10)
+
+    other = open_store(store_url)
+    try:
+        second = Worker(other, tools, worker_id="second", lease_seconds=30)
+        deadline = time.monotonic() + 10
+        while (status := second.run_once()) is None:  # until the first lease has run out
+            assert time.monotonic() < deadline, "the first worker's lease never expired"
+            time.sleep(0.1)
+        assert status == "parked"  # the email may or may not have gone out: a person decides
+    finally:
+        other.close()
+    flaky.down.clear()
+    thread.join(15)
+    assert not thread.is_alive() and statuses == ["lost"]
+    assert rt.get_job(job_id).status == "parked"
+    assert calls.count(name="email") == 1
+    events = assert_log_sound(real_store, job_id)
+    assert not of_type(events, "command_committed")[1:]  # only the charge was recorded
+
+
+def test_a_worker_waits_out_an_outage_without_a_traceback(
+    real_store: Store, calls: Calls, caplog: pytest.LogCaptureFixture
+) -> None:
+    flaky = FlakyStore(real_store)
+    rt = runtime_on(flaky, charge_tool(calls), email_tool(calls))
+    job_id = rt.submit(FLOW, {}).job_id
+    flaky.down.set()
+    threading.Timer(1.2, flaky.down.clear).start()
+    with caplog.at_level(logging.WARNING, logger="affidavit"):
+        assert rt.run_until_idle() == 1
+    assert_done_once(rt, job_id, calls)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("the database is unavailable" in m for m in messages)
+    assert any("reachable again" in m for m in messages)
+    assert not any(r.exc_info for r in caplog.records)
+
+
+# --- real outages ------------------------------------------------------------------------------
+
+
+def test_sqlite_write_lock_held_past_the_busy_timeout(tmp_path: Any, calls: Calls) -> None:
+    """Another process holds SQLite's write lock for a second while a tool runs; the store
+    gives up after 0.1 s (its busy timeout), so T2 meets ``database is locked`` and the run
+    tries again until the lock is free."""
+    path = tmp_path / "locked.db"
+    store = SqliteStore(f"sqlite:///{path}", str(path), busy_timeout_s=0.1)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    def lock_the_database() -> None:
+        holder.execute("BEGIN IMMEDIATE")
+        threading.Timer(1.0, lambda: holder.execute("COMMIT")).start()
+
+    try:
+        rt = runtime_on(store, charge_tool(calls), email_tool(calls, during=lock_the_database))
+        job_id = rt.submit(FLOW, {}).job_id
+        rt.run_until_idle()
+        assert_done_once(rt, job_id, calls)
+        assert rt.metrics.value("affidavit_store_retries_total", outcome="retried") >= 1
+    finally:
+        holder.close()
+        store.close()
+
+
+def test_sqlite_locked_is_unavailable(tmp_path: Any) -> None:
+    path = tmp_path / "x.db"
+    store = SqliteStore(f"sqlite:///{path}", str(path), busy_timeout_s=0.05)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailable, match="locked"), store.transaction():
+            pass
+    finally:
+        holder.close()
+        store.close()
+
+
+def test_an_error_that_will_not_pass_is_not_unavailable(real_store: Store) -> None:
+    """Only failures that may pass are retried: a statement the database refuses is not."""
+    with pytest.raises(StoreError) as caught, real_store.transaction() as tx:
+        tx.execute("INSERT INTO no_such_table VALUES (1)")
+    assert not isinstance(caught.value, StoreUnavailable)
+
+
+def test_postgresql_outage_while_a_tool_runs(pg_database: str, calls: Calls) -> None:
+    """While the e-mail tool runs, the database stops accepting connections and every session
+    on it is terminated, for 1.5 s (what a restart or failover looks like to a client). The
+    job completes instead of being parked, with every tool run once."""
+    url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}"
+    admin = psycopg.connect(PG_URL, autocommit=True)
+
+    def outage() -> None:
+        admin.execute(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (pg_database,),
+        )
+
+        def back() -> None:
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+
+        threading.Timer(1.5, back).start()
+
+    store = open_store(url)
+    try:
+        rt = runtime_on(store, charge_tool(calls), email_tool(calls, during=outage))
+        job_id = rt.submit(FLOW, {}).job_id
+        rt.run_until_idle()
+        assert_done_once(rt, job_id, calls)
+        assert rt.metrics.value("affidavit_store_retries_total", outcome="retried") >= 1
+    finally:
+        store.close()
+        admin.close()
+
+
+def test_concurrent_steps_with_commits_that_landed(real_store: Store, calls: Calls) -> None:
+    """Two independent steps run at once; both of their T2 commits fail after landing. Each is
+    recognized before the other step writes (the run's lock is held while a commit's outcome
+    is unknown), and the join step sees both results."""
+    flaky = FlakyStore(real_store, t2, mode="after", times=2)
+    flow = plan(
+        node("left", "charge", args={"amount": 1}),
+        node("right", "charge", args={"amount": 2}),
+        node("email", "email", args={"charge": ["${left}", "${right}"]}, deps=["left", "right"]),
+    )
+    rt = runtime_on(flaky, charge_tool(calls), email_tool(calls), step_concurrency=2)
+    job_id = rt.submit(flow, {}).job_id
+    rt.run_until_idle()
+    assert flaky.fired == ["after", "after"]
+    assert rt.get_job(job_id).status == "completed"
+    assert calls.count(name="charge") == 2 and calls.count(name="email") == 1
+    events = assert_log_sound(rt.store, job_id)
+    assert len(of_type(events, "command_committed")) == 3
+    assert verify_job(rt.store, job_id).ok
