@@ -374,7 +374,7 @@ class _Run(RecoveryMixin):
             return payload
         if key not in self.replay.waits:
 
-            def wait(tx: Any) -> None:
+            def record_wait(tx: Any) -> None:
                 self._append(
                     tx,
                     (
@@ -399,7 +399,7 @@ class _Run(RecoveryMixin):
                 tx.update_job(self.claim.job_id, status="waiting", fence=self.claim.attempt_id)
                 tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
 
-            self._tx_retrying(True, wait)
+            self._tx_retrying(True, record_wait)
         raise Stop("waiting")
 
     # --- tool -----------------------------------------------------------------------------------
@@ -576,11 +576,11 @@ class _Run(RecoveryMixin):
                 self._tx_retrying(False, self._record_failure, key, finished, error)
                 if isinstance(exc, CompensatableError):
                     self._compensate(node, t, ctx, args, base, attempt)
-                    raise StepFailed(node.id, error_dict(exc)) from exc
+                    raise StepFailed(node.id, error) from exc
                 if retryable and attempt < limit:
                     self._backoff(attempt)
                     continue
-                raise StepFailed(node.id, error_dict(exc)) from exc
+                raise StepFailed(node.id, error) from exc
             crash_point("tool.after_execute")
             # (3) T2: finished + committed + node_finished, and the ledger row, together.
             self._commit(
