@@ -353,6 +353,16 @@ def test_a_worker_waits_out_an_outage_without_a_traceback(
 # --- real outages ------------------------------------------------------------------------------
 
 
+def run_through_outage(store: Store, outage: Callable[[], None], calls: Calls) -> None:
+    """Run FLOW with ``outage`` started from inside its e-mail tool: the job completes, every
+    tool once, after at least one retried write."""
+    rt = runtime_on(store, charge_tool(calls), email_tool(calls, during=outage))
+    job_id = rt.submit(FLOW, {}).job_id
+    rt.run_until_idle()
+    assert_done_once(rt, job_id, calls)
+    assert rt.metrics.value("affidavit_store_retries_total", outcome="retried") >= 1
+
+
 def test_sqlite_write_lock_held_past_the_busy_timeout(tmp_path: Any, calls: Calls) -> None:
     """Another process holds SQLite's write lock for a second while a tool runs; the store
     gives up after 0.1 s (its busy timeout), so T2 meets ``database is locked`` and the run
@@ -366,11 +376,7 @@ def test_sqlite_write_lock_held_past_the_busy_timeout(tmp_path: Any, calls: Call
         threading.Timer(1.0, lambda: holder.execute("COMMIT")).start()
 
     try:
-        rt = runtime_on(store, charge_tool(calls), email_tool(calls, during=lock_the_database))
-        job_id = rt.submit(FLOW, {}).job_id
-        rt.run_until_idle()
-        assert_done_once(rt, job_id, calls)
-        assert rt.metrics.value("affidavit_store_retries_total", outcome="retried") >= 1
+        run_through_outage(store, lock_the_database, calls)
     finally:
         holder.close()
         store.close()
@@ -418,11 +424,7 @@ def test_postgresql_outage_while_a_tool_runs(pg_database: str, calls: Calls) -> 
 
     store = open_store(url)
     try:
-        rt = runtime_on(store, charge_tool(calls), email_tool(calls, during=outage))
-        job_id = rt.submit(FLOW, {}).job_id
-        rt.run_until_idle()
-        assert_done_once(rt, job_id, calls)
-        assert rt.metrics.value("affidavit_store_retries_total", outcome="retried") >= 1
+        run_through_outage(store, outage, calls)
     finally:
         store.close()
         admin.close()
