@@ -72,6 +72,7 @@ def test_public_api() -> None:
             "TrustPolicy",
             "ValidationError",
             "VerificationError",
+            "WaitTimeout",
             "VerificationResult",
             "__version__",
             "canonical",

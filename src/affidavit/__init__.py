@@ -29,6 +29,7 @@ from affidavit.core.errors import (
     StoreUnavailable,
     ValidationError,
     VerificationError,
+    WaitTimeout,
 )
 from affidavit.core.events import EventType
 from affidavit.core.plan import Plan
@@ -138,6 +139,7 @@ __all__ = [
     "ValidationError",
     "VerificationError",
     "VerificationResult",
+    "WaitTimeout",
     "__version__",
     "canonical",
     "canonical_sha256",

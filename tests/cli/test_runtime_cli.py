@@ -474,3 +474,80 @@ def test_store_retry_seconds_from_the_environment_is_checked(store_url: str) -> 
     )
     ok = cli("worker", "--until-idle", "--store-retry-seconds", "5", "--db", store_url, "--json")
     assert ok.returncode == 0 and json_of(ok) == {"jobs_run": 0}
+
+
+def start_cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "affidavit", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+
+
+def test_jobs_wait_follows_a_job_a_worker_runs(store_url: str, tmp_path: Path) -> None:
+    """``jobs wait`` in one process, the worker in another: the waiter prints the first step
+    while the second still blocks, and returns with the job once it completes."""
+    tools = tmp_path / "gated_tools.py"
+    tools.write_text(GATED_TOOLS)
+    side, gate = tmp_path / "calls.txt", tmp_path / "gate"
+    plan = tmp_path / "two.json"
+    plan.write_text(json.dumps({"name": "two", "nodes": [
+        {"id": "first", "type": "tool", "tool": "entered", "args": {"side": str(side)}},
+        {"id": "second", "type": "tool", "tool": "entered",
+         "args": {"side": str(side), "gate": str(gate)}, "depends_on": ["first"]},
+    ]}))  # fmt: skip
+    sub = cli("submit", str(plan), "--tools", str(tools), "--db", store_url, "--json")
+    job_id = json_of(sub)["job_id"]
+    waiter = start_cli("jobs", "wait", job_id, "--db", store_url)
+    worker = None
+    try:
+        lines = read_until(waiter, "pending; waiting")  # no worker yet: nothing can run
+        assert lines[-1].strip() == f"job {job_id}: pending; waiting"
+        worker = start_worker(store_url, str(tools))
+        read_until(waiter, "first committed")  # live, while "second" still waits at its gate
+        assert waiter.poll() is None
+        gate.touch()
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        for proc in (waiter, worker):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        if worker is not None:
+            worker.communicate(timeout=30)
+    assert waiter.returncode == 0, err
+    assert "second committed" in err
+    assert f"job {job_id}: completed" in err
+    assert json.loads(out) == {"second": {"ok": True}}  # the output: the sinks
+    assert side.read_text().splitlines() == ["first", "second"]
+
+
+def test_jobs_wait_exit_codes(store_url: str, tmp_path: Path) -> None:
+    tools = tmp_path / "gated_tools.py"
+    tools.write_text(GATED_TOOLS)
+    flaky = tmp_path / "flaky.json"
+    flaky.write_text(json.dumps({"name": "flaky", "retry": {"backoff_seconds": 0}, "nodes": [
+        {"id": "call", "type": "tool", "tool": "always_503"},
+    ]}))  # fmt: skip
+    job_id = json_of(cli("submit", str(flaky), "--tools", str(tools), "--db", store_url,
+                         "--json"))["job_id"]  # fmt: skip
+
+    started = time.monotonic()
+    pending = cli("jobs", "wait", job_id, "--timeout", "0.5", "--db", store_url, "--json")
+    assert pending.returncode == 124, pending.stderr
+    assert time.monotonic() - started >= 0.5
+    assert json_of(pending)["status"] == "pending"
+    human = cli("jobs", "wait", job_id, "--timeout", "0.2", "--db", store_url)
+    assert human.returncode == 124
+    assert f"job {job_id} is still pending after 0.2 s" in human.stderr
+
+    cli("worker", "--tools", str(tools), "--until-idle", "--db", store_url)
+    failed = cli("jobs", "wait", job_id, "--db", store_url, "--json")
+    assert failed.returncode == 1, failed.stderr
+    assert json_of(failed)["status"] == "failed"
+    assert "upstream 503" in json_of(failed)["error"]["message"]
+
+    missing = cli("jobs", "wait", "no-such-job", "--db", store_url, "--json")
+    assert missing.returncode == 2
+    assert json_of(missing)["error"]["code"] == "job_not_found"

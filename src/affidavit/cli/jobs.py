@@ -10,9 +10,16 @@ from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.progress import StepProgress, status_markup
+from affidavit.cli.runtime_cmds import emit_job, exit_for, job_doc
+from affidavit.core.errors import WaitTimeout
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.trace import job_trace
+from affidavit.runtime.waiting import SETTLED_STATUSES, wait_for_job
 from affidavit.store import JOB_STATUSES, JobFilter
+
+EXIT_TIMEOUT = 124  # as timeout(1)
+EXIT_INTERRUPTED = 130
 
 jobs_app = typer.Typer(help="Inspect jobs and their event logs.", no_args_is_help=True)
 
@@ -83,6 +90,54 @@ def show_job(
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         table.add_row(f"[bold]{key}[/]", shown)
     output.out.print(table)
+
+
+@jobs_app.command("wait")
+def wait_job(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0,
+            help="Give up after this many seconds (exit 124). Default: as long as it takes.",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Wait until a job that workers run is settled: finished, or needing a person (waiting
+    for a signal or approval, or parked). Prints each step as it is recorded (stderr), then the
+    job as `run` does; with --json only {"job_id","status","output","error"}. Nothing is run
+    or written here.
+
+    Exit codes: 0 completed; 1 failed or cancelled; 4 waiting or parked (a human is needed);
+    124 still pending or running after --timeout; 130 interrupted; 2 no such job; 3 store
+    error.
+    """
+    timed_out = None
+    with command(as_json), opened(db) as store:
+        job = store.get_job(job_id)
+        try:
+            if as_json or job.status in SETTLED_STATUSES:
+                job = wait_for_job(store, job_id, timeout=timeout)
+            else:
+                output.err.print(f"job {job_id}: {status_markup(job.status)}; waiting")
+                with StepProgress(store, job_id, output.err, after_version=job.version):
+                    job = wait_for_job(store, job_id, timeout=timeout)
+        except WaitTimeout as exc:
+            job, timed_out = exc.job, exc
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    if timed_out is not None:
+        if as_json:
+            output.emit_json(job_doc(job))
+        else:
+            output.err.print(f"[yellow]{timed_out.message}[/]; {timed_out.hint}")
+        raise typer.Exit(EXIT_TIMEOUT)
+    emit_job(job, as_json)
+    raise typer.Exit(exit_for(job.status))
 
 
 @jobs_app.command("events")

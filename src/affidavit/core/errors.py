@@ -6,6 +6,8 @@ Every error carries a ``hint``: what the user should do next. The CLI and the HT
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AffidavitError(Exception):
     """Base of every error affidavit raises deliberately."""
@@ -167,6 +169,20 @@ class JobNotFound(NotFound):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id!r} not found")
         self.job_id = job_id
+
+
+class WaitTimeout(AffidavitError):
+    """A job waited for was still pending or running when the timeout passed."""
+
+    code = "wait_timeout"
+    default_hint = (
+        "Is a worker running (`affidavit worker`)? A running job whose worker died is "
+        "reclaimed when its lease expires."
+    )
+
+    def __init__(self, job: Any, timeout: float) -> None:
+        super().__init__(f"job {job.job_id} is still {job.status} after {timeout:g} s")
+        self.job = job  # the JobRecord as last read
 
 
 class InvalidEventError(AffidavitError):

@@ -21,6 +21,7 @@ from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
 from affidavit.runtime.sealing import Sealer, SigningKey
 from affidavit.runtime.submit import check_plan, submit_job
+from affidavit.runtime.waiting import wait_for_job
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, Store, open_store
 
@@ -143,6 +144,19 @@ class Runtime:
 
     def get_job(self, job_id: str) -> JobRecord:
         return self.store.get_job(job_id)
+
+    def wait(
+        self, job_id: str, *, timeout: float | None = None, poll_seconds: float = 0.5
+    ) -> JobRecord:
+        """Wait until a job that workers run elsewhere is settled — finished (``completed``,
+        ``failed``, ``cancelled``) or needing a person (``waiting``, ``parked``) — and return
+        it. See :func:`~affidavit.runtime.waiting.wait_for_job`.
+
+        Raises:
+            JobNotFound: no such job.
+            WaitTimeout: still pending or running after ``timeout`` seconds.
+        """
+        return wait_for_job(self.store, job_id, timeout=timeout, poll_seconds=poll_seconds)
 
     # --- human decisions (the service functions of :mod:`affidavit.runtime.decisions`) ---------
 
