@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from affidavit import Runtime, StoreError
+from affidavit import Runtime, StoreError, StoreUnavailable
 from affidavit.runtime.lease import Lease
 from affidavit.runtime.worker import Worker
 from tests.runtime.crash_tools import REGISTRY, read_side
@@ -129,8 +129,11 @@ def test_thawed_worker_takes_back_a_lease_nobody_reclaimed(store_url: str, tmp_p
 class _Unreachable:
     """A store whose every transaction fails."""
 
+    def __init__(self, error: StoreError) -> None:
+        self.error = error
+
     def transaction(self, *, durable: bool = True) -> Any:
-        raise StoreError("the database is unreachable")
+        raise self.error
 
 
 def test_lease_confirm_decisions(store_url: str) -> None:
@@ -148,14 +151,24 @@ def test_lease_confirm_decisions(store_url: str) -> None:
         assert lease.confirm()  # renewed
         assert lease.expires_at == pytest.approx(now[0] + 30)
         assert rt.get_job(job_id).lease_expires_at == pytest.approx(now[0] + 30)
-        offline = Lease(
-            _Unreachable(),  # type: ignore[arg-type]
+        broken = Lease(
+            _Unreachable(StoreError("no such table")),  # type: ignore[arg-type]
             claim,
             30,
             lease.expires_at,
             clock=lambda: now[0] + 25,
         )
-        assert not offline.confirm() and not offline.lost.is_set()
+        assert not broken.confirm() and not broken.lost.is_set()
+        offline = Lease(
+            _Unreachable(StoreUnavailable("the database is unreachable")),  # type: ignore[arg-type]
+            claim,
+            30,
+            lease.expires_at,
+            clock=lambda: now[0] + 25,
+        )
+        with pytest.raises(StoreUnavailable):  # not known either way: the caller asks again
+            offline.confirm()
+        assert not offline.lost.is_set()
         # another worker reclaims the job (its lease is made to look expired)
         with rt.store.transaction() as tx:
             tx.set_lease(job_id, attempt_id=claim.attempt_id, owner="w", expires_at=0.0)

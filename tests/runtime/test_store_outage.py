@@ -86,7 +86,10 @@ class _FlakyTransaction:
             self._inner.__exit__(StoreUnavailable, cut, None)  # rolled back
             flaky.fired.append("before")
             raise cut
-        return self._inner.__exit__(exc_type, exc, tb)
+        result = self._inner.__exit__(exc_type, exc, tb)
+        if exc is None and flaky.on_commit is not None:
+            flaky.on_commit(self._recorded)
+        return result
 
 
 class FlakyStore:
@@ -108,6 +111,8 @@ class FlakyStore:
         self.remaining = times
         self.fired: list[str] = []
         self.down = threading.Event()
+        # called after each write transaction that committed, with the calls made on it
+        self.on_commit: Callable[[Recorded], None] | None = None
 
     def transaction(self, *, durable: bool = True) -> _FlakyTransaction:
         return _FlakyTransaction(self, durable)
@@ -331,6 +336,30 @@ def test_a_run_whose_lease_is_taken_while_it_retries_writes_nothing(
     assert calls.count(name="email") == 1
     events = assert_log_sound(real_store, job_id)
     assert not of_type(events, "command_committed")[1:]  # only the charge was recorded
+
+
+def test_an_outage_right_after_t1_is_waited_out_before_the_tool_is_called(
+    real_store: Store, calls: Calls
+) -> None:
+    """The database goes away right after the e-mail step's T1 and stays away while the lease
+    runs into its last third, so the confirmation before the tool call needs a renewal it
+    cannot write. The run asks again until the database is back (nobody else claimed the job:
+    the renewal succeeds) and then calls the tool, instead of ending with the step open (which
+    the next claim would park: the tool has no reconcile)."""
+    flaky = FlakyStore(real_store)
+
+    def after_email_t1(recorded: Recorded) -> None:
+        if any(n == "ledger_insert" and kw.get("node_id") == "email" for n, kw in recorded):
+            flaky.down.set()
+            threading.Timer(1.5, flaky.down.clear).start()
+            time.sleep(0.5)  # heartbeats fail meanwhile: the 0.6 s lease is nearly out
+
+    flaky.on_commit = after_email_t1
+    tools = ToolRegistry((charge_tool(calls), email_tool(calls)))
+    rt = Runtime(store=flaky, tools=tools, lease_seconds=0.6)
+    job_id = rt.submit(FLOW, {}).job_id
+    rt.run_until_idle()
+    assert_done_once(rt, job_id, calls)
 
 
 def test_a_worker_waits_out_an_outage_without_a_traceback(

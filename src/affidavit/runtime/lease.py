@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from affidavit.core.errors import StoreError
+from affidavit.core.errors import StoreError, StoreUnavailable
 from affidavit.runtime.run_base import Claim
 from affidavit.store import Store
 
@@ -84,12 +84,19 @@ class Lease:
 
     def confirm(self) -> bool:
         """Whether the run may act on the world now (see the module docstring): ``False`` when
-        the lease was lost, or is running out and cannot be renewed."""
+        the lease was lost, or is running out and cannot be renewed.
+
+        Raises:
+            StoreUnavailable: the lease must be renewed and the database cannot be reached
+                now; the caller may ask again (until then, the run must not act).
+        """
         if self.lost.is_set():
             return False
         if self._clock() < self.expires_at - self.seconds / 3:
             return True
         try:
             return self.renew()
+        except StoreUnavailable:
+            raise
         except StoreError:
             return False  # not known to be ours: do not act

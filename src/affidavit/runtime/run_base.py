@@ -310,9 +310,41 @@ class RunBase:
 
     def _confirm_lease(self) -> None:
         """Before the run acts on the world (calls a tool or a compensation): stop unless the
-        lease is surely still this run's (:meth:`~affidavit.runtime.lease.Lease.confirm`)."""
+        lease is surely still this run's (:meth:`~affidavit.runtime.lease.Lease.confirm`).
+        While the database is unavailable for the renewal this needs, ask again (as
+        :meth:`_tx_retrying` does), so that an outage right after T1 does not leave an
+        invocation open that never ran."""
         self._check_lease()
-        if self.confirm_lease is not None and not self.confirm_lease():
+        if self.confirm_lease is None:
+            return
+        started: float | None = None
+        wait = _RETRY_FIRST_WAIT
+        while True:
+            try:
+                confirmed = self.confirm_lease()
+                break
+            except StoreUnavailable as exc:
+                now = time.monotonic()
+                started = now if started is None else started
+                if now - started >= self.store_retry_seconds:
+                    log.error(
+                        "job %s: cannot confirm the lease, the database stayed unavailable: %s",
+                        self.claim.job_id,
+                        exc,
+                    )
+                    confirmed = False
+                    break
+                if wait == _RETRY_FIRST_WAIT:
+                    log.warning(
+                        "job %s: the database is unavailable (%s); the lease is confirmed "
+                        "before the tool is called",
+                        self.claim.job_id,
+                        exc,
+                    )
+            self._check_lease()
+            time.sleep(wait)
+            wait = min(wait * 2, _RETRY_MAX_WAIT)
+        if not confirmed:
             raise Stop("lost")
 
     def _commit(
