@@ -151,21 +151,14 @@ def test_lease_confirm_decisions(store_url: str) -> None:
         assert lease.confirm()  # renewed
         assert lease.expires_at == pytest.approx(now[0] + 30)
         assert rt.get_job(job_id).lease_expires_at == pytest.approx(now[0] + 30)
-        broken = Lease(
-            _Unreachable(StoreError("no such table")),  # type: ignore[arg-type]
-            claim,
-            30,
-            lease.expires_at,
-            clock=lambda: now[0] + 25,
-        )
+
+        def failing(error: StoreError) -> Lease:  # the same lease, when renewing fails
+            store: Any = _Unreachable(error)
+            return Lease(store, claim, 30, lease.expires_at, clock=lambda: now[0] + 25)
+
+        broken = failing(StoreError("no such table"))
         assert not broken.confirm() and not broken.lost.is_set()
-        offline = Lease(
-            _Unreachable(StoreUnavailable("the database is unreachable")),  # type: ignore[arg-type]
-            claim,
-            30,
-            lease.expires_at,
-            clock=lambda: now[0] + 25,
-        )
+        offline = failing(StoreUnavailable("the database is unreachable"))
         with pytest.raises(StoreUnavailable):  # not known either way: the caller asks again
             offline.confirm()
         assert not offline.lost.is_set()
