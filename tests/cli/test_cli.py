@@ -145,6 +145,7 @@ def test_default_database_is_affidavit_db_in_cwd(tmp_path: Path) -> None:
     ],
 )
 def test_errors(store_url: str, args: list[str], code: int, error_code: str) -> None:
+    assert cli("db", "migrate", "--db", store_url).returncode == 0  # an empty affidavit database
     as_json = cli(*args, "--db", store_url, "--json")
     assert as_json.returncode == code
     error = json_of(as_json)["error"]

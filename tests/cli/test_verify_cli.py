@@ -121,7 +121,17 @@ def test_verify_selection_errors_change_nothing(tmp_path: Path) -> None:
         assert json_of(result)["error"]["code"] == "config_error", args
     assert list(tmp_path.iterdir()) == []
 
+    # a mistyped path is an error, not "every check holds for 0 jobs" (nor a new database)
+    missing = cli("verify", "--all", "--db", url, "--json")
+    assert missing.returncode == 3
+    assert (
+        json_of(missing)["error"]["message"]
+        == f"no SQLite database at {str(tmp_path / 'never.db')!r}"
+    )
+    assert list(tmp_path.iterdir()) == []
+
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert cli("db", "migrate", "--db", empty).returncode == 0
     result = cli("verify", "--all", "--db", empty)
     assert result.returncode == 0
     assert "no jobs to verify" in result.stdout

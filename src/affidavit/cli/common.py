@@ -44,9 +44,10 @@ def command(as_json: bool) -> Iterator[None]:
 
 
 @contextmanager
-def opened(db: str | None) -> Iterator[Store]:
-    """The store named by ``--db`` (or the environment), closed afterwards."""
-    store = open_store(database_url(db))
+def opened(db: str | None, *, read_only: bool = False) -> Iterator[Store]:
+    """The store named by ``--db`` (or the environment), closed afterwards. ``read_only`` for
+    commands that only read: nothing is created or migrated, and read access is enough."""
+    store = open_store(database_url(db), read_only=read_only)
     try:
         yield store
     finally:

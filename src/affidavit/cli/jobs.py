@@ -40,7 +40,7 @@ def list_jobs(
 
     Exit codes: 0 listed; 3 bad filter or store error.
     """
-    with command(as_json), opened(db) as store:
+    with command(as_json), opened(db, read_only=True) as store:
         jobs = store.list_jobs(
             JobFilter(status=status or None, namespace=namespace, limit=limit, offset=offset)
         )
@@ -69,7 +69,7 @@ def show_job(
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
-    with command(as_json), opened(db) as store:
+    with command(as_json), opened(db, read_only=True) as store:
         job = store.get_job(job_id)
         doc = job.to_dict()
         if job.status in ("waiting", "parked"):
@@ -117,7 +117,7 @@ def wait_job(
     error.
     """
     timed_out = None
-    with command(as_json), opened(db) as store:
+    with command(as_json), opened(db, read_only=True) as store:
         job = store.get_job(job_id)
         try:
             if as_json or job.status in SETTLED_STATUSES:
@@ -155,7 +155,7 @@ def job_events(
 
     Exit codes: 0 printed; 2 no such job; 3 store error.
     """
-    with command(as_json), opened(db) as store:
+    with command(as_json), opened(db, read_only=True) as store:
         store.get_job(job_id)  # a clear "not found" rather than an empty list
         events = store.list_events(job_id, after_version=after_version, limit=limit)
     if as_json:
@@ -185,7 +185,7 @@ def job_trace_cmd(
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
-    with command(as_json), opened(db) as store:
+    with command(as_json), opened(db, read_only=True) as store:
         doc = job_trace(store, job_id)
     if as_json:
         output.emit_json(doc)

@@ -80,7 +80,7 @@ def verify(
     """
     with command(as_json):
         _check_selection(job_id, all_jobs, status, namespace)
-        with opened(db) as store:
+        with opened(db, read_only=True) as store:
             if job_id is None:
                 filters = JobFilter(status=status or None, namespace=namespace)
                 results = verify_all(store, filters, trusted_key or None, show_progress=not as_json)

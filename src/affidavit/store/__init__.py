@@ -32,8 +32,14 @@ __all__ = [
 ]
 
 
-def open_store(url: str, *, migrate: bool = True) -> Store:
+def open_store(url: str, *, migrate: bool = True, read_only: bool = False) -> Store:
     """Open the database at ``url`` and (by default) apply pending migrations.
+
+    ``read_only``: change nothing — no database is created, no migration applied, and every
+    write fails (SQLite connections with ``mode=ro``; PostgreSQL sessions with
+    ``default_transaction_read_only``), so a read-only file or mount, or a role with only
+    SELECT rights, is enough. The schema must then already be this affidavit's
+    (:class:`MigrationError` otherwise).
 
     ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``,
     ``postgresql://user[:password]@host[:port]/dbname[?schema=NAME]``.
@@ -52,11 +58,11 @@ def open_store(url: str, *, migrate: bool = True) -> Store:
             )
         from affidavit.store.sqlite import SqliteStore
 
-        return SqliteStore(url, path, migrate=migrate)
+        return SqliteStore(url, path, migrate=migrate, read_only=read_only)
     if url.startswith(("postgresql://", "postgres://")):
         from affidavit.store.postgres import PostgresStore
 
-        return PostgresStore(url, migrate=migrate)
+        return PostgresStore(url, migrate=migrate, read_only=read_only)
     shown = url.split("://", 1)[0] + "://…" if "://" in url else repr(url)
     raise UnsupportedDatabaseURL(
         f"unsupported database URL {shown}; supported: {', '.join(SUPPORTED_SCHEMES)}"

@@ -23,11 +23,13 @@ from affidavit.core.errors import (
     FencedError,
     InvalidEventError,
     JobNotFound,
+    MigrationError,
     StoreError,
 )
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids, new_job_id
 from affidavit.core.seal import PublicKey, Seal
+from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._ledger import LedgerOps
 from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, SealOps, key_from_row, seal_from_row
@@ -451,6 +453,35 @@ class SqlStore(ApiKeyReads, ABC):
         with self._reader() as cur:
             cur.execute(self._q(sql), params)
             return list(cur.fetchall())
+
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    def check_schema(self) -> None:
+        """Refuse a database whose schema is not exactly the one this affidavit knows: what a
+        store opened read-only checks instead of migrating.
+
+        Raises:
+            MigrationError: no affidavit schema, migrations pending, or a newer or different
+                schema.
+        """
+        name = "sqlite" if self.backend == "sqlite" else "postgres"
+        if self.schema_version() == 0:
+            raise MigrationError(
+                "the database holds no affidavit schema",
+                hint="Point --db at an affidavit database (a command that writes, such as "
+                "`affidavit db migrate`, creates the schema).",
+            )
+        known = migrations.load(name)
+        applied = [
+            int(r[0]) for r in self._read_rows(f"SELECT version FROM {migrations.VERSION_TABLE}")
+        ]
+        if migrations.pending(name, applied, known):  # (raises for a newer schema)
+            raise MigrationError(
+                f"the database schema is at version {max(applied)}, older than this "
+                f"affidavit's ({known[-1].version}); it is not migrated when opened read-only",
+                hint="Run `affidavit db migrate` with write access to the database first.",
+            )
 
     def append(
         self,

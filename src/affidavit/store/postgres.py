@@ -138,8 +138,12 @@ class PostgresStore(SqlStore):
         max_size: int = 10,
         connect_timeout_s: float = 10.0,
         migrate: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.url = url
+        # read-only: nothing is migrated, and every session refuses writes
+        # (default_transaction_read_only), so a role with SELECT rights alone can read
+        self.read_only = read_only
         conninfo, self.schema = split_url(url)
         # One direct connection first: it fails fast with libpq's own reason (refused, bad
         # password, no such database), where a pool would keep retrying until its timeout.
@@ -169,11 +173,15 @@ class PostgresStore(SqlStore):
                 f"cannot open a connection pool to PostgreSQL at {redact(url)}",
                 hint="Check the server's max_connections and the URL.",
             ) from exc
-        if migrate:
+        if read_only:
+            self.check_schema()
+        elif migrate:
             self.migrate()
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SET synchronous_commit = on")
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
         if self.schema:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
 

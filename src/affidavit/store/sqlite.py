@@ -15,6 +15,7 @@ the other one.
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 from affidavit.core.errors import JobNotFound, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
@@ -266,9 +268,11 @@ class SqliteStore(SqlStore):
         *,
         busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         migrate: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.url = url
         self.path = path
+        self.read_only = read_only
         self._busy_timeout_s = busy_timeout_s
         parent = Path(path).resolve().parent
         if not parent.is_dir():
@@ -276,6 +280,23 @@ class SqliteStore(SqlStore):
                 f"cannot open SQLite database {path!r}: directory {str(parent)!r} does not exist",
                 hint="Create the directory first, or choose another path in the sqlite:/// URL.",
             )
+        # Read-only: every connection is opened with mode=ro (nothing is created, migrated or
+        # written). In a directory this process cannot write, without a -wal file (a copy
+        # kept as evidence, a read-only mount), SQLite cannot create the shared-memory file
+        # WAL mode reads through; such a file cannot change under us, so it is opened as
+        # immutable. With a -wal file beside it, its committed transactions are needed: no
+        # fallback then (the error says what to do).
+        self._uri: str | None = None
+        if read_only:
+            if not Path(path).is_file():
+                raise StoreError(
+                    f"no SQLite database at {path!r}",
+                    hint="Check the path in the sqlite:/// URL; reading commands never create "
+                    "a database.",
+                )
+            self._uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
+            if not os.access(parent, os.W_OK) and not Path(path + "-wal").exists():
+                self._uri += "&immutable=1"
         self._write_lock = threading.RLock()
         self._in_write = False
         # One writer connection, whose `synchronous` level is switched when a transaction needs
@@ -290,19 +311,23 @@ class SqliteStore(SqlStore):
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
-        if migrate:
+        if read_only:
+            self.check_schema()
+        elif migrate:
             self.migrate()
 
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                self.path,
+                self._uri or self.path,
                 timeout=self._busy_timeout_s,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,
+                uri=self._uri is not None,
             )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+            if self._uri is None:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as exc:
             raise store_error(f"cannot open SQLite database {self.path!r}", exc) from exc
         return conn
