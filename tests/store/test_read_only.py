@@ -120,6 +120,34 @@ def test_sqlite_evidence_copy_in_a_read_only_directory(tmp_path: Path) -> None:
         subprocess.run(["chattr", "-i", str(evidence)], check=True)
 
 
+def test_sqlite_copy_with_its_wal_in_a_read_only_directory_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    """With a -wal file beside the copy, its transactions count, so the copy is not opened as
+    immutable; without a -shm file nor a writable directory SQLite cannot read it, and the
+    error says how to make a copy that can be read."""
+    live = open_store(f"sqlite:///{tmp_path / 'live.db'}")
+    try:
+        live.create_job(plan_name="open")  # the -wal file exists while the store is open
+        evidence = tmp_path / "evidence"
+        evidence.mkdir()
+        for suffix in ("", "-wal"):
+            (evidence / f"copy.db{suffix}").write_bytes(
+                (tmp_path / f"live.db{suffix}").read_bytes()
+            )
+    finally:
+        live.close()
+    locked = subprocess.run(["chattr", "+i", str(evidence)], capture_output=True, check=False)
+    if locked.returncode != 0:
+        pytest.skip(f"cannot make a directory immutable here: {locked.stderr.decode().strip()}")
+    try:
+        with pytest.raises(StoreError) as caught:
+            open_store(f"sqlite:///{evidence / 'copy.db'}", read_only=True)
+        assert "wal_checkpoint(TRUNCATE)" in caught.value.hint
+    finally:
+        subprocess.run(["chattr", "-i", str(evidence)], check=True)
+
+
 @pytest.fixture
 def select_only_role(pg_schema: str) -> Iterator[str]:
     """A PostgreSQL role that may only read the tables of ``pg_schema``."""

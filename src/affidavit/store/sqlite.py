@@ -163,6 +163,9 @@ _TRANSIENT = frozenset(
 )
 
 
+_CANTOPEN = sqlite3.SQLITE_CANTOPEN
+
+
 def store_error(message: str, exc: sqlite3.Error) -> StoreError:
     """``exc`` as a :class:`StoreError`; a :class:`StoreUnavailable` when it may pass."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -285,7 +288,7 @@ class SqliteStore(SqlStore):
         # kept as evidence, a read-only mount), SQLite cannot create the shared-memory file
         # WAL mode reads through; such a file cannot change under us, so it is opened as
         # immutable. With a -wal file beside it, its committed transactions are needed: no
-        # fallback then (the error says what to do).
+        # fallback then (the error's hint says what to do).
         self._uri: str | None = None
         if read_only:
             if not Path(path).is_file():
@@ -329,8 +332,20 @@ class SqliteStore(SqlStore):
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as exc:
-            raise store_error(f"cannot open SQLite database {self.path!r}", exc) from exc
+            raise self._error(f"cannot open SQLite database {self.path!r}", exc) from exc
         return conn
+
+    def _error(self, message: str, exc: sqlite3.Error) -> StoreError:
+        """:func:`store_error`, with what to do when a read-only open cannot read the file."""
+        error = store_error(message, exc)
+        code = getattr(exc, "sqlite_errorcode", None)
+        if self._uri is not None and isinstance(code, int) and code & 0xFF == _CANTOPEN:
+            error.hint = (
+                "Read-only, a database in WAL mode needs its -shm file or a directory this "
+                "process can write. For a copy: run `PRAGMA wal_checkpoint(TRUNCATE)` on the "
+                "live database, then copy the database file alone."
+            )
+        return error
 
     # --- transactions -----------------------------------------------------------------------
 
@@ -350,7 +365,7 @@ class SqliteStore(SqlStore):
         try:
             yield conn.cursor()
         except sqlite3.Error as exc:
-            raise store_error(f"SQLite read failed on {self.path!r}", exc) from exc
+            raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc
 
     @contextmanager
     def snapshot(self) -> Iterator[SqlSnapshot]:
@@ -363,7 +378,7 @@ class SqliteStore(SqlStore):
             conn.execute("BEGIN")
             yield SqliteSnapshot(conn)
         except sqlite3.Error as exc:
-            raise store_error(f"SQLite read failed on {self.path!r}", exc) from exc
+            raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc
         finally:
             conn.close()
 
