@@ -41,6 +41,49 @@ T = TypeVar("T")
 log = logging.getLogger("affidavit.runner")
 
 
+class _Outage:
+    """A run's waits while the database is unavailable: 50 ms, doubling up to 1 s, for up to
+    ``store_retry_seconds`` after the first failure."""
+
+    __slots__ = ("_run", "_started", "_wait")
+
+    def __init__(self, run: RunBase) -> None:
+        self._run = run
+        self._started: float | None = None
+        self._wait = _RETRY_FIRST_WAIT
+
+    def wait(self, exc: StoreUnavailable, doing: str) -> bool:
+        """Log ``exc`` and wait before the next try; ``False`` (no wait) once the run has
+        tried for ``store_retry_seconds``.
+
+        Raises:
+            Stop: ``"lost"``, when a heartbeat found the lease taken.
+        """
+        run, now = self._run, time.monotonic()
+        self._started = now if self._started is None else self._started
+        job_id = run.claim.job_id
+        if now - self._started >= run.store_retry_seconds:
+            log.error(
+                "job %s: the database stayed unavailable for %.0f s; giving up %s: %s",
+                job_id,
+                now - self._started,
+                doing,
+                exc,
+            )
+            return False
+        (log.warning if self._wait == _RETRY_FIRST_WAIT else log.debug)(
+            "job %s: the database is unavailable (%s); %s, for up to %.0f s",
+            job_id,
+            exc,
+            doing,
+            run.store_retry_seconds,
+        )
+        run._check_lease()
+        time.sleep(self._wait)  # not cut short by a stop: the step's record is what it awaits
+        self._wait = min(self._wait * 2, _RETRY_MAX_WAIT)
+        return True
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """One claim (lease) of a job by a worker."""
@@ -178,8 +221,7 @@ class RunBase:
         # write in between a commit whose outcome is unknown and the check of its head.
         with self._lock:
             job_id = self.claim.job_id
-            started: float | None = None  # when the database was first found unavailable
-            wait = _RETRY_FIRST_WAIT
+            outage = _Outage(self)
             # a commit that may have landed: what it would have left, and what its body returned
             unknown: tuple[tuple[int, bytes, tuple[tuple[str, str], ...]], T] | None = None
             while True:
@@ -206,28 +248,10 @@ class RunBase:
                     attempted, self._attempted = self._attempted, None
                     if body_returned and attempted is not None:
                         unknown = (attempted, result)  # failed at the commit: landed or not
-                    now = time.monotonic()
-                    started = now if started is None else started
-                    elapsed = now - started
-                    if elapsed >= self.store_retry_seconds:
+                    if not outage.wait(exc, "trying the write again"):
                         self.metrics.store_retries.inc("gave_up")
-                        log.error(
-                            "job %s: the database stayed unavailable for %.0f s; giving up: %s",
-                            job_id,
-                            elapsed,
-                            exc,
-                        )
                         raise
                     self.metrics.store_retries.inc("retried")
-                    (log.warning if wait == _RETRY_FIRST_WAIT else log.debug)(
-                        "job %s: the database is unavailable (%s); trying again for up to %.0f s",
-                        job_id,
-                        exc,
-                        self.store_retry_seconds,
-                    )
-                self._check_lease()
-                time.sleep(wait)  # not cut short by a stop: the step's record is what a stop awaits
-                wait = min(wait * 2, _RETRY_MAX_WAIT)
 
     def _append(
         self, tx: Any, *items: Item, fast: bool = False, ids: list[str] | None = None
@@ -317,35 +341,16 @@ class RunBase:
         self._check_lease()
         if self.confirm_lease is None:
             return
-        started: float | None = None
-        wait = _RETRY_FIRST_WAIT
+        outage = _Outage(self)
         while True:
             try:
-                confirmed = self.confirm_lease()
+                if self.confirm_lease():
+                    return
                 break
             except StoreUnavailable as exc:
-                now = time.monotonic()
-                started = now if started is None else started
-                if now - started >= self.store_retry_seconds:
-                    log.error(
-                        "job %s: cannot confirm the lease, the database stayed unavailable: %s",
-                        self.claim.job_id,
-                        exc,
-                    )
-                    confirmed = False
+                if not outage.wait(exc, "confirming the lease before the tool is called"):
                     break
-                if wait == _RETRY_FIRST_WAIT:
-                    log.warning(
-                        "job %s: the database is unavailable (%s); the lease is confirmed "
-                        "before the tool is called",
-                        self.claim.job_id,
-                        exc,
-                    )
-            self._check_lease()
-            time.sleep(wait)
-            wait = min(wait * 2, _RETRY_MAX_WAIT)
-        if not confirmed:
-            raise Stop("lost")
+        raise Stop("lost")
 
     def _commit(
         self,

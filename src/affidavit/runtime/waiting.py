@@ -9,7 +9,6 @@ job whose worker died, which the next worker reclaims once its lease expires.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from affidavit.core.errors import WaitTimeout
 from affidavit.store import JobRecord, Store
@@ -24,11 +23,10 @@ def wait_for_job(
     *,
     timeout: float | None = None,
     poll_seconds: float = 0.5,
-    on_poll: Callable[[JobRecord], None] | None = None,
 ) -> JobRecord:
     """Poll ``job_id`` until it is settled (see the module docstring) and return it. Polls
     start at 50 ms and double up to ``poll_seconds``: a short job is seen at once, a long one
-    costs one small read per ``poll_seconds``. ``on_poll`` is called with every record read.
+    costs one small read per ``poll_seconds``.
 
     Raises:
         JobNotFound: no such job.
@@ -43,8 +41,6 @@ def wait_for_job(
     wait = min(_FIRST_POLL, poll_seconds)
     while True:
         job = store.get_job(job_id)
-        if on_poll is not None:
-            on_poll(job)
         if job.status in SETTLED_STATUSES:
             return job
         if deadline is not None:
