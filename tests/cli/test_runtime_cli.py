@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -207,15 +209,7 @@ def test_run_prints_each_step_while_the_job_runs(store_url: str, tmp_path: Path)
          "depends_on": ["first"]},
     ]}))  # fmt: skip
     tools = str(tmp_path / "gated_tools.py")
-    command = [sys.executable, "-m", "affidavit", "run", str(plan), "--tools", tools]
-    proc = subprocess.Popen(
-        [*command, "--db", store_url],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(),
-    )
-    try:
+    with running("run", str(plan), "--tools", tools, "--db", store_url) as proc:
         assert proc.stderr is not None
         seen = [proc.stderr.readline() for _ in range(2)]
         assert seen[0].startswith("job ") and seen[0].rstrip().endswith(": running"), seen
@@ -223,9 +217,6 @@ def test_run_prints_each_step_while_the_job_runs(store_url: str, tmp_path: Path)
         assert proc.poll() is None  # still blocked in "second"
         gate.touch()
         out, rest = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, rest
     lines = rest.splitlines()
     assert lines[0].split()[:3] == ["✓", "second", "committed"]
@@ -274,14 +265,26 @@ def test_worker_prints_a_line_per_job(store_url: str, shop: Path, plan_file: Pat
 # --- stopping a worker ------------------------------------------------------------------------
 
 
-def start_worker(store_url: str, tools: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "affidavit", "worker", "--tools", tools, "--db", store_url],
+@contextmanager
+def running(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """``affidavit ARGS`` as a subprocess, killed on the way out if it is still running."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "affidavit", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=cli_env(),
     )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+def worker_args(store_url: str, tools: Path) -> tuple[str, ...]:
+    return ("worker", "--tools", str(tools), "--db", store_url)
 
 
 def wait_for_lines(path: Path, count: int) -> None:
@@ -334,17 +337,13 @@ def test_worker_stops_gracefully_on_sigterm(store_url: str, tmp_path: Path) -> N
     sub = cli("submit", str(plan), "--tools", str(tools), "--db", store_url, "--json")
     job_id = json_of(sub)["job_id"]
 
-    proc = start_worker(store_url, str(tools))
-    try:
+    with running(*worker_args(store_url, tools)) as proc:
         wait_for_lines(side, 1)
         proc.send_signal(signal.SIGTERM)
         read_until(proc, "SIGTERM: stopping after the steps that are running")
         assert proc.poll() is None  # the running step is not cut off
         gate.touch()
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, err
     assert out.strip() == "jobs run: 1"
     assert f"job {job_id}: released" in err
@@ -359,20 +358,12 @@ def test_run_stops_after_the_running_step_on_sigterm(store_url: str, tmp_path: P
     tools.write_text(GATED_TOOLS)
     side, gate = tmp_path / "calls.txt", tmp_path / "gate"
     plan = two_step_plan(tmp_path, side, gate)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "affidavit", "run", str(plan), "--tools", str(tools),
-         "--db", store_url],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
-    )  # fmt: skip
-    try:
+    with running("run", str(plan), "--tools", str(tools), "--db", store_url) as proc:
         wait_for_lines(side, 1)
         proc.send_signal(signal.SIGTERM)
         first_lines = read_until(proc, "SIGTERM: stopping after the step that is running")
         gate.touch()
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert out == ""
     job_id = first_lines[0].split()[1].rstrip(":")
@@ -393,16 +384,12 @@ def test_a_second_signal_stops_the_worker_at_once(store_url: str, tmp_path: Path
          "args": {"side": str(side), "gate": never}},
     ]}))  # fmt: skip
     cli("submit", str(plan), "--tools", str(tools), "--db", store_url, "--json")
-    proc = start_worker(store_url, str(tools))
-    try:
+    with running(*worker_args(store_url, tools)) as proc:
         wait_for_lines(side, 1)
         proc.send_signal(signal.SIGINT)
         read_until(proc, "SIGINT: stopping")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)  # the gate stays shut: only the signal ends it
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, err
     assert "stopped at once" in err
     assert out.strip() == "jobs run: 1"  # claimed, and interrupted inside its tool
@@ -476,16 +463,6 @@ def test_store_retry_seconds_from_the_environment_is_checked(store_url: str) -> 
     assert ok.returncode == 0 and json_of(ok) == {"jobs_run": 0}
 
 
-def start_cli(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "affidavit", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(),
-    )
-
-
 def test_jobs_wait_follows_a_job_a_worker_runs(store_url: str, tmp_path: Path) -> None:
     """``jobs wait`` in one process, the worker in another: the waiter prints the first step
     while the second still blocks, and returns with the job once it completes."""
@@ -500,22 +477,14 @@ def test_jobs_wait_follows_a_job_a_worker_runs(store_url: str, tmp_path: Path) -
     ]}))  # fmt: skip
     sub = cli("submit", str(plan), "--tools", str(tools), "--db", store_url, "--json")
     job_id = json_of(sub)["job_id"]
-    waiter = start_cli("jobs", "wait", job_id, "--db", store_url)
-    worker = None
-    try:
+    with running("jobs", "wait", job_id, "--db", store_url) as waiter:
         lines = read_until(waiter, "pending; waiting")  # no worker yet: nothing can run
         assert lines[-1].strip() == f"job {job_id}: pending; waiting"
-        worker = start_worker(store_url, str(tools))
-        read_until(waiter, "first committed")  # live, while "second" still waits at its gate
-        assert waiter.poll() is None
-        gate.touch()
-        out, err = waiter.communicate(timeout=60)
-    finally:
-        for proc in (waiter, worker):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-        if worker is not None:
-            worker.communicate(timeout=30)
+        with running(*worker_args(store_url, tools)):
+            read_until(waiter, "first committed")  # live, while "second" waits at its gate
+            assert waiter.poll() is None
+            gate.touch()
+            out, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 0, err
     assert "second committed" in err
     assert f"job {job_id}: completed" in err
