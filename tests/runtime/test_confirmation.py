@@ -67,11 +67,6 @@ def make_world(store_url: str, tmp_path: Path, server: ResourceServer) -> Callab
     return make
 
 
-@pytest.fixture
-def calls() -> Calls:
-    return Calls()
-
-
 def make_runtime(store_url: str, world: World, calls: Calls, **kw: Any) -> Runtime:
     def write(ctx: ToolContext) -> dict[str, Any]:
         calls.add(ctx, "write")

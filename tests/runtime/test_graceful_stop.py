@@ -59,11 +59,6 @@ def double_tool(calls: Calls) -> Tool:
 
 
 @pytest.fixture
-def calls() -> Calls:
-    return Calls()
-
-
-@pytest.fixture
 def open_runtime(store_url: str) -> Iterator[Callable[..., Runtime]]:
     opened: list[Runtime] = []
 

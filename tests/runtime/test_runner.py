@@ -46,11 +46,6 @@ LEASE = 0.4  # short: tests that simulate a crash wait for it to run out
 
 
 @pytest.fixture
-def calls() -> Calls:
-    return Calls()
-
-
-@pytest.fixture
 def make_runtime(store_url: str) -> Iterator[Callable[..., Runtime]]:
     opened: list[Runtime] = []
 

@@ -28,11 +28,6 @@ TWO_WAITS = plan(
 
 
 @pytest.fixture
-def calls() -> Calls:
-    return Calls()
-
-
-@pytest.fixture
 def rt(store_url: str, calls: Calls) -> Iterator[Runtime]:
     def quote(ctx: ToolContext, amount: int) -> dict[str, Any]:
         calls.add(ctx, "quote")

@@ -167,11 +167,6 @@ FLOW = plan(
 
 
 @pytest.fixture
-def calls() -> Calls:
-    return Calls()
-
-
-@pytest.fixture
 def real_store(store_url: str) -> Iterator[Store]:
     store = open_store(store_url)
     yield store
