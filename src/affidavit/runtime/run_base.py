@@ -221,7 +221,7 @@ class RunBase:
         # write in between a commit whose outcome is unknown and the check of its head.
         with self._lock:
             job_id = self.claim.job_id
-            outage = _Outage(self)
+            outage: _Outage | None = None  # made at the first failure: none on the usual path
             # a commit that may have landed: what it would have left, and what its body returned
             unknown: tuple[tuple[int, bytes, tuple[tuple[str, str], ...]], T] | None = None
             while True:
@@ -248,6 +248,7 @@ class RunBase:
                     attempted, self._attempted = self._attempted, None
                     if body_returned and attempted is not None:
                         unknown = (attempted, result)  # failed at the commit: landed or not
+                    outage = outage or _Outage(self)
                     if not outage.wait(exc, "trying the write again"):
                         self.metrics.store_retries.inc("gave_up")
                         raise
@@ -341,13 +342,14 @@ class RunBase:
         self._check_lease()
         if self.confirm_lease is None:
             return
-        outage = _Outage(self)
+        outage: _Outage | None = None
         while True:
             try:
                 if self.confirm_lease():
                     return
                 break
             except StoreUnavailable as exc:
+                outage = outage or _Outage(self)
                 if not outage.wait(exc, "confirming the lease before the tool is called"):
                     break
         raise Stop("lost")
