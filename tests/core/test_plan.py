@@ -169,6 +169,7 @@ def test_transitive_ancestor_reference_is_allowed() -> None:
         ({"nodes": [{"id": "a", "type": "wait", "tool": "x"}]}, "cannot name a tool"),
         ({"nodes": [{"id": "a", "type": "tool", "tool": "x", "colour": 1}]}, "unknown field"),
         ({"nodes": [{"id": "1a", "type": "tool", "tool": "x"}]}, "invalid id"),
+        ({"nodes": [{"id": "a\n", "type": "tool", "tool": "x"}]}, "invalid id"),
         ({"nodes": [{"id": "input", "type": "tool", "tool": "x"}]}, "reserved"),
         ({"nodes": [{"id": "a", "type": "tool", "tool": "x", "args": []}]}, "`args`"),
         ({"nodes": [{"id": "a", "type": "tool", "tool": "x", "depends_on": "b"}]}, "depends_on"),

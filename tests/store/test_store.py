@@ -195,6 +195,12 @@ def test_bad_payload_writes_nothing(store: Store) -> None:
         store.append(job_id, [NewEvent("has space", {})], expected_version=0)
     with pytest.raises(InvalidEventError):
         store.append(job_id, [NewEvent("node_started", {}, event_id="a b")], expected_version=0)
+    # the chain separates id and type with a space and events with a newline: a trailing
+    # newline (which a regex's `$` lets through) would make two logs hash alike
+    with pytest.raises(InvalidEventError):
+        store.append(job_id, [NewEvent("node_started\n", {})], expected_version=0)
+    with pytest.raises(InvalidEventError):
+        store.append(job_id, [NewEvent("node_started", {}, event_id="e1\n")], expected_version=0)
     assert store.list_events(job_id) == []
     assert store.get_job(job_id).version == 0
 

@@ -21,8 +21,8 @@ from affidavit.store._apikeys import ApiKeyRow
 
 ROLES = ("observer", "agent", "admin")
 KEY_PREFIX = "afv"
-_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_KEY = re.compile(rf"^{KEY_PREFIX}_([0-9a-f]{{16}})_([A-Za-z0-9_-]{{43}})$")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_KEY = re.compile(rf"^{KEY_PREFIX}_([0-9a-f]{{16}})_([A-Za-z0-9_-]{{43}})\Z")
 
 
 class Unauthorized(AffidavitError):

@@ -42,7 +42,7 @@ PYTEST_OTHER = ("warnings", "deselected", "rerun")
 _PYTEST_ALIASES = {"error": "errors", "warning": "warnings"}
 _PYTEST_SUMMARY = re.compile(r"(?:^|[\s=])((?:\d+ [a-z]+(?:, )?)+|no tests ran)\s+in\s+[\d.]+s\b")
 _PYTEST_PAIR = re.compile(r"(\d+) ([a-z]+)")
-_NUMBER = re.compile(r"^\d+(?:\.\d+)?%?$")
+_NUMBER = re.compile(r"^\d+(?:\.\d+)?%?\Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ VERIFIER_ROLES = frozenset({Role.AGENT, Role.ADMIN})
 ACCESS_LEVELS = ("private", "team", "shared", "public", "system")
 PROPAGATING_ACCESS = frozenset({"public", "system"})
 
-_IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+_IDENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}\Z")
 
 
 def is_ident(value: Any) -> bool:

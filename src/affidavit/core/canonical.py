@@ -29,7 +29,7 @@ MAX_SAFE_INTEGER = 2**53 - 1
 # orjson with sorted keys writes JCS for every value the walk below admits to the fast path:
 # no whitespace, UTF-8 without escaping beyond what JSON requires, integers as decimals.
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class _Rejected(Exception):

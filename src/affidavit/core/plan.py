@@ -44,7 +44,7 @@ REPLAY_MODES: tuple[str, ...] = ("strict", "warn", "human")
 _PLAN_FIELDS = frozenset({"name", "nodes", "in_flight", "replay_verification", "retry"})
 _NODE_FIELDS = frozenset({"id", "type", "tool", "args", "depends_on", "timeout_seconds"})
 _RETRY_FIELDS = frozenset({"max_attempts", "backoff_seconds"})
-_NODE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_NODE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 REFERENCE = re.compile(r"\$\{([^}]*)\}")
 _RESERVED_IDS = frozenset({"input"})
 

@@ -13,7 +13,7 @@ from typing import Any
 from affidavit.packs._state import Fail
 
 # One plain file name: nothing to resolve inside a directory already checked.
-SIMPLE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+SIMPLE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\Z")
 
 
 def safe_path(

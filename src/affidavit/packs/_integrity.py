@@ -41,7 +41,7 @@ _ALLOWED_FLAT = frozenset(
         "supersession",
     }
 )
-_NAMESPACED = re.compile(r"^[a-z0-9_]+(?:\.[a-z0-9_]+)+(?:/[a-z0-9_]+)?$")
+_NAMESPACED = re.compile(r"^[a-z0-9_]+(?:\.[a-z0-9_]+)+(?:/[a-z0-9_]+)?\Z")
 
 
 def check_integrity(st: State, trusted: set[bytes] | None, now: datetime) -> None:

@@ -12,9 +12,9 @@ MATCH, DIVERGE, INTEGRITY_FAIL = "MATCH", "DIVERGE", "INTEGRITY_FAIL"
 EXIT_CODES = {MATCH: 0, DIVERGE: 1, INTEGRITY_FAIL: 2}
 STATUSES = ("PASS", "FAIL", "SKIPPED")
 FUTURE_SKEW = timedelta(hours=24)
-HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-EPISODE = re.compile(r"^ep_[0-9a-f]{24}$")
+HASH = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+EPISODE = re.compile(r"^ep_[0-9a-f]{24}\Z")
 
 
 class Fail(Exception):

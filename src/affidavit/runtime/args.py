@@ -13,7 +13,7 @@ from typing import Any
 from affidavit.core.canonical import canonical_text
 from affidavit.core.errors import AffidavitError
 
-_EXACT = re.compile(r"^\$\{([^}]*)\}$")
+_EXACT = re.compile(r"^\$\{([^}]*)\}\Z")
 _ANY = re.compile(r"\$\{([^}]*)\}")
 
 

@@ -183,7 +183,7 @@ class HttpVerifier:
 
 # --- SQL rows ---------------------------------------------------------------------------------
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?\Z")
 
 
 def _quoted(name: str, what: str) -> str:

@@ -79,8 +79,8 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
-_EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_EVENT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
+_EVENT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
 
 
 def encode_events(events: Sequence[NewEvent]) -> list[Encoded]:

@@ -30,7 +30,7 @@ from affidavit.store import migrations
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import HEAD_SELECT, LOCK_JOB, Cursor, SqlStore, SqlTransaction
 
-_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
 
 

@@ -37,7 +37,7 @@ KeyLike = PublicKey | bytes | str
 # a ledger row as compared with the log: (idempotency key, status, invocation id, hex SHA-256 of
 # JCS(result) or None)
 LedgerDigest = tuple[str, str, str, str | None]
-_KEY_ID = re.compile(r"^[0-9a-f]{16}$")
+_KEY_ID = re.compile(r"^[0-9a-f]{16}\Z")
 _NO_COMMIT = object()  # what a key without a commit is committed with: equal to no digest
 _KEY_HINT = (
     "Give a raw 32-byte Ed25519 public key in standard base64 (as `affidavit keys show` prints "

@@ -16,7 +16,7 @@ from importlib import resources
 from affidavit.core.errors import MigrationError
 
 VERSION_TABLE = "affidavit_schema_migrations"
-_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
 # Tokens that matter for splitting a script: quoted strings and dollar-quoted bodies (skipped
 # whole), statement ends, and the words that open and close a trigger body.
 _TOKEN = re.compile(r"('(?:[^']|'')*'|\$\$|;|\b(?:BEGIN|CASE|END)\b)", re.IGNORECASE)
