@@ -8,6 +8,7 @@ as strings, which keeps B-tree inserts at the right-hand edge of the index.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -64,6 +65,19 @@ def _uuid7_ints(count: int) -> list[int]:
                 | (rand & _RAND_MASK)
             )
     return out
+
+
+# The form of the ids this module makes: 32 lowercase hex digits of a UUIDv7 (version nibble 7,
+# variant bits 10). Event ids of this form are unique by construction (strictly increasing within
+# a process; 62 random bits apart across processes), so the database keeps a unique key only for
+# event ids of any other form (migration 6: the key is partial), and the store refuses a
+# caller-supplied event id of this form.
+GENERATED_ID = re.compile(r"[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}")
+
+
+def is_generated_id(value: str) -> bool:
+    """Whether ``value`` has the form of the ids :func:`new_event_ids` makes."""
+    return GENERATED_ID.fullmatch(value) is not None
 
 
 def new_event_ids(count: int) -> list[str]:

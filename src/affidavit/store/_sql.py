@@ -27,7 +27,7 @@ from affidavit.core.errors import (
     StoreError,
 )
 from affidavit.core.events import utc_now
-from affidavit.core.ids import new_event_ids, new_job_id
+from affidavit.core.ids import is_generated_id, new_event_ids, new_job_id
 from affidavit.core.seal import PublicKey, Seal
 from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
@@ -98,12 +98,22 @@ def encode_events(events: Sequence[NewEvent]) -> list[Encoded]:
                 f"invalid event type {event_type!r}",
                 hint="Event types are lowercase snake_case (letters, digits, '_').",
             )
-        event_id = ev.event_id if ev.event_id is not None else next(fresh_ids)
-        if not _EVENT_ID.match(event_id):
-            raise InvalidEventError(
-                f"invalid event id {event_id!r}",
-                hint="Event ids are 1-128 characters of letters, digits and _ . : -",
-            )
+        if ev.event_id is None:
+            event_id = next(fresh_ids)
+        else:
+            event_id = ev.event_id
+            if not _EVENT_ID.match(event_id):
+                raise InvalidEventError(
+                    f"invalid event id {event_id!r}",
+                    hint="Event ids are 1-128 characters of letters, digits and _ . : -",
+                )
+            if is_generated_id(event_id):
+                raise InvalidEventError(
+                    f"event id {event_id!r} has the form of the ids the store makes",
+                    hint="Leave event_id out to get a new id, or give one of another form "
+                    "(32 lowercase hex digits of a UUIDv7 are reserved; the database keeps "
+                    "every other id unique).",
+                )
         if not isinstance(ev.payload, Mapping):
             raise InvalidEventError(f"{event_type} payload must be a JSON object")
         encoded.append((event_id, event_type, canonical(ev.payload)))
