@@ -15,7 +15,7 @@ import pytest
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import MigrationError, StoreError
-from affidavit.store import NewEvent, Store, open_store
+from affidavit.store import NewEvent, Store, migrations, open_store
 from affidavit.store.migrations import VERSION_TABLE
 from affidavit.verify import verify_job
 from tests.cli.test_cli import cli, json_of
@@ -67,22 +67,40 @@ def test_a_missing_sqlite_file_is_an_error_and_is_not_created(tmp_path: Path) ->
 def test_a_schema_behind_this_version_is_not_migrated(store_url: str) -> None:
     job_id = finished_job(store_url)
     writer = open_store(store_url)
-    latest = f"(SELECT max(version) FROM {VERSION_TABLE})"
     try:
-        with writer.transaction() as tx:  # as if the last migration had not been applied yet
-            [row] = tx.query(f"SELECT version, name, applied_at FROM {VERSION_TABLE} "
-                             f"WHERE version = {latest}")  # fmt: skip
-            tx.execute(f"DELETE FROM {VERSION_TABLE} WHERE version = ?", (row[0],))
-        with pytest.raises(MigrationError, match=f"at version {row[0] - 1}, older") as caught:
+        with writer.transaction() as tx:  # as if migrations 5 (seals) and on were not applied
+            rows = tx.query(f"SELECT version, name, applied_at FROM {VERSION_TABLE} "
+                            "WHERE version >= 5")  # fmt: skip
+            tx.execute(f"DELETE FROM {VERSION_TABLE} WHERE version >= 5")
+        with pytest.raises(MigrationError, match="at version 4, older") as caught:
             open_store(store_url, read_only=True)
         assert "affidavit db migrate" in caught.value.hint
-        assert writer.schema_version() == row[0] - 1  # not migrated by the attempt
+        assert writer.schema_version() == 4  # not migrated by the attempt
         with writer.transaction() as tx:
-            tx.execute(f"INSERT INTO {VERSION_TABLE} VALUES (?, ?, ?)", tuple(row))
+            for row in rows:
+                tx.execute(f"INSERT INTO {VERSION_TABLE} VALUES (?, ?, ?)", tuple(row))
     finally:
         writer.close()
     store = open_store(store_url, read_only=True)
     try:
+        assert verify_job(store, job_id).ok
+    finally:
+        store.close()
+
+
+def test_a_schema_behind_by_migrations_that_leave_reads_unchanged_is_read(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 6 changes a unique key, not what is read: a copy made before it verifies
+    read-only, and stays at its version."""
+    load = migrations.load
+    assert [m.version for m in load("sqlite") if m.reads_unchanged] == [6]
+    monkeypatch.setattr(migrations, "load", lambda b: [m for m in load(b) if m.version < 6])
+    job_id = finished_job(store_url)
+    monkeypatch.setattr(migrations, "load", load)
+    store = open_store(store_url, read_only=True)
+    try:
+        assert store.schema_version() == 5
         assert verify_job(store, job_id).ok
     finally:
         store.close()

@@ -468,12 +468,14 @@ class SqlStore(ApiKeyReads, ABC):
     def schema_version(self) -> int: ...
 
     def check_schema(self) -> None:
-        """Refuse a database whose schema is not exactly the one this affidavit knows: what a
-        store opened read-only checks instead of migrating.
+        """Refuse a database whose schema this affidavit cannot read as it is: what a store
+        opened read-only checks instead of migrating. Pending migrations are accepted when
+        each leaves reads unchanged (``Migration.reads_unchanged``: a constraint, not a
+        column), so an auditor can verify a copy made before such an upgrade.
 
         Raises:
-            MigrationError: no affidavit schema, migrations pending, or a newer or different
-                schema.
+            MigrationError: no affidavit schema, a pending migration that changes what is
+                read, or a newer or different schema.
         """
         name = "sqlite" if self.backend == "sqlite" else "postgres"
         if self.schema_version() == 0:
@@ -486,7 +488,8 @@ class SqlStore(ApiKeyReads, ABC):
         applied = [
             int(r[0]) for r in self._read_rows(f"SELECT version FROM {migrations.VERSION_TABLE}")
         ]
-        if migrations.pending(name, applied, known):  # (raises for a newer schema)
+        pending = migrations.pending(name, applied, known)  # (raises for a newer schema)
+        if not all(m.reads_unchanged for m in pending):
             raise MigrationError(
                 f"the database schema is at version {max(applied)}, older than this "
                 f"affidavit's ({known[-1].version}); it is not migrated when opened read-only",

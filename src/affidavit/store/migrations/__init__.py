@@ -22,11 +22,22 @@ _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
 _TOKEN = re.compile(r"('(?:[^']|'')*'|\$\$|;|\b(?:BEGIN|CASE|END)\b)", re.IGNORECASE)
 
 
+# The first line of a migration that leaves every read of the previous schema working (it
+# changes a constraint or an index, not what is read): a store opened read-only, which never
+# migrates, may open a database where only such migrations are pending.
+READS_UNCHANGED = "-- reads unchanged"
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def reads_unchanged(self) -> bool:
+        """Whether the previous schema reads as this one does (see ``READS_UNCHANGED``)."""
+        return self.sql.startswith(READS_UNCHANGED + "\n")
 
     def statements(self) -> list[str]:
         """The script split into statements at top-level ``;``.
