@@ -68,7 +68,11 @@ from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.runtime.args import resolve
 from affidavit.store import open_store
 from affidavit.store.postgres import redact, split_url
-from affidavit.store.sqlite import _GUARD, _insert_rows  # the append statements of the store
+from affidavit.store.sqlite import (  # the append statements of the store
+    _GUARD,
+    _JOB_NUMBER,
+    _insert_rows,
+)
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
@@ -1091,18 +1095,20 @@ def raw_sql_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
             "VALUES (?, 'default', 'running', ?, ?, ?)",
             (job_id, now, now, attempt),
         )
+        (number,) = conn.execute(_JOB_NUMBER, (job_id,)).fetchone()
         head, version, prepared = GENESIS, 0, []
         for s in steps:
             rows: list[tuple[tuple[Any, ...], str, list[Any]]] = []
             for events in (s.t1, s.t2):
                 params: list[Any] = []
-                guard = (version, job_id, version, job_id)
+                guard = (version, version, job_id)
                 for event_id, (kind, payload) in zip(
                     new_event_ids(len(events)), events, strict=True
                 ):
                     data = canonical(payload)
                     head, version = chain_next(head, event_id, kind, data), version + 1
-                    params += (job_id, version, event_id, kind, data, head.hex())
+                    seq = (number << 32) + version
+                    params += (seq, job_id, version, event_id, kind, data, head.hex())
                 rows.append((guard, _insert_rows(len(events)), params))
             ledger_row = (job_id, s.key, s.node_id, s.step_id, s.tool_name, s.args_hash)
             result = canonical(s.result).decode()

@@ -5,6 +5,7 @@ its events, in order, when it is upgraded."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +15,11 @@ from hypothesis import strategies as st
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import InvalidEventError, StoreError
 from affidavit.core.ids import is_generated_id, new_attempt_id, new_event_id, new_event_ids
-from affidavit.store import Store, migrations, open_store
+from affidavit.store import Store, open_store
 from affidavit.store.base import NewEvent
+from tests.store.legacy import undo_migration_6
 from tests.store.test_store import chain_ok, make_job
+from tests.verify.helpers import RawDb
 
 _HEX = "0123456789abcdef"
 
@@ -98,46 +101,56 @@ def _rows(store: Store, job_id: str) -> list[tuple[Any, ...]]:
     ]
 
 
-def test_an_older_database_keeps_its_events_through_the_upgrade(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    load = migrations.load
-    monkeypatch.setattr(migrations, "load", lambda b: [m for m in load(b) if m.version < 6])
-    old = open_store(store_url)
+def test_an_older_database_keeps_its_events_through_the_upgrade(store_url: str) -> None:
+    store = open_store(store_url)
     try:
-        assert old.schema_version() == 5
-        jobs = [make_job(old) for _ in range(3)]
+        jobs = [make_job(store) for _ in range(3)]
         for n, job_id in enumerate(jobs):
-            old.append(
-                job_id,
-                [NewEvent("node_started", {"n": k}) for k in range(n + 2)],
-                expected_version=0,
-            )
-        old.append(
-            jobs[0], [NewEvent("node_finished", {}, event_id="kept-unique")], expected_version=2
-        )
-        before = {job_id: _rows(old, job_id) for job_id in jobs}
-        # before migration 6 every id was keyed, generated ones too
-        assert _append_twice(old, new_event_id()) is False
+            events = [NewEvent("node_started", {"n": k}) for k in range(n + 2)]
+            store.append(job_id, events, expected_version=0)
+        chosen = NewEvent("node_finished", {}, event_id="kept-unique")
+        store.append(jobs[0], [chosen], expected_version=2)
+        before = {job_id: _rows(store, job_id) for job_id in jobs}
     finally:
-        old.close()
-    monkeypatch.setattr(migrations, "load", load)
+        store.close()
+    undo_migration_6(store_url)
+    raw = RawDb(store_url)
+    assert raw.rows("SELECT max(version) FROM affidavit_schema_migrations") == [(5,)]
 
     store = open_store(store_url)
     try:
         assert store.schema_version() == 6
         assert {job_id: _rows(store, job_id) for job_id in jobs} == before
         assert all(chain_ok(store, job_id) for job_id in jobs)
+        if store.backend == "sqlite":  # every job numbered, every log a range of seq
+            numbers = raw.rows("SELECT number FROM jobs")
+            assert len(set(numbers)) == len(numbers) and None not in {n for (n,) in numbers}
+            misplaced = "SELECT count(*) FROM events e JOIN jobs j USING (job_id) "
+            assert raw.rows(misplaced + "WHERE e.seq <> (j.number << 32) + e.version") == [(0,)]
         # new events follow the old ones
         store.append(jobs[1], [NewEvent("node_finished", {})], expected_version=3)
         assert [e.version for e in store.list_events(jobs[1])] == [1, 2, 3, 4]
         assert chain_ok(store, jobs[1])
         # the key now holds chosen ids only, the ones from before the upgrade included
         with pytest.raises(StoreError):
-            store.append(
-                jobs[2], [NewEvent("node_finished", {}, event_id="kept-unique")], expected_version=4
-            )
+            store.append(jobs[2], [chosen], expected_version=4)
         assert _append_twice(store, new_event_id()) is True
         assert _append_twice(store, "chosen-twice") is False
     finally:
         store.close()
+
+
+def test_an_event_without_its_job_stops_the_sqlite_upgrade(tmp_path: Path) -> None:
+    """The store never writes one; a hand-made one is not dropped silently."""
+    url = f"sqlite:///{tmp_path / 'affidavit.db'}"
+    store = open_store(url)
+    job_id = make_job(store)
+    store.append(job_id, [NewEvent("node_started", {})], expected_version=0)
+    store.close()
+    undo_migration_6(url)
+    raw = RawDb(url)
+    raw.execute("UPDATE events SET job_id = 'gone' WHERE job_id = ?", (job_id,))
+    with pytest.raises(StoreError, match="NOT NULL"):
+        open_store(url)
+    assert raw.rows("SELECT max(version) FROM affidavit_schema_migrations") == [(5,)]
+    assert raw.rows("SELECT count(*) FROM events") == [(1,)]

@@ -21,6 +21,7 @@ from affidavit.verify import verify_job
 from tests.cli.test_cli import cli, json_of
 from tests.conftest import PG_URL, with_schema
 from tests.runtime.helpers import node, plan
+from tests.store.legacy import undo_migration_6
 
 
 def finished_job(url: str) -> str:
@@ -88,20 +89,19 @@ def test_a_schema_behind_this_version_is_not_migrated(store_url: str) -> None:
         store.close()
 
 
-def test_a_schema_behind_by_migrations_that_leave_reads_unchanged_is_read(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Migration 6 changes a unique key, not what is read: a copy made before it verifies
-    read-only, and stays at its version."""
-    load = migrations.load
-    assert [m.version for m in load("sqlite") if m.reads_unchanged] == [6]
-    monkeypatch.setattr(migrations, "load", lambda b: [m for m in load(b) if m.version < 6])
+def test_a_copy_made_before_migration_6_is_read_as_it_is(store_url: str) -> None:
+    """Migration 6 changed how SQLite keys a job's log, and narrowed a unique key: a store
+    opened read-only (which never migrates) reads a database without it by the old key."""
+    assert [m.version for m in migrations.load("sqlite") if m.older_schema_readable] == [6]
     job_id = finished_job(store_url)
-    monkeypatch.setattr(migrations, "load", load)
+    undo_migration_6(store_url)
     store = open_store(store_url, read_only=True)
     try:
         assert store.schema_version() == 5
-        assert verify_job(store, job_id).ok
+        result = verify_job(store, job_id)
+        assert result.ok and result.stored_chain.event_count == len(store.list_events(job_id))
+        assert [e.version for e in store.list_events(job_id, after_version=3, limit=2)] == [4, 5]
+        assert store.get_job(job_id).version == result.stored_chain.event_count
     finally:
         store.close()
 

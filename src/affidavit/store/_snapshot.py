@@ -17,27 +17,22 @@ from typing import Any, cast
 from affidavit.core.seal import PublicKey, Seal
 from affidavit.store._ledger import LEDGER_COLUMNS, LedgerRow, _ledger_from_row
 from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, key_from_row, seal_from_row
-from affidavit.store._sql import JOB_SELECT, job_from_row
+from affidavit.store._sql import BY_JOB_ID, job_from_row
 from affidavit.store.base import JobRecord, StoredEvent
 
 DEFAULT_BATCH = 2000
-EVENT_ROWS_SELECT = (
-    "SELECT version, event_id, type, payload, chain_hash FROM events "
-    "WHERE job_id = ? ORDER BY version"
-)
 LEDGER_DIGEST_SELECT = (
     "SELECT idempotency_key, status, invocation_id, coalesce(result, 'null') "
     "FROM tool_invocations WHERE job_id = ? ORDER BY idempotency_key"
-)
-# Without recorded_at: informational, not covered by the chain, and costly to convert per row.
-EVENTS_SELECT = (
-    "SELECT job_id, version, event_id, type, payload, chain_hash FROM events "
-    "WHERE job_id = ? ORDER BY version"
 )
 
 
 class SqlSnapshot(ABC):
     """The :class:`~affidavit.store.base.Snapshot` reads over two backend primitives."""
+
+    # (the whole log is read without recorded_at: informational, not covered by the chain, and
+    # costly to convert per row)
+    log_sql = BY_JOB_ID
 
     @abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -48,11 +43,11 @@ class SqlSnapshot(ABC):
         """The rows of one statement, fetched ``batch`` at a time."""
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        rows = self.query(f"{JOB_SELECT} WHERE j.job_id = ?", (job_id,))
+        rows = self.query(f"{self.log_sql.job_select} WHERE j.job_id = ?", (job_id,))
         return job_from_row(rows[0]) if rows else None
 
     def iter_events(self, job_id: str, *, batch: int = DEFAULT_BATCH) -> Iterator[StoredEvent]:
-        for row in self.stream(EVENTS_SELECT, (job_id,), batch):
+        for row in self.stream(self.log_sql.events, (job_id,), batch):
             yield StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
 
     def iter_event_rows(
@@ -60,7 +55,7 @@ class SqlSnapshot(ABC):
     ) -> Iterator[tuple[int, str, str, bytes, str]]:
         """``(version, event_id, type, payload bytes, chain_hash)`` in version order: the
         fields a verifier needs, without building an object per event."""
-        rows = self.stream(EVENT_ROWS_SELECT, (job_id,), batch)  # rows are those tuples
+        rows = self.stream(self.log_sql.rows, (job_id,), batch)  # rows are those tuples
         return cast("Iterator[tuple[int, str, str, bytes, str]]", rows)
 
     def iter_ledger_digests(

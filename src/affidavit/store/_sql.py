@@ -12,7 +12,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from affidavit.core.canonical import canonical
@@ -48,14 +48,37 @@ JOB_COLUMNS = (
     "job_id, namespace, status, plan_name, idempotency_key, submitted_by, created_at, "
     "updated_at, attempt_id, lease_owner, lease_expires_at, output, error"
 )
-# A job row with its chain head: the job's last event, found through the (job_id, version)
-# index in O(log n) — the head is never stored twice, so an append writes only event rows.
-JOB_SELECT = (
+EVENT_COLUMNS = "job_id, version, event_id, type, payload, chain_hash, recorded_at"
+
+
+@dataclass(frozen=True, slots=True)
+class LogSql:
+    """The reads that find a job's log. The backends keep it differently: PostgreSQL by the
+    ``(job_id, version)`` primary key, SQLite as one range of the events table's rowid
+    (``seq``; see :mod:`affidavit.store.sqlite`). Placeholders are ``?``, or ``?1``/``?2`` in
+    SQLite's statements, which name one parameter twice."""
+
+    job_select: str  # a job row with its chain head (JobRecord columns), to be followed by WHERE
+    after: str  # EVENT_COLUMNS after a version, in version order; (job_id, after_version)
+    rows: str  # (version, event_id, type, payload, chain_hash) of the whole log; (job_id,)
+    events: str  # (job_id, version, event_id, type, payload, chain_hash) likewise; (job_id,)
+
+
+JOB_ROW = (
     "SELECT j.job_id, j.namespace, j.status, j.plan_name, j.idempotency_key, j.submitted_by, "
     "j.created_at, j.updated_at, j.attempt_id, j.lease_owner, j.lease_expires_at, j.output, "
     "j.error, coalesce(e.version, 0), e.chain_hash FROM jobs j LEFT JOIN events e "
-    "ON e.job_id = j.job_id AND e.version = "
-    "(SELECT max(version) FROM events WHERE job_id = j.job_id)"
+)
+# A job row with its chain head: the job's last event, found in O(log n) through the
+# (job_id, version) key — the head is never stored twice, so an append writes only event rows.
+BY_JOB_ID = LogSql(
+    job_select=JOB_ROW + "ON e.job_id = j.job_id AND e.version = "
+    "(SELECT max(version) FROM events WHERE job_id = j.job_id)",
+    after=f"SELECT {EVENT_COLUMNS} FROM events WHERE job_id = ? AND version > ? ORDER BY version",
+    rows="SELECT version, event_id, type, payload, chain_hash FROM events "
+    "WHERE job_id = ? ORDER BY version",
+    events="SELECT job_id, version, event_id, type, payload, chain_hash FROM events "
+    "WHERE job_id = ? ORDER BY version",
 )
 EVENT_INSERT = (
     "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
@@ -66,8 +89,6 @@ HEAD_SELECT = (
     "SELECT version, chain_hash FROM events WHERE job_id = ? ORDER BY version DESC LIMIT 1"
 )
 MAX_INT64 = 2**63 - 1
-EVENT_COLUMNS = "job_id, version, event_id, type, payload, chain_hash, recorded_at"
-
 # An encoded event: (event_id, type, canonical payload bytes).
 Encoded = tuple[str, str, bytes]
 
@@ -129,7 +150,7 @@ def _json_or_none(raw: Any) -> Any:
 
 
 def job_from_row(row: Sequence[Any]) -> JobRecord:
-    """A row of :data:`JOB_SELECT`."""
+    """A row of :attr:`LogSql.job_select`."""
     return JobRecord(
         job_id=row[0],
         namespace=row[1],
@@ -217,6 +238,7 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
     placeholders."""
 
     FOR_UPDATE = ""
+    log_sql = BY_JOB_ID
 
     @abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
@@ -342,7 +364,7 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
         status: str = "pending",
     ) -> tuple[JobRecord, bool]:
         _check_status(status)
-        by_key = f"{JOB_SELECT} WHERE j.namespace = ? AND j.idempotency_key = ?"
+        by_key = f"{self.log_sql.job_select} WHERE j.namespace = ? AND j.idempotency_key = ?"
         if idempotency_key is not None:
             existing = self._one(by_key, (namespace, idempotency_key))
             if existing is not None:
@@ -382,7 +404,7 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
     def get_job(self, job_id: str, *, for_update: bool = False) -> JobRecord | None:
         if for_update:
             self._one("SELECT job_id FROM jobs WHERE job_id = ?" + self.FOR_UPDATE, (job_id,))
-        row = self._one(f"{JOB_SELECT} WHERE j.job_id = ?", (job_id,))
+        row = self._one(f"{self.log_sql.job_select} WHERE j.job_id = ?", (job_id,))
         return job_from_row(row) if row is not None else None
 
     def update_job(
@@ -446,6 +468,7 @@ class SqlStore(ApiKeyReads, ABC):
 
     url: str
     backend: str
+    log_sql = BY_JOB_ID
 
     @abstractmethod
     def _reader(self) -> AbstractContextManager[Cursor]: ...
@@ -469,9 +492,10 @@ class SqlStore(ApiKeyReads, ABC):
 
     def check_schema(self) -> None:
         """Refuse a database whose schema this affidavit cannot read as it is: what a store
-        opened read-only checks instead of migrating. Pending migrations are accepted when
-        each leaves reads unchanged (``Migration.reads_unchanged``: a constraint, not a
-        column), so an auditor can verify a copy made before such an upgrade.
+        opened read-only checks instead of migrating. Pending migrations are accepted when a
+        read-only store still reads the schema before each
+        (``Migration.older_schema_readable``), so an auditor can verify a copy made before
+        such an upgrade.
 
         Raises:
             MigrationError: no affidavit schema, a pending migration that changes what is
@@ -489,7 +513,7 @@ class SqlStore(ApiKeyReads, ABC):
             int(r[0]) for r in self._read_rows(f"SELECT version FROM {migrations.VERSION_TABLE}")
         ]
         pending = migrations.pending(name, applied, known)  # (raises for a newer schema)
-        if not all(m.reads_unchanged for m in pending):
+        if not all(m.older_schema_readable for m in pending):
             raise MigrationError(
                 f"the database schema is at version {max(applied)}, older than this "
                 f"affidavit's ({known[-1].version}); it is not migrated when opened read-only",
@@ -540,7 +564,7 @@ class SqlStore(ApiKeyReads, ABC):
         if "\x00" in job_id:  # no job can have it, and PostgreSQL refuses it in a query
             raise JobNotFound(job_id)
         with self._reader() as cur:
-            cur.execute(self._q(f"{JOB_SELECT} WHERE j.job_id = ?"), (job_id,))
+            cur.execute(self._q(f"{self.log_sql.job_select} WHERE j.job_id = ?"), (job_id,))
             row = cur.fetchone()
         if row is None:
             raise JobNotFound(job_id)
@@ -566,7 +590,7 @@ class SqlStore(ApiKeyReads, ABC):
             params.append(f.plan_name)
         if not (1 <= f.limit <= MAX_INT64 and 0 <= f.offset <= MAX_INT64):
             raise ConfigError("limit must be ≥ 1 and offset ≥ 0 (and both below 2^63)")
-        sql = JOB_SELECT
+        sql = self.log_sql.job_select
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY j.created_at DESC, j.job_id DESC LIMIT ? OFFSET ?"
@@ -578,9 +602,7 @@ class SqlStore(ApiKeyReads, ABC):
     def list_events(
         self, job_id: str, *, after_version: int = 0, limit: int | None = None
     ) -> list[StoredEvent]:
-        sql = (
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE job_id = ? AND version > ? ORDER BY version"
-        )
+        sql = self.log_sql.after
         if not 0 <= after_version <= MAX_INT64 or (
             limit is not None and not 1 <= limit <= MAX_INT64
         ):

@@ -10,6 +10,12 @@ fsynced before COMMIT returns); ``durable=False`` uses ``synchronous=NORMAL`` (w
 by the next durable commit or checkpoint: WAL frames are ordered, so a durable commit covers
 every earlier one). The writer switches its ``synchronous`` level only when a transaction needs
 the other one.
+
+A job's log is one range of the events table's rowid: each job has a number (``jobs.number``,
+given by a trigger when the row is inserted), and an event's ``seq`` is
+``(number << 32) + version``. The rowid keeps a log in order and each position unique, so no
+second B-tree on ``(job_id, version)`` is written by every append (migration 6). Reads take the
+range and also require the row's ``job_id``. A job's log holds at most 2^32 - 1 events here.
 """
 
 from __future__ import annotations
@@ -30,8 +36,12 @@ from affidavit.core.events import utc_now
 from affidavit.store import migrations
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
+    BY_JOB_ID,
+    EVENT_COLUMNS,
+    JOB_ROW,
     Cursor,
     Encoded,
+    LogSql,
     SqlStore,
     SqlTransaction,
     chain_events,
@@ -43,10 +53,64 @@ from affidavit.store.base import StoredEvent
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
 
+MAX_VERSION = 2**32 - 1
+# The first seq of the job named by ?1 (NULL for no such job), and its events in order.
+_LOG_START = "(SELECT number << 32 FROM jobs WHERE job_id = ?1)"
+_LOG = f"seq BETWEEN {_LOG_START} + 1 AND {_LOG_START} + {MAX_VERSION} AND job_id = ?1 ORDER BY seq"
+# The seq of the job's last event (correlated with `j`, a jobs row): a descending walk of the
+# job's range, which stops at its first row.
+_LAST_SEQ = (
+    "(SELECT seq FROM events WHERE seq BETWEEN (j.number << 32) + 1 "
+    f"AND (j.number << 32) + {MAX_VERSION} AND job_id = j.job_id ORDER BY seq DESC LIMIT 1)"
+)
+BY_RANGE = LogSql(
+    job_select=JOB_ROW + f"ON e.seq = {_LAST_SEQ}",
+    after=(
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > {_LOG_START} + min(?2, {MAX_VERSION}) "
+        f"AND seq <= {_LOG_START} + {MAX_VERSION} AND job_id = ?1 ORDER BY seq"
+    ),
+    rows=f"SELECT version, event_id, type, payload, chain_hash FROM events WHERE {_LOG}",
+    events=f"SELECT job_id, version, event_id, type, payload, chain_hash FROM events WHERE {_LOG}",
+)
+# the append guard: (the job's attempt id, its number, whether the row before the first new one
+# is in its log)
+_GUARD = (
+    "SELECT attempt_id, number, ? = 0 OR EXISTS "
+    "(SELECT 1 FROM events WHERE seq = (number << 32) + ? AND job_id = jobs.job_id) "
+    "FROM jobs WHERE job_id = ?"
+)
+_JOB_NUMBER = "SELECT number FROM jobs WHERE job_id = ?"
+_LAST_VERSION = (
+    f"SELECT coalesce((SELECT e.version FROM jobs j JOIN events e ON e.seq = {_LAST_SEQ} "
+    "WHERE j.job_id = ?), 0)"
+)
+# rows per INSERT statement: 7 parameters each, far below SQLite's variable limit (999 in old
+# builds)
+_CHUNK = 100
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_rows(count: int) -> str:
+    """The INSERT of ``count`` event rows."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * count)
+    return (
+        "INSERT INTO events (seq, job_id, version, event_id, type, payload, chain_hash) "
+        f"VALUES {values}"
+    )
+
+
+_JOB_AND_HEAD = (
+    f"SELECT j.attempt_id, e.version, e.chain_hash FROM jobs j LEFT JOIN events e "
+    f"ON e.seq = {_LAST_SEQ} WHERE j.job_id = ?"
+)
+
+
 class SqliteTransaction(SqlTransaction):
     """Statements run at once on the writer connection, through its one cursor (a cursor per
     statement costs more than the statement's own bookkeeping). No row locks are needed:
     ``BEGIN IMMEDIATE`` already holds the database write lock."""
+
+    log_sql = BY_RANGE
 
     def __init__(self, cursor: sqlite3.Cursor) -> None:
         self._cur = cursor
@@ -74,6 +138,15 @@ class SqliteTransaction(SqlTransaction):
             return None, None
         return (row[0],), (row[1], row[2]) if row[1] is not None else None
 
+    def _insert_chained(
+        self, job_id: str, version: int, head: bytes, encoded: Sequence[Encoded]
+    ) -> list[StoredEvent]:
+        # (after _lock_and_head: the job exists, the fence holds and the log is at `version`)
+        (number,) = self._cur.execute(_JOB_NUMBER, (job_id,)).fetchone()
+        stored = chain_events(job_id, version, head, encoded)
+        self._insert_all(job_id, stored, version, number)
+        return stored
+
     def _append_after_head(
         self,
         job_id: str,
@@ -89,65 +162,67 @@ class SqliteTransaction(SqlTransaction):
         # not reached it, by the guard. (Folding the guard into the INSERT as a WHERE clause
         # costs more: a SELECT that reads the table it inserts into makes SQLite copy the rows
         # through a temporary table first.)
-        guard = self._cur.execute(_GUARD, (expected_version, job_id, expected_version, job_id))
+        guard = self._cur.execute(_GUARD, (expected_version, expected_version, job_id))
         found = guard.fetchone()
         if found is None:
             raise JobNotFound(job_id)
         if fence is not None and found[0] != fence:
             raise fenced(job_id, fence, found[0])
-        if not found[1]:
+        if not found[2]:
             raise self._conflict(job_id, expected_version)
         stored = chain_events(job_id, expected_version, head, encoded)
+        self._insert_all(job_id, stored, expected_version, found[1])
+        return stored
+
+    def _insert_all(
+        self, job_id: str, stored: list[StoredEvent], expected_version: int, number: int
+    ) -> None:
+        if not stored:
+            return
+        if stored[-1].version > MAX_VERSION:
+            raise StoreError(
+                f"job {job_id}: a log on SQLite holds at most {MAX_VERSION:,} events",
+                hint="Split the work into several jobs.",
+            )
         if len(stored) <= _CHUNK:
-            self._insert_chunks(job_id, stored, expected_version)
-            return stored
+            self._insert_chunks(job_id, stored, expected_version, number << 32)
+            return
         # several statements: all of them or none, even if the caller goes on after an error
         self._cur.execute("SAVEPOINT affidavit_append")
         try:
-            self._insert_chunks(job_id, stored, expected_version)
+            self._insert_chunks(job_id, stored, expected_version, number << 32)
         except BaseException:
             self._cur.execute("ROLLBACK TO affidavit_append")
             raise
         finally:
             self._cur.execute("RELEASE affidavit_append")
-        return stored
 
-    def _insert_chunks(self, job_id: str, stored: list[StoredEvent], expected_version: int) -> None:
+    def _insert_chunks(
+        self, job_id: str, stored: list[StoredEvent], expected_version: int, base: int
+    ) -> None:
         for start in range(0, len(stored), _CHUNK):
             chunk = stored[start : start + _CHUNK]
             params: list[Any] = []
             for e in chunk:
-                params += (e.job_id, e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash)
+                params += (
+                    base + e.version,
+                    e.job_id,
+                    e.version,
+                    e.event_id,
+                    e.type,
+                    e.payload_bytes,
+                    e.chain_hash,
+                )
             try:
                 self._cur.execute(_insert_rows(len(chunk)), params)
             except sqlite3.IntegrityError as exc:
-                if "events.job_id, events.version" not in str(exc):
+                if "events.seq" not in str(exc):
                     raise
                 raise self._conflict(job_id, expected_version) from None
 
     def _conflict(self, job_id: str, expected_version: int) -> Exception:
         (actual,) = self._cur.execute(_LAST_VERSION, (job_id,)).fetchone()
         return conflict(job_id, expected_version, int(actual))
-
-
-# the append guard: (the job's attempt id, whether the row before the first new one exists)
-_GUARD = (
-    "SELECT attempt_id, ? = 0 OR EXISTS (SELECT 1 FROM events WHERE job_id = ? AND version = ?) "
-    "FROM jobs WHERE job_id = ?"
-)
-_LAST_VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE job_id = ?"
-# rows per INSERT statement: 6 parameters each, far below SQLite's variable limit (999 in old
-# builds)
-_CHUNK = 100
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_rows(count: int) -> str:
-    """The INSERT of ``count`` event rows."""
-    values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * count)
-    return (
-        f"INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) VALUES {values}"
-    )
 
 
 # Primary result codes (the low byte of an extended code) of failures that may pass: a lock
@@ -171,13 +246,6 @@ def store_error(message: str, exc: sqlite3.Error) -> StoreError:
     code = getattr(exc, "sqlite_errorcode", None)
     transient = isinstance(code, int) and code & 0xFF in _TRANSIENT
     return (StoreUnavailable if transient else StoreError)(f"{message}: {exc}")
-
-
-_JOB_AND_HEAD = (
-    "SELECT j.attempt_id, e.version, e.chain_hash FROM jobs j LEFT JOIN events e "
-    "ON e.job_id = j.job_id AND e.version = "
-    "(SELECT max(version) FROM events WHERE job_id = j.job_id) WHERE j.job_id = ?"
-)
 
 
 class _WriteTransaction:
@@ -243,8 +311,9 @@ class SqliteSnapshot(SqlSnapshot):
     """Reads inside one deferred read transaction: WAL keeps its snapshot from the first read
     until the end, whatever writers commit meanwhile."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, log_sql: LogSql) -> None:
         self._conn = conn
+        self.log_sql = log_sql
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self._conn.execute(sql, params).fetchall()
@@ -263,6 +332,7 @@ class SqliteStore(SqlStore):
     """A :class:`~affidavit.store.base.Store` on one SQLite file."""
 
     backend = "sqlite"
+    log_sql = BY_RANGE
 
     def __init__(
         self,
@@ -316,8 +386,14 @@ class SqliteStore(SqlStore):
         self._closed = False
         if read_only:
             self.check_schema()
+            if not self._has_job_numbers():  # a copy made before migration 6, read as it is
+                self.log_sql = BY_JOB_ID
         elif migrate:
             self.migrate()
+
+    def _has_job_numbers(self) -> bool:
+        """Whether the schema keeps a job's log as a range of seq (migration 6)."""
+        return any(row[1] == "number" for row in self._read_rows("PRAGMA table_info(jobs)"))
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -376,7 +452,7 @@ class SqliteStore(SqlStore):
         try:
             conn.execute("PRAGMA query_only = 1")
             conn.execute("BEGIN")
-            yield SqliteSnapshot(conn)
+            yield SqliteSnapshot(conn, self.log_sql)
         except sqlite3.Error as exc:
             raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc
         finally:

@@ -22,10 +22,11 @@ _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
 _TOKEN = re.compile(r"('(?:[^']|'')*'|\$\$|;|\b(?:BEGIN|CASE|END)\b)", re.IGNORECASE)
 
 
-# The first line of a migration that leaves every read of the previous schema working (it
-# changes a constraint or an index, not what is read): a store opened read-only, which never
-# migrates, may open a database where only such migrations are pending.
-READS_UNCHANGED = "-- reads unchanged"
+# The first line of a migration after which a store opened read-only (which never migrates)
+# still reads the schema before it: it changes a constraint or an index, or the backend keeps
+# the older way of reading (see SqliteStore). Such a migration may be pending in a database
+# opened read-only.
+OLDER_SCHEMA_READABLE = "-- older schema readable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +36,10 @@ class Migration:
     sql: str
 
     @property
-    def reads_unchanged(self) -> bool:
-        """Whether the previous schema reads as this one does (see ``READS_UNCHANGED``)."""
-        return self.sql.startswith(READS_UNCHANGED + "\n")
+    def older_schema_readable(self) -> bool:
+        """Whether a read-only store reads the schema before this migration (see
+        ``OLDER_SCHEMA_READABLE``)."""
+        return self.sql.startswith(OLDER_SCHEMA_READABLE + "\n")
 
     def statements(self) -> list[str]:
         """The script split into statements at top-level ``;``.

@@ -1,4 +1,4 @@
--- reads unchanged
+-- older schema readable
 -- Event ids: a unique key only for ids the caller chose. Ids the store makes (32 lowercase hex
 -- digits of a UUIDv7, see affidavit.core.ids) are unique by construction, and the store refuses a
 -- caller-supplied id of that form; keeping them in an index of their own cost every append one
