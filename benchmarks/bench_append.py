@@ -86,6 +86,10 @@ RAW_INSERT = (
     "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
     "VALUES ({p}, {p}, {p}, {p}, {p}, {p})"
 )
+RAW_INSERT_SQLITE = (
+    "INSERT INTO events (seq, job_id, version, event_id, type, payload, chain_hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 DUMMY_HASH = "0" * 64
 EVENT_TYPES = ("node_started", "tool_called", "node_finished")
 
@@ -199,17 +203,26 @@ class RawWriter(Protocol):
 
 
 class SqliteRaw:
+    """The store's rows as SQLite keeps them: each raw job's log is a range of seq too (see
+    affidavit.store.sqlite), numbered far above the store's jobs."""
+
     def __init__(self, path: str) -> None:
         self._conn = sqlite3.connect(path, isolation_level=None, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
-        self._sql = RAW_INSERT.format(p="?")
+        self._sql = RAW_INSERT_SQLITE
+        self._bases: dict[str, int] = {}
+
+    def _with_seq(self, batch: Sequence[Row]) -> list[tuple[Any, ...]]:
+        bases = self._bases
+        return [(bases.setdefault(r[0], (2**30 + len(bases)) << 32) + r[1], *r) for r in batch]
 
     def insert(self, batches: Sequence[Sequence[Row]]) -> float:
         conn, stmt = self._conn, self._sql
+        rows = [self._with_seq(batch) for batch in batches]  # made before timing, as the rest
         gc.collect()
         start = time.perf_counter()
-        for batch in batches:
+        for batch in rows:
             if len(batch) == 1:  # the cheapest single-row commit: an autocommit INSERT
                 conn.execute(stmt, batch[0])
                 continue

@@ -124,7 +124,7 @@ class Sizes:
 
 
 SIZES = Sizes(
-    steps=2_000, reps=5, dbos_reps=3, pg_jobs=200, pg_steps=5, pg_reps=3, pg_workers=(1, 4)
+    steps=2_000, reps=5, dbos_reps=5, pg_jobs=200, pg_steps=5, pg_reps=3, pg_workers=(1, 4)
 )
 QUICK_SIZES = Sizes(
     steps=200, reps=1, dbos_reps=1, pg_jobs=20, pg_steps=5, pg_reps=1, pg_workers=(1, 4)
@@ -1411,6 +1411,20 @@ def notes(results: Results, sizes: Sizes) -> tuple[str, str]:
     for case in cases.values():
         whole = f"; whole-process {spread(case.whole_runs)}" if case.whole_s else ""
         lines.append(bullet(f"{case.label}: in-process {spread(case.inproc_runs)}{whole}"))
+    dbos_case = cases.get("dbos")
+    if dbos_case is not None and dbos_case.inproc_s:
+        # Each repetition runs affidavit and DBOS seconds apart: the ratio within a repetition
+        # is not moved by the disk getting faster or slower between repetitions.
+        def ratios(ours: list[float], theirs: list[float]) -> str:
+            return ", ".join(f"{b / a:.1f}×" for a, b in zip(ours, theirs, strict=False))
+
+        lines.append(
+            bullet(
+                "Tool steps/s ÷ DBOS steps/s within each repetition (the two run seconds apart): "
+                f"in-process {ratios(tool_case.inproc_s, dbos_case.inproc_s)}; whole-process "
+                f"{ratios(tool_case.whole_s, dbos_case.whole_s)}"
+            )
+        )
     ranges = "\n".join(lines) + "\n"
 
     def s(x: float | None) -> str:

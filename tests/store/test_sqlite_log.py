@@ -112,3 +112,19 @@ def test_verification_sees_the_log_the_store_reads(tmp_path: Path) -> None:
         assert not result.ok and result.stored_chain.first_bad_version == 3
     finally:
         store.close()
+
+
+def test_a_row_written_by_hand_at_a_position_of_a_log_is_named(store: SqliteStore) -> None:
+    """An INSERT that leaves seq to SQLite takes the highest rowid + 1: the next position of
+    the highest-numbered job. That job's next append says so instead of a bare conflict."""
+    job_id = make_job(store)
+    store.append(job_id, [NewEvent("node_started", {})], expected_version=0)
+    RawDb(store.url).execute(
+        "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
+        "VALUES ('by-hand', 1, 'by-hand-1', 'node_started', X'7B7D', ?)",
+        ("00" * 32,),
+    )
+    with pytest.raises(StoreError, match="held by a row of job 'by-hand'") as caught:
+        store.append(job_id, [NewEvent("node_started", {})], expected_version=1)
+    assert "seq = (jobs.number << 32) + version" in caught.value.hint
+    assert [e.version for e in store.list_events(job_id)] == [1]

@@ -80,6 +80,7 @@ _GUARD = (
     "FROM jobs WHERE job_id = ?"
 )
 _JOB_NUMBER = "SELECT number FROM jobs WHERE job_id = ?"
+_HELD_BY = "SELECT job_id FROM events WHERE seq = ?"
 _LAST_VERSION = (
     f"SELECT coalesce((SELECT e.version FROM jobs j JOIN events e ON e.seq = {_LAST_SEQ} "
     "WHERE j.job_id = ?), 0)"
@@ -218,10 +219,21 @@ class SqliteTransaction(SqlTransaction):
             except sqlite3.IntegrityError as exc:
                 if "events.seq" not in str(exc):
                     raise
-                raise self._conflict(job_id, expected_version) from None
+                raise self._conflict(job_id, expected_version, base) from None
 
-    def _conflict(self, job_id: str, expected_version: int) -> Exception:
+    def _conflict(self, job_id: str, expected_version: int, base: int | None = None) -> Exception:
         (actual,) = self._cur.execute(_LAST_VERSION, (job_id,)).fetchone()
+        if base is not None and actual == expected_version:
+            # The log is not ahead: the position is held by a row outside every log, which
+            # only a write that bypassed the store can have made.
+            seq = base + expected_version + 1
+            (held_by,) = self._cur.execute(_HELD_BY, (seq,)).fetchone()
+            return StoreError(
+                f"job {job_id}: the position of version {expected_version + 1} (seq {seq}) is "
+                f"held by a row of job {held_by!r} that was written outside affidavit",
+                hint="Rows put into the events table by hand must give seq = "
+                "(jobs.number << 32) + version (see docs/storage.md); remove that row.",
+            )
         return conflict(job_id, expected_version, int(actual))
 
 
