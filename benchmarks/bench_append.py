@@ -734,7 +734,8 @@ Measured on:
 Chained = `Store.append` (canonicalize each payload once, lock the job, read its head, check
 fence and version, hash-chain the events from the head, insert them; one transaction). Raw =
 plain INSERTs of pre-built rows (payload bytes already encoded, dummy hash, no lock, no head
-read) into the store's own `events` table, same database, same durability — SQLite
+read; on SQLite each row with its `seq`, as the store writes it) into the store's own `events`
+table, same database, same durability — SQLite
 `journal_mode=WAL`, `synchronous=FULL`; PostgreSQL `synchronous_commit=on` — in the cheapest
 plain form: one autocommit INSERT per single-row commit, `BEGIN`…`executemany`…`COMMIT` for
 100 rows. Payloads are distinct, deterministic ~1 KB JSON objects (11 fields, one 800-character
