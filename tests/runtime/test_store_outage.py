@@ -113,9 +113,16 @@ class FlakyStore:
         self.down = threading.Event()
         # called after each write transaction that committed, with the calls made on it
         self.on_commit: Callable[[Recorded], None] | None = None
+        self.read_failures = 0  # the next reads of a log that fail
 
     def transaction(self, *, durable: bool = True) -> _FlakyTransaction:
         return _FlakyTransaction(self, durable)
+
+    def list_events(self, job_id: str, **kwargs: Any) -> Any:
+        if self.read_failures > 0:
+            self.read_failures -= 1
+            raise StoreUnavailable("test: the connection broke while reading")
+        return self.store.list_events(job_id, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -289,6 +296,36 @@ def test_a_run_gives_up_after_store_retry_seconds(real_store: Store, calls: Call
     rt.run_until_idle()
     assert rt.get_job(job_id).status == "parked"
     assert calls.count(name="email") == 1
+
+
+def test_a_run_reads_its_log_again_when_the_database_is_away(
+    real_store: Store, calls: Calls
+) -> None:
+    """The claim committed, then the log could not be read: the run reads it again instead of
+    leaving the job claimed until its lease (30 s here) runs out."""
+    flaky = FlakyStore(real_store)
+    rt = runtime_on(flaky, charge_tool(calls), email_tool(calls))
+    job_id = rt.submit(FLOW, {}).job_id
+    flaky.read_failures = 3
+    started = time.monotonic()
+    assert rt.run_until_idle() == 1
+    assert time.monotonic() - started < 10
+    assert flaky.read_failures == 0
+    assert_done_once(rt, job_id, calls)
+
+
+def test_a_run_that_cannot_read_its_log_gives_up_after_store_retry_seconds(
+    real_store: Store, calls: Calls
+) -> None:
+    flaky = FlakyStore(real_store)
+    rt = runtime_on(flaky, charge_tool(calls), email_tool(calls), store_retry_seconds=0.3)
+    job_id = rt.submit(FLOW, {}).job_id
+    flaky.read_failures = 10_000
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        rt.run_job(job_id)
+    assert time.monotonic() - started < 10
+    assert calls.count() == 0 and rt.get_job(job_id).status == "running"  # claimed, not run
 
 
 def test_a_run_whose_lease_is_taken_while_it_retries_writes_nothing(

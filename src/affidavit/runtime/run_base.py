@@ -41,31 +41,33 @@ T = TypeVar("T")
 log = logging.getLogger("affidavit.runner")
 
 
-class _Outage:
+class Outage:
     """A run's waits while the database is unavailable: 50 ms, doubling up to 1 s, for up to
-    ``store_retry_seconds`` after the first failure."""
+    ``retry_seconds`` after the first failure. ``check_lease`` raises :class:`Stop` when a
+    heartbeat found the lease taken (no use waiting then)."""
 
-    __slots__ = ("_run", "_started", "_wait")
+    __slots__ = ("_check_lease", "_job_id", "_retry_seconds", "_started", "_wait")
 
-    def __init__(self, run: RunBase) -> None:
-        self._run = run
+    def __init__(self, job_id: str, retry_seconds: float, check_lease: Callable[[], None]) -> None:
+        self._job_id = job_id
+        self._retry_seconds = retry_seconds
+        self._check_lease = check_lease
         self._started: float | None = None
         self._wait = _RETRY_FIRST_WAIT
 
     def wait(self, exc: StoreUnavailable, doing: str) -> bool:
         """Log ``exc`` and wait before the next try; ``False`` (no wait) once the run has
-        tried for ``store_retry_seconds``.
+        tried for ``retry_seconds``.
 
         Raises:
             Stop: ``"lost"``, when a heartbeat found the lease taken.
         """
-        run, now = self._run, time.monotonic()
+        now = time.monotonic()
         self._started = now if self._started is None else self._started
-        job_id = run.claim.job_id
-        if now - self._started >= run.store_retry_seconds:
+        if now - self._started >= self._retry_seconds:
             log.error(
                 "job %s: the database stayed unavailable for %.0f s; giving up %s: %s",
-                job_id,
+                self._job_id,
                 now - self._started,
                 doing,
                 exc,
@@ -73,12 +75,12 @@ class _Outage:
             return False
         (log.warning if self._wait == _RETRY_FIRST_WAIT else log.debug)(
             "job %s: the database is unavailable (%s); %s, for up to %.0f s",
-            job_id,
+            self._job_id,
             exc,
             doing,
-            run.store_retry_seconds,
+            self._retry_seconds,
         )
-        run._check_lease()
+        self._check_lease()
         time.sleep(self._wait)  # not cut short by a stop: the step's record is what it awaits
         self._wait = min(self._wait * 2, _RETRY_MAX_WAIT)
         return True
@@ -221,7 +223,7 @@ class RunBase:
         # write in between a commit whose outcome is unknown and the check of its head.
         with self._lock:
             job_id = self.claim.job_id
-            outage: _Outage | None = None  # made at the first failure: none on the usual path
+            outage: Outage | None = None  # made at the first failure: none on the usual path
             # a commit that may have landed: what it would have left, and what its body returned
             unknown: tuple[tuple[int, bytes, tuple[tuple[str, str], ...]], T] | None = None
             while True:
@@ -248,7 +250,7 @@ class RunBase:
                     attempted, self._attempted = self._attempted, None
                     if body_returned and attempted is not None:
                         unknown = (attempted, result)  # failed at the commit: landed or not
-                    outage = outage or _Outage(self)
+                    outage = outage or self._outage()
                     if not outage.wait(exc, "trying the write again"):
                         self.metrics.store_retries.inc("gave_up")
                         raise
@@ -327,6 +329,9 @@ class RunBase:
         if self.lease_lost is not None and self.lease_lost.is_set():
             raise Stop("lost")
 
+    def _outage(self) -> Outage:
+        return Outage(self.claim.job_id, self.store_retry_seconds, self._check_lease)
+
     def _check_stopping(self) -> None:
         """At a step boundary (no invocation of this run open): end the run as ``released`` if
         the worker is stopping; the worker then gives the job's lease back."""
@@ -342,14 +347,14 @@ class RunBase:
         self._check_lease()
         if self.confirm_lease is None:
             return
-        outage: _Outage | None = None
+        outage: Outage | None = None
         while True:
             try:
                 if self.confirm_lease():
                     return
                 break
             except StoreUnavailable as exc:
-                outage = outage or _Outage(self)
+                outage = outage or self._outage()
                 if not outage.wait(exc, "confirming the lease before the tool is called"):
                     break
         raise Stop("lost")

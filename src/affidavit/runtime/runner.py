@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from affidavit.core.canonical import canonical
-from affidavit.core.errors import AffidavitError, FencedError
+from affidavit.core.errors import AffidavitError, FencedError, StoreUnavailable
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import Node, external_key, idempotency_key_of
 from affidavit.runtime.args import resolve
@@ -39,6 +39,7 @@ from affidavit.runtime.run_base import (
     DEFAULT_STORE_RETRY_SECONDS,
     Claim,
     Item,
+    Outage,
     StepFailed,
     Stop,
     check_result,
@@ -53,7 +54,7 @@ from affidavit.runtime.sdk import (
     ToolRegistry,
 )
 from affidavit.runtime.sealing import Sealer
-from affidavit.store import Store
+from affidavit.store import Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 
 
@@ -99,7 +100,10 @@ class JobRunner:
         """Run the job of ``claim`` until it completes, fails, waits, parks or loses its
         lease; return the resulting status (``"lost"`` when fenced off, ``"released"`` when
         it stopped at a step boundary because the worker is stopping)."""
-        events = self.store.list_events(claim.job_id)
+        try:
+            events = self._read_log(claim)
+        except Stop as stop:
+            return stop.status
         builder = ReplayContextBuilder()
         for event in events:
             builder.add(event)
@@ -129,6 +133,25 @@ class JobRunner:
             return "lost"
         except Stop as stop:
             return stop.status
+
+    def _read_log(self, claim: Claim) -> list[StoredEvent]:
+        """The job's log, read again while the database is unavailable (for up to
+        ``store_retry_seconds``, as the run's writes are): a run that gave up here would
+        leave the job claimed until its lease expired."""
+        lost = self._lease_lost
+
+        def check_lease() -> None:
+            if lost is not None and lost.is_set():
+                raise Stop("lost")
+
+        outage: Outage | None = None
+        while True:
+            try:
+                return self.store.list_events(claim.job_id)
+            except StoreUnavailable as exc:
+                outage = outage or Outage(claim.job_id, self.store_retry_seconds, check_lease)
+                if not outage.wait(exc, "reading the log to start the run"):
+                    raise
 
 
 class _Run(RecoveryMixin):
