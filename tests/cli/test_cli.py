@@ -14,6 +14,7 @@ import pytest
 from affidavit import __version__
 from affidavit.core.canonical import canonical
 from affidavit.store import NewEvent, migrations, open_store
+from tests.store.legacy import undo_migration_6
 
 SRC = str(Path(__file__).parents[2] / "src")
 
@@ -78,6 +79,18 @@ def test_db_migrate(store_url: str) -> None:
     assert json_of(again)["applied"] == []
     human = cli("db", "migrate", "--db", store_url)
     assert "up to date" in human.stdout
+
+
+def test_db_migrate_names_each_migration_it_applies(store_url: str) -> None:
+    """Migration 6 rebuilds SQLite's events table: the command says what it is doing."""
+    job_id = seeded(store_url)
+    undo_migration_6(store_url)
+    human = cli("db", "migrate", "--db", store_url)
+    assert human.returncode == 0, human.stderr
+    assert "applying migration 6 (event_keys)" in human.stderr
+    assert "applied migrations [6]; schema is at version 6" in human.stdout
+    shown = cli("jobs", "show", job_id, "--db", store_url, "--json")
+    assert json_of(shown)["event_count"] == 2
 
 
 def test_jobs_list_show_events(store_url: str) -> None:

@@ -21,6 +21,7 @@ from affidavit.cli.jobs import jobs_app
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
 from affidavit.store import open_store
+from affidavit.store.migrations import Migration
 
 app = typer.Typer(
     name="affidavit",
@@ -68,10 +69,15 @@ def db_migrate(db: DbOption = None, as_json: JsonOption = False) -> None:
 
     Exit codes: 0 done; 3 the database cannot be reached or is newer than this version.
     """
+
+    def progress(m: Migration) -> None:
+        if not as_json:  # (a table rebuild takes as long as a copy of the table)
+            output.err.print(f"applying migration {m.version} ({m.name}) …")
+
     with command(as_json):
         store = open_store(database_url(db), migrate=False)
         try:
-            applied = store.migrate()
+            applied = store.migrate(progress)
             version = store.schema_version()
         finally:
             store.close()

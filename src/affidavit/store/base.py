@@ -8,7 +8,7 @@ write events and ledger rows together. Backends: :mod:`affidavit.store.sqlite` a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
     from affidavit.store._apikeys import ApiKeyRow
     from affidavit.store._ledger import LedgerRow
+    from affidavit.store.migrations import Migration
 
 JobStatus = Literal["pending", "running", "waiting", "parked", "completed", "failed", "cancelled"]
 JOB_STATUSES: tuple[str, ...] = (
@@ -334,8 +335,10 @@ class Store(Protocol):
     url: str
     backend: str
 
-    def migrate(self) -> list[int]:
-        """Apply pending numbered migrations; return the versions applied (empty if none)."""
+    def migrate(self, on_apply: Callable[[Migration], None] | None = None) -> list[int]:
+        """Apply pending numbered migrations; return the versions applied (empty if none).
+        ``on_apply`` is called with each migration before it is applied (progress for a long
+        one, such as a table rebuild)."""
         ...
 
     def schema_version(self) -> int: ...

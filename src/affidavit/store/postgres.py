@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -29,6 +29,7 @@ from affidavit.core.events import utc_now
 from affidavit.store import migrations
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import HEAD_SELECT, LOCK_JOB, Cursor, SqlStore, SqlTransaction
+from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
@@ -243,7 +244,7 @@ class PostgresStore(SqlStore):
             cur.execute(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}")
             return int(cur.fetchone()[0])
 
-    def migrate(self) -> list[int]:
+    def migrate(self, on_apply: Callable[[Migration], None] | None = None) -> list[int]:
         known = migrations.load("postgres")
         applied: list[int] = []
         try:
@@ -261,6 +262,8 @@ class PostgresStore(SqlStore):
                 )
                 rows = conn.execute(f"SELECT version FROM {migrations.VERSION_TABLE}").fetchall()
                 for m in migrations.pending("postgres", (int(r[0]) for r in rows), known):
+                    if on_apply is not None:
+                        on_apply(m)
                     for statement in m.statements():
                         conn.execute(statement.encode())
                     conn.execute(

@@ -24,7 +24,7 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +49,7 @@ from affidavit.store._sql import (
     fenced,
 )
 from affidavit.store.base import StoredEvent
+from affidavit.store.migrations import Migration
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -483,7 +484,7 @@ class SqliteStore(SqlStore):
             cur.execute(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}")
             return int(cur.fetchone()[0])
 
-    def migrate(self) -> list[int]:
+    def migrate(self, on_apply: Callable[[Migration], None] | None = None) -> list[int]:
         known = migrations.load("sqlite")
         applied: list[int] = []
         # BEGIN IMMEDIATE serializes migrators across processes; DDL is transactional.
@@ -494,6 +495,8 @@ class SqliteStore(SqlStore):
             )
             rows = tx.query(f"SELECT version FROM {migrations.VERSION_TABLE}")
             for m in migrations.pending("sqlite", (int(r[0]) for r in rows), known):
+                if on_apply is not None:
+                    on_apply(m)
                 for statement in m.statements():
                     tx.execute(statement)
                 tx.execute(
