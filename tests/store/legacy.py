@@ -7,24 +7,23 @@ runtime really writes; the tests then check what this version does with such a d
 
 from __future__ import annotations
 
+from affidavit.store import migrations
 from tests.verify.helpers import RawDb
+
+
+def _events_table_of_migration_1() -> str:
+    """Migration 1's CREATE TABLE of the events table, for a table named ``events_v5``."""
+    first = migrations.load("sqlite")[0]
+    [create] = [s for s in first.statements() if s.startswith("CREATE TABLE events")]
+    return create.replace("CREATE TABLE events", "CREATE TABLE events_v5", 1)
+
 
 _SQLITE = [
     "DROP TRIGGER jobs_numbered",
     "DROP INDEX jobs_number",
     "ALTER TABLE jobs DROP COLUMN number",
-    # migration 1's table, rows in their order
-    """CREATE TABLE events_v5 (
-        seq         INTEGER PRIMARY KEY,
-        job_id      TEXT NOT NULL,
-        version     INTEGER NOT NULL,
-        event_id    TEXT NOT NULL UNIQUE,
-        type        TEXT NOT NULL,
-        payload     BLOB NOT NULL,
-        chain_hash  TEXT NOT NULL,
-        recorded_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-        UNIQUE (job_id, version)
-    )""",
+    _events_table_of_migration_1(),
+    # the rows, in their order
     "INSERT INTO events_v5 (job_id, version, event_id, type, payload, chain_hash, recorded_at) "
     "SELECT job_id, version, event_id, type, payload, chain_hash, recorded_at FROM events "
     "ORDER BY seq",
