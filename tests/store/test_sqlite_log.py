@@ -124,7 +124,13 @@ def test_a_row_written_by_hand_at_a_position_of_a_log_is_named(store: SqliteStor
         "VALUES ('by-hand', 1, 'by-hand-1', 'node_started', X'7B7D', ?)",
         ("00" * 32,),
     )
-    with pytest.raises(StoreError, match="held by a row of job 'by-hand'") as caught:
+    held = "the position of version 2 .* held by a row of job 'by-hand'"
+    with pytest.raises(StoreError, match=held) as caught:
         store.append(job_id, [NewEvent("node_started", {})], expected_version=1)
     assert "seq = (jobs.number << 32) + version" in caught.value.hint
+    # also when the row sits past the first statement of a long append
+    events = [NewEvent("node_started", {"i": i}) for i in range(250)]
+    RawDb(store.url).execute("UPDATE events SET seq = seq + 150 WHERE job_id = 'by-hand'")
+    with pytest.raises(StoreError, match=held.replace("2", "152")):
+        store.append(job_id, events, expected_version=1)
     assert [e.version for e in store.list_events(job_id)] == [1]

@@ -81,7 +81,9 @@ _GUARD = (
     "FROM jobs WHERE job_id = ?"
 )
 _JOB_NUMBER = "SELECT number FROM jobs WHERE job_id = ?"
-_HELD_BY = "SELECT job_id FROM events WHERE seq = ?"
+_HELD_BY = (
+    "SELECT seq, job_id FROM events WHERE seq BETWEEN ? AND ? AND job_id <> ? ORDER BY seq LIMIT 1"
+)
 _LAST_VERSION = (
     f"SELECT coalesce((SELECT e.version FROM jobs j JOIN events e ON e.seq = {_LAST_SEQ} "
     "WHERE j.job_id = ?), 0)"
@@ -160,8 +162,8 @@ class SqliteTransaction(SqlTransaction):
         # The write lock is held since BEGIN IMMEDIATE, so the state cannot change under us:
         # one query checks that the job exists, that the fence holds and that the row before
         # the first new one is in the log; then plain INSERTs write the rows. A log that moved
-        # past expected_version is refused by the unique (job_id, version) key; one that has
-        # not reached it, by the guard. (Folding the guard into the INSERT as a WHERE clause
+        # past expected_version is refused by the rowid (the first new row's seq is taken);
+        # one that has not reached it, by the guard. (Folding the guard into the INSERT as a WHERE clause
         # costs more: a SELECT that reads the table it inserts into makes SQLite copy the rows
         # through a temporary table first.)
         guard = self._cur.execute(_GUARD, (expected_version, expected_version, job_id))
@@ -220,21 +222,26 @@ class SqliteTransaction(SqlTransaction):
             except sqlite3.IntegrityError as exc:
                 if "events.seq" not in str(exc):
                     raise
-                raise self._conflict(job_id, expected_version, base) from None
+                span = (base + stored[0].version, base + stored[-1].version)
+                raise self._conflict(job_id, expected_version, span) from None
 
-    def _conflict(self, job_id: str, expected_version: int, base: int | None = None) -> Exception:
+    def _conflict(
+        self, job_id: str, expected_version: int, span: tuple[int, int] | None = None
+    ) -> Exception:
+        """A :class:`ConflictError` with the log's version; a :class:`StoreError` naming the
+        row when a position of ``span`` (the seqs being written) is held by a row of another
+        job — a row in no log, which only a write that bypassed the store can have made."""
+        if span is not None:
+            held = self._cur.execute(_HELD_BY, (*span, job_id)).fetchone()
+            if held is not None:
+                seq, other = held
+                return StoreError(
+                    f"job {job_id}: the position of version {seq & MAX_VERSION} (seq {seq}) is "
+                    f"held by a row of job {other!r} that was written outside affidavit",
+                    hint="Rows put into the events table by hand must give seq = "
+                    "(jobs.number << 32) + version (see docs/storage.md); remove that row.",
+                )
         (actual,) = self._cur.execute(_LAST_VERSION, (job_id,)).fetchone()
-        if base is not None and actual == expected_version:
-            # The log is not ahead: the position is held by a row outside every log, which
-            # only a write that bypassed the store can have made.
-            seq = base + expected_version + 1
-            (held_by,) = self._cur.execute(_HELD_BY, (seq,)).fetchone()
-            return StoreError(
-                f"job {job_id}: the position of version {expected_version + 1} (seq {seq}) is "
-                f"held by a row of job {held_by!r} that was written outside affidavit",
-                hint="Rows put into the events table by hand must give seq = "
-                "(jobs.number << 32) + version (see docs/storage.md); remove that row.",
-            )
         return conflict(job_id, expected_version, int(actual))
 
 
