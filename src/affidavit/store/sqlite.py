@@ -163,9 +163,9 @@ class SqliteTransaction(SqlTransaction):
         # one query checks that the job exists, that the fence holds and that the row before
         # the first new one is in the log; then plain INSERTs write the rows. A log that moved
         # past expected_version is refused by the rowid (the first new row's seq is taken);
-        # one that has not reached it, by the guard. (Folding the guard into the INSERT as a WHERE clause
-        # costs more: a SELECT that reads the table it inserts into makes SQLite copy the rows
-        # through a temporary table first.)
+        # one that has not reached it, by the guard. (Folding the guard into the INSERT as a
+        # WHERE clause costs more: a SELECT that reads the table it inserts into makes SQLite
+        # copy the rows through a temporary table first.)
         guard = self._cur.execute(_GUARD, (expected_version, expected_version, job_id))
         found = guard.fetchone()
         if found is None:
