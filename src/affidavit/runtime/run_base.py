@@ -113,6 +113,12 @@ class Stop(Exception):
         self.status = status
 
 
+def check_lease(lease_lost: threading.Event | None) -> None:
+    """Stop the run (``"lost"``) when a heartbeat found its lease taken."""
+    if lease_lost is not None and lease_lost.is_set():
+        raise Stop("lost")
+
+
 def error_dict(exc: BaseException) -> dict[str, Any]:
     return {"type": type(exc).__name__, "message": str(exc)[:2000]}
 
@@ -326,8 +332,7 @@ class RunBase:
         self._tx_retrying(True, write)
 
     def _check_lease(self) -> None:
-        if self.lease_lost is not None and self.lease_lost.is_set():
-            raise Stop("lost")
+        check_lease(self.lease_lost)
 
     def _outage(self) -> Outage:
         return Outage(self.claim.job_id, self.store_retry_seconds, self._check_lease)

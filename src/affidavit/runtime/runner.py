@@ -15,6 +15,7 @@ executed again, and a finished pure step is never re-run: the replay context inj
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -42,6 +43,7 @@ from affidavit.runtime.run_base import (
     Outage,
     StepFailed,
     Stop,
+    check_lease,
     check_result,
     elapsed_ms,
     error_dict,
@@ -138,18 +140,14 @@ class JobRunner:
         """The job's log, read again while the database is unavailable (for up to
         ``store_retry_seconds``, as the run's writes are): a run that gave up here would
         leave the job claimed until its lease expired."""
-        lost = self._lease_lost
-
-        def check_lease() -> None:
-            if lost is not None and lost.is_set():
-                raise Stop("lost")
-
         outage: Outage | None = None
         while True:
             try:
                 return self.store.list_events(claim.job_id)
             except StoreUnavailable as exc:
-                outage = outage or Outage(claim.job_id, self.store_retry_seconds, check_lease)
+                if outage is None:
+                    lost = functools.partial(check_lease, self._lease_lost)
+                    outage = Outage(claim.job_id, self.store_retry_seconds, lost)
                 if not outage.wait(exc, "reading the log to start the run"):
                     raise
 

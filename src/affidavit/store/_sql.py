@@ -1,8 +1,9 @@
 """SQL shared by both backends: the transaction logic of append, jobs and leases.
 
-Backends differ only in connection handling, locking and durability (their own modules) and in
-the placeholder style: every SQL string here is written with ``?`` placeholders, which the
-PostgreSQL backend converts.
+Backends differ in connection handling, locking and durability (their own modules), in how
+they keep a job's log (the reads of :class:`LogSql`: PostgreSQL by its ``(job_id, version)``
+key, SQLite as a range of the rowid) and in the placeholder style: every SQL string here is
+written with ``?`` placeholders, which the PostgreSQL backend converts.
 """
 
 from __future__ import annotations
