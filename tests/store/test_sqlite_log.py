@@ -83,11 +83,7 @@ def test_a_log_holds_at_most_2_to_the_32_events(store: SqliteStore) -> None:
     job_id = make_job(store)
     attempt = new_attempt_id()
     last = (new_event_id(), "node_started", canonical({}))
-    RawDb(store.url).execute(
-        "INSERT INTO events (seq, job_id, version, event_id, type, payload, chain_hash) "
-        "VALUES ((SELECT number << 32 FROM jobs WHERE job_id = ?1) + ?2, ?1, ?2, ?3, ?4, ?5, ?6)",
-        (job_id, MAX_VERSION, *last, "00" * 32),
-    )
+    RawDb(store.url).insert_event((job_id, MAX_VERSION, *last, "00" * 32))
     with pytest.raises(StoreError, match="at most 4,294,967,295 events"), store.transaction() as tx:
         tx.set_lease(job_id, attempt_id=attempt, owner="t", expires_at=1.0)
         tx.append_encoded(

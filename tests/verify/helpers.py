@@ -161,19 +161,26 @@ class RawDb:
         for version, (event_id, event_type, payload) in enumerate(events, start=1):
             head = chain_next(head, event_id, event_type, payload)
             rows.append((job_id, version, event_id, event_type, payload, head.hex()))
-        insert = (
-            "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
-            "VALUES (?, ?, ?, ?, ?, ?)"
-        )
+        with self._cursor() as cur:
+            cur.execute(self._q("DELETE FROM events WHERE job_id = ?"), (job_id,))
+            cur.executemany(self._q(self._event_insert()), rows)
+
+    def insert_event(self, row: tuple[str, int, str, str, bytes, str]) -> None:
+        """Insert ``(job_id, version, event_id, type, payload, chain_hash)`` where the store
+        would put it."""
+        self.execute(self._event_insert(), row)
+
+    def _event_insert(self) -> str:
         if self.url.startswith("sqlite:///"):  # a log there is a range of seq (see sqlite.py)
-            insert = (
+            return (
                 "INSERT INTO events (seq, job_id, version, event_id, type, payload, chain_hash) "
                 "VALUES ((SELECT number << 32 FROM jobs WHERE job_id = ?1) + ?2, "
                 "?1, ?2, ?3, ?4, ?5, ?6)"
             )
-        with self._cursor() as cur:
-            cur.execute(self._q("DELETE FROM events WHERE job_id = ?"), (job_id,))
-            cur.executemany(self._q(insert), rows)
+        return (
+            "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
+            "VALUES (?, ?, ?, ?, ?, ?)"
+        )
 
 
 # --- synthetic logs, for the fold's tests (no runtime, no database) ----------------------------
