@@ -77,18 +77,15 @@ def test_worker_serves_its_counters(store_url: str, tmp_path: Path) -> None:
         with Runtime(store_url, tools=ToolRegistry([Tool("act", lambda ctx: {}, "tool")])) as rt:
             job_id = rt.submit(plan(node("a", "act")), {}).job_id
             deadline = time.monotonic() + 60
-            sample = 'affidavit_steps_total{node_type="tool",result_type="side_effect_committed"}'
-            while True:
+            # the step counter moves when the step's event lands, before job_completed does:
+            # wait for the job, then the served counters must already show the step
+            while rt.get_job(job_id).status != "completed":
                 assert proc.poll() is None, proc.communicate()
-                try:
-                    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-                except httpx.TransportError:
-                    text = ""
-                if f"{sample} 1.0" in text:
-                    break
-                assert time.monotonic() < deadline, text
+                assert time.monotonic() < deadline, rt.get_job(job_id).status
                 time.sleep(0.1)
-            assert rt.get_job(job_id).status == "completed"
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            sample = 'affidavit_steps_total{node_type="tool",result_type="side_effect_committed"}'
+            assert f"{sample} 1.0" in text
             assert 'affidavit_ledger_decisions_total{decision="allow_execute"} 1.0' in text
     finally:
         proc.send_signal(signal.SIGINT)
