@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from affidavit import ToolContext, ToolRegistry, pure, tool
+from affidavit import CompensatableError, RetryableError, ToolContext, ToolRegistry, pure, tool
 
 
 def record(side: str, **fields: Any) -> None:
@@ -89,6 +90,47 @@ def _slow_charge_reconcile(
     return _charge_reconcile(ctx, side, amount)
 
 
+@tool("crash_slow_charge_nr")
+def slow_charge_no_reconcile(
+    ctx: ToolContext, side: str, amount: int, delay: float
+) -> dict[str, Any]:
+    """The slow charge without a reconcile hook."""
+    result = _charge(ctx, side, amount)
+    time.sleep(delay)
+    return result
+
+
+@tool("crash_decline")
+def decline(ctx: ToolContext, side: str) -> dict[str, Any]:
+    """A call the world refuses for good (a permanent failure)."""
+    record(side, kind="decline", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    raise ValueError("card declined")
+
+
+@tool("crash_busy")
+def busy(ctx: ToolContext, side: str) -> dict[str, Any]:
+    """A call that always asks to be retried (a retryable failure)."""
+    record(side, kind="busy", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    raise RetryableError("try again later")
+
+
+@tool("crash_book")
+def book(ctx: ToolContext, side: str) -> dict[str, Any]:
+    """A booking that half happens and fails as compensatable; its compensation releases it.
+    With ``AFFIDAVIT_TEST_KILL_IN_COMPENSATION=1`` the process kills itself (SIGKILL) inside the
+    compensation, after recording it."""
+    record(side, kind="book", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    raise CompensatableError("half booked")
+
+
+@book.compensate
+def _release(ctx: ToolContext, side: str) -> dict[str, Any]:
+    record(side, kind="release", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    if os.environ.get("AFFIDAVIT_TEST_KILL_IN_COMPENSATION") == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"released": True}
+
+
 @pure("crash_compute")
 def compute(ctx: ToolContext, side: str, charged: dict[str, Any]) -> dict[str, Any]:
     """A pure step (think: an LLM call). Its calls are counted too."""
@@ -96,7 +138,18 @@ def compute(ctx: ToolContext, side: str, charged: dict[str, Any]) -> dict[str, A
     return {"amount": charged["amount"] + 1, "from": charged["charge_id"]}
 
 
-REGISTRY = ToolRegistry([charge, charge_no_reconcile, slow_charge, compute])
+REGISTRY = ToolRegistry(
+    [
+        charge,
+        charge_no_reconcile,
+        slow_charge,
+        slow_charge_no_reconcile,
+        decline,
+        busy,
+        book,
+        compute,
+    ]
+)
 
 
 def charge_plan(tool_name: str = "crash_charge", in_flight: str | None = None) -> dict[str, Any]:

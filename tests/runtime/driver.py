@@ -1,6 +1,7 @@
 """A worker process for the reliability tests (run as a real subprocess).
 
     python driver.py URL [--lease S] [--job JOB] [--until-done] [--concurrency N]
+                         [--step-concurrency N]
 
 Opens the store at URL, loads the tools of :mod:`tests.runtime.crash_tools` and runs jobs:
 ``--job`` runs that one job once (prints ``{"status": ...}``); otherwise it works until no job
@@ -31,13 +32,19 @@ def main() -> None:
     parser.add_argument("--job")
     parser.add_argument("--until-done", action="store_true")
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--step-concurrency", type=int, default=1)
     parser.add_argument("--worker-id")
     parser.add_argument("--deadline", type=float, default=120.0)
     ns = parser.parse_args()
 
     store = open_store(ns.url)
     worker = Worker(
-        store, REGISTRY, lease_seconds=ns.lease, worker_id=ns.worker_id, poll_seconds=0.05
+        store,
+        REGISTRY,
+        lease_seconds=ns.lease,
+        worker_id=ns.worker_id,
+        poll_seconds=0.05,
+        step_concurrency=ns.step_concurrency,
     )
     summary: dict[str, object] = {}
     try:

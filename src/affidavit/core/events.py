@@ -49,6 +49,7 @@ ResultType = Literal[
 ]
 RESULT_TYPES: frozenset[str] = frozenset(get_args(ResultType))
 COMPLETED_RESULT_TYPES = frozenset({"pure", "side_effect_committed", "compensated"})
+FAILED_RESULT_TYPES = frozenset({"retryable_failure", "permanent_failure", "compensatable_failure"})
 
 
 _second_cache: tuple[int, str] = (-1, "")

@@ -109,6 +109,11 @@ def resume_job(
       happened; a person checked) and the job continues;
     - ``fail``: the invocation is closed as ``lost`` and the job fails.
 
+    ``retry`` and ``accept_result`` close only the invocation the job parked on; any other
+    invocation a dead attempt left open is resolved by its own tool (reconcile hook or
+    in-flight policy) when the job runs again. A job failed here (``fail``, whatever the
+    park) has every invocation still open closed as ``lost`` first.
+
     Parked by confirmation replay (``replay_verification``):
 
     - ``continue``: a person accepts the world as it is; the mismatched steps are not checked
@@ -146,8 +151,14 @@ def resume_job(
             )
         at = utc_now()
         events: list[NewEvent] = []
-        if reason == "in_flight":
-            events += _close_in_flight(tx, job_id, replay, decision, result, at)
+        parked_key = replay.parked.get("idempotency_key") if reason == "in_flight" else None
+        if parked_key in replay.pending_tool_invocations:
+            events += _close_parked(tx, job_id, replay, str(parked_key), decision, result, at)
+        if decision == "fail":
+            # the job ends: every other invocation still open is closed too (§3 closing rule)
+            ended = {"type": "lost", "message": "the job was failed by a person while this "
+                     "invocation was open; the tool may or may not have acted"}  # fmt: skip
+            events += _close_open(tx, job_id, replay, at, ended, skip=parked_key)
         events.append(
             NewEvent(
                 "job_resumed",
@@ -175,68 +186,102 @@ def resume_job(
         return tx.update_job(job_id, status="pending")
 
 
-def _close_in_flight(
+def _close_parked(
     tx: Transaction,
     job_id: str,
     replay: ReplayContext,
+    key: str,
     decision: str,
     result: Any,
     at: str,
 ) -> list[NewEvent]:
-    """Close every open invocation as the person decided; mark the ledger rows to match."""
-    events: list[NewEvent] = []
-    for key, started in replay.pending_tool_invocations.items():
-        base = {"at": at, "node_id": started["node_id"], "step_id": started["step_id"]}
-        closing = {
-            **base,
-            "invocation_id": started["invocation_id"],
-            "idempotency_key": key,
-            "catch_up": True,
-        }
-        if decision == "accept_result":
-            events += [
-                NewEvent(
-                    "tool_invocation_finished", {**closing, "outcome": "success", "result": result}
-                ),
-                NewEvent(
-                    "command_committed",
-                    {
-                        **base,
-                        "command_id": started["invocation_id"],
-                        "idempotency_key": key,
-                        "result_hash": canonical_sha256(result),
-                    },
-                ),
-                NewEvent(
-                    "node_finished",
-                    {
-                        **base,
-                        "result_type": "side_effect_committed",
-                        "attempt": started["attempt"],
-                        "duration_ms": 0,
-                    },
-                ),
-            ]
-            tx.ledger_finish(job_id, key, status="committed", result=result)
-            continue
-        error = {"type": "lost", "message": f"resolved by a person: {decision}"}
+    """Close the invocation the job parked on as the person decided; mark its ledger row to
+    match. Other invocations still open are not this decision's: each is resolved by its own
+    tool's reconcile hook or in-flight policy when the job runs again."""
+    started = replay.pending_tool_invocations[key]
+    base = {"at": at, "node_id": started["node_id"], "step_id": started["step_id"]}
+    closing = {
+        **base,
+        "invocation_id": started["invocation_id"],
+        "idempotency_key": key,
+        "catch_up": True,
+    }
+    if decision == "accept_result":
+        tx.ledger_finish(job_id, key, status="committed", result=result)
+        return [
+            NewEvent(
+                "tool_invocation_finished", {**closing, "outcome": "success", "result": result}
+            ),
+            NewEvent(
+                "command_committed",
+                {
+                    **base,
+                    "command_id": started["invocation_id"],
+                    "idempotency_key": key,
+                    "result_hash": canonical_sha256(result),
+                },
+            ),
+            NewEvent(
+                "node_finished",
+                {
+                    **base,
+                    "result_type": "side_effect_committed",
+                    "attempt": started["attempt"],
+                    "duration_ms": 0,
+                },
+            ),
+        ]
+    error = {"type": "lost", "message": f"resolved by a person: {decision}"}
+    tx.ledger_finish(job_id, key, status="failed", error=error)
+    events = [NewEvent("tool_invocation_finished", {**closing, "outcome": "lost", "error": error})]
+    if decision == "fail":
         events.append(
-            NewEvent("tool_invocation_finished", {**closing, "outcome": "lost", "error": error})
+            NewEvent(
+                "node_finished",
+                {
+                    **base,
+                    "result_type": "permanent_failure",
+                    "error": error,
+                    "attempt": started["attempt"],
+                    "duration_ms": 0,
+                },
+            )
+        )
+    return events
+
+
+def _close_open(
+    tx: Transaction,
+    job_id: str,
+    replay: ReplayContext,
+    at: str,
+    error: dict[str, Any],
+    *,
+    skip: str | None = None,
+) -> list[NewEvent]:
+    """Close every invocation still open as ``lost`` (the tool may or may not have acted)
+    because the job ends here, and mark the ledger rows failed. ``skip``: a key closed
+    already in this transaction."""
+    events = []
+    for key, started in replay.pending_tool_invocations.items():
+        if key == skip:
+            continue
+        events.append(
+            NewEvent(
+                "tool_invocation_finished",
+                {
+                    "at": at,
+                    "node_id": started["node_id"],
+                    "step_id": started["step_id"],
+                    "invocation_id": started["invocation_id"],
+                    "idempotency_key": key,
+                    "outcome": "lost",
+                    "catch_up": True,
+                    "error": error,
+                },
+            )
         )
         tx.ledger_finish(job_id, key, status="failed", error=error)
-        if decision == "fail":
-            events.append(
-                NewEvent(
-                    "node_finished",
-                    {
-                        **base,
-                        "result_type": "permanent_failure",
-                        "error": error,
-                        "attempt": started["attempt"],
-                        "duration_ms": 0,
-                    },
-                )
-            )
     return events
 
 
@@ -267,25 +312,8 @@ def cancel_job(
         if job.terminal:
             raise InvalidStateError(f"job {job_id} is already {job.status}")
         at = utc_now()
-        events = []
-        for key, started in replay.pending_tool_invocations.items():
-            error = {"type": "cancelled", "message": "job cancelled while in flight"}
-            events.append(
-                NewEvent(
-                    "tool_invocation_finished",
-                    {
-                        "at": at,
-                        "node_id": started["node_id"],
-                        "step_id": started["step_id"],
-                        "invocation_id": started["invocation_id"],
-                        "idempotency_key": key,
-                        "outcome": "lost",
-                        "catch_up": True,
-                        "error": error,
-                    },
-                )
-            )
-            tx.ledger_finish(job_id, key, status="failed", error=error)
+        error = {"type": "cancelled", "message": "job cancelled while in flight"}
+        events = _close_open(tx, job_id, replay, at, error)
         events.append(NewEvent("job_cancelled", {"at": at, "reason": reason, "by": by}))
         tx.append(job_id, events, expected_version=job.version)
         tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)

@@ -21,6 +21,45 @@ from affidavit.store._ledger import LedgerRow
 
 
 class RecoveryMixin(RunBase):
+    def _recorded_failure(self) -> tuple[str, dict[str, Any]] | None:
+        """The step failure an earlier attempt recorded and then died before failing the job
+        (the worker was killed between the two, or while compensating): the node and the
+        error the job fails with. ``None`` when no recorded failure ends the job.
+
+        A step's failure is final when it is its latest attempt's outcome and is permanent,
+        retryable with no attempt left, compensatable, or compensated (``compensated`` counts
+        as completed: it is never run again). The job then fails as the run that recorded it
+        would have: that step does not run again, and no other step starts. A compensatable
+        failure whose compensation was not recorded is not compensated again blindly — the
+        compensation may have acted — and the job fails saying so."""
+        replay = self.replay
+        for node_id in self.plan.order:
+            finished = replay.node_finished.get(node_id)
+            if finished is None or finished.get("attempt") != replay.node_attempts.get(node_id):
+                continue  # not finished, or a later attempt started after it
+            result_type = finished["result_type"]
+            failure = replay.failures.get(node_id)
+            if failure is None:
+                continue
+            error = failure.get("error") or {"type": result_type, "message": "step failed"}
+            if result_type in ("compensated", "permanent_failure"):
+                return node_id, error
+            node = self.plan.node(node_id)
+            t = self.tools.get(node.tool or "")
+            if result_type == "compensatable_failure":
+                if t is None or t.compensate_fn is None:
+                    return node_id, error
+                return node_id, {
+                    "type": "compensation_interrupted",
+                    "message": f"step {node_id!r} failed and the run stopped before its "
+                    "compensation was recorded: the compensation may or may not have run",
+                    "error": error,
+                }
+            limit = (t.retry if t is not None else None) or self.max_attempts
+            if result_type == "retryable_failure" and replay.node_attempts[node_id] >= limit:
+                return node_id, error
+        return None
+
     def _confirm_recorded(self, completed: set[str]) -> None:
         """Confirmation replay (see :mod:`affidavit.runtime.confirm`): before the recorded
         results of committed tool steps are injected, ask the verifiers registered for the
@@ -216,6 +255,7 @@ class RecoveryMixin(RunBase):
         error = {**detail, "type": "in_flight", "message": "invocation in flight or lost"}
 
         def fail(tx: Any) -> None:
+            self._close_open(tx, keep=key)
             self._append(
                 tx,
                 (

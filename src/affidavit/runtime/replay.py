@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from affidavit.core.errors import AffidavitError, ReplayError
-from affidavit.core.events import COMPLETED_RESULT_TYPES
+from affidavit.core.events import COMPLETED_RESULT_TYPES, FAILED_RESULT_TYPES
 from affidavit.core.plan import Plan
 from affidavit.store.base import StoredEvent
 
@@ -75,6 +75,8 @@ class ReplayContext:
     policy: dict[str, Any] | None = None
     step_ids: dict[str, str] = field(default_factory=dict)  # node id -> step id
     node_finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # latest per node
+    # the latest failed node_finished per node (a compensated node's is the failure compensated)
+    failures: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_attempts: dict[str, int] = field(default_factory=dict)
     finish_order: list[tuple[str, str]] = field(default_factory=list)  # (node_id, result_type)
     invocations: dict[str, Invocation] = field(default_factory=dict)
@@ -359,6 +361,8 @@ class ReplayContextBuilder:
         if result_type == "side_effect_committed" and node_id not in self._committed_nodes:
             self._fail(f"node {node_id!r} finished as side_effect_committed without a commit")
         ctx.node_finished[node_id] = p
+        if result_type in FAILED_RESULT_TYPES:
+            ctx.failures[node_id] = p
         ctx.finish_order.append((node_id, result_type))
         if result_type in COMPLETED_RESULT_TYPES:
             self._completed_at[node_id] = self._version

@@ -322,7 +322,11 @@ class RunBase:
         return Stop("parked")
 
     def _fail_job(self, node_id: str | None, error: dict[str, Any]) -> None:
+        """Fail the job with ``error``; invocations still open are closed first (see
+        :meth:`_close_open`)."""
+
         def write(tx: Any) -> None:
+            self._close_open(tx)
             self._append(tx, ("job_failed", {"error": error, "node_id": node_id}))
             tx.update_job(
                 self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
@@ -330,6 +334,36 @@ class RunBase:
             self.sealer.seal_txn(tx, self.claim.job_id)
 
         self._tx_retrying(True, write)
+
+    def _close_open(self, tx: Any, keep: str | None = None) -> None:
+        """In a transaction that ends the job: close every invocation still open (one a dead
+        attempt started and this run never resolved) as ``lost`` — the tool may or may not
+        have acted — and mark its ledger row failed, so that the job ends with no key pending
+        (FORMATS.md §3). ``keep``: a key the caller closes itself."""
+        error = {
+            "type": "lost",
+            "message": "the job ended while this invocation was open; "
+            "the tool may or may not have acted",
+        }
+        for row in tx.ledger_open(self.claim.job_id):
+            if row.idempotency_key == keep:
+                continue
+            self._append(
+                tx,
+                (
+                    "tool_invocation_finished",
+                    {
+                        "node_id": row.node_id,
+                        "step_id": row.step_id,
+                        "invocation_id": row.invocation_id,
+                        "idempotency_key": row.idempotency_key,
+                        "outcome": "lost",
+                        "error": error,
+                        "catch_up": True,
+                    },
+                ),
+            )
+            tx.ledger_finish(self.claim.job_id, row.idempotency_key, status="failed", error=error)
 
     def _check_lease(self) -> None:
         check_lease(self.lease_lost)

@@ -156,6 +156,10 @@ class _Run(RecoveryMixin):
     """Executes the graph of one run."""
 
     def execute(self) -> str:
+        recorded = self._recorded_failure()
+        if recorded is not None:
+            self._fail_job(*recorded)
+            return "failed"
         completed = self.replay.completed_nodes
         self._confirm_recorded(completed)
         try:

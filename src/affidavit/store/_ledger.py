@@ -93,6 +93,15 @@ class LedgerOps:
         )
         return [_ledger_from_row(r) for r in rows]
 
+    def ledger_open(self, job_id: str) -> list[LedgerRow]:
+        """The job's rows still ``started``: invocations begun and never finished."""
+        rows = self.query(
+            f"SELECT {LEDGER_COLUMNS} FROM tool_invocations "
+            "WHERE job_id = ? AND status = 'started' ORDER BY created_at, idempotency_key",
+            (job_id,),
+        )
+        return [_ledger_from_row(r) for r in rows]
+
     def ledger_insert(
         self,
         *,

@@ -218,6 +218,8 @@ class Transaction(Protocol):
 
     def ledger_list(self, job_id: str) -> list[LedgerRow]: ...
 
+    def ledger_open(self, job_id: str) -> list[LedgerRow]: ...
+
     def ledger_insert(
         self,
         *,

@@ -1,0 +1,264 @@
+"""Recovery after a crash that came between a recorded outcome and what it decides.
+
+A real worker process runs the job and dies (SIGKILL, at a crash point or inside user code);
+the job is recovered in the test process. Each case checks what really happened in the world
+(the side channel) and that the log and ledger agree (``assert_log_sound``, ``verify_job``):
+
+- a step whose failure was final (permanent, out of attempts, compensated, or compensatable
+  with its compensation cut short) is not run again after the crash, and no step starts that
+  the run which recorded the failure would not have started: the job fails;
+- a job that fails, by any path, closes every invocation still open (FORMATS.md §3);
+- ``resume`` decides only the invocation the job parked on: another open invocation is
+  resolved by its own tool's reconcile hook when the job runs again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from affidavit import Runtime
+from affidavit.runtime.replay import build_from_events
+from affidavit.verify import verify_job
+from tests.runtime.crash_tools import REGISTRY, counts, read_side
+from tests.runtime.helpers import (
+    assert_log_sound,
+    ledger_rows,
+    of_type,
+    run_driver,
+    wait_lease_expired,
+)
+
+LEASE = "0.5"
+
+
+def tool_node(node_id: str, tool: str, deps: list[str] | None = None, **args: Any) -> Any:
+    node: dict[str, Any] = {
+        "id": node_id,
+        "type": "tool",
+        "tool": tool,
+        "args": {"side": "${input.side}", **args},
+    }
+    if deps:
+        node["depends_on"] = deps
+    return node
+
+
+def graph(
+    *nodes: Any, max_attempts: int = 1, in_flight: str = "park", backoff: float = 0
+) -> dict[str, Any]:
+    return {
+        "name": "recorded-outcomes",
+        "retry": {"max_attempts": max_attempts, "backoff_seconds": backoff},
+        "in_flight": in_flight,
+        "nodes": list(nodes),
+    }
+
+
+def crash_then_recover(
+    rt: Runtime, url: str, job_id: str, crash: str | None, step_concurrency: int
+) -> None:
+    """Run the job in a worker process that dies, then recover it here."""
+    args = ["--job", job_id, "--lease", LEASE, "--step-concurrency", str(step_concurrency)]
+    proc = run_driver(url, *args, crash=crash)
+    assert proc.returncode == -9, proc.stderr  # the worker died (SIGKILL) mid-run
+    wait_lease_expired(rt.store, job_id)
+    rt.run_until_idle()
+
+
+def side_count(side: Path, job_id: str, kind: str, node_id: str) -> int:
+    return counts(side, kind)[(job_id, node_id)]
+
+
+def assert_closed_and_verified(rt: Runtime, job_id: str) -> None:
+    assert_log_sound(rt.store, job_id)
+    replay = build_from_events(rt.store.list_events(job_id))
+    assert replay.pending_tool_invocations == {}
+    assert all(row.status != "started" for row in ledger_rows(rt.store, job_id))
+    result = verify_job(rt.store, job_id)
+    assert result.ok, result.to_dict()
+
+
+@pytest.mark.parametrize("failure", ["permanent", "out_of_attempts"])
+def test_a_final_failure_is_not_run_again_after_a_crash(
+    store_url: str, tmp_path: Path, failure: str
+) -> None:
+    """x fails for good while y is still running; the worker dies at y's after_execute, before
+    job_failed. Recovery fails the job: x is not called again (max_attempts 1), `later` (after
+    y) never starts, and y's open invocation is closed as lost."""
+    side = tmp_path / "side.jsonl"
+    failing = "crash_decline" if failure == "permanent" else "crash_busy"
+    plan = graph(
+        tool_node("x", failing),
+        tool_node("y", "crash_slow_charge", amount=2, delay=1.0),
+        tool_node("later", "crash_charge", ["y"], amount=3),
+    )
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        job_id = rt.submit(plan, {"side": str(side)}).job_id
+        crash_then_recover(rt, store_url, job_id, "tool.after_execute", step_concurrency=2)
+        job = rt.get_job(job_id)
+        assert job.status == "failed"
+        kind = "decline" if failure == "permanent" else "busy"
+        assert side_count(side, job_id, kind, "x") == 1
+        assert side_count(side, job_id, "charge", "y") == 1
+        assert side_count(side, job_id, "charge", "later") == 0
+        events = rt.store.list_events(job_id)
+        assert [p["attempt"] for p in of_type(events, "node_started") if p["node_id"] == "x"] == [1]
+        assert of_type(events, "job_failed")[0]["node_id"] == "x"
+        assert job.error is not None and job.error["message"] in (
+            "card declined",
+            "try again later",
+        )
+        closing = [p for p in of_type(events, "tool_invocation_finished") if p["node_id"] == "y"]
+        assert [(p["outcome"], p["catch_up"]) for p in closing] == [("lost", True)]
+        assert_closed_and_verified(rt, job_id)
+
+
+def test_a_retryable_failure_with_attempts_left_is_retried_after_a_crash(
+    store_url: str, tmp_path: Path
+) -> None:
+    """x fails as retryable and waits out its backoff; the worker dies then (y's after_execute).
+    With an attempt left, recovery runs x's next attempt, as the run would have."""
+    side = tmp_path / "side.jsonl"
+    plan = graph(
+        tool_node("x", "crash_busy"),
+        tool_node("y", "crash_slow_charge", amount=2, delay=1.0),
+        max_attempts=2,
+        backoff=30,
+    )
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        job_id = rt.submit(plan, {"side": str(side)}).job_id
+        args = ["--job", job_id, "--lease", LEASE, "--step-concurrency", "2"]
+        proc = run_driver(store_url, *args, crash="tool.after_execute")
+        assert proc.returncode == -9, proc.stderr
+        assert side_count(side, job_id, "busy", "x") == 1  # the crash came during the backoff
+        wait_lease_expired(rt.store, job_id)
+        rt.run_until_idle()
+        assert rt.get_job(job_id).status == "failed"  # crash_busy never succeeds
+        assert side_count(side, job_id, "busy", "x") == 2
+        events = rt.store.list_events(job_id)
+        x_attempts = [p["attempt"] for p in of_type(events, "node_started") if p["node_id"] == "x"]
+        assert x_attempts == [1, 2]
+        # y did charge before the crash: its reconcile hook finds it (catch-up), no second charge
+        assert side_count(side, job_id, "charge", "y") == 1
+        assert_closed_and_verified(rt, job_id)
+
+
+def test_a_compensated_step_still_fails_the_job_after_a_crash(
+    store_url: str, tmp_path: Path
+) -> None:
+    """x fails as compensatable and is compensated; the worker dies (y's after_execute) before
+    job_failed. Without the crash the job fails; after it, too — `ship` (after x) never runs."""
+    side = tmp_path / "side.jsonl"
+    plan = graph(
+        tool_node("x", "crash_book"),
+        tool_node("ship", "crash_charge", ["x"], amount=9),
+        tool_node("y", "crash_slow_charge", amount=2, delay=1.0),
+    )
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        job_id = rt.submit(plan, {"side": str(side)}).job_id
+        crash_then_recover(rt, store_url, job_id, "tool.after_execute", step_concurrency=2)
+        job = rt.get_job(job_id)
+        assert job.status == "failed"
+        assert job.error == {"type": "CompensatableError", "message": "half booked"}
+        assert side_count(side, job_id, "book", "x") == 1
+        assert side_count(side, job_id, "release", "x") == 1
+        assert side_count(side, job_id, "charge", "ship") == 0
+        assert_closed_and_verified(rt, job_id)
+
+
+def test_a_compensation_cut_by_a_crash_is_not_run_again(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker dies inside the compensation. Recovery neither books again nor compensates
+    again (the release may have happened): the job fails, saying the compensation was cut."""
+    side = tmp_path / "side.jsonl"
+    plan = graph(tool_node("x", "crash_book"), tool_node("ship", "crash_charge", ["x"], amount=9))
+    monkeypatch.setenv("AFFIDAVIT_TEST_KILL_IN_COMPENSATION", "1")
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        job_id = rt.submit(plan, {"side": str(side)}).job_id
+        crash_then_recover(rt, store_url, job_id, None, step_concurrency=1)
+        job = rt.get_job(job_id)
+        assert job.status == "failed"
+        assert job.error is not None and job.error["type"] == "compensation_interrupted"
+        assert job.error["error"] == {"type": "CompensatableError", "message": "half booked"}
+        assert side_count(side, job_id, "book", "x") == 1
+        assert side_count(side, job_id, "release", "x") == 1
+        assert side_count(side, job_id, "charge", "ship") == 0
+        assert_closed_and_verified(rt, job_id)
+
+
+def two_in_flight(rt: Runtime, url: str, side: Path, in_flight: str) -> str:
+    """a (no reconcile) and b (reconcile) both charged and in flight when the worker dies at
+    a's after_execute; recovered here once."""
+    plan = graph(
+        tool_node("a", "crash_slow_charge_nr", amount=1, delay=0.2),
+        tool_node("b", "crash_slow_charge", amount=2, delay=1.5),
+        max_attempts=3,
+        in_flight=in_flight,
+    )
+    job_id = rt.submit(plan, {"side": str(side)}).job_id
+    crash_then_recover(rt, url, job_id, "tool.after_execute", step_concurrency=2)
+    assert side_count(side, job_id, "charge", "a") == 1
+    assert side_count(side, job_id, "charge", "b") == 1
+    return job_id
+
+
+@pytest.mark.parametrize("decision", ["retry", "accept_result"])
+def test_resume_decides_only_the_parked_invocation(
+    store_url: str, tmp_path: Path, decision: str
+) -> None:
+    side = tmp_path / "side.jsonl"
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5, step_concurrency=2) as rt:
+        job_id = two_in_flight(rt, store_url, side, "park")
+        assert rt.get_job(job_id).status == "parked"
+        parked = of_type(rt.store.list_events(job_id), "job_parked")[0]
+        assert parked["node_id"] == "a"
+        checked = {"charge_id": "checked-by-hand", "amount": 1}
+        rt.resume(job_id, decision, result=checked if decision == "accept_result" else None)
+        rt.run_until_idle()
+        job = rt.get_job(job_id)
+        assert job.status == "completed"
+        # b was resolved by its own reconcile hook: caught up with the charge that happened
+        assert side_count(side, job_id, "charge", "b") == 1
+        b_charge = next(
+            line["key"]
+            for line in read_side(side)
+            if line["kind"] == "charge" and line["node"] == "b"
+        )
+        assert job.output is not None and job.output["b"] == {"charge_id": b_charge, "amount": 2}
+        closing_b = [
+            (p["outcome"], p["catch_up"])
+            for p in of_type(rt.store.list_events(job_id), "tool_invocation_finished")
+            if p["node_id"] == "b"
+        ]
+        assert closing_b == [("success", True)]
+        # a: as the person decided — accepted as checked, or run again
+        if decision == "accept_result":
+            assert job.output["a"] == checked
+            assert side_count(side, job_id, "charge", "a") == 1
+        else:
+            assert side_count(side, job_id, "charge", "a") == 2
+        assert_closed_and_verified(rt, job_id)
+
+
+@pytest.mark.parametrize("how", ["policy_fail", "resume_fail"])
+def test_a_failed_job_leaves_no_invocation_open(store_url: str, tmp_path: Path, how: str) -> None:
+    side = tmp_path / "side.jsonl"
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5, step_concurrency=2) as rt:
+        job_id = two_in_flight(rt, store_url, side, "fail" if how == "policy_fail" else "park")
+        if how == "resume_fail":
+            assert rt.get_job(job_id).status == "parked"
+            rt.resume(job_id, "fail")
+        job = rt.get_job(job_id)
+        assert job.status == "failed"
+        assert side_count(side, job_id, "charge", "a") == 1
+        assert side_count(side, job_id, "charge", "b") == 1
+        closing = {
+            p["node_id"]: p["outcome"]
+            for p in of_type(rt.store.list_events(job_id), "tool_invocation_finished")
+        }
+        assert closing == {"a": "lost", "b": "lost"}
+        assert_closed_and_verified(rt, job_id)
