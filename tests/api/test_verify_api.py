@@ -61,3 +61,22 @@ def test_keys_endpoint(api: Api) -> None:
     assert all(k["algorithm"] == "ed25519" and len(k["public_key"]) == 44 for k in keys)
     with api.client(None) as c:
         assert c.get("/api/keys").status_code == 401
+
+
+def test_verify_endpoint_reports_an_odd_row_with_200(api: Api) -> None:
+    """A payload stored as text (an edit in the sqlite3 shell) is a failed check, not a 500.
+    PostgreSQL's typed columns refuse that edit."""
+    raw = RawDb(api.store.url)
+    if not raw.url.startswith("sqlite:///"):
+        return
+    job_id = finished_job(api)
+    raw.execute(
+        "UPDATE events SET payload = CAST(payload AS TEXT) WHERE job_id = ? AND version = 3",
+        (job_id,),
+    )
+    with api.client("admin") as c:
+        response = c.get(f"/api/jobs/{job_id}/verify")
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["ok"] is False and doc["stored_chain"]["first_bad_version"] == 3
+    assert doc["replay_proof_result"]["error"].startswith("payload at version 3: ")

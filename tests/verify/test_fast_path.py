@@ -152,7 +152,8 @@ def outcome(fold: LogFold) -> dict[str, Any]:
         "open_invocations": list(fold.open_invocations.items()),
         "open_by_key": list(fold.open_by_key.items()),  # its order is the pending keys' order
         "success": fold.success,
-        "keys": fold.keys,
+        "started": fold.started,
+        "waits": (fold.waits, fold.answered, fold.parked),
     }
 
 

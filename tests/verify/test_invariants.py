@@ -159,6 +159,133 @@ def payload_not_an_object(ev: list[Event]) -> tuple[str, int]:
     return "payload", i + 1
 
 
+def before_terminal(ev: list[Event], event_type: str, payload: dict[str, Any]) -> int:
+    """Insert an event just before the terminal one; return its index."""
+    i = index(ev, "job_completed")
+    extra = copy.deepcopy(ev[i])
+    extra.update(event_id=f"forged-{event_type}", type=event_type, payload=payload)
+    ev.insert(i, extra)
+    return i
+
+
+def tool_node_invoked_after_it_completed(ev: list[Event]) -> tuple[str, int]:
+    """A completed tool node calls its tool again under a new key: a second side effect."""
+    i = index(ev, "node_finished", "lookup")
+    started = copy.deepcopy(ev[index(ev, "tool_invocation_started", "lookup")])
+    started["event_id"] = "forged-5"
+    started["payload"].update(idempotency_key="f" * 64, invocation_id="again")
+    ev.insert(i + 1, started)
+    return "not_rerun", i + 2
+
+
+def finished_under_another_node(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "tool_invocation_finished", "email")
+    lookup = ev[index(ev, "node_started", "lookup")]["payload"]
+    ev[i]["payload"].update(node_id="lookup", step_id=lookup["step_id"])
+    return "closing_rule", i + 1
+
+
+def key_invoked_by_two_nodes(ev: list[Event]) -> tuple[str, int]:
+    """refund tries a key that fails; then email starts an invocation under that same key."""
+    i = index(ev, "tool_invocation_started", "refund")
+    started, finished = copy.deepcopy(ev[i]), copy.deepcopy(ev[i + 1])
+    for e, n in ((started, 6), (finished, 7)):
+        e["event_id"] = f"forged-{n}"
+        e["payload"].update(idempotency_key="d" * 64, invocation_id="failed-try")
+    finished["payload"].update(outcome="failure", error={"type": "x", "message": "x"})
+    finished["payload"].pop("result", None)
+    ev[i:i] = [started, finished]
+    j = index(ev, "tool_invocation_started", "email")
+    again = copy.deepcopy(ev[j])
+    again["event_id"] = "forged-8"
+    again["payload"].update(idempotency_key="d" * 64, invocation_id="other")
+    ev.insert(j, again)
+    return "closing_rule", j + 1
+
+
+def second_job_created(ev: list[Event]) -> tuple[str, int]:
+    again = copy.deepcopy(ev[0])
+    again["event_id"] = "forged-9"
+    ev.insert(5, again)
+    return "plan", 6
+
+
+def no_job_created(ev: list[Event]) -> tuple[str, int]:
+    del ev[0]
+    return "plan", 1
+
+
+def resumed_while_not_parked(ev: list[Event]) -> tuple[str, int]:
+    payload = {"at": "x", "decision": "accept_result", "result": {}, "by": "me", "note": ""}
+    return "closing_rule", before_terminal(ev, "job_resumed", payload) + 1
+
+
+def wait_completed_for_no_wait(ev: list[Event]) -> tuple[str, int]:
+    payload = {"at": "x", "node_id": "decide", "correlation_key": "k", "payload": {}}
+    return "closing_rule", before_terminal(
+        ev, "wait_completed", payload | {"signalled_by": "me"}
+    ) + 1
+
+
+def waiting_on_a_node_not_in_the_plan(ev: list[Event]) -> tuple[str, int]:
+    payload = {"at": "x", "node_id": "ghost", "wait_type": "signal", "correlation_key": "k"}
+    return "node_in_plan", before_terminal(ev, "job_waiting", payload | {"reason": ""}) + 1
+
+
+def parked_on_a_node_not_in_the_plan(ev: list[Event]) -> tuple[str, int]:
+    payload = {"at": "x", "reason": "in_flight", "node_id": "ghost", "detail": {}}
+    return "node_in_plan", before_terminal(ev, "job_parked", payload) + 1
+
+
+def state_changed_on_a_pure_node(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_finished", "decide")
+    changed = copy.deepcopy(ev[i])
+    changed.update(event_id="forged-10", type="state_changed")
+    changed["payload"] = {
+        "at": "x",
+        "node_id": "decide",
+        "step_id": ev[i]["payload"]["step_id"],
+        "state_changes": [{"resource_type": "payment", "resource_id": "P", "operation": "x"}],
+    }
+    ev.insert(i, changed)
+    return "node_in_plan", i + 1
+
+
+def event_of_another_job(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_started", "decide")
+    for e in ev[i:]:
+        e["job_id"] = "another-job"
+    return "payload", i + 1
+
+
+def commit_under_another_node(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "command_committed", "email")
+    refund = ev[index(ev, "node_started", "refund")]["payload"]
+    ev[i]["payload"].update(node_id="refund", step_id=refund["step_id"])
+    return "commit_evidence", i + 1
+
+
+def payload_nested_too_deeply(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_started", "email")
+    ev[i]["payload"] = b'{"at":"x","deep":' + b"[" * 1000 + b"]" * 1000 + b"}"
+    return "payload", i + 1
+
+
+NEW_MUTATIONS = [
+    tool_node_invoked_after_it_completed,
+    finished_under_another_node,
+    key_invoked_by_two_nodes,
+    second_job_created,
+    no_job_created,
+    resumed_while_not_parked,
+    wait_completed_for_no_wait,
+    waiting_on_a_node_not_in_the_plan,
+    parked_on_a_node_not_in_the_plan,
+    state_changed_on_a_pure_node,
+    event_of_another_job,
+]
+
+
 @pytest.mark.parametrize(
     "mutate",
     [
@@ -176,6 +303,9 @@ def payload_not_an_object(ev: list[Event]) -> tuple[str, int]:
         finished_without_start,
         unknown_type,
         payload_not_an_object,
+        *NEW_MUTATIONS,
+        commit_under_another_node,
+        payload_nested_too_deeply,
     ],
 )
 def test_violation_is_named_with_its_version(exported: list[Event], mutate: Mutation) -> None:
@@ -195,6 +325,8 @@ MUTATIONS_THE_RUNTIME_CHECKS = [
     finished_twice,
     finished_without_start,
     unknown_type,
+    *NEW_MUTATIONS,
+    commit_under_another_node,
 ]
 
 

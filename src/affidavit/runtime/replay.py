@@ -329,12 +329,14 @@ class ReplayContextBuilder:
         inv.finished.append(p)
 
     def _command_committed(self, p: dict[str, Any]) -> None:
-        self._step(p, "tool")
+        node_id = self._step(p, "tool")
         key = p.get("idempotency_key")
         inv = self.ctx.invocations.get(key or "")
         last = inv.finished[-1] if inv is not None and inv.finished else None
         if inv is None or last is None or last["outcome"] != "success":
             self._fail(f"command_committed for key {key} without a successful finish")
+        if node_id != inv.node_id:
+            self._fail(f"command_committed names node {node_id!r}, key {key} is {inv.node_id!r}'s")
         if last["invocation_id"] != p["command_id"]:
             self._fail(
                 f"command {p['command_id']} does not match the finished invocation "

@@ -21,22 +21,21 @@ KEYS_SELECT = (
 
 
 def seal_from_row(row: Sequence[Any]) -> Seal:
-    return Seal(
-        job_id=row[0],
-        event_count=int(row[1]),
-        event_chain_root_hash=row[2],
-        sealed_at=row[3],
-        key_id=row[4],
-        algorithm=row[5],
-        signature=row[6],
-    )
+    """The seal of a ``SEAL_SELECT`` row.
+
+    Raises:
+        ValueError: a column holds another type than its field's (a row edited outside the
+            store; SQLite keeps whatever a column is given): the message names the field.
+    """
+    return Seal.from_dict(dict(zip(SEAL_COLUMNS.split(", "), row, strict=True)))
 
 
 def key_from_row(row: Sequence[Any]) -> PublicKey:
     try:
-        raw = unb64(row[1])
+        raw = unb64(row[1]) if isinstance(row[1], str) else b""
     except ValueError:
-        raw = b""  # a damaged row: no seal can verify with it, which verification reports
+        raw = b""
+    # (a damaged row gives a key no seal verifies with, which verification reports)
     return PublicKey(key_id=row[0], public_key=raw, created_at=row[2], retired_at=row[3])
 
 

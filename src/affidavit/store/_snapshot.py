@@ -22,9 +22,11 @@ from affidavit.store.base import JobRecord, StoredEvent
 
 DEFAULT_BATCH = 2000
 LEDGER_DIGEST_SELECT = (
-    "SELECT idempotency_key, status, invocation_id, coalesce(result, 'null') "
-    "FROM tool_invocations WHERE job_id = ? ORDER BY idempotency_key"
+    "SELECT idempotency_key, status, invocation_id, coalesce(result, 'null'), node_id, step_id, "
+    "tool_name, args_hash FROM tool_invocations WHERE job_id = ? ORDER BY idempotency_key"
 )
+# see SqlSnapshot.iter_ledger_columns
+LedgerColumns = tuple[str, str, str, str, str, str, str, str]
 
 
 class SqlSnapshot(ABC):
@@ -62,10 +64,26 @@ class SqlSnapshot(ABC):
         self, job_id: str, *, batch: int = DEFAULT_BATCH
     ) -> Iterator[tuple[str, str, str, str]]:
         """``(idempotency_key, status, invocation_id, result_sha256)`` per ledger row, the
-        digest taken over the stored result text (``null`` when there is none)."""
+        digest taken over the stored result text (``null`` when there is none; the empty
+        string when the column holds something else than text)."""
         sha256 = hashlib.sha256
-        for key, status, invocation, text in self.stream(LEDGER_DIGEST_SELECT, (job_id,), batch):
-            yield key, status, invocation, sha256(text.encode()).hexdigest()
+        for key, status, invocation, text, *_ in self.iter_ledger_columns(job_id, batch=batch):
+            yield (
+                key,
+                status,
+                invocation,
+                (sha256(text.encode()).hexdigest() if type(text) is str else ""),
+            )
+
+    def iter_ledger_columns(
+        self, job_id: str, *, batch: int = DEFAULT_BATCH
+    ) -> Iterator[LedgerColumns]:
+        """``(idempotency_key, status, invocation_id, result, node_id, step_id, tool_name,
+        args_hash)`` per ledger row in key order, ``result`` the stored text (``null`` when
+        there is none): every column the log has a counterpart of, as read (a row edited
+        outside the store may hold another type than text), without an object per row."""
+        rows = self.stream(LEDGER_DIGEST_SELECT, (job_id,), batch)  # rows are those tuples
+        return cast("Iterator[LedgerColumns]", rows)
 
     def ledger_list(self, job_id: str) -> list[LedgerRow]:
         return list(self.iter_ledger(job_id))

@@ -320,6 +320,14 @@ class Snapshot(Protocol):
         ledger row (the text ``null`` when the row has no result)."""
         ...
 
+    def iter_ledger_columns(
+        self, job_id: str, *, batch: int = ...
+    ) -> Iterator[tuple[str, str, str, str, str, str, str, str]]:
+        """``(idempotency_key, status, invocation_id, result text, node_id, step_id,
+        tool_name, args_hash)`` per ledger row in key order, as stored (a row edited outside
+        the store may hold another type than text), without an object per row."""
+        ...
+
     def ledger_list(self, job_id: str) -> list[LedgerRow]: ...
 
     def iter_ledger(self, job_id: str, *, batch: int = ...) -> Iterator[LedgerRow]:

@@ -8,19 +8,29 @@ hash. Memory grows with the plan and the number of idempotency keys, not with th
 Invariants of the replay proof (ARCHITECTURE.md "Verification Mode"), each reported by name
 with the version of the first event that violates it:
 
-(1)  ``payload``: every payload is a JSON object with the fields its type needs;
-(2)  ``plan``: ``plan_generated`` comes before any step event, its task graph is a DAG of
-     uniquely named, typed nodes (see :mod:`affidavit.verify._plan`) and its ``plan_hash``
-     recomputes;
+(1)  ``payload``: every event is well formed: its row holds text where the format has text
+     and bytes where it has bytes, it belongs to the job, its type is known, and its payload is
+     a JSON object (nested no deeper than a canonical encoder can walk) with the fields its
+     type needs;
+(2)  ``plan``: the log opens with ``job_created`` (and has only that one);
+     ``plan_generated`` comes once, before any other event but ``job_created``; its task graph
+     is a DAG of uniquely named, typed nodes (see :mod:`affidavit.verify._plan`) and its
+     ``plan_hash`` recomputes;
 (3)  ``node_in_plan``: every step event names a node of the plan, with that node's step id;
-(4)  ``dependencies_first``: a node starts and finishes only after its dependencies completed;
-(5)  ``not_rerun``: a completed node is never started or finished again (replay never calls
-     out);
+     tool invocations, commits, state changes, confirmation warnings and compensations belong
+     to tool nodes, waits to wait and approval nodes;
+(4)  ``dependencies_first``: a node starts, invokes its tool and finishes only after its
+     dependencies completed;
+(5)  ``not_rerun``: a completed node is never started, invoked or finished again (replay never
+     calls out);
 (6)  ``commit_evidence``: every committed invocation has started + finished(success) +
-     committed events, with a result hash that recomputes; a tool node finishes as
-     ``side_effect_committed`` only with a committed invocation;
+     committed events, all naming its node, with a result hash that recomputes; a tool node
+     finishes as ``side_effect_committed`` only with a committed invocation;
 (7)  ``committed_once``: no key is committed twice or executed again after its commit;
-(8)  ``closing_rule``: an invocation finishes once, after it started;
+(8)  ``closing_rule``: whatever closes closes something open, once: an invocation finishes
+     once, after it started, under the node and key it started with (and a key is invoked by
+     one node only); a ``wait_completed`` answers the ``job_waiting`` of its correlation key,
+     once, naming its node; a ``job_resumed`` follows a ``job_parked``;
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node;
 (10) ``status``: the job's stored status agrees with the log;
 (11) ``ledger``: the ledger rows agree with the log (also reported by the ledger proof).
@@ -65,6 +75,8 @@ _FAST_KINDS = {
     "node_finished": _NODE_FINISHED,
 }
 _NOWHERE = object()
+_NO_START = (None, None)  # what a key not started yet was started with: by no node
+_WAIT_KINDS = ("wait", "approval")
 
 
 class _Violation(Exception):
@@ -79,6 +91,24 @@ def _str(p: dict[str, Any], name: str) -> str:
     if type(value) is not str:
         raise _Violation("payload", f"field {name!r} is missing or not a string")
     return value
+
+
+def _field(value: Any, what: str, *, text: bool) -> tuple[bytes, str]:
+    """A row field as the bytes the chain hashes, and what is wrong with it (``""``: nothing).
+    ``text``: the format stores the field as text (else as bytes).
+
+    Only a row edited outside the store has a field of another type (SQLite keeps whatever a
+    column is given; an export may hold a string that is not Unicode text). Such a row fails
+    the stored chain check whatever bytes it is hashed as; these let the pass go on."""
+    if isinstance(value, str):
+        try:
+            return value.encode(), "" if text else f"the {what} is stored as text, not bytes"
+        except UnicodeEncodeError:
+            return value.encode(errors="surrogatepass"), f"the {what} is not Unicode text"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value), f"the {what} is stored as bytes, not text" if text else ""
+    kind = "text" if text else "bytes"
+    return repr(value).encode(), f"the {what} is {type(value).__name__}, not {kind}"
 
 
 class LogFold:
@@ -118,28 +148,32 @@ class LogFold:
         # (the key itself rides along: the commit files the result hash under that same string)
         self.success: dict[str, tuple[Any, Any, str]] = {}
         self.committed: dict[str, str] = {}  # key -> result_hash
-        self.keys: set[str] = set()
+        # key -> (invocation, node_id, tool_name, args_hash) of its latest start: every key
+        # invoked, and what its ledger row must say
+        self.started: dict[str, tuple[str, str, Any, Any]] = {}
+        self.waits: dict[str, str] = {}  # correlation key -> the waiting node
+        self.answered: set[str] = set()  # correlation keys a wait_completed answered
+        self.parked = False
         self.log_status = "pending"
         self.terminal_version: int | None = None
         # findings
         self.replay_error: tuple[str, int | None, str] | None = None
         self.ledger_errors: list[str] = []
-        noop = self._noop
         self._dispatch: dict[str, Callable[[dict[str, Any]], object]] = {
-            "job_created": noop,
+            "job_created": self._job_created,
             "plan_generated": self._plan_generated,
             "node_started": self._node_started,
             "tool_invocation_started": self._invocation_started,
             "tool_invocation_finished": self._invocation_finished,
             "command_committed": self._command_committed,
-            "state_changed": self._step,
+            "state_changed": self._tool_step,
             "node_finished": self._node_finished,
             "job_waiting": self._job_waiting,
             "wait_completed": self._wait_completed,
             "job_parked": self._job_parked,
             "job_resumed": self._job_resumed,
-            "confirmation_warning": self._step,
-            "step_compensated": self._step,
+            "confirmation_warning": self._tool_step,
+            "step_compensated": self._tool_step,
             "job_completed": self._job_completed,
             "job_failed": self._job_failed,
             "job_cancelled": self._job_cancelled,
@@ -202,7 +236,7 @@ class LogFold:
         known = self._known
         # state the handlers mutate in place (never rebound)
         completed, committed, committed_nodes = self.completed, self.committed, self.committed_nodes
-        invocation_ids, keys, success = self.invocation_ids, self.keys, self.success
+        invocation_ids, started, success = self.invocation_ids, self.started, self.success
         open_invocations, open_by_key = self.open_invocations, self.open_by_key
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
         outcomes, result_types, completing = _OUTCOMES, RESULT_TYPES, COMPLETED_RESULT_TYPES
@@ -215,13 +249,24 @@ class LogFold:
                 given = take() if take is not None else None
                 count += 1
                 entry = known.get(event_type)
-                if entry is None:  # an unknown type (reported below) is chained all the same
-                    separator, kind = b" " + event_type.encode() + b" ", -1
-                else:
-                    separator, kind = entry
-                head = sha256(
-                    join((head, b"\n", event_id.encode(), separator, b2a(payload, newline=False)))
-                ).digest()
+                try:
+                    if entry is None:  # an unknown type (reported below) is chained all the same
+                        separator, kind = b" " + event_type.encode() + b" ", -1
+                    else:
+                        separator, kind = entry
+                    head = sha256(
+                        join(
+                            (head, b"\n", event_id.encode(), separator, b2a(payload, newline=False))
+                        )
+                    ).digest()
+                except (TypeError, AttributeError, UnicodeEncodeError):
+                    # a field of another type than the format's (see _odd_row)
+                    head, event_type, readable = self._odd_row(
+                        head, version, event_id, event_type, payload
+                    )
+                    first_bad = count if first_bad is None else first_bad
+                    entry = known.get(event_type) if readable is not None else None
+                    kind, payload = (-1, b"") if entry is None else (entry[1], readable or b"")
                 if first_bad is None and (version != count or stored_hash != head.hex()):
                     first_bad = count
                 if terminal is not None:
@@ -251,15 +296,22 @@ class LogFold:
                                 if (
                                     type(key) is str
                                     and node_type[node_id] == "tool"
+                                    and node_id not in completed
                                     and completed.issuperset(deps[node_id])
                                     and key not in committed
                                     and invocation not in invocation_ids
                                     and key not in open_by_key
+                                    and started.get(key, _NO_START)[1] in (node_id, None)
                                 ):
                                     invocation_ids.add(invocation)
                                     open_invocations[invocation] = key
                                     open_by_key[key] = invocation
-                                    keys.add(key)
+                                    started[key] = (
+                                        invocation,
+                                        node_id,
+                                        p.get("tool_name"),
+                                        p.get("args_hash"),
+                                    )
                                     continue
                             elif kind == _INVOCATION_FINISHED:
                                 invocation = p["invocation_id"]
@@ -269,6 +321,7 @@ class LogFold:
                                     started_key is not None
                                     and started_key == p["idempotency_key"]
                                     and outcome in outcomes
+                                    and started[started_key][1] == node_id
                                 ):
                                     del open_invocations[invocation]
                                     del open_by_key[started_key]
@@ -280,9 +333,7 @@ class LogFold:
                                         )
                                     continue
                             elif kind == _COMMAND_COMMITTED:
-                                commit_key = p.get("idempotency_key")
-                                if commit_key is None:
-                                    continue  # a command of a non-tool step
+                                commit_key = p["idempotency_key"]
                                 command, result_hash = p["command_id"], p["result_hash"]
                                 evidence = (
                                     success.get(commit_key) if commit_key not in committed else None
@@ -290,6 +341,7 @@ class LogFold:
                                 if (
                                     evidence is not None
                                     and evidence[0] == command
+                                    and started[commit_key][1] == node_id
                                     and sha256(dumps(evidence[1], option=sort_keys)).hexdigest()
                                     == result_hash
                                 ):
@@ -329,10 +381,31 @@ class LogFold:
                     violate("payload", version, f"{event_type}: the payload is not JSON")
                 except (KeyError, TypeError, AttributeError) as exc:
                     violate("payload", version, f"{event_type}: malformed field ({exc!r})")
+                except RecursionError:
+                    violate("payload", version, f"{event_type}: the payload is nested too deeply")
                 steps, node_type, deps = self.steps, self.node_type, self.deps
                 terminal, exec_update = self.terminal_version, self._exec_update()
         finally:
             self.head, self.count, self.first_bad_version = head, count, first_bad
+
+    def _odd_row(
+        self, head: bytes, version: Any, event_id: Any, event_type: Any, payload: Any
+    ) -> tuple[bytes, Any, bytes | None]:
+        """Chain a row whose fields are not all of the format's types, and report it. Return
+        the new head, the type and the payload bytes to go on with (``None``: the event is not
+        read further)."""
+        eid, eid_problem = _field(event_id, "event id", text=True)
+        kind, kind_problem = _field(event_type, "event type", text=True)
+        data, data_problem = _field(payload, "payload", text=False)
+        head = _sha256(
+            b"".join((head, b"\n", eid, b" ", kind, b" ", binascii.b2a_base64(data, newline=False)))
+        ).digest()
+        problems = "; ".join(p for p in (eid_problem, kind_problem, data_problem) if p)
+        label = ascii(event_type) if kind_problem else event_type
+        self.violate("payload", version, f"{label}: {problems}")
+        if kind_problem or not isinstance(payload, str | bytes | bytearray | memoryview):
+            return head, None, None
+        return head, event_type, data
 
     def _exec_update(self) -> Callable[[bytes], None] | None:
         return self._exec.update if self._exec is not None else None
@@ -353,6 +426,33 @@ class LogFold:
             "node_in_plan", f"step id {step_id!r} of node {node_id!r} is not {expected!r}"
         )
 
+    def _node(self, p: dict[str, Any], kinds: tuple[str, ...]) -> str:
+        """Check the node of an event that is not a step of it (a wait, a park): in the plan,
+        of one of ``kinds`` (any when empty), with the node's step id if the event names one;
+        return the node id."""
+        if self._exec is None:
+            raise _Violation("plan", "an event naming a node before plan_generated")
+        node_id = _str(p, "node_id")
+        if node_id not in self.steps:
+            raise _Violation("node_in_plan", f"node {node_id!r} is not in the plan")
+        if "step_id" in p:
+            self._step(p)
+        if kinds and self.node_type[node_id] not in kinds:
+            raise _Violation(
+                "node_in_plan",
+                f"node {node_id!r} is a {self.node_type[node_id]} node, not {' or '.join(kinds)}",
+            )
+        return node_id
+
+    def _tool_step(self, p: dict[str, Any]) -> str:
+        """:meth:`_step` for an event only a tool node has."""
+        node_id = self._step(p)
+        if self.node_type[node_id] != "tool":
+            raise _Violation(
+                "node_in_plan", f"node {node_id!r} is a {self.node_type[node_id]} node, not tool"
+            )
+        return node_id
+
     def _deps_completed(self, node_id: str, what: str) -> None:
         completed = self.completed
         for dep in self.deps[node_id]:
@@ -364,12 +464,15 @@ class LogFold:
 
     # --- handlers -------------------------------------------------------------------------------
 
-    def _noop(self, p: dict[str, Any]) -> None:
-        pass
+    def _job_created(self, p: dict[str, Any]) -> None:
+        if self._version != 1:
+            raise _Violation("plan", "job_created is not the first event")
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
         if self._exec is not None:
             raise _Violation("plan", "a second plan_generated")
+        if self._version == 1:  # reported first; the plan is still read, for the hashes
+            self.violate("plan", 1, "plan_generated: the log does not start with job_created")
         graph = p.get("task_graph")
         recorded = p.get("plan_hash")
         view: PlanView | None = None
@@ -420,10 +523,19 @@ class LogFold:
         invocation = p["invocation_id"]
         if self.node_type[node_id] != "tool":
             raise _Violation("node_in_plan", f"node {node_id!r} is not a tool node")
-        self._deps_completed(node_id, "invoked its tool")
         if key in self.committed:
             self.ledger_error(f"key {key[:16]}… executed again after its commit")
             raise _Violation("committed_once", f"key {key[:16]}… executed again after its commit")
+        if node_id in self.completed:
+            raise _Violation(
+                "not_rerun", f"node {node_id!r} invoked its tool again after it completed"
+            )
+        self._deps_completed(node_id, "invoked its tool")
+        prior = self.started.get(key)
+        if prior is not None and prior[1] != node_id:
+            raise _Violation(
+                "closing_rule", f"key {key[:16]}… was invoked by node {prior[1]!r} before"
+            )
         if invocation in self.invocation_ids:
             raise _Violation("closing_rule", f"invocation {invocation} started twice")
         if key in self.open_by_key:
@@ -434,7 +546,7 @@ class LogFold:
         self.invocation_ids.add(invocation)
         self.open_invocations[invocation] = key
         self.open_by_key[key] = invocation
-        self.keys.add(key)
+        self.started[key] = (invocation, node_id, p.get("tool_name"), p.get("args_hash"))
 
     def _invocation_finished(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -453,6 +565,13 @@ class LogFold:
             raise _Violation("closing_rule", f"invocation {invocation} finished, never started")
         if started_key != key:
             raise _Violation("closing_rule", f"invocation {invocation} finished under another key")
+        started_by = self.started[started_key][1]
+        if started_by != node_id:
+            raise _Violation(
+                "closing_rule",
+                f"invocation {invocation} finished under node {node_id!r}; "
+                f"node {started_by!r} started it",
+            )
         if outcome not in _OUTCOMES:
             raise _Violation("payload", f"unknown outcome {outcome!r}")
         del self.open_invocations[invocation]
@@ -465,9 +584,9 @@ class LogFold:
         expected = self.steps.get(node_id)
         if expected is None or expected != p.get("step_id"):
             self._step(p)
-        key = p.get("idempotency_key")
-        if key is None:
-            return  # a command of a non-tool step: nothing in the ledger
+        if self.node_type[node_id] != "tool":
+            raise _Violation("node_in_plan", f"node {node_id!r} is not a tool node")
+        key = _str(p, "idempotency_key")
         command = p["command_id"]
         result_hash = p["result_hash"]
         if key in self.committed:
@@ -478,6 +597,12 @@ class LogFold:
             raise _Violation(
                 "commit_evidence",
                 f"command {command} of key {key[:16]}… has no successful invocation",
+            )
+        if self.started[key][1] != node_id:
+            raise _Violation(
+                "commit_evidence",
+                f"command {command} names node {node_id!r}; "
+                f"node {self.started[key][1]!r} invoked key {key[:16]}…",
             )
         if not canonical_hash_matches(success[1], result_hash):
             raise _Violation(
@@ -520,15 +645,40 @@ class LogFold:
             self.committed_nodes.discard(node_id)
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
+        node_id = self._node(p, _WAIT_KINDS)
+        key = _str(p, "correlation_key")
+        if key in self.waits:
+            raise _Violation("closing_rule", f"a second job_waiting for correlation key {key!r}")
+        self.waits[key] = node_id
         self.log_status = "waiting"
 
     def _wait_completed(self, p: dict[str, Any]) -> None:
+        key = _str(p, "correlation_key")
+        waiting = self.waits.get(key)
+        if waiting is None:
+            raise _Violation("closing_rule", f"correlation key {key!r} is not waited for")
+        if key in self.answered:
+            raise _Violation("closing_rule", f"a second wait_completed for correlation key {key!r}")
+        if p.get("node_id") != waiting:
+            raise _Violation(
+                "closing_rule",
+                f"wait_completed names node {p.get('node_id')!r}; the wait is {waiting!r}'s",
+            )
+        self.answered.add(key)
         self.log_status = "running"
 
     def _job_parked(self, p: dict[str, Any]) -> None:
+        if p.get("node_id") is not None:
+            self._node(p, ())
+        elif self._exec is None:
+            raise _Violation("plan", "job_parked before plan_generated")
+        self.parked = True
         self.log_status = "parked"
 
     def _job_resumed(self, p: dict[str, Any]) -> None:
+        if not self.parked:
+            raise _Violation("closing_rule", "job_resumed while the job is not parked")
+        self.parked = False
         self.log_status = "pending"
 
     def _job_completed(self, p: dict[str, Any]) -> None:
@@ -547,6 +697,8 @@ class LogFold:
     def _terminal(self, status: str) -> None:
         self.log_status = status
         self.terminal_version = self._version
+        if self._exec is None:
+            raise _Violation("plan", f"the job is {status} before plan_generated")
 
     # --- results --------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ Read-only: nothing is written, whatever the job's status. The contract, in order
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from affidavit.core.errors import AffidavitError, ConfigError, JobNotFound, Veri
 from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, check_signature, unb64
 from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
+from affidavit.store._snapshot import LedgerColumns
 from affidavit.verify._fold import LogFold
 from affidavit.verify.result import (
     LedgerProof,
@@ -69,12 +71,23 @@ def verify_job(
         fold = LogFold(job_id)
         fold.feed_all(snap.iter_event_rows(job_id))
         fold.finish()
-        # (3) the ledger rows, streamed too
-        row_errors = _ledger_disagreements(fold, snap.iter_ledger_digests(job_id))
-        seal = snap.seal_get(job_id)
+        # (3) the ledger rows, streamed too: every column the log has a counterpart of
+        row_errors = _ledger_column_disagreements(fold, snap.iter_ledger_columns(job_id))
+        seal_problem = ""
+        try:
+            seal = snap.seal_get(job_id)
+        except ValueError as exc:  # a seal row edited outside the store: fails the seal check
+            seal, seal_problem = None, str(exc)
         recorded = snap.keys_list()
     keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
-    return _assemble(fold, status=job.status, row_errors=row_errors, seal=seal, keys=keys)
+    return _assemble(
+        fold,
+        status=job.status,
+        row_errors=row_errors,
+        seal=seal,
+        keys=keys,
+        seal_problem=seal_problem,
+    )
 
 
 def verify_events(
@@ -98,9 +111,12 @@ def verify_events(
     ``ledger_digests`` is the ledger in digest form instead of rows — ``(idempotency key,
     status, invocation id, hex SHA-256 of JCS(result) or None)`` — as a proof pack carries it.
 
+    An event of another job than the first event's (or ``job_id``'s) fails the replay proof
+    at its version (invariant ``payload``).
+
     Raises:
-        VerificationError: the input is not an event list (a malformed entry is named), or the
-            seal is malformed.
+        VerificationError: the input is not an event list (a malformed entry is named), the
+            job id is not Unicode text, or the seal is malformed.
         ConfigError: a public key is not a raw 32-byte Ed25519 key (or its base64).
     """
     iterator = iter(events)
@@ -114,8 +130,12 @@ def verify_events(
         raise VerificationError(
             "the events name no job id", hint="Pass job_id=... (exports may omit it per event)."
         )
+    fold = _new_fold(job_id)
     rows = (
-        (_event_parts(row, position) for position, row in enumerate(_chain(first, iterator), 1))
+        (
+            _event_parts(row, position, fold)
+            for position, row in enumerate(_chain(first, iterator), 1)
+        )
         if first is not None
         else ()
     )
@@ -126,8 +146,8 @@ def verify_events(
         )
     if ledger_digests is not None:
         ledgers.append(ledger_digests)
-    return verify_event_rows(
-        job_id, rows, public_keys=public_keys, seal=seal, status=status, ledgers=ledgers
+    return _verify_rows(
+        fold, rows, None, public_keys=public_keys, seal=seal, status=status, ledgers=ledgers
     )
 
 
@@ -148,10 +168,39 @@ def verify_event_rows(
     the log on its own, in the digest form of ``verify_events``' ``ledger_digests``.
 
     Raises:
-        VerificationError: the seal is malformed (or a caller's row iterator raised it).
+        VerificationError: the job id is not Unicode text, the seal is malformed (or a
+            caller's row iterator raised it).
         ConfigError: a public key is not a raw 32-byte Ed25519 key (or its base64).
     """
-    fold = LogFold(job_id)
+    return _verify_rows(
+        _new_fold(job_id),
+        rows,
+        parsed,
+        public_keys=public_keys,
+        seal=seal,
+        status=status,
+        ledgers=ledgers,
+    )
+
+
+def _new_fold(job_id: str) -> LogFold:
+    try:
+        job_id.encode()
+    except UnicodeEncodeError:
+        raise VerificationError(f"the job id {job_id!a} is not Unicode text") from None
+    return LogFold(job_id)
+
+
+def _verify_rows(
+    fold: LogFold,
+    rows: Iterable[tuple[int, str, str, bytes, str | None]],
+    parsed: Iterable[Any] | None,
+    *,
+    public_keys: Iterable[KeyLike] | Mapping[str, bytes],
+    seal: Seal | Mapping[str, Any] | None,
+    status: str | None,
+    ledgers: Iterable[Iterable[LedgerDigest]],
+) -> VerificationResult:
     with collector_paused():
         fold.feed_all(rows, parsed)
     fold.finish()
@@ -173,6 +222,7 @@ def _assemble(
     row_errors: list[str],
     seal: Seal | None,
     keys: dict[str, PublicKey],
+    seal_problem: str = "",
 ) -> VerificationResult:
     log_status = fold.log_status
     shown_status = status if status is not None else log_status
@@ -203,7 +253,9 @@ def _assemble(
         tool_invocation_ledger_proof=ledger_proof,
         replay_proof_result=replay,
         stored_chain=chain,
-        seal=_check_seal(fold, seal, keys, terminal, shown_status),
+        seal=_check_seal(fold, seal, keys, terminal, shown_status)
+        if not seal_problem
+        else SealCheck(True, False, error=f"the seal row is malformed: {seal_problem}"),
         status=shown_status,
     )
 
@@ -220,7 +272,7 @@ def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerDigest]) -> list
     says about its key (streamed: only the set of keys seen is kept)."""
     errors: list[str] = []
     seen: set[str] = set()
-    keys, committed, open_by_key = fold.keys, fold.committed, fold.open_by_key
+    committed = fold.committed
     add = seen.add
     for key, status, invocation_id, result_digest in ledger:
         # The common row first: a committed key whose result matches the log's commit.
@@ -231,40 +283,109 @@ def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerDigest]) -> list
         ):
             add(key)
             continue
-        if key in seen:
-            errors.append(f"ledger row {key[:16]}… appears twice")
-            continue
-        add(key)
-        short = key[:16] + "…"
-        if key not in keys:
-            errors.append(f"ledger row {short} has no invocation in the log")
-        elif status == "committed":
-            if key not in committed:
-                errors.append(f"ledger row {short} is committed but the log has no commit")
-            elif result_digest != committed[key]:
-                errors.append(f"ledger row {short}: result does not match the committed hash")
-        elif status == "started":
-            open_invocation = open_by_key.get(key)
-            if open_invocation is None:
-                errors.append(f"ledger row {short} is started but the log closed it")
-            elif open_invocation != invocation_id:
-                errors.append(f"ledger row {short} names another invocation than the log")
-        elif status == "failed":
-            if key in committed:
-                errors.append(f"ledger row {short} is failed but the log committed it")
-            elif key in open_by_key:
-                errors.append(f"ledger row {short} is failed but the log has it open")
-        else:
-            errors.append(f"ledger row {short} has unknown status {status!r}")
-    for key in sorted(keys - seen):
-        errors.append(f"key {key[:16]}… was invoked but has no ledger row")
+        _row_disagreements(fold, key, status, invocation_id, result_digest, seen, errors)
+    _never_recorded(fold, seen, errors)
     return errors
+
+
+def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns]) -> list[str]:
+    """:func:`_ledger_disagreements` over whole rows (see
+    :meth:`~affidavit.store._snapshot.SqlSnapshot.iter_ledger_columns`): besides the status,
+    the invocation id and the result, a row's node, step id, tool name and arguments hash are
+    those of its key's ``tool_invocation_started`` (the latest one: a key is invoked by one
+    node only), and a committed or failed row names the latest invocation of its key."""
+    errors: list[str] = []
+    seen: set[str] = set()
+    committed, started, steps = fold.committed, fold.started, fold.steps
+    add, sha256 = seen.add, hashlib.sha256
+    for key, status, invocation_id, text, node_id, step_id, tool_name, args_hash in ledger:
+        # the digest of the stored result text (None: the column holds something else)
+        digest = sha256(text.encode()).hexdigest() if type(text) is str else None
+        if (
+            status == "committed"
+            and committed.get(key, _NO_COMMIT) == digest
+            and started.get(key) == (invocation_id, node_id, tool_name, args_hash)
+            and steps.get(node_id) == step_id
+            and key not in seen
+        ):
+            add(key)
+            continue
+        before = len(errors)
+        _row_disagreements(fold, key, status, invocation_id, digest, seen, errors)
+        log = started.get(key) if type(key) is str else None
+        if log is None or len(errors) > before:
+            continue
+        differ = [
+            column
+            for column, value, expected in (
+                ("node_id", node_id, log[1]),
+                ("step_id", step_id, steps.get(log[1])),
+                ("tool_name", tool_name, log[2]),
+                ("args_hash", args_hash, log[3]),
+            )
+            if value != expected
+        ]
+        if status in ("committed", "failed") and invocation_id != log[0]:
+            differ.insert(0, "invocation_id")
+        if differ:
+            errors.append(
+                f"ledger row {key[:16]}…: {', '.join(differ)} not as in its "
+                "tool_invocation_started event"
+            )
+    _never_recorded(fold, seen, errors)
+    return errors
+
+
+def _row_disagreements(
+    fold: LogFold,
+    key: Any,
+    status: Any,
+    invocation_id: Any,
+    result_digest: Any,
+    seen: set[str],
+    errors: list[str],
+) -> None:
+    """What is wrong with one ledger row that is not a plain committed match."""
+    if type(key) is not str:
+        errors.append(f"a ledger row's idempotency key is {type(key).__name__}, not text")
+        return
+    if key in seen:
+        errors.append(f"ledger row {key[:16]}… appears twice")
+        return
+    seen.add(key)
+    short = key[:16] + "…"
+    committed, open_by_key = fold.committed, fold.open_by_key
+    if key not in fold.started:
+        errors.append(f"ledger row {short} has no invocation in the log")
+    elif status == "committed":
+        if key not in committed:
+            errors.append(f"ledger row {short} is committed but the log has no commit")
+        elif result_digest != committed[key]:
+            errors.append(f"ledger row {short}: result does not match the committed hash")
+    elif status == "started":
+        open_invocation = open_by_key.get(key)
+        if open_invocation is None:
+            errors.append(f"ledger row {short} is started but the log closed it")
+        elif open_invocation != invocation_id:
+            errors.append(f"ledger row {short} names another invocation than the log")
+    elif status == "failed":
+        if key in committed:
+            errors.append(f"ledger row {short} is failed but the log committed it")
+        elif key in open_by_key:
+            errors.append(f"ledger row {short} is failed but the log has it open")
+    else:
+        errors.append(f"ledger row {short} has unknown status {status!r}")
+
+
+def _never_recorded(fold: LogFold, seen: set[str], errors: list[str]) -> None:
+    for key in sorted(fold.started.keys() - seen):
+        errors.append(f"key {key[:16]}… was invoked but has no ledger row")
 
 
 def _result_hash(result: Any) -> str | None:
     try:
         return canonical_sha256(result)
-    except AffidavitError:
+    except (AffidavitError, RecursionError):
         return None
 
 
@@ -285,7 +406,10 @@ def _check_seal(
     elif key is None:
         error = f"the seal is signed by unknown key {seal.key_id}"
     else:
-        error = check_signature(seal, key.public_key)
+        try:
+            error = check_signature(seal, key.public_key)
+        except AffidavitError as exc:  # a field the signed message cannot hold
+            error = f"the seal cannot be checked: {exc.message}"
     if not error and seal.event_count != fold.count:
         error = f"the seal covers {seal.event_count} events, the log has {fold.count}"
     if not error and seal.event_chain_root_hash != fold.root:
@@ -351,6 +475,14 @@ def _parse_seal(seal: Seal | Mapping[str, Any] | None) -> Seal | None:
         raise VerificationError(f"malformed seal: {exc}") from None
 
 
+def _foreign(fold: LogFold, version: Any, event_type: Any, job_id: Any) -> None:
+    fold.violate(
+        "payload",
+        version,
+        f"{event_type!s}: the event belongs to job {job_id!a}, not {fold.job_id!a}",
+    )
+
+
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield first
     yield from rest
@@ -365,11 +497,19 @@ def _event_job_id(event: Any) -> str | None:
     return None
 
 
-def _event_parts(event: Any, position: int) -> tuple[int, str, str, bytes, str | None]:
+def _event_parts(
+    event: Any, position: int, fold: LogFold
+) -> tuple[int, str, str, bytes, str | None]:
+    """One exported event as a row; an event of another job is reported to ``fold`` (before
+    the fold reads it, so that the first violation is still the first reported)."""
     if isinstance(event, StoredEvent):
+        if event.job_id != fold.job_id:
+            _foreign(fold, event.version, event.type, event.job_id)
         return event.version, event.event_id, event.type, event.payload_bytes, event.chain_hash
     if not isinstance(event, Mapping):
         raise VerificationError(f"event #{position} is not an object")
+    if "job_id" in event and event["job_id"] != fold.job_id:
+        _foreign(fold, event.get("version"), event.get("type"), event["job_id"])
     try:
         version, event_id, event_type = event["version"], event["event_id"], event["type"]
         payload = event["payload"]
