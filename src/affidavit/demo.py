@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from affidavit.core.chain import ChainCheck, check_stored_chain
 from affidavit.examples import refund
 from affidavit.runtime.runtime import Runtime
 from affidavit.store import StoredEvent, open_store
-from affidavit.verify import VerificationResult, verify_job
+from affidavit.verify import VerificationResult, verify_events, verify_job
 
 CRASH_AT = "tool.after_execute:2"  # the 2nd tool to return: issue_refund (after lookup_order)
 LEASE_SECONDS = 1.0
@@ -123,19 +123,65 @@ def _count_world(data_dir: Path) -> tuple[Counter[str], Counter[str]]:
     return refunds, emails
 
 
-def run_demo(directory: str | None = None) -> DemoResult:
+def _tamper_file(
+    db_path: Path, root: Path, job_id: str, target: StoredEvent, forged: bytes
+) -> tuple[ChainCheck, VerificationResult]:
+    """Edit the event in a copy of the SQLite file, as anyone with the file could."""
+    tampered_db = root / "tampered-copy.db"
+    # WAL mode: checkpoint first so the copied file holds every committed event
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(db_path, tampered_db)
+    with sqlite3.connect(tampered_db) as raw:
+        raw.execute(
+            "UPDATE events SET payload = ? WHERE job_id = ? AND version = ?",
+            (forged, job_id, target.version),
+        )
+    copy = open_store(f"sqlite:///{tampered_db}")
+    try:
+        return _check(copy.list_events(job_id)), verify_job(copy, job_id)
+    finally:
+        copy.close()
+
+
+def _tamper_export(
+    url: str, job: DemoJob, target: StoredEvent, forged: bytes
+) -> tuple[ChainCheck, VerificationResult]:
+    """Edit the event in an exported copy of the job (events, ledger, seal), verified offline
+    with :func:`~affidavit.verify.verify_events` — the database itself is left alone."""
+    events = [replace(e, payload_bytes=forged) if e is target else e for e in job.events]
+    store = open_store(url, read_only=True)
+    try:
+        with store.snapshot() as snap:
+            ledger = snap.ledger_list(job.job_id)
+        seal, keys = store.get_seal(job.job_id), store.signing_keys()
+    finally:
+        store.close()
+    verification = verify_events(
+        events, public_keys=keys, seal=seal, ledger=ledger, status=job.status, job_id=job.job_id
+    )
+    return _check(events), verification
+
+
+def run_demo(
+    directory: str | None = None, *, db_url: str | None = None, lease_seconds: float = LEASE_SECONDS
+) -> DemoResult:
     """Run the demonstration in ``directory`` (a new temporary directory by default, kept so
-    it can be inspected)."""
+    it can be inspected), on a fresh SQLite file there — or on the database ``db_url`` (its
+    jobs are left there; this run's idempotency key is its own, so runs do not meet).
+    ``lease_seconds``: the lease of the workers, and so how long the recovery waits for the
+    killed run's lease to expire."""
     started = time.perf_counter()
     root = Path(directory or tempfile.mkdtemp(prefix="affidavit-demo-"))
     data_dir = refund.setup_shop(root / "shop")
     db_path = root / "affidavit.db"
-    url = f"sqlite:///{db_path}"
+    url = db_url or f"sqlite:///{db_path}"
+    crash_key = f"refund-A-1002-{root.name}"
     plan_file = root / "refund-plan.json"
     plan_file.write_text(json.dumps(refund.PLAN, indent=2))
 
     # (2) a clean run
-    with Runtime(url, tools=refund.TOOLS, lease_seconds=LEASE_SECONDS) as rt:
+    with Runtime(url, tools=refund.TOOLS, lease_seconds=lease_seconds) as rt:
         first = rt.submit(refund.PLAN, {"order_id": "A-1001", "data_dir": str(data_dir)})
         rt.run_job(first.job_id)
 
@@ -147,18 +193,18 @@ def run_demo(directory: str | None = None) -> DemoResult:
             sys.executable, "-m", "affidavit", "run", str(plan_file),
             "--tools", "affidavit.examples.refund",
             "--input", json.dumps({"order_id": "A-1002", "data_dir": str(data_dir)}),
-            "--idempotency-key", "refund-A-1002",
-            "--lease-seconds", str(LEASE_SECONDS), "--db", url, "--json",
+            "--idempotency-key", crash_key,
+            "--lease-seconds", str(lease_seconds), "--db", url, "--json",
         ],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
 
     # (4) recovery: wait out the dead worker's lease, then a worker reclaims the job
-    with Runtime(url, tools=refund.TOOLS, lease_seconds=LEASE_SECONDS) as rt:
+    with Runtime(url, tools=refund.TOOLS, lease_seconds=lease_seconds) as rt:
         second = rt.submit(
             refund.PLAN,
             {"order_id": "A-1002", "data_dir": str(data_dir)},
-            idempotency_key="refund-A-1002",
+            idempotency_key=crash_key,
         )
         deadline = time.monotonic() + 30
         while not rt.get_job(second.job_id).terminal and time.monotonic() < deadline:
@@ -186,27 +232,17 @@ def run_demo(directory: str | None = None) -> DemoResult:
     refunds, emails = _count_world(data_dir)
 
     # (6) tamper with a copy: change job 1's refund amount
-    tampered_db = root / "tampered-copy.db"
-    # WAL mode: checkpoint first so the copied file holds every committed event
-    with sqlite3.connect(db_path) as raw:
-        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    shutil.copy(db_path, tampered_db)
     target = next(
         e for e in jobs[0].events
         if e.type == "tool_invocation_finished" and b"refund_id" in e.payload_bytes
     )  # fmt: skip
     amount = str(target.payload["result"]["amount"]).encode()
-    with sqlite3.connect(tampered_db) as raw:
-        raw.execute(
-            "UPDATE events SET payload = ? WHERE job_id = ? AND version = ?",
-            (target.payload_bytes.replace(amount, amount + b"0"), jobs[0].job_id, target.version),
-        )
-    copy = open_store(f"sqlite:///{tampered_db}")
-    try:
-        tamper_check = _check(copy.list_events(jobs[0].job_id))
-        tamper_verification = verify_job(copy, jobs[0].job_id)
-    finally:
-        copy.close()
+    forged = target.payload_bytes.replace(amount, amount + b"0")
+    if db_url is None:
+        tampered = _tamper_file(db_path, root, jobs[0].job_id, target, forged)
+    else:
+        tampered = _tamper_export(url, jobs[0], target, forged)
+    tamper_check, tamper_verification = tampered
     notes = [] if child.returncode == -9 else [f"child exited {child.returncode}: {child.stderr}"]
     return DemoResult(
         directory=str(root),

@@ -16,6 +16,7 @@ import pytest
 
 from affidavit.examples import refund
 from tests.cli.test_cli import cli, cli_env, json_of
+from tests.cli.test_refusals_cli import database_exists
 from tests.conftest import PG_URL
 
 TOOLS = "affidavit.examples.refund"
@@ -111,7 +112,7 @@ def test_bad_input_submits_nothing(
     r = cli("run", str(path), "--tools", TOOLS, "--input", input_json, "--db", store_url, "--json")
     assert r.returncode == 3
     assert fragment in json_of(r)["error"]["message"]
-    assert json_of(cli("jobs", "list", "--db", store_url, "--json")) == []
+    assert not database_exists(store_url)  # refused before the database was even opened
 
 
 def test_crash_park_and_resume(store_url: str, shop: Path, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import typer
 
 from affidavit.cli import output
 from affidavit.core.config import DATABASE_URL_ENV, database_url
-from affidavit.core.errors import AffidavitError
+from affidavit.core.errors import AffidavitError, MigrationError, NoSchemaError
 from affidavit.store import Store, open_store
 
 
@@ -52,3 +52,20 @@ def opened(db: str | None, *, read_only: bool = False) -> Iterator[Store]:
         yield store
     finally:
         store.close()
+
+
+@contextmanager
+def opened_for_job(db: str | None, job_id: str) -> Iterator[Store]:
+    """The store for a decision on ``job_id`` (signal, resume, cancel). The job is looked up
+    read-only first, so that an unknown job or a mistyped ``--db`` creates nothing — no
+    database file, schema or signing key. (A database whose schema is behind skips that
+    look-up; opening it for writing migrates it, as every writing command does.)"""
+    try:
+        with opened(db, read_only=True) as reader:
+            reader.get_job(job_id)
+    except NoSchemaError:
+        raise
+    except MigrationError:
+        pass
+    with opened(db) as store:
+        yield store

@@ -50,7 +50,11 @@ def list_jobs(
     if not jobs:
         output.err.print("no jobs")
         return
-    table = Table("job_id", "status", "plan", "namespace", "events", "created_at")
+    table = Table()
+    table.add_column("job_id", no_wrap=True, min_width=36)  # an id is copied, never cut
+    table.add_column("status", no_wrap=True, min_width=9)
+    for name in ("plan", "namespace", "events", "created_at"):
+        table.add_column(name)
     for j in jobs:
         table.add_row(
             j.job_id, j.status, j.plan_name or "", j.namespace, str(j.version), j.created_at
@@ -86,6 +90,8 @@ def show_job(
         output.emit_json(doc)
         return
     table = Table(show_header=False, box=None)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # long ids and hashes wrap whole, never cut
     for key, value in doc.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         table.add_row(f"[bold]{key}[/]", shown)
@@ -161,7 +167,12 @@ def job_events(
     if as_json:
         output.emit_json([e.to_dict() for e in events])
         return
-    table = Table("v", "type", "event_id", "chain_hash", "payload")
+    table = Table()
+    table.add_column("v", no_wrap=True)
+    table.add_column("type", no_wrap=True, min_width=24)
+    table.add_column("event_id", no_wrap=True, min_width=32)
+    table.add_column("chain_hash", no_wrap=True, min_width=17)
+    table.add_column("payload", overflow="fold")
     for e in events:
         text = e.payload_bytes.decode("utf-8")
         table.add_row(

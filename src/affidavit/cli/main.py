@@ -91,18 +91,41 @@ def db_migrate(db: DbOption = None, as_json: JsonOption = False) -> None:
 
 
 @app.command("demo")
-def demo(as_json: JsonOption = False) -> None:
+def demo(
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Run on this database (sqlite:///path.db or postgresql://...) instead of a "
+            "fresh SQLite file in the temporary directory; its jobs stay there. "
+            "$AFFIDAVIT_DATABASE_URL is not used: the demo starts fresh unless told.",
+            show_default=False,
+        ),
+    ] = None,
+    lease: runtime_cmds.LeaseOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Run the refund agent end to end on a fresh embedded database in a temporary directory:
     one clean job, one killed mid-step and recovered, the real effects counted, the hash
     chains verified and a tampered copy caught.
 
-    Exit codes: 0 every check held; 1 otherwise.
+    The recovery waits for the killed run's lease to expire: the demo's lease is 1 s unless
+    --lease-seconds or $AFFIDAVIT_LEASE_SECONDS says otherwise. With --db, the tampered copy
+    is an export of the job (events, ledger, seal) verified offline; the database is not
+    touched.
+
+    Exit codes: 0 every check held; 1 otherwise; 3 usage or store error.
     """
     from affidavit.cli.demo_view import render
-    from affidavit.demo import run_demo
+    from affidavit.demo import LEASE_SECONDS, run_demo
 
     with command(as_json):
-        result = run_demo()
+        lease_seconds = runtime_cmds.seconds_setting(
+            lease, "AFFIDAVIT_LEASE_SECONDS", LEASE_SECONDS, zero_ok=False
+        )
+        runtime_cmds.lease_seconds(lease_seconds)  # finite
+        url = database_url(db) if db is not None else None
+        result = run_demo(db_url=url, lease_seconds=lease_seconds)
     if as_json:
         output.emit_json(result.to_dict())
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -17,8 +18,11 @@ from affidavit.core.errors import (
     VerificationError,
 )
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+# Piped or redirected (no terminal, no $COLUMNS), tables are laid out 200 columns wide rather
+# than Rich's 80, so that ids and hashes come out whole for the next program to read.
+_PIPE_WIDTH = 200 if not sys.stdout.isatty() and "COLUMNS" not in os.environ else None
+out = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_OK = 0
 EXIT_FAILED = 1

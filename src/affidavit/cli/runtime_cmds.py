@@ -4,6 +4,7 @@ decisions on them."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal as signals  # (``signal`` is the command below)
 import threading
@@ -18,10 +19,12 @@ from typing import Annotated, Any
 import typer
 
 from affidavit.cli import output
-from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job
 from affidavit.cli.progress import StepProgress, job_line, status_markup
+from affidavit.core.canonical import canonical
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
+from affidavit.core.plan import Plan
 from affidavit.runtime.decisions import (
     RESUME_DECISIONS,
     InvalidStateError,
@@ -31,7 +34,8 @@ from affidavit.runtime.decisions import (
 )
 from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.runtime import Runtime
-from affidavit.runtime.sdk import load_tools
+from affidavit.runtime.sdk import load_tools, registry
+from affidavit.runtime.submit import check_plan
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord
 
@@ -117,7 +121,10 @@ def seconds_setting(value: float | None, env: str, default: float, *, zero_ok: b
 
 
 def lease_seconds(value: float | None) -> float:
-    return seconds_setting(value, "AFFIDAVIT_LEASE_SECONDS", DEFAULT_LEASE_SECONDS, zero_ok=False)
+    lease = seconds_setting(value, "AFFIDAVIT_LEASE_SECONDS", DEFAULT_LEASE_SECONDS, zero_ok=False)
+    if not math.isfinite(lease):  # a claim that never expires would hold a dead worker's job
+        raise ConfigError("the lease must be a finite number of seconds", hint="The default is 15.")
+    return lease
 
 
 def parse_json_arg(text: str | None, what: str) -> Any:
@@ -129,10 +136,30 @@ def parse_json_arg(text: str | None, what: str) -> Any:
             text = Path(text[1:]).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read {what} file {text[1:]!r}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{what} file {text[1:]!r} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+            ) from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def prepared_job(
+    plan: Path, tools: list[str] | None, input: str | None, lease: float | None = None
+) -> tuple[Plan, Any]:
+    """The plan, checked against the tools, and the job input — everything a submission
+    needs, validated before the database is opened, so that a refused command creates and
+    writes nothing (not even a new database file or schema)."""
+    for spec in tools or []:
+        load_tools(spec)
+    lease_seconds(lease)
+    parsed = Plan.from_file(plan)
+    check_plan(parsed, registry)
+    job_input = parse_json_arg(input, "--input")
+    canonical({} if job_input is None else job_input)
+    return parsed, job_input
 
 
 def open_runtime(
@@ -209,11 +236,12 @@ def run(
     a signal (130 Ctrl-C, 143 SIGTERM).
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease, step_concurrency, store_retry)
+        parsed, job_input = prepared_job(plan, tools, input, lease)
+        rt = open_runtime(db, None, lease, step_concurrency, store_retry)  # tools are loaded
         try:
             job = rt.submit(
-                plan,
-                parse_json_arg(input, "--input"),
+                parsed,
+                job_input,
                 idempotency_key=idempotency_key,
                 replay_verification=replay_verification.value if replay_verification else None,
             )
@@ -278,11 +306,12 @@ def submit(
     unknown tool, bad input or store error (nothing is written).
     """
     with command(as_json):
-        rt = open_runtime(db, tools, None)
+        parsed, job_input = prepared_job(plan, tools, input)
+        rt = open_runtime(db, None, None)  # the tools are loaded
         try:
             job = rt.submit(
-                plan,
-                parse_json_arg(input, "--input"),
+                parsed,
+                job_input,
                 idempotency_key=idempotency_key,
                 replay_verification=replay_verification.value if replay_verification else None,
             )
@@ -409,7 +438,7 @@ def cancel(
 
     Exit codes: 0 cancelled; 2 no such job; 3 already finished or store error.
     """
-    with command(as_json), opened(db) as store:
+    with command(as_json), opened_for_job(db, job_id) as store:
         job = cancel_job(store, job_id, reason=reason, by=by or state_user())
     emit_job(job, as_json)
 
@@ -440,7 +469,7 @@ def resume(
     """
     with command(as_json):
         value = parse_json_arg(result, "--result")
-        with opened(db) as store:
+        with opened_for_job(db, job_id) as store:
             job = resume_job(
                 store, job_id, decision, result=value, by=by or state_user(), note=note
             )
@@ -475,7 +504,7 @@ def signal(
     """
     with command(as_json):
         value = parse_json_arg(payload, "--payload")
-        with opened(db) as store:
+        with opened_for_job(db, job_id) as store:
             job, appended = signal_job(store, job_id, key, value, by=by or state_user())
     if as_json:
         output.emit_json({**job_doc(job), "appended": appended})

@@ -264,7 +264,11 @@ def keys_rotate(
 
 
 def _print_recorded(keys: list[dict[str, Any]]) -> None:
-    table = Table("key_id", "public_key", "created_at", "retired_at", title="recorded keys")
+    table = Table(title="recorded keys")
+    table.add_column("key_id", no_wrap=True, min_width=16)
+    table.add_column("public_key", overflow="fold")
+    table.add_column("created_at")
+    table.add_column("retired_at")
     for k in keys:
         table.add_row(k["key_id"], k["public_key"], k["created_at"] or "", k["retired_at"] or "")
     output.out.print(table)

@@ -129,6 +129,10 @@ class MigrationError(StoreError):
     default_hint = "The database schema is newer or different than this version expects."
 
 
+class NoSchemaError(MigrationError):
+    """A database opened read-only holds no affidavit schema (nothing was ever written)."""
+
+
 class ConflictError(StoreError):
     """An append's ``expected_version`` is not the job's current version."""
 

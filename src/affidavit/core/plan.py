@@ -113,6 +113,10 @@ class Plan:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise PlanError(f"cannot read plan file {str(p)!r}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise PlanError(
+                f"plan file {str(p)!r} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+            ) from exc
         fmt: Literal["json", "yaml"] = "json" if p.suffix.lower() == ".json" else "yaml"
         return cls.from_text(text, fmt, source=str(p))
 

@@ -133,10 +133,16 @@ def resume_job(
         )
     if decision == "accept_result" and result is None:
         raise InvalidStateError("accept_result needs --result (the effect's result)")
+    if decision != "accept_result" and result is not None:
+        raise InvalidStateError(
+            f"a result goes only with accept_result, not with {decision!r}",
+            hint="Leave out --result, or decide accept_result.",
+        )
     if result is not None:
         canonical(result)
     sealer = sealer if sealer is not None else Sealer.for_store(store)
     if decision == "fail":
+        store.get_job(job_id)  # an unknown job creates no key
         sealer.key()  # load or create it before the transaction, not inside
     with store.transaction(durable=True) as tx:
         job, replay = _locked(store, tx, job_id)
@@ -306,6 +312,7 @@ def cancel_job(
         InvalidStateError: the job already completed, failed or was cancelled.
     """
     sealer = sealer if sealer is not None else Sealer.for_store(store)
+    store.get_job(job_id)  # an unknown job creates no key
     sealer.key()  # load or create it before the transaction, not inside
     with store.transaction(durable=True) as tx:
         job, replay = _locked(store, tx, job_id)

@@ -33,6 +33,8 @@ class RecoveryMixin(RunBase):
         failure whose compensation was not recorded is not compensated again blindly — the
         compensation may have acted — and the job fails saying so."""
         replay = self.replay
+        if not replay.failures:
+            return None
         for node_id in self.plan.order:
             finished = replay.node_finished.get(node_id)
             if finished is None or finished.get("attempt") != replay.node_attempts.get(node_id):

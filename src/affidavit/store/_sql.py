@@ -25,6 +25,7 @@ from affidavit.core.errors import (
     InvalidEventError,
     JobNotFound,
     MigrationError,
+    NoSchemaError,
     StoreError,
 )
 from affidavit.core.events import utc_now
@@ -504,7 +505,7 @@ class SqlStore(ApiKeyReads, ABC):
         """
         name = "sqlite" if self.backend == "sqlite" else "postgres"
         if self.schema_version() == 0:
-            raise MigrationError(
+            raise NoSchemaError(
                 "the database holds no affidavit schema",
                 hint="Point --db at an affidavit database (a command that writes, such as "
                 "`affidavit db migrate`, creates the schema).",

@@ -1,0 +1,182 @@
+"""Refused commands create and write nothing, and say why in one line (real subprocesses,
+both backends): a plan or input file that is not UTF-8, an invalid plan or input, an unknown
+job, a lease that never ends, a result given with the wrong decision. Also: human output
+keeps ids whole when piped, and the demo runs on a database it is given."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from affidavit.examples import refund
+from tests.cli.test_cli import cli, json_of
+from tests.conftest import PG_URL
+
+TOOLS = "affidavit.examples.refund"
+
+
+def database_exists(url: str) -> bool:
+    """Whether the SQLite file, or the PostgreSQL schema, of ``url`` exists."""
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///")).exists()
+    schema = url.rsplit("schema=", 1)[1]
+    with psycopg.connect(PG_URL) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+        ).fetchone()
+    return found is not None
+
+
+def assert_refused(result: object, fragment: str) -> None:
+    import subprocess
+
+    assert isinstance(result, subprocess.CompletedProcess)
+    assert result.returncode == 3, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert fragment in json_of(result)["error"]["message"]
+
+
+@pytest.fixture
+def plan_file(tmp_path: Path) -> Path:
+    path = tmp_path / "refund.json"
+    path.write_text(json.dumps(refund.PLAN))
+    return path
+
+
+@pytest.mark.parametrize("command", ["run", "submit"])
+@pytest.mark.parametrize(
+    "case", ["plan_not_utf8", "input_not_utf8", "bad_plan", "unknown_tool", "bad_input"]
+)
+def test_a_refused_submission_creates_no_database(
+    store_url: str, tmp_path: Path, plan_file: Path, command: str, case: str
+) -> None:
+    plan, input_arg = plan_file, '{"order_id": "A-1001"}'
+    if case == "plan_not_utf8":
+        plan = tmp_path / "bad.yaml"
+        plan.write_bytes(b"nodes: [\xff\xfe]\n")
+    elif case == "input_not_utf8":
+        (tmp_path / "input.bin").write_bytes(b'{"order_id": "\xff"}')
+        input_arg = f"@{tmp_path / 'input.bin'}"
+    elif case == "bad_plan":
+        plan.write_text(json.dumps({"nodes": [{"id": "x", "type": "robot"}]}))
+    elif case == "unknown_tool":
+        plan.write_text(json.dumps({"nodes": [{"id": "x", "type": "tool", "tool": "nope"}]}))
+    else:
+        input_arg = '{"amount": 1e400}'
+    fragment = {
+        "plan_not_utf8": "is not UTF-8 text",
+        "input_not_utf8": "is not UTF-8 text",
+        "bad_plan": "unknown type",
+        "unknown_tool": "not registered",
+        "bad_input": "not finite",
+    }[case]
+    args = [command, str(plan), "--tools", TOOLS, "--input", input_arg, "--db", store_url]
+    assert_refused(cli(*args, "--json"), fragment)
+    assert not database_exists(store_url)
+
+
+@pytest.mark.parametrize("command", ["cancel", "signal", "resume"])
+def test_a_decision_on_an_unknown_job_creates_nothing(store_url: str, command: str) -> None:
+    extra = {"signal": ["--key", "k"], "resume": ["--decision", "fail"], "cancel": []}[command]
+    result = cli(command, "no-such-job", *extra, "--db", store_url, "--json")
+    assert result.returncode in (2, 3), result.stderr  # unknown job, or no database at all
+    assert "Traceback" not in result.stderr
+    assert "error" in json_of(result)
+    assert not database_exists(store_url)
+    assert not Path(os.environ["AFFIDAVIT_SIGNING_KEY"]).exists()
+
+
+def test_a_decision_on_a_known_job_still_works(
+    store_url: str, tmp_path: Path, plan_file: Path
+) -> None:
+    """The read-only look-up before a decision does not get in its way."""
+    shop = refund.setup_shop(tmp_path / "shop")
+    job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
+    submitted = cli("submit", str(plan_file), "--tools", TOOLS, "--input", job_input,
+                    "--db", store_url, "--json")  # fmt: skip
+    job_id = json_of(submitted)["job_id"]
+    cancelled = cli("cancel", job_id, "--db", store_url, "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json_of(cancelled)["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_a_lease_that_never_ends_is_refused(
+    store_url: str, plan_file: Path, tmp_path: Path, how: str
+) -> None:
+    shop = refund.setup_shop(tmp_path / "shop")
+    job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
+    args = ["run", str(plan_file), "--tools", TOOLS, "--input", job_input, "--db", store_url]
+    if how == "flag":
+        result = cli(*args, "--lease-seconds", "inf", "--json")
+    else:
+        result = cli(*args, "--json", env={**os.environ, "AFFIDAVIT_LEASE_SECONDS": "inf"})
+    assert_refused(result, "finite")
+    assert not database_exists(store_url)
+
+
+def test_a_result_goes_only_with_accept_result(store_url: str, tmp_path: Path) -> None:
+    from affidavit import Runtime
+    from tests.runtime.crash_tools import REGISTRY, charge_plan
+    from tests.runtime.helpers import run_driver, wait_lease_expired
+
+    side = tmp_path / "side.jsonl"
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        job_id = rt.submit(charge_plan("crash_charge_nr"), {"side": str(side), "amount": 1}).job_id
+        run_driver(store_url, "--job", job_id, "--lease", "0.5", crash="tool.after_execute")
+        wait_lease_expired(rt.store, job_id)
+        rt.run_until_idle()
+        assert rt.get_job(job_id).status == "parked"
+        before = rt.get_job(job_id).version
+    result = cli("resume", job_id, "--decision", "retry", "--result", '{"x": 1}',
+                 "--db", store_url, "--json")  # fmt: skip
+    assert_refused(result, "only with accept_result")
+    with Runtime(store_url, tools=REGISTRY) as rt:
+        assert rt.get_job(job_id).version == before  # nothing appended
+        assert rt.get_job(job_id).status == "parked"
+
+
+def test_piped_output_keeps_ids_whole(tmp_path: Path, plan_file: Path) -> None:
+    """Without a terminal (and without $COLUMNS), tables are not squeezed to 80 columns and
+    errors are not wrapped: a job id can be copied from `jobs list | cat`."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    shop = refund.setup_shop(tmp_path / "shop")
+    job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
+    job_id = json_of(cli("submit", str(plan_file), "--tools", TOOLS, "--input", job_input,
+                         "--db", url, "--json"))["job_id"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env.pop("AFFIDAVIT_DATABASE_URL", None)
+    listed = cli("jobs", "list", "--db", url, env=env)
+    assert job_id in listed.stdout
+    events = cli("jobs", "events", job_id, "--db", url, env=env)
+    assert "plan_generated" in events.stdout
+    error = cli("jobs", "list", "--db", "nonsense://x" + "y" * 80, env=env)
+    assert error.returncode == 3
+    lines = [line for line in error.stderr.splitlines() if line.strip()]
+    assert len(lines[0]) > 80  # one line, not wrapped at 80 columns
+
+
+def test_demo_runs_on_a_given_database(pg_schema: str, tmp_path: Path) -> None:
+    url = f"{PG_URL}?schema={pg_schema}"
+    result = cli("demo", "--db", url, "--lease-seconds", "0.5", "--json",
+                 env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json_of(result)
+    assert summary["ok"] and summary["database"] == url
+    assert summary["tamper"]["detected"] and summary["tamper"]["verified"] is False
+    assert [j["crashed_and_recovered"] for j in summary["jobs"]] == [False, True]
+    # the jobs stay in the given database, and verify there
+    for job in summary["jobs"]:
+        verified = cli("verify", job["job_id"], "--db", url, "--json")
+        assert verified.returncode == 0, verified.stdout
+    # a second run on the same database is its own (its idempotency key is fresh)
+    again = cli("demo", "--db", url, "--lease-seconds", "0.5", "--json",
+                env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert {j["job_id"] for j in json_of(again)["jobs"]}.isdisjoint(
+        {j["job_id"] for j in summary["jobs"]}
+    )
