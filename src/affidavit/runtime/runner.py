@@ -56,6 +56,7 @@ from affidavit.runtime.sdk import (
     ToolRegistry,
 )
 from affidavit.runtime.sealing import Sealer
+from affidavit.runtime.submit import missing_tools
 from affidavit.store import Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 
@@ -95,13 +96,16 @@ class JobRunner:
         self.metrics = metrics if metrics is not None else RuntimeMetrics()
         # ``stopping``: once set, the run ends at its next step boundary as "released"
         self._stopping = stopping
+        self.missing_tools: list[str] = []  # after run() returned "unrunnable"
 
     # --- the job --------------------------------------------------------------------------
 
     def run(self, claim: Claim) -> str:
         """Run the job of ``claim`` until it completes, fails, waits, parks or loses its
         lease; return the resulting status (``"lost"`` when fenced off, ``"released"`` when
-        it stopped at a step boundary because the worker is stopping)."""
+        it stopped at a step boundary because the worker is stopping, ``"unrunnable"`` —
+        nothing written — when its remaining nodes need tools this runner lacks, listed in
+        :attr:`missing_tools`)."""
         try:
             events = self._read_log(claim)
         except Stop as stop:
@@ -112,6 +116,11 @@ class JobRunner:
         if builder.plan is None:
             raise AffidavitError(f"job {claim.job_id} has no plan_generated event")
         replay = builder.ctx
+        # A job that needs tools this worker does not have is handed back untouched, for a
+        # worker that has them (a worker started without its --tools must not fail jobs).
+        self.missing_tools = missing_tools(builder.plan, self.tools, replay.completed_nodes)
+        if self.missing_tools:
+            return "unrunnable"
         run = _Run(
             self.store,
             self.tools,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from affidavit.core.config import DEFAULT_NAMESPACE, database_url
+from affidavit.core.errors import PlanError
 from affidavit.core.plan import Plan
 from affidavit.runtime.confirm import ResourceVerifier
 from affidavit.runtime.decisions import (
@@ -17,10 +18,11 @@ from affidavit.runtime.decisions import (
     signal_job,
 )
 from affidavit.runtime.metrics import RuntimeMetrics
+from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
 from affidavit.runtime.sealing import Sealer, SigningKey
-from affidavit.runtime.submit import check_plan, submit_job
+from affidavit.runtime.submit import check_plan, missing_tools, submit_job
 from affidavit.runtime.waiting import wait_for_job
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, Store, open_store
@@ -138,8 +140,22 @@ class Runtime:
 
     def run_job(self, job_id: str) -> JobRecord:
         """Run one job in this process until it completes, fails, waits or parks (a job that
-        is not runnable — finished, or leased by a live worker — is returned as it is)."""
-        self.worker.run_once(job_id)
+        is not runnable — finished, or leased by a live worker — is returned as it is).
+
+        Raises:
+            PlanError: the job's remaining nodes need tools this runtime does not have (the
+                job is left as it was, for a worker that has them).
+        """
+        if self.worker.run_once(job_id) == "unrunnable":
+            builder = ReplayContextBuilder()
+            for event in self.store.list_events(job_id):
+                builder.add(event)
+            assert builder.plan is not None  # the run found it
+            missing = missing_tools(builder.plan, self.tools, builder.ctx.completed_nodes)
+            raise PlanError(
+                f"job {job_id} needs {', '.join(missing)}, which are not registered here",
+                hint="Load the module that defines them with --tools.",
+            )
         return self.store.get_job(job_id)
 
     def get_job(self, job_id: str) -> JobRecord:

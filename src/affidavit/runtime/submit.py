@@ -5,7 +5,7 @@ The service function behind ``Runtime.submit``, ``affidavit submit|run`` and ``P
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,19 @@ from affidavit.core.plan import Plan
 from affidavit.runtime.confirm import REPLAY_VERIFICATION_MODES
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.store import JobRecord, NewEvent, Store
+
+
+def missing_tools(plan: Plan, tools: ToolRegistry, done: Collection[str] = ()) -> list[str]:
+    """The tools and pure functions the nodes of ``plan`` not in ``done`` need and ``tools``
+    lacks (absent, or registered as the other kind), as ``"tool 'name'"``, sorted."""
+    missing = set()
+    for node in plan.nodes:
+        if node.type not in ("tool", "pure") or node.id in done:
+            continue
+        found = tools.get(node.tool or "")
+        if found is None or found.kind != node.type:
+            missing.add(f"{node.type} {node.tool!r}")
+    return sorted(missing)
 
 
 def check_plan(plan: Plan, tools: ToolRegistry) -> None:

@@ -29,6 +29,8 @@ DEFAULT_LEASE_SECONDS = 15.0
 # Waits of a claim loop between tries while the database is unavailable.
 _OUTAGE_FIRST_WAIT = 0.5
 _OUTAGE_MAX_WAIT = 5.0
+# How many jobs a worker remembers not to claim because it lacks their tools.
+_MAX_SKIPPED = 1000
 log = logging.getLogger("affidavit.worker")
 
 
@@ -81,6 +83,9 @@ class Worker:
         self.on_job = on_job
         self._count_lock = threading.Lock()
         self.jobs_run = 0
+        # jobs this worker handed back because it lacks tools they need: not claimed again by
+        # it (insertion-ordered, the oldest forgotten past _MAX_SKIPPED)
+        self._cannot_run: dict[str, None] = {}
         self._stopping = threading.Event()
 
     def request_stop(self) -> None:
@@ -104,6 +109,8 @@ class Worker:
         """Claim one runnable job (or the given one, if runnable)."""
         attempt = new_attempt_id()
         now = time.time()
+        with self._count_lock:
+            skip = () if job_id is not None else tuple(self._cannot_run)
         with self.store.transaction(durable=True) as tx:
             claimed = tx.claim(
                 owner=self.worker_id,
@@ -111,6 +118,7 @@ class Worker:
                 now=now,
                 lease_seconds=self.lease_seconds,
                 job_id=job_id,
+                skip=skip,
             )
         if not claimed:
             return None
@@ -137,27 +145,43 @@ class Worker:
                 except StoreError:
                     continue  # a transient failure: try again; fencing still protects writes
 
+        runner = JobRunner(
+            self.store,
+            self.tools,
+            lease=lease,
+            sleep=self._sleep,
+            metrics=self.metrics,
+            step_concurrency=self.step_concurrency,
+            sealer=self.sealer,
+            stopping=self._stopping,
+            store_retry_seconds=self.store_retry_seconds,
+        )
         heart = threading.Thread(target=beat, name=f"heartbeat-{claim.job_id}", daemon=True)
         heart.start()
         started = time.perf_counter()
+        status = "error"
         try:
-            status = JobRunner(
-                self.store,
-                self.tools,
-                lease=lease,
-                sleep=self._sleep,
-                metrics=self.metrics,
-                step_concurrency=self.step_concurrency,
-                sealer=self.sealer,
-                stopping=self._stopping,
-                store_retry_seconds=self.store_retry_seconds,
-            ).run(claim)
+            status = runner.run(claim)
         finally:
             done.set()
             heart.join()
             with self._count_lock:
-                self.jobs_run += 1
-        if status == "released":
+                if status != "unrunnable":
+                    self.jobs_run += 1
+        if status == "unrunnable":
+            # nothing was written: hand the job back at once, for a worker with these tools
+            log.warning(
+                "worker %s: job %s needs %s, which this worker does not have (--tools); "
+                "handed back for another worker",
+                self.worker_id,
+                claim.job_id,
+                ", ".join(runner.missing_tools),
+            )
+            with self._count_lock:
+                self._cannot_run[claim.job_id] = None
+                while len(self._cannot_run) > _MAX_SKIPPED:
+                    del self._cannot_run[next(iter(self._cannot_run))]
+        if status in ("released", "unrunnable"):
             try:
                 lease.release()
             except StoreError:

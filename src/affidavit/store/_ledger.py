@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,14 +184,19 @@ class LedgerOps:
         now: float,
         lease_seconds: float,
         job_id: str | None = None,
+        skip: Collection[str] = (),
     ) -> str | None:
         """Claim one runnable job — pending, or running with an expired lease — for a new
-        attempt; return its id or ``None``. Concurrent claimers never get the same job."""
+        attempt; return its id or ``None``. Concurrent claimers never get the same job.
+        ``skip``: jobs not to claim (ones this worker cannot run)."""
         sql = f"SELECT j.job_id FROM jobs j WHERE {RUNNABLE}"
         params: list[Any] = [now]
         if job_id is not None:
             sql += " AND j.job_id = ?"
             params.append(job_id)
+        if skip:
+            sql += f" AND j.job_id NOT IN ({', '.join('?' * len(skip))})"
+            params.extend(skip)
         sql += " ORDER BY j.created_at, j.job_id LIMIT 1" + self.SKIP_LOCKED
         rows = self.query(sql, params)
         if not rows:

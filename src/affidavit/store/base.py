@@ -8,7 +8,7 @@ write events and ledger rows together. Backends: :mod:`affidavit.store.sqlite` a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -256,6 +256,7 @@ class Transaction(Protocol):
         now: float,
         lease_seconds: float,
         job_id: str | None = None,
+        skip: Collection[str] = (),
     ) -> str | None: ...
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool: ...
