@@ -306,3 +306,46 @@ def test_export_job_id_with_a_lone_surrogate(refunded: Refunded) -> None:
     events = [{**e, "job_id": "\ud800"} for e in export(rt, job_id)]
     with pytest.raises(VerificationError, match="not Unicode text"):
         verify_events(events)
+
+
+# --- text that is not UTF-8 (SQLite) ------------------------------------------------------------
+
+NOT_UTF8_CASES = {
+    # bytes 0xff inside a TEXT value: SQLite keeps them, and a strict read fails
+    "event_type": (
+        "UPDATE events SET type = CAST(X'6e6f64655fff' AS TEXT) WHERE job_id = ? AND version = ?",
+        {"stored_chain", "replay_proof_result"},
+    ),
+    "seal_sealed_at": (
+        "UPDATE seals SET sealed_at = CAST(X'ff' AS TEXT) WHERE job_id = ? AND ? > 0",
+        {"seal"},
+    ),
+    "ledger_result": (
+        "UPDATE tool_invocations SET result = CAST(X'7bff7d' AS TEXT) "
+        "WHERE job_id = ? AND node_id = 'refund' AND ? > 0",
+        {"tool_invocation_ledger_proof"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_UTF8_CASES))
+def test_text_that_is_not_utf8_fails_a_check(
+    refunded: Refunded, raw: RawDb, case: str, tmp_path: Path
+) -> None:
+    """Not a store error (exit 3): the edited row fails its check (exit 1), in the API, the
+    CLI and `verify --all` alike."""
+    sqlite_only(raw)
+    rt, job_id = refunded
+    sql, checks = NOT_UTF8_CASES[case]
+    version = version_of(raw, job_id, "tool_invocation_finished", 1)
+    assert raw.execute(sql, (job_id, version)) == 1
+    result = verify_job(rt.store, job_id)
+    assert checks <= failing(result)
+    if case == "event_type":
+        assert result.stored_chain.first_bad_version == version
+        assert result.replay_proof_result.version == version
+    single = cli("verify", job_id, "--db", raw.url, "--json")
+    assert single.returncode == 1, single.stdout + single.stderr
+    assert json_of(single)["ok"] is False
+    every = cli("verify", "--all", "--db", raw.url, "--json")
+    assert every.returncode == 1 and "Traceback" not in every.stderr

@@ -413,8 +413,11 @@ class Store(Protocol):
     def count_invocations_by_status(self) -> dict[str, int]: ...
 
     def count_claim_verdicts(self) -> dict[tuple[str, str], int]: ...
-    def snapshot(self) -> AbstractContextManager[Snapshot]:
-        """A consistent read-only view; see :class:`Snapshot`."""
+    def snapshot(self, *, lenient_text: bool = False) -> AbstractContextManager[Snapshot]:
+        """A consistent read-only view; see :class:`Snapshot`. ``lenient_text``: text that is
+        not UTF-8 (only SQLite can hold it: a column edited outside the store) is read with
+        its bad bytes as lone surrogates instead of failing the read, so that a verifier can
+        report the row; slower, for that case only."""
         ...
 
     def get_seal(self, job_id: str) -> Seal | None:

@@ -220,8 +220,10 @@ class PostgresStore(SqlStore):
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
     @contextmanager
-    def snapshot(self) -> Iterator[SqlSnapshot]:
-        """A consistent, read-only view of the database as of its first read."""
+    def snapshot(self, *, lenient_text: bool = False) -> Iterator[SqlSnapshot]:
+        """A consistent, read-only view of the database as of its first read. (PostgreSQL
+        keeps text valid in the database's encoding: ``lenient_text`` changes nothing.)"""
+        del lenient_text
         try:
             with self._pool.connection() as conn:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")

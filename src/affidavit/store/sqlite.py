@@ -327,6 +327,18 @@ class _WriteTransaction:
             store._write_lock.release()
 
 
+def _lenient_text(data: bytes) -> str:
+    """TEXT as ``str`` even when it is not UTF-8: bad bytes become lone surrogates, which no
+    encoder accepts, so the value is reported rather than read as something else."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def is_text_decode_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or its cause) is SQLite text that is not UTF-8 failing a read."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    return isinstance(cause, sqlite3.OperationalError) and "decode to UTF-8" in str(cause)
+
+
 class SqliteSnapshot(SqlSnapshot):
     """Reads inside one deferred read transaction: WAL keeps its snapshot from the first read
     until the end, whatever writers commit meanwhile."""
@@ -464,11 +476,13 @@ class SqliteStore(SqlStore):
             raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc
 
     @contextmanager
-    def snapshot(self) -> Iterator[SqlSnapshot]:
+    def snapshot(self, *, lenient_text: bool = False) -> Iterator[SqlSnapshot]:
         """A consistent, read-only view (its own connection, so it nests with anything)."""
         if self._closed:
             raise StoreError("the store is closed")
         conn = self._connect()
+        if lenient_text:
+            conn.text_factory = _lenient_text
         try:
             conn.execute("PRAGMA query_only = 1")
             conn.execute("BEGIN")

@@ -21,11 +21,18 @@ from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.core.collector import collector_paused
-from affidavit.core.errors import AffidavitError, ConfigError, JobNotFound, VerificationError
+from affidavit.core.errors import (
+    AffidavitError,
+    ConfigError,
+    JobNotFound,
+    StoreError,
+    VerificationError,
+)
 from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, check_signature, unb64
 from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 from affidavit.store._snapshot import LedgerColumns
+from affidavit.store.sqlite import is_text_decode_error
 from affidavit.verify._fold import LogFold
 from affidavit.verify.result import (
     LedgerProof,
@@ -62,8 +69,21 @@ def verify_job(
         JobNotFound: no such job.
         StoreError: the database cannot be read.
     """
+    try:
+        return _verify_job(store, job_id, trusted_keys, lenient_text=False)
+    except StoreError as exc:
+        if not is_text_decode_error(exc):
+            raise
+    # SQLite text that is not UTF-8 (a column edited outside the store) failed the read: read
+    # again, with such text kept as lone surrogates, so that the row fails its checks
+    return _verify_job(store, job_id, trusted_keys, lenient_text=True)
+
+
+def _verify_job(
+    store: Store, job_id: str, trusted_keys: Iterable[KeyLike] | None, *, lenient_text: bool
+) -> VerificationResult:
     # (1) one snapshot
-    with collector_paused(), store.snapshot() as snap:
+    with collector_paused(), store.snapshot(lenient_text=lenient_text) as snap:
         job = snap.get_job(job_id)
         if job is None:
             raise JobNotFound(job_id)
@@ -300,7 +320,10 @@ def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns])
     add, sha256 = seen.add, hashlib.sha256
     for key, status, invocation_id, text, node_id, step_id, tool_name, args_hash in ledger:
         # the digest of the stored result text (None: the column holds something else)
-        digest = sha256(text.encode()).hexdigest() if type(text) is str else None
+        try:
+            digest = sha256(text.encode()).hexdigest() if type(text) is str else None
+        except UnicodeEncodeError:  # SQLite text that is not UTF-8, read leniently
+            digest = None
         if (
             status == "committed"
             and committed.get(key, _NO_COMMIT) == digest
