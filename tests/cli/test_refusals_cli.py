@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from affidavit.examples import refund
-from tests.cli.test_cli import cli, json_of
+from tests.cli.test_cli import cli, cli_env, json_of
 from tests.conftest import PG_URL
 
 TOOLS = "affidavit.examples.refund"
@@ -32,8 +34,6 @@ def database_exists(url: str) -> bool:
 
 
 def assert_refused(result: object, fragment: str) -> None:
-    import subprocess
-
     assert isinstance(result, subprocess.CompletedProcess)
     assert result.returncode == 3, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
@@ -140,6 +140,17 @@ def test_a_result_goes_only_with_accept_result(store_url: str, tmp_path: Path) -
         assert rt.get_job(job_id).status == "parked"
 
 
+def piped(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with no terminal anywhere (stdin too: Rich asks it for a width) and no
+    $COLUMNS: as in a script or a pipe."""
+    env = cli_env()
+    env.pop("COLUMNS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "affidavit", *args],
+        capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
+
+
 def test_piped_output_keeps_ids_whole(tmp_path: Path, plan_file: Path) -> None:
     """Without a terminal (and without $COLUMNS), tables are not squeezed to 80 columns and
     errors are not wrapped: a job id can be copied from `jobs list | cat`."""
@@ -148,13 +159,11 @@ def test_piped_output_keeps_ids_whole(tmp_path: Path, plan_file: Path) -> None:
     job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
     job_id = json_of(cli("submit", str(plan_file), "--tools", TOOLS, "--input", job_input,
                          "--db", url, "--json"))["job_id"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    env.pop("AFFIDAVIT_DATABASE_URL", None)
-    listed = cli("jobs", "list", "--db", url, env=env)
+    listed = piped("jobs", "list", "--db", url)
     assert job_id in listed.stdout
-    events = cli("jobs", "events", job_id, "--db", url, env=env)
+    events = piped("jobs", "events", job_id, "--db", url)
     assert "plan_generated" in events.stdout
-    error = cli("jobs", "list", "--db", "nonsense://x" + "y" * 80, env=env)
+    error = piped("jobs", "list", "--db", "nonsense://x" + "y" * 80)
     assert error.returncode == 3
     lines = [line for line in error.stderr.splitlines() if line.strip()]
     assert len(lines[0]) > 80  # one line, not wrapped at 80 columns
