@@ -169,3 +169,16 @@ def test_keys_show_and_rotate(store_url: str, tmp_path: Path) -> None:
 
     human = cli("keys", "show", "--db", store_url)
     assert second["key_id"] in human.stdout and first["key_id"] in human.stdout
+
+
+def test_keys_show_refuses_a_key_file_that_is_not_there(store_url: str, tmp_path: Path) -> None:
+    """A mistyped --key-file must not create (and record) a second active key."""
+    missing = tmp_path / "typo" / "affidavit-signing.key"
+    shown = cli("keys", "show", "--key-file", str(missing), "--db", store_url, "--json")
+    assert shown.returncode == 3
+    assert "no signing key at" in json_of(shown)["error"]["message"]
+    assert not missing.parent.exists()
+    # `keys rotate --key-file` is how a key is made at a chosen path; then `show` reads it
+    made = json_of(cli("keys", "rotate", "--key-file", str(missing), "--db", store_url, "--json"))
+    again = cli("keys", "show", "--key-file", str(missing), "--db", store_url, "--json")
+    assert again.returncode == 0 and json_of(again)["key_id"] == made["key_id"]

@@ -224,10 +224,18 @@ def keys_show(
     key_file: KeyFileOption = None, db: DbOption = None, as_json: JsonOption = False
 ) -> None:
     """Print the signing key's public key and key id (creating the key if there is none yet),
-    and every public key recorded in the database.
+    and every public key recorded in the database. A --key-file that does not exist is an
+    error, not a new key (a mistyped path would otherwise record a second active key): create
+    one there with `affidavit keys rotate --key-file PATH`.
 
     Exit codes: 0 shown; 3 the key file or the database cannot be used.
     """
+    with command(as_json):
+        if key_file is not None and not key_file.exists():
+            raise ConfigError(
+                f"no signing key at {str(key_file)!r}",
+                hint="Check the path; `affidavit keys rotate --key-file PATH` creates a key there.",
+            )
     with command(as_json), opened(db) as store:
         key = _sealer(store, key_file).register(store)
         doc = _key_doc(key, store)
