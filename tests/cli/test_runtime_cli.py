@@ -521,3 +521,22 @@ def test_jobs_wait_exit_codes(store_url: str, tmp_path: Path) -> None:
     missing = cli("jobs", "wait", "no-such-job", "--db", store_url, "--json")
     assert missing.returncode == 2
     assert json_of(missing)["error"]["code"] == "job_not_found"
+
+
+def test_run_of_a_job_another_worker_holds_names_its_lease(store_url: str, tmp_path: Path) -> None:
+    """`run` with the idempotency key of a job a live worker is running does not run it here:
+    exit 3, naming the worker and when its lease ends (a time, not a raw epoch number)."""
+    tools = tmp_path / "gated_tools.py"
+    tools.write_text(GATED_TOOLS)
+    side, gate = tmp_path / "calls.txt", tmp_path / "gate"
+    plan = two_step_plan(tmp_path, side, gate)
+    args = ("--tools", str(tools), "--idempotency-key", "held", "--db", store_url)
+    job_id = json_of(cli("submit", str(plan), *args, "--json"))["job_id"]
+    with running(*worker_args(store_url, tools)):
+        wait_for_lines(side, 1)  # the worker is inside "first", holding the lease
+        again = cli("run", str(plan), *args, "--json")
+        assert again.returncode == 3, again.stderr
+        message = json_of(again)["error"]["message"]
+        assert f"job {job_id} is held by worker" in message
+        assert re.search(r"lease until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00\)", message), message
+        gate.touch()

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
@@ -275,9 +276,14 @@ def run(
                     )
                 raise typer.Exit(128 + stop.signum)
             if job.status in ("pending", "running"):
+                until = (
+                    datetime.fromtimestamp(job.lease_expires_at, UTC).isoformat(timespec="seconds")
+                    if job.lease_expires_at is not None
+                    else "unknown"
+                )
                 raise InvalidStateError(
                     f"job {job.job_id} is held by worker {job.lease_owner} (lease until "
-                    f"{job.lease_expires_at}); it was not run here",
+                    f"{until}); it was not run here",
                     hint="Wait for that worker, or for its lease to expire and run again.",
                 )
         finally:
