@@ -190,12 +190,14 @@ def test_a_compensation_cut_by_a_crash_is_not_run_again(
         assert_closed_and_verified(rt, job_id)
 
 
-def two_in_flight(rt: Runtime, url: str, side: Path, in_flight: str) -> str:
-    """a (no reconcile) and b (reconcile) both charged and in flight when the worker dies at
-    a's after_execute; recovered here once."""
+def two_in_flight(
+    rt: Runtime, url: str, side: Path, in_flight: str, b_tool: str = "crash_slow_charge"
+) -> str:
+    """a (no reconcile) and b (by default with reconcile) both charged and in flight when the
+    worker dies at a's after_execute; recovered here once."""
     plan = graph(
         tool_node("a", "crash_slow_charge_nr", amount=1, delay=0.2),
-        tool_node("b", "crash_slow_charge", amount=2, delay=1.5),
+        tool_node("b", b_tool, amount=2, delay=1.5),
         max_attempts=3,
         in_flight=in_flight,
     )
@@ -216,6 +218,10 @@ def test_resume_decides_only_the_parked_invocation(
         assert rt.get_job(job_id).status == "parked"
         parked = of_type(rt.store.list_events(job_id), "job_parked")[0]
         assert parked["node_id"] == "a"
+        # b's reconcile ran before the park (open invocations that can be resolved without a
+        # person go first): only a is left for the person
+        open_now = build_from_events(rt.store.list_events(job_id)).pending_tool_invocations
+        assert [p["node_id"] for p in open_now.values()] == ["a"]
         checked = {"charge_id": "checked-by-hand", "amount": 1}
         rt.resume(job_id, decision, result=checked if decision == "accept_result" else None)
         rt.run_until_idle()
@@ -244,11 +250,32 @@ def test_resume_decides_only_the_parked_invocation(
         assert_closed_and_verified(rt, job_id)
 
 
-@pytest.mark.parametrize("how", ["policy_fail", "resume_fail"])
-def test_a_failed_job_leaves_no_invocation_open(store_url: str, tmp_path: Path, how: str) -> None:
+def test_reconcilable_invocations_are_resolved_before_the_job_fails(
+    store_url: str, tmp_path: Path
+) -> None:
+    """a (no reconcile, policy fail) and b (reconcile) open: b is caught up first — its charge
+    recorded as what happened — and only then does a fail the job."""
     side = tmp_path / "side.jsonl"
     with Runtime(store_url, tools=REGISTRY, lease_seconds=5, step_concurrency=2) as rt:
-        job_id = two_in_flight(rt, store_url, side, "fail" if how == "policy_fail" else "park")
+        job_id = two_in_flight(rt, store_url, side, "fail")
+        assert rt.get_job(job_id).status == "failed"
+        closing = {
+            p["node_id"]: (p["outcome"], p["catch_up"])
+            for p in of_type(rt.store.list_events(job_id), "tool_invocation_finished")
+        }
+        assert closing == {"a": ("lost", True), "b": ("success", True)}
+        assert side_count(side, job_id, "charge", "b") == 1
+        assert_closed_and_verified(rt, job_id)
+
+
+@pytest.mark.parametrize("how", ["policy_fail", "resume_fail"])
+def test_a_failed_job_leaves_no_invocation_open(store_url: str, tmp_path: Path, how: str) -> None:
+    """Neither open invocation can be reconciled: the one the job fails on is closed by that
+    decision, the other by the failure itself."""
+    side = tmp_path / "side.jsonl"
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5, step_concurrency=2) as rt:
+        policy = "fail" if how == "policy_fail" else "park"
+        job_id = two_in_flight(rt, store_url, side, policy, b_tool="crash_slow_charge_nr")
         if how == "resume_fail":
             assert rt.get_job(job_id).status == "parked"
             rt.resume(job_id, "fail")

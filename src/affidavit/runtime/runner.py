@@ -19,7 +19,7 @@ import functools
 import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -175,7 +175,7 @@ class _Run(RecoveryMixin):
             if self.step_concurrency > 1:
                 self._execute_concurrently(completed)
             else:
-                for node_id in self.plan.order:
+                for node_id in self._open_first(self.plan.order):
                     if node_id in completed:
                         continue  # recorded: its output is injected, it is never run again
                     self._check_stopping()
@@ -218,7 +218,8 @@ class _Run(RecoveryMixin):
         """
         done = set(completed)
         remaining = [n for n in self.plan.order if n not in done]
-        for node_id in [n for n in remaining if n in self._open_nodes()]:
+        opened = self._open_nodes()
+        for node_id in self._open_first([n for n in remaining if n in opened]):
             self._check_stopping()
             self._check_lease()
             self.scope[node_id] = self._run_node(node_id)
@@ -268,6 +269,22 @@ class _Run(RecoveryMixin):
 
     def _open_nodes(self) -> set[str]:
         return {p["node_id"] for p in self.replay.pending_tool_invocations.values()}
+
+    def _open_first(self, order: Sequence[str]) -> list[str]:
+        """``order`` with the nodes a dead attempt left in flight first — those whose tool has
+        a ``reconcile`` hook before those without — so that every invocation that can be
+        resolved without a person is resolved before the run parks (or fails) on one that
+        cannot. (An open node's dependencies completed before it started, so it may go first.)"""
+        opened = self._open_nodes()
+        if not opened:
+            return list(order)
+
+        def unreconcilable(node_id: str) -> bool:
+            t = self.tools.get(self.plan.node(node_id).tool or "")
+            return t is None or t.reconcile_fn is None
+
+        first = sorted((n for n in order if n in opened), key=unreconcilable)  # stable
+        return first + [n for n in order if n not in opened]
 
     def _resolve_args(self, node: Node) -> tuple[dict[str, Any], bytes]:
         """The node's arguments resolved, and their canonical bytes (keys are derived from
