@@ -99,6 +99,9 @@ def test_submit_is_idempotent_and_validated(api: Api) -> None:
         job = first.json()
         assert job["namespace"] == "a" and job["submitted_by"] == "bot-a"
         assert job["status"] == "pending" and job["event_count"] == 2
+        changed = c.post("/api/jobs", json={**body, "input": {"x": 8}}, headers=headers)
+        assert changed.status_code == 409
+        assert changed.json()["error"]["code"] == "idempotency_conflict"
 
         count = len(api.store.list_jobs())
         bad_plans: list[dict[str, Any]] = [

@@ -25,6 +25,7 @@ from affidavit import (
     ToolContext,
     ToolRegistry,
 )
+from affidavit.core.errors import IdempotencyConflict
 from affidavit.core.plan import Plan
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.runtime import InvalidStateError
@@ -504,6 +505,24 @@ def test_duplicate_submit_returns_the_same_job_and_runs_once(
     assert len(of_type(events, "job_created")) == 1
     other = rt.submit(CHAIN, {"amount": 2}, idempotency_key="order-8")
     assert other.job_id != first.job_id
+
+
+def test_a_key_reused_with_another_plan_or_input_is_refused(
+    make_runtime: Any, calls: Calls
+) -> None:
+    """The same key names the same job only for the same plan and input: a changed input or
+    plan under an old key is an error (nothing written), not the old job back unnoticed."""
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    first = rt.submit(CHAIN, {"amount": 2}, idempotency_key="order-7")
+    with pytest.raises(IdempotencyConflict, match="another input"):
+        rt.submit(CHAIN, {"amount": 3}, idempotency_key="order-7")
+    changed = {**CHAIN, "nodes": CHAIN["nodes"][:1]}  # another task graph
+    with pytest.raises(IdempotencyConflict, match="another plan and input"):
+        rt.submit(changed, {"amount": 3}, idempotency_key="order-7")
+    assert [j.job_id for j in rt.store.list_jobs(JobFilter())] == [first.job_id]
+    assert rt.store.get_job(first.job_id).version == 2
+    # the same plan and input: the same job, as before
+    assert rt.submit(CHAIN, {"amount": 2}, idempotency_key="order-7").job_id == first.job_id
 
 
 def test_concurrent_duplicate_submits(make_runtime: Any, calls: Calls) -> None:

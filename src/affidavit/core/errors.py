@@ -146,6 +146,17 @@ class ConflictError(StoreError):
         self.actual = actual
 
 
+class IdempotencyConflict(AffidavitError):
+    """A submission reuses an idempotency key with another plan or input than the job the key
+    already names."""
+
+    code = "idempotency_conflict"
+    default_hint = (
+        "The same key returns the same job only for the same plan and input: use a new key "
+        "for a different job, or look the existing one up with `affidavit jobs show`."
+    )
+
+
 class FencedError(StoreError):
     """A write came from an attempt that no longer holds the job's lease."""
 

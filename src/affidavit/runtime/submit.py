@@ -11,7 +11,7 @@ from typing import Any
 
 from affidavit.core.canonical import canonical
 from affidavit.core.config import DEFAULT_NAMESPACE
-from affidavit.core.errors import ConfigError, PlanError
+from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
 from affidavit.runtime.confirm import REPLAY_VERIFICATION_MODES
@@ -78,6 +78,7 @@ def submit_job(
 
     Raises:
         PlanError: the plan is invalid or uses a tool that is not registered.
+        IdempotencyConflict: ``idempotency_key`` names a job with another plan or input.
         ConfigError: an unknown ``replay_verification`` mode.
         CanonicalizationError: the input is not JSON that can be recorded.
     """
@@ -100,7 +101,7 @@ def submit_job(
     job_input = {} if input is None else input
     canonical(job_input)  # rejects non-JSON input with its path, before anything is written
     at = utc_now()
-    return store.create_job(
+    job, created = store.create_job(
         namespace=namespace,
         plan_name=parsed.name,
         idempotency_key=idempotency_key,
@@ -128,3 +129,31 @@ def submit_job(
             ),
         ],
     )
+    if not created:
+        _same_submission(store, job, parsed.plan_hash, job_input)
+    return job, created
+
+
+def _same_submission(store: Store, job: JobRecord, plan_hash: str, job_input: Any) -> None:
+    """A key already used names the same job only for the same plan and input (a script that
+    changed either and kept the key would otherwise get the old job back unnoticed).
+
+    Raises:
+        IdempotencyConflict: the key's job has another plan or input.
+    """
+    first = store.list_events(job.job_id, limit=2)
+    recorded = {e.type: e.payload for e in first}
+    created, generated = recorded.get("job_created", {}), recorded.get("plan_generated", {})
+    differs = [
+        what
+        for what, same in (
+            ("plan", generated.get("plan_hash") == plan_hash),
+            ("input", canonical(created.get("input")) == canonical(job_input)),
+        )
+        if not same
+    ]
+    if differs:
+        raise IdempotencyConflict(
+            f"idempotency key {job.idempotency_key!r} names job {job.job_id}, submitted with "
+            f"another {' and '.join(differs)}"
+        )
