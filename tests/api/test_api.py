@@ -102,6 +102,10 @@ def test_submit_is_idempotent_and_validated(api: Api) -> None:
         changed = c.post("/api/jobs", json={**body, "input": {"x": 8}}, headers=headers)
         assert changed.status_code == 409
         assert changed.json()["error"]["code"] == "idempotency_conflict"
+        referenced = {"nodes": [{"id": "x", "type": "wait", "args": {"v": "${input.missing}"}}]}
+        unresolved = c.post("/api/jobs", json={"plan": referenced, "input": {}})
+        assert unresolved.status_code == 422, unresolved.text
+        assert unresolved.json()["error"]["code"] == "args_unresolvable"
 
         count = len(api.store.list_jobs())
         bad_plans: list[dict[str, Any]] = [

@@ -27,6 +27,7 @@ from affidavit import (
 )
 from affidavit.core.errors import IdempotencyConflict
 from affidavit.core.plan import Plan
+from affidavit.runtime.args import ArgsResolutionError
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.runtime import InvalidStateError
 from affidavit.runtime.worker import Worker
@@ -653,13 +654,25 @@ def test_unresolvable_args_fail_the_job_naming_the_node(make_runtime: Any, calls
     assert [r.node_id for r in ledger_rows(rt.store, job_id)] == ["lookup"]
 
 
-def test_missing_input_field_fails_the_job(make_runtime: Any, calls: Calls) -> None:
+def test_missing_input_field_is_refused_on_submit(make_runtime: Any, calls: Calls) -> None:
+    """The input is known when the job is submitted: a reference to a field it lacks is a
+    clear error then, and no job is written."""
     rt = make_runtime(charge_tool(calls))
-    job_id = rt.submit(plan(node("a", "charge", args={"amount": "${input.amount}"})), {}).job_id
+    graph = plan(
+        node("a", "charge", args={"amount": "${input.amount}"}),
+        node("b", "charge", args={"amount": "${input.order.id}"}, deps=["a"]),
+    )
+    with pytest.raises(ArgsResolutionError, match=r"node 'a': \$\{input.amount\}"):
+        rt.submit(graph, {})
+    with pytest.raises(ArgsResolutionError, match=r"node 'b': \$\{input.order.id\}"):
+        rt.submit(graph, {"amount": 1, "order": {"no": 7}})
+    with pytest.raises(ArgsResolutionError, match="'input' has no field 'amount'"):
+        rt.submit(graph, [1, 2])
+    assert rt.store.list_jobs(JobFilter()) == []
+    job_id = rt.submit(graph, {"amount": 1, "order": {"id": 7}}).job_id
     rt.run_until_idle()
-    job = rt.get_job(job_id)
-    assert job.status == "failed" and "'a'" in job.error["message"]
-    assert calls.log == []
+    assert rt.get_job(job_id).status == "completed"
+    assert calls.count("a") == 1
 
 
 def test_tool_missing_in_the_worker_leaves_the_job_for_another(

@@ -30,6 +30,7 @@ from affidavit.core.errors import (
     ValidationError,
 )
 from affidavit.packs import PackExistsError, UnfinishedJobError
+from affidavit.runtime.args import ArgsResolutionError
 from affidavit.runtime.decisions import InvalidStateError
 
 # First match wins: subclasses before their bases (ConflictError is a StoreError).
@@ -50,6 +51,7 @@ STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
     (UnfinishedJobError, 409),
     (PackExistsError, 409),
     (PlanError, 422),
+    (ArgsResolutionError, 422),
     (CanonicalizationError, 422),
     (InvalidEventError, 422),
     (ConfigError, 422),

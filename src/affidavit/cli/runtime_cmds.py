@@ -26,6 +26,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
 from affidavit.core.plan import Plan
+from affidavit.runtime.args import check_input_references
 from affidavit.runtime.decisions import (
     RESUME_DECISIONS,
     InvalidStateError,
@@ -160,6 +161,7 @@ def prepared_job(
     check_plan(parsed, registry)
     job_input = parse_json_arg(input, "--input")
     canonical({} if job_input is None else job_input)
+    check_input_references(parsed, {} if job_input is None else job_input)
     return parsed, job_input
 
 

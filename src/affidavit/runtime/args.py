@@ -12,6 +12,7 @@ from typing import Any
 
 from affidavit.core.canonical import canonical_text
 from affidavit.core.errors import AffidavitError
+from affidavit.core.plan import Plan
 
 _EXACT = re.compile(r"^\$\{([^}]*)\}\Z")
 _ANY = re.compile(r"\$\{([^}]*)\}")
@@ -61,3 +62,29 @@ def resolve(value: Any, scope: Mapping[str, Any], node_id: str) -> Any:
     if isinstance(value, list):
         return [resolve(v, scope, node_id) for v in value]
     return value
+
+
+def _references(value: Any) -> list[str]:
+    """Every ``${...}`` reference in ``value`` (nested dicts and lists)."""
+    if isinstance(value, str):
+        return _ANY.findall(value) if "${" in value else []
+    if isinstance(value, dict):
+        return [ref for v in value.values() for ref in _references(v)]
+    if isinstance(value, list):
+        return [ref for v in value for ref in _references(v)]
+    return []
+
+
+def check_input_references(plan: Plan, job_input: Any) -> None:
+    """Every ``${input...}`` reference in the plan's args resolves against ``job_input``:
+    checked when a job is submitted, since the input is known then (references to upstream
+    outputs can only be resolved when the node runs).
+
+    Raises:
+        ArgsResolutionError: naming the node and the reference.
+    """
+    scope = {"input": job_input}
+    for node in plan.nodes:
+        for ref in _references(node.args):
+            if ref.strip().split(".")[0] == "input":
+                _lookup(ref, scope, node.id)

@@ -14,6 +14,7 @@ from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
+from affidavit.runtime.args import check_input_references
 from affidavit.runtime.confirm import REPLAY_VERIFICATION_MODES
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.store import JobRecord, NewEvent, Store
@@ -79,6 +80,7 @@ def submit_job(
     Raises:
         PlanError: the plan is invalid or uses a tool that is not registered.
         IdempotencyConflict: ``idempotency_key`` names a job with another plan or input.
+        ArgsResolutionError: an ``${input...}`` reference names a field the input lacks.
         ConfigError: an unknown ``replay_verification`` mode.
         CanonicalizationError: the input is not JSON that can be recorded.
     """
@@ -100,6 +102,7 @@ def submit_job(
         policy["replay_verification"] = replay_verification
     job_input = {} if input is None else input
     canonical(job_input)  # rejects non-JSON input with its path, before anything is written
+    check_input_references(parsed, job_input)
     at = utc_now()
     job, created = store.create_job(
         namespace=namespace,
