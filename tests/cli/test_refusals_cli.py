@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from affidavit import Runtime
 from affidavit.examples import refund
 from tests.cli.test_cli import cli, cli_env, json_of
 from tests.conftest import PG_URL
@@ -182,6 +183,9 @@ def test_demo_runs_on_a_given_database(pg_schema: str, tmp_path: Path) -> None:
     for job in summary["jobs"]:
         verified = cli("verify", job["job_id"], "--db", url, "--json")
         assert verified.returncode == 0, verified.stdout
+    # the demo runs only its own jobs: another job waiting in the database stays untouched
+    with Runtime(url, tools=refund.TOOLS) as rt:
+        other = rt.submit(refund.PLAN, {"order_id": "A-1001", "data_dir": str(tmp_path)}).job_id
     # a second run on the same database is its own (its idempotency key is fresh)
     again = cli("demo", "--db", url, "--lease-seconds", "0.5", "--json",
                 env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
@@ -189,3 +193,6 @@ def test_demo_runs_on_a_given_database(pg_schema: str, tmp_path: Path) -> None:
     assert {j["job_id"] for j in json_of(again)["jobs"]}.isdisjoint(
         {j["job_id"] for j in summary["jobs"]}
     )
+    with Runtime(url, tools=refund.TOOLS) as rt:
+        untouched = rt.get_job(other)
+        assert (untouched.status, untouched.version, untouched.lease_owner) == ("pending", 2, None)

@@ -673,6 +673,11 @@ def test_missing_input_field_is_refused_on_submit(make_runtime: Any, calls: Call
     rt.run_until_idle()
     assert rt.get_job(job_id).status == "completed"
     assert calls.count("a") == 1
+    # checked as the runtime will read the input back: a tuple is a list there
+    indexed = plan(node("a", "charge", args={"amount": "${input.amounts.1}"}))
+    tupled = rt.submit(indexed, {"amounts": (1, 5)}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(tupled).status == "completed"
 
 
 def test_tool_missing_in_the_worker_leaves_the_job_for_another(

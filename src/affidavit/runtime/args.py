@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from affidavit.core.canonical import canonical_text
+from affidavit.core.canonical import canonical, canonical_text, parse
 from affidavit.core.errors import AffidavitError
 from affidavit.core.plan import Plan
 
@@ -83,7 +83,8 @@ def check_input_references(plan: Plan, job_input: Any) -> None:
     Raises:
         ArgsResolutionError: naming the node and the reference.
     """
-    scope = {"input": job_input}
+    # as the runtime will see it: read back from the log (a tuple is then a list)
+    scope = {"input": parse(canonical(job_input))}
     for node in plan.nodes:
         for ref in _references(node.args):
             if ref.strip().split(".")[0] == "input":
