@@ -14,6 +14,7 @@ from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.core.errors import AffidavitError, JobNotFound, SignalRejected
 from affidavit.core.events import utc_now
 from affidavit.runtime.replay import ReplayContext, build_from_events
+from affidavit.runtime.run_base import close_open_invocations
 from affidavit.runtime.sealing import Sealer
 from affidavit.store import JobRecord, NewEvent, Store, Transaction
 
@@ -164,7 +165,7 @@ def resume_job(
             # the job ends: every other invocation still open is closed too (§3 closing rule)
             ended = {"type": "lost", "message": "the job was failed by a person while this "
                      "invocation was open; the tool may or may not have acted"}  # fmt: skip
-            events += _close_open(tx, job_id, replay, at, ended, skip=parked_key)
+            events += _closing_events(tx, job_id, at, ended, skip=parked_key)
         events.append(
             NewEvent(
                 "job_resumed",
@@ -256,39 +257,14 @@ def _close_parked(
     return events
 
 
-def _close_open(
-    tx: Transaction,
-    job_id: str,
-    replay: ReplayContext,
-    at: str,
-    error: dict[str, Any],
-    *,
-    skip: str | None = None,
+def _closing_events(
+    tx: Transaction, job_id: str, at: str, error: dict[str, Any], *, skip: str | None = None
 ) -> list[NewEvent]:
-    """Close every invocation still open as ``lost`` (the tool may or may not have acted)
-    because the job ends here, and mark the ledger rows failed. ``skip``: a key closed
-    already in this transaction."""
-    events = []
-    for key, started in replay.pending_tool_invocations.items():
-        if key == skip:
-            continue
-        events.append(
-            NewEvent(
-                "tool_invocation_finished",
-                {
-                    "at": at,
-                    "node_id": started["node_id"],
-                    "step_id": started["step_id"],
-                    "invocation_id": started["invocation_id"],
-                    "idempotency_key": key,
-                    "outcome": "lost",
-                    "catch_up": True,
-                    "error": error,
-                },
-            )
-        )
-        tx.ledger_finish(job_id, key, status="failed", error=error)
-    return events
+    """:func:`~affidavit.runtime.run_base.close_open_invocations` as events stamped ``at``."""
+    return [
+        NewEvent(event_type, {"at": at, **payload})
+        for event_type, payload in close_open_invocations(tx, job_id, error, skip=skip)
+    ]
 
 
 # --- cancel -----------------------------------------------------------------------------------
@@ -315,12 +291,14 @@ def cancel_job(
     store.get_job(job_id)  # an unknown job creates no key
     sealer.key()  # load or create it before the transaction, not inside
     with store.transaction(durable=True) as tx:
-        job, replay = _locked(store, tx, job_id)
+        job = tx.get_job(job_id, for_update=True)  # the open invocations come from the ledger
+        if job is None:
+            raise JobNotFound(job_id)
         if job.terminal:
             raise InvalidStateError(f"job {job_id} is already {job.status}")
         at = utc_now()
         error = {"type": "cancelled", "message": "job cancelled while in flight"}
-        events = _close_open(tx, job_id, replay, at, error)
+        events = _closing_events(tx, job_id, at, error)
         events.append(NewEvent("job_cancelled", {"at": at, "reason": reason, "by": by}))
         tx.append(job_id, events, expected_version=job.version)
         tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)

@@ -141,6 +141,36 @@ def step_payload(payload: dict[str, Any]) -> bytes:
         raise CanonicalizationError(f"a step event cannot be recorded: {exc}") from None
 
 
+def close_open_invocations(
+    tx: Any, job_id: str, error: dict[str, Any], *, skip: str | None = None
+) -> list[Item]:
+    """For a transaction that ends the job: mark every ledger row still ``started`` (an
+    invocation begun and never finished) failed with ``error``, and return the events that
+    close them — ``tool_invocation_finished`` as ``lost``, ``catch_up`` (the tool may or may
+    not have acted) — to append before the job's last event, so that the job ends with no key
+    pending (FORMATS.md §3). ``skip``: a key the caller closes itself."""
+    closings: list[Item] = []
+    for row in tx.ledger_open(job_id):
+        if row.idempotency_key == skip:
+            continue
+        closings.append(
+            (
+                "tool_invocation_finished",
+                {
+                    "node_id": row.node_id,
+                    "step_id": row.step_id,
+                    "invocation_id": row.invocation_id,
+                    "idempotency_key": row.idempotency_key,
+                    "outcome": "lost",
+                    "catch_up": True,
+                    "error": error,
+                },
+            )
+        )
+        tx.ledger_finish(job_id, row.idempotency_key, status="failed", error=error)
+    return closings
+
+
 class RunBase:
     """One run of one job (one claim)."""
 
@@ -337,33 +367,16 @@ class RunBase:
 
     def _close_open(self, tx: Any, keep: str | None = None) -> None:
         """In a transaction that ends the job: close every invocation still open (one a dead
-        attempt started and this run never resolved) as ``lost`` — the tool may or may not
-        have acted — and mark its ledger row failed, so that the job ends with no key pending
-        (FORMATS.md §3). ``keep``: a key the caller closes itself."""
+        attempt started and this run never resolved); see :func:`close_open_invocations`.
+        ``keep``: a key the caller closes itself."""
         error = {
             "type": "lost",
             "message": "the job ended while this invocation was open; "
             "the tool may or may not have acted",
         }
-        for row in tx.ledger_open(self.claim.job_id):
-            if row.idempotency_key == keep:
-                continue
-            self._append(
-                tx,
-                (
-                    "tool_invocation_finished",
-                    {
-                        "node_id": row.node_id,
-                        "step_id": row.step_id,
-                        "invocation_id": row.invocation_id,
-                        "idempotency_key": row.idempotency_key,
-                        "outcome": "lost",
-                        "error": error,
-                        "catch_up": True,
-                    },
-                ),
-            )
-            tx.ledger_finish(self.claim.job_id, row.idempotency_key, status="failed", error=error)
+        closings = close_open_invocations(tx, self.claim.job_id, error, skip=keep)
+        if closings:
+            self._append(tx, *closings)
 
     def _check_lease(self) -> None:
         check_lease(self.lease_lost)

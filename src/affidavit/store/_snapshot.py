@@ -21,7 +21,7 @@ from affidavit.store._sql import BY_JOB_ID, job_from_row
 from affidavit.store.base import JobRecord, StoredEvent
 
 DEFAULT_BATCH = 2000
-LEDGER_DIGEST_SELECT = (
+LEDGER_COLUMNS_SELECT = (
     "SELECT idempotency_key, status, invocation_id, coalesce(result, 'null'), node_id, step_id, "
     "tool_name, args_hash FROM tool_invocations WHERE job_id = ? ORDER BY idempotency_key"
 )
@@ -82,7 +82,7 @@ class SqlSnapshot(ABC):
         args_hash)`` per ledger row in key order, ``result`` the stored text (``null`` when
         there is none): every column the log has a counterpart of, as read (a row edited
         outside the store may hold another type than text), without an object per row."""
-        rows = self.stream(LEDGER_DIGEST_SELECT, (job_id,), batch)  # rows are those tuples
+        rows = self.stream(LEDGER_COLUMNS_SELECT, (job_id,), batch)  # rows are those tuples
         return cast("Iterator[LedgerColumns]", rows)
 
     def ledger_list(self, job_id: str) -> list[LedgerRow]:
