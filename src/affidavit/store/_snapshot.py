@@ -9,7 +9,6 @@ grow with its length.
 
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -59,21 +58,6 @@ class SqlSnapshot(ABC):
         fields a verifier needs, without building an object per event."""
         rows = self.stream(self.log_sql.rows, (job_id,), batch)  # rows are those tuples
         return cast("Iterator[tuple[int, str, str, bytes, str]]", rows)
-
-    def iter_ledger_digests(
-        self, job_id: str, *, batch: int = DEFAULT_BATCH
-    ) -> Iterator[tuple[str, str, str, str]]:
-        """``(idempotency_key, status, invocation_id, result_sha256)`` per ledger row, the
-        digest taken over the stored result text (``null`` when there is none; the empty
-        string when the column holds something else than text)."""
-        sha256 = hashlib.sha256
-        for key, status, invocation, text, *_ in self.iter_ledger_columns(job_id, batch=batch):
-            yield (
-                key,
-                status,
-                invocation,
-                (sha256(text.encode()).hexdigest() if type(text) is str else ""),
-            )
 
     def iter_ledger_columns(
         self, job_id: str, *, batch: int = DEFAULT_BATCH

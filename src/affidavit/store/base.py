@@ -314,13 +314,6 @@ class Snapshot(Protocol):
         order, streamed like :meth:`iter_events` without an object per event."""
         ...
 
-    def iter_ledger_digests(
-        self, job_id: str, *, batch: int = ...
-    ) -> Iterator[tuple[str, str, str, str]]:
-        """``(idempotency_key, status, invocation_id, sha256 of the stored result text)`` per
-        ledger row (the text ``null`` when the row has no result)."""
-        ...
-
     def iter_ledger_columns(
         self, job_id: str, *, batch: int = ...
     ) -> Iterator[tuple[str, str, str, str, str, str, str, str]]:
