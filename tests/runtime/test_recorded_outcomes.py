@@ -81,18 +81,27 @@ def assert_closed_and_verified(rt: Runtime, job_id: str) -> None:
     assert result.ok, result.to_dict()
 
 
-@pytest.mark.parametrize("failure", ["permanent", "out_of_attempts"])
+@pytest.mark.parametrize(
+    ("failure", "y_tool"),
+    [
+        ("permanent", "crash_slow_charge"),
+        ("out_of_attempts", "crash_slow_charge"),
+        ("permanent", "crash_slow_charge_nr"),
+    ],
+)
 def test_a_final_failure_is_not_run_again_after_a_crash(
-    store_url: str, tmp_path: Path, failure: str
+    store_url: str, tmp_path: Path, failure: str, y_tool: str
 ) -> None:
     """x fails for good while y is still running; the worker dies at y's after_execute, before
     job_failed. Recovery fails the job: x is not called again (max_attempts 1), `later` (after
-    y) never starts, and y's open invocation is closed as lost."""
+    y) never starts, and no tool is called. y's charge happened: with a reconcile hook it is
+    found and recorded as committed (a catch-up) before the job fails; without one y's
+    invocation is closed as lost."""
     side = tmp_path / "side.jsonl"
     failing = "crash_decline" if failure == "permanent" else "crash_busy"
     plan = graph(
         tool_node("x", failing),
-        tool_node("y", "crash_slow_charge", amount=2, delay=1.0),
+        tool_node("y", y_tool, amount=2, delay=1.0),
         tool_node("later", "crash_charge", ["y"], amount=3),
     )
     with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
@@ -112,7 +121,16 @@ def test_a_final_failure_is_not_run_again_after_a_crash(
             "try again later",
         )
         closing = [p for p in of_type(events, "tool_invocation_finished") if p["node_id"] == "y"]
-        assert [(p["outcome"], p["catch_up"]) for p in closing] == [("lost", True)]
+        y_finished = [p for p in of_type(events, "node_finished") if p["node_id"] == "y"]
+        y_rows = [r for r in ledger_rows(rt.store, job_id) if r.node_id == "y"]
+        if y_tool == "crash_slow_charge":
+            assert [(p["outcome"], p["catch_up"]) for p in closing] == [("success", True)]
+            assert [p["result_type"] for p in y_finished] == ["side_effect_committed"]
+            assert [r.status for r in y_rows] == ["committed"]
+        else:
+            assert [(p["outcome"], p["catch_up"]) for p in closing] == [("lost", True)]
+            assert y_finished == []
+            assert [r.status for r in y_rows] == ["failed"]
         assert_closed_and_verified(rt, job_id)
 
 

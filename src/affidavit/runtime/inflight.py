@@ -20,6 +20,10 @@ from affidavit.runtime.sdk import Tool, ToolContext
 from affidavit.store._ledger import LedgerRow
 
 
+def _ledger_open(tx: Any, job_id: str) -> list[LedgerRow]:
+    return list(tx.ledger_open(job_id))
+
+
 class RecoveryMixin(RunBase):
     def _recorded_failure(self) -> tuple[str, dict[str, Any]] | None:
         """The step failure an earlier attempt recorded and then died before failing the job
@@ -163,6 +167,69 @@ class RecoveryMixin(RunBase):
             ),
         )
 
+    def _reconcile(
+        self, node: Node, t: Tool, args: dict[str, Any], key: str, row: LedgerRow, attempt: int
+    ) -> tuple[tuple[Any] | None, dict[str, Any] | None]:
+        """Ask ``t``'s reconcile hook whether the invocation a dead attempt left open (``row``)
+        acted, with that attempt's external key. An effect found is committed at once as a
+        catch-up (``((result,), None)``); ``(None, None)`` when the hook found nothing,
+        ``(None, error)`` when the lookup itself failed. Nothing is written then."""
+        assert t.reconcile_fn is not None
+        job_id = self.claim.job_id
+        ctx = ToolContext(
+            job_id,
+            node.id,
+            row.step_id,
+            attempt,
+            key,
+            external_key(job_id, row.step_id, row.attempt_id),
+        )
+        t0 = time.perf_counter()
+        try:
+            found = t.reconcile_fn(ctx, **args)
+            if found is not None:
+                check_result(node, t, found)
+        except Exception as exc:  # the lookup failed: decided as without a hook
+            return None, error_dict(exc)
+        if found is None:
+            return None, None
+        self._commit(
+            tx_durable=False,
+            node=node,
+            base={"node_id": node.id, "step_id": row.step_id},
+            key=key,
+            invocation=row.invocation_id,
+            result=found,
+            attempt=attempt,
+            t0=t0,
+            ctx=ctx,
+            catch_up=True,
+        )
+        return (found,), None
+
+    def _catch_up_open(self) -> None:
+        """Before a job fails on pickup (see :meth:`_recorded_failure`): ask the reconcile hook
+        of each tool whose invocation a dead attempt left open, and record every effect found
+        as committed (a catch-up), so that what happened in the world is in the log as having
+        happened. The rest stays open and is closed as ``lost`` with the job; no tool is
+        called."""
+        pending = self.replay.pending_tool_invocations
+        if not pending:
+            return
+        job_id = self.claim.job_id
+        rows = {r.idempotency_key: r for r in self._tx_retrying(False, _ledger_open, job_id)}
+        for key, started in pending.items():
+            node = self.plan.node(started["node_id"])
+            t = self.tools.get(node.tool or "")
+            row = rows.get(key)
+            if t is None or t.kind != "tool" or t.reconcile_fn is None or row is None:
+                continue
+            try:
+                args, _ = self._resolve_args(node)
+            except StepFailed:
+                continue  # the hook cannot be asked: closed as lost
+            self._reconcile(node, t, args, key, row, self.replay.node_attempts.get(node.id, 0) + 1)
+
     def _in_flight(
         self,
         node: Node,
@@ -182,36 +249,10 @@ class RecoveryMixin(RunBase):
         dead = row.invocation_id
         reconcile_error: dict[str, Any] | None = None
         if t.reconcile_fn is not None:
-            ctx = ToolContext(
-                job_id,
-                node.id,
-                row.step_id,
-                attempt,
-                key,
-                external_key(job_id, row.step_id, row.attempt_id),
-            )
-            t0 = time.perf_counter()
-            try:
-                found = t.reconcile_fn(ctx, **args)
-                if found is not None:
-                    check_result(node, t, found)
-            except Exception as exc:  # the lookup itself failed: decide as without a hook
-                reconcile_error = error_dict(exc)
-            else:
-                if found is not None:
-                    self._commit(
-                        tx_durable=False,
-                        node=node,
-                        base=base,
-                        key=key,
-                        invocation=dead,
-                        result=found,
-                        attempt=attempt,
-                        t0=t0,
-                        ctx=ctx,
-                        catch_up=True,
-                    )
-                    return (found,)
+            found, reconcile_error = self._reconcile(node, t, args, key, row, attempt)
+            if found is not None:
+                return found
+            if reconcile_error is None:
                 invocation = started_events[1][1]["invocation_id"]
 
                 def restart(tx: Any) -> None:

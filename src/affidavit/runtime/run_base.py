@@ -21,10 +21,11 @@ from typing import Any, TypeVar
 import orjson
 
 from affidavit.core.canonical import canonical, sha256_hex
-from affidavit.core.errors import CanonicalizationError, StoreUnavailable
+from affidavit.core.errors import AffidavitError, CanonicalizationError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import Node, Plan
+from affidavit.runtime.args import resolve
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.sdk import Tool, ToolContext, ToolRegistry
@@ -364,6 +365,16 @@ class RunBase:
             self.sealer.seal_txn(tx, self.claim.job_id)
 
         self._tx_retrying(True, write)
+
+    def _resolve_args(self, node: Node) -> tuple[dict[str, Any], bytes]:
+        """The node's arguments resolved, and their canonical bytes (keys are derived from
+        them, so they are encoded once)."""
+        try:
+            resolved = resolve(dict(node.args), self.scope, node.id)
+            encoded = canonical(resolved)
+        except AffidavitError as exc:
+            raise StepFailed(node.id, {"type": exc.code, "message": exc.message}) from exc
+        return resolved, encoded
 
     def _close_open(self, tx: Any, keep: str | None = None) -> None:
         """In a transaction that ends the job: close every invocation still open (one a dead

@@ -26,11 +26,9 @@ from typing import Any
 
 import orjson
 
-from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError, StoreUnavailable
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import Node, external_key, idempotency_key_of
-from affidavit.runtime.args import resolve
 from affidavit.runtime.crash import crash_point
 from affidavit.runtime.inflight import RecoveryMixin
 from affidavit.runtime.lease import Lease
@@ -167,6 +165,7 @@ class _Run(RecoveryMixin):
     def execute(self) -> str:
         recorded = self._recorded_failure()
         if recorded is not None:
+            self._catch_up_open()
             self._fail_job(*recorded)
             return "failed"
         completed = self.replay.completed_nodes
@@ -285,16 +284,6 @@ class _Run(RecoveryMixin):
 
         first = sorted((n for n in order if n in opened), key=unreconcilable)  # stable
         return first + [n for n in order if n not in opened]
-
-    def _resolve_args(self, node: Node) -> tuple[dict[str, Any], bytes]:
-        """The node's arguments resolved, and their canonical bytes (keys are derived from
-        them, so they are encoded once)."""
-        try:
-            resolved = resolve(dict(node.args), self.scope, node.id)
-            encoded = canonical(resolved)
-        except AffidavitError as exc:
-            raise StepFailed(node.id, {"type": exc.code, "message": exc.message}) from exc
-        return resolved, encoded
 
     def _tool(self, node: Node, kind: str) -> Tool:
         found = self.tools.get(node.tool or "")
