@@ -58,6 +58,7 @@ def test_public_api() -> None:
             "Runtime",
             "SandboxConfig",
             "Seal",
+            "SignalPayloadError",
             "SignalRejected",
             "SigningKey",
             "SqlRowVerifier",

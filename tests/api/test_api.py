@@ -157,6 +157,9 @@ def test_signal_errors_and_idempotence(api: Api) -> None:
     with api.client("agent_a") as c:
         wrong = c.post(f"/api/jobs/{job_id}/signal", json={"key": "nope"})
         assert wrong.status_code == 409 and wrong.json()["error"]["code"] == "signal_rejected"
+        odd = c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": False})
+        assert odd.status_code == 422
+        assert odd.json()["error"]["code"] == "signal_payload_invalid"
         ok = c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": [1]})
         again = c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": [2]})
         assert (ok.json()["appended"], again.json()["appended"]) == (True, False)

@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
-from affidavit.core.errors import CanonicalizationError, JobNotFound, SignalRejected
+from affidavit.core.errors import (
+    CanonicalizationError,
+    JobNotFound,
+    SignalPayloadError,
+    SignalRejected,
+)
 from affidavit.runtime.decisions import signal_job
 from tests.runtime.helpers import Calls, assert_log_sound, node, of_type, plan
 
@@ -108,6 +113,35 @@ def test_denied_approval_fails_the_job(rt: Runtime, calls: Calls) -> None:
     events = assert_log_sound(rt.store, job_id)
     [finished] = [f for f in of_type(events, "node_finished") if f["node_id"] == "ok"]
     assert finished["result_type"] == "permanent_failure"
+
+
+@pytest.mark.parametrize(
+    "payload", [False, {"approved": "no"}, {"approved": 0}, {"approved": None, "by": "ann"}]
+)
+def test_an_answer_that_reads_as_a_denial_but_would_approve_is_refused(
+    rt: Runtime, calls: Calls, payload: Any
+) -> None:
+    """Only `"approved": false` denies; a bare false or an `approved` that is not a boolean
+    would approve — refused, nothing written, and the approval still open for a real answer."""
+    job_id = waiting_job(rt)
+    before = rt.get_job(job_id)
+    with pytest.raises(SignalPayloadError, match="approv"):
+        rt.signal(job_id, f"{job_id}:ok", payload)
+    after = rt.get_job(job_id)
+    assert (after.version, after.status) == (before.version, "waiting")
+    rt.signal(job_id, f"{job_id}:ok", {"approved": False})
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "failed"
+    assert calls.count(name="pay") == 0
+
+
+@pytest.mark.parametrize("payload", [None, {"approved": True}, {"note": "fine"}, "yes", [1]])
+def test_other_answers_approve(rt: Runtime, calls: Calls, payload: Any) -> None:
+    job_id = waiting_job(rt)
+    rt.signal(job_id, f"{job_id}:ok", payload)
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    assert calls.count(name="pay") == 1
 
 
 def test_wrong_key_is_rejected_and_writes_nothing(rt: Runtime) -> None:

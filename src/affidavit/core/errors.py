@@ -232,6 +232,17 @@ class SignalRejected(AffidavitError):
     default_hint = "See the job's waits with `affidavit jobs show JOB`; nothing was written."
 
 
+class SignalPayloadError(AffidavitError):
+    """A signal payload the waiting node would not take as meant: an approval answered with a
+    bare ``false`` or an ``approved`` that is not true or false, either of which approves."""
+
+    code = "signal_payload_invalid"
+    default_hint = (
+        'Deny an approval with {"approved": false} (other fields may ride along); any other '
+        "payload approves it. Nothing was written."
+    )
+
+
 # --- claims and trust -----------------------------------------------------------------------
 
 

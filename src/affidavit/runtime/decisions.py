@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_sha256
-from affidavit.core.errors import AffidavitError, JobNotFound, SignalRejected
+from affidavit.core.errors import AffidavitError, JobNotFound, SignalPayloadError, SignalRejected
 from affidavit.core.events import utc_now
 from affidavit.runtime.replay import ReplayContext, build_from_events
 from affidavit.runtime.run_base import close_open_invocations
@@ -55,6 +55,8 @@ def signal_job(
     Raises:
         JobNotFound: no such job.
         SignalRejected: no wait of the job has this key, or the job ended before the signal.
+        SignalPayloadError: an approval answered with a bare ``false``, or with an
+            ``approved`` that is not true or false (either would otherwise approve).
         CanonicalizationError: the payload is not JSON that can be recorded.
     """
     canonical(payload)
@@ -71,6 +73,8 @@ def signal_job(
             )
         if job.terminal:
             raise SignalRejected(f"job {job_id} is {job.status}; it takes no more signals")
+        if wait.get("wait_type") == "approval":
+            _check_approval(payload, key)
         tx.append(
             job_id,
             [
@@ -88,6 +92,23 @@ def signal_job(
             expected_version=job.version,
         )
         return tx.update_job(job_id, status="pending"), True
+
+
+def _check_approval(payload: Any, key: str) -> None:
+    """An approval is denied only by ``"approved": false`` (FORMATS.md §7); refuse the answers
+    that read as a denial but would approve: a bare ``false``, or an ``approved`` that is not
+    true or false (``"no"``, ``0``, ``null``)."""
+    if payload is False:
+        raise SignalPayloadError(
+            f"the approval {key!r} was answered with a bare false, which would approve it"
+        )
+    if isinstance(payload, dict) and "approved" in payload:
+        approved = payload["approved"]
+        if type(approved) is not bool:
+            raise SignalPayloadError(
+                f'the approval {key!r} takes "approved": true or false, not '
+                f"{canonical(approved).decode()[:40]}"
+            )
 
 
 # --- resume -----------------------------------------------------------------------------------
