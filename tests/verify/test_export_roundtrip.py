@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry, verify_events, verify_job
+from affidavit.core.canonical import canonical
 from affidavit.verify import VerificationResult
 from tests.cli.test_cli import cli, json_of
 from tests.runtime.helpers import ledger_rows
@@ -26,7 +28,7 @@ ODD = {
 
 
 def odd_tool(result: dict[str, Any]) -> Tool:
-    def fn(ctx: ToolContext, amount: int = 1) -> dict[str, Any]:
+    def fn(ctx: ToolContext, amount: int = 1, limits: Any = None) -> dict[str, Any]:
         return {"charged": amount, **result}
 
     return Tool("charge", fn, "tool")
@@ -153,4 +155,36 @@ def test_ledger_result_with_an_integral_double_beyond_2_53_compares_offline(
     [row] = ledger_rows(rt.store, job_id)
     assert row.result == {"charged": 1, "elapsed_ns": 1.7e18}
     assert type(row.result["elapsed_ns"]) is float
+    assert_same_verdict(rt, store_url, job_id)
+
+
+def test_commit_of_a_result_with_an_integral_double_beyond_2_53_verifies(
+    store_url: str, make_runtime: Callable[..., Runtime]
+) -> None:
+    """A result whose canonical bytes are not orjson's (``0.000001``, written ``1e-6`` by
+    orjson) holding a double from 2^53 on (parsed as an int): its result hash recomputes."""
+    rt = make_runtime(ToolRegistry([odd_tool({"elapsed_ns": 1.7e18, "tolerance": 1e-6})]))
+    job_id = _one_step(rt)
+    assert_same_verdict(rt, store_url, job_id)
+    # and as decoded objects read from the stored JCS text by a parser that reads the digits
+    # of 1.7e18 as an integer
+    seal = rt.store.get_seal(job_id)
+    events = [
+        {"job_id": job_id, **orjson.loads(canonical(e.to_dict()))}
+        for e in rt.store.list_events(job_id)
+    ]
+    result = verify_events(events, seal=seal, public_keys=rt.store.signing_keys())
+    assert result.ok, result.checks()
+
+
+def test_plan_with_an_integral_double_beyond_2_53_verifies(
+    store_url: str, make_runtime: Callable[..., Runtime]
+) -> None:
+    """The same for the task graph: its plan_hash recomputes."""
+    rt = make_runtime(ToolRegistry([odd_tool({})]))
+    limits = {"max_ns": 1.7e18, "tolerance": 1e-6}
+    job_plan = plan({"id": "a", "type": "tool", "tool": "charge", "args": {"limits": limits}})
+    job_id = rt.submit(job_plan).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
     assert_same_verdict(rt, store_url, job_id)

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.canonical import canonical, canonical_sha256, unsafe_integers_as_doubles
 from affidavit.core.collector import collector_paused
 from affidavit.core.errors import (
     AffidavitError,
@@ -545,8 +545,11 @@ def _event_parts(
     else:
         try:
             payload_bytes = canonical(payload)
-        except AffidavitError as exc:
-            raise VerificationError(f"event #{position}: payload: {exc.message}") from None
+        except AffidavitError:
+            try:  # an integer beyond ±(2^53-1): an integral double a parser read as an int
+                payload_bytes = canonical(unsafe_integers_as_doubles(payload))
+            except AffidavitError as exc:
+                raise VerificationError(f"event #{position}: payload: {exc.message}") from None
     chain_hash = event.get("chain_hash")
     return (
         version,
