@@ -80,3 +80,20 @@ def test_verify_endpoint_reports_an_odd_row_with_200(api: Api) -> None:
     doc = response.json()
     assert doc["ok"] is False and doc["stored_chain"]["first_bad_version"] == 3
     assert doc["replay_proof_result"]["error"].startswith("payload at version 3: ")
+
+
+def test_events_endpoint_answers_an_edited_payload_with_409(api: Api) -> None:
+    job_id = finished_job(api)
+    raw = RawDb(api.store.url)
+    version = raw.events(job_id)[2][0]
+    raw.set_payload(job_id, version, b"{'not': 'json'}")
+    with api.client("observer_a") as c:
+        response = c.get(f"/api/jobs/{job_id}/events")
+        assert response.status_code == 409
+        assert response.json()["error"]["code"] == "replay_error"
+        assert response.json()["error"]["message"] == (
+            f"event {version}: the stored payload is not JSON"
+        )
+        before = c.get(f"/api/jobs/{job_id}/events", params={"limit": version - 1})
+        assert before.status_code == 200 and len(before.json()["events"]) == version - 1
+        assert c.get(f"/api/jobs/{job_id}/verify").json()["ok"] is False

@@ -207,3 +207,25 @@ def test_text_from_the_database_is_printed_as_text(store_url: str, tmp_path: Pat
         missing = cli("verify", unknown, "--db", store_url)
         assert missing.returncode == 2, missing.stderr
         assert f"job '{unknown}' not found" in missing.stderr
+
+
+def test_events_of_an_edited_log_are_an_error_or_shown_not_a_crash(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A payload edited into bytes that are not JSON: `jobs events --json` cannot print it as
+    an object and says so (exit 3, the version named, no traceback); the table shows it."""
+    job_id = finished_job(store_url, tmp_path)
+    raw = RawDb(store_url)
+    version = raw.events(job_id)[3][0]
+    for edited in (b"{'not': 'json'}", b"\xff\xfe not UTF-8"):
+        raw.set_payload(job_id, version, edited)
+        exported = cli("jobs", "events", job_id, "--db", store_url, "--json")
+        assert exported.returncode == 3, exported.stderr
+        error = json_of(exported)["error"]
+        assert error["code"] == "replay_error"
+        assert error["message"] == f"event {version}: the stored payload is not JSON"
+        assert "affidavit verify" in error["hint"]
+        table = cli("jobs", "events", job_id, "--db", store_url)
+        assert (table.returncode, table.stderr) == (0, ""), table.stderr
+        assert "not" in table.stdout
+        assert cli("verify", job_id, "--db", store_url, "--json").returncode == 1

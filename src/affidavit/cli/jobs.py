@@ -167,8 +167,9 @@ def job_events(
     with command(as_json), opened(db, read_only=True) as store:
         store.get_job(job_id)  # a clear "not found" rather than an empty list
         events = store.list_events(job_id, after_version=after_version, limit=limit)
+        docs = [e.to_dict() for e in events] if as_json else []
     if as_json:
-        output.emit_json([e.to_dict() for e in events])
+        output.emit_json(docs)
         return
     table = Table()
     table.add_column("v", no_wrap=True)
@@ -177,7 +178,7 @@ def job_events(
     table.add_column("chain_hash", no_wrap=True, min_width=17)
     table.add_column("payload", overflow="fold")
     for e in events:
-        text = e.payload_bytes.decode("utf-8")
+        text = e.payload_bytes.decode("utf-8", "replace")  # (an edited row may hold anything)
         table.add_row(  # (text from the database: never read as markup)
             str(e.version),
             escape(e.type),
