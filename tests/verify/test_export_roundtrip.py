@@ -14,7 +14,7 @@ from affidavit.core.canonical import canonical
 from affidavit.verify import VerificationResult
 from tests.cli.test_cli import cli, json_of
 from tests.runtime.helpers import ledger_rows
-from tests.verify.helpers import charge_tool, crash_in_flight, park_in_flight, plan
+from tests.verify.helpers import RawDb, charge_tool, crash_in_flight, park_in_flight, plan
 
 # what JSON texts differ on: non-ASCII and astral text, keys that sort differently by UTF-16
 # code units, doubles written in exponent form or without a fraction, nesting
@@ -188,3 +188,35 @@ def test_plan_with_an_integral_double_beyond_2_53_verifies(
     rt.run_until_idle()
     assert rt.get_job(job_id).status == "completed"
     assert_same_verdict(rt, store_url, job_id)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("invocation_id", "01a20000-0000-7000-8000-000000000000"),
+        ("node_id", "b"),
+        ("step_id", "0000000000000000"),
+        ("tool_name", "refund"),
+        ("args_hash", "0000000000000000"),
+        ("result", '{"charged":400}'),
+    ],
+)
+def test_ledger_rows_given_offline_are_compared_as_verify_job_compares_them(
+    column: str, value: str, store_url: str, make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    """Every column of a committed row that verify_job compares with the log, verify_events
+    compares too when it is given the rows: an edited one fails both alike."""
+    rt = make_runtime(ToolRegistry([odd_tool({})]))
+    job_id = rt.submit(TWO, {"amount": 4}).job_id
+    rt.run_until_idle()
+    raw.execute(
+        f"UPDATE tool_invocations SET {column} = ? WHERE job_id = ? AND node_id = 'a'",
+        (value, job_id),
+    )
+    online = verify_job(rt.store, job_id)
+    assert not online.tool_invocation_ledger_proof.ok
+    assert offline(rt, store_url, job_id).to_dict() == online.to_dict()
+    assert (
+        offline(rt, store_url, job_id).tool_invocation_ledger_proof.errors
+        == online.tool_invocation_ledger_proof.errors
+    )

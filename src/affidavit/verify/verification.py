@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_sha256, unsafe_integers_as_doubles
+from affidavit.core.canonical import canonical, canonical_text, unsafe_integers_as_doubles
 from affidavit.core.collector import collector_paused
 from affidavit.core.errors import (
     AffidavitError,
@@ -126,7 +126,9 @@ def verify_events(
     shaped like ``affidavit jobs events --json`` output (``version``, ``event_id``, ``type``,
     ``payload`` — the decoded object, or its stored bytes — and ``chain_hash``). ``seal`` is the
     job's seal (a terminal job without one fails the seal check), checked against
-    ``public_keys`` only. ``ledger`` rows, when given, are compared with the log. ``status`` is
+    ``public_keys`` only. ``ledger`` rows, when given, are compared with the log as
+    :func:`verify_job` compares the stored ones (every column with a counterpart in the log).
+    ``status`` is
     the job's claimed status; without it the status the log ends in is used.
     ``ledger_digests`` is the ledger in digest form instead of rows — ``(idempotency key,
     status, invocation id, hex SHA-256 of JCS(result) or None)`` — as a proof pack carries it.
@@ -159,15 +161,15 @@ def verify_events(
         if first is not None
         else ()
     )
-    ledgers: list[Iterable[LedgerDigest]] = []
-    if ledger is not None:
-        ledgers.append(
-            (r.idempotency_key, r.status, r.invocation_id, _result_hash(r.result)) for r in ledger
-        )
-    if ledger_digests is not None:
-        ledgers.append(ledger_digests)
     return _verify_rows(
-        fold, rows, None, public_keys=public_keys, seal=seal, status=status, ledgers=ledgers
+        fold,
+        rows,
+        None,
+        public_keys=public_keys,
+        seal=seal,
+        status=status,
+        ledgers=[ledger_digests] if ledger_digests is not None else [],
+        ledger_rows=map(_ledger_columns, ledger) if ledger is not None else None,
     )
 
 
@@ -220,6 +222,7 @@ def _verify_rows(
     seal: Seal | Mapping[str, Any] | None,
     status: str | None,
     ledgers: Iterable[Iterable[LedgerDigest]],
+    ledger_rows: Iterable[LedgerColumns] | None = None,
 ) -> VerificationResult:
     with collector_paused():
         fold.feed_all(rows, parsed)
@@ -227,6 +230,8 @@ def _verify_rows(
     parsed_seal = _parse_seal(seal)
     keys = _key_map(public_keys.items() if isinstance(public_keys, Mapping) else public_keys)
     row_errors: list[str] = []
+    if ledger_rows is not None:  # whole rows: every column verify_job compares
+        row_errors += _ledger_column_disagreements(fold, ledger_rows)
     for digests in ledgers:
         row_errors += _ledger_disagreements(fold, digests)
     return _assemble(fold, status=status, row_errors=row_errors, seal=parsed_seal, keys=keys)
@@ -405,11 +410,23 @@ def _never_recorded(fold: LogFold, seen: set[str], errors: list[str]) -> None:
         errors.append(f"key {key[:16]}… was invoked but has no ledger row")
 
 
-def _result_hash(result: Any) -> str | None:
+def _ledger_columns(row: LedgerRow) -> LedgerColumns:
+    """A ledger row as :meth:`~affidavit.store._snapshot.SqlSnapshot.iter_ledger_columns` reads
+    it: its result as the stored text (its JCS; ``""`` when it has none)."""
     try:
-        return canonical_sha256(result)
+        text = canonical_text(row.result)
     except (AffidavitError, RecursionError):
-        return None
+        text = ""
+    return (
+        row.idempotency_key,
+        row.status,
+        row.invocation_id,
+        text,
+        row.node_id,
+        row.step_id,
+        row.tool_name,
+        row.args_hash,
+    )
 
 
 # (5) the seal
