@@ -63,6 +63,11 @@ def assert_same_verdict(rt: Runtime, url: str, job_id: str) -> VerificationResul
     keys = rt.store.signing_keys()
     stored = verify_events(rt.store.list_events(job_id), seal=seal, public_keys=keys)
     assert stored.to_dict() == online.to_dict()
+    as_bytes = [
+        {**e.to_dict(), "job_id": job_id, "payload": e.payload_bytes}
+        for e in rt.store.list_events(job_id)
+    ]
+    assert verify_events(as_bytes, seal=seal, public_keys=keys).to_dict() == online.to_dict()
     return online
 
 
