@@ -128,8 +128,7 @@ def verify_events(
     job's seal (a terminal job without one fails the seal check), checked against
     ``public_keys`` only. ``ledger`` rows, when given, are compared with the log as
     :func:`verify_job` compares the stored ones (every column with a counterpart in the log).
-    ``status`` is
-    the job's claimed status; without it the status the log ends in is used.
+    ``status`` is the job's claimed status; without it the status the log ends in is used.
     ``ledger_digests`` is the ledger in digest form instead of rows — ``(idempotency key,
     status, invocation id, hex SHA-256 of JCS(result) or None)`` — as a proof pack carries it.
 
@@ -412,7 +411,7 @@ def _never_recorded(fold: LogFold, seen: set[str], errors: list[str]) -> None:
 
 def _ledger_columns(row: LedgerRow) -> LedgerColumns:
     """A ledger row as :meth:`~affidavit.store._snapshot.SqlSnapshot.iter_ledger_columns` reads
-    it: its result as the stored text (its JCS; ``""`` when it has none)."""
+    it: its result as the stored text, its JCS (``""`` when it cannot be canonicalized)."""
     try:
         text = canonical_text(row.result)
     except (AffidavitError, RecursionError):
