@@ -85,6 +85,23 @@ def test_verify_endpoint_reports_an_odd_row_with_200(api: Api) -> None:
     assert doc["replay_proof_result"]["error"].startswith("payload at version 3: ")
 
 
+def test_verify_endpoint_reports_a_seal_key_id_that_is_not_utf8_with_200(api: Api) -> None:
+    """SQLite text that is not UTF-8 in a field the result quotes (the seal's key id) comes
+    out escaped: a failed check, not a 500 from a body that cannot be encoded."""
+    raw = RawDb(api.store.url)
+    if not raw.url.startswith("sqlite:///"):
+        return
+    job_id = finished_job(api)
+    raw.execute("UPDATE seals SET key_id = CAST(X'ff' AS TEXT) WHERE job_id = ?", (job_id,))
+    with api.client("admin") as c:
+        response = c.get(f"/api/jobs/{job_id}/verify")
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["ok"] is False
+    assert doc["seal"]["key_id"] == "\\udcff"
+    assert doc["seal"]["error"] == "the seal is signed by unknown key \\udcff"
+
+
 def test_events_endpoint_answers_an_edited_payload_with_409(api: Api) -> None:
     job_id = finished_job(api)
     raw = RawDb(api.store.url)

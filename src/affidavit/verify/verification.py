@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_text, unsafe_integers_as_doubles
@@ -257,7 +258,7 @@ def _assemble(
         ledger_errors.append(
             f"the job is {shown_status} but {len(pending)} invocation(s) were never closed"
         )
-    ledger_proof = LedgerProof(not ledger_errors, pending, tuple(ledger_errors))
+    ledger_proof = LedgerProof(not ledger_errors, pending, tuple(map(_text, ledger_errors)))
     # (4) stored status against the log
     if status is not None and not _status_agrees(status, log_status):
         fold.violate("status", None, f"the job is {status} but its log says {log_status}")
@@ -268,8 +269,13 @@ def _assemble(
     else:
         invariant, version, detail = fold.replay_error
         where = f" at version {version}" if version is not None else ""
-        replay = ReplayProof(False, f"{invariant}{where}: {detail}", invariant, version)
+        replay = ReplayProof(False, _text(f"{invariant}{where}: {detail}"), invariant, version)
     chain = StoredChainCheck(fold.first_bad_version is None, fold.first_bad_version, fold.count)
+    sealed = (
+        _check_seal(fold, seal, keys, terminal, shown_status)
+        if not seal_problem
+        else SealCheck(True, False, error=f"the seal row is malformed: {seal_problem}")
+    )
     return VerificationResult(
         job_id=fold.job_id,
         execution_hash=fold.execution_hash(),
@@ -277,11 +283,23 @@ def _assemble(
         tool_invocation_ledger_proof=ledger_proof,
         replay_proof_result=replay,
         stored_chain=chain,
-        seal=_check_seal(fold, seal, keys, terminal, shown_status)
-        if not seal_problem
-        else SealCheck(True, False, error=f"the seal row is malformed: {seal_problem}"),
-        status=shown_status,
+        seal=replace(sealed, key_id=_text(sealed.key_id), error=_text(sealed.error)),
+        status=_text(shown_status),
     )
+
+
+def _text(value: Any) -> Any:
+    """``value`` as text every encoder takes: SQLite text that is not UTF-8 is read leniently
+    as lone surrogates (see :func:`verify_job`), and a result quoting it (a seal's key id, a
+    job's status, a ledger key) must still print and serialize; those come out as ``\\udcxx``
+    escapes. Anything else is returned as it is."""
+    if type(value) is not str:
+        return value
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode()
+    return value
 
 
 def _status_agrees(status: str, log_status: str) -> bool:
