@@ -19,6 +19,7 @@ from affidavit.api.ratelimit import RateLimit
 from affidavit.store import open_store
 from tests.api.conftest import TOOLS, Api, Server, make_keys
 from tests.packs.helpers import assay_verify
+from tests.verify.helpers import RawDb
 
 AFFIDAVIT = Path(sys.executable).parent / "affidavit"
 PLAN = {
@@ -103,3 +104,17 @@ def test_pack_endpoint_errors(pack_api: Api) -> None:
         assert c.get(f"/api/jobs/{waiting}/pack").status_code == 404
     with pack_api.client(None) as c:
         assert c.get(f"/api/jobs/{waiting}/pack").status_code == 401
+
+
+def test_pack_of_a_job_that_does_not_verify_is_409(pack_api: Api) -> None:
+    """A finished job whose record does not verify is refused as a state the job is in (409,
+    the error body), like an unfinished one — not as a malformed request."""
+    job = pack_api.runtime.submit(PLAN, {"x": 1}, namespace="a")
+    pack_api.runtime.run_job(job.job_id)
+    assert pack_api.runtime.get_job(job.job_id).status == "completed"
+    RawDb(pack_api.store.url).execute("DELETE FROM seals WHERE job_id = ?", (job.job_id,))
+    with pack_api.client("observer_a") as c:
+        refused = c.get(f"/api/jobs/{job.job_id}/pack")
+        assert refused.status_code == 409
+        assert refused.json()["error"]["code"] == "pack_error"
+        assert "does not verify" in refused.json()["error"]["message"]

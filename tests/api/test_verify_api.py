@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from affidavit import verify_job
-from tests.api.conftest import Api
+from typing import Any
+
+from affidavit import verify_events, verify_job
+from tests.api.conftest import WAITING_PLAN, Api
+from tests.runtime.helpers import ledger_rows
 from tests.verify.helpers import RawDb
 
 
@@ -80,3 +83,68 @@ def test_verify_endpoint_reports_an_odd_row_with_200(api: Api) -> None:
     doc = response.json()
     assert doc["ok"] is False and doc["stored_chain"]["first_bad_version"] == 3
     assert doc["replay_proof_result"]["error"].startswith("payload at version 3: ")
+
+
+def test_verify_endpoint_reports_a_seal_key_id_that_is_not_utf8_with_200(api: Api) -> None:
+    """SQLite text that is not UTF-8 in a field the result quotes (the seal's key id) comes
+    out escaped: a failed check, not a 500 from a body that cannot be encoded."""
+    raw = RawDb(api.store.url)
+    if not raw.url.startswith("sqlite:///"):
+        return
+    job_id = finished_job(api)
+    raw.execute("UPDATE seals SET key_id = CAST(X'ff' AS TEXT) WHERE job_id = ?", (job_id,))
+    with api.client("admin") as c:
+        response = c.get(f"/api/jobs/{job_id}/verify")
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["ok"] is False
+    assert doc["seal"]["key_id"] == "\\udcff"
+    assert doc["seal"]["error"] == "the seal is signed by unknown key \\udcff"
+
+
+def test_events_endpoint_answers_an_edited_payload_with_409(api: Api) -> None:
+    job_id = finished_job(api)
+    raw = RawDb(api.store.url)
+    version = raw.events(job_id)[2][0]
+    raw.set_payload(job_id, version, b"{'not': 'json'}")
+    with api.client("observer_a") as c:
+        response = c.get(f"/api/jobs/{job_id}/events")
+        assert response.status_code == 409
+        assert response.json()["error"]["code"] == "replay_error"
+        assert response.json()["error"]["message"] == (
+            f"event {version}: the stored payload is not JSON"
+        )
+        before = c.get(f"/api/jobs/{job_id}/events", params={"limit": version - 1})
+        assert before.status_code == 200 and len(before.json()["events"]) == version - 1
+        assert c.get(f"/api/jobs/{job_id}/verify").json()["ok"] is False
+
+
+def test_events_endpoint_and_keys_verify_offline_as_verify_job(api: Api) -> None:
+    """The log read page by page over HTTP, the keys from /api/keys: verify_events gives the
+    verify endpoint's result, for a job in flight and a finished one (odd payloads included)."""
+    odd = {"t": "naïve ☃ 𝄞 \u2028", "k": {"𝄞": 1, "\uffff": 2}, "d": [1e-7, 1.7e18, 5.0, 1e21]}
+    waiting = api.runtime.submit(WAITING_PLAN, {"x": odd}, namespace="a").job_id
+    api.runtime.run_job(waiting)
+    done = finished_job(api)
+    with api.client("observer_a") as c:
+        keys = [k["public_key"] for k in c.get("/api/keys").json()["keys"]]
+        for job_id in (waiting, done):
+            events: list[dict[str, Any]] = []
+            after: int | None = 0
+            while after is not None:
+                page = c.get(
+                    f"/api/jobs/{job_id}/events", params={"after_version": after, "limit": 3}
+                ).json()
+                events += page["events"]
+                after = page["next_after_version"]
+            seal = api.store.get_seal(job_id)
+            offline = verify_events(
+                events,
+                job_id=job_id,
+                seal=seal.to_dict() if seal is not None else None,
+                public_keys=keys,
+                ledger=ledger_rows(api.store, job_id),
+                status=api.runtime.get_job(job_id).status,
+            )
+            assert offline.ok
+            assert offline.to_dict() == c.get(f"/api/jobs/{job_id}/verify").json()

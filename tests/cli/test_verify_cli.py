@@ -9,7 +9,7 @@ from pathlib import Path
 from affidavit import Runtime, verify_job
 from affidavit.examples import refund
 from tests.cli.test_cli import cli, json_of
-from tests.verify.helpers import RawDb, refund_job
+from tests.verify.helpers import TWO_CHARGES, RawDb, refund_job, tools
 
 SECTION6 = {
     "job_id",
@@ -182,3 +182,50 @@ def test_keys_show_refuses_a_key_file_that_is_not_there(store_url: str, tmp_path
     made = json_of(cli("keys", "rotate", "--key-file", str(missing), "--db", store_url, "--json"))
     again = cli("keys", "show", "--key-file", str(missing), "--db", store_url, "--json")
     assert again.returncode == 0 and json_of(again)["key_id"] == made["key_id"]
+
+
+def test_text_from_the_database_is_printed_as_text(store_url: str, tmp_path: Path) -> None:
+    """Ids, details and payloads are printed as they are, never read as Rich markup: a `[/]`
+    in a tampered seal row, a job id or a job's input neither crashes the output nor is lost."""
+    with Runtime(store_url, tools=tools()) as rt:
+        job_id = rt.submit(TWO_CHARGES, {"a": "[/]", "amount": 1}).job_id
+        rt.run_until_idle()
+    events = cli("jobs", "events", job_id, "--db", store_url)
+    assert (events.returncode, events.stderr) == (0, "")
+    assert '"input":{"a":"[/]"' in events.stdout
+
+    RawDb(store_url).execute("UPDATE seals SET key_id = ? WHERE job_id = ?", ("[/]k", job_id))
+    human = cli("verify", job_id, "--db", store_url)
+    assert human.returncode == 1 and "Traceback" not in human.stderr
+    assert "the seal is signed by unknown key [/]k" in human.stdout
+    assert "NOT verified: seal failed" in human.stdout
+    every = cli("verify", "--all", "--db", store_url)
+    assert every.returncode == 1 and "Traceback" not in every.stderr
+    assert "unknown key [/]k" in every.stdout
+
+    for unknown in ("no[/]such", "[bold]job"):
+        missing = cli("verify", unknown, "--db", store_url)
+        assert missing.returncode == 2, missing.stderr
+        assert f"job '{unknown}' not found" in missing.stderr
+
+
+def test_events_of_an_edited_log_are_an_error_or_shown_not_a_crash(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A payload edited into bytes that are not JSON: `jobs events --json` cannot print it as
+    an object and says so (exit 3, the version named, no traceback); the table shows it."""
+    job_id = finished_job(store_url, tmp_path)
+    raw = RawDb(store_url)
+    version = raw.events(job_id)[3][0]
+    for edited in (b"{'not': 'json'}", b"\xff\xfe not UTF-8"):
+        raw.set_payload(job_id, version, edited)
+        exported = cli("jobs", "events", job_id, "--db", store_url, "--json")
+        assert exported.returncode == 3, exported.stderr
+        error = json_of(exported)["error"]
+        assert error["code"] == "replay_error"
+        assert error["message"] == f"event {version}: the stored payload is not JSON"
+        assert "affidavit verify" in error["hint"]
+        table = cli("jobs", "events", job_id, "--db", store_url)
+        assert (table.returncode, table.stderr) == (0, ""), table.stderr
+        assert "not" in table.stdout
+        assert cli("verify", job_id, "--db", store_url, "--json").returncode == 1

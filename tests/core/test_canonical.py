@@ -22,6 +22,7 @@ from affidavit.core.canonical import (
     parse,
     sha256_hex,
     sha256_prefixed,
+    unsafe_integers_as_doubles,
 )
 from affidavit.core.errors import CanonicalizationError
 
@@ -120,6 +121,24 @@ def test_parse_reads_big_integral_numbers_as_doubles() -> None:
     once = canonical(9007199254740992.0)
     assert once == b"9007199254740992"
     assert canonical(parse(once)) == once
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.recursive(
+        st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=3),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=3), c, max_size=4),
+        max_leaves=12,
+    )
+)
+def test_values_parsed_with_integers_canonicalize_back_as_doubles(value: Any) -> None:
+    """orjson and ``json`` read the digits JCS writes for a double from 2^53 on as an int;
+    read as doubles again, every parsed value canonicalizes back to the bytes it came from."""
+    once = canonical(value)
+    for parsed in (orjson.loads(once), json.loads(once)):
+        assert canonical(unsafe_integers_as_doubles(parsed)) == once
+    assert unsafe_integers_as_doubles({"n": [2**60, 3]}) == {"n": [float(2**60), 3]}
+    assert unsafe_integers_as_doubles(10**400) == 10**400  # no double holds it
 
 
 def test_boundary_integers_are_accepted() -> None:

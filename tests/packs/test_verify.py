@@ -268,3 +268,37 @@ def test_usage_error_is_exit_3(tmp_path: Path) -> None:
     for args in (["rce-verify", str(tmp_path)], ["pack", "verify", str(tmp_path), "--bogus"]):
         proc = subprocess.run([str(binary), *args], capture_output=True, timeout=60, check=False)
         assert proc.returncode == 3, (args, proc.stderr)
+
+
+def test_a_trusted_key_file_of_another_algorithm_is_a_usage_error(
+    make_runtime: Callable[..., Any], tmp_path: Path
+) -> None:
+    """An RSA or EC key file given as --trusted-key is refused (exit 3, the usage-error code),
+    not a traceback exiting 1 (which `pack verify` means as DIVERGE)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    pack = _export(make_runtime, tmp_path)
+    for name, private in (
+        ("rsa", rsa.generate_private_key(public_exponent=65537, key_size=1024)),
+        ("ec", ec.generate_private_key(ec.SECP256R1())),
+    ):
+        public = private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        secret = private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        for kind, data in (("pub", public), ("key", secret)):
+            key_file = tmp_path / f"{name}.{kind}.pem"
+            key_file.write_bytes(data)
+            result = runner.invoke(
+                app,
+                ["pack", "verify", str(pack), "--out-dir", str(tmp_path / "out"), "--json",
+                 "--trusted-key", str(key_file)],
+            )  # fmt: skip
+            assert result.exit_code == 3, (key_file.name, result.output)
+            error = json.loads(result.stdout)["error"]
+            assert error["code"] == "config_error" and "not an Ed25519 key" in error["message"]

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from affidavit import Tool, ToolContext, ToolRegistry
 from affidavit.core.canonical import canonical, canonical_parsed_all
 from affidavit.core.errors import AffidavitError
 from affidavit.packs import _episode, _eventlog, _integrity, _json, _schemas, export_pack
@@ -31,7 +32,7 @@ from affidavit.packs._files import PlainFiles, read, safe_path
 from affidavit.packs._state import Fail, State
 from affidavit.packs.verify import PackVerdict, verify_pack
 from tests.packs import assay_packs
-from tests.packs.helpers import run_job
+from tests.packs.helpers import assay_verify, run_job
 from tests.packs.test_fuzz import WRONG, _apply, _files, mutations
 
 JSON = st.recursive(
@@ -489,6 +490,38 @@ def test_fast_paths_change_nothing_on_fuzzed_assay_packs(tmp_path: Path) -> None
         verdict = _same_with_and_without(assay_packs.build(tmp_path / scenario, scenario))
         assert verdict.verdict == assay_packs.SCENARIOS.get(scenario, ("INTEGRITY_FAIL",))[0]
     _fuzz_both_ways(assay_packs.build(tmp_path / "base", "valid"), 40)
+
+
+def test_doubles_beyond_2_53_in_the_log_match(
+    make_runtime: Callable[..., Any], tmp_path: Path
+) -> None:
+    """JCS writes a double from 2^53 on without a fraction (1.7e18 as 1700000000000000000),
+    which orjson reads as an int: a log holding such numbers — in the input, a tool's result
+    next to a number orjson writes otherwise (0.000001), the output — still matches, with and
+    without the fast paths and for assay; an edited event is still caught."""
+
+    def measure(ctx: ToolContext, budget: float) -> dict[str, Any]:
+        return {"elapsed_ns": 1.7e18, "tolerance": 1e-6, "budget": budget}
+
+    rt = make_runtime(ToolRegistry([Tool("measure", measure, "tool")]))
+    job_plan = {
+        "name": "measure",
+        "nodes": [{"id": "m", "type": "tool", "tool": "measure", "args": {"budget": "${input.b}"}}],
+    }
+    job_id = rt.submit(job_plan, {"b": 1e16}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    pack = export_pack(rt.store, job_id, tmp_path / "pack").pack_dir
+    assert b"1700000000000000000" in (pack / F.EVENTS).read_bytes()
+    verdict = _same_with_and_without(pack)
+    assert (verdict.verdict, verdict.errors) == ("MATCH", [])
+    code, receipt, details = assay_verify(pack, tmp_path / "assay-out")
+    assert (code, receipt.get("verdict")) == (0, "MATCH"), details
+
+    events = pack / F.EVENTS
+    events.write_bytes(events.read_bytes().replace(b"1700000000000000000", b"1700000000000000256"))
+    edited = _same_with_and_without(pack)
+    assert (edited.verdict, edited.phase) == ("INTEGRITY_FAIL", 5)
 
 
 def test_verify_pack_restores_the_garbage_collector(tmp_path: Path) -> None:

@@ -325,6 +325,16 @@ NOT_UTF8_CASES = {
         "WHERE job_id = ? AND node_id = 'refund' AND ? > 0",
         {"tool_invocation_ledger_proof"},
     ),
+    # text the result quotes (the seal's key id, a ledger key): escaped, so it still prints
+    "seal_key_id": (
+        "UPDATE seals SET key_id = CAST(X'ff' AS TEXT) WHERE job_id = ? AND ? > 0",
+        {"seal"},
+    ),
+    "ledger_key": (
+        "UPDATE tool_invocations SET idempotency_key = CAST(X'6bff' AS TEXT) "
+        "WHERE job_id = ? AND node_id = 'refund' AND ? > 0",
+        {"tool_invocation_ledger_proof", "replay_proof_result"},
+    ),
 }
 
 

@@ -30,7 +30,7 @@ from affidavit.core.errors import (
     StoreError,
     ValidationError,
 )
-from affidavit.packs import PackExistsError, UnfinishedJobError
+from affidavit.packs import PackError, PackExistsError, UnfinishedJobError
 from affidavit.runtime.args import ArgsResolutionError
 from affidavit.runtime.decisions import InvalidStateError
 
@@ -51,6 +51,7 @@ STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
     (ReplayError, 409),
     (UnfinishedJobError, 409),
     (PackExistsError, 409),
+    (PackError, 409),  # the job's record does not verify: it refuses a pack as its state would
     (PlanError, 422),
     (ArgsResolutionError, 422),
     (CanonicalizationError, 422),

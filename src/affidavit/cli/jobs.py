@@ -6,6 +6,7 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from affidavit.cli import output
@@ -55,9 +56,11 @@ def list_jobs(
     table.add_column("status", no_wrap=True, min_width=9)
     for name in ("plan", "namespace", "events", "created_at"):
         table.add_column(name)
-    for j in jobs:
+    for j in jobs:  # (text from the database: never read as markup)
         table.add_row(
-            j.job_id, j.status, j.plan_name or "", j.namespace, str(j.version), j.created_at
+            *map(escape, (j.job_id, j.status, j.plan_name or "", j.namespace)),
+            str(j.version),
+            j.created_at,
         )
     output.out.print(table)
 
@@ -94,7 +97,7 @@ def show_job(
     table.add_column(overflow="fold")  # long ids and hashes wrap whole, never cut
     for key, value in doc.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        table.add_row(f"[bold]{key}[/]", shown)
+        table.add_row(f"[bold]{key}[/]", escape(shown))  # (never read as markup)
     output.out.print(table)
 
 
@@ -164,8 +167,9 @@ def job_events(
     with command(as_json), opened(db, read_only=True) as store:
         store.get_job(job_id)  # a clear "not found" rather than an empty list
         events = store.list_events(job_id, after_version=after_version, limit=limit)
+        docs = [e.to_dict() for e in events] if as_json else []
     if as_json:
-        output.emit_json([e.to_dict() for e in events])
+        output.emit_json(docs)
         return
     table = Table()
     table.add_column("v", no_wrap=True)
@@ -174,13 +178,13 @@ def job_events(
     table.add_column("chain_hash", no_wrap=True, min_width=17)
     table.add_column("payload", overflow="fold")
     for e in events:
-        text = e.payload_bytes.decode("utf-8")
-        table.add_row(
+        text = e.payload_bytes.decode("utf-8", "replace")  # (an edited row may hold anything)
+        table.add_row(  # (text from the database: never read as markup)
             str(e.version),
-            e.type,
-            e.event_id,
+            escape(e.type),
+            escape(e.event_id),
             e.chain_hash[:16] + "…",
-            text if len(text) <= 80 else text[:79] + "…",
+            escape(text if len(text) <= 80 else text[:79] + "…"),
         )
     output.out.print(table)
 

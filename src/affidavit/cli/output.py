@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from affidavit.core.errors import (
     AffidavitError,
@@ -52,9 +53,10 @@ def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoRetu
     if as_json:
         emit_json({"error": exc.to_dict()})
     else:
-        err.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False)
+        # (a message quotes what it was given — a job id, a path — never to be read as markup)
+        err.print(f"[bold red]error:[/] {escape(exc.message)}", markup=True, highlight=False)
         if exc.hint:
-            err.print(f"[dim]hint:[/] {exc.hint}")
+            err.print(f"[dim]hint:[/] {escape(exc.hint)}")
     if verbose:
         err.print_exception(show_locals=False)
     raise typer.Exit(exit_code_for(exc))

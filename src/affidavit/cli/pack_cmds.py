@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
@@ -121,6 +122,8 @@ def _load_key(value: str) -> bytes:
                     loaded = serialization.load_pem_private_key(data, password=None).public_key()
                 except (ValueError, TypeError) as exc:
                     raise ConfigError(f"{value!r} is not an Ed25519 key: {exc}") from None
+            if not isinstance(loaded, Ed25519PublicKey):  # an RSA or EC key has no raw form
+                raise ConfigError(f"{value!r} is not an Ed25519 key but {type(loaded).__name__}")
             return bytes(
                 loaded.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
             )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -178,9 +179,15 @@ def render_all(results: list[VerificationResult], failed: list[VerificationResul
         table.add_column("detail", overflow="fold")
         for result in failed:
             bad = [c for c in result.checks() if not c.ok]
-            table.add_row(result.job_id, result.status, bad[0].name, bad[0].detail)
+            # (ids, statuses and details come from the database: never read as markup)
+            table.add_row(
+                escape(result.job_id),
+                escape(str(result.status)),
+                bad[0].name,
+                escape(bad[0].detail),
+            )
             for check in bad[1:]:
-                table.add_row("", "", check.name, check.detail)
+                table.add_row("", "", check.name, escape(check.detail))
         output.out.print(table)
         output.out.print(
             f"[bold red]NOT verified[/]: {len(failed)} of {len(results)} jobs failed a check"
@@ -190,13 +197,15 @@ def render_all(results: list[VerificationResult], failed: list[VerificationResul
 
 
 def render(result: VerificationResult) -> None:
-    table = Table(title=f"job {result.job_id} ({result.status})", title_justify="left")
+    # (ids, statuses and details come from the database: never read as markup)
+    title = f"job {escape(result.job_id)} ({escape(str(result.status))})"
+    table = Table(title=title, title_justify="left")
     table.add_column("check", no_wrap=True)
     table.add_column("", no_wrap=True)
     table.add_column("detail", overflow="fold")
     for check in result.checks():
         mark = "[green]✓[/]" if check.ok else "[bold red]✗[/]"
-        table.add_row(check.name, mark, check.detail)
+        table.add_row(check.name, mark, escape(check.detail))
     output.out.print(table)
     if result.ok:
         output.out.print("[green]verified[/]: every check holds")

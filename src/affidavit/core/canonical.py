@@ -371,6 +371,30 @@ def parse(data: bytes | str) -> Any:
     return json.loads(data, parse_int=_parse_int)
 
 
+def unsafe_integers_as_doubles(value: Any) -> Any:
+    """``value``, as a JSON parser returned it, with every integer beyond ±(2^53-1) read as
+    the double it denotes — what :func:`parse` returns for the same text.
+
+    JCS writes an integral double from 2^53 on without a fraction (``1.7e18`` as
+    ``1700000000000000000``); orjson and ``json`` read those digits as an ``int``, which
+    :func:`canonical` refuses, so a value parsed that way canonicalizes back to its bytes only
+    through this. An integer too large for a double is kept (and refused).
+    """
+    t = type(value)
+    if t is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return value
+        try:
+            return float(value)
+        except OverflowError:
+            return value
+    if t is dict:
+        return {key: unsafe_integers_as_doubles(item) for key, item in value.items()}
+    if t is list:
+        return [unsafe_integers_as_doubles(item) for item in value]
+    return value
+
+
 def canonical_text(value: Any) -> str:
     """``canonical(value)`` decoded as UTF-8."""
     return canonical(value).decode("utf-8")

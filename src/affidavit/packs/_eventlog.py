@@ -9,7 +9,12 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_parsed_all, canonical_parsed_exact
+from affidavit.core.canonical import (
+    canonical,
+    canonical_parsed_all,
+    canonical_parsed_exact,
+    unsafe_integers_as_doubles,
+)
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
 from affidavit.packs import _format as F
@@ -93,7 +98,7 @@ def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
         if checked is None:
             return {"present": True}
         rows = [(e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash) for e in checked]
-        log_entries = [(e["type"], e["payload"]) for e in events]
+        log_entries = [(e["type"], unsafe_integers_as_doubles(e["payload"])) for e in events]
     if not isinstance(job_id, str):
         if not rows:
             st.errors.append(f"{F.EVENTS}: the events name no job id")
@@ -168,7 +173,14 @@ def _rows(
             payload_bytes = exact
         else:
             payload_bytes = canonical_parsed_all(values) if strict else list(map(canonical, values))
-    except (AffidavitError, RecursionError):
+    except AffidavitError:
+        # an integer beyond ±(2^53-1): an integral double the parser read as an int
+        values = list(map(unsafe_integers_as_doubles, values))
+        try:
+            payload_bytes = list(map(canonical, values))
+        except (AffidavitError, RecursionError):
+            return None
+    except RecursionError:
         return None
     rows: list[Row] = list(
         zip(versions, event_ids, kinds, payload_bytes, chain_hashes, strict=True)
@@ -188,7 +200,7 @@ def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent
                     e["version"],
                     e["event_id"],
                     e["type"],
-                    canonical(e["payload"]),
+                    _payload_jcs(e["payload"]),
                     e["chain_hash"],
                 )
             )
@@ -202,6 +214,14 @@ def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent
             st.errors.append(f"{F.EVENTS}: event {position} is malformed")
             return None
     return stored
+
+
+def _payload_jcs(payload: Any) -> bytes:
+    """JCS of a parsed payload, reading an integer beyond ±(2^53-1) as the double it is."""
+    try:
+        return canonical(payload)
+    except AffidavitError:
+        return canonical(unsafe_integers_as_doubles(payload))
 
 
 def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, str]) -> None:

@@ -6,13 +6,12 @@ lease changes and events in one transaction. SQL uses ``?`` placeholders.
 
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, parse
 from affidavit.core.events import utc_now
 
 LEDGER_COLUMNS = (
@@ -55,8 +54,9 @@ def _ledger_from_row(row: Sequence[Any]) -> LedgerRow:
         invocation_id=row[7],
         attempt_id=row[8],
         tries=int(row[9]),
-        result=json.loads(row[10]) if row[10] is not None else None,
-        error=json.loads(row[11]) if row[11] is not None else None,
+        # read as the log's payloads are (an integral double beyond 2^53 stays a double)
+        result=parse(row[10]) if row[10] is not None else None,
+        error=parse(row[11]) if row[11] is not None else None,
     )
 
 

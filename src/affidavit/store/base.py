@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from affidavit.core.canonical import parse
+from affidavit.core.errors import ReplayError
 
 if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
@@ -60,12 +61,20 @@ class StoredEvent:
         return parse(self.payload_bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The event as FORMATS.md §9 prints it (payload decoded)."""
+        """The event as FORMATS.md §9 prints it (payload decoded).
+
+        Raises:
+            ReplayError: the stored payload is not JSON (the row was edited outside the store).
+        """
+        try:
+            payload = self.payload
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deeply
+            raise ReplayError("the stored payload is not JSON", version=self.version) from None
         return {
             "version": self.version,
             "event_id": self.event_id,
             "type": self.type,
-            "payload": self.payload,
+            "payload": payload,
             "chain_hash": self.chain_hash,
         }
 

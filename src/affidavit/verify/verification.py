@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.canonical import canonical, canonical_text, unsafe_integers_as_doubles
 from affidavit.core.collector import collector_paused
 from affidavit.core.errors import (
     AffidavitError,
@@ -126,8 +127,9 @@ def verify_events(
     shaped like ``affidavit jobs events --json`` output (``version``, ``event_id``, ``type``,
     ``payload`` — the decoded object, or its stored bytes — and ``chain_hash``). ``seal`` is the
     job's seal (a terminal job without one fails the seal check), checked against
-    ``public_keys`` only. ``ledger`` rows, when given, are compared with the log. ``status`` is
-    the job's claimed status; without it the status the log ends in is used.
+    ``public_keys`` only. ``ledger`` rows, when given, are compared with the log as
+    :func:`verify_job` compares the stored ones (every column with a counterpart in the log).
+    ``status`` is the job's claimed status; without it the status the log ends in is used.
     ``ledger_digests`` is the ledger in digest form instead of rows — ``(idempotency key,
     status, invocation id, hex SHA-256 of JCS(result) or None)`` — as a proof pack carries it.
 
@@ -159,15 +161,15 @@ def verify_events(
         if first is not None
         else ()
     )
-    ledgers: list[Iterable[LedgerDigest]] = []
-    if ledger is not None:
-        ledgers.append(
-            (r.idempotency_key, r.status, r.invocation_id, _result_hash(r.result)) for r in ledger
-        )
-    if ledger_digests is not None:
-        ledgers.append(ledger_digests)
     return _verify_rows(
-        fold, rows, None, public_keys=public_keys, seal=seal, status=status, ledgers=ledgers
+        fold,
+        rows,
+        None,
+        public_keys=public_keys,
+        seal=seal,
+        status=status,
+        ledgers=[ledger_digests] if ledger_digests is not None else [],
+        ledger_rows=map(_ledger_columns, ledger) if ledger is not None else None,
     )
 
 
@@ -220,6 +222,7 @@ def _verify_rows(
     seal: Seal | Mapping[str, Any] | None,
     status: str | None,
     ledgers: Iterable[Iterable[LedgerDigest]],
+    ledger_rows: Iterable[LedgerColumns] | None = None,
 ) -> VerificationResult:
     with collector_paused():
         fold.feed_all(rows, parsed)
@@ -227,6 +230,8 @@ def _verify_rows(
     parsed_seal = _parse_seal(seal)
     keys = _key_map(public_keys.items() if isinstance(public_keys, Mapping) else public_keys)
     row_errors: list[str] = []
+    if ledger_rows is not None:  # whole rows: every column verify_job compares
+        row_errors += _ledger_column_disagreements(fold, ledger_rows)
     for digests in ledgers:
         row_errors += _ledger_disagreements(fold, digests)
     return _assemble(fold, status=status, row_errors=row_errors, seal=parsed_seal, keys=keys)
@@ -253,7 +258,7 @@ def _assemble(
         ledger_errors.append(
             f"the job is {shown_status} but {len(pending)} invocation(s) were never closed"
         )
-    ledger_proof = LedgerProof(not ledger_errors, pending, tuple(ledger_errors))
+    ledger_proof = LedgerProof(not ledger_errors, pending, tuple(map(_text, ledger_errors)))
     # (4) stored status against the log
     if status is not None and not _status_agrees(status, log_status):
         fold.violate("status", None, f"the job is {status} but its log says {log_status}")
@@ -264,8 +269,13 @@ def _assemble(
     else:
         invariant, version, detail = fold.replay_error
         where = f" at version {version}" if version is not None else ""
-        replay = ReplayProof(False, f"{invariant}{where}: {detail}", invariant, version)
+        replay = ReplayProof(False, _text(f"{invariant}{where}: {detail}"), invariant, version)
     chain = StoredChainCheck(fold.first_bad_version is None, fold.first_bad_version, fold.count)
+    sealed = (
+        _check_seal(fold, seal, keys, terminal, shown_status)
+        if not seal_problem
+        else SealCheck(True, False, error=f"the seal row is malformed: {seal_problem}")
+    )
     return VerificationResult(
         job_id=fold.job_id,
         execution_hash=fold.execution_hash(),
@@ -273,11 +283,23 @@ def _assemble(
         tool_invocation_ledger_proof=ledger_proof,
         replay_proof_result=replay,
         stored_chain=chain,
-        seal=_check_seal(fold, seal, keys, terminal, shown_status)
-        if not seal_problem
-        else SealCheck(True, False, error=f"the seal row is malformed: {seal_problem}"),
-        status=shown_status,
+        seal=replace(sealed, key_id=_text(sealed.key_id), error=_text(sealed.error)),
+        status=_text(shown_status),
     )
+
+
+def _text(value: Any) -> Any:
+    """``value`` as text every encoder takes: SQLite text that is not UTF-8 is read leniently
+    as lone surrogates (see :func:`verify_job`), and a result quoting it (a seal's key id, a
+    job's status, a ledger key) must still print and serialize; those come out as ``\\udcxx``
+    escapes. Anything else is returned as it is."""
+    if type(value) is not str:
+        return value
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode()
+    return value
 
 
 def _status_agrees(status: str, log_status: str) -> bool:
@@ -405,11 +427,23 @@ def _never_recorded(fold: LogFold, seen: set[str], errors: list[str]) -> None:
         errors.append(f"key {key[:16]}… was invoked but has no ledger row")
 
 
-def _result_hash(result: Any) -> str | None:
+def _ledger_columns(row: LedgerRow) -> LedgerColumns:
+    """A ledger row as :meth:`~affidavit.store._snapshot.SqlSnapshot.iter_ledger_columns` reads
+    it: its result as the stored text, its JCS (``""`` when it cannot be canonicalized)."""
     try:
-        return canonical_sha256(result)
+        text = canonical_text(row.result)
     except (AffidavitError, RecursionError):
-        return None
+        text = ""
+    return (
+        row.idempotency_key,
+        row.status,
+        row.invocation_id,
+        text,
+        row.node_id,
+        row.step_id,
+        row.tool_name,
+        row.args_hash,
+    )
 
 
 # (5) the seal
@@ -545,8 +579,11 @@ def _event_parts(
     else:
         try:
             payload_bytes = canonical(payload)
-        except AffidavitError as exc:
-            raise VerificationError(f"event #{position}: payload: {exc.message}") from None
+        except AffidavitError:
+            try:  # an integer beyond ±(2^53-1): an integral double a parser read as an int
+                payload_bytes = canonical(unsafe_integers_as_doubles(payload))
+            except AffidavitError as exc:
+                raise VerificationError(f"event #{position}: payload: {exc.message}") from None
     chain_hash = event.get("chain_hash")
     return (
         version,
