@@ -102,6 +102,12 @@ def test_verify_all_reports_every_job_and_fails_on_any(store_url: str, tmp_path:
     narrowed = cli("verify", "--all", "--status", "failed", "--db", store_url, "--json")
     assert narrowed.returncode == 0, narrowed.stderr
     assert json_of(narrowed)["jobs"] == 0
+    # a bad trusted key is an error even when no job is verified with it
+    for bad in ("not-a-key", "0123456789abcdef"):  # malformed; a key id nothing records
+        refused = cli("verify", "--all", "--status", "failed", "--trusted-key", bad,
+                      "--db", store_url, "--json")  # fmt: skip
+        assert refused.returncode == 3, refused.stdout
+        assert json_of(refused)["error"]["code"] == "config_error"
     completed = cli("verify", "--all", "--status", "completed", "--db", store_url)
     assert completed.returncode == 1
     assert "NOT verified: 1 of 3 jobs failed a check" in completed.stdout

@@ -17,6 +17,7 @@ from affidavit.core.errors import ConfigError
 from affidavit.runtime.sealing import KEY_ENV, Sealer, SigningKey
 from affidavit.store import JOB_STATUSES, JobFilter, Store
 from affidavit.verify import VerificationResult, verify_job
+from affidavit.verify.verification import check_trusted_keys
 
 keys_app = typer.Typer(help="The key that signs job seals.", no_args_is_help=True)
 
@@ -141,6 +142,8 @@ def verify_all(
 ) -> list[VerificationResult]:
     """Verify every job that matches ``filters`` (its limit and offset are ignored) when the
     call starts, newest first; a progress bar on stderr while it runs."""
+    if trusted_keys:
+        check_trusted_keys(store, trusted_keys)  # a bad key is an error even with no job
     job_ids: dict[str, None] = {}  # listing order; a page may repeat a job when new ones land
     offset = 0
     while True:

@@ -111,6 +111,19 @@ def _verify_job(
     )
 
 
+def check_trusted_keys(store: Store, trusted_keys: Iterable[KeyLike]) -> None:
+    """Check ``trusted_keys`` as :func:`verify_job` would, before any job is read: so that a
+    malformed key, or a key id the database does not record, is an error even when no job is
+    verified with it.
+
+    Raises:
+        ConfigError: a key is malformed or names no recorded key.
+    """
+    with store.snapshot() as snap:
+        recorded = snap.keys_list()
+    _trusted(trusted_keys, recorded)
+
+
 def verify_events(
     events: Iterable[StoredEvent | Mapping[str, Any]],
     *,
