@@ -289,6 +289,18 @@ def test_list_jobs_filters(store: Store) -> None:
         store.list_jobs(JobFilter(status=["sleeping"]))
     with pytest.raises(ConfigError):
         store.list_jobs(JobFilter(limit=0))
+    # a snapshot lists the same ids in the same order, reading only the ids
+    for filters in (
+        JobFilter(),
+        JobFilter(limit=3, offset=3),
+        JobFilter(status=["completed", "failed"]),
+        JobFilter(plan_name="p0", namespace="b"),
+    ):
+        with store.snapshot() as snap:
+            listed = snap.list_job_ids(filters)
+        assert listed == [j.job_id for j in store.list_jobs(filters)]
+    with store.snapshot() as snap, pytest.raises(ConfigError):
+        snap.list_job_ids(JobFilter(status=["sleeping"]))
 
 
 def test_migrations_are_idempotent(store_url: str) -> None:

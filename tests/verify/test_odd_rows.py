@@ -173,6 +173,7 @@ def test_cli_reports_an_odd_row_as_a_failed_check(
     every = cli("verify", "--all", "--db", raw.url, "--json")
     assert every.returncode == 1 and "Traceback" not in every.stderr
     assert json_of(every)["failed_jobs"] == [job_id]
+    assert json_of(every)["failed_jobs"] == [job_id]
 
 
 # --- values no runtime writes (both backends) ---------------------------------------------------
@@ -324,6 +325,11 @@ NOT_UTF8_CASES = {
         "UPDATE tool_invocations SET result = CAST(X'7bff7d' AS TEXT) "
         "WHERE job_id = ? AND node_id = 'refund' AND ? > 0",
         {"tool_invocation_ledger_proof"},
+    ),
+    # a job row: `verify --all` still lists the job (it reads only the ids) and reports it
+    "job_status": (
+        "UPDATE jobs SET status = CAST(X'636f6d706c65746564ff' AS TEXT) WHERE job_id = ? AND ? > 0",
+        {"replay_proof_result"},
     ),
     # text the result quotes (the seal's key id, a ledger key): escaped, so it still prints
     "seal_key_id": (

@@ -144,14 +144,16 @@ def verify_all(
     call starts, newest first; a progress bar on stderr while it runs."""
     if trusted_keys:
         check_trusted_keys(store, trusted_keys)  # a bad key is an error even with no job
-    job_ids: dict[str, None] = {}  # listing order; a page may repeat a job when new ones land
+    # only the ids are read: a job row edited outside the store is listed (and fails its checks)
+    job_ids: dict[str, None] = {}  # listing order
     offset = 0
-    while True:
-        page = store.list_jobs(replace(filters, limit=_PAGE, offset=offset))
-        job_ids.update((j.job_id, None) for j in page)
-        if len(page) < _PAGE:
-            break
-        offset += _PAGE
+    with store.snapshot() as snap:
+        while True:
+            page = snap.list_job_ids(replace(filters, limit=_PAGE, offset=offset))
+            job_ids.update((job_id, None) for job_id in page)
+            if len(page) < _PAGE:
+                break
+            offset += _PAGE
     results: list[VerificationResult] = []
     with Progress(
         TextColumn("verifying"),

@@ -464,6 +464,40 @@ def _check_status(status: str) -> str:
     return status
 
 
+# newest first; the job id breaks ties so that paging is stable
+JOBS_ORDER = "ORDER BY j.created_at DESC, j.job_id DESC LIMIT ? OFFSET ?"
+
+
+def jobs_where(f: JobFilter) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (``""`` or starting with a space) of a job listing over ``jobs j``
+    and its parameters, the limit and offset of :data:`JOBS_ORDER` last.
+
+    Raises:
+        ConfigError: an unknown status, a NUL character in a filter, or a limit or offset out
+            of range.
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    if f.status:
+        for s in f.status:
+            _check_status(s)
+        where.append("j.status IN (" + ", ".join("?" for _ in f.status) + ")")
+        params.extend(f.status)
+    for text in (f.namespace, f.plan_name, *(f.status or ())):
+        if text is not None and "\x00" in text:
+            raise ConfigError("a filter value contains a NUL character")
+    if f.namespace is not None:
+        where.append("j.namespace = ?")
+        params.append(f.namespace)
+    if f.plan_name is not None:
+        where.append("j.plan_name = ?")
+        params.append(f.plan_name)
+    if not (1 <= f.limit <= MAX_INT64 and 0 <= f.offset <= MAX_INT64):
+        raise ConfigError("limit must be ≥ 1 and offset ≥ 0 (and both below 2^63)")
+    params.extend((f.limit, f.offset))
+    return (" WHERE " + " AND ".join(where) if where else ""), params
+
+
 class SqlStore(ApiKeyReads, ABC):
     """The :class:`~affidavit.store.base.Store` methods both backends share. A backend supplies
     connections: ``_reader()`` (a cursor for reads) and ``transaction()``."""
@@ -573,30 +607,8 @@ class SqlStore(ApiKeyReads, ABC):
         return job_from_row(row)
 
     def list_jobs(self, filters: JobFilter | None = None) -> list[JobRecord]:
-        f = filters or JobFilter()
-        where: list[str] = []
-        params: list[Any] = []
-        if f.status:
-            for s in f.status:
-                _check_status(s)
-            where.append("j.status IN (" + ", ".join("?" for _ in f.status) + ")")
-            params.extend(f.status)
-        for text in (f.namespace, f.plan_name, *(f.status or ())):
-            if text is not None and "\x00" in text:
-                raise ConfigError("a filter value contains a NUL character")
-        if f.namespace is not None:
-            where.append("j.namespace = ?")
-            params.append(f.namespace)
-        if f.plan_name is not None:
-            where.append("j.plan_name = ?")
-            params.append(f.plan_name)
-        if not (1 <= f.limit <= MAX_INT64 and 0 <= f.offset <= MAX_INT64):
-            raise ConfigError("limit must be ≥ 1 and offset ≥ 0 (and both below 2^63)")
-        sql = self.log_sql.job_select
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY j.created_at DESC, j.job_id DESC LIMIT ? OFFSET ?"
-        params.extend((f.limit, f.offset))
+        where, params = jobs_where(filters or JobFilter())
+        sql = f"{self.log_sql.job_select}{where} {JOBS_ORDER}"
         with self._reader() as cur:
             cur.execute(self._q(sql), params)
             return [job_from_row(r) for r in cur.fetchall()]

@@ -311,6 +311,11 @@ class Snapshot(Protocol):
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
+    def list_job_ids(self, filters: JobFilter) -> list[str]:
+        """The ids of the jobs :meth:`Store.list_jobs` lists for ``filters``, in its order,
+        reading no other column of their rows."""
+        ...
+
     def iter_events(self, job_id: str, *, batch: int = ...) -> Iterator[StoredEvent]:
         """The job's whole log in version order, streamed ``batch`` rows at a time (memory
         does not grow with the log). ``recorded_at`` is not read."""
