@@ -137,14 +137,37 @@ def test_events_endpoint_and_keys_verify_offline_as_verify_job(api: Api) -> None
                 ).json()
                 events += page["events"]
                 after = page["next_after_version"]
-            seal = api.store.get_seal(job_id)
+            sealed = c.get(f"/api/jobs/{job_id}/seal")
+            assert sealed.status_code == 200 and sealed.json()["error"] is None
+            seal = sealed.json()["seal"]
+            assert (seal is None) == (job_id == waiting)
             offline = verify_events(
                 events,
                 job_id=job_id,
-                seal=seal.to_dict() if seal is not None else None,
+                seal=seal,
                 public_keys=keys,
                 ledger=ledger_rows(api.store, job_id),
                 status=api.runtime.get_job(job_id).status,
             )
             assert offline.ok
             assert offline.to_dict() == c.get(f"/api/jobs/{job_id}/verify").json()
+
+
+def test_seal_endpoint(api: Api) -> None:
+    """The seal as `verify_events` takes it; 404 for an unknown job or another namespace's; a
+    seal row edited outside the store (SQLite keeps any type) is reported, not a 500."""
+    done = finished_job(api)
+    with api.client("observer_a") as c:
+        seal = c.get(f"/api/jobs/{done}/seal").json()
+        assert seal == {"seal": api.store.get_seal(done).to_dict(), "error": None}
+        assert c.get("/api/jobs/no-such-job/seal").status_code == 404
+    with api.client("agent_b") as other:
+        assert other.get(f"/api/jobs/{done}/seal").status_code == 404
+    if not api.store.url.startswith("sqlite:///"):
+        return  # PostgreSQL's typed columns refuse the edit below
+    raw = RawDb(api.store.url)
+    raw.execute("UPDATE seals SET key_id = CAST(key_id AS BLOB) WHERE job_id = ?", (done,))
+    with api.client("observer_a") as c:
+        edited = c.get(f"/api/jobs/{done}/seal")
+        assert edited.status_code == 200
+        assert edited.json()["seal"] is None and "malformed" in edited.json()["error"]

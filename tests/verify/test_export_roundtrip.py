@@ -43,15 +43,20 @@ def exported(url: str, job_id: str) -> list[dict[str, Any]]:
 
 
 def offline(rt: Runtime, url: str, job_id: str) -> VerificationResult:
-    """``verify_events`` over the CLI export, with the job's seal, keys, ledger and status."""
-    seal = rt.store.get_seal(job_id)
+    """``verify_events`` over the CLI export, with the job's seal and status as `jobs show
+    --json` prints them, the recorded keys and the ledger."""
+    shown = cli("jobs", "show", job_id, "--db", url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    job = json_of(shown)
+    stored = rt.store.get_seal(job_id)
+    assert job["seal"] == (stored.to_dict() if stored is not None else None)
     return verify_events(
         exported(url, job_id),
         job_id=job_id,
-        seal=seal.to_dict() if seal is not None else None,
+        seal=job["seal"],
         public_keys=[k.public_key_b64 for k in rt.store.signing_keys()],
         ledger=ledger_rows(rt.store, job_id),
-        status=rt.get_job(job_id).status,
+        status=job["status"],
     )
 
 

@@ -15,6 +15,7 @@ from affidavit.api.models import (
     EventPage,
     Job,
     JobList,
+    JobSeal,
     Resume,
     Signal,
     SignalResult,
@@ -28,6 +29,7 @@ from affidavit.runtime.submit import submit_job
 from affidavit.runtime.trace import job_trace
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.verify import verify_job
+from affidavit.verify.verification import seal_document
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 409, 422, 429, 503)
@@ -136,6 +138,15 @@ def verify(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     unknown job or one of another namespace."""
     visible_job(svc.store, caller, job_id)
     return verify_job(svc.store, job_id).to_dict()
+
+
+@router.get("/{job_id}/seal", response_model=JobSeal)
+def seal(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+    """The job's seal, for verifying its log offline with `verify_events` (with the events of
+    `/events` and a key of `/api/keys`); `seal` is null when the job has none. 404 for an
+    unknown job or one of another namespace."""
+    visible_job(svc.store, caller, job_id)
+    return seal_document(svc.store, job_id)
 
 
 @router.get(

@@ -165,6 +165,26 @@ class Verification(BaseModel):
     ok: bool
 
 
+class SealRecord(BaseModel):
+    job_id: str
+    event_count: int
+    event_chain_root_hash: str
+    sealed_at: str
+    key_id: str
+    algorithm: str
+    signature: str = Field(description="Base64 of the Ed25519 signature.")
+
+
+class JobSeal(BaseModel):
+    seal: SealRecord | None = Field(
+        description="The job's seal (`verify_events(..., seal=...)` takes it); null when the "
+        "job has none (it has not finished, or its seal is gone)."
+    )
+    error: str | None = Field(
+        default=None, description="Why the stored seal row cannot be read (it was edited)."
+    )
+
+
 class SealKey(BaseModel):
     key_id: str
     algorithm: str

@@ -18,6 +18,7 @@ from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.trace import job_trace
 from affidavit.runtime.waiting import SETTLED_STATUSES, wait_for_job
 from affidavit.store import JOB_STATUSES, JobFilter
+from affidavit.verify.verification import seal_document
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_INTERRUPTED = 130
@@ -79,6 +80,10 @@ def show_job(
     with command(as_json), opened(db, read_only=True) as store:
         job = store.get_job(job_id)
         doc = job.to_dict()
+        sealed = seal_document(store, job_id)  # what `verify_events(..., seal=...)` takes
+        doc["seal"] = sealed["seal"]
+        if sealed["error"] is not None:
+            doc["seal_error"] = sealed["error"]
         if job.status in ("waiting", "parked"):
             replay = build_from_events(store.list_events(job_id))
             if job.status == "waiting":

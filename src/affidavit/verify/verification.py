@@ -111,6 +111,24 @@ def _verify_job(
     )
 
 
+def seal_document(store: Store, job_id: str) -> dict[str, Any]:
+    """The job's seal as an offline verifier takes it (``verify_events(..., seal=...)``):
+    ``{"seal": Seal.to_dict() or None, "error": None}``; a seal row that cannot be read (it was
+    edited) gives ``{"seal": None, "error": why}``. The job must exist.
+
+    Raises:
+        JobNotFound: no such job.
+    """
+    with store.snapshot() as snap:
+        if snap.get_job(job_id) is None:
+            raise JobNotFound(job_id)
+        try:
+            seal = snap.seal_get(job_id)
+        except ValueError as exc:
+            return {"seal": None, "error": f"the seal row is malformed: {exc}"}
+    return {"seal": seal.to_dict() if seal is not None else None, "error": None}
+
+
 def check_trusted_keys(store: Store, trusted_keys: Iterable[KeyLike]) -> None:
     """Check ``trusted_keys`` as :func:`verify_job` would, before any job is read: so that a
     malformed key, or a key id the database does not record, is an error even when no job is
