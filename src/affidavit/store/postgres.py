@@ -33,6 +33,11 @@ from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
+# How long the server lets a session sit idle inside a transaction before it ends the session
+# (rolling back, releasing its locks). A write transaction of the store holds no user code, so
+# a session idle that long belongs to a process that was frozen or cut off while it held a
+# job's row lock: the lease alone would not free the job, since a claim skips a locked row.
+DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_S = 10.0
 
 
 @functools.lru_cache(maxsize=512)
@@ -140,8 +145,12 @@ class PostgresStore(SqlStore):
         connect_timeout_s: float = 10.0,
         migrate: bool = True,
         read_only: bool = False,
+        idle_in_transaction_timeout_s: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_S,
     ) -> None:
         self.url = url
+        # 0: no bound; a bound set for the role or database, or in the URL
+        # (options=-c idle_in_transaction_session_timeout=...), is kept as it is
+        self._idle_timeout_ms = max(0, round(idle_in_transaction_timeout_s * 1000))
         # read-only: nothing is migrated, and every session refuses writes
         # (default_transaction_read_only), so a role with SELECT rights alone can read
         self.read_only = read_only
@@ -181,6 +190,10 @@ class PostgresStore(SqlStore):
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SET synchronous_commit = on")
+        if self._idle_timeout_ms:
+            shown = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+            if shown is not None and shown[0] == "0":
+                conn.execute(f"SET idle_in_transaction_session_timeout = {self._idle_timeout_ms}")
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
         if self.schema:
@@ -227,6 +240,9 @@ class PostgresStore(SqlStore):
         try:
             with self._pool.connection() as conn:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                # a reader may work between its reads for long (a large log); it holds no
+                # row lock, so nothing waits for it
+                conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
                 try:
                     yield PostgresSnapshot(conn)
                 finally:
