@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import psycopg
 from psycopg import sql
@@ -115,7 +115,8 @@ def split_url(url: str) -> tuple[str, str | None]:
             f"invalid schema name {schema!r} in the database URL",
             hint="A schema name is letters, digits and '_', not starting with a digit.",
         )
-    return (base + ("?" + urlencode(rest) if rest else "")), schema
+    # (re-encoded as libpq decodes: %20 for a space, never "+", which libpq keeps as it is)
+    return (base + ("?" + urlencode(rest, quote_via=quote) if rest else "")), schema
 
 
 def store_error(message: str, exc: psycopg.Error) -> StoreError:
