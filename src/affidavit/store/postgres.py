@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from affidavit.core.errors import ConfigError, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
@@ -122,8 +122,9 @@ def split_url(url: str) -> tuple[str, str | None]:
 def store_error(message: str, exc: psycopg.Error) -> StoreError:
     """``exc`` as a :class:`StoreError`; a :class:`StoreUnavailable` when it may pass: a lost
     or refused connection, a server shutting down, a serialization failure or deadlock
-    (psycopg's ``OperationalError`` and its subclasses)."""
-    transient = isinstance(exc, psycopg.OperationalError)
+    (psycopg's ``OperationalError`` and its subclasses) — but not this store being closed
+    (``PoolClosed``), which no wait undoes."""
+    transient = isinstance(exc, psycopg.OperationalError) and not isinstance(exc, PoolClosed)
     return (StoreUnavailable if transient else StoreError)(f"{message}: {exc}")
 
 
