@@ -12,6 +12,7 @@ every other URL parameter goes to libpq unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import re
@@ -204,6 +205,18 @@ class PostgresStore(SqlStore):
     def _q(self, query: str) -> str:
         return _pyformat(query)
 
+    def _failed(self, message: str, exc: psycopg.Error) -> StoreError:
+        """:func:`store_error`, after checking the other connections idle in the pool when
+        this one failed at the connection level: a server restart or failover ends every
+        session at once, and each connection the pool still held would otherwise fail the
+        next operation that got it, long after the server is back."""
+        if isinstance(exc, psycopg.OperationalError) and not isinstance(exc, PoolClosed):
+            # the broken ones are replaced by new connections; a check that fails tells the
+            # caller nothing more than the error below
+            with contextlib.suppress(psycopg.Error, PoolTimeout):
+                self._pool.check()
+        return store_error(message, exc)
+
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[SqlTransaction]:
         try:
@@ -220,7 +233,7 @@ class PostgresStore(SqlStore):
                         conn.execute("ROLLBACK")
                     raise
         except psycopg.Error as exc:
-            raise store_error("PostgreSQL write failed", exc) from exc
+            raise self._failed("PostgreSQL write failed", exc) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
@@ -230,7 +243,7 @@ class PostgresStore(SqlStore):
             with self._pool.connection() as conn:
                 yield conn.cursor()
         except psycopg.Error as exc:
-            raise store_error("PostgreSQL read failed", exc) from exc
+            raise self._failed("PostgreSQL read failed", exc) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
@@ -250,7 +263,7 @@ class PostgresStore(SqlStore):
                 finally:
                     conn.execute("ROLLBACK")
         except psycopg.Error as exc:
-            raise store_error("PostgreSQL read failed", exc) from exc
+            raise self._failed("PostgreSQL read failed", exc) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
