@@ -540,3 +540,36 @@ def test_run_of_a_job_another_worker_holds_names_its_lease(store_url: str, tmp_p
         assert f"job {job_id} is held by worker" in message
         assert re.search(r"lease until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00\)", message), message
         gate.touch()
+
+
+def test_a_second_signal_does_not_leave_steps_retrying_a_closed_store(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Two jobs on a worker with two claim loops, each job running two steps at once; the
+    second SIGINT stops the worker at once and closes its store. The steps' threads still
+    finish their tools; their records then fail for good (the store is closed, not away) and
+    the process exits, instead of trying them again as if the database were down (a minute
+    per step)."""
+    tools = tmp_path / "gated_tools.py"
+    tools.write_text(GATED_TOOLS)
+    side, gate = tmp_path / "calls.txt", tmp_path / "gate"
+    plan = tmp_path / "pair.json"
+    plan.write_text(json.dumps({"name": "pair", "nodes": [
+        {"id": node, "type": "tool", "tool": "entered",
+         "args": {"side": str(side), "gate": str(gate)}}
+        for node in ("left", "right")
+    ]}))  # fmt: skip
+    for _ in range(2):
+        cli("submit", str(plan), "--tools", str(tools), "--db", store_url, "--json")
+    args = (*worker_args(store_url, tools), "--concurrency", "2", "--step-concurrency", "2")
+    with running(*args) as proc:
+        wait_for_lines(side, 4)
+        proc.send_signal(signal.SIGINT)
+        read_until(proc, "SIGINT: stopping")
+        proc.send_signal(signal.SIGINT)
+        stopped = time.monotonic()
+        gate.touch()
+        _, err = proc.communicate(timeout=150)
+    assert time.monotonic() - stopped < 20, err
+    assert "stopped at once" in err
+    assert "trying the write again" not in err

@@ -16,12 +16,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
+import psycopg
 import pytest
 
 from affidavit import FencedError, Runtime, StoreError, Tool, ToolContext, ToolRegistry
 from affidavit.runtime.worker import Worker
 from affidavit.store import Store
+from affidavit.store.postgres import split_url
+from tests.conftest import PG_URL, with_schema
 from tests.runtime.crash_tools import REGISTRY, counts, read_side
 from tests.runtime.helpers import (
     assert_log_sound,
@@ -243,3 +247,76 @@ def test_sigstopped_worker_process_is_fenced_off(store_url: str, tmp_path: Path)
         events = assert_log_sound(rt.store, job_id)
         [caught] = of_type(events, "tool_invocation_finished")
         assert caught["catch_up"] is True and caught["outcome"] == "success"
+
+
+def freeze_idle_in_a_transaction(proc: subprocess.Popen[str], url: str, job_id: str) -> None:
+    """SIGSTOP ``proc`` at a moment when one of its sessions (``application_name`` in ``url``)
+    sits idle in a transaction that holds the job's row lock: the server waits for its next
+    statement (a pause, a suspended VM or a partition can come at any moment)."""
+    conninfo, _ = split_url(url)
+    app = dict(parse_qsl(conninfo.partition("?")[2]))["application_name"]
+    for _ in range(2000):
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.02)  # let anything already sent reach the server first
+        if not write_lock_free(url, job_id):
+            with psycopg.connect(PG_URL) as conn:
+                states = {
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT state FROM pg_stat_activity WHERE application_name = %s", (app,)
+                    )
+                }
+            if "idle in transaction" in states and "active" not in states:
+                return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.003)
+    raise AssertionError("could not freeze the worker idle in a transaction")
+
+
+def test_a_worker_frozen_inside_a_transaction_does_not_hold_its_job_forever(
+    pg_schema: str, tmp_path: Path
+) -> None:
+    """PostgreSQL: a worker process is frozen between two statements of a transaction that
+    holds the job's row lock. Its lease runs out, but a claim skips a locked row (SKIP LOCKED)
+    and a cancel waits for it: without a bound on a session idle in a transaction, the frozen
+    process would keep the job from every other worker for as long as it stays frozen. The
+    server ends that session, the job is reclaimed and completed, and the thawed worker
+    writes nothing."""
+    url = with_schema(PG_URL, pg_schema)
+    side = tmp_path / "side.jsonl"
+    steps = [
+        {
+            "id": f"s{i:03}",
+            "type": "tool",
+            "tool": "crash_charge",
+            "args": {"side": "${input.side}", "amount": i},
+            **({"depends_on": [f"s{i - 1:03}"]} if i else {}),
+        }
+        for i in range(400)
+    ]
+    with Runtime(url, tools=REGISTRY, lease_seconds=30) as rt:
+        job_id = rt.submit({"nodes": steps}, {"side": str(side)}).job_id
+        frozen_url = f"{url}&application_name=frozen_{pg_schema}"
+        proc = spawn_driver(frozen_url, "--job", job_id, "--lease", "0.5")
+        try:
+            end = time.monotonic() + 30
+            while not read_side(side):
+                assert proc.poll() is None and time.monotonic() < end, proc.stderr
+                time.sleep(0.005)
+            freeze_idle_in_a_transaction(proc, frozen_url, job_id)
+            wait_lease_expired(rt.store, job_id)
+            deadline = time.monotonic() + 30
+            while (status := rt.worker.run_once(job_id)) is None:
+                assert time.monotonic() < deadline, "the frozen worker still holds the job"
+                time.sleep(0.2)
+            assert status == "completed"
+            snapshot = rt.store.list_events(job_id)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert json.loads(out.splitlines()[-1])["status"] == "lost"
+        assert rt.store.list_events(job_id) == snapshot
+        assert_log_sound(rt.store, job_id)
+        assert set(counts(side, "charge").values()) == {1}

@@ -258,3 +258,31 @@ def test_waiting_job_resumes_from_its_log_in_a_fresh_runtime(
         assert other.run_until_idle() == 1
     assert rt.get_job(job_id).status == "completed"
     assert calls.count(name="quote") == 1  # the recorded quote was injected, not recomputed
+
+
+def test_concurrent_decisions_on_many_jobs_do_not_starve_the_store(rt: Runtime) -> None:
+    """More signals at once than the PostgreSQL pool has connections (10), each to its own
+    job: a decision reads the log inside its own transaction, so none of them waits for a
+    second connection while holding the first (which would stall them all until the pool's
+    timeout and then fail them)."""
+    jobs = [waiting_job(rt) for _ in range(12)]
+    start = threading.Barrier(len(jobs))
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def send(job_id: str) -> None:
+        start.wait()
+        try:
+            signal_job(rt.store, job_id, f"{job_id}:ok", {"approved": True})
+        except BaseException as exc:  # pragma: no cover - reported below
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(job_id,), daemon=True) for job_id in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads), "the signals are still waiting"
+    assert not errors, errors
+    assert {rt.get_job(job_id).status for job_id in jobs} == {"pending"}

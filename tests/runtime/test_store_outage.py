@@ -510,3 +510,43 @@ def test_concurrent_steps_with_commits_that_landed(real_store: Store, calls: Cal
     events = assert_log_sound(rt.store, job_id)
     assert len(of_type(events, "command_committed")) == 3
     assert verify_job(rt.store, job_id).ok
+
+
+def test_postgresql_sessions_ended_at_once_fail_one_operation_not_one_per_connection(
+    pg_schema: str,
+) -> None:
+    """A restart or failover ends every session of the pool at once. The first operation that
+    meets a dead connection fails (the caller may try again); the pool's other connections are
+    checked then and replaced, so the operations after it do not fail one by one — as many as
+    the pool held — while the server is long back."""
+    store = open_store(f"{PG_URL}?schema={pg_schema}&application_name={pg_schema}")
+    try:
+        job, _ = store.create_job()
+        start = threading.Barrier(6)
+
+        def hold_a_connection() -> None:
+            start.wait()
+            with store.transaction() as tx:
+                tx.query("SELECT pg_sleep(0.2)")
+
+        threads = [threading.Thread(target=hold_a_connection) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (pg_schema,),
+            ).fetchall()
+        assert len(ended) >= 6
+        failed = 0
+        for _ in range(6):
+            try:
+                store.get_job(job.job_id)
+            except StoreUnavailable:
+                failed += 1
+        assert failed <= 1
+    finally:
+        store.close()

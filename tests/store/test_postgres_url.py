@@ -60,6 +60,23 @@ def test_schema_parameter_is_ours_and_the_rest_goes_to_libpq() -> None:
         split_url("postgresql://u@h/db?schema=x;drop")
 
 
+def test_libpq_options_with_spaces_reach_the_server(pg_schema: str) -> None:
+    """``options=-c name=value`` (a space, %-encoded) is how a URL sets a server setting; it
+    reaches libpq as written next to our ``schema`` parameter (a space re-encoded as ``+``
+    would reach the server as part of the setting's name)."""
+    options = quote("-c idle_in_transaction_session_timeout=5000", safe="")
+    assert split_url(f"postgresql://u@h/db?schema=s&options={options}") == (
+        f"postgresql://u@h/db?options={options}",
+        "s",
+    )
+    store = open_store(f"{PG_URL}?schema={pg_schema}&options={options}")
+    try:
+        with store.transaction() as tx:
+            assert tx.query("SHOW idle_in_transaction_session_timeout") == [("5s",)]
+    finally:
+        store.close()
+
+
 def test_unreachable_server_is_a_clear_store_error() -> None:
     with pytest.raises(StoreError, match="cannot connect") as info:
         open_store("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=1")

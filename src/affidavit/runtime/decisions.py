@@ -32,12 +32,14 @@ DECISIONS_BY_REASON: dict[str, tuple[str, ...]] = {
 RESUME_DECISIONS = ("retry", "accept_result", "continue", "fail")
 
 
-def _locked(store: Store, tx: Transaction, job_id: str) -> tuple[JobRecord, ReplayContext]:
-    """The job, locked against concurrent writers for the rest of ``tx``, and its log."""
+def _locked(tx: Transaction, job_id: str) -> tuple[JobRecord, ReplayContext]:
+    """The job, locked against concurrent writers for the rest of ``tx``, and its log — read
+    through ``tx``: a decision that waited for a second connection while holding the first
+    could starve a PostgreSQL pool (every decision holding one, all waiting)."""
     job = tx.get_job(job_id, for_update=True)
     if job is None:
         raise JobNotFound(job_id)
-    return job, build_from_events(store.list_events(job_id))
+    return job, build_from_events(tx.list_events(job_id))
 
 
 # --- signal -----------------------------------------------------------------------------------
@@ -61,7 +63,7 @@ def signal_job(
     """
     canonical(payload)
     with store.transaction(durable=True) as tx:
-        job, replay = _locked(store, tx, job_id)
+        job, replay = _locked(tx, job_id)
         if key in replay.completed_waits:
             return job, False
         wait = replay.waits.get(key)
@@ -167,7 +169,7 @@ def resume_job(
         store.get_job(job_id)  # an unknown job creates no key
         sealer.key()  # load or create it before the transaction, not inside
     with store.transaction(durable=True) as tx:
-        job, replay = _locked(store, tx, job_id)
+        job, replay = _locked(tx, job_id)
         if job.status != "parked" or replay.parked is None:
             raise InvalidStateError(f"job {job_id} is {job.status}, not parked")
         reason = str(replay.parked.get("reason"))

@@ -353,6 +353,14 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
             return 0, GENESIS
         return int(head_row[0]), bytes.fromhex(head_row[1])
 
+    def list_events(self, job_id: str) -> list[StoredEvent]:
+        """The job's whole log in version order, read in this transaction (so, on the
+        transaction's own connection, as it sees the job)."""
+        return [
+            StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
+            for row in self.query(self.log_sql.events, (job_id,))
+        ]
+
     # --- jobs -------------------------------------------------------------------------------
 
     def create_job(

@@ -186,6 +186,11 @@ class Transaction(Protocol):
         """
         ...
 
+    def list_events(self, job_id: str) -> list[StoredEvent]:
+        """The job's whole log in version order, read in this transaction: a writer that
+        holds the job's lock reads it without asking the store for a second connection."""
+        ...
+
     def create_job(
         self,
         *,

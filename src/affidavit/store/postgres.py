@@ -12,17 +12,18 @@ every other URL parameter goes to libpq unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from affidavit.core.errors import ConfigError, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
@@ -33,6 +34,11 @@ from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
+# How long the server lets a session sit idle inside a transaction before it ends the session
+# (rolling back, releasing its locks). A write transaction of the store holds no user code, so
+# a session idle that long belongs to a process that was frozen or cut off while it held a
+# job's row lock: the lease alone would not free the job, since a claim skips a locked row.
+DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_S = 10.0
 
 
 @functools.lru_cache(maxsize=512)
@@ -110,14 +116,16 @@ def split_url(url: str) -> tuple[str, str | None]:
             f"invalid schema name {schema!r} in the database URL",
             hint="A schema name is letters, digits and '_', not starting with a digit.",
         )
-    return (base + ("?" + urlencode(rest) if rest else "")), schema
+    # (re-encoded as libpq decodes: %20 for a space, never "+", which libpq keeps as it is)
+    return (base + ("?" + urlencode(rest, quote_via=quote) if rest else "")), schema
 
 
 def store_error(message: str, exc: psycopg.Error) -> StoreError:
     """``exc`` as a :class:`StoreError`; a :class:`StoreUnavailable` when it may pass: a lost
     or refused connection, a server shutting down, a serialization failure or deadlock
-    (psycopg's ``OperationalError`` and its subclasses)."""
-    transient = isinstance(exc, psycopg.OperationalError)
+    (psycopg's ``OperationalError`` and its subclasses) — but not this store being closed
+    (``PoolClosed``), which no wait undoes."""
+    transient = isinstance(exc, psycopg.OperationalError) and not isinstance(exc, PoolClosed)
     return (StoreUnavailable if transient else StoreError)(f"{message}: {exc}")
 
 
@@ -140,8 +148,12 @@ class PostgresStore(SqlStore):
         connect_timeout_s: float = 10.0,
         migrate: bool = True,
         read_only: bool = False,
+        idle_in_transaction_timeout_s: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_S,
     ) -> None:
         self.url = url
+        # 0: no bound; a bound set for the role or database, or in the URL
+        # (options=-c idle_in_transaction_session_timeout=...), is kept as it is
+        self._idle_timeout_ms = max(0, round(idle_in_transaction_timeout_s * 1000))
         # read-only: nothing is migrated, and every session refuses writes
         # (default_transaction_read_only), so a role with SELECT rights alone can read
         self.read_only = read_only
@@ -181,6 +193,10 @@ class PostgresStore(SqlStore):
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SET synchronous_commit = on")
+        if self._idle_timeout_ms:
+            shown = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+            if shown is not None and shown[0] == "0":
+                conn.execute(f"SET idle_in_transaction_session_timeout = {self._idle_timeout_ms}")
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
         if self.schema:
@@ -188,6 +204,18 @@ class PostgresStore(SqlStore):
 
     def _q(self, query: str) -> str:
         return _pyformat(query)
+
+    def _failed(self, message: str, exc: psycopg.Error) -> StoreError:
+        """:func:`store_error`, after checking the other connections idle in the pool when
+        this one failed at the connection level: a server restart or failover ends every
+        session at once, and each connection the pool still held would otherwise fail the
+        next operation that got it, long after the server is back."""
+        if isinstance(exc, psycopg.OperationalError) and not isinstance(exc, PoolClosed):
+            # the broken ones are replaced by new connections; a check that fails tells the
+            # caller nothing more than the error below
+            with contextlib.suppress(psycopg.Error, PoolTimeout):
+                self._pool.check()
+        return store_error(message, exc)
 
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[SqlTransaction]:
@@ -205,7 +233,7 @@ class PostgresStore(SqlStore):
                         conn.execute("ROLLBACK")
                     raise
         except psycopg.Error as exc:
-            raise store_error("PostgreSQL write failed", exc) from exc
+            raise self._failed("PostgreSQL write failed", exc) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
@@ -215,7 +243,7 @@ class PostgresStore(SqlStore):
             with self._pool.connection() as conn:
                 yield conn.cursor()
         except psycopg.Error as exc:
-            raise store_error("PostgreSQL read failed", exc) from exc
+            raise self._failed("PostgreSQL read failed", exc) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
@@ -227,12 +255,15 @@ class PostgresStore(SqlStore):
         try:
             with self._pool.connection() as conn:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                # a reader may work between its reads for long (a large log); it holds no
+                # row lock, so nothing waits for it
+                conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
                 try:
                     yield PostgresSnapshot(conn)
                 finally:
                     conn.execute("ROLLBACK")
         except psycopg.Error as exc:
-            raise store_error("PostgreSQL read failed", exc) from exc
+            raise self._failed("PostgreSQL read failed", exc) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
