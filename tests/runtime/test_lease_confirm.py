@@ -170,3 +170,32 @@ def test_lease_confirm_decisions(store_url: str) -> None:
         now[0] += 25
         assert not lease.confirm() and lease.lost.is_set()
         assert not lease.confirm()  # lost stays lost, without asking the database
+
+
+class _Recording:
+    """A store that records the durability each transaction asks for."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.durable: list[bool] = []
+
+    def transaction(self, *, durable: bool = True) -> Any:
+        self.durable.append(durable)
+        return self.store.transaction(durable=durable)
+
+
+def test_a_renewal_is_durable(store_url: str) -> None:
+    """A run calls a tool on the strength of its last renewal with no durable commit in
+    between: a renewal the database could lose in a crash would let another worker reclaim the
+    job meanwhile. So renewals commit durably (a release need not: losing one only delays the
+    next claim)."""
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=30) as rt:
+        job_id = rt.submit(plan("crash_charge"), {"side": "unused"}).job_id
+        claim = Worker(rt.store, REGISTRY, lease_seconds=30).claim(job_id)
+        assert claim is not None and claim.lease_expires_at is not None
+        store = _Recording(rt.store)
+        lease = Lease(store, claim, 30, claim.lease_expires_at)  # type: ignore[arg-type]
+        assert lease.renew()
+        assert store.durable == [True]
+        assert lease.release()
+        assert rt.get_job(job_id).lease_expires_at <= time.time()

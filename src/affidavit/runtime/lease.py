@@ -61,7 +61,10 @@ class Lease:
             StoreError: the renewal could not be written (nothing is known either way).
         """
         expires = self._clock() + self.seconds
-        with self._store.transaction(durable=False) as tx:
+        # Durable: the run may act on the world trusting this renewal (see :meth:`confirm`),
+        # with no durable commit in between — a renewal a crash of the database could lose
+        # would let another worker reclaim the job while this one calls the tool.
+        with self._store.transaction(durable=True) as tx:
             alive = tx.heartbeat(self._claim.job_id, self._claim.attempt_id, expires)
         if not alive:
             self.lost.set()
