@@ -142,33 +142,47 @@ def step_payload(payload: dict[str, Any]) -> bytes:
         raise CanonicalizationError(f"a step event cannot be recorded: {exc}") from None
 
 
+def open_closings(
+    tx: Any, job_id: str, error: dict[str, Any], *, skip: str | None = None
+) -> list[Item]:
+    """The events that close every invocation still open in the ledger (begun, never
+    finished) — ``tool_invocation_finished`` as ``lost``, ``catch_up`` (the tool may or may not
+    have acted) — for a transaction that ends the job, so that it ends with no key pending
+    (FORMATS.md §3). Reads only. ``skip``: a key the caller closes itself."""
+    return [
+        (
+            "tool_invocation_finished",
+            {
+                "node_id": row.node_id,
+                "step_id": row.step_id,
+                "invocation_id": row.invocation_id,
+                "idempotency_key": row.idempotency_key,
+                "outcome": "lost",
+                "catch_up": True,
+                "error": error,
+            },
+        )
+        for row in tx.ledger_open(job_id)
+        if row.idempotency_key != skip
+    ]
+
+
+def fail_closed(tx: Any, job_id: str, closings: list[Item], error: dict[str, Any]) -> None:
+    """Mark the ledger rows of ``closings`` (see :func:`open_closings`) failed with ``error``.
+    Called once the job's row is locked (its events appended, on PostgreSQL), so that every
+    writer takes the job's lock before its ledger rows' and none waits on another in a cycle."""
+    for _, payload in closings:
+        tx.ledger_finish(job_id, payload["idempotency_key"], status="failed", error=error)
+
+
 def close_open_invocations(
     tx: Any, job_id: str, error: dict[str, Any], *, skip: str | None = None
 ) -> list[Item]:
-    """For a transaction that ends the job: mark every ledger row still ``started`` (an
-    invocation begun and never finished) failed with ``error``, and return the events that
-    close them — ``tool_invocation_finished`` as ``lost``, ``catch_up`` (the tool may or may
-    not have acted) — to append before the job's last event, so that the job ends with no key
-    pending (FORMATS.md §3). ``skip``: a key the caller closes itself."""
-    closings: list[Item] = []
-    for row in tx.ledger_open(job_id):
-        if row.idempotency_key == skip:
-            continue
-        closings.append(
-            (
-                "tool_invocation_finished",
-                {
-                    "node_id": row.node_id,
-                    "step_id": row.step_id,
-                    "invocation_id": row.invocation_id,
-                    "idempotency_key": row.idempotency_key,
-                    "outcome": "lost",
-                    "catch_up": True,
-                    "error": error,
-                },
-            )
-        )
-        tx.ledger_finish(job_id, row.idempotency_key, status="failed", error=error)
+    """:func:`open_closings`, with their ledger rows marked failed at once: for a transaction
+    that has locked the job's row already (a person's decision), which appends the returned
+    events before the job's last event."""
+    closings = open_closings(tx, job_id, error, skip=skip)
+    fail_closed(tx, job_id, closings, error)
     return closings
 
 
@@ -378,16 +392,17 @@ class RunBase:
 
     def _close_open(self, tx: Any, keep: str | None = None) -> None:
         """In a transaction that ends the job: close every invocation still open (one a dead
-        attempt started and this run never resolved); see :func:`close_open_invocations`.
+        attempt started and this run never resolved); see :func:`open_closings`.
         ``keep``: a key the caller closes itself."""
         error = {
             "type": "lost",
             "message": "the job ended while this invocation was open; "
             "the tool may or may not have acted",
         }
-        closings = close_open_invocations(tx, self.claim.job_id, error, skip=keep)
+        closings = open_closings(tx, self.claim.job_id, error, skip=keep)
         if closings:
-            self._append(tx, *closings)
+            self._append(tx, *closings)  # the job's row first, then its ledger rows
+            fail_closed(tx, self.claim.job_id, closings, error)
 
     def _check_lease(self) -> None:
         check_lease(self.lease_lost)
