@@ -513,7 +513,7 @@ def test_jobs_wait_exit_codes(store_url: str, tmp_path: Path) -> None:
     assert f"job {job_id} is still pending after 0.2 s" in human.stderr
 
     cli("worker", "--tools", str(tools), "--until-idle", "--db", store_url)
-    failed = cli("jobs", "wait", job_id, "--db", store_url, "--json")
+    failed = cli("jobs", "wait", job_id, "--store-retry-seconds", "5", "--db", store_url, "--json")
     assert failed.returncode == 1, failed.stderr
     assert json_of(failed)["status"] == "failed"
     assert "upstream 503" in json_of(failed)["error"]["message"]
@@ -521,6 +521,8 @@ def test_jobs_wait_exit_codes(store_url: str, tmp_path: Path) -> None:
     missing = cli("jobs", "wait", "no-such-job", "--db", store_url, "--json")
     assert missing.returncode == 2
     assert json_of(missing)["error"]["code"] == "job_not_found"
+    negative = cli("jobs", "wait", job_id, "--store-retry-seconds", "-1", "--db", store_url)
+    assert negative.returncode not in (0, 1) and "store-retry-seconds" in negative.stderr
 
 
 def test_run_of_a_job_another_worker_holds_names_its_lease(store_url: str, tmp_path: Path) -> None:

@@ -550,3 +550,52 @@ def test_postgresql_sessions_ended_at_once_fail_one_operation_not_one_per_connec
         assert failed <= 1
     finally:
         store.close()
+
+
+def _refuse_connections(database: str, seconds: float) -> None:
+    """Make ``database`` refuse connections and end its sessions, for ``seconds``."""
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (database,),
+        )
+
+    def back() -> None:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+    threading.Timer(seconds, back).start()
+
+
+@pytest.mark.parametrize("retry", [30.0, 0.0])
+def test_waiting_for_a_job_rides_out_an_outage(pg_database: str, retry: float) -> None:
+    """`Runtime.wait` (and `affidavit jobs wait`) keeps polling through a database restart
+    shorter than store_retry_seconds and returns the job once a worker finished it; an outage
+    longer than that (here: any, with 0) ends the wait with StoreUnavailable. (PostgreSQL: a
+    SQLite read in WAL mode is not made unavailable by another process.)"""
+    url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}"
+    tools = ToolRegistry([Tool("echo", lambda ctx, x: {"x": x}, "pure")])
+    with Runtime(url, tools=tools, store_retry_seconds=retry) as rt:
+        job_id = rt.submit(plan(node("e", "echo", "pure", args={"x": 1})), {}).job_id
+        outcome: list[Any] = []
+
+        def wait() -> None:
+            try:
+                outcome.append(rt.wait(job_id, timeout=60, poll_seconds=0.1))
+            except StoreUnavailable as exc:
+                outcome.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.3)  # the wait is polling
+        _refuse_connections(pg_database, 1.5)
+        time.sleep(2.5)  # the database is back
+        if retry > 1.5:
+            assert waiter.is_alive() and not outcome  # still waiting, through the outage
+            assert rt.run_until_idle() == 1
+            waiter.join(30)
+            assert [job.status for job in outcome] == ["completed"]
+        else:
+            waiter.join(30)
+            assert len(outcome) == 1 and isinstance(outcome[0], StoreUnavailable)

@@ -12,9 +12,10 @@ from rich.table import Table
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.progress import StepProgress, status_markup
-from affidavit.cli.runtime_cmds import emit_job, exit_for, job_doc
+from affidavit.cli.runtime_cmds import emit_job, exit_for, job_doc, seconds_setting
 from affidavit.core.errors import WaitTimeout
 from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.trace import job_trace
 from affidavit.runtime.waiting import SETTLED_STATUSES, wait_for_job
 from affidavit.store import JOB_STATUSES, JobFilter
@@ -118,13 +119,25 @@ def wait_job(
             show_default=False,
         ),
     ] = None,
+    store_retry: Annotated[
+        float | None,
+        typer.Option(
+            "--store-retry-seconds",
+            min=0,
+            help="How long the wait goes on while the database is unavailable (a restart, a "
+            "failover) before it gives up with exit 3 (default $AFFIDAVIT_STORE_RETRY_SECONDS, "
+            "else 60).",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Wait until a job that workers run is settled: finished, or needing a person (waiting
     for a signal or approval, or parked). Prints each step as it is recorded (stderr), then the
     job as `run` does; with --json only {"job_id","status","output","error"}. Nothing is run
-    or written here.
+    or written here. A database that goes away meanwhile (a restart, a failover) is waited
+    for, up to --store-retry-seconds in a row.
 
     Exit codes: 0 completed; 1 failed or cancelled; 4 waiting or parked (a human is needed);
     124 still pending or running after --timeout; 130 interrupted; 2 no such job; 3 store
@@ -132,14 +145,17 @@ def wait_job(
     """
     timed_out = None
     with command(as_json), opened(db, read_only=True) as store:
+        retry = seconds_setting(
+            store_retry, "AFFIDAVIT_STORE_RETRY_SECONDS", DEFAULT_STORE_RETRY_SECONDS, zero_ok=True
+        )
         job = store.get_job(job_id)
         try:
             if as_json or job.status in SETTLED_STATUSES:
-                job = wait_for_job(store, job_id, timeout=timeout)
+                job = wait_for_job(store, job_id, timeout=timeout, store_retry_seconds=retry)
             else:
                 output.err.print(f"job {job_id}: {status_markup(job.status)}; waiting")
                 with StepProgress(store, job_id, output.err, after_version=job.version):
-                    job = wait_for_job(store, job_id, timeout=timeout)
+                    job = wait_for_job(store, job_id, timeout=timeout, store_retry_seconds=retry)
         except WaitTimeout as exc:
             job, timed_out = exc.job, exc
         except KeyboardInterrupt:

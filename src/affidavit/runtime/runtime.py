@@ -171,8 +171,16 @@ class Runtime:
         Raises:
             JobNotFound: no such job.
             WaitTimeout: still pending or running after ``timeout`` seconds.
+            StoreUnavailable: the database stayed unavailable for the runtime's
+                ``store_retry_seconds`` (the wait rides out shorter outages).
         """
-        return wait_for_job(self.store, job_id, timeout=timeout, poll_seconds=poll_seconds)
+        return wait_for_job(
+            self.store,
+            job_id,
+            timeout=timeout,
+            poll_seconds=poll_seconds,
+            store_retry_seconds=self.worker.store_retry_seconds,
+        )
 
     # --- human decisions (the service functions of :mod:`affidavit.runtime.decisions`) ---------
 
