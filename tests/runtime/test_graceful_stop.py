@@ -113,6 +113,7 @@ def test_stop_hands_the_job_back_after_the_running_step(open_runtime: Any, calls
     job = rt.get_job(job_id)
     assert job.status == "running"
     assert job.lease_expires_at is not None and job.lease_expires_at <= time.time()
+    assert job.lease_owner is None  # handed back: no worker holds it until one claims it
     [row] = ledger_rows(rt.store, job_id)
     assert row.status == "committed"  # the step that was running recorded its outcome
     assert (calls.count(name="slow"), calls.count(name="double"), calls.count(name="charge")) == (

@@ -37,6 +37,7 @@ def test_a_worker_without_the_tools_hands_the_job_back(store_url: str, tmp_path:
     assert "needs tool 'stamp'" in bare.stderr and job_id in bare.stderr
     shown = json_of(cli("jobs", "show", job_id, "--db", store_url, "--json"))
     assert shown["event_count"] == 2 and shown["status"] in ("pending", "running")
+    assert shown["lease_owner"] is None  # handed back: no worker holds it
 
     full = cli("worker", "--until-idle", "--tools", str(tools), "--db", store_url, "--json")
     assert full.returncode == 0, full.stderr

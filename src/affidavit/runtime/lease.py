@@ -74,14 +74,14 @@ class Lease:
         return True
 
     def release(self) -> bool:
-        """Give the job back: its lease expires now, so any worker may claim it at once (with a
-        new attempt id). ``False`` when another attempt holds it already.
+        """Give the job back: its lease expires now and names no owner, so any worker may claim
+        it at once (with a new attempt id). ``False`` when another attempt holds it already.
 
         Raises:
             StoreError: the release could not be written (the lease then runs out on its own).
         """
         with self._store.transaction(durable=False) as tx:
-            released = tx.heartbeat(self._claim.job_id, self._claim.attempt_id, self._clock())
+            released = tx.release_lease(self._claim.job_id, self._claim.attempt_id, self._clock())
         self.lost.set()  # from here on this claim acts on nothing
         return released
 

@@ -217,3 +217,15 @@ class LedgerOps:
             (expires_at, job_id, attempt_id),
         )
         return bool(rows)
+
+    def release_lease(self, job_id: str, attempt_id: str, at: float) -> bool:
+        """Give the lease of ``attempt_id`` back: it expires at ``at`` (now) and names no
+        owner, so any worker claims the job at once (with a new attempt id); ``False`` if the
+        attempt no longer holds it. The attempt id stays until then: the job's writes are still
+        fenced against everyone else."""
+        rows = self.query(
+            "UPDATE jobs SET lease_expires_at = ?, lease_owner = NULL WHERE job_id = ? "
+            "AND attempt_id = ? AND status = 'running' RETURNING job_id",
+            (at, job_id, attempt_id),
+        )
+        return bool(rows)

@@ -275,6 +275,11 @@ class Transaction(Protocol):
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool: ...
 
+    def release_lease(self, job_id: str, attempt_id: str, at: float) -> bool:
+        """Give ``attempt_id``'s lease back (it expires at ``at``, no owner); ``False`` if the
+        attempt no longer holds it."""
+        ...
+
     # API keys (see affidavit.store._apikeys).
 
     def apikey_insert(self, row: ApiKeyRow) -> None: ...
