@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from typing import Any
 
 import pytest
@@ -435,3 +436,32 @@ def test_ledger_insert_is_won_by_one_caller_only(store: Store) -> None:
     with store.transaction() as tx:
         first = tx.ledger_get(job.job_id, "k")
         assert first is not None and first.invocation_id == "first"
+
+
+def test_lease_claim_heartbeat_and_release_are_fenced(store: Store) -> None:
+    """A lease is extended and given back only by the attempt that holds it; a released job
+    names no owner and is claimed at once, with a new attempt that fences the old one off."""
+    job_id = make_job(store)
+    now = time.time()
+    with store.transaction() as tx:
+        assert tx.claim(owner="w1", attempt_id="a1", now=now, lease_seconds=30) == job_id
+    with store.transaction() as tx:
+        assert tx.heartbeat(job_id, "a1", now + 60)
+        assert not tx.heartbeat(job_id, "other", now + 60)
+        assert not tx.release_lease(job_id, "other", now)
+    held = store.get_job(job_id)
+    assert (held.lease_owner, held.lease_expires_at) == ("w1", pytest.approx(now + 60))
+    with store.transaction() as tx:  # the lease runs until now + 60: nobody else claims it
+        assert tx.claim(owner="w2", attempt_id="a2", now=now + 1, lease_seconds=30) is None
+    with store.transaction() as tx:
+        assert tx.release_lease(job_id, "a1", now + 1)
+    released = store.get_job(job_id)
+    assert (released.status, released.attempt_id, released.lease_owner) == ("running", "a1", None)
+    assert released.lease_expires_at == pytest.approx(now + 1)
+    with store.transaction() as tx:
+        assert tx.claim(owner="w2", attempt_id="a2", now=now + 2, lease_seconds=30) == job_id
+    with store.transaction() as tx:
+        assert not tx.heartbeat(job_id, "a1", now + 90)
+        assert not tx.release_lease(job_id, "a1", now + 2)
+    taken = store.get_job(job_id)
+    assert (taken.attempt_id, taken.lease_owner) == ("a2", "w2")
