@@ -212,6 +212,56 @@ def test_retryable_failure_then_success(make_runtime: Any, calls: Calls) -> None
     assert calls.log[0][3] == calls.log[1][3]
 
 
+def test_a_tool_that_changes_its_args_changes_nothing_else(make_runtime: Any, calls: Calls) -> None:
+    """Each try, and the compensation, gets the resolved args as recorded (their hash is in the
+    log), and the input and upstream outputs a later step reads stay as recorded."""
+    seen: list[list[int]] = []
+    undone: list[list[int]] = []
+
+    def grab(ctx: ToolContext, items: list[int]) -> dict[str, Any]:
+        calls.add(ctx, "grab")
+        seen.append(list(items))
+        items.append(99)
+        if ctx.attempt == 1:
+            raise RetryableError("again")
+        if ctx.node_id == "undo":
+            raise CompensatableError("half done")
+        return {"n": len(items)}
+
+    def compensate(ctx: ToolContext, items: list[int]) -> dict[str, Any]:
+        undone.append(list(items))
+        items.clear()
+        return {"undone": True}
+
+    def echo(ctx: ToolContext, items: list[int]) -> list[int]:
+        return items
+
+    rt = make_runtime(
+        Tool("grab", grab, "tool", compensate_fn=compensate), Tool("echo", echo, "pure")
+    )
+    job_id = rt.submit(
+        plan(
+            node("g", "grab", args={"items": "${input.items}"}),
+            node("e", "echo", "pure", args={"items": "${input.items}"}, deps=["g"]),
+        ),
+        {"items": [1]},
+    ).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "completed"
+    assert seen == [[1], [1]]  # the retry got the args its key and args_hash were made from
+    assert job.output == {"e": [1]}  # the input was not changed under a later step
+    assert verify_job(rt.store, job_id).ok
+
+    seen.clear()
+    job_id = rt.submit(plan(node("undo", "grab", args={"items": [1]})), {}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "failed"
+    assert seen == [[1], [1]] and undone == [[1]]
+    assert_log_sound(rt.store, job_id)
+    assert verify_job(rt.store, job_id).ok
+
+
 def test_retry_on_and_tool_level_max_attempts(make_runtime: Any, calls: Calls) -> None:
     rt = make_runtime(
         flaky_tool(calls, 5, lambda: ConnectionError("reset"), retry=2, retry_on=(ConnectionError,))

@@ -3,6 +3,7 @@ and invocations left in flight by a dead attempt."""
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -143,7 +144,7 @@ class RecoveryMixin(RunBase):
             return
         self._confirm_lease()
         try:
-            details = t.compensate_fn(ctx, **args)
+            details = t.compensate_fn(ctx, **copy.deepcopy(args))
             canonical(details)
         except Exception as exc:
             raise StepFailed(
@@ -186,7 +187,7 @@ class RecoveryMixin(RunBase):
         )
         t0 = time.perf_counter()
         try:
-            found = t.reconcile_fn(ctx, **args)
+            found = t.reconcile_fn(ctx, **copy.deepcopy(args))
             if found is not None:
                 check_result(node, t, found)
         except Exception as exc:  # the lookup failed: decided as without a hook

@@ -15,6 +15,7 @@ executed again, and a finished pure step is never re-run: the replay context inj
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import threading
@@ -301,6 +302,10 @@ class _Run(RecoveryMixin):
     def _call(
         self, node: Node, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
     ) -> Any:
+        # Each try gets its own copy: a tool that changes its arguments (or an abandoned
+        # timed-out try still running) must not change what a retry, a compensation or a later
+        # step sees — the resolved args share objects with the input and upstream outputs.
+        args = copy.deepcopy(args)
         if node.timeout_seconds is None:
             return fn(ctx, **args)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"affidavit-{node.id}")
