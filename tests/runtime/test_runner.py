@@ -683,6 +683,24 @@ def test_non_json_result_fails_the_job_naming_the_node(
         assert row.status == "failed"
 
 
+def test_non_json_result_is_not_retried_even_when_retry_on_catches_all(
+    make_runtime: Any, calls: Calls
+) -> None:
+    def acts(ctx: ToolContext) -> Any:
+        calls.add(ctx, "acts")
+        return {"sent": {1, 2}}  # the tool acted, then returned a set
+
+    rt = make_runtime(Tool("acts", acts, "tool", retry_on=(Exception,)))
+    job_id = rt.submit(plan(node("a", "acts")), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed" and job.error["type"] == "CanonicalizationError"
+    assert calls.count("a") == 1  # another try would act again
+    events = assert_log_sound(rt.store, job_id)
+    assert finished_nodes(events, "a") == [("permanent_failure", 1)]
+    assert verify_job(rt.store, job_id).ok
+
+
 def test_unresolvable_args_fail_the_job_naming_the_node(make_runtime: Any, calls: Calls) -> None:
     rt = make_runtime(charge_tool(calls))
     job_id = rt.submit(

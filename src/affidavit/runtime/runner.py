@@ -581,11 +581,15 @@ class _Run(RecoveryMixin):
                 external_key(job_id, step, self.claim.attempt_id),
             )
             t0 = time.perf_counter()
+            returned = False
             try:
                 result = self._call(node, t.fn, ctx, args)
+                returned = True
                 result_jcs = check_result(node, t, result)
             except Exception as exc:
-                retryable = self._retryable(t, exc)
+                # A result that cannot be recorded is never retried, whatever ``retry_on``
+                # says: the tool returned, so it acted, and another try would act again.
+                retryable = not returned and self._retryable(t, exc)
                 result_type = (
                     "compensatable_failure"
                     if isinstance(exc, CompensatableError)
