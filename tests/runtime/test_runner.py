@@ -701,6 +701,60 @@ def test_non_json_result_is_not_retried_even_when_retry_on_catches_all(
     assert verify_job(rt.store, job_id).ok
 
 
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+@pytest.mark.parametrize(
+    ("kind", "raised", "message"),
+    [
+        ("pure", ValueError("no file 'caf\udce9'"), "no file 'caf\\udce9'"),
+        ("tool", OSError("no file 'caf\udce9'"), "no file 'caf\\udce9'"),
+        ("tool", _Unprintable(), "(the exception's message could not be read)"),
+    ],
+    ids=["pure-surrogate", "tool-surrogate", "tool-unprintable"],
+)
+def test_an_error_whose_message_is_not_text_is_recorded(
+    make_runtime: Any, calls: Calls, kind: str, raised: Exception, message: str
+) -> None:
+    """A failure that could not be recorded left the job running: a pure step ran again on
+    every pickup, a tool step was found in flight."""
+
+    def fails(ctx: ToolContext) -> Any:
+        calls.add(ctx, "fails")
+        raise raised
+
+    rt = make_runtime(Tool("fails", fails, kind))
+    job_id = rt.submit(plan(node("f", "fails", kind)), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error == {"type": type(raised).__name__, "message": message}
+    assert calls.count("f") == 1
+    assert_log_sound(rt.store, job_id)
+    assert verify_job(rt.store, job_id).ok
+
+
+def test_a_compensation_error_whose_message_is_not_text_is_recorded(
+    make_runtime: Any, calls: Calls
+) -> None:
+    def compensate(ctx: ToolContext, seats: int) -> Any:
+        raise OSError("no file 'caf\udce9'")
+
+    rt = make_runtime(make_compensatable(calls, compensate))
+    job_id = rt.submit(plan(node("b", "book", args={"seats": 2})), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error == {
+        "type": "compensation_failed",
+        "message": "compensation of 'b' failed: no file 'caf\\udce9'",
+    }
+    assert_log_sound(rt.store, job_id)
+    assert verify_job(rt.store, job_id).ok
+
+
 def test_unresolvable_args_fail_the_job_naming_the_node(make_runtime: Any, calls: Calls) -> None:
     rt = make_runtime(charge_tool(calls))
     job_id = rt.submit(

@@ -151,7 +151,7 @@ class RecoveryMixin(RunBase):
                 node.id,
                 {
                     "type": "compensation_failed",
-                    "message": f"compensation of {node.id!r} failed: {exc}",
+                    "message": f"compensation of {node.id!r} failed: {error_dict(exc)['message']}",
                 },
             ) from exc
         self._write(

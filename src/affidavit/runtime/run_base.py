@@ -121,7 +121,16 @@ def check_lease(lease_lost: threading.Event | None) -> None:
 
 
 def error_dict(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc)[:2000]}
+    """A step's error as recorded. It must always be recordable: a failure that cannot be
+    written leaves its step to run again on every pickup. So a message that is not valid
+    Unicode (a lone surrogate, from a file name decoded with ``surrogateescape`` say) is
+    escaped, and one that cannot be read at all is named as such."""
+    try:
+        message = str(exc)[:2000]
+    except Exception:
+        message = "(the exception's message could not be read)"
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"type": type(exc).__name__, "message": message}
 
 
 # A payload the runner builds for a step holds only ids, names, counters, booleans, a duration
