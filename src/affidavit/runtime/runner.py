@@ -308,15 +308,23 @@ class _Run(RecoveryMixin):
         args = copy.deepcopy(args)
         if node.timeout_seconds is None:
             return fn(ctx, **args)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"affidavit-{node.id}")
+        outcome: Future[Any] = Future()
+
+        def call() -> None:
+            try:
+                outcome.set_result(fn(ctx, **args))
+            except BaseException as exc:
+                outcome.set_exception(exc)
+
+        # A daemon thread, not a pool's: the interpreter joins a pool's threads at exit, so a
+        # timed-out try that never returns would keep the worker process from ever exiting.
+        threading.Thread(target=call, name=f"affidavit-{node.id}", daemon=True).start()
         try:
-            return pool.submit(fn, ctx, **args).result(timeout=node.timeout_seconds)
+            return outcome.result(timeout=node.timeout_seconds)
         except FutureTimeout:
             raise TimeoutError(
                 f"step {node.id!r} timed out after {node.timeout_seconds}s"
             ) from None
-        finally:
-            pool.shutdown(wait=False)
 
     @staticmethod
     def _retryable(t: Tool, exc: BaseException) -> bool:
