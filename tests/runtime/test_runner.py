@@ -887,6 +887,46 @@ def test_reconcile_after_in_process_crash(make_runtime: Any, calls: Calls, crash
     assert finished["catch_up"] is True and finished["outcome"] == "success"
 
 
+def node_attempts(events: Any, node_id: str) -> list[tuple[str, int]]:
+    return [
+        (e.type, e.payload["attempt"])
+        for e in events
+        if e.type in ("node_started", "node_finished") and e.payload["node_id"] == node_id
+    ]
+
+
+@pytest.mark.parametrize("how", ["reconcile_found", "in_flight_fail"])
+def test_a_dead_invocation_is_decided_as_its_own_attempt(
+    make_runtime: Any, calls: Calls, crash_at: Any, how: str
+) -> None:
+    """The catch-up of a dead attempt's effect, or its failure by the in-flight policy, is that
+    attempt's outcome — numbered as its node_started (as a person's decision on it is), not as
+    an attempt that never started."""
+    effects: dict[str, dict[str, Any]] = {}
+
+    def pay(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "pay")
+        effects[ctx.external_key] = {"ref": ctx.external_key}
+        return effects[ctx.external_key]
+
+    def find(ctx: ToolContext) -> dict[str, Any] | None:
+        return effects.get(ctx.external_key)
+
+    found = how == "reconcile_found"
+    rt = make_runtime(
+        Tool("pay", pay, "tool", reconcile_fn=find if found else None, in_flight="fail")
+    )
+    job_id = rt.submit(plan(node("p", "pay")), {}).job_id
+    crash_at("tool.after_execute")
+    crash_and_wait(rt, job_id)
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == ("completed" if found else "failed")
+    assert calls.count("p") == 1
+    events = assert_log_sound(rt.store, job_id)
+    assert node_attempts(events, "p") == [("node_started", 1), ("node_finished", 1)]
+    assert verify_job(rt.store, job_id).ok
+
+
 # --- replay -----------------------------------------------------------------------------------
 
 

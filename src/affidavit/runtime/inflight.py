@@ -229,7 +229,7 @@ class RecoveryMixin(RunBase):
                 args, _ = self._resolve_args(node)
             except StepFailed:
                 continue  # the hook cannot be asked: closed as lost
-            self._reconcile(node, t, args, key, row, self.replay.node_attempts.get(node.id, 0) + 1)
+            self._reconcile(node, t, args, key, row, self.replay.node_attempts.get(node.id, 1))
 
     def _in_flight(
         self,
@@ -248,9 +248,12 @@ class RecoveryMixin(RunBase):
         job_id = self.claim.job_id
         base = {"node_id": node.id, "step_id": row.step_id}
         dead = row.invocation_id
+        # What is decided about the dead invocation is its attempt's outcome (its node_started
+        # is the latest), as a person's decision on it is; ``attempt`` is the next one's.
+        dead_attempt = self.replay.node_attempts.get(node.id, attempt)
         reconcile_error: dict[str, Any] | None = None
         if t.reconcile_fn is not None:
-            found, reconcile_error = self._reconcile(node, t, args, key, row, attempt)
+            found, reconcile_error = self._reconcile(node, t, args, key, row, dead_attempt)
             if found is not None:
                 return found
             if reconcile_error is None:
@@ -319,7 +322,7 @@ class RecoveryMixin(RunBase):
                         **base,
                         "result_type": "permanent_failure",
                         "error": error,
-                        "attempt": attempt,
+                        "attempt": dead_attempt,
                         "duration_ms": 0,
                     },
                 ),
