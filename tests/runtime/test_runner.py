@@ -7,6 +7,7 @@ register them in the process-wide registry) and count their real calls in a list
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -98,7 +99,7 @@ def double_tool(calls: Calls) -> Tool:
     return Tool("double", fn, "pure")
 
 
-def flaky_tool(calls: Calls, fail_times: int, exc: Callable[[], Exception], **kw: Any) -> Tool:
+def flaky_tool(calls: Calls, fail_times: int, exc: Callable[[], BaseException], **kw: Any) -> Tool:
     def fn(ctx: ToolContext, amount: int = 1) -> dict[str, Any]:
         calls.add(ctx, "flaky")
         if calls.count(name="flaky") <= fail_times:
@@ -276,6 +277,21 @@ def test_retry_on_and_tool_level_max_attempts(make_runtime: Any, calls: Calls) -
     assert finished_nodes(events, "f") == [("retryable_failure", 1), ("retryable_failure", 2)]
     [row] = ledger_rows(rt.store, job_id)
     assert row.status == "failed" and row.tries == 2
+
+
+def test_retry_on_a_type_that_is_not_an_exception(make_runtime: Any, calls: Calls) -> None:
+    """``retry_on`` takes any exception type: a cancelled asyncio call inside a tool raises
+    ``CancelledError``, a ``BaseException``; listed, it is retried like any other."""
+    rt = make_runtime(
+        flaky_tool(calls, 1, asyncio.CancelledError, retry_on=(asyncio.CancelledError,))
+    )
+    job_id = rt.submit(plan(node("f", "flaky")), {}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    assert calls.count("f") == 2
+    events = assert_log_sound(rt.store, job_id)
+    assert finished_nodes(events, "f") == [("retryable_failure", 1), ("side_effect_committed", 2)]
+    assert verify_job(rt.store, job_id).ok
 
 
 def test_retries_exhausted_fail_the_job(make_runtime: Any, calls: Calls) -> None:

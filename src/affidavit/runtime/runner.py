@@ -594,7 +594,11 @@ class _Run(RecoveryMixin):
                 result = self._call(node, t.fn, ctx, args)
                 returned = True
                 result_jcs = check_result(node, t, result)
-            except Exception as exc:
+            except BaseException as exc:
+                if not isinstance(exc, Exception) and not self._retryable(t, exc):
+                    # KeyboardInterrupt, SystemExit, ...: the run ends as in a crash, the
+                    # invocation open; a type listed in ``retry_on`` is a failure like any other.
+                    raise
                 # A result that cannot be recorded is never retried, whatever ``retry_on``
                 # says: the tool returned, so it acted, and another try would act again.
                 retryable = not returned and self._retryable(t, exc)
