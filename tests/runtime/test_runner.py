@@ -633,6 +633,42 @@ def test_non_json_result_fails_the_job_naming_the_node(
         assert row.status == "failed"
 
 
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        (("row", 123, "update"), "resource_id must be a string"),
+        (("row", "r1", None), "operation must be a string"),
+        (("row", "r1", "update", None, float("nan")), "etag must be a string"),
+        (("row", "r1", "update", float("nan")), "not finite at $.version"),
+        (("row", "r1", "update", 2**60), "outside ±(2^53-1) at $.version"),
+    ],
+    ids=["int-id", "no-operation", "nan-etag", "nan-version", "huge-version"],
+)
+def test_unrecordable_state_change_fails_the_step_not_the_run(
+    make_runtime: Any, calls: Calls, change: tuple[Any, ...], what: str
+) -> None:
+    """A state change that cannot be recorded is refused where the tool records it: the step
+    fails naming it, the job fails, and no run is left holding an open invocation."""
+
+    def records(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "records")
+        ctx.record_state_change(*change)
+        return {"ok": True}
+
+    rt = make_runtime(Tool("records", records, "tool"))
+    job_id = rt.submit(plan(node("write", "records")), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error["type"] == "ToolError"
+    assert what in job.error["message"]
+    assert calls.count("write") == 1
+    events = assert_log_sound(rt.store, job_id)
+    assert of_type(events, "state_changed") == []
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "failed"
+
+
 def test_unresolvable_args_fail_the_job_naming_the_node(make_runtime: Any, calls: Calls) -> None:
     rt = make_runtime(charge_tool(calls))
     job_id = rt.submit(

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from affidavit.core.errors import AffidavitError, ConfigError
+from affidavit.core.canonical import canonical
+from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigError
 
 if TYPE_CHECKING:
     from affidavit.runtime.confirm import ResourceVerifier
@@ -96,10 +97,24 @@ class ToolContext:
         etag: str | None = None,
         external_ref: str | None = None,
     ) -> None:
-        """Record which outside resource this step changed (recorded as ``state_changed``)."""
-        self.state_changes.append(
-            StateChange(resource_type, resource_id, operation, version, etag, external_ref)
-        )
+        """Record which outside resource this step changed (recorded as ``state_changed``).
+
+        Raises:
+            ToolError: a value that cannot be recorded (the step fails naming it).
+        """
+        named = {"resource_type": resource_type, "resource_id": resource_id, "operation": operation}
+        for name, value in (*named.items(), ("etag", etag), ("external_ref", external_ref)):
+            if not isinstance(value, str) and (value is not None or name in named):
+                raise ToolError(
+                    f"record_state_change: {name} must be a string, not {value!r}",
+                    hint="Pass resource ids, operations, etags and references as text.",
+                )
+        change = StateChange(resource_type, resource_id, operation, version, etag, external_ref)
+        try:
+            canonical(change.to_dict())
+        except CanonicalizationError as exc:
+            raise ToolError(f"record_state_change: {exc}", hint=exc.hint) from exc
+        self.state_changes.append(change)
 
 
 ToolFn = Callable[..., Any]
