@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -218,6 +219,33 @@ class ToolRegistry:
 registry = ToolRegistry()
 
 
+def _check_options(name: object, version: object, retry: object) -> None:
+    """Refuse decorator options the runtime could not use, where the decorator is written."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"a tool name must be a non-empty string, not {name!r}")
+    if not isinstance(version, str):
+        raise ConfigError(f"version of tool {name!r} must be a string, not {version!r}")
+    if retry is not None and (type(retry) is not int or retry < 1):
+        raise ConfigError(
+            f"retry (max attempts) of tool {name!r} must be an integer ≥ 1, not {retry!r}"
+        )
+
+
+def _check_function(name: str, fn: object) -> None:
+    if isinstance(fn, Tool):
+        raise ToolError(
+            f"{fn.name!r} is already registered as a {fn.kind}; it cannot also be {name!r}",
+            hint="Decorate a function once; register another function for another name.",
+        )
+    if not callable(fn):
+        raise ToolError(f"tool {name!r}: {fn!r} is not a function")
+    if inspect.iscoroutinefunction(fn):
+        raise ToolError(
+            f"tool {name!r} is an async function; tools are called synchronously",
+            hint="Make it a plain function (run the coroutine inside it with asyncio.run).",
+        )
+
+
 def tool(
     name: str,
     *,
@@ -227,12 +255,19 @@ def tool(
     in_flight: str | None = None,
 ) -> Callable[[ToolFn], Tool]:
     """Register a tool that may change the world. See the module docstring."""
+    _check_options(name, version, retry)
     if in_flight not in (None, "park", "fail"):
         raise ConfigError(f"in_flight must be 'park' or 'fail', not {in_flight!r}")
-    if retry is not None and retry < 1:
-        raise ConfigError("retry (max attempts) must be ≥ 1")
+    if not isinstance(retry_on, tuple | list) or not all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in retry_on
+    ):
+        raise ConfigError(
+            f"retry_on of tool {name!r} must be a tuple of exception types, not {retry_on!r}",
+            hint="For example retry_on=(TimeoutError, ConnectionError).",
+        )
 
     def register(fn: ToolFn) -> Tool:
+        _check_function(name, fn)
         t = Tool(name, fn, "tool", version, retry, tuple(retry_on), in_flight)
         registry.add(t)
         return t
@@ -243,8 +278,10 @@ def tool(
 def pure(name: str, *, version: str = "1", retry: int | None = None) -> Callable[[ToolFn], Tool]:
     """Register a function without side effects; its output is recorded and never recomputed
     once the step finished."""
+    _check_options(name, version, retry)
 
     def register(fn: ToolFn) -> Tool:
+        _check_function(name, fn)
         t = Tool(name, fn, "pure", version, retry)
         registry.add(t)
         return t
