@@ -309,12 +309,19 @@ def load_tools(spec: str) -> None:
             if not path.is_file():
                 raise ConfigError(f"tools file {spec!r} not found")
             name = f"affidavit_tools_{path.stem}"
+            loaded = getattr(sys.modules.get(name), "__file__", None)
+            if loaded is not None and Path(loaded).resolve() == path.resolve():
+                return  # imported already, as a dotted name is imported once
             module_spec = importlib.util.spec_from_file_location(name, path)
             if module_spec is None or module_spec.loader is None:
                 raise ConfigError(f"cannot import tools file {spec!r}")
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[name] = module
-            module_spec.loader.exec_module(module)
+            try:
+                module_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)
+                raise
         else:
             importlib.import_module(spec)
     except AffidavitError:
@@ -324,5 +331,8 @@ def load_tools(spec: str) -> None:
             f"cannot import tools module {spec!r}: {exc}",
             hint="Pass a dotted module name on PYTHONPATH or a path to a .py file.",
         ) from exc
-    except Exception as exc:  # the user's module raised while importing
-        raise ConfigError(f"tools module {spec!r} failed to import: {exc!r}") from exc
+    except (Exception, SystemExit) as exc:  # the user's module raised while importing
+        raise ConfigError(
+            f"tools module {spec!r} failed to import: {exc!r}",
+            hint="Fix the error in the tools module; --verbose shows the traceback.",
+        ) from exc
