@@ -178,6 +178,16 @@ def test_transitive_ancestor_reference_is_allowed() -> None:
             {"nodes": [{"id": "a", "type": "pure", "tool": "x"}], "retry": {"max_attempts": 0}},
             "max_attempts",
         ),
+        *[
+            (
+                {
+                    "nodes": [{"id": "a", "type": "pure", "tool": "x"}],
+                    "retry": {"backoff_seconds": b},
+                },
+                "backoff_seconds",
+            )
+            for b in (-1, float("nan"), float("inf"), 10**400)
+        ],
         (
             {"nodes": [{"id": "a", "type": "pure", "tool": "x"}], "colour": "red"},
             "unknown plan field",

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -430,6 +431,10 @@ def _parse_policy(data: dict[str, Any]) -> Policy:
     backoff = retry_raw.get("backoff_seconds", 1.0)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise PlanError("`retry.max_attempts` must be an integer ≥ 1")
-    if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 0:
-        raise PlanError("`retry.backoff_seconds` must be a number ≥ 0")
+    if (
+        isinstance(backoff, bool)
+        or not isinstance(backoff, int | float)
+        or not 0 <= backoff <= sys.float_info.max  # NaN, infinities and 10**400 fail it
+    ):
+        raise PlanError("`retry.backoff_seconds` must be a finite number ≥ 0")
     return Policy(in_flight, replay, RetryPolicy(max_attempts, float(backoff)))
