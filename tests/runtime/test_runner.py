@@ -633,6 +633,29 @@ def test_non_json_result_fails_the_job_naming_the_node(
         assert row.status == "failed"
 
 
+def test_run_until_idle_on_a_closed_runtime_is_refused(make_runtime: Any, calls: Calls) -> None:
+    """Not an endless loop logging that every claim failed."""
+    rt = make_runtime(charge_tool(calls))
+    rt.submit(plan(node("charge", "charge")), {})
+    rt.close()
+    outcome: list[BaseException | int] = []
+
+    def run() -> None:
+        try:
+            outcome.append(rt.run_until_idle())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(timeout=10)
+    assert not runner.is_alive(), "run_until_idle on a closed runtime did not return"
+    [error] = outcome
+    assert isinstance(error, InvalidStateError)
+    assert "closed" in error.message
+    assert calls.count("charge") == 0
+
+
 @pytest.mark.parametrize(
     ("change", "what"),
     [
