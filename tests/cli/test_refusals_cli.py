@@ -240,3 +240,22 @@ def test_the_same_tools_file_twice_is_loaded_once(store_url: str, tmp_path: Path
     result = cli("run", str(plan), *args)
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert json_of(result)["output"] == {"s": {"stamped": True}}
+
+
+@pytest.mark.parametrize("index", ["\u00b2", "\u0663"], ids=["superscript-two", "arabic-three"])
+def test_a_list_index_that_is_not_ascii_digits_is_refused(
+    store_url: str, tmp_path: Path, index: str
+) -> None:
+    """`${input.xs.²}` names no element of a list: refused like any missing field, not with a
+    traceback (Python counts '²' as a digit but cannot make it an int)."""
+    plan = tmp_path / "plan.json"
+    args = {"order_id": f"${{input.xs.{index}}}"}
+    plan.write_text(
+        json.dumps({"nodes": [{"id": "a", "type": "tool", "tool": "lookup_order", "args": args}]})
+    )
+    job_input = json.dumps({"xs": [1, 2, 3, 4]})
+    result = cli(
+        "submit", str(plan), "--tools", TOOLS, "--input", job_input, "--db", store_url, "--json"
+    )
+    assert_refused(result, f"'input.xs' has no field {index!r}")
+    assert not database_exists(store_url)
