@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -599,6 +600,23 @@ def test_non_json_input_is_refused(make_runtime: Any, calls: Calls, bad_input: A
         rt.submit(plan(node("a", "charge")), bad_input)
     assert info.value.path.startswith("$.")
     assert rt.store.list_jobs(JobFilter()) == []
+
+
+@pytest.mark.parametrize("kind", ["tool", "pure"])
+def test_an_ordered_dict_result_is_recorded_as_an_object(
+    make_runtime: Any, calls: Calls, kind: str
+) -> None:
+    def ordered(ctx: ToolContext) -> Any:
+        calls.add(ctx, "ordered")
+        return OrderedDict(b=1, a=OrderedDict(c=[2]))
+
+    rt = make_runtime(Tool("ordered", ordered, kind))
+    job_id = rt.submit(plan(node("o", "ordered", kind)), OrderedDict(k=1)).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "completed", job.error
+    assert job.output == {"o": {"a": {"c": [2]}, "b": 1}}
+    assert_log_sound(rt.store, job_id)
 
 
 @pytest.mark.parametrize("kind", ["tool", "pure"])

@@ -62,8 +62,14 @@ def _reject_scalar(value: Any) -> bool:
         return _reject_scalar(int(value))
     if isinstance(value, float):
         return _reject_scalar(float(value)) and False
-    if isinstance(value, dict | list | tuple):
-        return _check(value)
+    # Subclasses of the containers (OrderedDict, defaultdict, named tuples) are checked as
+    # their base type (``_check`` takes exact types only) and written by the slow path.
+    if isinstance(value, dict):
+        _check(dict(value))
+        return False
+    if isinstance(value, list | tuple):
+        _check(list(value))
+        return False
     if isinstance(value, bytes | bytearray | memoryview):
         raise _Rejected("bytes are not JSON; encode them (for example as base64 text) first")
     raise _Rejected(f"a value of type {type(value).__name__} is not JSON")
