@@ -82,6 +82,12 @@ def test_str_subclass_serializes_as_string() -> None:
     assert canonical({"c": Color.RED}) == b'{"c":"red"}'
 
 
+@pytest.mark.parametrize("other", [1, 1e-7], ids=["fast", "slow"])
+def test_str_subclass_keys_serialize_as_strings(other: Any) -> None:
+    value = {Color.RED: [other], "a": {Color.RED: other}}
+    assert canonical(value) == bytes(rfc8785.dumps({"red": [other], "a": {"red": other}}))
+
+
 class Point(NamedTuple):
     x: Any
     y: Any
