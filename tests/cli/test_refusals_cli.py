@@ -196,3 +196,66 @@ def test_demo_runs_on_a_given_database(pg_schema: str, tmp_path: Path) -> None:
     with Runtime(url, tools=refund.TOOLS) as rt:
         untouched = rt.get_job(other)
         assert (untouched.status, untouched.version, untouched.lease_owner) == ("pending", 2, None)
+
+
+TOOLS_FILE = """\
+import affidavit
+
+@affidavit.tool("stamp")
+def stamp(ctx: affidavit.ToolContext) -> dict:
+    return {"stamped": True}
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("import sys\nsys.exit(2)\n", "failed to import: SystemExit(2)"),
+        ("def broken(:\n", "failed to import: SyntaxError"),
+        ("raise RuntimeError('no config')\n", "failed to import: RuntimeError('no config')"),
+    ],
+    ids=["exits", "syntax", "raises"],
+)
+def test_a_tools_file_that_fails_to_import_is_refused(
+    store_url: str, tmp_path: Path, source: str, fragment: str
+) -> None:
+    tools = tmp_path / "my tools.py"
+    tools.write_text(source)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"id": "s", "type": "tool", "tool": "stamp"}]}))
+    result = cli("run", str(plan), "--tools", str(tools), "--db", store_url, "--json")
+    assert_refused(result, fragment)
+    assert json_of(result)["error"]["hint"]
+    assert not database_exists(store_url)
+
+
+def test_the_same_tools_file_twice_is_loaded_once(store_url: str, tmp_path: Path) -> None:
+    """As a dotted module name given twice is imported once."""
+    tools = tmp_path / "stamp_tools.py"
+    tools.write_text(TOOLS_FILE)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"id": "s", "type": "tool", "tool": "stamp"}]}))
+    relative = os.path.relpath(tools)
+    args = ("--tools", str(tools), "--tools", relative, "--db", store_url, "--json")
+    result = cli("run", str(plan), *args)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert json_of(result)["output"] == {"s": {"stamped": True}}
+
+
+@pytest.mark.parametrize("index", ["\u00b2", "\u0663"], ids=["superscript-two", "arabic-three"])
+def test_a_list_index_that_is_not_ascii_digits_is_refused(
+    store_url: str, tmp_path: Path, index: str
+) -> None:
+    """`${input.xs.²}` names no element of a list: refused like any missing field, not with a
+    traceback (Python counts '²' as a digit but cannot make it an int)."""
+    plan = tmp_path / "plan.json"
+    args = {"order_id": f"${{input.xs.{index}}}"}
+    plan.write_text(
+        json.dumps({"nodes": [{"id": "a", "type": "tool", "tool": "lookup_order", "args": args}]})
+    )
+    job_input = json.dumps({"xs": [1, 2, 3, 4]})
+    result = cli(
+        "submit", str(plan), "--tools", TOOLS, "--input", job_input, "--db", store_url, "--json"
+    )
+    assert_refused(result, f"'input.xs' has no field {index!r}")
+    assert not database_exists(store_url)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import OrderedDict, defaultdict
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import pytest
@@ -79,6 +80,40 @@ class Color(StrEnum):
 
 def test_str_subclass_serializes_as_string() -> None:
     assert canonical({"c": Color.RED}) == b'{"c":"red"}'
+
+
+@pytest.mark.parametrize("other", [1, 1e-7], ids=["fast", "slow"])
+def test_str_subclass_keys_serialize_as_strings(other: Any) -> None:
+    value = {Color.RED: [other], "a": {Color.RED: other}}
+    assert canonical(value) == bytes(rfc8785.dumps({"red": [other], "a": {"red": other}}))
+
+
+class Point(NamedTuple):
+    x: Any
+    y: Any
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [
+        (OrderedDict(b=1, a=[2]), {"b": 1, "a": [2]}),
+        ({"d": defaultdict(list, k=[1.5])}, {"d": {"k": [1.5]}}),
+        ([Point(1, 2)], [[1, 2]]),
+        (
+            {"p": Point(3e-9, OrderedDict({"\U0001f600": 1, "z": 2}))},
+            {"p": [3e-9, {"\U0001f600": 1, "z": 2}]},
+        ),
+    ],
+    ids=["ordered_dict", "defaultdict_under_key", "named_tuple_in_list", "slow_path"],
+)
+def test_container_subclasses_serialize_as_their_base_type(value: Any, plain: Any) -> None:
+    assert canonical(value) == bytes(rfc8785.dumps(plain))
+
+
+def test_container_subclasses_are_checked_naming_the_path() -> None:
+    with pytest.raises(CanonicalizationError) as info:
+        canonical({"o": OrderedDict(a=[Point(1, math.nan)])})
+    assert info.value.path == "$.o.a[0][1]"
 
 
 @pytest.mark.parametrize(

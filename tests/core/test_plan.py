@@ -178,6 +178,16 @@ def test_transitive_ancestor_reference_is_allowed() -> None:
             {"nodes": [{"id": "a", "type": "pure", "tool": "x"}], "retry": {"max_attempts": 0}},
             "max_attempts",
         ),
+        *[
+            (
+                {
+                    "nodes": [{"id": "a", "type": "pure", "tool": "x"}],
+                    "retry": {"backoff_seconds": b},
+                },
+                "backoff_seconds",
+            )
+            for b in (-1, float("nan"), float("inf"), 10**400)
+        ],
         (
             {"nodes": [{"id": "a", "type": "pure", "tool": "x"}], "colour": "red"},
             "unknown plan field",
@@ -192,6 +202,30 @@ def test_malformed_plans(data: Any, fragment: str) -> None:
     with pytest.raises(PlanError) as info:
         Plan.parse(data)
     assert fragment in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("p.yaml", "nodes:\n  - id: a\n    type: tool\n    tool: t\n    tool: u\n", "line 5"),
+        ("p.yaml", "nodes: []\nnodes:\n  - {id: a, type: tool, tool: t}\n", "line 2"),
+        ("p.json", '{"nodes": [{"id": "a", "type": "tool", "tool": "t", "tool": "u"}]}', "JSON"),
+    ],
+    ids=["yaml-node", "yaml-top", "json-node"],
+)
+def test_a_key_given_twice_is_refused(tmp_path: Path, name: str, text: str, where: str) -> None:
+    """A repeated key would otherwise be dropped silently (the last one wins)."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(PlanError, match="appears twice") as info:
+        Plan.from_file(path)
+    assert where in info.value.message
+
+
+def test_yaml_merge_keys_may_still_be_overridden() -> None:
+    text = "nodes:\n  - &a {id: a, type: tool, tool: t}\n  - {<<: *a, id: b, tool: u}\n"
+    nodes = Plan.from_text(text).task_graph["nodes"]
+    assert nodes[1] == {"id": "b", "type": "tool", "tool": "u"}
 
 
 def test_unreadable_and_unparsable_files(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -668,6 +669,23 @@ def test_non_json_input_is_refused(make_runtime: Any, calls: Calls, bad_input: A
 
 
 @pytest.mark.parametrize("kind", ["tool", "pure"])
+def test_an_ordered_dict_result_is_recorded_as_an_object(
+    make_runtime: Any, calls: Calls, kind: str
+) -> None:
+    def ordered(ctx: ToolContext) -> Any:
+        calls.add(ctx, "ordered")
+        return OrderedDict(b=1, a=OrderedDict(c=[2]))
+
+    rt = make_runtime(Tool("ordered", ordered, kind))
+    job_id = rt.submit(plan(node("o", "ordered", kind)), OrderedDict(k=1)).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "completed", job.error
+    assert job.output == {"o": {"a": {"c": [2]}, "b": 1}}
+    assert_log_sound(rt.store, job_id)
+
+
+@pytest.mark.parametrize("kind", ["tool", "pure"])
 @pytest.mark.parametrize(
     "value", [{"ids": {1, 2}}, b"bytes", {"n": float("inf")}], ids=["set", "bytes", "inf"]
 )
@@ -769,6 +787,65 @@ def test_a_compensation_error_whose_message_is_not_text_is_recorded(
     }
     assert_log_sound(rt.store, job_id)
     assert verify_job(rt.store, job_id).ok
+
+
+def test_run_until_idle_on_a_closed_runtime_is_refused(make_runtime: Any, calls: Calls) -> None:
+    """Not an endless loop logging that every claim failed."""
+    rt = make_runtime(charge_tool(calls))
+    rt.submit(plan(node("charge", "charge")), {})
+    rt.close()
+    outcome: list[BaseException | int] = []
+
+    def run() -> None:
+        try:
+            outcome.append(rt.run_until_idle())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(timeout=10)
+    assert not runner.is_alive(), "run_until_idle on a closed runtime did not return"
+    [error] = outcome
+    assert isinstance(error, InvalidStateError)
+    assert "closed" in error.message
+    assert calls.count("charge") == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        (("row", 123, "update"), "resource_id must be a string"),
+        (("row", "r1", None), "operation must be a string"),
+        (("row", "r1", "update", None, float("nan")), "etag must be a string"),
+        (("row", "r1", "update", float("nan")), "not finite at $.version"),
+        (("row", "r1", "update", 2**60), "outside ±(2^53-1) at $.version"),
+    ],
+    ids=["int-id", "no-operation", "nan-etag", "nan-version", "huge-version"],
+)
+def test_unrecordable_state_change_fails_the_step_not_the_run(
+    make_runtime: Any, calls: Calls, change: tuple[Any, ...], what: str
+) -> None:
+    """A state change that cannot be recorded is refused where the tool records it: the step
+    fails naming it, the job fails, and no run is left holding an open invocation."""
+
+    def records(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "records")
+        ctx.record_state_change(*change)
+        return {"ok": True}
+
+    rt = make_runtime(Tool("records", records, "tool"))
+    job_id = rt.submit(plan(node("write", "records")), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error["type"] == "ToolError"
+    assert what in job.error["message"]
+    assert calls.count("write") == 1
+    events = assert_log_sound(rt.store, job_id)
+    assert of_type(events, "state_changed") == []
+    [row] = ledger_rows(rt.store, job_id)
+    assert row.status == "failed"
 
 
 def test_unresolvable_args_fail_the_job_naming_the_node(make_runtime: Any, calls: Calls) -> None:

@@ -62,8 +62,14 @@ def _reject_scalar(value: Any) -> bool:
         return _reject_scalar(int(value))
     if isinstance(value, float):
         return _reject_scalar(float(value)) and False
-    if isinstance(value, dict | list | tuple):
-        return _check(value)
+    # Subclasses of the containers (OrderedDict, defaultdict, named tuples) are checked as
+    # their base type (``_check`` takes exact types only) and written by the slow path.
+    if isinstance(value, dict):
+        _check(dict(value))
+        return False
+    if isinstance(value, list | tuple):
+        _check(list(value))
+        return False
     if isinstance(value, bytes | bytearray | memoryview):
         raise _Rejected("bytes are not JSON; encode them (for example as base64 text) first")
     raise _Rejected(f"a value of type {type(value).__name__} is not JSON")
@@ -81,10 +87,12 @@ def _check(value: Any) -> bool:
         key: Any = None
         try:
             for key, item in value.items():
-                if type(key) is not str and not isinstance(key, str):
-                    bad_key = _Rejected(f"object key {key!r} is not a string")
-                    bad_key.in_key = True
-                    raise bad_key
+                if type(key) is not str:
+                    if not isinstance(key, str):
+                        bad_key = _Rejected(f"object key {key!r} is not a string")
+                        bad_key.in_key = True
+                        raise bad_key
+                    fast = False  # orjson refuses keys that subclass str (a StrEnum member)
                 if not key.isascii() and any(ord(c) > 0xFFFF for c in key):
                     fast = False  # JCS sorts keys by UTF-16 code units, Python by code points
                 ti = type(item)
@@ -145,7 +153,7 @@ def _with_integral_doubles_as_ints(value: Any) -> Any:
             converted = _with_integral_doubles_as_ints(item)
             if converted is None and item is not None:
                 return None
-            out[key] = converted
+            out[str.__str__(key)] = converted  # a StrEnum key as its value
         return out
     if t is list or t is tuple or isinstance(value, list | tuple):
         items = []

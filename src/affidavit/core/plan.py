@@ -17,10 +17,12 @@ Validation (each failure is a :class:`PlanError` subclass naming the node):
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -127,13 +129,13 @@ class Plan:
         """Parse plan text (YAML is a superset of JSON, so ``yaml`` reads both)."""
         if fmt == "json":
             try:
-                return cls.parse(json.loads(text))
+                return cls.parse(json.loads(text, object_pairs_hook=_json_object(source)))
             except json.JSONDecodeError as exc:
                 raise PlanError(f"{source} is not valid JSON: {exc}") from exc
         import yaml  # only YAML plans need it (and it is slow to import)
 
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
         except yaml.YAMLError as exc:
             raise PlanError(f"{source} is not valid {fmt.upper()}: {exc}") from exc
         return cls.parse(data)
@@ -307,6 +309,53 @@ def _is_ancestor(candidate: str, node_id: str, deps: Mapping[str, tuple[str, ...
     return False
 
 
+def _json_object(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """An ``object_pairs_hook`` refusing a key given twice (``json`` would keep the last)."""
+
+    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise PlanError(
+                    f"{source} is not valid JSON: key {key!r} appears twice in one object"
+                )
+            out[key] = value
+        return out
+
+    return build
+
+
+@functools.cache
+def _unique_key_loader() -> Any:
+    """A YAML ``SafeLoader`` refusing a mapping key given twice (PyYAML keeps the last); keys
+    brought in by a ``<<`` merge may still be overridden, as YAML intends."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: set[Any] = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        duplicate = key in seen
+                        seen.add(key)
+                    except TypeError:  # an unhashable key: refused below as YAML intends
+                        continue
+                    if duplicate:
+                        raise yaml.constructor.ConstructorError(
+                            None,
+                            None,
+                            f"key {key!r} appears twice in one mapping",
+                            key_node.start_mark,
+                        )
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def _parse_node(raw: Any, index: int) -> Node:
     where = f"node #{index + 1}"
     if not isinstance(raw, dict):
@@ -382,6 +431,10 @@ def _parse_policy(data: dict[str, Any]) -> Policy:
     backoff = retry_raw.get("backoff_seconds", 1.0)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise PlanError("`retry.max_attempts` must be an integer ≥ 1")
-    if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 0:
-        raise PlanError("`retry.backoff_seconds` must be a number ≥ 0")
+    if (
+        isinstance(backoff, bool)
+        or not isinstance(backoff, int | float)
+        or not 0 <= backoff <= sys.float_info.max  # NaN, infinities and 10**400 fail it
+    ):
+        raise PlanError("`retry.backoff_seconds` must be a finite number ≥ 0")
     return Policy(in_flight, replay, RetryPolicy(max_attempts, float(backoff)))

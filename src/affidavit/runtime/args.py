@@ -32,7 +32,9 @@ def _lookup(ref: str, scope: Mapping[str, Any], node_id: str) -> Any:
     for part in path:
         if isinstance(value, Mapping) and part in value:
             value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+        elif (
+            isinstance(value, list) and part.isascii() and part.isdigit() and int(part) < len(value)
+        ):
             value = value[int(part)]
         else:
             raise ArgsResolutionError(

@@ -69,6 +69,7 @@ class Runtime:
             self.tools = self.tools.with_verifiers(verifiers)
         self.metrics = RuntimeMetrics()
         self.store = store if store is not None else open_store(database_url(db_url))
+        self._closed = False
         if isinstance(signing_key, SigningKey):
             self.sealer = Sealer(key=signing_key)
         elif signing_key is not None:
@@ -87,7 +88,16 @@ class Runtime:
         )
 
     def close(self) -> None:
+        self._closed = True
         self.store.close()
+
+    def _check_open(self) -> None:
+        # A closed store fails every claim: the run loop, which outlives a failing job, would
+        # otherwise log that failure forever instead of returning.
+        if self._closed:
+            raise InvalidStateError(
+                "this Runtime is closed", hint="Open a new Runtime to run jobs."
+            )
 
     def __enter__(self) -> Runtime:
         return self
@@ -134,6 +144,7 @@ class Runtime:
 
     def run_until_idle(self, *, concurrency: int = 1) -> int:
         """Run runnable jobs until none is left; return how many runs were made."""
+        self._check_open()
         before = self.worker.jobs_run
         self.worker.run(until_idle=True, concurrency=concurrency)
         return self.worker.jobs_run - before

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from affidavit.core.errors import AffidavitError, ConfigError
+from affidavit.core.canonical import canonical
+from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigError
 
 if TYPE_CHECKING:
     from affidavit.runtime.confirm import ResourceVerifier
@@ -96,10 +98,24 @@ class ToolContext:
         etag: str | None = None,
         external_ref: str | None = None,
     ) -> None:
-        """Record which outside resource this step changed (recorded as ``state_changed``)."""
-        self.state_changes.append(
-            StateChange(resource_type, resource_id, operation, version, etag, external_ref)
-        )
+        """Record which outside resource this step changed (recorded as ``state_changed``).
+
+        Raises:
+            ToolError: a value that cannot be recorded (the step fails naming it).
+        """
+        named = {"resource_type": resource_type, "resource_id": resource_id, "operation": operation}
+        for name, value in (*named.items(), ("etag", etag), ("external_ref", external_ref)):
+            if not isinstance(value, str) and (value is not None or name in named):
+                raise ToolError(
+                    f"record_state_change: {name} must be a string, not {value!r}",
+                    hint="Pass resource ids, operations, etags and references as text.",
+                )
+        change = StateChange(resource_type, resource_id, operation, version, etag, external_ref)
+        try:
+            canonical(change.to_dict())
+        except CanonicalizationError as exc:
+            raise ToolError(f"record_state_change: {exc}", hint=exc.hint) from exc
+        self.state_changes.append(change)
 
 
 ToolFn = Callable[..., Any]
@@ -203,6 +219,33 @@ class ToolRegistry:
 registry = ToolRegistry()
 
 
+def _check_options(name: object, version: object, retry: object) -> None:
+    """Refuse decorator options the runtime could not use, where the decorator is written."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"a tool name must be a non-empty string, not {name!r}")
+    if not isinstance(version, str):
+        raise ConfigError(f"version of tool {name!r} must be a string, not {version!r}")
+    if retry is not None and (type(retry) is not int or retry < 1):
+        raise ConfigError(
+            f"retry (max attempts) of tool {name!r} must be an integer ≥ 1, not {retry!r}"
+        )
+
+
+def _check_function(name: str, fn: object) -> None:
+    if isinstance(fn, Tool):
+        raise ToolError(
+            f"{fn.name!r} is already registered as a {fn.kind}; it cannot also be {name!r}",
+            hint="Decorate a function once; register another function for another name.",
+        )
+    if not callable(fn):
+        raise ToolError(f"tool {name!r}: {fn!r} is not a function")
+    if inspect.iscoroutinefunction(fn):
+        raise ToolError(
+            f"tool {name!r} is an async function; tools are called synchronously",
+            hint="Make it a plain function (run the coroutine inside it with asyncio.run).",
+        )
+
+
 def tool(
     name: str,
     *,
@@ -212,12 +255,19 @@ def tool(
     in_flight: str | None = None,
 ) -> Callable[[ToolFn], Tool]:
     """Register a tool that may change the world. See the module docstring."""
+    _check_options(name, version, retry)
     if in_flight not in (None, "park", "fail"):
         raise ConfigError(f"in_flight must be 'park' or 'fail', not {in_flight!r}")
-    if retry is not None and retry < 1:
-        raise ConfigError("retry (max attempts) must be ≥ 1")
+    if not isinstance(retry_on, tuple | list) or not all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in retry_on
+    ):
+        raise ConfigError(
+            f"retry_on of tool {name!r} must be a tuple of exception types, not {retry_on!r}",
+            hint="For example retry_on=(TimeoutError, ConnectionError).",
+        )
 
     def register(fn: ToolFn) -> Tool:
+        _check_function(name, fn)
         t = Tool(name, fn, "tool", version, retry, tuple(retry_on), in_flight)
         registry.add(t)
         return t
@@ -228,8 +278,10 @@ def tool(
 def pure(name: str, *, version: str = "1", retry: int | None = None) -> Callable[[ToolFn], Tool]:
     """Register a function without side effects; its output is recorded and never recomputed
     once the step finished."""
+    _check_options(name, version, retry)
 
     def register(fn: ToolFn) -> Tool:
+        _check_function(name, fn)
         t = Tool(name, fn, "pure", version, retry)
         registry.add(t)
         return t
@@ -257,12 +309,19 @@ def load_tools(spec: str) -> None:
             if not path.is_file():
                 raise ConfigError(f"tools file {spec!r} not found")
             name = f"affidavit_tools_{path.stem}"
+            loaded = getattr(sys.modules.get(name), "__file__", None)
+            if loaded is not None and Path(loaded).resolve() == path.resolve():
+                return  # imported already, as a dotted name is imported once
             module_spec = importlib.util.spec_from_file_location(name, path)
             if module_spec is None or module_spec.loader is None:
                 raise ConfigError(f"cannot import tools file {spec!r}")
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[name] = module
-            module_spec.loader.exec_module(module)
+            try:
+                module_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)
+                raise
         else:
             importlib.import_module(spec)
     except AffidavitError:
@@ -272,5 +331,8 @@ def load_tools(spec: str) -> None:
             f"cannot import tools module {spec!r}: {exc}",
             hint="Pass a dotted module name on PYTHONPATH or a path to a .py file.",
         ) from exc
-    except Exception as exc:  # the user's module raised while importing
-        raise ConfigError(f"tools module {spec!r} failed to import: {exc!r}") from exc
+    except (Exception, SystemExit) as exc:  # the user's module raised while importing
+        raise ConfigError(
+            f"tools module {spec!r} failed to import: {exc!r}",
+            hint="Fix the error in the tools module; --verbose shows the traceback.",
+        ) from exc
