@@ -3,7 +3,6 @@ and invocations left in flight by a dead attempt."""
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
@@ -16,6 +15,7 @@ from affidavit.runtime.run_base import (
     Stop,
     check_result,
     error_dict,
+    own_args,
 )
 from affidavit.runtime.sdk import Tool, ToolContext
 from affidavit.store._ledger import LedgerRow
@@ -144,7 +144,7 @@ class RecoveryMixin(RunBase):
             return
         self._confirm_lease()
         try:
-            details = t.compensate_fn(ctx, **copy.deepcopy(args))
+            details = t.compensate_fn(ctx, **own_args(args))
             canonical(details)
         except Exception as exc:
             raise StepFailed(
@@ -187,7 +187,7 @@ class RecoveryMixin(RunBase):
         )
         t0 = time.perf_counter()
         try:
-            found = t.reconcile_fn(ctx, **copy.deepcopy(args))
+            found = t.reconcile_fn(ctx, **own_args(args))
             if found is not None:
                 check_result(node, t, found)
         except Exception as exc:  # the lookup failed: decided as without a hook

@@ -9,6 +9,7 @@ between. Version and head advance only when a transaction commits.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -149,6 +150,19 @@ def step_payload(payload: dict[str, Any]) -> bytes:
         return orjson.dumps(payload, option=_STEP_PAYLOAD)
     except orjson.JSONEncodeError as exc:  # a lone surrogate in a name, say
         raise CanonicalizationError(f"a step event cannot be recorded: {exc}") from None
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def own_args(args: dict[str, Any]) -> dict[str, Any]:
+    """A copy of resolved args for one call: what the callee changes in place changes nothing
+    else (they share objects with the input and upstream outputs). Args of scalars only — the
+    usual case — need no deep copy."""
+    for value in args.values():
+        if type(value) not in _SCALARS:
+            return copy.deepcopy(args)
+    return dict(args)
 
 
 def open_closings(

@@ -15,7 +15,6 @@ executed again, and a finished pure step is never re-run: the replay context inj
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 import threading
@@ -46,6 +45,7 @@ from affidavit.runtime.run_base import (
     check_result,
     elapsed_ms,
     error_dict,
+    own_args,
 )
 from affidavit.runtime.sdk import (
     CompensatableError,
@@ -305,7 +305,7 @@ class _Run(RecoveryMixin):
         # Each try gets its own copy: a tool that changes its arguments (or an abandoned
         # timed-out try still running) must not change what a retry, a compensation or a later
         # step sees — the resolved args share objects with the input and upstream outputs.
-        args = copy.deepcopy(args)
+        args = own_args(args)
         if node.timeout_seconds is None:
             return fn(ctx, **args)
         outcome: Future[Any] = Future()
