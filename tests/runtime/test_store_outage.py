@@ -468,27 +468,11 @@ def test_postgresql_outage_while_a_tool_runs(pg_database: str, calls: Calls) -> 
     on it is terminated, for 1.5 s (what a restart or failover looks like to a client). The
     job completes instead of being parked, with every tool run once."""
     url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}"
-    admin = psycopg.connect(PG_URL, autocommit=True)
-
-    def outage() -> None:
-        admin.execute(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS false')
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-            (pg_database,),
-        )
-
-        def back() -> None:
-            with psycopg.connect(PG_URL, autocommit=True) as conn:
-                conn.execute(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
-
-        threading.Timer(1.5, back).start()
-
     store = open_store(url)
     try:
-        run_through_outage(store, outage, calls)
+        run_through_outage(store, lambda: _refuse_connections(pg_database, 1.5), calls)
     finally:
         store.close()
-        admin.close()
 
 
 def test_concurrent_steps_with_commits_that_landed(real_store: Store, calls: Calls) -> None:
