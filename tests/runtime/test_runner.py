@@ -384,6 +384,8 @@ def test_compensation(make_runtime: Any, calls: Calls) -> None:
     assert len(undone) == 1 and undone[0]["seats"] == 3
     assert undone[0]["key"] == of_type(events, "tool_invocation_started")[0]["idempotency_key"]
     assert finished_nodes(events, "book") == [("compensatable_failure", 1), ("compensated", 1)]
+    # FORMATS §3: a tool node's node_finished carries no output (the compensation is above)
+    assert all("output" not in f for f in of_type(events, "node_finished"))
     assert of_type(events, "job_failed")[0]["node_id"] == "book"
     types = [e.type for e in events]
     assert types.index("step_compensated") < types.index("job_failed")

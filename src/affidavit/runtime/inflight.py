@@ -163,8 +163,7 @@ class RecoveryMixin(RunBase):
                     "result_type": "compensated",
                     "attempt": attempt,
                     "duration_ms": 0,
-                    "output": details,
-                },
+                },  # (no output: a tool node's; the compensation is in step_compensated)
             ),
         )
 
