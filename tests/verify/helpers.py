@@ -80,6 +80,20 @@ TWO_CHARGES = plan(
 )
 
 
+CHARGE_THEN_APPROVAL = plan(
+    {"id": "a", "type": "tool", "tool": "charge", "args": {"amount": 1}},
+    {"id": "ok", "type": "approval", "depends_on": ["a"]},
+)
+
+
+def waiting_job(rt: Runtime) -> str:
+    """A job that charged once and now waits for an approval (not terminal, not sealed)."""
+    job_id = rt.submit(CHARGE_THEN_APPROVAL).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "waiting"
+    return job_id
+
+
 def crash_in_flight(rt: Runtime, monkeypatch: pytest.MonkeyPatch, job_plan: dict[str, Any]) -> str:
     """Submit and run until the first tool step's T1 committed, then "die": the job is left
     running with one invocation in flight."""

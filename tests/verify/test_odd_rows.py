@@ -20,7 +20,7 @@ from affidavit import Runtime, verify_events, verify_job
 from affidavit.core.canonical import canonical, canonical_sha256, parse
 from affidavit.verify import VerificationResult
 from tests.cli.test_cli import cli, json_of
-from tests.verify.helpers import RawDb, plan, tools
+from tests.verify.helpers import RawDb, tools, waiting_job
 
 Refunded = tuple[Runtime, str]
 
@@ -238,14 +238,7 @@ def test_completed_tool_node_invoking_its_tool_again(
     with the ledger row to match, before the job is sealed (it waits for an approval): the
     replay proof names the first event of the second call."""
     with Runtime(store_url, tools=tools(), signing_key=tmp_path / "k") as rt:
-        job_id = rt.submit(
-            plan(
-                {"id": "a", "type": "tool", "tool": "charge", "args": {"amount": 1}},
-                {"id": "ok", "type": "approval", "depends_on": ["a"]},
-            )
-        ).job_id
-        rt.run_until_idle()
-        assert rt.get_job(job_id).status == "waiting"
+        job_id = waiting_job(rt)
         events = [(e, t, p) for _, e, t, p, _ in raw.events(job_id)]
         kinds = [t for _, t, _ in events]
         at = kinds.index("node_finished") + 1

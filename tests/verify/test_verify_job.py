@@ -26,6 +26,7 @@ from tests.verify.helpers import (
     park_in_flight,
     plan,
     tools,
+    waiting_job,
 )
 
 SECTION6_KEYS = [
@@ -240,14 +241,7 @@ def test_in_flight_policy_fail_seals_the_failed_job(
 
 def test_waiting_job_verifies(make_runtime: Callable[..., Runtime]) -> None:
     rt = make_runtime(tools())
-    job_id = rt.submit(
-        plan(
-            {"id": "a", "type": "tool", "tool": "charge", "args": {"amount": 1}},
-            {"id": "ok", "type": "approval", "depends_on": ["a"]},
-        )
-    ).job_id
-    rt.run_until_idle()
-    assert rt.get_job(job_id).status == "waiting"
+    job_id = waiting_job(rt)
     result = verify_job(rt.store, job_id)
     assert_all_ok(result)
     assert result.status == "waiting" and not result.seal.present
