@@ -27,7 +27,7 @@ from affidavit import (
     ToolContext,
     ToolRegistry,
 )
-from affidavit.core.errors import IdempotencyConflict
+from affidavit.core.errors import ConfigError, IdempotencyConflict
 from affidavit.core.plan import Plan
 from affidavit.runtime.args import ArgsResolutionError
 from affidavit.runtime.replay import build_from_events
@@ -613,6 +613,30 @@ def test_concurrent_duplicate_submits(make_runtime: Any, calls: Calls) -> None:
     assert len(rt.store.list_jobs(JobFilter())) == 1
     rt.run_until_idle(concurrency=2)
     assert calls.count("a") == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "needle"),
+    [
+        ("", "is empty"),
+        ("  ", "is blank"),
+        (7, "of type int"),
+        ("k" * 201, "201 characters"),
+        ("order\x007", "control character"),
+    ],
+    ids=["empty", "blank", "not-text", "too-long", "nul"],
+)
+def test_an_unusable_idempotency_key_is_refused_and_writes_nothing(
+    make_runtime: Any, calls: Calls, key: Any, needle: str
+) -> None:
+    """A key the job could not be found by again (an empty one from an unset variable, a
+    number, NUL that only one backend stores) is an error before anything is written."""
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    with pytest.raises(ConfigError, match=needle):
+        rt.submit(CHAIN, {"amount": 2}, idempotency_key=key)
+    assert rt.store.list_jobs(JobFilter()) == []
+    longest = "k" * 200
+    assert rt.submit(CHAIN, {"amount": 2}, idempotency_key=longest).idempotency_key == longest
 
 
 # --- bad input --------------------------------------------------------------------------------

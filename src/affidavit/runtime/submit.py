@@ -58,6 +58,36 @@ def check_plan(plan: Plan, tools: ToolRegistry) -> None:
             )
 
 
+#: The longest idempotency key accepted (the HTTP API's ``Idempotency-Key`` header has the same).
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def check_idempotency_key(key: object) -> None:
+    """``key`` is ``None`` or text a job can be found by again on either database: 1 to
+    :data:`MAX_IDEMPOTENCY_KEY` characters, not all blank, no control characters (PostgreSQL
+    cannot store NUL; SQLite would store it).
+
+    Raises:
+        ConfigError: naming what is wrong.
+    """
+    if key is None:
+        return
+    problem = None
+    if not isinstance(key, str):
+        problem = f"is of type {type(key).__name__}, not text"
+    elif not key.strip():
+        problem = "is empty" if not key else "is blank"
+    elif len(key) > MAX_IDEMPOTENCY_KEY:
+        problem = f"has {len(key)} characters (at most {MAX_IDEMPOTENCY_KEY})"
+    elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        problem = "contains a control character"
+    if problem is not None:
+        raise ConfigError(
+            f"the idempotency key {problem}",
+            hint="Pass a stable, non-empty text key (e.g. an order id), or none at all.",
+        )
+
+
 def submit_job(
     store: Store,
     plan: Plan | Mapping[str, Any] | str | Path,
@@ -81,9 +111,11 @@ def submit_job(
         PlanError: the plan is invalid or uses a tool that is not registered.
         IdempotencyConflict: ``idempotency_key`` names a job with another plan or input.
         ArgsResolutionError: an ``${input...}`` reference names a field the input lacks.
-        ConfigError: an unknown ``replay_verification`` mode.
+        ConfigError: an unknown ``replay_verification`` mode, or an idempotency key that is not
+            non-empty text (see :func:`check_idempotency_key`).
         CanonicalizationError: the input is not JSON that can be recorded.
     """
+    check_idempotency_key(idempotency_key)
     if isinstance(plan, Plan):
         parsed = plan
     elif isinstance(plan, Mapping):
