@@ -32,6 +32,7 @@ from affidavit.core.plan import Plan
 from affidavit.runtime.args import ArgsResolutionError
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.runtime import InvalidStateError
+from affidavit.runtime.sdk import ToolError
 from affidavit.runtime.worker import Worker
 from affidavit.store import JobFilter
 from affidavit.verify import verify_job
@@ -872,6 +873,72 @@ def test_unrecordable_state_change_fails_the_step_not_the_run(
     assert of_type(events, "state_changed") == []
     [row] = ledger_rows(rt.store, job_id)
     assert row.status == "failed"
+
+
+@pytest.mark.parametrize("timeout", [None, 5], ids=["in-line", "timed"])
+def test_a_state_change_recorded_after_the_step_is_refused(
+    make_runtime: Any, calls: Calls, timeout: float | None
+) -> None:
+    """A change recorded once the tool has returned (from a thread it left running, or a
+    context it kept) cannot reach the step's committed events: it is an error, not lost."""
+    kept: list[ToolContext] = []
+
+    def keeps(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "keeps")
+        ctx.record_state_change("row", "r1", "update")
+        kept.append(ctx)
+        return {"ok": True}
+
+    rt = make_runtime(Tool("keeps", keeps, "tool"))
+    raw = node("write", "keeps")
+    if timeout is not None:
+        raw["timeout_seconds"] = timeout  # the tool runs on a thread of its own
+    job_id = rt.submit(plan(raw), {}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    [ctx] = kept
+    with pytest.raises(ToolError, match="step 'write' \\(attempt 1\\) is over"):
+        ctx.record_state_change("row", "r2", "update")
+    events = assert_log_sound(rt.store, job_id)
+    [changed] = of_type(events, "state_changed")
+    assert [c["resource_id"] for c in changed["state_changes"]] == ["r1"]
+
+
+def test_a_pure_step_recording_a_state_change_fails(make_runtime: Any, calls: Calls) -> None:
+    """A pure step's events record no state changes; one recorded there fails the step
+    instead of vanishing (the work belongs in a @tool, through the ledger)."""
+
+    def sneaky(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "sneaky")
+        ctx.record_state_change("row", "r1", "update")
+        return {"ok": True}
+
+    rt = make_runtime(Tool("sneaky", sneaky, "pure"))
+    job_id = rt.submit(plan(node("p", "sneaky", "pure")), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error["type"] == "ToolError"
+    assert "pure step 'p' changes nothing outside" in job.error["message"]
+    assert calls.count("p") == 1
+
+
+def test_a_compensation_recording_a_state_change_fails(make_runtime: Any, calls: Calls) -> None:
+    """A compensation says what it undid in its return value; a state change it records would
+    be written nowhere, so it fails the compensation instead of vanishing."""
+
+    def undo(ctx: ToolContext, seats: int) -> dict[str, Any]:
+        ctx.record_state_change("seat", "s1", "delete")
+        return {"released": seats}
+
+    rt = make_runtime(make_compensatable(calls, undo))
+    job_id = rt.submit(plan(node("book", "book", args={"seats": 3})), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed" and job.error["type"] == "compensation_failed"
+    assert "recorded from what it returns" in job.error["message"]
+    events = assert_log_sound(rt.store, job_id)
+    assert of_type(events, "step_compensated") == of_type(events, "state_changed") == []
 
 
 def test_unresolvable_args_fail_the_job_naming_the_node(make_runtime: Any, calls: Calls) -> None:

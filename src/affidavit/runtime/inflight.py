@@ -143,6 +143,10 @@ class RecoveryMixin(RunBase):
         if t.compensate_fn is None:
             return
         self._confirm_lease()
+        ctx.close(
+            f"the compensation of step {node.id!r} is recorded from what it returns "
+            "(step_compensated), not as state changes"
+        )
         try:
             details = t.compensate_fn(ctx, **own_args(args))
             canonical(details)
@@ -191,6 +195,8 @@ class RecoveryMixin(RunBase):
                 check_result(node, t, found)
         except Exception as exc:  # the lookup failed: decided as without a hook
             return None, error_dict(exc)
+        finally:
+            ctx.close(f"the reconcile hook of step {node.id!r} has returned")
         if found is None:
             return None, None
         self._commit(

@@ -306,8 +306,17 @@ class _Run(RecoveryMixin):
         # timed-out try still running) must not change what a retry, a compensation or a later
         # step sees — the resolved args share objects with the input and upstream outputs.
         args = own_args(args)
-        if node.timeout_seconds is None:
-            return fn(ctx, **args)
+        try:
+            if node.timeout_seconds is None:
+                return fn(ctx, **args)
+            return self._call_timed(node, fn, ctx, args)
+        finally:
+            ctx.close(f"step {node.id!r} (attempt {ctx.attempt}) is over")
+
+    @staticmethod
+    def _call_timed(
+        node: Node, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
+    ) -> Any:
         outcome: Future[Any] = Future()
 
         def call() -> None:
@@ -364,6 +373,7 @@ class _Run(RecoveryMixin):
                 None,
                 external_key(self.claim.job_id, step, self.claim.attempt_id),
             )
+            ctx.close(f"pure step {node.id!r} changes nothing outside")
             t0 = time.perf_counter()
             try:
                 output = self._call(node, t.fn, ctx, args)

@@ -88,6 +88,13 @@ class ToolContext:
     idempotency_key: str | None
     external_key: str
     state_changes: list[StateChange] = field(default_factory=list)
+    # Why nothing can be recorded any more (the step is over, or a pure step); None while open.
+    _closed: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def close(self, reason: str) -> None:
+        """End recording: a later :meth:`record_state_change` raises ``ToolError(reason)``
+        instead of adding a change nobody will write (the step's events are committed)."""
+        self._closed = reason
 
     def record_state_change(
         self,
@@ -101,8 +108,14 @@ class ToolContext:
         """Record which outside resource this step changed (recorded as ``state_changed``).
 
         Raises:
-            ToolError: a value that cannot be recorded (the step fails naming it).
+            ToolError: a value that cannot be recorded (the step fails naming it), or a call
+                after the step is over (from a thread the tool left running) or in a pure step.
         """
+        if self._closed is not None:
+            raise ToolError(
+                f"record_state_change: {self._closed}",
+                hint="Record state changes in a @tool, before it returns.",
+            )
         named = {"resource_type": resource_type, "resource_id": resource_id, "operation": operation}
         for name, value in (*named.items(), ("etag", etag), ("external_ref", external_ref)):
             if not isinstance(value, str) and (value is not None or name in named):
