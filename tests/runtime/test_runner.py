@@ -839,6 +839,26 @@ def test_run_until_idle_on_a_closed_runtime_is_refused(make_runtime: Any, calls:
     assert calls.count("charge") == 0
 
 
+def test_every_method_of_a_closed_runtime_says_it_is_closed(
+    make_runtime: Any, calls: Calls
+) -> None:
+    rt = make_runtime(charge_tool(calls))
+    job_id = rt.submit(plan(node("charge", "charge")), {}).job_id
+    rt.close()
+    for call in (
+        lambda: rt.submit(plan(node("charge", "charge")), {}),
+        lambda: rt.get_job(job_id),
+        lambda: rt.run_job(job_id),
+        lambda: rt.wait(job_id, timeout=1),
+        lambda: rt.signal(job_id, "k"),
+        lambda: rt.cancel(job_id),
+        lambda: rt.resume(job_id, "retry"),
+    ):
+        with pytest.raises(InvalidStateError, match="this Runtime is closed"):
+            call()
+    assert calls.count("charge") == 0
+
+
 @pytest.mark.parametrize(
     ("change", "what"),
     [

@@ -92,8 +92,10 @@ class Runtime:
         self.store.close()
 
     def _check_open(self) -> None:
-        # A closed store fails every claim: the run loop, which outlives a failing job, would
-        # otherwise log that failure forever instead of returning.
+        # Every method refuses the same way once closed (the store would say "the store is
+        # closed" as a StoreError, which reads like a database problem); and a closed store
+        # fails every claim: the run loop, which outlives a failing job, would otherwise log
+        # that failure forever instead of returning.
         if self._closed:
             raise InvalidStateError(
                 "this Runtime is closed", hint="Open a new Runtime to run jobs."
@@ -128,6 +130,7 @@ class Runtime:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
         Nothing is written unless the plan, its tools and the input are all valid. See
         :func:`~affidavit.runtime.submit.submit_job`."""
+        self._check_open()
         job, _ = submit_job(
             self.store,
             plan,
@@ -157,6 +160,7 @@ class Runtime:
             PlanError: the job's remaining nodes need tools this runtime does not have (the
                 job is left as it was, for a worker that has them).
         """
+        self._check_open()
         if self.worker.run_once(job_id) == "unrunnable":
             builder = ReplayContextBuilder()
             for event in self.store.list_events(job_id):
@@ -170,6 +174,7 @@ class Runtime:
         return self.store.get_job(job_id)
 
     def get_job(self, job_id: str) -> JobRecord:
+        self._check_open()
         return self.store.get_job(job_id)
 
     def wait(
@@ -185,6 +190,7 @@ class Runtime:
             StoreUnavailable: the database stayed unavailable for the runtime's
                 ``store_retry_seconds`` (the wait rides out shorter outages).
         """
+        self._check_open()
         return wait_for_job(
             self.store,
             job_id,
@@ -201,12 +207,14 @@ class Runtime:
         """Complete the wait whose correlation key is ``key`` with ``payload``; the job becomes
         runnable. A repeated signal returns the job and writes nothing. See
         :func:`~affidavit.runtime.decisions.signal_job`."""
+        self._check_open()
         job, _ = signal_job(self.store, job_id, key, payload, by=by)
         return job
 
     def cancel(self, job_id: str, *, reason: str | None = None, by: str | None = None) -> JobRecord:
         """Cancel a job that is not finished; open invocations are closed as ``lost``. See
         :func:`~affidavit.runtime.decisions.cancel_job`."""
+        self._check_open()
         return cancel_job(self.store, job_id, reason=reason, by=by, sealer=self.sealer)
 
     def resume(
@@ -221,6 +229,7 @@ class Runtime:
         """Resolve a parked job: ``retry`` / ``accept_result`` / ``fail`` for an in-flight
         invocation, ``continue`` / ``fail`` after a confirmation mismatch. See
         :func:`~affidavit.runtime.decisions.resume_job`."""
+        self._check_open()
         return resume_job(
             self.store, job_id, decision, result=result, by=by, note=note, sealer=self.sealer
         )
