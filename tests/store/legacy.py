@@ -1,7 +1,7 @@
 """A database as the release before migration 6 left it: its schema (migration 5) and its data.
 
-Made from a current database by undoing migration 6 in SQL, so that the data in it is what the
-runtime really writes; the tests then check what this version does with such a database
+Made from a current database by undoing migrations 7 and 6 in SQL, so that the data in it is
+what the runtime really writes; the tests then check what this version does with such a database
 (upgrade it, or read it read-only).
 """
 
@@ -36,9 +36,19 @@ _POSTGRES = [
 ]
 
 
+_UNDO_7 = [
+    "ALTER TABLE jobs DROP COLUMN recoveries",
+    "ALTER TABLE jobs DROP COLUMN recovery_progress",
+    "DELETE FROM affidavit_schema_migrations WHERE version = 7",
+]
+
+
 def undo_migration_6(url: str) -> None:
-    """Turn the database at ``url`` (closed by every store) back into a version-5 one."""
+    """Turn the database at ``url`` (closed by every store) back into a version-5 one (the
+    later migrations undone first)."""
     raw = RawDb(url)
+    for statement in _UNDO_7:
+        raw.execute(statement)
     for statement in _SQLITE if url.startswith("sqlite:///") else _POSTGRES:
         raw.execute(statement)
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 6")

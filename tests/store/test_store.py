@@ -23,6 +23,7 @@ from affidavit.core.errors import (
 )
 from affidavit.core.ids import new_attempt_id
 from affidavit.store import JobFilter, NewEvent, Store, migrations, open_store
+from affidavit.store._ledger import Claimed
 
 
 def ev(n: int, **extra: Any) -> NewEvent:
@@ -438,13 +439,38 @@ def test_ledger_insert_is_won_by_one_caller_only(store: Store) -> None:
         assert first is not None and first.invocation_id == "first"
 
 
+def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(store: Store) -> None:
+    """A claim that finds the lease expired with its owner (the run before neither finished
+    nor handed the job back) is a recovery and returns the count its runtime recorded; a
+    pending job or a handed-back one starts the count again."""
+    job_id = make_job(store)
+    now = time.time()
+
+    def claim(at: float, attempt: str) -> Claimed:
+        with store.transaction() as tx:
+            claimed = tx.claim(owner=attempt, attempt_id=attempt, now=at, lease_seconds=10)
+        assert claimed is not None
+        return claimed
+
+    assert claim(now, "a1") == Claimed(job_id)  # pending
+    assert claim(now + 11, "a2") == Claimed(job_id, recovered=True)  # a1's lease ran out
+    with store.transaction() as tx:
+        tx.set_recoveries(job_id, "a1", 5, 50)  # not a1's claim any more: fenced off
+        tx.set_recoveries(job_id, "a2", 1, 3)
+    assert claim(now + 22, "a3") == Claimed(job_id, True, 1, 3)
+    with store.transaction() as tx:
+        assert tx.release_lease(job_id, "a3", now + 23)
+    assert claim(now + 24, "a4") == Claimed(job_id)  # handed back: not a recovery, reset
+    assert claim(now + 35, "a5") == Claimed(job_id, recovered=True)
+
+
 def test_lease_claim_heartbeat_and_release_are_fenced(store: Store) -> None:
     """A lease is extended and given back only by the attempt that holds it; a released job
     names no owner and is claimed at once, with a new attempt that fences the old one off."""
     job_id = make_job(store)
     now = time.time()
     with store.transaction() as tx:
-        assert tx.claim(owner="w1", attempt_id="a1", now=now, lease_seconds=30) == job_id
+        assert tx.claim(owner="w1", attempt_id="a1", now=now, lease_seconds=30) == Claimed(job_id)
     with store.transaction() as tx:
         assert tx.heartbeat(job_id, "a1", now + 60)
         assert not tx.heartbeat(job_id, "other", now + 60)
@@ -459,7 +485,8 @@ def test_lease_claim_heartbeat_and_release_are_fenced(store: Store) -> None:
     assert (released.status, released.attempt_id, released.lease_owner) == ("running", "a1", None)
     assert released.lease_expires_at == pytest.approx(now + 1)
     with store.transaction() as tx:
-        assert tx.claim(owner="w2", attempt_id="a2", now=now + 2, lease_seconds=30) == job_id
+        claimed = tx.claim(owner="w2", attempt_id="a2", now=now + 2, lease_seconds=30)
+        assert claimed == Claimed(job_id)  # handed back: not a recovery
     with store.transaction() as tx:
         assert not tx.heartbeat(job_id, "a1", now + 90)
         assert not tx.release_lease(job_id, "a1", now + 2)

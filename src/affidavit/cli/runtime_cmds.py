@@ -34,7 +34,7 @@ from affidavit.runtime.decisions import (
     resume_job,
     signal_job,
 )
-from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
+from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools, registry
 from affidavit.runtime.submit import check_plan
@@ -69,6 +69,18 @@ StoreRetryOption = Annotated[
         help="How long a run keeps trying a write while the database is unavailable (a "
         "restart, a failover, a busy lock) before it leaves the job to be reclaimed (default "
         "$AFFIDAVIT_STORE_RETRY_SECONDS, else 60).",
+        show_default=False,
+    ),
+]
+
+MaxRecoveriesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-recoveries",
+        min=0,
+        help="Recoveries in a row of a job whose runs ended without handing it back or "
+        "recording anything (a step that kills its worker) before it is parked as crash_loop "
+        "instead of run again (default $AFFIDAVIT_MAX_RECOVERIES, else 5).",
         show_default=False,
     ),
 ]
@@ -129,6 +141,22 @@ def lease_seconds(value: float | None) -> float:
     return lease
 
 
+def max_recoveries(value: int | None) -> int:
+    """``value`` if given, else ``$AFFIDAVIT_MAX_RECOVERIES``, else the default (5)."""
+    if value is not None:
+        return value
+    text = os.environ.get("AFFIDAVIT_MAX_RECOVERIES")
+    if not text:
+        return DEFAULT_MAX_RECOVERIES
+    try:
+        parsed = int(text)
+    except ValueError:
+        raise ConfigError(f"AFFIDAVIT_MAX_RECOVERIES={text!r} is not a whole number") from None
+    if parsed < 0:
+        raise ConfigError("AFFIDAVIT_MAX_RECOVERIES must be ≥ 0")
+    return parsed
+
+
 def parse_json_arg(text: str | None, what: str) -> Any:
     """A JSON value from ``text`` or, with a leading ``@``, from that file."""
     if text is None:
@@ -171,6 +199,7 @@ def open_runtime(
     lease: float | None,
     step_concurrency: int = 1,
     store_retry: float | None = None,
+    recoveries: int | None = None,
 ) -> Runtime:
     for spec in tools or []:
         load_tools(spec)
@@ -182,6 +211,7 @@ def open_runtime(
         lease_seconds=lease_seconds(lease),
         step_concurrency=step_concurrency,
         store_retry_seconds=retry,
+        max_recoveries=max_recoveries(recoveries),
     )
 
 
@@ -226,6 +256,7 @@ def run(
     step_concurrency: StepConcurrencyOption = 1,
     lease: LeaseOption = None,
     store_retry: StoreRetryOption = None,
+    recoveries: MaxRecoveriesOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -240,7 +271,8 @@ def run(
     """
     with command(as_json):
         parsed, job_input = prepared_job(plan, tools, input, lease)
-        rt = open_runtime(db, None, lease, step_concurrency, store_retry)  # tools are loaded
+        max_recoveries(recoveries)  # a bad environment variable submits nothing
+        rt = open_runtime(db, None, lease, step_concurrency, store_retry, recoveries)
         try:
             job = rt.submit(
                 parsed,
@@ -351,6 +383,7 @@ def worker(
     ] = None,
     lease: LeaseOption = None,
     store_retry: StoreRetryOption = None,
+    recoveries: MaxRecoveriesOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -359,10 +392,12 @@ def worker(
     Without --until-idle it polls until stopped. Ctrl-C or SIGTERM stops it gracefully: it
     claims nothing more, lets each running step record its outcome, and hands its jobs back
     (their leases expire at once, so another worker continues them); a second signal stops it
-    at once. Exit codes: 0 done; 3 usage or store error.
+    at once. A job whose last runs each ended without handing it back or recording anything
+    (a step that kills its worker) is parked as crash_loop after --max-recoveries of them.
+    Exit codes: 0 done; 3 usage or store error.
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease, step_concurrency, store_retry)
+        rt = open_runtime(db, tools, lease, step_concurrency, store_retry, recoveries)
         try:
             if metrics_port is not None:
                 try:

@@ -28,6 +28,7 @@ class InvalidStateError(AffidavitError):
 DECISIONS_BY_REASON: dict[str, tuple[str, ...]] = {
     "in_flight": ("retry", "accept_result", "fail"),
     "replay_verification": ("continue", "fail"),
+    "crash_loop": ("retry", "fail"),
 }
 RESUME_DECISIONS = ("retry", "accept_result", "continue", "fail")
 
@@ -142,6 +143,12 @@ def resume_job(
 
     - ``continue``: a person accepts the world as it is; the mismatched steps are not checked
       again in this job and it continues;
+    - ``fail``: the job fails.
+
+    Parked as a crash loop (``crash_loop``: its runs kept ending without a word):
+
+    - ``retry``: the job is runnable again (the count of recoveries starts again); an
+      invocation left open is resolved by its tool's reconcile hook or in-flight policy;
     - ``fail``: the job fails.
 
     A job failed here is sealed in the same transaction, with ``sealer`` (default: the key

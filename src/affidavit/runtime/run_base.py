@@ -36,6 +36,10 @@ from affidavit.store import Store
 # How long a run keeps trying a write while the database is unavailable (a restart, a
 # failover, a lock held past the busy timeout), and the waits between tries.
 DEFAULT_STORE_RETRY_SECONDS = 60.0
+# Recoveries in a row without progress after which a job is parked (reason crash_loop)
+# instead of being run again: a step that kills its worker (out of memory, sys.exit, a crash in
+# native code) would otherwise take down every worker that picks the job up, for ever.
+DEFAULT_MAX_RECOVERIES = 5
 _RETRY_FIRST_WAIT = 0.05
 _RETRY_MAX_WAIT = 1.0
 
@@ -96,6 +100,11 @@ class Claim:
     attempt_id: str
     worker_id: str
     lease_expires_at: float | None = None  # as the claim wrote it (seconds since the epoch)
+    # the lease had expired with an owner, and what the recoveries before recorded (see
+    # affidavit.store._ledger.Claimed)
+    recovered: bool = False
+    recoveries: int = 0
+    progress: int | None = None
 
 
 class StepFailed(Exception):

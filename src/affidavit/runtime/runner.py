@@ -35,6 +35,7 @@ from affidavit.runtime.lease import Lease
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.runtime.run_base import (
+    DEFAULT_MAX_RECOVERIES,
     DEFAULT_STORE_RETRY_SECONDS,
     Claim,
     Item,
@@ -76,9 +77,11 @@ class JobRunner:
         lease: Lease | None = None,
         stopping: threading.Event | None = None,
         store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
     ) -> None:
         if step_concurrency < 1:
             raise ValueError("step_concurrency must be ≥ 1")
+        self.max_recoveries = max_recoveries
         if store_retry_seconds < 0:
             raise ValueError("store_retry_seconds must not be negative")
         # how long a run keeps trying a write while the database is unavailable
@@ -138,6 +141,8 @@ class JobRunner:
         )
         run.step_concurrency = self.step_concurrency
         try:
+            if claim.recovered:
+                run.count_recovery(events, self.max_recoveries)
             return run.execute()
         except FencedError:
             return "lost"
@@ -162,6 +167,49 @@ class JobRunner:
 
 class _Run(RecoveryMixin):
     """Executes the graph of one run."""
+
+    def count_recovery(self, events: list[StoredEvent], limit: int) -> None:
+        """This run recovers a job whose run before ended without finishing or handing it
+        back: count it — one more in a row when no node finished since the recovery before
+        (the runs between recorded no step's outcome), else the first — and park the job
+        instead of running it once the count passes ``limit``.
+
+        Raises:
+            Stop: parked (reason ``crash_loop``).
+        """
+        progress = sum(1 for e in events if e.type == "node_finished")
+        claim = self.claim
+        count = claim.recoveries + 1 if claim.progress == progress else 1
+        if count > limit:
+            raise self._park_crash_loop(count, limit)
+        self._tx_retrying(
+            False, lambda tx: tx.set_recoveries(claim.job_id, claim.attempt_id, count, progress)
+        )
+
+    def _park_crash_loop(self, runs: int, limit: int) -> Stop:
+        """Park the job: its last ``runs`` runs each ended without finishing or handing it
+        back, and without a step's outcome. Named: the node the next run would start with (an
+        invocation left open first). Returns the :class:`Stop` to raise."""
+        completed = self.replay.completed_nodes
+        pending = [s["node_id"] for s in self.replay.pending_tool_invocations.values()]
+        ready = [
+            n
+            for n in self.plan.order
+            if n not in completed and completed.issuperset(self.plan.node(n).depends_on)
+        ]
+        node_id = next(iter(pending + ready), self.plan.order[-1])
+        return self._park(
+            "crash_loop",
+            node_id=node_id,
+            step_id=self.steps[node_id],
+            detail={
+                "recoveries": runs,
+                "max_recoveries": limit,
+                "message": f"the job's last {runs} runs ended without finishing or handing "
+                f"it back, and no step recorded an outcome (killed, out of memory, or exited "
+                f"inside step {node_id!r}?); parked so that it does not take down every worker",
+            },
+        )
 
     def execute(self) -> str:
         recorded = self._recorded_failure()

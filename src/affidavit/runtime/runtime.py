@@ -19,7 +19,7 @@ from affidavit.runtime.decisions import (
 )
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContextBuilder
-from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
+from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
 from affidavit.runtime.sealing import Sealer, SigningKey
 from affidavit.runtime.submit import check_plan, missing_tools, submit_job
@@ -43,6 +43,9 @@ class Runtime:
     ``store_retry_seconds``: how long a run keeps trying a write while the database is
     unavailable (a restart, a failover, a lock held past the busy timeout) before it gives up
     and leaves the job to be reclaimed.
+    ``max_recoveries``: how many times in a row a job is recovered after a run that ended
+    without handing it back or recording anything (a step that kills its worker) before it is
+    parked (reason ``crash_loop``) instead of run again.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class Runtime:
         step_concurrency: int = 1,
         signing_key: SigningKey | Path | str | None = None,
         store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
     ) -> None:
         if tools is None:
             self.tools = registry
@@ -85,6 +89,7 @@ class Runtime:
             step_concurrency=step_concurrency,
             sealer=self.sealer,
             store_retry_seconds=store_retry_seconds,
+            max_recoveries=max_recoveries,
         )
 
     def close(self) -> None:

@@ -19,7 +19,11 @@ from affidavit.core.errors import StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
 from affidavit.runtime.lease import Lease
 from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS, Claim
+from affidavit.runtime.run_base import (
+    DEFAULT_MAX_RECOVERIES,
+    DEFAULT_STORE_RETRY_SECONDS,
+    Claim,
+)
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.runtime.sealing import Sealer
@@ -56,9 +60,14 @@ class Worker:
         sealer: Sealer | None = None,
         on_job: Callable[[str, str, float], None] | None = None,
         store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
+        if max_recoveries < 0:
+            raise ValueError("max_recoveries must not be negative")
+        # recoveries in a row without progress after which a job is parked, not run
+        self.max_recoveries = max_recoveries
         if step_concurrency < 1:
             raise ValueError("step_concurrency must be ≥ 1")
         if store_retry_seconds < 0:
@@ -122,7 +131,15 @@ class Worker:
             )
         if not claimed:
             return None
-        return Claim(claimed, attempt, self.worker_id, now + self.lease_seconds)
+        return Claim(
+            claimed.job_id,
+            attempt,
+            self.worker_id,
+            now + self.lease_seconds,
+            claimed.recovered,
+            claimed.recoveries,
+            claimed.progress,
+        )
 
     def run_claim(self, claim: Claim) -> str:
         """Run a claimed job while a heartbeat thread keeps its lease alive; the run confirms
@@ -155,6 +172,7 @@ class Worker:
             sealer=self.sealer,
             stopping=self._stopping,
             store_retry_seconds=self.store_retry_seconds,
+            max_recoveries=self.max_recoveries,
         )
         heart = threading.Thread(target=beat, name=f"heartbeat-{claim.job_id}", daemon=True)
         heart.start()

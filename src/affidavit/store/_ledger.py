@@ -25,6 +25,19 @@ RUNNABLE = (
 
 
 @dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job :meth:`LedgerOps.claim` took. ``recovered``: its lease had expired with an owner
+    (the run before neither finished nor handed it back: killed, out of memory, exited inside
+    a step, frozen). Then ``recoveries`` and ``progress`` are what the runs before recorded
+    (see :meth:`LedgerOps.set_recoveries`); for any other claim they start again (0, None)."""
+
+    job_id: str
+    recovered: bool = False
+    recoveries: int = 0
+    progress: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerRow:
     """One ledger record: the fate of one tool invocation, keyed by (job, idempotency key)."""
 
@@ -185,11 +198,15 @@ class LedgerOps:
         lease_seconds: float,
         job_id: str | None = None,
         skip: Collection[str] = (),
-    ) -> str | None:
+    ) -> Claimed | None:
         """Claim one runnable job — pending, or running with an expired lease — for a new
-        attempt; return its id or ``None``. Concurrent claimers never get the same job.
-        ``skip``: jobs not to claim (ones this worker cannot run)."""
-        sql = f"SELECT j.job_id FROM jobs j WHERE {RUNNABLE}"
+        attempt; ``None`` if there is none. Concurrent claimers never get the same job.
+        ``skip``: jobs not to claim (ones this worker cannot run). A job whose lease expired
+        with an owner (its run did not hand it back) is ``recovered`` (see :class:`Claimed`)."""
+        sql = (
+            "SELECT j.job_id, j.status, j.lease_owner, j.recoveries, j.recovery_progress "
+            f"FROM jobs j WHERE {RUNNABLE}"
+        )
         params: list[Any] = [now]
         if job_id is not None:
             sql += " AND j.job_id = ?"
@@ -201,13 +218,27 @@ class LedgerOps:
         rows = self.query(sql, params)
         if not rows:
             return None
-        claimed: str = rows[0][0]
+        claimed, status, lease_owner, recoveries, progress = rows[0]
+        recovered = status == "running" and lease_owner is not None
+        reset = "" if recovered else ", recoveries = 0, recovery_progress = NULL"
         self.execute(
             "UPDATE jobs SET status = 'running', attempt_id = ?, lease_owner = ?, "
-            "lease_expires_at = ?, updated_at = ? WHERE job_id = ?",
+            f"lease_expires_at = ?, updated_at = ?{reset} WHERE job_id = ?",
             (attempt_id, owner, now + lease_seconds, utc_now(), claimed),
         )
-        return claimed
+        if not recovered:
+            return Claimed(claimed)
+        return Claimed(claimed, True, int(recoveries), progress)
+
+    def set_recoveries(self, job_id: str, attempt_id: str, count: int, progress: int) -> None:
+        """Record, fenced by ``attempt_id``, that this claim is the ``count``-th recovery in a
+        row of ``job_id`` at ``progress`` (a measure of the log the runtime chooses: the
+        number of ``node_finished`` events)."""
+        self.execute(
+            "UPDATE jobs SET recoveries = ?, recovery_progress = ? "
+            "WHERE job_id = ? AND attempt_id = ?",
+            (count, progress, job_id, attempt_id),
+        )
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool:
         """Extend the lease if ``attempt_id`` still holds it; ``False`` if it was lost."""

@@ -19,7 +19,7 @@ from affidavit.core.errors import ReplayError
 if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
     from affidavit.store._apikeys import ApiKeyRow
-    from affidavit.store._ledger import LedgerRow
+    from affidavit.store._ledger import Claimed, LedgerRow
     from affidavit.store.migrations import Migration
 
 JobStatus = Literal["pending", "running", "waiting", "parked", "completed", "failed", "cancelled"]
@@ -271,9 +271,14 @@ class Transaction(Protocol):
         lease_seconds: float,
         job_id: str | None = None,
         skip: Collection[str] = (),
-    ) -> str | None: ...
+    ) -> Claimed | None: ...
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool: ...
+
+    def set_recoveries(self, job_id: str, attempt_id: str, count: int, progress: int) -> None:
+        """Record that ``attempt_id``'s claim is the ``count``-th recovery in a row of the job,
+        at ``progress`` (see :class:`~affidavit.store._ledger.Claimed`)."""
+        ...
 
     def release_lease(self, job_id: str, attempt_id: str, at: float) -> bool:
         """Give ``attempt_id``'s lease back (it expires at ``at``, no owner); ``False`` if the

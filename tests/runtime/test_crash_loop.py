@@ -1,0 +1,160 @@
+"""Crash loops: a step that kills its worker (here: SIGKILL of its own process, as the kernel's
+out-of-memory killer would) is recovered ``--max-recoveries`` times, then the job is parked as
+``crash_loop`` instead of taking down every worker that picks it up; a person resumes it
+(``retry`` once the cause is fixed, or ``fail``). Real worker processes, both backends.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from affidavit.store import open_store
+from affidavit.verify import verify_job
+from tests.cli.test_cli import cli
+from tests.runtime.helpers import assert_log_sound, ledger_rows, of_type, wait_lease_expired
+
+LIMIT = 2  # --max-recoveries
+
+TOOLS = """
+import os, signal
+from pathlib import Path
+from affidavit import pure, tool
+
+HERE = Path(__file__).parent
+
+def _poison(name):
+    with open(HERE / "calls.txt", "a") as f:
+        f.write(name + "\\n")
+    if not (HERE / "fixed").exists():
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"done": name}
+
+@tool("prepare")
+def prepare(ctx):
+    return {"ok": True}
+
+@pure("poison_pure")
+def poison_pure(ctx):
+    return _poison("poison_pure")
+
+@tool("poison_tool")
+def poison_tool(ctx):
+    return _poison("poison_tool")
+
+@poison_tool.reconcile
+def _(ctx):
+    return None  # the effect is never found: each recovery runs the tool again
+"""
+
+
+def plan_file(tmp: Path, kind: str) -> Path:
+    path = tmp / "plan.json"
+    nodes = [
+        {"id": "prepare", "type": "tool", "tool": "prepare"},
+        {"id": "poison", "type": kind, "tool": f"poison_{kind}", "depends_on": ["prepare"]},
+    ]
+    path.write_text(json.dumps({"name": "crash-loop", "nodes": nodes}))
+    return path
+
+
+def calls(tmp: Path) -> int:
+    path = tmp / "calls.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.mark.parametrize("kind", ["pure", "tool"])
+def test_a_step_that_kills_its_worker_parks_the_job_after_the_limit(
+    store_url: str, tmp_path: Path, kind: str
+) -> None:
+    tools = tmp_path / "poison_tools.py"
+    tools.write_text(TOOLS)
+    db = ("--db", store_url)
+    common = ("--tools", str(tools), *db)
+    submitted = cli("submit", str(plan_file(tmp_path, kind)), *common)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    work = ("worker", "--until-idle", "--lease-seconds", "0.5", "--max-recoveries", str(LIMIT))
+
+    store = open_store(store_url)
+    try:
+        for run in range(LIMIT + 1):  # the first run and LIMIT recoveries: each killed
+            killed = cli(*work, *common)
+            assert killed.returncode == -9, (run, killed.stderr)
+            assert calls(tmp_path) == run + 1
+            wait_lease_expired(store, job_id)
+        parks = cli(*work, *common, "--json")
+        assert parks.returncode == 0, parks.stderr
+        assert calls(tmp_path) == LIMIT + 1  # parked, not run again
+        job = store.get_job(job_id)
+        assert job.status == "parked" and job.lease_owner is None
+        events = assert_log_sound(store, job_id)
+        [parked] = of_type(events, "job_parked")
+        assert parked["reason"] == "crash_loop" and parked["node_id"] == "poison"
+        assert parked["detail"]["recoveries"] == LIMIT + 1
+        assert parked["detail"]["max_recoveries"] == LIMIT
+        if kind == "tool":  # the last killed invocation stays open until a person decides
+            assert [r.status for r in ledger_rows(store, job_id) if r.node_id == "poison"] == [
+                "started"
+            ]
+        result = verify_job(store, job_id)
+        assert result.ok and result.tool_invocation_ledger_proof.ok
+
+        refused = cli("resume", job_id, "--decision", "accept_result", "--result", "{}", *db)
+        assert refused.returncode == 3 and "crash_loop" in refused.stderr
+        (tmp_path / "fixed").touch()  # the cause is fixed: a person retries
+        resumed = cli("resume", job_id, "--decision", "retry", *db, "--json")
+        assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout)["status"] == "pending"
+        finished = cli(*work, *common)
+        assert finished.returncode == 0, finished.stderr
+    finally:
+        store.close()
+    check_completed(store_url, job_id, kind)
+    assert calls(tmp_path) == LIMIT + 2
+
+
+def check_completed(store_url: str, job_id: str, kind: str) -> None:
+    store = open_store(store_url)
+    try:
+        job = store.get_job(job_id)
+        assert job.status == "completed", job.error
+        assert job.output == {"poison": {"done": f"poison_{kind}"}}
+        events = assert_log_sound(store, job_id)
+        assert [p["decision"] for p in of_type(events, "job_resumed")] == ["retry"]
+        assert verify_job(store, job_id).ok
+    finally:
+        store.close()
+
+
+def test_a_crash_looping_job_failed_by_a_person_closes_its_open_invocation(
+    store_url: str, tmp_path: Path
+) -> None:
+    tools = tmp_path / "poison_tools.py"
+    tools.write_text(TOOLS)
+    db = ("--db", store_url)
+    common = ("--tools", str(tools), *db)
+    job_id = cli("submit", str(plan_file(tmp_path, "tool")), *common).stdout.strip()
+    work = ("worker", "--until-idle", "--lease-seconds", "0.5", "--max-recoveries", "0")
+    store = open_store(store_url)
+    try:
+        assert cli(*work, *common).returncode == -9
+        wait_lease_expired(store, job_id)
+        assert cli(*work, *common).returncode == 0  # the first recovery is one too many
+        assert store.get_job(job_id).status == "parked"
+        failed = cli("resume", job_id, "--decision", "fail", *db, "--json")
+        assert failed.returncode == 0, failed.stderr
+        doc: dict[str, Any] = json.loads(failed.stdout)
+        assert doc["status"] == "failed" and doc["error"]["type"] == "crash_loop"
+        events = assert_log_sound(store, job_id)
+        [closed] = [
+            p for p in of_type(events, "tool_invocation_finished") if p["node_id"] == "poison"
+        ]
+        assert closed["outcome"] == "lost"
+        assert verify_job(store, job_id).ok
+    finally:
+        store.close()
+    assert calls(tmp_path) == 1
