@@ -1093,6 +1093,59 @@ def test_reconcile_after_in_process_crash(make_runtime: Any, calls: Calls, crash
     assert finished["catch_up"] is True and finished["outcome"] == "success"
 
 
+def test_a_reconcile_hook_that_hangs_times_out_like_its_step(
+    make_runtime: Any, calls: Calls, crash_at: Any
+) -> None:
+    """The node's ``timeout_seconds`` bounds its reconcile hook too: a lookup that hangs is a
+    failed lookup (the in-flight policy decides: here, park), not a worker held for ever
+    while its heartbeats keep the job's lease alive."""
+    release = threading.Event()
+
+    def pay(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "pay")
+        return {"paid": True}
+
+    def find(ctx: ToolContext) -> dict[str, Any] | None:
+        release.wait(10)
+        return None
+
+    rt = make_runtime(Tool("pay", pay, "tool", reconcile_fn=find))
+    raw = node("p", "pay")
+    raw["timeout_seconds"] = 0.3
+    job_id = rt.submit(plan(raw), {}).job_id
+    crash_at("tool.after_execute")
+    crash_and_wait(rt, job_id)
+    started = time.monotonic()
+    rt.run_until_idle()
+    release.set()
+    assert time.monotonic() - started < 5
+    job = rt.get_job(job_id)
+    assert job.status == "parked" and calls.count("p") == 1
+    [parked] = of_type(assert_log_sound(rt.store, job_id), "job_parked")
+    assert parked["reason"] == "in_flight"
+
+
+def test_a_compensation_that_hangs_times_out_like_its_step(make_runtime: Any, calls: Calls) -> None:
+    release = threading.Event()
+
+    def undo(ctx: ToolContext, seats: int) -> dict[str, Any]:
+        release.wait(10)
+        return {"released": seats}
+
+    rt = make_runtime(make_compensatable(calls, undo))
+    raw = node("book", "book", args={"seats": 3})
+    raw["timeout_seconds"] = 0.3
+    job_id = rt.submit(plan(raw), {}).job_id
+    started = time.monotonic()
+    rt.run_until_idle()
+    release.set()
+    assert time.monotonic() - started < 5
+    job = rt.get_job(job_id)
+    assert job.status == "failed" and job.error["type"] == "compensation_failed"
+    assert "timed out after 0.3s" in job.error["message"]
+    assert_log_sound(rt.store, job_id)
+
+
 def node_attempts(events: Any, node_id: str) -> list[tuple[str, int]]:
     return [
         (e.type, e.payload["attempt"])

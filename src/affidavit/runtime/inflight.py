@@ -15,7 +15,6 @@ from affidavit.runtime.run_base import (
     Stop,
     check_result,
     error_dict,
-    own_args,
 )
 from affidavit.runtime.sdk import Tool, ToolContext
 from affidavit.store._ledger import LedgerRow
@@ -148,7 +147,7 @@ class RecoveryMixin(RunBase):
             "(step_compensated), not as state changes"
         )
         try:
-            details = t.compensate_fn(ctx, **own_args(args))
+            details = self._call(node, t.compensate_fn, ctx, args)
             canonical(details)
         except Exception as exc:
             raise StepFailed(
@@ -190,13 +189,11 @@ class RecoveryMixin(RunBase):
         )
         t0 = time.perf_counter()
         try:
-            found = t.reconcile_fn(ctx, **own_args(args))
+            found = self._call(node, t.reconcile_fn, ctx, args)
             if found is not None:
                 check_result(node, t, found)
-        except Exception as exc:  # the lookup failed: decided as without a hook
+        except Exception as exc:  # the lookup failed (or timed out): decided as without a hook
             return None, error_dict(exc)
-        finally:
-            ctx.close(f"the reconcile hook of step {node.id!r} has returned")
         if found is None:
             return None, None
         self._commit(

@@ -14,6 +14,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
@@ -528,6 +530,46 @@ class RunBase:
         """T2's writes: the step's closing events and its ledger row committed."""
         self._append(tx, *items, fast=True)
         tx.ledger_finish(self.claim.job_id, key, status="committed", result=result, result_jcs=jcs)
+
+    def _call(
+        self, node: Node, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
+    ) -> Any:
+        """Call ``fn`` (a tool, a pure function, a reconcile hook or a compensation) for
+        ``node``, within the node's ``timeout_seconds`` if it has one (``TimeoutError``); the
+        context records nothing afterwards.
+        """
+        # Each try gets its own copy: a tool that changes its arguments (or an abandoned
+        # timed-out try still running) must not change what a retry, a compensation or a later
+        # step sees — the resolved args share objects with the input and upstream outputs.
+        args = own_args(args)
+        try:
+            if node.timeout_seconds is None:
+                return fn(ctx, **args)
+            return self._call_timed(node, fn, ctx, args)
+        finally:
+            ctx.close(f"step {node.id!r} (attempt {ctx.attempt}) is over")
+
+    @staticmethod
+    def _call_timed(
+        node: Node, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
+    ) -> Any:
+        outcome: Future[Any] = Future()
+
+        def call() -> None:
+            try:
+                outcome.set_result(fn(ctx, **args))
+            except BaseException as exc:
+                outcome.set_exception(exc)
+
+        # A daemon thread, not a pool's: the interpreter joins a pool's threads at exit, so a
+        # timed-out try that never returns would keep the worker process from ever exiting.
+        threading.Thread(target=call, name=f"affidavit-{node.id}", daemon=True).start()
+        try:
+            return outcome.result(timeout=node.timeout_seconds)
+        except FutureTimeout:
+            raise TimeoutError(
+                f"step {node.id!r} timed out after {node.timeout_seconds}s"
+            ) from None
 
 
 class _RunTransaction:

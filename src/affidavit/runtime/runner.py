@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import orjson
@@ -46,7 +45,6 @@ from affidavit.runtime.run_base import (
     check_result,
     elapsed_ms,
     error_dict,
-    own_args,
 )
 from affidavit.runtime.sdk import (
     CompensatableError,
@@ -346,42 +344,6 @@ class _Run(RecoveryMixin):
                 },
             )
         return found
-
-    def _call(
-        self, node: Node, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
-    ) -> Any:
-        # Each try gets its own copy: a tool that changes its arguments (or an abandoned
-        # timed-out try still running) must not change what a retry, a compensation or a later
-        # step sees — the resolved args share objects with the input and upstream outputs.
-        args = own_args(args)
-        try:
-            if node.timeout_seconds is None:
-                return fn(ctx, **args)
-            return self._call_timed(node, fn, ctx, args)
-        finally:
-            ctx.close(f"step {node.id!r} (attempt {ctx.attempt}) is over")
-
-    @staticmethod
-    def _call_timed(
-        node: Node, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
-    ) -> Any:
-        outcome: Future[Any] = Future()
-
-        def call() -> None:
-            try:
-                outcome.set_result(fn(ctx, **args))
-            except BaseException as exc:
-                outcome.set_exception(exc)
-
-        # A daemon thread, not a pool's: the interpreter joins a pool's threads at exit, so a
-        # timed-out try that never returns would keep the worker process from ever exiting.
-        threading.Thread(target=call, name=f"affidavit-{node.id}", daemon=True).start()
-        try:
-            return outcome.result(timeout=node.timeout_seconds)
-        except FutureTimeout:
-            raise TimeoutError(
-                f"step {node.id!r} timed out after {node.timeout_seconds}s"
-            ) from None
 
     @staticmethod
     def _retryable(t: Tool, exc: BaseException) -> bool:
