@@ -16,7 +16,7 @@ import pytest
 
 from affidavit import Runtime
 from affidavit.examples import refund
-from tests.cli.test_cli import cli, cli_env, json_of
+from tests.cli.test_cli import cli, cli_env, json_of, seeded
 from tests.conftest import PG_URL
 
 TOOLS = "affidavit.examples.refund"
@@ -259,3 +259,32 @@ def test_a_list_index_that_is_not_ascii_digits_is_refused(
     )
     assert_refused(result, f"'input.xs' has no field {index!r}")
     assert not database_exists(store_url)
+
+
+NOT_UTF8 = "job-\udcff"  # the byte 0xff on the command line, as Python decodes argv
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs", "show", NOT_UTF8],
+        ["jobs", "events", NOT_UTF8],
+        ["jobs", "wait", NOT_UTF8],
+        ["jobs", "trace", NOT_UTF8],
+        ["verify", NOT_UTF8],
+        ["cancel", NOT_UTF8],
+        ["signal", NOT_UTF8, "--key", "k"],
+        ["resume", NOT_UTF8, "--decision", "fail"],
+        ["jobs", "list", "--namespace", NOT_UTF8],
+        ["verify", "--all", "--namespace", NOT_UTF8],
+    ],
+    ids=lambda c: " ".join(c[:2]) + (" --namespace" if "--namespace" in c else ""),
+)
+def test_an_argument_that_is_not_utf8_is_refused(store_url: str, command: list[str]) -> None:
+    """A job id or namespace with a byte that is not UTF-8 names no job: not found (or a
+    refused filter), not a traceback from the database driver."""
+    seeded(store_url)
+    result = cli(*command, "--db", store_url, "--json")
+    assert "Traceback" not in result.stderr
+    assert result.returncode == (3 if "--namespace" in command else 2), result.stderr
+    assert "error" in json_of(result)
