@@ -288,3 +288,23 @@ def test_an_argument_that_is_not_utf8_is_refused(store_url: str, command: list[s
     assert "Traceback" not in result.stderr
     assert result.returncode == (3 if "--namespace" in command else 2), result.stderr
     assert "error" in json_of(result)
+
+
+def test_run_with_an_unusable_signing_key_submits_nothing(
+    store_url: str, tmp_path: Path, plan_file: Path
+) -> None:
+    """The key that would seal the job is checked before the job is submitted: a run that
+    cannot seal does not leave a pending job behind its error."""
+    key = tmp_path / "open.key"
+    key.write_text("not a key")
+    key.chmod(0o644)  # readable by others: refused
+    shop = refund.setup_shop(tmp_path / "shop")
+    job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
+    result = cli("run", str(plan_file), "--tools", TOOLS, "--input", job_input,
+                 "--db", store_url, "--json", env={"AFFIDAVIT_SIGNING_KEY": str(key)})  # fmt: skip
+    assert result.returncode == 3, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert "signing key" in json_of(result)["error"]["message"]
+    if database_exists(store_url):
+        with Runtime(store_url, signing_key=tmp_path / "other.key") as rt:
+            assert rt.store.list_jobs() == []

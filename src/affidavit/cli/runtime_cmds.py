@@ -242,6 +242,7 @@ def run(
         parsed, job_input = prepared_job(plan, tools, input, lease)
         rt = open_runtime(db, None, lease, step_concurrency, store_retry)  # tools are loaded
         try:
+            rt.sealer.key()  # a key that cannot seal the job refuses it before it is submitted
             job = rt.submit(
                 parsed,
                 job_input,
