@@ -308,3 +308,15 @@ def test_run_with_an_unusable_signing_key_submits_nothing(
     if database_exists(store_url):
         with Runtime(store_url, signing_key=tmp_path / "other.key") as rt:
             assert rt.store.list_jobs() == []
+
+
+@pytest.mark.parametrize("command", [["submit", "PLAN"], ["jobs", "list"], ["db", "migrate"]])
+def test_an_empty_db_url_is_refused(tmp_path: Path, plan_file: Path, command: list[str]) -> None:
+    """`--db ""` (an unset variable in a script) is not the default database: it names none."""
+    args = [str(plan_file) if a == "PLAN" else a for a in command]
+    if command[0] == "submit":
+        job_input = {"order_id": "A-1001", "data_dir": str(tmp_path)}
+        args += ["--tools", TOOLS, "--input", json.dumps(job_input)]
+    result = cli(*args, "--db", "", "--json", cwd=tmp_path)
+    assert_refused(result, "database URL")
+    assert not (tmp_path / "affidavit.db").exists()
