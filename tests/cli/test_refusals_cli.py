@@ -120,6 +120,18 @@ def test_a_lease_that_never_ends_is_refused(
     assert not database_exists(store_url)
 
 
+def test_a_lease_below_the_minimum_is_refused_from_the_environment(
+    store_url: str, plan_file: Path, tmp_path: Path
+) -> None:
+    """`$AFFIDAVIT_LEASE_SECONDS` holds the lease to the bound `--lease-seconds` has (≥ 0.1)."""
+    shop = refund.setup_shop(tmp_path / "shop")
+    job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
+    args = ["run", str(plan_file), "--tools", TOOLS, "--input", job_input, "--db", store_url]
+    result = cli(*args, "--json", env={**os.environ, "AFFIDAVIT_LEASE_SECONDS": "0.001"})
+    assert_refused(result, "0.1")
+    assert not database_exists(store_url)
+
+
 def test_a_result_goes_only_with_accept_result(store_url: str, tmp_path: Path) -> None:
     from affidavit import Runtime
     from tests.runtime.crash_tools import REGISTRY, charge_plan
