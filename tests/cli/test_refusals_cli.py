@@ -322,7 +322,9 @@ def test_run_with_an_unusable_signing_key_submits_nothing(
             assert rt.store.list_jobs() == []
 
 
-@pytest.mark.parametrize("command", [["submit", "PLAN"], ["jobs", "list"], ["db", "migrate"]])
+@pytest.mark.parametrize(
+    "command", [["submit", "PLAN"], ["jobs", "list"], ["db", "migrate"], ["demo"]]
+)
 def test_an_empty_db_url_is_refused(tmp_path: Path, plan_file: Path, command: list[str]) -> None:
     """`--db ""` (an unset variable in a script) is not the default database: it names none."""
     args = [str(plan_file) if a == "PLAN" else a for a in command]
