@@ -175,7 +175,7 @@ def run_demo(
     root = Path(directory or tempfile.mkdtemp(prefix="affidavit-demo-"))
     data_dir = refund.setup_shop(root / "shop")
     db_path = root / "affidavit.db"
-    url = db_url or f"sqlite:///{db_path}"
+    url = db_url if db_url is not None else f"sqlite:///{db_path}"
     crash_key = f"refund-A-1002-{root.name}"
     plan_file = root / "refund-plan.json"
     plan_file.write_text(json.dumps(refund.PLAN, indent=2))

@@ -16,7 +16,7 @@ import pytest
 
 from affidavit import Runtime
 from affidavit.examples import refund
-from tests.cli.test_cli import cli, cli_env, json_of
+from tests.cli.test_cli import cli, cli_env, json_of, seeded
 from tests.conftest import PG_URL
 
 TOOLS = "affidavit.examples.refund"
@@ -117,6 +117,18 @@ def test_a_lease_that_never_ends_is_refused(
     else:
         result = cli(*args, "--json", env={**os.environ, "AFFIDAVIT_LEASE_SECONDS": "inf"})
     assert_refused(result, "finite")
+    assert not database_exists(store_url)
+
+
+def test_a_lease_below_the_minimum_is_refused_from_the_environment(
+    store_url: str, plan_file: Path, tmp_path: Path
+) -> None:
+    """`$AFFIDAVIT_LEASE_SECONDS` holds the lease to the bound `--lease-seconds` has (≥ 0.1)."""
+    shop = refund.setup_shop(tmp_path / "shop")
+    job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
+    args = ["run", str(plan_file), "--tools", TOOLS, "--input", job_input, "--db", store_url]
+    result = cli(*args, "--json", env={**os.environ, "AFFIDAVIT_LEASE_SECONDS": "0.001"})
+    assert_refused(result, "0.1")
     assert not database_exists(store_url)
 
 
@@ -259,3 +271,66 @@ def test_a_list_index_that_is_not_ascii_digits_is_refused(
     )
     assert_refused(result, f"'input.xs' has no field {index!r}")
     assert not database_exists(store_url)
+
+
+NOT_UTF8 = "job-\udcff"  # the byte 0xff on the command line, as Python decodes argv
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs", "show", NOT_UTF8],
+        ["jobs", "events", NOT_UTF8],
+        ["jobs", "wait", NOT_UTF8],
+        ["jobs", "trace", NOT_UTF8],
+        ["verify", NOT_UTF8],
+        ["cancel", NOT_UTF8],
+        ["signal", NOT_UTF8, "--key", "k"],
+        ["resume", NOT_UTF8, "--decision", "fail"],
+        ["jobs", "list", "--namespace", NOT_UTF8],
+        ["verify", "--all", "--namespace", NOT_UTF8],
+    ],
+    ids=lambda c: " ".join(c[:2]) + (" --namespace" if "--namespace" in c else ""),
+)
+def test_an_argument_that_is_not_utf8_is_refused(store_url: str, command: list[str]) -> None:
+    """A job id or namespace with a byte that is not UTF-8 names no job: not found (or a
+    refused filter), not a traceback from the database driver."""
+    seeded(store_url)
+    result = cli(*command, "--db", store_url, "--json")
+    assert "Traceback" not in result.stderr
+    assert result.returncode == (3 if "--namespace" in command else 2), result.stderr
+    assert "error" in json_of(result)
+
+
+def test_run_with_an_unusable_signing_key_submits_nothing(
+    store_url: str, tmp_path: Path, plan_file: Path
+) -> None:
+    """The key that would seal the job is checked before the job is submitted: a run that
+    cannot seal does not leave a pending job behind its error."""
+    key = tmp_path / "open.key"
+    key.write_text("not a key")
+    key.chmod(0o644)  # readable by others: refused
+    shop = refund.setup_shop(tmp_path / "shop")
+    job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
+    result = cli("run", str(plan_file), "--tools", TOOLS, "--input", job_input,
+                 "--db", store_url, "--json", env={"AFFIDAVIT_SIGNING_KEY": str(key)})  # fmt: skip
+    assert result.returncode == 3, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert "signing key" in json_of(result)["error"]["message"]
+    if database_exists(store_url):
+        with Runtime(store_url, signing_key=tmp_path / "other.key") as rt:
+            assert rt.store.list_jobs() == []
+
+
+@pytest.mark.parametrize(
+    "command", [["submit", "PLAN"], ["jobs", "list"], ["db", "migrate"], ["demo"]]
+)
+def test_an_empty_db_url_is_refused(tmp_path: Path, plan_file: Path, command: list[str]) -> None:
+    """`--db ""` (an unset variable in a script) is not the default database: it names none."""
+    args = [str(plan_file) if a == "PLAN" else a for a in command]
+    if command[0] == "submit":
+        job_input = {"order_id": "A-1001", "data_dir": str(tmp_path)}
+        args += ["--tools", TOOLS, "--input", json.dumps(job_input)]
+    result = cli(*args, "--db", "", "--json", cwd=tmp_path)
+    assert_refused(result, "database URL")
+    assert not (tmp_path / "affidavit.db").exists()

@@ -174,6 +174,24 @@ def test_committed_step_is_not_retried_when_a_later_step_retries(
 # --- retries --------------------------------------------------------------------------------
 
 
+def test_a_long_retry_backs_off_at_most_a_minute_past_attempt_1024(
+    make_runtime: Any, calls: Calls
+) -> None:
+    """The backoff doubles up to its 60 s cap; past attempt 1024 the doubling is past any
+    float, and the cap still holds (the run does not end in an OverflowError and leave the
+    job to be reclaimed, only to end the same way)."""
+    waits: list[float] = []
+    rt = make_runtime(flaky_tool(calls, 1030, lambda: RetryableError("503")), sleep=waits.append)
+    job_id = rt.submit(
+        plan(node("f", "flaky"), retry={"max_attempts": 1031, "backoff_seconds": 0.5}), {}
+    ).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    assert calls.count("f") == 1031
+    assert waits[:8] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
+    assert len(waits) == 1030 and set(waits[7:]) == {60.0}
+
+
 def test_retryable_failure_then_success(make_runtime: Any, calls: Calls) -> None:
     seen_between: list[str] = []
     holder: list[Runtime] = []

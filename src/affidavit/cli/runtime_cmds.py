@@ -51,11 +51,12 @@ ToolsOption = Annotated[
         show_default=False,
     ),
 ]
+MIN_LEASE_SECONDS = 0.1
 LeaseOption = Annotated[
     float | None,
     typer.Option(
         "--lease-seconds",
-        min=0.1,
+        min=MIN_LEASE_SECONDS,
         help="How long a claim lasts without a heartbeat "
         "(default $AFFIDAVIT_LEASE_SECONDS, else 15).",
         show_default=False,
@@ -138,6 +139,11 @@ def lease_seconds(value: float | None) -> float:
     lease = seconds_setting(value, "AFFIDAVIT_LEASE_SECONDS", DEFAULT_LEASE_SECONDS, zero_ok=False)
     if not math.isfinite(lease):  # a claim that never expires would hold a dead worker's job
         raise ConfigError("the lease must be a finite number of seconds", hint="The default is 15.")
+    if lease < MIN_LEASE_SECONDS:  # the bound --lease-seconds has, for the environment too
+        raise ConfigError(
+            f"the lease must be at least {MIN_LEASE_SECONDS} seconds, not {lease}",
+            hint="The default is 15.",
+        )
     return lease
 
 
@@ -274,6 +280,7 @@ def run(
         max_recoveries(recoveries)  # a bad environment variable submits nothing
         rt = open_runtime(db, None, lease, step_concurrency, store_retry, recoveries)
         try:
+            rt.sealer.key()  # a key that cannot seal the job refuses it before it is submitted
             job = rt.submit(
                 parsed,
                 job_input,

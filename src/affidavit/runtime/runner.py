@@ -356,7 +356,9 @@ class _Run(RecoveryMixin):
         stopping worker ends the run here instead: the next attempt runs wherever the job is
         claimed next, and counts on from the recorded ones."""
         if self.backoff > 0:
-            self.sleep(min(self.backoff * 2 ** (attempt - 1), 60.0))  # a worker's stop cuts it
+            # (2**1024 is past any float; by 2**1000 any backoff above 1e-299 s is at the cap)
+            doubling = 2.0 ** min(attempt - 1, 1000)
+            self.sleep(min(self.backoff * doubling, 60.0))  # a worker's stop cuts it
         self._check_stopping()
 
     # --- pure ---------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, cast
 from affidavit.core.seal import PublicKey, Seal
 from affidavit.store._ledger import LEDGER_COLUMNS, LedgerRow, _ledger_from_row
 from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, key_from_row, seal_from_row
-from affidavit.store._sql import BY_JOB_ID, JOBS_ORDER, job_from_row, jobs_where
+from affidavit.store._sql import BY_JOB_ID, JOBS_ORDER, job_from_row, jobs_where, unmatchable
 from affidavit.store.base import JobFilter, JobRecord, StoredEvent
 
 DEFAULT_BATCH = 2000
@@ -44,6 +44,8 @@ class SqlSnapshot(ABC):
         """The rows of one statement, fetched ``batch`` at a time."""
 
     def get_job(self, job_id: str) -> JobRecord | None:
+        if unmatchable(job_id):  # no job can have it
+            return None
         rows = self.query(f"{self.log_sql.job_select} WHERE j.job_id = ?", (job_id,))
         return job_from_row(rows[0]) if rows else None
 

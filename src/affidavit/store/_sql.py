@@ -464,6 +464,19 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
         )
 
 
+def unmatchable(text: str) -> bool:
+    """Whether no stored text can equal ``text``, so a query for it needs no database: it
+    holds a NUL (PostgreSQL refuses it in a query) or a lone surrogate (not Unicode text —
+    a byte that is not UTF-8 on the command line — which no driver can send)."""
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _check_status(status: str) -> str:
     if status not in JOB_STATUSES:
         raise ConfigError(
@@ -481,8 +494,8 @@ def jobs_where(f: JobFilter) -> tuple[str, list[Any]]:
     and its parameters, the limit and offset of :data:`JOBS_ORDER` last.
 
     Raises:
-        ConfigError: an unknown status, a NUL character in a filter, or a limit or offset out
-            of range.
+        ConfigError: an unknown status, a filter holding a NUL or text that is not UTF-8, or a
+            limit or offset out of range.
     """
     where: list[str] = []
     params: list[Any] = []
@@ -492,8 +505,8 @@ def jobs_where(f: JobFilter) -> tuple[str, list[Any]]:
         where.append("j.status IN (" + ", ".join("?" for _ in f.status) + ")")
         params.extend(f.status)
     for text in (f.namespace, f.plan_name, *(f.status or ())):
-        if text is not None and "\x00" in text:
-            raise ConfigError("a filter value contains a NUL character")
+        if text is not None and unmatchable(text):
+            raise ConfigError(f"filter value {text!r} holds a NUL or a byte that is not UTF-8")
     if f.namespace is not None:
         where.append("j.namespace = ?")
         params.append(f.namespace)
@@ -605,7 +618,7 @@ class SqlStore(ApiKeyReads, ABC):
             return job, created
 
     def get_job(self, job_id: str) -> JobRecord:
-        if "\x00" in job_id:  # no job can have it, and PostgreSQL refuses it in a query
+        if unmatchable(job_id):  # no job can have it
             raise JobNotFound(job_id)
         with self._reader() as cur:
             cur.execute(self._q(f"{self.log_sql.job_select} WHERE j.job_id = ?"), (job_id,))
@@ -629,8 +642,8 @@ class SqlStore(ApiKeyReads, ABC):
             limit is not None and not 1 <= limit <= MAX_INT64
         ):
             raise ConfigError("after_version must be ≥ 0 and limit ≥ 1 (and both below 2^63)")
-        if "\x00" in job_id:
-            return []  # no job can have it, and PostgreSQL refuses it in a query
+        if unmatchable(job_id):
+            return []  # no job can have it
         params: list[Any] = [job_id, after_version]
         if limit is not None:
             sql += " LIMIT ?"
