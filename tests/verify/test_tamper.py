@@ -4,12 +4,15 @@ write access could, and must be caught by the check the case names."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from affidavit import Runtime, SigningKey, verify_job
 from affidavit.core.canonical import canonical, canonical_sha256, parse
 from affidavit.core.ids import new_event_id
+from affidavit.packs import export_pack, verify_pack
+from affidavit.runtime.sealing import default_key_path
 from affidavit.verify import VerificationResult
 from tests.verify.helpers import RawDb
 
@@ -220,3 +223,42 @@ def test_status_row_disagrees_with_the_log(refunded: Refunded, raw: RawDb, statu
     assert result.replay_proof_result.error == (
         f"status: the job is {status} but its log says completed"
     )
+
+
+def test_seal_by_a_key_added_to_the_database_fails_a_pinned_pack(
+    refunded: Refunded, raw: RawDb, tmp_path: Path
+) -> None:
+    """A forger re-chains the log, adds a public key of their own to the database and seals the
+    forgery with it: every recorded key is accepted by default, so the job exports, and the
+    pack is signed with the runtime's key. A pack verifier pinning that key must not accept a
+    seal it does not pin — as `verify_job(trusted_keys=...)` does not."""
+    rt, job_id = refunded
+    events = []
+    for _, event_id, event_type, payload_bytes, _ in raw.events(job_id):
+        payload = parse(payload_bytes)
+        if event_type == "job_completed":
+            payload["output"] = {"forged": True}
+        events.append((event_id, event_type, canonical(payload)))
+    raw.rewrite_log(job_id, events)
+    forged = verify_job(rt.store, job_id)
+    forger = SigningKey.generate()
+    seal = forger.seal(job_id, forged.stored_chain.event_count, forged.event_chain_root_hash)
+    raw.execute(
+        "INSERT INTO signing_keys (key_id, algorithm, public_key, created_at) "
+        "VALUES (?, 'ed25519', ?, ?)",
+        (forger.key_id, forger.public.public_key_b64, seal.sealed_at),
+    )
+    raw.execute(
+        "UPDATE seals SET key_id = ?, signature = ?, sealed_at = ?, event_chain_root_hash = ? "
+        "WHERE job_id = ?",
+        (seal.key_id, seal.signature, seal.sealed_at, seal.event_chain_root_hash, job_id),
+    )
+    runtime_key = SigningKey.load(default_key_path(rt.store.url))
+    assert not verify_job(rt.store, job_id, trusted_keys=[runtime_key.public_raw]).ok
+    pack = export_pack(rt.store, job_id, tmp_path / "pack").pack_dir
+    assert verify_pack(pack).verdict == "MATCH"  # self-attested: the pack's own keys
+    pinned = verify_pack(pack, trusted_keys=[runtime_key.public_raw])
+    assert pinned.verdict == "INTEGRITY_FAIL"
+    assert any(f"unknown key {forger.key_id}" in e for e in pinned.errors)
+    both = verify_pack(pack, trusted_keys=[runtime_key.public_raw, forger.public_raw])
+    assert both.verdict == "MATCH"
