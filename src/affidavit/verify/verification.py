@@ -71,6 +71,10 @@ def verify_job(
         StoreError: the database cannot be read.
     """
     try:
+        job_id.encode()
+    except UnicodeEncodeError:  # (a command line that is not UTF-8): no job id is such text
+        raise JobNotFound(job_id) from None
+    try:
         return _verify_job(store, job_id, trusted_keys, lenient_text=False)
     except StoreError as exc:
         if not is_text_decode_error(exc):
