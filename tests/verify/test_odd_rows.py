@@ -196,6 +196,23 @@ def test_payload_nested_too_deeply(refunded: Refunded, raw: RawDb) -> None:
     assert result.stored_chain.ok and "seal" in failing(result)
 
 
+@pytest.mark.parametrize("column", ["output", "error"])
+def test_job_row_output_or_error_that_is_not_json(
+    refunded: Refunded, raw: RawDb, column: str
+) -> None:
+    """The job row's output and error are JSON text only by the store's writing; an edited one
+    gives a verdict, for the job and with --all, not a traceback."""
+    rt, job_id = refunded
+    raw.execute(f"UPDATE jobs SET {column} = ? WHERE job_id = ?", ("[" * 100_000, job_id))
+    assert verify_job(rt.store, job_id).stored_chain.ok
+    one = cli("verify", job_id, "--db", raw.url, "--json")
+    assert one.returncode in (0, 1) and "Traceback" not in one.stderr, one.stderr
+    assert json_of(one)["job_id"] == job_id
+    every = cli("verify", "--all", "--db", raw.url, "--json")
+    assert every.returncode in (0, 1) and "Traceback" not in every.stderr, every.stderr
+    assert json_of(every)["jobs"] == 1
+
+
 LEDGER_EDITS = {
     "invocation_id": "invocation_id = 'forged'",
     "tool_name": "tool_name = 'wire_money'",

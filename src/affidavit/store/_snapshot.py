@@ -47,6 +47,13 @@ class SqlSnapshot(ABC):
         rows = self.query(f"{self.log_sql.job_select} WHERE j.job_id = ?", (job_id,))
         return job_from_row(rows[0]) if rows else None
 
+    def job_outcome(self, job_id: str) -> tuple[Any, Any, Any] | None:
+        """``(status, output, error)`` of the job row as stored — the output and error as their
+        JSON text, not parsed (a row edited outside the store may hold anything there) — or
+        ``None`` for no such job."""
+        rows = self.query("SELECT status, output, error FROM jobs WHERE job_id = ?", (job_id,))
+        return cast("tuple[Any, Any, Any]", tuple(rows[0])) if rows else None
+
     def list_job_ids(self, filters: JobFilter) -> list[str]:
         """The ids of the jobs :meth:`~affidavit.store.base.Store.list_jobs` lists for
         ``filters``, in its order — reading no other column, so that a job row edited outside

@@ -321,6 +321,11 @@ class Snapshot(Protocol):
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
+    def job_outcome(self, job_id: str) -> tuple[Any, Any, Any] | None:
+        """``(status, output, error)`` of the job row as stored, the output and error as their
+        JSON text (not parsed); ``None`` for no such job."""
+        ...
+
     def list_job_ids(self, filters: JobFilter) -> list[str]:
         """The ids of the jobs :meth:`Store.list_jobs` lists for ``filters``, in its order,
         reading no other column of their rows."""

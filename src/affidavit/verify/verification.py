@@ -89,9 +89,10 @@ def _verify_job(
 ) -> VerificationResult:
     # (1) one snapshot
     with collector_paused(), store.snapshot(lenient_text=lenient_text) as snap:
-        job = snap.get_job(job_id)
+        job = snap.job_outcome(job_id)  # (not parsed: the output column may hold anything)
         if job is None:
             raise JobNotFound(job_id)
+        status = job[0]
         # (2) one streaming pass
         fold = LogFold(job_id)
         fold.feed_all(snap.iter_event_rows(job_id))
@@ -107,7 +108,7 @@ def _verify_job(
     keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
     return _assemble(
         fold,
-        status=job.status,
+        status=status,
         row_errors=row_errors,
         seal=seal,
         keys=keys,
@@ -124,7 +125,7 @@ def seal_document(store: Store, job_id: str) -> dict[str, Any]:
         JobNotFound: no such job.
     """
     with store.snapshot() as snap:
-        if snap.get_job(job_id) is None:
+        if snap.job_outcome(job_id) is None:
             raise JobNotFound(job_id)
         try:
             seal = snap.seal_get(job_id)
