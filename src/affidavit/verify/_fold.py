@@ -32,7 +32,8 @@ with the version of the first event that violates it:
      one node only); a ``wait_completed`` answers the ``job_waiting`` of its correlation key,
      once, naming its node; a ``job_resumed`` follows a ``job_parked``;
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node;
-(10) ``status``: the job's stored status agrees with the log;
+(10) ``status``: the job's stored status agrees with the log, and so do its stored output (of a
+     completed job) and error (of a failed one), which no other job has;
 (11) ``ledger``: the ledger rows agree with the log (also reported by the ledger proof).
 """
 
@@ -156,6 +157,7 @@ class LogFold:
         self.parked = False
         self.log_status = "pending"
         self.terminal_version: int | None = None
+        self.terminal_payload: dict[str, Any] | None = None  # of job_completed or job_failed
         # findings
         self.replay_error: tuple[str, int | None, str] | None = None
         self.ledger_errors: list[str] = []
@@ -682,6 +684,7 @@ class LogFold:
         self.log_status = "pending"
 
     def _job_completed(self, p: dict[str, Any]) -> None:
+        self.terminal_payload = p
         self._terminal("completed")
         if self.completed.issuperset(self.order):
             return
@@ -689,6 +692,7 @@ class LogFold:
         raise _Violation("after_terminal", f"job completed but node {missing!r} never completed")
 
     def _job_failed(self, p: dict[str, Any]) -> None:
+        self.terminal_payload = p
         self._terminal("failed")
 
     def _job_cancelled(self, p: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 from affidavit.store._snapshot import LedgerColumns
 from affidavit.store.sqlite import is_text_decode_error
+from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._fold import LogFold
 from affidavit.verify.result import (
     LedgerProof,
@@ -113,6 +114,7 @@ def _verify_job(
         seal=seal,
         keys=keys,
         seal_problem=seal_problem,
+        outcome=(job[1], job[2]),
     )
 
 
@@ -284,6 +286,7 @@ def _assemble(
     seal: Seal | None,
     keys: dict[str, PublicKey],
     seal_problem: str = "",
+    outcome: tuple[Any, Any] | None = None,
 ) -> VerificationResult:
     log_status = fold.log_status
     shown_status = status if status is not None else log_status
@@ -298,6 +301,8 @@ def _assemble(
     # (4) stored status against the log
     if status is not None and not _status_agrees(status, log_status):
         fold.violate("status", None, f"the job is {status} but its log says {log_status}")
+    if outcome is not None:
+        _outcome_disagreement(fold, *outcome)
     if row_errors:
         fold.violate("ledger", None, row_errors[0])
     if fold.replay_error is None:
@@ -343,6 +348,24 @@ def _status_agrees(status: str, log_status: str) -> bool:
         # A claim writes no event, and a crashed run stays "running" until it is reclaimed.
         return log_status in ("pending", "running")
     return status == log_status
+
+
+def _outcome_disagreement(fold: LogFold, output: Any, error: Any) -> None:
+    """The job row's stored output and error (JSON text, or ``None``) against the log: a
+    completed job's output is its ``job_completed`` output, a failed job's error its
+    ``job_failed`` error; every other column of them is empty."""
+    terminal = fold.terminal_payload or {}
+    for column, stored, status in (("output", output, "completed"), ("error", error, "failed")):
+        expected = terminal.get(column) if fold.log_status == status else None
+        if stored is None and expected is None:
+            continue
+        try:
+            digest = hashlib.sha256(stored.encode()).hexdigest() if type(stored) is str else ""
+        except UnicodeEncodeError:  # SQLite text that is not UTF-8, read leniently
+            digest = ""
+        if expected is None or not canonical_hash_matches(expected, digest):
+            fold.violate("status", None, f"the job row's {column} is not its log's")
+            return
 
 
 def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerDigest]) -> list[str]:
