@@ -312,3 +312,14 @@ def test_failed_job_rows_error_edited(make_runtime: Callable[..., Runtime], raw:
     )
     result = verify_job(rt.store, job_id)
     assert result.replay_proof_result.error == "status: the job row's error is not its log's"
+
+
+@pytest.mark.parametrize("column", ["namespace", "plan_name", "submitted_by", "idempotency_key"])
+def test_job_rows_submission_columns_edited(refunded: Refunded, raw: RawDb, column: str) -> None:
+    """Who submitted the job, in which namespace (what the HTTP API lets a caller see), under
+    which plan name and idempotency key: the job row says it as `job_created` recorded it."""
+    rt, job_id = refunded
+    raw.execute(f"UPDATE jobs SET {column} = 'someone-else' WHERE job_id = ?", (job_id,))
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"replay_proof_result"}
+    assert result.replay_proof_result.error == f"status: the job row's {column} is not its log's"

@@ -90,10 +90,9 @@ def _verify_job(
 ) -> VerificationResult:
     # (1) one snapshot
     with collector_paused(), store.snapshot(lenient_text=lenient_text) as snap:
-        job = snap.job_outcome(job_id)  # (not parsed: the output column may hold anything)
+        job = snap.job_row(job_id)  # (not parsed: the output column may hold anything)
         if job is None:
             raise JobNotFound(job_id)
-        status = job[0]
         # (2) one streaming pass
         fold = LogFold(job_id)
         fold.feed_all(snap.iter_event_rows(job_id))
@@ -109,12 +108,12 @@ def _verify_job(
     keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
     return _assemble(
         fold,
-        status=status,
+        status=job["status"],
         row_errors=row_errors,
         seal=seal,
         keys=keys,
         seal_problem=seal_problem,
-        outcome=(job[1], job[2]),
+        job_row=job,
     )
 
 
@@ -127,7 +126,7 @@ def seal_document(store: Store, job_id: str) -> dict[str, Any]:
         JobNotFound: no such job.
     """
     with store.snapshot() as snap:
-        if snap.job_outcome(job_id) is None:
+        if snap.job_row(job_id) is None:
             raise JobNotFound(job_id)
         try:
             seal = snap.seal_get(job_id)
@@ -286,7 +285,7 @@ def _assemble(
     seal: Seal | None,
     keys: dict[str, PublicKey],
     seal_problem: str = "",
-    outcome: tuple[Any, Any] | None = None,
+    job_row: Mapping[str, Any] | None = None,
 ) -> VerificationResult:
     log_status = fold.log_status
     shown_status = status if status is not None else log_status
@@ -301,8 +300,8 @@ def _assemble(
     # (4) stored status against the log
     if status is not None and not _status_agrees(status, log_status):
         fold.violate("status", None, f"the job is {status} but its log says {log_status}")
-    if outcome is not None:
-        _outcome_disagreement(fold, *outcome)
+    if job_row is not None:
+        _job_row_disagreement(fold, job_row)
     if row_errors:
         fold.violate("ledger", None, row_errors[0])
     if fold.replay_error is None:
@@ -350,12 +349,19 @@ def _status_agrees(status: str, log_status: str) -> bool:
     return status == log_status
 
 
-def _outcome_disagreement(fold: LogFold, output: Any, error: Any) -> None:
-    """The job row's stored output and error (JSON text, or ``None``) against the log: a
-    completed job's output is its ``job_completed`` output, a failed job's error its
-    ``job_failed`` error; every other column of them is empty."""
+def _job_row_disagreement(fold: LogFold, row: Mapping[str, Any]) -> None:
+    """The job row's columns that the log records too, against the log: the namespace, plan
+    name, submitter and idempotency key are those of ``job_created``; a completed job's output
+    (JSON text) is its ``job_completed`` output, a failed job's error its ``job_failed`` error,
+    and every other job has neither."""
+    created = fold.created_payload or {}
+    for column in ("namespace", "plan_name", "submitted_by", "idempotency_key"):
+        if row[column] != created.get(column):
+            fold.violate("status", None, f"the job row's {column} is not its log's")
+            return
     terminal = fold.terminal_payload or {}
-    for column, stored, status in (("output", output, "completed"), ("error", error, "failed")):
+    for column, status in (("output", "completed"), ("error", "failed")):
+        stored = row[column]
         expected = terminal.get(column) if fold.log_status == status else None
         if stored is None and expected is None:
             continue
