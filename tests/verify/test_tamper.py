@@ -323,3 +323,22 @@ def test_job_rows_submission_columns_edited(refunded: Refunded, raw: RawDb, colu
     result = verify_job(rt.store, job_id)
     assert failing_checks(result) == {"replay_proof_result"}
     assert result.replay_proof_result.error == f"status: the job row's {column} is not its log's"
+
+
+def test_failed_ledger_row_given_a_result(make_runtime: Callable[..., Runtime], raw: RawDb) -> None:
+    """Only a committed row holds a result: a failed try's row claiming one (as if the charge
+    went through) disagrees with the log, which recorded no result for it."""
+    rt = make_runtime(tools(charge_tool("declined", fail=True)))
+    job_id = rt.submit(plan({"id": "a", "type": "tool", "tool": "declined"})).job_id
+    rt.run_until_idle()
+    assert (
+        raw.execute(
+            "UPDATE tool_invocations SET result = ? WHERE job_id = ? AND status = 'failed'",
+            ('{"charged":5}', job_id),
+        )
+        == 1
+    )
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"tool_invocation_ledger_proof", "replay_proof_result"}
+    [error] = result.tool_invocation_ledger_proof.errors
+    assert error.endswith("is failed but holds a result")

@@ -50,6 +50,8 @@ KeyLike = PublicKey | bytes | str
 LedgerDigest = tuple[str, str, str, str | None]
 _KEY_ID = re.compile(r"^[0-9a-f]{16}\Z")
 _NO_COMMIT = object()  # what a key without a commit is committed with: equal to no digest
+# the result digest of a row without a result (the column is NULL: read as JSON null)
+_NO_RESULT = hashlib.sha256(b"null").hexdigest()
 _KEY_HINT = (
     "Give a raw 32-byte Ed25519 public key in standard base64 (as `affidavit keys show` prints "
     "it), or the 16-hex key id of a key recorded in the database."
@@ -478,11 +480,15 @@ def _row_disagreements(
             errors.append(f"ledger row {short} is started but the log closed it")
         elif open_invocation != invocation_id:
             errors.append(f"ledger row {short} names another invocation than the log")
+        elif result_digest != _NO_RESULT:
+            errors.append(f"ledger row {short} is started but holds a result")
     elif status == "failed":
         if key in committed:
             errors.append(f"ledger row {short} is failed but the log committed it")
         elif key in open_by_key:
             errors.append(f"ledger row {short} is failed but the log has it open")
+        elif result_digest != _NO_RESULT:  # only a commit records a result
+            errors.append(f"ledger row {short} is failed but holds a result")
     else:
         errors.append(f"ledger row {short} has unknown status {status!r}")
 
