@@ -17,6 +17,7 @@ from affidavit import JobNotFound, Runtime, SigningKey, verify_events, verify_jo
 from affidavit.core.canonical import canonical
 from affidavit.runtime.replay import build_from_events
 from affidavit.verify._fold import LogFold
+from affidavit.verify.verification import seal_document
 from tests.cli.test_cli import cli, json_of
 from tests.runtime.helpers import ledger_rows, wait_lease_expired
 from tests.verify.helpers import (
@@ -134,6 +135,15 @@ def test_job_id_that_is_not_unicode_text_is_not_found(refunded: tuple[Runtime, s
     result = cli("verify", "\udcff", "--db", rt.store.url, "--json")
     assert result.returncode == 2, result.stderr
     assert json_of(result)["error"]["code"] == "job_not_found"
+
+
+def test_job_id_with_a_nul_is_not_found(refunded: tuple[Runtime, str]) -> None:
+    """As for `Store.get_job` (PostgreSQL refuses a NUL in a query: a store error otherwise)."""
+    rt, job_id = refunded
+    with pytest.raises(JobNotFound):
+        verify_job(rt.store, job_id + "\x00")
+    with pytest.raises(JobNotFound):
+        seal_document(rt.store, job_id + "\x00")
 
 
 def test_verification_restores_the_garbage_collector(

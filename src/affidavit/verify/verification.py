@@ -73,10 +73,7 @@ def verify_job(
         JobNotFound: no such job.
         StoreError: the database cannot be read.
     """
-    try:
-        job_id.encode()
-    except UnicodeEncodeError:  # (a command line that is not UTF-8): no job id is such text
-        raise JobNotFound(job_id) from None
+    _check_job_id(job_id)
     try:
         return _verify_job(store, job_id, trusted_keys, lenient_text=False)
     except StoreError as exc:
@@ -85,6 +82,22 @@ def verify_job(
     # SQLite text that is not UTF-8 (a column edited outside the store) failed the read: read
     # again, with such text kept as lone surrogates, so that the row fails its checks
     return _verify_job(store, job_id, trusted_keys, lenient_text=True)
+
+
+def _check_job_id(job_id: str) -> None:
+    """No job has an id that is not Unicode text (a command line that is not UTF-8 reads as
+    lone surrogates) or that holds a NUL (as for Store.get_job: PostgreSQL refuses it in a
+    query, and the store's read would fail instead of finding nothing).
+
+    Raises:
+        JobNotFound: ``job_id`` is such an id.
+    """
+    try:
+        job_id.encode()
+    except UnicodeEncodeError:
+        raise JobNotFound(job_id) from None
+    if "\x00" in job_id:
+        raise JobNotFound(job_id)
 
 
 def _verify_job(
@@ -127,6 +140,7 @@ def seal_document(store: Store, job_id: str) -> dict[str, Any]:
     Raises:
         JobNotFound: no such job.
     """
+    _check_job_id(job_id)
     with store.snapshot() as snap:
         if snap.job_row(job_id) is None:
             raise JobNotFound(job_id)
