@@ -54,6 +54,21 @@ def test_verify_endpoint_reports_a_failed_check_with_200(api: Api) -> None:
     }
 
 
+def test_verify_endpoint_gives_a_verdict_for_an_edited_job_row(api: Api) -> None:
+    """A job row whose output is not JSON (edited in the database): 200 with the failed check
+    (FORMATS.md §6), not a server error; the seal is still served."""
+    job_id = finished_job(api)
+    RawDb(api.store.url).execute("UPDATE jobs SET output = 'x' WHERE job_id = ?", (job_id,))
+    with api.client("observer_a") as c:
+        response = c.get(f"/api/jobs/{job_id}/verify")
+        assert response.status_code == 200, response.text
+        doc = response.json()
+        assert doc["ok"] is False and doc["replay_proof_result"]["ok"] is False
+        assert c.get(f"/api/jobs/{job_id}/seal").json()["seal"]["job_id"] == job_id
+    with api.client("agent_b") as c:  # still invisible to another namespace
+        assert c.get(f"/api/jobs/{job_id}/verify").status_code == 404
+
+
 def test_keys_endpoint(api: Api) -> None:
     job_id = finished_job(api)
     seal = api.store.get_seal(job_id)

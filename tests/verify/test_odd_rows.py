@@ -196,6 +196,25 @@ def test_payload_nested_too_deeply(refunded: Refunded, raw: RawDb) -> None:
     assert result.stored_chain.ok and "seal" in failing(result)
 
 
+@pytest.mark.parametrize("column", ["output", "error"])
+def test_job_row_output_or_error_that_is_not_json(
+    refunded: Refunded, raw: RawDb, column: str
+) -> None:
+    """The job row's output and error are JSON text only by the store's writing; an edited one
+    gives a verdict, for the job and with --all, not a traceback."""
+    rt, job_id = refunded
+    raw.execute(f"UPDATE jobs SET {column} = ? WHERE job_id = ?", ("[" * 100_000, job_id))
+    result = verify_job(rt.store, job_id)
+    assert failing(result) == {"replay_proof_result"}
+    assert result.replay_proof_result.invariant == "status"
+    one = cli("verify", job_id, "--db", raw.url, "--json")
+    assert one.returncode == 1 and "Traceback" not in one.stderr, one.stderr
+    assert json_of(one)["job_id"] == job_id
+    every = cli("verify", "--all", "--db", raw.url, "--json")
+    assert every.returncode == 1 and "Traceback" not in every.stderr, every.stderr
+    assert json_of(every)["failed_jobs"] == [job_id]
+
+
 LEDGER_EDITS = {
     "invocation_id": "invocation_id = 'forged'",
     "tool_name": "tool_name = 'wire_money'",

@@ -4,14 +4,18 @@ write access could, and must be caught by the check the case names."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from affidavit import Runtime, SigningKey, verify_job
 from affidavit.core.canonical import canonical, canonical_sha256, parse
 from affidavit.core.ids import new_event_id
+from affidavit.packs import export_pack, verify_pack
+from affidavit.runtime.sealing import default_key_path
 from affidavit.verify import VerificationResult
-from tests.verify.helpers import RawDb
+from tests.verify.helpers import RawDb, charge_tool, plan, tools
 
 Refunded = tuple[Runtime, str]
 
@@ -112,11 +116,11 @@ def test_truncate_the_tail(refunded: Refunded, raw: RawDb) -> None:
 
 def test_truncate_the_tail_and_recompute(refunded: Refunded, raw: RawDb) -> None:
     """Truncated to just before the terminal event and re-chained, with the job row put back
-    to running: every log-internal check passes, only the seal tells."""
+    to running (and its output cleared): every log-internal check passes, only the seal tells."""
     rt, job_id = refunded
     events = [(e, t, p) for _, e, t, p, _ in raw.events(job_id)][:-1]
     raw.rewrite_log(job_id, events)
-    raw.execute("UPDATE jobs SET status = 'running' WHERE job_id = ?", (job_id,))
+    raw.execute("UPDATE jobs SET status = 'running', output = NULL WHERE job_id = ?", (job_id,))
     result = verify_job(rt.store, job_id)
     assert result.stored_chain.ok and result.replay_proof_result.ok
     assert failing_checks(result) == {"seal"}
@@ -220,3 +224,121 @@ def test_status_row_disagrees_with_the_log(refunded: Refunded, raw: RawDb, statu
     assert result.replay_proof_result.error == (
         f"status: the job is {status} but its log says completed"
     )
+
+
+def test_seal_by_a_key_added_to_the_database_fails_a_pinned_pack(
+    refunded: Refunded, raw: RawDb, tmp_path: Path
+) -> None:
+    """A forger re-chains the log, adds a public key of their own to the database and seals the
+    forgery with it: every recorded key is accepted by default, so the job exports, and the
+    pack is signed with the runtime's key. A pack verifier pinning that key must not accept a
+    seal it does not pin — as `verify_job(trusted_keys=...)` does not."""
+    rt, job_id = refunded
+    events = []
+    for _, event_id, event_type, payload_bytes, _ in raw.events(job_id):
+        payload = parse(payload_bytes)
+        if event_type == "job_completed":
+            payload["output"] = {"forged": True}
+        events.append((event_id, event_type, canonical(payload)))
+    raw.rewrite_log(job_id, events)
+    forged = verify_job(rt.store, job_id)
+    forger = SigningKey.generate()
+    seal = forger.seal(job_id, forged.stored_chain.event_count, forged.event_chain_root_hash)
+    raw.execute(
+        "INSERT INTO signing_keys (key_id, algorithm, public_key, created_at) "
+        "VALUES (?, 'ed25519', ?, ?)",
+        (forger.key_id, forger.public.public_key_b64, seal.sealed_at),
+    )
+    raw.execute(
+        "UPDATE seals SET key_id = ?, signature = ?, sealed_at = ?, event_chain_root_hash = ? "
+        "WHERE job_id = ?",
+        (seal.key_id, seal.signature, seal.sealed_at, seal.event_chain_root_hash, job_id),
+    )
+    runtime_key = SigningKey.load(default_key_path(rt.store.url))
+    assert not verify_job(rt.store, job_id, trusted_keys=[runtime_key.public_raw]).ok
+    pack = export_pack(rt.store, job_id, tmp_path / "pack").pack_dir
+    assert verify_pack(pack).verdict == "MATCH"  # self-attested: the pack's own keys
+    pinned = verify_pack(pack, trusted_keys=[runtime_key.public_raw])
+    assert pinned.verdict == "INTEGRITY_FAIL"
+    assert any(f"unknown key {forger.key_id}" in e for e in pinned.errors)
+    both = verify_pack(pack, trusted_keys=[runtime_key.public_raw, forger.public_raw])
+    assert both.verdict == "MATCH"
+
+
+def test_job_rows_output_edited(refunded: Refunded, raw: RawDb) -> None:
+    """The output `affidavit jobs show` and `GET /api/jobs/{id}` report is the job row's: it
+    must be the output the sealed log recorded."""
+    rt, job_id = refunded
+    output = rt.get_job(job_id).output
+    assert isinstance(output, dict)
+    forged = {**output, "email": {"sent": False}}
+    raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", (canonical(forged).decode(), job_id))
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"replay_proof_result"}
+    assert result.replay_proof_result.error == "status: the job row's output is not its log's"
+    raw.execute(  # the same output, but not as the store writes it (JCS), as for ledger results
+        "UPDATE jobs SET output = ? WHERE job_id = ?", (json.dumps(output, indent=1), job_id)
+    )
+    assert not verify_job(rt.store, job_id).ok
+    raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", (canonical(output).decode(), job_id))
+    assert verify_job(rt.store, job_id).ok
+
+
+@pytest.mark.parametrize("column", ["output", "error"])
+def test_job_rows_output_or_error_where_the_log_has_none(
+    refunded: Refunded, raw: RawDb, column: str
+) -> None:
+    """A completed job has no error; a job that is not finished has neither."""
+    rt, job_id = refunded
+    raw.execute(f"UPDATE jobs SET {column} = ? WHERE job_id = ?", ('{"type": "x"}', job_id))
+    if column == "output":  # (a running job's log: the terminal event dropped)
+        events = [(e, t, p) for _, e, t, p, _ in raw.events(job_id)][:-1]
+        raw.rewrite_log(job_id, events)
+        raw.execute("UPDATE jobs SET status = 'running' WHERE job_id = ?", (job_id,))
+        raw.execute("DELETE FROM seals WHERE job_id = ?", (job_id,))
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"replay_proof_result"}
+    assert result.replay_proof_result.error == f"status: the job row's {column} is not its log's"
+
+
+def test_failed_job_rows_error_edited(make_runtime: Callable[..., Runtime], raw: RawDb) -> None:
+    rt = make_runtime(tools(charge_tool("declined", fail=True)))
+    job_id = rt.submit(plan({"id": "a", "type": "tool", "tool": "declined"})).job_id
+    rt.run_until_idle()
+    assert verify_job(rt.store, job_id).ok
+    raw.execute(
+        "UPDATE jobs SET error = ? WHERE job_id = ?",
+        (canonical({"type": "timeout", "message": "the bank did not answer"}).decode(), job_id),
+    )
+    result = verify_job(rt.store, job_id)
+    assert result.replay_proof_result.error == "status: the job row's error is not its log's"
+
+
+@pytest.mark.parametrize("column", ["namespace", "plan_name", "submitted_by", "idempotency_key"])
+def test_job_rows_submission_columns_edited(refunded: Refunded, raw: RawDb, column: str) -> None:
+    """Who submitted the job, in which namespace (what the HTTP API lets a caller see), under
+    which plan name and idempotency key: the job row says it as `job_created` recorded it."""
+    rt, job_id = refunded
+    raw.execute(f"UPDATE jobs SET {column} = 'someone-else' WHERE job_id = ?", (job_id,))
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"replay_proof_result"}
+    assert result.replay_proof_result.error == f"status: the job row's {column} is not its log's"
+
+
+def test_failed_ledger_row_given_a_result(make_runtime: Callable[..., Runtime], raw: RawDb) -> None:
+    """Only a committed row holds a result: a failed try's row claiming one (as if the charge
+    went through) disagrees with the log, which recorded no result for it."""
+    rt = make_runtime(tools(charge_tool("declined", fail=True)))
+    job_id = rt.submit(plan({"id": "a", "type": "tool", "tool": "declined"})).job_id
+    rt.run_until_idle()
+    assert (
+        raw.execute(
+            "UPDATE tool_invocations SET result = ? WHERE job_id = ? AND status = 'failed'",
+            ('{"charged":5}', job_id),
+        )
+        == 1
+    )
+    result = verify_job(rt.store, job_id)
+    assert failing_checks(result) == {"tool_invocation_ledger_proof", "replay_proof_result"}
+    [error] = result.tool_invocation_ledger_proof.errors
+    assert error.endswith("is failed but holds a result")

@@ -17,6 +17,8 @@ from affidavit import JobNotFound, Runtime, SigningKey, verify_events, verify_jo
 from affidavit.core.canonical import canonical
 from affidavit.runtime.replay import build_from_events
 from affidavit.verify._fold import LogFold
+from affidavit.verify.verification import seal_document
+from tests.cli.test_cli import cli, json_of
 from tests.runtime.helpers import ledger_rows, wait_lease_expired
 from tests.verify.helpers import (
     TWO_CHARGES,
@@ -121,6 +123,27 @@ def test_unknown_job(refunded: tuple[Runtime, str]) -> None:
     with pytest.raises(JobNotFound):
         verify_job(rt.store, "no-such-job")
     assert gc.isenabled()  # the collector paused for the call is back on after the error
+
+
+def test_job_id_that_is_not_unicode_text_is_not_found(refunded: tuple[Runtime, str]) -> None:
+    """A command line that is not UTF-8 reaches Python as lone surrogates; no job has such an
+    id (a job id is text), so the job is not found — not a traceback, whose exit code 1 reads
+    as "a proof failed"."""
+    rt, _ = refunded
+    with pytest.raises(JobNotFound):
+        verify_job(rt.store, "\udcff")
+    result = cli("verify", "\udcff", "--db", rt.store.url, "--json")
+    assert result.returncode == 2, result.stderr
+    assert json_of(result)["error"]["code"] == "job_not_found"
+
+
+def test_job_id_with_a_nul_is_not_found(refunded: tuple[Runtime, str]) -> None:
+    """As for `Store.get_job` (PostgreSQL refuses a NUL in a query: a store error otherwise)."""
+    rt, job_id = refunded
+    with pytest.raises(JobNotFound):
+        verify_job(rt.store, job_id + "\x00")
+    with pytest.raises(JobNotFound):
+        seal_document(rt.store, job_id + "\x00")
 
 
 def test_verification_restores_the_garbage_collector(

@@ -67,3 +67,19 @@ def visible_job(store: Store, caller: Caller, job_id: str) -> JobRecord:
     if not caller.sees(job.namespace):
         raise JobNotFound(job_id)
     return job
+
+
+def check_visible(store: Store, caller: Caller, job_id: str) -> None:
+    """:func:`visible_job` reading only what it needs: for verification, whose job row may
+    have been edited outside the store (an output that is not JSON must get a verdict, not a
+    server error).
+
+    Raises:
+        JobNotFound: no such job, or not the caller's namespace.
+    """
+    if "\x00" in job_id:  # no job can have it, and PostgreSQL refuses it in a query
+        raise JobNotFound(job_id)
+    with store.snapshot(lenient_text=True) as snap:
+        row = snap.job_row(job_id)
+    if row is None or not caller.sees(row["namespace"]):
+        raise JobNotFound(job_id)

@@ -8,7 +8,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 
 from affidavit.api.auth import Forbidden, check_namespace
-from affidavit.api.deps import Admin, AgentRole, Observer, ServiceDep, visible_job
+from affidavit.api.deps import (
+    Admin,
+    AgentRole,
+    Observer,
+    ServiceDep,
+    check_visible,
+    visible_job,
+)
 from affidavit.api.models import (
     Cancel,
     ErrorBody,
@@ -136,7 +143,7 @@ def verify(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     """Verification Mode (read-only, any status): execution hash, event chain root, ledger
     proof, replay proof, stored chain, seal. 200 whatever the verdict (see `ok`); 404 for an
     unknown job or one of another namespace."""
-    visible_job(svc.store, caller, job_id)
+    check_visible(svc.store, caller, job_id)
     return verify_job(svc.store, job_id).to_dict()
 
 
@@ -145,7 +152,7 @@ def seal(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     """The job's seal, for verifying its log offline with `verify_events` (with the events of
     `/events` and a key of `/api/keys`); `seal` is null when the job has none. 404 for an
     unknown job or one of another namespace."""
-    visible_job(svc.store, caller, job_id)
+    check_visible(svc.store, caller, job_id)
     return seal_document(svc.store, job_id)
 
 

@@ -64,9 +64,9 @@ def verify(
         list[str] | None,
         typer.Option(
             "--trusted-key",
-            help="Accept only packs signed by this key: a base64 public key or a file holding "
-            "one (PEM or base64). Repeatable. Default: the key the pack carries "
-            "(self-attested).",
+            help="Accept only packs signed by this key, with a job seal signed by one of "
+            "these keys: a base64 public key or a file holding one (PEM or base64). "
+            "Repeatable. Default: the keys the pack carries (self-attested).",
             show_default=False,
         ),
     ] = None,

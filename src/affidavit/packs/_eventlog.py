@@ -17,6 +17,7 @@ from affidavit.core.canonical import (
 )
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
+from affidavit.core.seal import PUBLIC_KEY_BYTES
 from affidavit.packs import _format as F
 from affidavit.packs._files import read
 from affidavit.packs._json import loads_lines
@@ -27,7 +28,12 @@ from affidavit.verify.verification import verify_event_rows
 Row = tuple[int, str, str, bytes, str | None]  # (version, event_id, type, payload, chain hash)
 
 
-def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
+def check_event_log(
+    st: State, traces: dict[str, str], trusted: set[bytes] | None = None
+) -> dict[str, Any]:
+    """Phase 5. ``trusted``: the pinned keys (see :func:`~affidavit.packs.verify.verify_pack`);
+    the job's seal must be signed by one of them, not only by the key the pack carries for it
+    (a pack is signed by whoever exports it, whatever key signed the seal)."""
     # st.kinds[i] is rtype(st.receipts[i]): "" for a receipt that is not an object
     ours = [
         (r, kind)
@@ -89,6 +95,10 @@ def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
     public = seal_r.get("public_key")
     job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
     status = log.get("job_status")
+    if trusted is not None:  # (a malformed pinned key pins nothing)
+        seal_keys: list[bytes | str] = [k for k in trusted if len(k) == PUBLIC_KEY_BYTES]
+    else:
+        seal_keys = [public] if isinstance(public, str) else []
     fast = _rows(events, job_id, strict)
     parsed: list[Any] | None = None
     if fast is not None:
@@ -109,7 +119,7 @@ def check_event_log(st: State, traces: dict[str, str]) -> dict[str, Any]:
             job_id,
             rows,
             parsed=parsed,
-            public_keys=[public] if isinstance(public, str) else [],
+            public_keys=seal_keys,
             seal=seal if isinstance(seal, dict) else None,
             ledgers=[digests],
             status=status if isinstance(status, str) else None,

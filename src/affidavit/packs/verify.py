@@ -178,7 +178,8 @@ def verify_pack(
     malformed pack.
 
     ``trusted_keys`` (raw 32-byte Ed25519 public keys or their base64) pins the accepted
-    signers; without it the pack is self-attested and the details name the signer's key id.
+    signers — of the pack, and of the job's seal in it; without it the pack is self-attested
+    and the details name the signer's key id.
     """
     with collector_paused():  # hundreds of thousands of parsed objects, no cycles
         return _verify(Path(path), trusted_keys, now)
@@ -234,7 +235,7 @@ def _verify(
         return done(INTEGRITY_FAIL, 3, parents)
     replayed, divergent = compare(steps, by_id, traces)
     details["divergent_steps"] = divergent
-    details["affidavit"] = check_event_log(st, traces)
+    details["affidavit"] = check_event_log(st, traces, trusted)
     if st.errors:
         return done(INTEGRITY_FAIL, 5, parents)
     verdict = DIVERGE if divergent else MATCH

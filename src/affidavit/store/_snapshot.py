@@ -24,6 +24,16 @@ LEDGER_COLUMNS_SELECT = (
     "SELECT idempotency_key, status, invocation_id, coalesce(result, 'null'), node_id, step_id, "
     "tool_name, args_hash FROM tool_invocations WHERE job_id = ? ORDER BY idempotency_key"
 )
+# see SqlSnapshot.job_row
+JOB_ROW_COLUMNS = (
+    "status",
+    "output",
+    "error",
+    "namespace",
+    "plan_name",
+    "submitted_by",
+    "idempotency_key",
+)
 # see SqlSnapshot.iter_ledger_columns
 LedgerColumns = tuple[str, str, str, str, str, str, str, str]
 
@@ -48,6 +58,15 @@ class SqlSnapshot(ABC):
             return None
         rows = self.query(f"{self.log_sql.job_select} WHERE j.job_id = ?", (job_id,))
         return job_from_row(rows[0]) if rows else None
+
+    def job_row(self, job_id: str) -> dict[str, Any] | None:
+        """The columns of the job row that its log records too (see :data:`JOB_ROW_COLUMNS`),
+        by name, as stored — the output and error as their JSON text, not parsed (a row edited
+        outside the store may hold anything there) — or ``None`` for no such job."""
+        rows = self.query(
+            f"SELECT {', '.join(JOB_ROW_COLUMNS)} FROM jobs WHERE job_id = ?", (job_id,)
+        )
+        return dict(zip(JOB_ROW_COLUMNS, rows[0], strict=True)) if rows else None
 
     def list_job_ids(self, filters: JobFilter) -> list[str]:
         """The ids of the jobs :meth:`~affidavit.store.base.Store.list_jobs` lists for

@@ -326,6 +326,12 @@ class Snapshot(Protocol):
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
+    def job_row(self, job_id: str) -> dict[str, Any] | None:
+        """The job row's status, output, error, namespace, plan name, submitter and idempotency
+        key by column name, as stored (the output and error as their JSON text, not parsed);
+        ``None`` for no such job."""
+        ...
+
     def list_job_ids(self, filters: JobFilter) -> list[str]:
         """The ids of the jobs :meth:`Store.list_jobs` lists for ``filters``, in its order,
         reading no other column of their rows."""

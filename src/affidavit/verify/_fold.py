@@ -32,7 +32,9 @@ with the version of the first event that violates it:
      one node only); a ``wait_completed`` answers the ``job_waiting`` of its correlation key,
      once, naming its node; a ``job_resumed`` follows a ``job_parked``;
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node;
-(10) ``status``: the job's stored status agrees with the log;
+(10) ``status``: the job row agrees with the log: its status, its namespace, plan name,
+     submitter and idempotency key (those of ``job_created``), its output (of a completed job)
+     and error (of a failed one), which no other job has;
 (11) ``ledger``: the ledger rows agree with the log (also reported by the ledger proof).
 """
 
@@ -156,6 +158,8 @@ class LogFold:
         self.parked = False
         self.log_status = "pending"
         self.terminal_version: int | None = None
+        self.terminal_payload: dict[str, Any] | None = None  # of job_completed or job_failed
+        self.created_payload: dict[str, Any] | None = None  # of job_created
         # findings
         self.replay_error: tuple[str, int | None, str] | None = None
         self.ledger_errors: list[str] = []
@@ -467,6 +471,7 @@ class LogFold:
     def _job_created(self, p: dict[str, Any]) -> None:
         if self._version != 1:
             raise _Violation("plan", "job_created is not the first event")
+        self.created_payload = p
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
         if self._exec is not None:
@@ -682,6 +687,7 @@ class LogFold:
         self.log_status = "pending"
 
     def _job_completed(self, p: dict[str, Any]) -> None:
+        self.terminal_payload = p
         self._terminal("completed")
         if self.completed.issuperset(self.order):
             return
@@ -689,6 +695,7 @@ class LogFold:
         raise _Violation("after_terminal", f"job completed but node {missing!r} never completed")
 
     def _job_failed(self, p: dict[str, Any]) -> None:
+        self.terminal_payload = p
         self._terminal("failed")
 
     def _job_cancelled(self, p: dict[str, Any]) -> None:

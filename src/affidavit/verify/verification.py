@@ -34,6 +34,7 @@ from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 from affidavit.store._snapshot import LedgerColumns
 from affidavit.store.sqlite import is_text_decode_error
+from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._fold import LogFold
 from affidavit.verify.result import (
     LedgerProof,
@@ -49,6 +50,8 @@ KeyLike = PublicKey | bytes | str
 LedgerDigest = tuple[str, str, str, str | None]
 _KEY_ID = re.compile(r"^[0-9a-f]{16}\Z")
 _NO_COMMIT = object()  # what a key without a commit is committed with: equal to no digest
+# the result digest of a row without a result (the column is NULL: read as JSON null)
+_NO_RESULT = hashlib.sha256(b"null").hexdigest()
 _KEY_HINT = (
     "Give a raw 32-byte Ed25519 public key in standard base64 (as `affidavit keys show` prints "
     "it), or the 16-hex key id of a key recorded in the database."
@@ -70,6 +73,7 @@ def verify_job(
         JobNotFound: no such job.
         StoreError: the database cannot be read.
     """
+    _check_job_id(job_id)
     try:
         return _verify_job(store, job_id, trusted_keys, lenient_text=False)
     except StoreError as exc:
@@ -80,12 +84,28 @@ def verify_job(
     return _verify_job(store, job_id, trusted_keys, lenient_text=True)
 
 
+def _check_job_id(job_id: str) -> None:
+    """No job has an id that is not Unicode text (a command line that is not UTF-8 reads as
+    lone surrogates) or that holds a NUL (as for Store.get_job: PostgreSQL refuses it in a
+    query, and the store's read would fail instead of finding nothing).
+
+    Raises:
+        JobNotFound: ``job_id`` is such an id.
+    """
+    try:
+        job_id.encode()
+    except UnicodeEncodeError:
+        raise JobNotFound(job_id) from None
+    if "\x00" in job_id:
+        raise JobNotFound(job_id)
+
+
 def _verify_job(
     store: Store, job_id: str, trusted_keys: Iterable[KeyLike] | None, *, lenient_text: bool
 ) -> VerificationResult:
     # (1) one snapshot
     with collector_paused(), store.snapshot(lenient_text=lenient_text) as snap:
-        job = snap.get_job(job_id)
+        job = snap.job_row(job_id)  # (not parsed: the output column may hold anything)
         if job is None:
             raise JobNotFound(job_id)
         # (2) one streaming pass
@@ -103,11 +123,12 @@ def _verify_job(
     keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
     return _assemble(
         fold,
-        status=job.status,
+        status=job["status"],
         row_errors=row_errors,
         seal=seal,
         keys=keys,
         seal_problem=seal_problem,
+        job_row=job,
     )
 
 
@@ -119,8 +140,9 @@ def seal_document(store: Store, job_id: str) -> dict[str, Any]:
     Raises:
         JobNotFound: no such job.
     """
+    _check_job_id(job_id)
     with store.snapshot() as snap:
-        if snap.get_job(job_id) is None:
+        if snap.job_row(job_id) is None:
             raise JobNotFound(job_id)
         try:
             seal = snap.seal_get(job_id)
@@ -279,6 +301,7 @@ def _assemble(
     seal: Seal | None,
     keys: dict[str, PublicKey],
     seal_problem: str = "",
+    job_row: Mapping[str, Any] | None = None,
 ) -> VerificationResult:
     log_status = fold.log_status
     shown_status = status if status is not None else log_status
@@ -293,6 +316,8 @@ def _assemble(
     # (4) stored status against the log
     if status is not None and not _status_agrees(status, log_status):
         fold.violate("status", None, f"the job is {status} but its log says {log_status}")
+    if job_row is not None:
+        _job_row_disagreement(fold, job_row)
     if row_errors:
         fold.violate("ledger", None, row_errors[0])
     if fold.replay_error is None:
@@ -338,6 +363,31 @@ def _status_agrees(status: str, log_status: str) -> bool:
         # A claim writes no event, and a crashed run stays "running" until it is reclaimed.
         return log_status in ("pending", "running")
     return status == log_status
+
+
+def _job_row_disagreement(fold: LogFold, row: Mapping[str, Any]) -> None:
+    """The job row's columns that the log records too, against the log: the namespace, plan
+    name, submitter and idempotency key are those of ``job_created``; a completed job's output
+    (JSON text) is its ``job_completed`` output, a failed job's error its ``job_failed`` error,
+    and every other job has neither."""
+    created = fold.created_payload or {}
+    for column in ("namespace", "plan_name", "submitted_by", "idempotency_key"):
+        if row[column] != created.get(column):
+            fold.violate("status", None, f"the job row's {column} is not its log's")
+            return
+    terminal = fold.terminal_payload or {}
+    for column, status in (("output", "completed"), ("error", "failed")):
+        stored = row[column]
+        expected = terminal.get(column) if fold.log_status == status else None
+        if stored is None and expected is None:
+            continue
+        try:
+            digest = hashlib.sha256(stored.encode()).hexdigest() if type(stored) is str else ""
+        except UnicodeEncodeError:  # SQLite text that is not UTF-8, read leniently
+            digest = ""
+        if expected is None or not canonical_hash_matches(expected, digest):
+            fold.violate("status", None, f"the job row's {column} is not its log's")
+            return
 
 
 def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerDigest]) -> list[str]:
@@ -444,11 +494,15 @@ def _row_disagreements(
             errors.append(f"ledger row {short} is started but the log closed it")
         elif open_invocation != invocation_id:
             errors.append(f"ledger row {short} names another invocation than the log")
+        elif result_digest != _NO_RESULT:
+            errors.append(f"ledger row {short} is started but holds a result")
     elif status == "failed":
         if key in committed:
             errors.append(f"ledger row {short} is failed but the log committed it")
         elif key in open_by_key:
             errors.append(f"ledger row {short} is failed but the log has it open")
+        elif result_digest != _NO_RESULT:  # only a commit records a result
+            errors.append(f"ledger row {short} is failed but holds a result")
     else:
         errors.append(f"ledger row {short} has unknown status {status!r}")
 
