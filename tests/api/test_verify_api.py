@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit import verify_events, verify_job
+from affidavit.runtime.sealing import SigningKey
 from tests.api.conftest import WAITING_PLAN, Api
 from tests.runtime.helpers import ledger_rows
 from tests.verify.helpers import RawDb
@@ -35,6 +36,30 @@ def test_verify_endpoint(api: Api) -> None:
         assert c.get(f"/api/jobs/{job_id}/verify").status_code == 404
     with api.client(None) as c:
         assert c.get(f"/api/jobs/{job_id}/verify").status_code == 401
+
+
+def test_verify_endpoint_pins_trusted_keys(api: Api) -> None:
+    """As `affidavit verify --trusted-key`: a seal by a key the caller did not pin fails the
+    seal check, even though the key is recorded in the database; a key that is no key is 422."""
+    job_id = finished_job(api)
+    ours = api.runtime.sealer.key().public
+    other = SigningKey.generate().public
+    with api.client("observer_a") as c:
+        url = f"/api/jobs/{job_id}/verify"
+        pinned = c.get(url, params={"trusted_key": ours.public_key_b64})
+        assert pinned.status_code == 200 and pinned.json()["ok"] is True
+        by_id = c.get(url, params={"trusted_key": ours.key_id})
+        assert by_id.json()["ok"] is True
+        elsewhere = c.get(url, params={"trusted_key": [other.public_key_b64]}).json()
+        assert elsewhere["ok"] is False and elsewhere["seal"]["ok"] is False
+        assert (
+            elsewhere
+            == verify_job(api.store, job_id, trusted_keys=[other.public_key_b64]).to_dict()
+        )
+        both = c.get(url, params={"trusted_key": [other.public_key_b64, ours.key_id]})
+        assert both.json()["ok"] is True
+        bad = c.get(url, params={"trusted_key": "not-a-key"})
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "config_error"
 
 
 def test_verify_endpoint_reports_a_failed_check_with_200(api: Api) -> None:

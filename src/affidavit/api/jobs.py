@@ -36,7 +36,7 @@ from affidavit.runtime.submit import submit_job
 from affidavit.runtime.trace import job_trace
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.verify import verify_job
-from affidavit.verify.verification import seal_document
+from affidavit.verify.verification import check_trusted_keys, seal_document
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 409, 422, 429, 503)
@@ -139,12 +139,27 @@ def trace(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
 
 
 @router.get("/{job_id}/verify", response_model=Verification)
-def verify(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+def verify(
+    job_id: str,
+    svc: ServiceDep,
+    caller: Observer,
+    trusted_key: Annotated[
+        list[str] | None,
+        Query(
+            description="Pin the keys the seal may be signed with (repeatable): a raw Ed25519 "
+            "public key in base64, as `affidavit keys show` prints it, or the key id of a key "
+            "recorded in the database. Without it, any key recorded in the database is "
+            "accepted.",
+        ),
+    ] = None,
+) -> dict[str, Any]:
     """Verification Mode (read-only, any status): execution hash, event chain root, ledger
     proof, replay proof, stored chain, seal. 200 whatever the verdict (see `ok`); 404 for an
-    unknown job or one of another namespace."""
+    unknown job or one of another namespace; 422 for a `trusted_key` that is no key."""
+    if trusted_key:
+        check_trusted_keys(svc.store, trusted_key)  # a bad key is an error, job or not
     check_visible(svc.store, caller, job_id)
-    return verify_job(svc.store, job_id).to_dict()
+    return verify_job(svc.store, job_id, trusted_keys=trusted_key or None).to_dict()
 
 
 @router.get("/{job_id}/seal", response_model=JobSeal)
