@@ -158,3 +158,18 @@ def test_a_crash_looping_job_failed_by_a_person_closes_its_open_invocation(
     finally:
         store.close()
     assert calls(tmp_path) == 1
+
+
+def test_a_step_that_exits_says_so(store_url: str, tmp_path: Path) -> None:
+    """``sys.exit`` inside a step ends the run as a crash would (the job is recovered later);
+    the worker says which step did it instead of ending silently with the tool's exit code."""
+    tools = tmp_path / "exit_tools.py"
+    tools.write_text(
+        "import sys\nfrom affidavit import pure\n\n"
+        "@pure('quits')\ndef quits(ctx):\n    sys.exit(3)\n"
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"id": "q", "type": "pure", "tool": "quits"}]}))
+    ran = cli("run", str(plan), "--tools", str(tools), "--db", store_url, "--lease-seconds", "1")
+    assert ran.returncode == 3
+    assert "step 'q' raised SystemExit(3), which ends the run as a crash would" in ran.stderr

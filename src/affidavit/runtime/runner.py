@@ -45,6 +45,7 @@ from affidavit.runtime.run_base import (
     check_result,
     elapsed_ms,
     error_dict,
+    log,
 )
 from affidavit.runtime.sdk import (
     CompensatableError,
@@ -246,11 +247,24 @@ class _Run(RecoveryMixin):
     def _run_node(self, node_id: str) -> Any:
         """Run one node whose dependencies completed; its output."""
         node = self.plan.node(node_id)
-        if node.type == "tool":
-            return self._tool_step(node)
-        if node.type == "pure":
-            return self._pure_step(node)
-        return self._wait_step(node)
+        try:
+            if node.type == "tool":
+                return self._tool_step(node)
+            if node.type == "pure":
+                return self._pure_step(node)
+            return self._wait_step(node)
+        except (Exception, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # SystemExit from a tool, say: the run ends as a crash
+            log.error(
+                "job %s: step %r raised %s, which ends the run as a crash would: the job is "
+                "recovered when its lease expires (and parked as crash_loop if it keeps "
+                "happening); a tool should raise an Exception instead",
+                self.claim.job_id,
+                node_id,
+                ascii(exc) if str(exc) else type(exc).__name__,
+            )
+            raise
 
     def _execute_concurrently(self, completed: set[str]) -> None:
         """Run independent nodes at the same time, up to ``step_concurrency`` at once.
