@@ -64,6 +64,7 @@ class LogSql:
     after: str  # EVENT_COLUMNS after a version, in version order; (job_id, after_version)
     rows: str  # (version, event_id, type, payload, chain_hash) of the whole log; (job_id,)
     events: str  # (job_id, version, event_id, type, payload, chain_hash) likewise; (job_id,)
+    position: str = "version"  # the events column a log is read in order of
 
 
 JOB_ROW = (

@@ -337,6 +337,21 @@ class Snapshot(Protocol):
         reading no other column of their rows."""
         ...
 
+    def iter_orphans(
+        self, job_id: str | None = None, *, batch: int = ...
+    ) -> Iterator[tuple[str, str]]:
+        """``(job_id, what)`` for every job id with ``events``, ``ledger rows`` or a ``seal``
+        but no job row (only ``job_id``'s when given), ordered by job id, each pair once."""
+        ...
+
+    def iter_orphan_event_rows(
+        self, job_id: str | None = None, *, batch: int = ...
+    ) -> Iterator[tuple[str, int, str, str, bytes, str]]:
+        """``(job_id, version, event_id, type, payload bytes, chain_hash)`` of the events of
+        job ids without a job row (only ``job_id``'s when given), in the order of
+        :meth:`iter_orphans`, each log in log order."""
+        ...
+
     def iter_events(self, job_id: str, *, batch: int = ...) -> Iterator[StoredEvent]:
         """The job's whole log in version order, streamed ``batch`` rows at a time (memory
         does not grow with the log). ``recorded_at`` is not read."""
