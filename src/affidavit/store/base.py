@@ -79,9 +79,17 @@ class StoredEvent:
         }
 
 
+UNREADABLE_HINT = (
+    "the stored {column} is not JSON: the job row was changed outside affidavit; "
+    "`affidavit verify {job_id}` checks the job's record"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """A job row. ``version`` and ``head_hash`` are the head of its event chain."""
+    """A job row. ``version`` and ``head_hash`` are the head of its event chain.
+    ``unreadable`` names the columns among ``output`` and ``error`` whose stored text is not
+    JSON (a row changed outside the store): each is read as ``None``."""
 
     job_id: str
     namespace: str
@@ -98,6 +106,7 @@ class JobRecord:
     lease_expires_at: float | None = None
     output: Any = None
     error: Any = None
+    unreadable: tuple[str, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -120,6 +129,19 @@ class JobRecord:
             "lease_expires_at": self.lease_expires_at,
             "output": self.output,
             "error": self.error,
+            **self.unreadable_doc(),
+        }
+
+    def unreadable_doc(self) -> dict[str, Any]:
+        """``{"unreadable": {column: why}}`` for the columns in :attr:`unreadable`; ``{}`` for
+        a sound row (whose documents are unchanged)."""
+        if not self.unreadable:
+            return {}
+        return {
+            "unreadable": {
+                column: UNREADABLE_HINT.format(column=column, job_id=self.job_id)
+                for column in self.unreadable
+            }
         }
 
 
