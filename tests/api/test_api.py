@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import WAITING_PLAN, Api
+from tests.verify.helpers import RawDb
 
 CALLERS = ("none", "not_bearer", "bad", "revoked", "observer_a", "agent_a", "agent_b", "admin")
 
@@ -226,3 +227,33 @@ def test_job_submitted_over_http_is_run_by_a_worker_process(api: Api, tmp_path: 
         done = c.get(f"/api/jobs/{job_id}").json()
     assert done["status"] == "completed"
     assert done["output"] == {"t": {"thought": {"a": {"did": "a", "args": {"x": 3}}, "ok": "yes"}}}
+
+
+def test_a_job_row_edited_into_output_that_is_not_json_is_served(api: Api) -> None:
+    """The job is served (200) with the edited field reported unreadable, not a 500; a sound
+    job carries no `unreadable` field."""
+    job_id = api.waiting_job("a")
+    with api.client("observer_a") as c:
+        sound = c.get(f"/api/jobs/{job_id}").json()
+        assert "unreadable" not in sound
+        assert all("unreadable" not in j for j in c.get("/api/jobs").json()["jobs"])
+        RawDb(api.store.url).execute(
+            "UPDATE jobs SET output = 'x', error = '{' WHERE job_id = ?", (job_id,)
+        )
+        got = c.get(f"/api/jobs/{job_id}")
+        assert got.status_code == 200, got.text
+        doc = got.json()
+        assert doc["output"] is None and doc["error"] is None
+        assert set(doc["unreadable"]) == {"output", "error"}
+        assert "affidavit verify" in doc["unreadable"]["output"]
+        listed = c.get("/api/jobs")
+        assert listed.status_code == 200, listed.text
+        (entry,) = [j for j in listed.json()["jobs"] if j["job_id"] == job_id]
+        assert entry["unreadable"] == doc["unreadable"]
+        trace = c.get(f"/api/jobs/{job_id}/trace")
+        assert trace.status_code == 200, trace.text
+        assert trace.json()["job"]["unreadable"] == doc["unreadable"]
+        assert c.get(f"/api/jobs/{job_id}/verify").json()["ok"] is False
+    RawDb(api.store.url).execute(
+        "UPDATE jobs SET output = NULL, error = NULL WHERE job_id = ?", (job_id,)
+    )

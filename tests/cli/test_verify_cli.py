@@ -235,3 +235,51 @@ def test_events_of_an_edited_log_are_an_error_or_shown_not_a_crash(
         assert (table.returncode, table.stderr) == (0, ""), table.stderr
         assert "not" in table.stdout
         assert cli("verify", job_id, "--db", store_url, "--json").returncode == 1
+
+
+def test_a_job_row_edited_into_output_that_is_not_json_is_shown(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Every command that reads the job shows it, with the edited field reported unreadable
+    and a pointer to `affidavit verify`; never a traceback. A sound job is shown as before."""
+    job_id = finished_job(store_url, tmp_path)
+    sound = json_of(cli("jobs", "show", job_id, "--db", store_url, "--json"))
+    assert "unreadable" not in sound
+    RawDb(store_url).execute("UPDATE jobs SET output = 'x' WHERE job_id = ?", (job_id,))
+
+    shown = cli("jobs", "show", job_id, "--db", store_url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json_of(shown)
+    assert doc["output"] is None and "affidavit verify" in doc["unreadable"]["output"]
+    assert {k: v for k, v in doc.items() if k not in ("output", "unreadable")} == {
+        k: v for k, v in sound.items() if k != "output"
+    }
+    human = cli("jobs", "show", job_id, "--db", store_url)
+    assert (human.returncode, human.stderr) == (0, "")
+    assert "unreadable" in human.stdout and "not JSON" in human.stdout
+
+    listed = cli("jobs", "list", "--db", store_url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json_of(listed)[0]["unreadable"] == doc["unreadable"]
+    assert cli("jobs", "list", "--db", store_url).returncode == 0
+
+    waited = cli("jobs", "wait", job_id, "--db", store_url, "--json")
+    assert waited.returncode == 0, waited.stderr
+    assert json_of(waited) == {
+        "job_id": job_id,
+        "status": "completed",
+        "output": None,
+        "error": None,
+        "unreadable": doc["unreadable"],
+    }
+    waited_human = cli("jobs", "wait", job_id, "--db", store_url)
+    assert waited_human.returncode == 0 and "Traceback" not in waited_human.stderr
+    assert "output: unreadable" in waited_human.stderr
+    assert f"affidavit verify {job_id}" in waited_human.stderr
+
+    traced = cli("jobs", "trace", job_id, "--db", store_url, "--json")
+    assert traced.returncode == 0, traced.stderr
+    assert json_of(traced)["job"]["unreadable"] == doc["unreadable"]
+    for command in (("jobs", "events", job_id), ("jobs", "trace", job_id)):
+        assert cli(*command, "--db", store_url).returncode == 0
+    assert cli("verify", job_id, "--db", store_url).returncode == 1

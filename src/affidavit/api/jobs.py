@@ -49,7 +49,7 @@ StatusQuery = Annotated[
 ]
 
 
-@router.post("", status_code=201, response_model=Job)
+@router.post("", status_code=201, response_model=Job, response_model_exclude_unset=True)
 def submit(
     body: SubmitJob,
     svc: ServiceDep,
@@ -85,7 +85,7 @@ def submit(
     return job.to_dict()
 
 
-@router.get("", response_model=JobList)
+@router.get("", response_model=JobList, response_model_exclude_unset=True)
 def list_jobs(
     svc: ServiceDep,
     caller: Observer,
@@ -108,7 +108,7 @@ def list_jobs(
     return {"jobs": [j.to_dict() for j in jobs], "limit": limit, "offset": offset}
 
 
-@router.get("/{job_id}", response_model=Job)
+@router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)
 def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     return visible_job(svc.store, caller, job_id).to_dict()
 
@@ -131,7 +131,7 @@ def events(
     }
 
 
-@router.get("/{job_id}/trace", response_model=Trace)
+@router.get("/{job_id}/trace", response_model=Trace, response_model_exclude_unset=True)
 def trace(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     """Each node with its state, outcome, attempts and timings; the waits and the park."""
     visible_job(svc.store, caller, job_id)
@@ -189,7 +189,7 @@ def pack(job_id: str, svc: ServiceDep, caller: Observer) -> Response:
     )
 
 
-@router.post("/{job_id}/signal", response_model=SignalResult)
+@router.post("/{job_id}/signal", response_model=SignalResult, response_model_exclude_unset=True)
 def signal(job_id: str, body: Signal, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
     """Complete a wait or approval node; repeating a key appends nothing (`appended: false`);
     a key that matches no wait of the job is refused (409)."""
@@ -198,7 +198,7 @@ def signal(job_id: str, body: Signal, svc: ServiceDep, caller: AgentRole) -> dic
     return {**job.to_dict(), "appended": appended}
 
 
-@router.post("/{job_id}/resume", response_model=Job)
+@router.post("/{job_id}/resume", response_model=Job, response_model_exclude_unset=True)
 def resume(job_id: str, body: Resume, svc: ServiceDep, caller: Admin) -> dict[str, Any]:
     """Resolve a parked job (admin): retry / accept_result / fail an in-flight invocation;
     continue / fail after a confirmation mismatch."""
@@ -208,7 +208,7 @@ def resume(job_id: str, body: Resume, svc: ServiceDep, caller: Admin) -> dict[st
     ).to_dict()
 
 
-@router.post("/{job_id}/cancel", response_model=Job)
+@router.post("/{job_id}/cancel", response_model=Job, response_model_exclude_unset=True)
 def cancel(
     job_id: str, svc: ServiceDep, caller: Admin, body: Cancel | None = None
 ) -> dict[str, Any]:

@@ -53,6 +53,11 @@ class Job(BaseModel):
     lease_expires_at: float | None
     output: Any = None
     error: Any = None
+    unreadable: dict[str, str] | None = Field(
+        default=None,
+        description="Only when the stored output or error is not JSON (the job row was changed "
+        "outside affidavit): each such field, read as null, with why. Absent for a sound job.",
+    )
 
 
 class SignalResult(Job):

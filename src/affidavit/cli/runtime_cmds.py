@@ -222,7 +222,15 @@ def open_runtime(
 
 
 def job_doc(job: JobRecord) -> dict[str, Any]:
-    return {"job_id": job.job_id, "status": job.status, "output": job.output, "error": job.error}
+    """``{"job_id","status","output","error"}``, and ``unreadable`` when the stored output or
+    error is not JSON (see :meth:`JobRecord.unreadable_doc`)."""
+    return {
+        "job_id": job.job_id,
+        "status": job.status,
+        "output": job.output,
+        "error": job.error,
+        **job.unreadable_doc(),
+    }
 
 
 def exit_for(status: str) -> int:
@@ -249,6 +257,8 @@ def show_job(job: JobRecord) -> None:
         output.err.print(f"error: {error['message']}{kind}", markup=False)
     elif error is not None:
         output.err.print(f"error: {error}", markup=False)
+    for column, why in job.unreadable_doc().get("unreadable", {}).items():
+        output.err.print(f"{column}: unreadable — {why}", markup=False)
 
 
 def run(

@@ -13,11 +13,13 @@ from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
-from affidavit.core.errors import ConfigError
+from affidavit.core.collector import collector_paused
+from affidavit.core.errors import ConfigError, JobNotFound, StoreError
 from affidavit.runtime.sealing import KEY_ENV, Sealer, SigningKey
 from affidavit.store import JOB_STATUSES, JobFilter, Store
-from affidavit.verify import VerificationResult, verify_job
-from affidavit.verify.verification import check_trusted_keys
+from affidavit.store.sqlite import is_text_decode_error
+from affidavit.verify import VerificationResult, verify_job, verify_orphans
+from affidavit.verify.verification import check_trusted_keys, orphan_results
 
 keys_app = typer.Typer(help="The key that signs job seals.", no_args_is_help=True)
 
@@ -46,7 +48,9 @@ def verify(
         typer.Option(
             "--all",
             help="Verify every job in the database, newest first (narrowed by --status and "
-            "--namespace); exit 1 if any job fails a check.",
+            "--namespace); without a filter, also report every job id whose events, ledger "
+            "rows or seal remain without a job row (each fails); exit 1 if any job fails a "
+            "check.",
         ),
     ] = False,
     status: Annotated[
@@ -75,7 +79,8 @@ def verify(
 ) -> None:
     """Verify a job (any status) without changing anything: execution hash, event chain root,
     tool-invocation ledger proof, replay proof, stored chain and seal. With --all, every job
-    that matches the filters when the command starts.
+    that matches the filters when the command starts. A job id whose job row is gone but whose
+    events, ledger rows or seal remain is reported as failing (no job row), not as unknown.
 
     Exit codes: 0 every check holds (with --all: for every job, also when there is none);
     1 some check failed; 2 no such job; 3 usage or store error.
@@ -87,7 +92,7 @@ def verify(
                 filters = JobFilter(status=status or None, namespace=namespace)
                 results = verify_all(store, filters, trusted_key or None, show_progress=not as_json)
             else:
-                result = verify_job(store, job_id, trusted_keys=trusted_key or None)
+                result = _verify_one(store, job_id, trusted_key or None)
     if job_id is None:
         failed = [r for r in results if not r.ok]
         if as_json:
@@ -97,6 +102,7 @@ def verify(
                     "verified": len(results) - len(failed),
                     "failed": len(failed),
                     "failed_jobs": [r.job_id for r in failed],
+                    "orphans": [r.job_id for r in results if r.orphan],
                     "results": [r.to_dict() for r in results],
                 }
             )
@@ -111,6 +117,22 @@ def verify(
         render(result)
     if not result.ok:
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def _verify_one(store: Store, job_id: str, trusted_keys: list[str] | None) -> VerificationResult:
+    """``verify_job``; for a job id without a job row, its records left behind (failing), if
+    the database holds any.
+
+    Raises:
+        JobNotFound: nothing in the database names ``job_id``.
+    """
+    try:
+        return verify_job(store, job_id, trusted_keys=trusted_keys)
+    except JobNotFound:
+        orphans = verify_orphans(store, job_id=job_id, trusted_keys=trusted_keys)
+        if not orphans:
+            raise
+        return orphans[0]
 
 
 def _check_selection(
@@ -141,19 +163,19 @@ def verify_all(
     show_progress: bool,
 ) -> list[VerificationResult]:
     """Verify every job that matches ``filters`` (its limit and offset are ignored) when the
-    call starts, newest first; a progress bar on stderr while it runs."""
+    call starts, newest first; a progress bar on stderr while it runs. Without a filter (no
+    status, namespace or plan name), then every job id that has events, ledger rows or a seal
+    but no job row (see :func:`~affidavit.verify.verify_orphans`), read in the same snapshot
+    as the job ids: each fails. A filter selects jobs by their row, which those have not."""
     if trusted_keys:
         check_trusted_keys(store, trusted_keys)  # a bad key is an error even with no job
-    # only the ids are read: a job row edited outside the store is listed (and fails its checks)
-    job_ids: dict[str, None] = {}  # listing order
-    offset = 0
-    with store.snapshot() as snap:
-        while True:
-            page = snap.list_job_ids(replace(filters, limit=_PAGE, offset=offset))
-            job_ids.update((job_id, None) for job_id in page)
-            if len(page) < _PAGE:
-                break
-            offset += _PAGE
+    try:
+        job_ids, orphans = _listing(store, filters, trusted_keys, lenient_text=False)
+    except StoreError as exc:
+        if not is_text_decode_error(exc):
+            raise
+        # SQLite text that is not UTF-8 among the orphans' records: read again, as verify_job
+        job_ids, orphans = _listing(store, filters, trusted_keys, lenient_text=True)
     results: list[VerificationResult] = []
     with Progress(
         TextColumn("verifying"),
@@ -169,7 +191,27 @@ def verify_all(
         for job_id in job_ids:
             results.append(verify_job(store, job_id, trusted_keys=trusted_keys))
             bar.advance(task)
-    return results
+    return results + orphans
+
+
+def _listing(
+    store: Store, filters: JobFilter, trusted_keys: list[str] | None, *, lenient_text: bool
+) -> tuple[dict[str, None], list[VerificationResult]]:
+    """The ids of the jobs ``filters`` select, in listing order, and — without a filter — the
+    verified orphans, all read in one snapshot."""
+    # only the ids are read: a job row edited outside the store is listed (and fails its checks)
+    job_ids: dict[str, None] = {}  # listing order
+    offset = 0
+    unfiltered = not filters.status and filters.namespace is None and filters.plan_name is None
+    with collector_paused(), store.snapshot(lenient_text=lenient_text) as snap:
+        while True:
+            page = snap.list_job_ids(replace(filters, limit=_PAGE, offset=offset))
+            job_ids.update((job_id, None) for job_id in page)
+            if len(page) < _PAGE:
+                break
+            offset += _PAGE
+        orphans = orphan_results(snap, trusted_keys=trusted_keys) if unfiltered else []
+    return job_ids, orphans
 
 
 def render_all(results: list[VerificationResult], failed: list[VerificationResult]) -> None:
@@ -187,7 +229,7 @@ def render_all(results: list[VerificationResult], failed: list[VerificationResul
             # (ids, statuses and details come from the database: never read as markup)
             table.add_row(
                 escape(result.job_id),
-                escape(str(result.status)),
+                _status_text(result),
                 bad[0].name,
                 escape(bad[0].detail),
             )
@@ -201,9 +243,14 @@ def render_all(results: list[VerificationResult], failed: list[VerificationResul
         output.out.print(f"[green]verified[/]: every check holds for all {len(results)} jobs")
 
 
+def _status_text(result: VerificationResult) -> str:
+    """The job's status for a table (escaped: it comes from the database)."""
+    return "no job row" if result.orphan else escape(str(result.status))
+
+
 def render(result: VerificationResult) -> None:
     # (ids, statuses and details come from the database: never read as markup)
-    title = f"job {escape(result.job_id)} ({escape(str(result.status))})"
+    title = f"job {escape(result.job_id)} ({_status_text(result)})"
     table = Table(title=title, title_justify="left")
     table.add_column("check", no_wrap=True)
     table.add_column("", no_wrap=True)

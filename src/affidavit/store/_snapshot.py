@@ -34,6 +34,10 @@ JOB_ROW_COLUMNS = (
     "submitted_by",
     "idempotency_key",
 )
+# Records of jobs that have no job row (see SqlSnapshot.iter_orphans): one anti-join per table
+# that names a job, each id once per table; `{only}` narrows them to one job id.
+_NO_JOB_ROW = "NOT EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = {t}.job_id){only}"
+ORPHAN_TABLES = (("events", "events"), ("tool_invocations", "ledger rows"), ("seals", "seal"))
 # see SqlSnapshot.iter_ledger_columns
 LedgerColumns = tuple[str, str, str, str, str, str, str, str]
 
@@ -75,6 +79,44 @@ class SqlSnapshot(ABC):
         where, params = jobs_where(filters)
         rows = self.query(f"SELECT j.job_id FROM jobs j{where} {JOBS_ORDER}", params)
         return [row[0] for row in rows]
+
+    def iter_orphans(
+        self, job_id: str | None = None, *, batch: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, str]]:
+        """``(job_id, what)`` for every job id that names events (``what`` is ``events``),
+        ledger rows (``ledger rows``) or a seal (``seal``) but has no job row — records left
+        behind when a job row was deleted outside the store — ordered by job id, each pair
+        once; only ``job_id``'s when given. One anti-join per table, streamed."""
+        if job_id is not None and unmatchable(job_id):
+            return iter(())
+        only = " AND t.job_id = ?" if job_id is not None else ""
+        parts = []
+        for table, what in ORPHAN_TABLES:
+            where = _NO_JOB_ROW.format(t="t", only=only)
+            parts.append(f"SELECT DISTINCT t.job_id, '{what}' FROM {table} t WHERE {where}")
+        sql = " UNION ALL ".join(parts) + " ORDER BY 1, 2"
+        params = (job_id,) * len(parts) if job_id is not None else ()
+        return cast("Iterator[tuple[str, str]]", self.stream(sql, params, batch))
+
+    def iter_orphan_event_rows(
+        self, job_id: str | None = None, *, batch: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, int, str, str, bytes, str]]:
+        """``(job_id, version, event_id, type, payload bytes, chain_hash)`` of every event
+        whose job has no job row (only ``job_id``'s when given), ordered by job id (as
+        :meth:`iter_orphans`), each log in the order a job's log is read. Without the job row,
+        SQLite cannot find a log by its range: this reads the whole events table once."""
+        if job_id is not None and unmatchable(job_id):
+            return iter(())
+        only = " AND e.job_id = ?" if job_id is not None else ""
+        sql = (
+            "SELECT e.job_id, e.version, e.event_id, e.type, e.payload, e.chain_hash "
+            f"FROM events e WHERE {_NO_JOB_ROW.format(t='e', only=only)} "
+            f"ORDER BY e.job_id, e.{self.log_sql.position}"
+        )
+        params = (job_id,) if job_id is not None else ()
+        return cast(
+            "Iterator[tuple[str, int, str, str, bytes, str]]", self.stream(sql, params, batch)
+        )
 
     def iter_events(self, job_id: str, *, batch: int = DEFAULT_BATCH) -> Iterator[StoredEvent]:
         for row in self.stream(self.log_sql.events, (job_id,), batch):

@@ -64,6 +64,7 @@ class LogSql:
     after: str  # EVENT_COLUMNS after a version, in version order; (job_id, after_version)
     rows: str  # (version, event_id, type, payload, chain_hash) of the whole log; (job_id,)
     events: str  # (job_id, version, event_id, type, payload, chain_hash) likewise; (job_id,)
+    position: str = "version"  # the events column a log is read in order of
 
 
 JOB_ROW = (
@@ -148,11 +149,43 @@ def _json_or_none(raw: Any) -> Any:
         return None
     if isinstance(raw, bytes | bytearray | memoryview):
         raw = bytes(raw).decode("utf-8")
-    return json.loads(raw)
+    return json.loads(raw, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and ±Infinity: Python's parser takes them, JSON (and the store) has none."""
+    raise ValueError(f"{name} is not JSON")
+
+
+_UNREAD = object()  # a column that holds something the store never writes
+# an escaped UTF-16 surrogate: the store's JCS text never holds one (it writes characters as
+# they are), and a lone one is no Unicode text (no encoder takes it)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _read_json(raw: Any) -> Any:
+    """The stored JSON text of a job's output or error, parsed; :data:`_UNREAD` for a value
+    that is not JSON (the row was changed outside the store), so that the job is still read."""
+    try:
+        value = _json_or_none(raw)
+        if type(raw) is str and _SURROGATE_ESCAPE.search(raw):
+            json.dumps(value, ensure_ascii=False).encode()  # a lone surrogate fails here
+        return value
+    except (ValueError, TypeError, RecursionError):
+        return _UNREAD  # not UTF-8, not JSON, not text, nested too deeply, not Unicode
 
 
 def job_from_row(row: Sequence[Any]) -> JobRecord:
-    """A row of :attr:`LogSql.job_select`."""
+    """A row of :attr:`LogSql.job_select`. An output or error that is not JSON is read as
+    ``None`` and named in ``unreadable``."""
+    output, error = _read_json(row[11]), _read_json(row[12])
+    unreadable: tuple[str, ...] = ()
+    if output is _UNREAD or error is _UNREAD:
+        unreadable = tuple(
+            name for name, value in (("output", output), ("error", error)) if value is _UNREAD
+        )
+        output = None if output is _UNREAD else output
+        error = None if error is _UNREAD else error
     return JobRecord(
         job_id=row[0],
         namespace=row[1],
@@ -165,10 +198,11 @@ def job_from_row(row: Sequence[Any]) -> JobRecord:
         attempt_id=row[8],
         lease_owner=row[9],
         lease_expires_at=row[10],
-        output=_json_or_none(row[11]),
-        error=_json_or_none(row[12]),
+        output=output,
+        error=error,
         version=int(row[13]),
         head_hash=row[14],
+        unreadable=unreadable,
     )
 
 
@@ -452,6 +486,13 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
             output=current.output if output is None else output,
             error=current.error if error is None else error,
             updated_at=now,
+            unreadable=tuple(
+                name
+                for name, written in (("output", output), ("error", error))
+                if name in current.unreadable and written is None
+            )
+            if current.unreadable
+            else (),
         )
 
     def set_lease(

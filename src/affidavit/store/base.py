@@ -79,9 +79,17 @@ class StoredEvent:
         }
 
 
+UNREADABLE_HINT = (
+    "the stored {column} is not JSON: the job row was changed outside affidavit; "
+    "`affidavit verify {job_id}` checks the job's record"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """A job row. ``version`` and ``head_hash`` are the head of its event chain."""
+    """A job row. ``version`` and ``head_hash`` are the head of its event chain.
+    ``unreadable`` names the columns among ``output`` and ``error`` whose stored text is not
+    JSON (a row changed outside the store): each is read as ``None``."""
 
     job_id: str
     namespace: str
@@ -98,6 +106,7 @@ class JobRecord:
     lease_expires_at: float | None = None
     output: Any = None
     error: Any = None
+    unreadable: tuple[str, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -120,6 +129,19 @@ class JobRecord:
             "lease_expires_at": self.lease_expires_at,
             "output": self.output,
             "error": self.error,
+            **self.unreadable_doc(),
+        }
+
+    def unreadable_doc(self) -> dict[str, Any]:
+        """``{"unreadable": {column: why}}`` for the columns in :attr:`unreadable`; ``{}`` for
+        a sound row (whose documents are unchanged)."""
+        if not self.unreadable:
+            return {}
+        return {
+            "unreadable": {
+                column: UNREADABLE_HINT.format(column=column, job_id=self.job_id)
+                for column in self.unreadable
+            }
         }
 
 
@@ -335,6 +357,21 @@ class Snapshot(Protocol):
     def list_job_ids(self, filters: JobFilter) -> list[str]:
         """The ids of the jobs :meth:`Store.list_jobs` lists for ``filters``, in its order,
         reading no other column of their rows."""
+        ...
+
+    def iter_orphans(
+        self, job_id: str | None = None, *, batch: int = ...
+    ) -> Iterator[tuple[str, str]]:
+        """``(job_id, what)`` for every job id with ``events``, ``ledger rows`` or a ``seal``
+        but no job row (only ``job_id``'s when given), ordered by job id, each pair once."""
+        ...
+
+    def iter_orphan_event_rows(
+        self, job_id: str | None = None, *, batch: int = ...
+    ) -> Iterator[tuple[str, int, str, str, bytes, str]]:
+        """``(job_id, version, event_id, type, payload bytes, chain_hash)`` of the events of
+        job ids without a job row (only ``job_id``'s when given), in the order of
+        :meth:`iter_orphans`, each log in log order."""
         ...
 
     def iter_events(self, job_id: str, *, batch: int = ...) -> Iterator[StoredEvent]:

@@ -72,6 +72,7 @@ BY_RANGE = LogSql(
     ),
     rows=f"SELECT version, event_id, type, payload, chain_hash FROM events WHERE {_LOG}",
     events=f"SELECT job_id, version, event_id, type, payload, chain_hash FROM events WHERE {_LOG}",
+    position="seq",
 )
 # the append guard: (the job's attempt id, its number, whether the row before the first new one
 # is in its log)

@@ -10,7 +10,7 @@ from affidavit.verify.result import (
     StoredChainCheck,
     VerificationResult,
 )
-from affidavit.verify.verification import verify_events, verify_job
+from affidavit.verify.verification import verify_events, verify_job, verify_orphans
 
 __all__ = [
     "Check",
@@ -21,4 +21,5 @@ __all__ = [
     "VerificationResult",
     "verify_events",
     "verify_job",
+    "verify_orphans",
 ]

@@ -98,6 +98,8 @@ class VerificationResult:
     seal: SealCheck
     status: str | None = None  # the job's status as stored (or as the log says, offline)
     notes: tuple[str, ...] = field(default=())
+    # records of a job that has no job row (see verify_orphans): no status, and never ok
+    orphan: bool = False
 
     @property
     def ok(self) -> bool:

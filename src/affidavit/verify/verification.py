@@ -18,6 +18,8 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_text, unsafe_integers_as_doubles
@@ -30,7 +32,7 @@ from affidavit.core.errors import (
     VerificationError,
 )
 from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, check_signature, unb64
-from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
+from affidavit.store import TERMINAL_STATUSES, Snapshot, Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 from affidavit.store._snapshot import LedgerColumns
 from affidavit.store.sqlite import is_text_decode_error
@@ -130,6 +132,89 @@ def _verify_job(
         seal_problem=seal_problem,
         job_row=job,
     )
+
+
+def verify_orphans(
+    store: Store, *, job_id: str | None = None, trusted_keys: Iterable[KeyLike] | None = None
+) -> list[VerificationResult]:
+    """Every job id that has events, ledger rows or a seal but no job row — records left
+    behind when a job row was deleted outside the store, which :func:`verify_job` cannot find
+    — ordered by job id; only ``job_id`` when given (``[]`` when it has a job row, or no
+    record at all). Read-only, in one snapshot.
+
+    Each result is ``orphan``, has no ``status`` and fails: its replay proof names the missing
+    row (invariant ``status``, e.g. ``the job has no job row: the database holds its events,
+    ledger rows and a seal``). The records left are checked as :func:`verify_job` checks a
+    job's (its log recomputed, its ledger rows against the log, its seal against the log's
+    length and root; a seal is required when the log ends in a terminal event), so the
+    result also says what was deleted.
+
+    Raises:
+        ConfigError: a trusted key is malformed or names no recorded key.
+        StoreError: the database cannot be read.
+    """
+    try:
+        with collector_paused(), store.snapshot() as snap:
+            return orphan_results(snap, job_id=job_id, trusted_keys=trusted_keys)
+    except StoreError as exc:
+        if not is_text_decode_error(exc):
+            raise
+    # SQLite text that is not UTF-8: read again, as verify_job does
+    with collector_paused(), store.snapshot(lenient_text=True) as snap:
+        return orphan_results(snap, job_id=job_id, trusted_keys=trusted_keys)
+
+
+def orphan_results(
+    snap: Snapshot, *, job_id: str | None = None, trusted_keys: Iterable[KeyLike] | None = None
+) -> list[VerificationResult]:
+    """:func:`verify_orphans` inside an open snapshot (as ``affidavit verify --all`` reads the
+    job ids and the orphans at one moment). The logs are streamed in one pass, one job after
+    another; each orphan's ledger rows and seal are read as its log ends."""
+    found: dict[str, list[str]] = {}
+    for orphan_id, what in snap.iter_orphans(job_id):
+        found.setdefault(orphan_id, []).append(what)
+    if not found:
+        return []
+    recorded = snap.keys_list()
+    keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
+    results: dict[str, VerificationResult] = {}
+    for orphan_id, rows in groupby(snap.iter_orphan_event_rows(job_id), key=itemgetter(0)):
+        fold = _orphan_fold(orphan_id, found.get(orphan_id, ["events"]))
+        fold.feed_all(row[1:] for row in rows)
+        results[orphan_id] = _orphan_result(snap, orphan_id, fold, keys)
+    for orphan_id, held in found.items():
+        if orphan_id not in results:  # no event left
+            fold = _orphan_fold(orphan_id, held)
+            results[orphan_id] = _orphan_result(snap, orphan_id, fold, keys)
+    return [results[orphan_id] for orphan_id in found]
+
+
+def _orphan_fold(job_id: str, held: list[str]) -> LogFold:
+    """A fold whose first violation is the missing job row: what the result reports first.
+    (An id read leniently from SQLite text that is not UTF-8 is reported escaped.)"""
+    fold = LogFold(_text(job_id))
+    parts = [f"its {what}" if what != "seal" else "a seal" for what in held]
+    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    fold.violate("status", None, f"the job has no job row: the database holds {listed}")
+    return fold
+
+
+def _orphan_result(
+    snap: Snapshot, job_id: str, fold: LogFold, keys: dict[str, PublicKey]
+) -> VerificationResult:
+    fold.finish()
+    row_errors: list[str] = []
+    seal, seal_problem = None, ""
+    if fold.job_id == job_id:  # (an id that is not text cannot be looked up again)
+        row_errors = _ledger_column_disagreements(fold, snap.iter_ledger_columns(job_id))
+        try:
+            seal = snap.seal_get(job_id)
+        except ValueError as exc:  # a seal row edited outside the store
+            seal_problem = str(exc)
+    result = _assemble(
+        fold, status=None, row_errors=row_errors, seal=seal, keys=keys, seal_problem=seal_problem
+    )
+    return replace(result, status=None, orphan=True)
 
 
 def seal_document(store: Store, job_id: str) -> dict[str, Any]:
