@@ -232,8 +232,8 @@ class Runtime:
         note: str | None = None,
     ) -> JobRecord:
         """Resolve a parked job: ``retry`` / ``accept_result`` / ``fail`` for an in-flight
-        invocation, ``continue`` / ``fail`` after a confirmation mismatch. See
-        :func:`~affidavit.runtime.decisions.resume_job`."""
+        invocation, ``continue`` / ``fail`` after a confirmation mismatch, ``retry`` / ``fail``
+        for a crash loop. See :func:`~affidavit.runtime.decisions.resume_job`."""
         self._check_open()
         return resume_job(
             self.store, job_id, decision, result=result, by=by, note=note, sealer=self.sealer
