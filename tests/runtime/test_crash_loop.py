@@ -173,3 +173,48 @@ def test_a_step_that_exits_says_so(store_url: str, tmp_path: Path) -> None:
     ran = cli("run", str(plan), "--tools", str(tools), "--db", store_url, "--lease-seconds", "1")
     assert ran.returncode == 3
     assert "step 'q' raised SystemExit(3), which ends the run as a crash would" in ran.stderr
+
+
+LITE_TOOLS = """
+from affidavit import tool
+
+@tool("prepare")
+def prepare(ctx):
+    return {"ok": True}
+"""
+
+
+def test_a_worker_without_the_tools_does_not_reset_the_count(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A worker that lacks a tool the job needs hands a recovered job back untouched: the next
+    worker that can run it still recovers it, and counts on, so that a fleet of mixed workers
+    (one started for other jobs, which claims this one once) does not hide a crash loop."""
+    tools = tmp_path / "poison_tools.py"
+    tools.write_text(TOOLS)
+    lite = tmp_path / "lite_tools.py"
+    lite.write_text(LITE_TOOLS)
+    db = ("--db", store_url)
+    job_id = cli("submit", str(plan_file(tmp_path, "pure")), "--tools", str(tools), *db)
+    job_id = job_id.stdout.strip()
+    work = ("worker", "--until-idle", "--lease-seconds", "0.5", "--max-recoveries", str(LIMIT))
+    store = open_store(store_url)
+    try:
+        for run in range(LIMIT + 1):  # the first run and LIMIT recoveries: each killed
+            killed = cli(*work, "--tools", str(tools), *db)
+            assert killed.returncode == -9, (run, killed.stderr)
+            wait_lease_expired(store, job_id)
+            # a worker without poison_pure claims the job and hands it back
+            handed = cli(*work, "--tools", str(lite), *db)
+            assert handed.returncode == 0, handed.stderr
+            assert store.get_job(job_id).status == "running"
+        parks = cli(*work, "--tools", str(tools), *db)
+        assert parks.returncode == 0, parks.stderr
+        assert calls(tmp_path) == LIMIT + 1  # parked, not run again
+        assert store.get_job(job_id).status == "parked"
+        [parked] = of_type(assert_log_sound(store, job_id), "job_parked")
+        assert parked["reason"] == "crash_loop"
+        assert parked["detail"]["recoveries"] == LIMIT + 1
+        assert verify_job(store, job_id).ok
+    finally:
+        store.close()

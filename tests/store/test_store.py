@@ -462,6 +462,11 @@ def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(store: St
         assert tx.release_lease(job_id, "a3", now + 23)
     assert claim(now + 24, "a4") == Claimed(job_id)  # handed back: not a recovery, reset
     assert claim(now + 35, "a5") == Claimed(job_id, recovered=True)
+    with store.transaction() as tx:
+        tx.set_recoveries(job_id, "a5", 2, 7)
+        # handed back untouched (a worker without the job's tools): still a recovery
+        assert tx.release_lease(job_id, "a5", now + 36, keep_owner=True)
+    assert claim(now + 37, "a6") == Claimed(job_id, True, 2, 7)
 
 
 def test_lease_claim_heartbeat_and_release_are_fenced(store: Store) -> None:

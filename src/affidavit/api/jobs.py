@@ -201,7 +201,7 @@ def signal(job_id: str, body: Signal, svc: ServiceDep, caller: AgentRole) -> dic
 @router.post("/{job_id}/resume", response_model=Job, response_model_exclude_unset=True)
 def resume(job_id: str, body: Resume, svc: ServiceDep, caller: Admin) -> dict[str, Any]:
     """Resolve a parked job (admin): retry / accept_result / fail an in-flight invocation;
-    continue / fail after a confirmation mismatch."""
+    continue / fail after a confirmation mismatch; retry / fail a crash loop."""
     visible_job(svc.store, caller, job_id)
     return resume_job(
         svc.store, job_id, body.decision, result=body.result, by=caller.agent_id, note=body.note

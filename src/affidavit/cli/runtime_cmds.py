@@ -80,8 +80,8 @@ MaxRecoveriesOption = Annotated[
         "--max-recoveries",
         min=0,
         help="Recoveries in a row of a job whose runs ended without handing it back or "
-        "recording anything (a step that kills its worker) before it is parked as crash_loop "
-        "instead of run again (default $AFFIDAVIT_MAX_RECOVERIES, else 5).",
+        "recording a step's outcome (a step that kills its worker) before it is parked as "
+        "crash_loop instead of run again (default $AFFIDAVIT_MAX_RECOVERIES, else 5).",
         show_default=False,
     ),
 ]
@@ -409,8 +409,9 @@ def worker(
     Without --until-idle it polls until stopped. Ctrl-C or SIGTERM stops it gracefully: it
     claims nothing more, lets each running step record its outcome, and hands its jobs back
     (their leases expire at once, so another worker continues them); a second signal stops it
-    at once. A job whose last runs each ended without handing it back or recording anything
-    (a step that kills its worker) is parked as crash_loop after --max-recoveries of them.
+    at once. A job whose last runs each ended without handing it back or recording a step's
+    outcome (a step that kills its worker) is parked as crash_loop after --max-recoveries of
+    them.
     Exit codes: 0 done; 3 usage or store error.
     """
     with command(as_json):

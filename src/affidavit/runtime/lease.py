@@ -73,15 +73,20 @@ class Lease:
             self._expires_at = max(self._expires_at, expires)
         return True
 
-    def release(self) -> bool:
+    def release(self, *, untouched: bool = False) -> bool:
         """Give the job back: its lease expires now and names no owner, so any worker may claim
         it at once (with a new attempt id). ``False`` when another attempt holds it already.
+        ``untouched``: the run did nothing, so a recovered job stays one for the next claim
+        (which counts the recovery, see :meth:`~affidavit.store.base.Transaction.claim`).
 
         Raises:
             StoreError: the release could not be written (the lease then runs out on its own).
         """
+        keep_owner = untouched and self._claim.recovered
         with self._store.transaction(durable=False) as tx:
-            released = tx.release_lease(self._claim.job_id, self._claim.attempt_id, self._clock())
+            released = tx.release_lease(
+                self._claim.job_id, self._claim.attempt_id, self._clock(), keep_owner=keep_owner
+            )
         self.lost.set()  # from here on this claim acts on nothing
         return released
 

@@ -44,8 +44,8 @@ class Runtime:
     unavailable (a restart, a failover, a lock held past the busy timeout) before it gives up
     and leaves the job to be reclaimed.
     ``max_recoveries``: how many times in a row a job is recovered after a run that ended
-    without handing it back or recording anything (a step that kills its worker) before it is
-    parked (reason ``crash_loop``) instead of run again.
+    without handing it back or recording a step's outcome (a step that kills its worker)
+    before it is parked (reason ``crash_loop``) instead of run again.
     """
 
     def __init__(
@@ -232,8 +232,8 @@ class Runtime:
         note: str | None = None,
     ) -> JobRecord:
         """Resolve a parked job: ``retry`` / ``accept_result`` / ``fail`` for an in-flight
-        invocation, ``continue`` / ``fail`` after a confirmation mismatch. See
-        :func:`~affidavit.runtime.decisions.resume_job`."""
+        invocation, ``continue`` / ``fail`` after a confirmation mismatch, ``retry`` / ``fail``
+        for a crash loop. See :func:`~affidavit.runtime.decisions.resume_job`."""
         self._check_open()
         return resume_job(
             self.store, job_id, decision, result=result, by=by, note=note, sealer=self.sealer

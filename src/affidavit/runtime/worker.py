@@ -201,7 +201,9 @@ class Worker:
                     del self._cannot_run[next(iter(self._cannot_run))]
         if status in ("released", "unrunnable"):
             try:
-                lease.release()
+                # a job this worker cannot run is handed back as it was claimed: a recovered
+                # one stays recovered, for the worker that runs it to count
+                lease.release(untouched=status == "unrunnable")
             except StoreError:
                 log.warning(
                     "worker %s: job %s keeps its lease until it expires",

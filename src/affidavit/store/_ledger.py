@@ -249,13 +249,17 @@ class LedgerOps:
         )
         return bool(rows)
 
-    def release_lease(self, job_id: str, attempt_id: str, at: float) -> bool:
+    def release_lease(
+        self, job_id: str, attempt_id: str, at: float, *, keep_owner: bool = False
+    ) -> bool:
         """Give the lease of ``attempt_id`` back: it expires at ``at`` (now) and names no
         owner, so any worker claims the job at once (with a new attempt id); ``False`` if the
         attempt no longer holds it. The attempt id stays until then: the job's writes are still
-        fenced against everyone else."""
+        fenced against everyone else. ``keep_owner``: the owner stays, so that the next claim
+        is a recovery as this one was (a run that did nothing hands a recovered job back)."""
+        owner = "" if keep_owner else ", lease_owner = NULL"
         rows = self.query(
-            "UPDATE jobs SET lease_expires_at = ?, lease_owner = NULL WHERE job_id = ? "
+            f"UPDATE jobs SET lease_expires_at = ?{owner} WHERE job_id = ? "
             "AND attempt_id = ? AND status = 'running' RETURNING job_id",
             (at, job_id, attempt_id),
         )

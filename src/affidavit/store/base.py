@@ -302,9 +302,11 @@ class Transaction(Protocol):
         at ``progress`` (see :class:`~affidavit.store._ledger.Claimed`)."""
         ...
 
-    def release_lease(self, job_id: str, attempt_id: str, at: float) -> bool:
-        """Give ``attempt_id``'s lease back (it expires at ``at``, no owner); ``False`` if the
-        attempt no longer holds it."""
+    def release_lease(
+        self, job_id: str, attempt_id: str, at: float, *, keep_owner: bool = False
+    ) -> bool:
+        """Give ``attempt_id``'s lease back (it expires at ``at``, no owner unless
+        ``keep_owner``); ``False`` if the attempt no longer holds it."""
         ...
 
     # API keys (see affidavit.store._apikeys).
