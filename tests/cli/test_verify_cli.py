@@ -9,18 +9,9 @@ from pathlib import Path
 from affidavit import Runtime, verify_job
 from affidavit.examples import refund
 from tests.cli.test_cli import cli, json_of
-from tests.verify.helpers import TWO_CHARGES, RawDb, refund_job, tools
+from tests.verify.helpers import SECTION6_KEYS, TWO_CHARGES, RawDb, refund_job, tools
 
-SECTION6 = {
-    "job_id",
-    "execution_hash",
-    "event_chain_root_hash",
-    "tool_invocation_ledger_proof",
-    "replay_proof_result",
-    "stored_chain",
-    "seal",
-    "ok",
-}
+SECTION6 = set(SECTION6_KEYS)
 
 
 def finished_job(url: str, tmp_path: Path, order_id: str = "A-1001") -> str:

@@ -26,6 +26,19 @@ from tests.runtime.helpers import wait_lease_expired
 LEASE = 0.3
 
 
+# the keys of a verification result, in the order of FORMATS.md §6
+SECTION6_KEYS = [
+    "job_id",
+    "execution_hash",
+    "event_chain_root_hash",
+    "tool_invocation_ledger_proof",
+    "replay_proof_result",
+    "stored_chain",
+    "seal",
+    "ok",
+]
+
+
 class SimulatedCrash(BaseException):
     """Raised at a crash point: the run stops there, as if the process had died (the runner
     catches only ``Exception``, so nothing is cleaned up and the lease is left to expire)."""

@@ -14,19 +14,10 @@ from affidavit.core.errors import JobNotFound
 from affidavit.examples import refund
 from affidavit.verify import verify_orphans
 from tests.cli.test_cli import cli, json_of
-from tests.verify.helpers import RawDb, refund_job
+from tests.verify.helpers import SECTION6_KEYS, RawDb, refund_job
 
 Refunded = tuple[Runtime, str]
-SECTION6 = {
-    "job_id",
-    "execution_hash",
-    "event_chain_root_hash",
-    "tool_invocation_ledger_proof",
-    "replay_proof_result",
-    "stored_chain",
-    "seal",
-    "ok",
-}
+SECTION6 = set(SECTION6_KEYS)
 
 
 def test_a_sound_database_has_no_orphans(refunded: Refunded) -> None:

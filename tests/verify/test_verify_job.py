@@ -21,6 +21,7 @@ from affidavit.verify.verification import seal_document
 from tests.cli.test_cli import cli, json_of
 from tests.runtime.helpers import ledger_rows, wait_lease_expired
 from tests.verify.helpers import (
+    SECTION6_KEYS,
     TWO_CHARGES,
     RawDb,
     charge_tool,
@@ -30,17 +31,6 @@ from tests.verify.helpers import (
     tools,
     waiting_job,
 )
-
-SECTION6_KEYS = [
-    "job_id",
-    "execution_hash",
-    "event_chain_root_hash",
-    "tool_invocation_ledger_proof",
-    "replay_proof_result",
-    "stored_chain",
-    "seal",
-    "ok",
-]
 
 
 def assert_all_ok(result: Any) -> None:
