@@ -205,8 +205,10 @@ class _Run(RecoveryMixin):
                 "recoveries": runs,
                 "max_recoveries": limit,
                 "message": f"the job's last {runs} runs ended without finishing or handing "
-                f"it back, and no step recorded an outcome (killed, out of memory, or exited "
-                f"inside step {node_id!r}?); parked so that it does not take down every worker",
+                f"it back, and no step recorded an outcome: the worker was killed (out of "
+                f"memory?), exited inside step {node_id!r}, or lost the lease (frozen, or too "
+                "busy to renew it: a longer --lease-seconds helps); parked so that it does "
+                "not take down every worker",
             },
         )
 
