@@ -35,6 +35,7 @@ from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, check_signatu
 from affidavit.store import TERMINAL_STATUSES, Snapshot, Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 from affidavit.store._snapshot import LedgerColumns
+from affidavit.store._sql import unmatchable
 from affidavit.store.sqlite import is_text_decode_error
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._fold import LogFold
@@ -94,11 +95,7 @@ def _check_job_id(job_id: str) -> None:
     Raises:
         JobNotFound: ``job_id`` is such an id.
     """
-    try:
-        job_id.encode()
-    except UnicodeEncodeError:
-        raise JobNotFound(job_id) from None
-    if "\x00" in job_id:
+    if unmatchable(job_id):
         raise JobNotFound(job_id)
 
 
