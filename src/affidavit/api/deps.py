@@ -14,6 +14,7 @@ from affidavit.api.ratelimit import Limiter
 from affidavit.core.errors import JobNotFound
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.store import JobRecord, Store
+from affidavit.store._sql import unmatchable
 
 
 @dataclass
@@ -77,7 +78,7 @@ def check_visible(store: Store, caller: Caller, job_id: str) -> None:
     Raises:
         JobNotFound: no such job, or not the caller's namespace.
     """
-    if "\x00" in job_id:  # no job can have it, and PostgreSQL refuses it in a query
+    if unmatchable(job_id):  # no job can have it
         raise JobNotFound(job_id)
     with store.snapshot(lenient_text=True) as snap:
         row = snap.job_row(job_id)
