@@ -421,3 +421,17 @@ def sha256_prefixed(data: bytes) -> str:
 def canonical_sha256(value: Any) -> str:
     """Hex SHA-256 of the canonical JSON of ``value``."""
     return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def canonical_of_parsed(value: Any) -> bytes:
+    """JCS of a value a JSON parser returned: :func:`canonical`, and where it refuses an
+    integer beyond ±(2^53-1), that integer read as the double it denotes (see
+    :func:`unsafe_integers_as_doubles`).
+
+    Raises:
+        CanonicalizationError: the value is not canonical JSON even so.
+    """
+    try:
+        return canonical(value)
+    except CanonicalizationError:
+        return canonical(unsafe_integers_as_doubles(value))

@@ -11,6 +11,7 @@ from typing import Any
 
 from affidavit.core.canonical import (
     canonical,
+    canonical_of_parsed,
     canonical_parsed_all,
     canonical_parsed_exact,
     unsafe_integers_as_doubles,
@@ -210,7 +211,7 @@ def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent
                     e["version"],
                     e["event_id"],
                     e["type"],
-                    _payload_jcs(e["payload"]),
+                    canonical_of_parsed(e["payload"]),
                     e["chain_hash"],
                 )
             )
@@ -224,14 +225,6 @@ def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent
             st.errors.append(f"{F.EVENTS}: event {position} is malformed")
             return None
     return stored
-
-
-def _payload_jcs(payload: Any) -> bytes:
-    """JCS of a parsed payload, reading an integer beyond ±(2^53-1) as the double it is."""
-    try:
-        return canonical(payload)
-    except AffidavitError:
-        return canonical(unsafe_integers_as_doubles(payload))
 
 
 def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, str]) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from affidavit.core.canonical import canonical, canonical_parsed, unsafe_integers_as_doubles
+from affidavit.core.canonical import canonical_of_parsed, canonical_parsed
 from affidavit.core.errors import AffidavitError
 
 
@@ -31,9 +31,8 @@ def canonical_hash_matches(value: Any, recorded: str) -> bool:
         return hashlib.sha256(canonical_parsed(value)).hexdigest() == recorded
     except AffidavitError:
         pass
-    # an integer beyond ±(2^53-1): an integral double the parser read as an int
-    try:
-        jcs = canonical(unsafe_integers_as_doubles(value))
+    try:  # an integer beyond ±(2^53-1): an integral double the parser read as an int
+        jcs = canonical_of_parsed(value)
     except AffidavitError:
         return False
     return hashlib.sha256(jcs).hexdigest() == recorded

@@ -22,7 +22,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_text, unsafe_integers_as_doubles
+from affidavit.core.canonical import canonical_of_parsed, canonical_text
 from affidavit.core.collector import collector_paused
 from affidavit.core.errors import (
     AffidavitError,
@@ -745,12 +745,9 @@ def _event_parts(
         payload_bytes = bytes(payload)
     else:
         try:
-            payload_bytes = canonical(payload)
-        except AffidavitError:
-            try:  # an integer beyond ±(2^53-1): an integral double a parser read as an int
-                payload_bytes = canonical(unsafe_integers_as_doubles(payload))
-            except AffidavitError as exc:
-                raise VerificationError(f"event #{position}: payload: {exc.message}") from None
+            payload_bytes = canonical_of_parsed(payload)
+        except AffidavitError as exc:
+            raise VerificationError(f"event #{position}: payload: {exc.message}") from None
     chain_hash = event.get("chain_hash")
     return (
         version,
