@@ -130,6 +130,38 @@ def test_submit_is_idempotent_and_validated(api: Api) -> None:
         assert len(api.store.list_jobs()) == count  # nothing was written
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        # the key given twice: at the top, in the input, deep in the plan
+        ("/api/jobs", b'{"plan": PLAN, "input": {"x": 1}, "input": {"x": 2}}'),
+        ("/api/jobs", b'{"plan": PLAN, "input": {"x": 1, "x": 2}}'),
+        ("/api/jobs", b'{"plan": {"nodes": [{"id": "a", "id": "b", "type": "wait"}]}}'),
+        ("/api/jobs/{job}/signal", b'{"key": "{job}:ok", "payload": {"ok": true, "ok": false}}'),
+        ("/api/jobs/{job}/cancel", b'{"reason": "a", "reason": "b"}'),
+    ],
+    ids=["submit top", "submit input", "submit plan", "signal", "cancel"],
+)
+def test_a_body_giving_a_key_twice_is_refused_and_changes_nothing(
+    api: Api, path: str, body: bytes
+) -> None:
+    """A JSON parser keeps the last of two equal keys; another reader of the same bytes may
+    keep the first. The API refuses such a body (as plan files and the CLI do) before any
+    route acts on it."""
+    job = api.waiting_job()
+    plan = json.dumps(WAITING_PLAN).encode()
+    content = body.replace(b"PLAN", plan).replace(b"{job}", job.encode())
+    before = (len(api.store.list_jobs()), api.store.get_job(job).status)
+    with api.client("admin" if "cancel" in path else "agent_a") as c:
+        url, json_type = path.replace("{job}", job), {"Content-Type": "application/json"}
+        r = c.post(url, content=content, headers=json_type)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert "appears twice in one object" in error["message"]
+    assert (len(api.store.list_jobs()), api.store.get_job(job).status) == before
+
+
 def test_events_pages_and_trace(api: Api) -> None:
     job_id = api.waiting_job("a")
     with api.client("observer_a") as c:

@@ -80,6 +80,31 @@ def test_a_refused_submission_creates_no_database(
     assert not database_exists(store_url)
 
 
+@pytest.mark.parametrize("case", ["input_key_twice", "input_too_deep", "plan_too_deep"])
+def test_ambiguous_or_too_deep_json_is_refused(
+    store_url: str, tmp_path: Path, plan_file: Path, case: str
+) -> None:
+    """An input giving a key twice (a parser keeps one of the two values silently), and JSON
+    or YAML nested deeper than the parser can read: a one-line error, nothing written."""
+    plan, input_arg = plan_file, '{"order_id": "A-1001"}'
+    if case == "input_key_twice":
+        input_arg = '{"order_id": "A-1001", "order_id": "A-1002"}'
+    elif case == "input_too_deep":
+        (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+        input_arg = f"@{tmp_path / 'deep.json'}"
+    else:
+        plan = tmp_path / "deep.yaml"
+        plan.write_text("nodes: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    fragment = {
+        "input_key_twice": "--input is not valid JSON: key 'order_id' appears twice",
+        "input_too_deep": "--input is not valid JSON: arrays and objects are nested too deeply",
+        "plan_too_deep": "is not valid YAML: sequences and mappings are nested too deeply",
+    }[case]
+    args = ["submit", str(plan), "--tools", TOOLS, "--input", input_arg, "--db", store_url]
+    assert_refused(cli(*args, "--json"), fragment)
+    assert not database_exists(store_url)
+
+
 @pytest.mark.parametrize("command", ["cancel", "signal", "resume"])
 def test_a_decision_on_an_unknown_job_creates_nothing(store_url: str, command: str) -> None:
     extra = {"signal": ["--key", "k"], "resume": ["--decision", "fail"], "cancel": []}[command]

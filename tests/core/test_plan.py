@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given, settings
@@ -220,6 +220,15 @@ def test_a_key_given_twice_is_refused(tmp_path: Path, name: str, text: str, wher
     with pytest.raises(PlanError, match="appears twice") as info:
         Plan.from_file(path)
     assert where in info.value.message
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_plan_nested_too_deeply_to_read_is_a_plan_error(fmt: Literal["json", "yaml"]) -> None:
+    """Not a RecursionError out of the parser (a traceback on the command line)."""
+    text = '{"nodes": [{"id": "a", "type": "wait", "args": {"v": ' + "[" * 100_000
+    text += "]" * 100_000 + "}}]}"
+    with pytest.raises(PlanError, match="nested too deeply to be read"):
+        Plan.from_text(text, fmt)
 
 
 def test_yaml_merge_keys_may_still_be_overridden() -> None:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from affidavit.api import claims, errors, jobs, keys, ui
-from affidavit.api.deps import Observer, Service, ServiceDep
+from affidavit.api.deps import Observer, Service, ServiceDep, unique_json_keys
 from affidavit.api.models import ErrorBody, Health
 from affidavit.api.ratelimit import Limiter, RateLimit
 from affidavit.core.errors import StoreError
@@ -72,6 +72,7 @@ def create_app(
         version=__version__,
         description="Durable AI-agent jobs with at-most-once side effects and verifiable "
         "records. Authenticate with `Authorization: Bearer <key>` (`affidavit apikeys create`).",
+        dependencies=[Depends(unique_json_keys)],
     )
     app.state.service = Service(store, tools, Limiter(rate_limit) if rate_limit else None)
     registry = CollectorRegistry(auto_describe=True)

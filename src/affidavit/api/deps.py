@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from fastapi.exceptions import RequestValidationError
 
 from affidavit.api.auth import Caller, Forbidden, authenticate
 from affidavit.api.ratelimit import Limiter
+from affidavit.core.canonical import DuplicateKeyError, loads_unique
 from affidavit.core.errors import JobNotFound
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.store import JobRecord, Store
@@ -33,6 +35,24 @@ def service(request: Request) -> Service:
 
 
 ServiceDep = Annotated[Service, Depends(service)]
+
+
+async def unique_json_keys(request: Request) -> None:
+    """Every route's first dependency: a JSON body that gives a key twice in one object is
+    refused (422, ``invalid_request``) as plan files and the CLI's JSON options refuse it —
+    the parser would keep the last value, and another reader of the same bytes might not.
+    (The body was already read and parsed for the route: this reads the cached bytes.)"""
+    body = await request.body()
+    if not body:
+        return
+    try:
+        loads_unique(body)
+    except DuplicateKeyError as exc:
+        raise RequestValidationError(
+            [{"type": "json_invalid", "loc": ("body",), "msg": f"JSON decode error: {exc}"}]
+        ) from None
+    except (ValueError, RecursionError):
+        return  # not JSON: refused by the route already, or a body it does not read as JSON
 
 
 def caller_with(role: str) -> Callable[..., Caller]:

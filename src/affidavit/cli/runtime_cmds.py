@@ -22,7 +22,7 @@ import typer
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job
 from affidavit.cli.progress import StepProgress, job_line, status_markup
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
 from affidavit.core.plan import Plan
@@ -164,7 +164,8 @@ def max_recoveries(value: int | None) -> int:
 
 
 def parse_json_arg(text: str | None, what: str) -> Any:
-    """A JSON value from ``text`` or, with a leading ``@``, from that file."""
+    """A JSON value from ``text`` or, with a leading ``@``, from that file (an object giving
+    a key twice is refused, as in plan files)."""
     if text is None:
         return None
     if text.startswith("@"):
@@ -177,8 +178,8 @@ def parse_json_arg(text: str | None, what: str) -> Any:
                 f"{what} file {text[1:]!r} is not UTF-8 text (byte {exc.start}: {exc.reason})"
             ) from exc
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return loads_unique(text)
+    except ValueError as exc:  # not JSON, or a key given twice
         raise ConfigError(f"{what} is not valid JSON: {exc}") from exc
 
 

@@ -379,6 +379,41 @@ def parse(data: bytes | str) -> Any:
     return json.loads(data, parse_int=_parse_int)
 
 
+class DuplicateKeyError(ValueError):
+    """JSON text that gives one key twice in an object, which ``json`` and orjson read as the
+    last value given: refused where people write JSON (plan files, ``--input``, request
+    bodies), so that no two readers of the same text can see different values."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key {key!r} appears twice in one object")
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return out
+
+
+def loads_unique(text: str | bytes) -> Any:
+    """``json.loads`` that refuses an object giving a key twice.
+
+    Raises:
+        ValueError: ``text`` is not JSON (``json.JSONDecodeError``), gives a key twice in one
+            object (:class:`DuplicateKeyError`), or nests arrays and objects too deeply to be
+            read (more levels than Python's recursion limit).
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except RecursionError:
+        raise ValueError("arrays and objects are nested too deeply to be read") from None
+
+
 def unsafe_integers_as_doubles(value: Any) -> Any:
     """``value``, as a JSON parser returned it, with every integer beyond ±(2^53-1) read as
     the double it denotes — what :func:`parse` returns for the same text.

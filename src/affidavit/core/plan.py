@@ -19,15 +19,14 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.errors import (
     AffidavitError,
     BadReferenceError,
@@ -129,15 +128,21 @@ class Plan:
         """Parse plan text (YAML is a superset of JSON, so ``yaml`` reads both)."""
         if fmt == "json":
             try:
-                return cls.parse(json.loads(text, object_pairs_hook=_json_object(source)))
-            except json.JSONDecodeError as exc:
+                data = loads_unique(text)
+            except ValueError as exc:  # not JSON, or a key given twice
                 raise PlanError(f"{source} is not valid JSON: {exc}") from exc
+            return cls.parse(data)
         import yaml  # only YAML plans need it (and it is slow to import)
 
         try:
             data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
         except yaml.YAMLError as exc:
             raise PlanError(f"{source} is not valid {fmt.upper()}: {exc}") from exc
+        except RecursionError:
+            raise PlanError(
+                f"{source} is not valid {fmt.upper()}: sequences and mappings are nested too "
+                "deeply to be read"
+            ) from None
         return cls.parse(data)
 
     @classmethod
@@ -307,22 +312,6 @@ def _is_ancestor(candidate: str, node_id: str, deps: Mapping[str, tuple[str, ...
             seen.add(current)
             stack.extend(deps[current])
     return False
-
-
-def _json_object(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
-    """An ``object_pairs_hook`` refusing a key given twice (``json`` would keep the last)."""
-
-    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise PlanError(
-                    f"{source} is not valid JSON: key {key!r} appears twice in one object"
-                )
-            out[key] = value
-        return out
-
-    return build
 
 
 @functools.cache
