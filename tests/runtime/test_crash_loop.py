@@ -218,3 +218,43 @@ def test_a_worker_without_the_tools_does_not_reset_the_count(
         assert verify_job(store, job_id).ok
     finally:
         store.close()
+
+
+def test_a_loop_while_finishing_the_job_parks_without_blaming_a_completed_step(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Every step completed and each run dies completing the job (crash point
+    ``job.before_complete``): the park names the last node, as the format needs a node, but
+    says the runs died finishing the job, and the trace keeps that node's outcome instead of
+    showing it as the step to decide about."""
+    lite = tmp_path / "lite_tools.py"
+    lite.write_text(LITE_TOOLS)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"id": "prepare", "type": "tool", "tool": "prepare"}]}))
+    common = ("--tools", str(lite), "--db", store_url)
+    job_id = cli("submit", str(plan), *common).stdout.strip()
+    work = ("worker", "--until-idle", "--lease-seconds", "0.5", "--max-recoveries", "1")
+    store = open_store(store_url)
+    try:
+        for run in range(2):  # the first run and one recovery: each killed
+            killed = cli(*work, *common, env={"AFFIDAVIT_CRASH_AT": "job.before_complete"})
+            assert killed.returncode == -9, (run, killed.stderr)
+            wait_lease_expired(store, job_id)
+        parks = cli(*work, *common)
+        assert parks.returncode == 0, parks.stderr
+        assert store.get_job(job_id).status == "parked"
+        [parked] = of_type(assert_log_sound(store, job_id), "job_parked")
+        assert parked["reason"] == "crash_loop" and parked["node_id"] == "prepare"
+        assert "exited while finishing the job" in parked["detail"]["message"]
+        trace = json.loads(cli("jobs", "trace", job_id, "--db", store_url, "--json").stdout)
+        [node] = trace["nodes"]
+        assert node["state"] == "side_effect_committed"
+        assert trace["parked"]["reason"] == "crash_loop"
+        resumed = cli("resume", job_id, "--decision", "retry", "--db", store_url)
+        assert resumed.returncode == 0, resumed.stderr
+        assert cli(*work, *common).returncode == 0
+        assert store.get_job(job_id).status == "completed"
+        assert [r.status for r in ledger_rows(store, job_id)] == ["committed"]  # ran once
+        assert verify_job(store, job_id).ok
+    finally:
+        store.close()

@@ -196,19 +196,21 @@ class _Run(RecoveryMixin):
             for n in self.plan.order
             if n not in completed and completed.issuperset(self.plan.node(n).depends_on)
         ]
-        node_id = next(iter(pending + ready), self.plan.order[-1])
+        # every step completed: the runs died finishing the job (the park names the last node)
+        node_id = next(iter(pending + ready), None)
+        where = f"inside step {node_id!r}" if node_id else "while finishing the job"
         return self._park(
             "crash_loop",
-            node_id=node_id,
-            step_id=self.steps[node_id],
+            node_id=node_id or self.plan.order[-1],
+            step_id=self.steps[node_id or self.plan.order[-1]],
             detail={
                 "recoveries": runs,
                 "max_recoveries": limit,
                 "message": f"the job's last {runs} runs ended without finishing or handing "
                 f"it back, and no step recorded an outcome: the worker was killed (out of "
-                f"memory?), exited inside step {node_id!r}, or lost the lease (frozen, or too "
-                "busy to renew it: a longer --lease-seconds helps); parked so that it does "
-                "not take down every worker",
+                f"memory?), exited {where}, or lost the lease (frozen, or too busy to renew "
+                "it: a longer --lease-seconds helps); parked so that it does not take down "
+                "every worker",
             },
         )
 

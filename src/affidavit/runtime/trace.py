@@ -8,7 +8,8 @@ A node's ``state`` is what the trace page colours it by:
 - ``pure`` / ``side_effect_committed`` / ``compensated``: finished with that outcome;
 - ``in_flight``: a tool invocation started and never finished (a crash between T1 and T2);
 - ``waiting``: a wait or approval node the job waits on; ``parked``: the node the job is parked
-  on (an in-flight invocation, or a committed step the world no longer matches);
+  on (an in-flight invocation, a committed step the world no longer matches, the step a crash
+  loop keeps dying in — not a completed node when the loop is in finishing the job);
 - ``running``: started and not finished in a running job; ``failed``: its last try failed;
 - ``pending``: not started yet, or to be finished at the next pickup (a signalled wait);
   ``skipped``: never started and the job has ended.
@@ -87,6 +88,13 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         w["node_id"]: k for k, w in replay.waits.items() if k not in replay.completed_waits
     }
     parked_node = replay.parked.get("node_id") if replay.parked else None
+    # a crash loop names the node the next run starts with; when that node completed, the runs
+    # died finishing the job: nothing is to be decided about the node itself
+    loop_after_steps = (
+        replay.parked is not None
+        and replay.parked.get("reason") == "crash_loop"
+        and parked_node in replay.completed_nodes
+    )
     signalled = {w["node_id"] for w in replay.completed_waits.values()}
     completed = replay.completed_nodes
     graph = replay.task_graph or {"nodes": []}
@@ -95,7 +103,7 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         node_id = raw["id"]
         finished = replay.node_finished.get(node_id)
         outcome = finished["result_type"] if finished else None
-        if parked_node == node_id and job.status == "parked":
+        if parked_node == node_id and job.status == "parked" and not loop_after_steps:
             state = "parked"  # the step a person must decide about, whatever it did before
         elif node_id in completed:
             state = str(outcome)
