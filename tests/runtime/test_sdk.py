@@ -9,7 +9,7 @@ import pytest
 
 import affidavit
 from affidavit import ConfigError, ToolContext
-from affidavit.runtime.sdk import ToolError, registry
+from affidavit.runtime.sdk import Tool, ToolError, registry
 
 _names = itertools.count()
 
@@ -81,3 +81,18 @@ def test_good_options_register() -> None:
     t = affidavit.tool(name, version="2", retry=3, retry_on=[TimeoutError], in_flight="fail")(plain)
     assert registry.get(name) is t
     assert (t.version, t.retry, t.retry_on, t.in_flight) == ("2", 3, (TimeoutError,), "fail")
+
+
+def test_one_function_under_one_name_with_other_settings_is_refused() -> None:
+    """The second registration used to replace the first silently, so which version (or
+    retry policy, or reconcile hook) the ledger ran with depended on import order."""
+    name = fresh_name()
+    first = affidavit.tool(name, version="1")(plain)
+    with pytest.raises(ToolError, match=f"{name!r} is registered twice with different settings "
+                       r"\(version '1' and '2'\)"):  # fmt: skip
+        affidavit.tool(name, version="2")(plain)
+    with pytest.raises(ToolError, match="registered twice with different settings"):
+        affidavit.tool(name, version="1", retry=5)(plain)
+    assert registry.get(name) is first
+    registry.add(Tool(name, plain, "tool", version="1"))  # the same tool again: a no-op
+    assert registry.get(name) is first

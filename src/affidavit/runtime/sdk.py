@@ -178,13 +178,30 @@ class ToolRegistry:
             self.add_verifier(v)
 
     def add(self, t: Tool) -> None:
+        """Register ``t``. The same tool again is a no-op; another tool under its name — or
+        the same function with other settings (version, retries, policy, hooks), which would
+        silently decide which version the ledger records — is refused.
+
+        Raises:
+            ToolError: the name is taken by a different tool.
+        """
         existing = self._tools.get(t.name)
         if existing is not None and existing.fn is not t.fn:
             raise ToolError(
                 f"tool {t.name!r} is registered twice",
                 hint="Tool names must be unique within a registry.",
             )
-        self._tools[t.name] = t
+        if existing is not None and existing != t:
+            raise ToolError(
+                f"tool {t.name!r} is registered twice with different settings "
+                f"(version {existing.version!r} and {t.version!r})"
+                if existing.version != t.version
+                else f"tool {t.name!r} is registered twice with different settings",
+                hint="Register a function once, with the version, retries, in-flight policy "
+                "and hooks it runs with.",
+            )
+        if existing is None:
+            self._tools[t.name] = t
 
     def add_verifier(self, verifier: ResourceVerifier) -> None:
         """Register a :class:`~affidavit.runtime.confirm.ResourceVerifier` for the resource
