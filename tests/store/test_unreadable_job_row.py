@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from affidavit import Runtime
@@ -62,3 +63,32 @@ def test_an_error_that_is_not_json_is_reported_unreadable(store_url: str) -> Non
             updated = tx.update_job(job.job_id, error={"message": "again"})
         assert updated.error == {"message": "again"} and updated.unreadable == ("output",)
         assert rt.store.get_job(job.job_id).unreadable == ("output",)
+
+
+def test_an_output_that_is_not_utf8_is_reported_unreadable(store_url: str, tmp_path: Path) -> None:
+    """SQLite keeps whatever bytes a TEXT column is given; reading the job failed as a store
+    error (every `jobs show`, `jobs list`, API read of it). PostgreSQL refuses such text."""
+    with Runtime(store_url, tools=refund.TOOLS) as rt:
+        job_id = refund_job(rt, tmp_path / "shop")
+        sound = rt.store.get_job(job_id)
+        raw = RawDb(store_url)
+        if store_url.startswith("postgresql"):
+            with pytest.raises(psycopg.errors.CharacterNotInRepertoire):
+                raw.execute(
+                    "UPDATE jobs SET output = convert_from('\\x7bff7d'::bytea, 'UTF8') "
+                    "WHERE job_id = ?",
+                    (job_id,),
+                )
+            return
+        raw.execute(
+            "UPDATE jobs SET output = CAST(? AS TEXT) WHERE job_id = ?", (b'{"a": "\xff"}', job_id)
+        )
+        job = rt.store.get_job(job_id)
+        assert job.output is None and job.unreadable == ("output",)
+        assert "not JSON" in job.to_dict()["unreadable"]["output"]
+        assert job.to_dict()["status"] == sound.to_dict()["status"] == "completed"
+        (listed,) = rt.store.list_jobs(JobFilter())
+        assert listed == job
+        with rt.store.snapshot() as snap:
+            assert snap.get_job(job_id) == job
+        assert not verify_job(rt.store, job_id).ok

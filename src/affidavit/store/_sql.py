@@ -67,11 +67,20 @@ class LogSql:
     position: str = "version"  # the events column a log is read in order of
 
 
-JOB_ROW = (
-    "SELECT j.job_id, j.namespace, j.status, j.plan_name, j.idempotency_key, j.submitted_by, "
-    "j.created_at, j.updated_at, j.attempt_id, j.lease_owner, j.lease_expires_at, j.output, "
-    "j.error, coalesce(e.version, 0), e.chain_hash FROM jobs j LEFT JOIN events e "
-)
+
+
+def job_row_select(output: str = "j.output", error: str = "j.error") -> str:
+    """The start of :attr:`LogSql.job_select`: a job's columns, reading its output and error
+    as the expressions given, then its chain head (to be joined ``ON`` its last event)."""
+    return (
+        "SELECT j.job_id, j.namespace, j.status, j.plan_name, j.idempotency_key, "
+        "j.submitted_by, j.created_at, j.updated_at, j.attempt_id, j.lease_owner, "
+        f"j.lease_expires_at, {output}, {error}, coalesce(e.version, 0), e.chain_hash "
+        "FROM jobs j LEFT JOIN events e "
+    )
+
+
+JOB_ROW = job_row_select()
 # A job row with its chain head: the job's last event, found in O(log n) through the
 # (job_id, version) key — the head is never stored twice, so an append writes only event rows.
 BY_JOB_ID = LogSql(
@@ -147,8 +156,6 @@ def encode_events(events: Sequence[NewEvent]) -> list[Encoded]:
 def _json_or_none(raw: Any) -> Any:
     if raw is None:
         return None
-    if isinstance(raw, bytes | bytearray | memoryview):
-        raw = bytes(raw).decode("utf-8")
     return json.loads(raw, parse_constant=_no_constant)
 
 
@@ -167,6 +174,8 @@ def _read_json(raw: Any) -> Any:
     """The stored JSON text of a job's output or error, parsed; :data:`_UNREAD` for a value
     that is not JSON (the row was changed outside the store), so that the job is still read."""
     try:
+        if isinstance(raw, bytes | bytearray | memoryview):  # (SQLite reads text as bytes)
+            raw = bytes(raw).decode("utf-8")
         value = _json_or_none(raw)
         if type(raw) is str and _SURROGATE_ESCAPE.search(raw):
             json.dumps(value, ensure_ascii=False).encode()  # a lone surrogate fails here

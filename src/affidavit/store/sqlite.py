@@ -38,7 +38,6 @@ from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
     BY_JOB_ID,
     EVENT_COLUMNS,
-    JOB_ROW,
     Cursor,
     Encoded,
     LogSql,
@@ -47,6 +46,7 @@ from affidavit.store._sql import (
     chain_events,
     conflict,
     fenced,
+    job_row_select,
 )
 from affidavit.store.base import StoredEvent
 from affidavit.store.migrations import Migration
@@ -64,8 +64,12 @@ _LAST_SEQ = (
     "(SELECT seq FROM events WHERE seq BETWEEN (j.number << 32) + 1 "
     f"AND (j.number << 32) + {MAX_VERSION} AND job_id = j.job_id ORDER BY seq DESC LIMIT 1)"
 )
+# A job's output and error as bytes when they are text: text that is not UTF-8 (a row edited
+# outside the store) then reads as unreadable JSON, instead of failing the read of the job.
+_AS_BYTES = "CASE WHEN typeof({c}) = 'text' THEN CAST({c} AS BLOB) ELSE {c} END"
 BY_RANGE = LogSql(
-    job_select=JOB_ROW + f"ON e.seq = {_LAST_SEQ}",
+    job_select=job_row_select(_AS_BYTES.format(c="j.output"), _AS_BYTES.format(c="j.error"))
+    + f"ON e.seq = {_LAST_SEQ}",
     after=(
         f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > {_LOG_START} + min(?2, {MAX_VERSION}) "
         f"AND seq <= {_LOG_START} + {MAX_VERSION} AND job_id = ?1 ORDER BY seq"
