@@ -67,8 +67,6 @@ class LogSql:
     position: str = "version"  # the events column a log is read in order of
 
 
-
-
 def job_row_select(output: str = "j.output", error: str = "j.error") -> str:
     """The start of :attr:`LogSql.job_select`: a job's columns, reading its output and error
     as the expressions given, then its chain head (to be joined ``ON`` its last event)."""
