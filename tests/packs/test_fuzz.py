@@ -155,8 +155,10 @@ def _apply(pack: Path, kind: str, arg: Any) -> bool:
                 return True
             doc = _set(doc, chosen, value)
         path.write_text(json.dumps(doc))
-        # the objective is descriptive (RCE profile §2.2): assay's packs do not bind it
-        return name == F.CONTRACT and chosen == ("objective",) and isinstance(value, str)
+        # the objective is descriptive and optional (RCE profile §2.2, the contract schema):
+        # assay's packs do not bind it, so another text or none at all changes no verdict
+        descriptive = kind == "json_delete" or isinstance(value, str)
+        return name == F.CONTRACT and chosen == ("objective",) and descriptive
     if kind == "bytes":
         name, at, chunk, replace = arg
         data = bytearray((pack / name).read_bytes())
