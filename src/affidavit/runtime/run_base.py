@@ -260,6 +260,9 @@ class RunBase:
         self.confirm_lease = confirm_lease
         # set when the worker is asked to stop: the run ends at the next step boundary
         self.stopping = stopping
+        # set, in a run of concurrent steps, once something ends the run (a step's failure, a
+        # lost lease): the steps still running record their outcome but start no new try
+        self.ending = threading.Event()
         self.claim = claim
         self.plan = plan
         self.replay = replay
@@ -446,8 +449,10 @@ class RunBase:
 
     def _check_stopping(self) -> None:
         """At a step boundary (no invocation of this run open): end the run as ``released`` if
-        the worker is stopping; the worker then gives the job's lease back."""
-        if self.stopping is not None and self.stopping.is_set():
+        the worker is stopping; the worker then gives the job's lease back. In a run of
+        concurrent steps that is ending already (:attr:`ending`), end this step here too: what
+        ends the run decides its outcome, not this."""
+        if self.ending.is_set() or (self.stopping is not None and self.stopping.is_set()):
             raise Stop("released")
 
     def _confirm_lease(self) -> None:
