@@ -452,8 +452,12 @@ class RunBase:
         the worker is stopping; the worker then gives the job's lease back. In a run of
         concurrent steps that is ending already (:attr:`ending`), end this step here too: what
         ends the run decides its outcome, not this."""
-        if self.ending.is_set() or (self.stopping is not None and self.stopping.is_set()):
+        if self._ending():
             raise Stop("released")
+
+    def _ending(self) -> bool:
+        """Whether the worker is stopping or (concurrent steps) the run is ending."""
+        return self.ending.is_set() or (self.stopping is not None and self.stopping.is_set())
 
     def _confirm_lease(self) -> None:
         """Before the run acts on the world (calls a tool or a compensation): stop unless the

@@ -388,10 +388,10 @@ class _Run(RecoveryMixin):
             if self.step_concurrency == 1:
                 self.sleep(wait)  # a worker's stop cuts it
             else:
-                # in slices, so that the run's end cuts it too
-                until = time.monotonic() + wait
-                while not self.ending.is_set() and (left := until - time.monotonic()) > 0:
-                    self.sleep(min(left, _BACKOFF_SLICE))
+                # in slices, so that the run's end cuts it too (as a worker's stop does)
+                while wait > 0 and not self._ending():
+                    self.sleep(min(wait, _BACKOFF_SLICE))
+                    wait -= _BACKOFF_SLICE
         self._check_stopping()
 
     # --- pure ---------------------------------------------------------------------------------
