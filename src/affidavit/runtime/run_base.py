@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from affidavit.core.canonical import canonical, sha256_hex
+from affidavit.core.canonical import canonical, parse, sha256_hex
 from affidavit.core.errors import AffidavitError, CanonicalizationError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids
@@ -494,7 +494,9 @@ class RunBase:
         ctx: ToolContext | None,
         catch_up: bool,
         result_jcs: bytes | None = None,
-    ) -> None:
+    ) -> Any:
+        """T2 (or a catch-up's commit). Returns the result as recorded — read back from its
+        canonical bytes, as a replay reads it — for the steps that take it as their input."""
         jcs = result_jcs if result_jcs is not None else canonical(result)
         items: list[Item] = [
             (
@@ -534,6 +536,7 @@ class RunBase:
         )
 
         self._tx_retrying(tx_durable, self._commit_txn, items, key, result, jcs)
+        return recorded(jcs)
 
     def _commit_txn(self, tx: Any, items: list[Item], key: str, result: Any, jcs: bytes) -> None:
         """T2's writes: the step's closing events and its ledger row committed."""
@@ -624,6 +627,16 @@ class _RunTransaction:
         finally:
             run._finished_steps.clear()
             run._lock.release()
+
+
+def recorded(jcs: bytes) -> Any:
+    """A step's output or result as the log holds it (``jcs``, its canonical bytes), for the
+    steps that take it as their input: exactly what a run that replays the log reads. Not the
+    object the function returned: that may change after it was recorded (an object the function
+    keeps and changes again, say), and its lookups may differ from the recorded JSON's (a tuple
+    is a list once recorded) — either would give the steps after it other args, hence other
+    idempotency keys, than a recovery derives, and an invocation in flight would go unseen."""
+    return parse(jcs)
 
 
 def check_result(node: Node, t: Tool, value: Any) -> bytes:

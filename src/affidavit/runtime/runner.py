@@ -46,6 +46,7 @@ from affidavit.runtime.run_base import (
     elapsed_ms,
     error_dict,
     log,
+    recorded,
 )
 from affidavit.runtime.sdk import (
     CompensatableError,
@@ -450,7 +451,7 @@ class _Run(RecoveryMixin):
                 "duration_ms": elapsed_ms(t0),
             }
             self._write(("node_started", started), ("node_finished", finished), fast=True)
-            return output
+            return recorded(output_jcs)
 
     # --- wait / approval (continued by signals) -------------------------------------------------
 
@@ -607,7 +608,7 @@ class _Run(RecoveryMixin):
                 else "in_flight"
             )
             if row is not None and row.status == "committed":
-                recorded = row.result
+                committed = row.result  # as recorded (read back from the ledger)
                 # The log is the authority and already holds the commit (T2 is atomic); this
                 # only records the node's completion if a crash came between T2 and nothing.
                 self._write(
@@ -621,7 +622,7 @@ class _Run(RecoveryMixin):
                         },
                     )
                 )
-                return recorded
+                return committed
             if row is not None and row.status == "started":
                 outcome = self._in_flight(node, t, args, key, row, attempt, started_events)
                 if outcome is not None:
@@ -699,7 +700,7 @@ class _Run(RecoveryMixin):
                 raise StepFailed(node.id, error) from exc
             crash_point("tool.after_execute")
             # (3) T2: finished + committed + node_finished, and the ledger row, together.
-            self._commit(
+            output = self._commit(
                 tx_durable=False,
                 node=node,
                 base=base,
@@ -713,4 +714,4 @@ class _Run(RecoveryMixin):
                 result_jcs=result_jcs,
             )
             crash_point("tool.after_commit")
-            return result
+            return output
