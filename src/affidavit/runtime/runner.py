@@ -385,14 +385,14 @@ class _Run(RecoveryMixin):
         if self.backoff > 0:
             # (2**1024 is past any float; by 2**1000 any backoff above 1e-299 s is at the cap)
             doubling = 2.0 ** min(attempt - 1, 1000)
-            wait = min(self.backoff * doubling, 60.0)
+            delay = min(self.backoff * doubling, 60.0)
             if self.step_concurrency == 1:
-                self.sleep(wait)  # a worker's stop cuts it
+                self.sleep(delay)  # a worker's stop cuts it
             else:
                 # in slices, so that the run's end cuts it too (as a worker's stop does)
-                while wait > 0 and not self._ending():
-                    self.sleep(min(wait, _BACKOFF_SLICE))
-                    wait -= _BACKOFF_SLICE
+                while delay > 0 and not self._ending():
+                    self.sleep(min(delay, _BACKOFF_SLICE))
+                    delay -= _BACKOFF_SLICE
         self._check_stopping()
 
     # --- pure ---------------------------------------------------------------------------------
