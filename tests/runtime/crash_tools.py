@@ -138,6 +138,19 @@ def compute(ctx: ToolContext, side: str, charged: dict[str, Any]) -> dict[str, A
     return {"amount": charged["amount"] + 1, "from": charged["charge_id"]}
 
 
+# What crash_tally returns: one object per process, kept and changed by every call.
+_TALLY: dict[str, Any] = {"calls": 0}
+
+
+@pure("crash_tally")
+def tally(ctx: ToolContext, side: str) -> dict[str, Any]:
+    """A pure step that returns an object it keeps and changes on its next call (think: a
+    memoized lookup enriched in place). Its recorded output is what it returned then."""
+    record(side, kind="tally", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    _TALLY["calls"] += 1
+    return _TALLY
+
+
 REGISTRY = ToolRegistry(
     [
         charge,
@@ -148,6 +161,7 @@ REGISTRY = ToolRegistry(
         busy,
         book,
         compute,
+        tally,
     ]
 )
 

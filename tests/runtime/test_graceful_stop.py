@@ -135,8 +135,9 @@ def test_stop_hands_the_job_back_after_the_running_step(open_runtime: Any, calls
     assert verify_job(rt.store, job_id).ok
 
 
+@pytest.mark.parametrize("step_concurrency", [1, 2])
 def test_stop_ends_a_retry_backoff_and_the_next_worker_counts_on(
-    open_runtime: Any, calls: Calls
+    open_runtime: Any, calls: Calls, step_concurrency: int
 ) -> None:
     failed_once = threading.Event()
 
@@ -148,7 +149,7 @@ def test_stop_ends_a_retry_backoff_and_the_next_worker_counts_on(
         return {"attempt": ctx.attempt}
 
     tool = Tool("flaky", flaky, "tool")
-    rt = open_runtime(tool)
+    rt = open_runtime(tool, step_concurrency=step_concurrency)
     # a 600 s backoff: only a stop that cuts the wait short lets the worker return in time
     slow_retry = {"max_attempts": 3, "backoff_seconds": 600}
     job_id = rt.submit(plan(node("f", "flaky"), retry=slow_retry), {}).job_id

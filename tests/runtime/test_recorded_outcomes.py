@@ -9,7 +9,9 @@ the job is recovered in the test process. Each case checks what really happened 
   the run which recorded the failure would not have started: the job fails;
 - a job that fails, by any path, closes every invocation still open (FORMATS.md §3);
 - ``resume`` decides only the invocation the job parked on: another open invocation is
-  resolved by its own tool's reconcile hook when the job runs again.
+  resolved by its own tool's reconcile hook when the job runs again;
+- a step's args come from its upstream steps' recorded outputs in the run that records them as
+  in the run that recovers it, so both derive the same idempotency key.
 """
 
 from __future__ import annotations
@@ -306,4 +308,34 @@ def test_a_failed_job_leaves_no_invocation_open(store_url: str, tmp_path: Path, 
             for p in of_type(rt.store.list_events(job_id), "tool_invocation_finished")
         }
         assert closing == {"a": "lost", "b": "lost"}
+        assert_closed_and_verified(rt, job_id)
+
+
+def test_args_come_from_recorded_outputs_so_a_recovery_finds_the_invocation(
+    store_url: str, tmp_path: Path
+) -> None:
+    """``first`` returns an object that ``second`` (the same pure function) changes after
+    ``first``'s output was recorded. ``charge`` takes ``first``'s output: the run that dies at
+    its after_execute must derive its args (and so its idempotency key) from the recorded
+    output, as the recovery does — else the recovery finds no invocation in flight and
+    charges again."""
+    side = tmp_path / "side.jsonl"
+    tally = {"side": "${input.side}"}
+    plan = graph(
+        {"id": "first", "type": "pure", "tool": "crash_tally", "args": tally},
+        {"id": "second", "type": "pure", "tool": "crash_tally", "args": tally,
+         "depends_on": ["first"]},
+        tool_node("charge", "crash_charge", ["second"], amount="${first.calls}"),
+    )  # fmt: skip
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        job_id = rt.submit(plan, {"side": str(side)}).job_id
+        crash_then_recover(rt, store_url, job_id, "tool.after_execute", step_concurrency=1)
+        job = rt.get_job(job_id)
+        assert job.status == "completed", job.error
+        assert side_count(side, job_id, "charge", "charge") == 1
+        events = rt.store.list_events(job_id)
+        [finished] = of_type(events, "tool_invocation_finished")
+        assert finished["catch_up"] is True  # found by reconcile, not charged again
+        assert finished["result"]["amount"] == 1  # first's recorded output
+        assert [r.status for r in ledger_rows(rt.store, job_id)] == ["committed"]
         assert_closed_and_verified(rt, job_id)

@@ -1072,6 +1072,51 @@ def test_finished_pure_step_is_not_rerun_after_crash_before_complete(
     assert len(workers) == 1  # the recovery run started no node at all
 
 
+def test_steps_take_upstream_outputs_as_recorded(make_runtime: Any, calls: Calls) -> None:
+    """A step's args come from what its upstream steps recorded, as in a run that replays the
+    log — not from the objects they returned: a tuple is a list once recorded (so it can be
+    indexed), and a tool result changed after it was returned changes nothing downstream."""
+    kept: dict[str, Any] = {"n": 1}
+
+    def pair(ctx: ToolContext) -> dict[str, Any]:
+        return {"xs": ("a", "b")}
+
+    def lookup(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "lookup")
+        return kept
+
+    def bump(ctx: ToolContext) -> dict[str, Any]:
+        kept["n"] += 1  # changes the object `lookup` returned, after it was recorded
+        return {}
+
+    def use(ctx: ToolContext, x: str, n: int) -> dict[str, Any]:
+        calls.add(ctx, "use")
+        return {"x": x, "n": n}
+
+    rt = make_runtime(
+        Tool("pair", pair, "pure"),
+        Tool("lookup", lookup, "tool"),
+        Tool("bump", bump, "pure"),
+        Tool("use", use, "tool"),
+    )
+    graph = plan(
+        node("p", "pair", "pure"),
+        node("l", "lookup"),
+        node("b", "bump", "pure", deps=["l"]),
+        node("u", "use", args={"x": "${p.xs.1}", "n": "${l.n}"}, deps=["p", "b"]),
+    )
+    job_id = rt.submit(graph, {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "completed", job.error
+    assert job.output == {"u": {"x": "b", "n": 1}}
+    events = assert_log_sound(rt.store, job_id)
+    [recorded_l] = [
+        f["result"] for f in of_type(events, "tool_invocation_finished") if f["node_id"] == "l"
+    ]
+    assert recorded_l == {"n": 1}
+
+
 def test_crash_after_commit_is_not_reexecuted(
     make_runtime: Any, calls: Calls, crash_at: Any
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from affidavit import Runtime, Tool, ToolContext, ToolRegistry
+from affidavit import RetryableError, Runtime, Tool, ToolContext, ToolRegistry
 from tests.runtime.helpers import assert_log_sound, ledger_rows, node, of_type, plan
 
 
@@ -129,3 +129,44 @@ def test_a_wait_runs_alone(rt: Runtime, spans: Spans) -> None:
     rt.run_until_idle()
     assert rt.get_job(job_id).output == {"after": ["long"]}
     assert len(spans.spans["long"]) == 1
+
+
+def test_a_failure_stops_the_retries_of_the_other_running_steps(store_url: str) -> None:
+    """Once one step failed the job, a concurrent step whose try failed retryably starts no
+    new try (a new effect in a failed job, and one a recovery would not make): its recorded
+    retryable failure stays, and its backoff does not hold the job's end back."""
+    side: list[str] = []
+    first_try = threading.Event()
+
+    def flaky(ctx: ToolContext) -> dict[str, Any]:
+        side.append(f"flaky:{ctx.attempt}")
+        if ctx.attempt == 1:
+            first_try.set()
+            raise RetryableError("busy")
+        return {"charged": True}
+
+    def decline(ctx: ToolContext) -> dict[str, Any]:
+        first_try.wait(30)
+        side.append("decline")
+        raise ValueError("declined")
+
+    tools = ToolRegistry([Tool("flaky", flaky, "tool"), Tool("decline", decline, "tool")])
+    graph = plan(
+        node("a", "flaky"),
+        node("b", "decline"),
+        # a backoff far longer than the other step takes to fail
+        retry={"max_attempts": 3, "backoff_seconds": 30},
+    )
+    with Runtime(store_url, tools=tools, step_concurrency=2) as rt:
+        job_id = rt.submit(graph, {}).job_id
+        rt.run_until_idle()
+        job = rt.get_job(job_id)
+        assert job.status == "failed" and job.error["message"] == "declined"
+        assert sorted(side) == ["decline", "flaky:1"]  # no second try of `a`
+        events = assert_log_sound(rt.store, job_id)
+        finished = {p["node_id"]: p["result_type"] for p in of_type(events, "node_finished")}
+        assert finished == {"a": "retryable_failure", "b": "permanent_failure"}
+        assert {r.node_id: r.status for r in ledger_rows(rt.store, job_id)} == {
+            "a": "failed",
+            "b": "failed",
+        }

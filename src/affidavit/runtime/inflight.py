@@ -196,7 +196,7 @@ class RecoveryMixin(RunBase):
             return None, error_dict(exc)
         if found is None:
             return None, None
-        self._commit(
+        output = self._commit(
             tx_durable=False,
             node=node,
             base={"node_id": node.id, "step_id": row.step_id},
@@ -208,7 +208,7 @@ class RecoveryMixin(RunBase):
             ctx=ctx,
             catch_up=True,
         )
-        return (found,), None
+        return (output,), None
 
     def _catch_up_open(self) -> None:
         """Before a job fails on pickup (see :meth:`_recorded_failure`): ask the reconcile hook

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from affidavit.core.canonical import canonical, sha256_hex
+from affidavit.core.canonical import canonical, parse, sha256_hex
 from affidavit.core.errors import AffidavitError, CanonicalizationError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids
@@ -260,6 +260,9 @@ class RunBase:
         self.confirm_lease = confirm_lease
         # set when the worker is asked to stop: the run ends at the next step boundary
         self.stopping = stopping
+        # set, in a run of concurrent steps, once something ends the run (a step's failure, a
+        # lost lease): the steps still running record their outcome but start no new try
+        self.ending = threading.Event()
         self.claim = claim
         self.plan = plan
         self.replay = replay
@@ -446,9 +449,15 @@ class RunBase:
 
     def _check_stopping(self) -> None:
         """At a step boundary (no invocation of this run open): end the run as ``released`` if
-        the worker is stopping; the worker then gives the job's lease back."""
-        if self.stopping is not None and self.stopping.is_set():
+        the worker is stopping; the worker then gives the job's lease back. In a run of
+        concurrent steps that is ending already (:attr:`ending`), end this step here too: what
+        ends the run decides its outcome, not this."""
+        if self._ending():
             raise Stop("released")
+
+    def _ending(self) -> bool:
+        """Whether the worker is stopping or (concurrent steps) the run is ending."""
+        return self.ending.is_set() or (self.stopping is not None and self.stopping.is_set())
 
     def _confirm_lease(self) -> None:
         """Before the run acts on the world (calls a tool or a compensation): stop unless the
@@ -485,7 +494,9 @@ class RunBase:
         ctx: ToolContext | None,
         catch_up: bool,
         result_jcs: bytes | None = None,
-    ) -> None:
+    ) -> Any:
+        """T2 (or a catch-up's commit). Returns the result as recorded — read back from its
+        canonical bytes, as a replay reads it — for the steps that take it as their input."""
         jcs = result_jcs if result_jcs is not None else canonical(result)
         items: list[Item] = [
             (
@@ -525,6 +536,7 @@ class RunBase:
         )
 
         self._tx_retrying(tx_durable, self._commit_txn, items, key, result, jcs)
+        return recorded(jcs)
 
     def _commit_txn(self, tx: Any, items: list[Item], key: str, result: Any, jcs: bytes) -> None:
         """T2's writes: the step's closing events and its ledger row committed."""
@@ -615,6 +627,16 @@ class _RunTransaction:
         finally:
             run._finished_steps.clear()
             run._lock.release()
+
+
+def recorded(jcs: bytes) -> Any:
+    """A step's output or result as the log holds it (``jcs``, its canonical bytes), for the
+    steps that take it as their input: exactly what a run that replays the log reads. Not the
+    object the function returned: that may change after it was recorded (an object the function
+    keeps and changes again, say), and its lookups may differ from the recorded JSON's (a tuple
+    is a list once recorded) — either would give the steps after it other args, hence other
+    idempotency keys, than a recovery derives, and an invocation in flight would go unseen."""
+    return parse(jcs)
 
 
 def check_result(node: Node, t: Tool, value: Any) -> bytes:

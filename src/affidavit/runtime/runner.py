@@ -46,6 +46,7 @@ from affidavit.runtime.run_base import (
     elapsed_ms,
     error_dict,
     log,
+    recorded,
 )
 from affidavit.runtime.sdk import (
     CompensatableError,
@@ -58,6 +59,9 @@ from affidavit.runtime.sealing import Sealer
 from affidavit.runtime.submit import missing_tools
 from affidavit.store import Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
+
+# The longest single wait of a concurrent step's backoff, between looks at the run's end.
+_BACKOFF_SLICE = 0.1
 
 
 class JobRunner:
@@ -276,7 +280,8 @@ class _Run(RecoveryMixin):
         Every step keeps the tool-step protocol (its transactions are serialized by the run's
         lock; only the tools' own work overlaps). Whatever ends the run — a failed step, a wait,
         a park, a lost lease — takes effect only after the steps already running have finished
-        and recorded their outcome, so no recorded effect is ever cut off: invocations a dead
+        and recorded their outcome, so no recorded effect is ever cut off (a step whose try
+        failed retryably starts no new one then: see :meth:`_backoff`). Invocations a dead
         attempt left open are resolved first, one at a time (they may park or fail the job), and
         wait/approval nodes run only when no other step is running.
         """
@@ -292,42 +297,46 @@ class _Run(RecoveryMixin):
         ended: BaseException | None = None
         running: dict[Future[Any], str] = {}
         with ThreadPoolExecutor(self.step_concurrency, thread_name_prefix="affidavit-step") as pool:
-            while True:
-                progressed = True
-                if ended is None and self.stopping is not None and self.stopping.is_set():
-                    ended = Stop("released")  # start nothing more; let the running steps end
-                while ended is None and progressed:
-                    progressed = False
-                    for node_id in list(remaining):
-                        if len(running) >= self.step_concurrency:
-                            break
-                        node = self.plan.node(node_id)
-                        if not all(d in done for d in node.depends_on):
-                            continue
-                        if node.type in ("wait", "approval"):
-                            if running:
-                                continue  # a wait ends the run: let the running steps finish
+            try:
+                while True:
+                    progressed = True
+                    if ended is None and self.stopping is not None and self.stopping.is_set():
+                        ended = Stop("released")  # start nothing more; let the running steps end
+                    while ended is None and progressed:
+                        progressed = False
+                        for node_id in list(remaining):
+                            if len(running) >= self.step_concurrency:
+                                break
+                            node = self.plan.node(node_id)
+                            if not all(d in done for d in node.depends_on):
+                                continue
+                            if node.type in ("wait", "approval"):
+                                if running:
+                                    continue  # a wait ends the run: let the running steps finish
+                                remaining.remove(node_id)
+                                self._check_lease()
+                                self.scope[node_id] = self._run_node(node_id)
+                                done.add(node_id)
+                                progressed = True
+                                break
                             remaining.remove(node_id)
                             self._check_lease()
-                            self.scope[node_id] = self._run_node(node_id)
+                            running[pool.submit(self._run_node, node_id)] = node_id
+                    if not running:
+                        break
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        node_id = running.pop(future)
+                        try:
+                            self.scope[node_id] = future.result()
                             done.add(node_id)
-                            progressed = True
-                            break
-                        remaining.remove(node_id)
-                        self._check_lease()
-                        running[pool.submit(self._run_node, node_id)] = node_id
-                if not running:
-                    break
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    node_id = running.pop(future)
-                    try:
-                        self.scope[node_id] = future.result()
-                        done.add(node_id)
-                    except BaseException as exc:  # re-raised once every running step has ended
-                        # a step's own outcome (a failure, a park) wins over a worker's stop
-                        released = isinstance(ended, Stop) and ended.status == "released"
-                        ended = exc if ended is None or released else ended
+                        except BaseException as exc:  # re-raised once every running step has ended
+                            # a step's own outcome (a failure, a park) wins over a worker's stop
+                            released = isinstance(ended, Stop) and ended.status == "released"
+                            ended = exc if ended is None or released else ended
+                            self.ending.set()  # the others start no new try
+            finally:
+                self.ending.set()  # whatever ended the loop: the steps still running end too
         if ended is not None:
             raise ended
 
@@ -372,11 +381,20 @@ class _Run(RecoveryMixin):
     def _backoff(self, attempt: int) -> None:
         """Wait before the next attempt of a step whose failure is recorded (nothing open). A
         stopping worker ends the run here instead: the next attempt runs wherever the job is
-        claimed next, and counts on from the recorded ones."""
+        claimed next, and counts on from the recorded ones. So does the end of a run of
+        concurrent steps (another step failed the job, say): no new try starts in a job whose
+        end is decided — the recovery of a run that died here would not start one either."""
         if self.backoff > 0:
             # (2**1024 is past any float; by 2**1000 any backoff above 1e-299 s is at the cap)
             doubling = 2.0 ** min(attempt - 1, 1000)
-            self.sleep(min(self.backoff * doubling, 60.0))  # a worker's stop cuts it
+            delay = min(self.backoff * doubling, 60.0)
+            if self.step_concurrency == 1:
+                self.sleep(delay)  # a worker's stop cuts it
+            else:
+                # in slices, so that the run's end cuts it too (as a worker's stop does)
+                while delay > 0 and not self._ending():
+                    self.sleep(min(delay, _BACKOFF_SLICE))
+                    delay -= _BACKOFF_SLICE
         self._check_stopping()
 
     # --- pure ---------------------------------------------------------------------------------
@@ -435,7 +453,7 @@ class _Run(RecoveryMixin):
                 "duration_ms": elapsed_ms(t0),
             }
             self._write(("node_started", started), ("node_finished", finished), fast=True)
-            return output
+            return recorded(output_jcs)
 
     # --- wait / approval (continued by signals) -------------------------------------------------
 
@@ -592,7 +610,7 @@ class _Run(RecoveryMixin):
                 else "in_flight"
             )
             if row is not None and row.status == "committed":
-                recorded = row.result
+                committed = row.result  # as recorded (read back from the ledger)
                 # The log is the authority and already holds the commit (T2 is atomic); this
                 # only records the node's completion if a crash came between T2 and nothing.
                 self._write(
@@ -606,7 +624,7 @@ class _Run(RecoveryMixin):
                         },
                     )
                 )
-                return recorded
+                return committed
             if row is not None and row.status == "started":
                 outcome = self._in_flight(node, t, args, key, row, attempt, started_events)
                 if outcome is not None:
@@ -684,7 +702,7 @@ class _Run(RecoveryMixin):
                 raise StepFailed(node.id, error) from exc
             crash_point("tool.after_execute")
             # (3) T2: finished + committed + node_finished, and the ledger row, together.
-            self._commit(
+            output = self._commit(
                 tx_durable=False,
                 node=node,
                 base=base,
@@ -698,4 +716,4 @@ class _Run(RecoveryMixin):
                 result_jcs=result_jcs,
             )
             crash_point("tool.after_commit")
-            return result
+            return output
