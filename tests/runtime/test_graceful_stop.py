@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -150,19 +151,22 @@ def test_stop_ends_a_retry_backoff_and_the_next_worker_counts_on(
 
     tool = Tool("flaky", flaky, "tool")
     rt = open_runtime(tool, step_concurrency=step_concurrency)
-    # a 600 s backoff: only a stop that cuts the wait short lets the worker return in time
-    slow_retry = {"max_attempts": 3, "backoff_seconds": 600}
-    job_id = rt.submit(plan(node("f", "flaky"), retry=slow_retry), {}).job_id
+    backoff = 4.0
+    retry = {"max_attempts": 3, "backoff_seconds": backoff}
+    job_id = rt.submit(plan(node("f", "flaky"), retry=retry), {}).job_id
     thread, ran = run_in_thread(rt.worker)
     assert failed_once.wait(10)
     deadline = time.monotonic() + 10
     while not of_type(rt.store.list_events(job_id), "node_finished"):  # the failure recorded
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    recorded = time.monotonic()
     time.sleep(0.2)  # the worker is in its backoff now
     rt.worker.request_stop()
     thread.join(20)
     assert not thread.is_alive() and ran == [1]
+    # the stop cut the wait short (the run did not sit out the backoff)
+    assert time.monotonic() - recorded < backoff - 0.5
     assert rt.get_job(job_id).status == "running"
 
     assert second_worker(rt, ToolRegistry([tool])).run(until_idle=True) == 1
@@ -173,6 +177,10 @@ def test_stop_ends_a_retry_backoff_and_the_next_worker_counts_on(
     events = assert_log_sound(rt.store, job_id)
     results = [p["result_type"] for p in of_type(events, "node_finished")]
     assert results == ["retryable_failure", "side_effect_committed"]
+    # ... and the next worker sat out the rest of the backoff before trying again
+    failed_at = datetime.fromisoformat(of_type(events, "node_finished")[0]["at"])
+    second_try = datetime.fromisoformat(of_type(events, "node_started")[1]["at"])
+    assert (second_try - failed_at).total_seconds() >= backoff
 
 
 def test_stop_with_step_concurrency_lets_every_running_step_finish(

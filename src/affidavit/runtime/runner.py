@@ -20,6 +20,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -378,17 +379,46 @@ class _Run(RecoveryMixin):
             bool(t.retry_on) and isinstance(exc, t.retry_on)
         )
 
-    def _backoff(self, attempt: int) -> None:
-        """Wait before the next attempt of a step whose failure is recorded (nothing open). A
+    def _backoff_delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt``: the policy's backoff, doubled per
+        attempt, at most a minute."""
+        # (2**1024 is past any float; by 2**1000 any backoff above 1e-299 s is at the cap)
+        return min(self.backoff * 2.0 ** min(attempt - 1, 1000), 60.0)
+
+    def _backoff_left(self, node: Node) -> None:
+        """Before a step's first try in this run: when its last try, recorded by an earlier
+        run (one that stopped or died in the backoff), failed retryably and no try started
+        since, wait what is left of that backoff — measured from the failure's recorded time —
+        so that handing a job over does not hit a rate-limited service again at once."""
+        last = self.replay.node_finished.get(node.id)
+        if (
+            self.backoff <= 0
+            or last is None
+            or last.get("result_type") != "retryable_failure"
+            or self.replay.node_attempts.get(node.id) != last.get("attempt")
+        ):
+            return
+        try:
+            failed_at = datetime.fromisoformat(str(last["at"])).timestamp()
+        except (KeyError, ValueError):
+            return  # (the log's shape was checked by the replay; a time it cannot read: no wait)
+        delay = self._backoff_delay(int(last["attempt"]))
+        # (another worker's clock may be ahead: never more than the backoff itself)
+        self._backoff(int(last["attempt"]), min(delay, failed_at + delay - time.time()))
+
+    def _backoff(self, attempt: int, delay: float | None = None) -> None:
+        """Wait before the next attempt of a step whose failure is recorded (nothing open):
+        ``delay`` seconds, by default the whole backoff after ``attempt``. A
         stopping worker ends the run here instead: the next attempt runs wherever the job is
-        claimed next, and counts on from the recorded ones. So does the end of a run of
+        claimed next, after what is left of the backoff, and counts on from the recorded ones.
+        So does the end of a run of
         concurrent steps (another step failed the job, say): no new try starts in a job whose
         end is decided — the recovery of a run that died here would not start one either."""
         if self.backoff > 0:
-            # (2**1024 is past any float; by 2**1000 any backoff above 1e-299 s is at the cap)
-            doubling = 2.0 ** min(attempt - 1, 1000)
-            delay = min(self.backoff * doubling, 60.0)
-            if self.step_concurrency == 1:
+            delay = self._backoff_delay(attempt) if delay is None else delay
+            if delay <= 0:
+                pass
+            elif self.step_concurrency == 1:
                 self.sleep(delay)  # a worker's stop cuts it
             else:
                 # in slices, so that the run's end cuts it too (as a worker's stop does)
@@ -405,6 +435,7 @@ class _Run(RecoveryMixin):
         step = self.steps[node.id]
         attempt = self.replay.node_attempts.get(node.id, 0)
         limit = t.retry or self.max_attempts
+        self._backoff_left(node)
         while True:
             attempt += 1
             started = {
@@ -571,6 +602,7 @@ class _Run(RecoveryMixin):
         attempt = self.replay.node_attempts.get(node.id, 0)
         limit = t.retry or self.max_attempts
         base = {"node_id": node.id, "step_id": step}
+        self._backoff_left(node)
         while True:
             attempt += 1
             # the invocation id and the ids of T1's two events, in one call
