@@ -271,6 +271,50 @@ def payload_nested_too_deeply(ev: list[Event]) -> tuple[str, int]:
     return "payload", i + 1
 
 
+def tool_node_finished_as_pure(ev: list[Event]) -> tuple[str, int]:
+    """A tool node that completes as a pure step needs no commit: its side effect unproven."""
+    i = index(ev, "node_finished", "refund")
+    ev[i]["payload"]["result_type"] = "pure"
+    return "commit_evidence", i + 1
+
+
+def tool_node_compensated_without_compensation(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_finished", "refund")
+    ev[i]["payload"]["result_type"] = "compensated"
+    return "commit_evidence", i + 1
+
+
+def pure_node_finished_as_compensated(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_finished", "decide")
+    ev[i]["payload"]["result_type"] = "compensated"
+    return "node_in_plan", i + 1
+
+
+def compensation_without_a_compensatable_failure(ev: list[Event]) -> tuple[str, int]:
+    """A step_compensated and a compensated finish instead of the commit's node_finished: no
+    compensatable_failure came before."""
+    i = index(ev, "node_finished", "email")
+    compensated = copy.deepcopy(ev[i])
+    compensated.update(event_id="forged-11", type="step_compensated")
+    compensated["payload"] = {
+        "at": "x",
+        "node_id": "email",
+        "step_id": ev[i]["payload"]["step_id"],
+        "compensation": {},
+    }
+    ev[i]["payload"]["result_type"] = "compensated"
+    ev.insert(i, compensated)
+    return "commit_evidence", i + 1
+
+
+RESULT_TYPE_MUTATIONS = [
+    tool_node_finished_as_pure,
+    tool_node_compensated_without_compensation,
+    pure_node_finished_as_compensated,
+    compensation_without_a_compensatable_failure,
+]
+
+
 NEW_MUTATIONS = [
     tool_node_invoked_after_it_completed,
     finished_under_another_node,
@@ -306,6 +350,7 @@ NEW_MUTATIONS = [
         *NEW_MUTATIONS,
         commit_under_another_node,
         payload_nested_too_deeply,
+        *RESULT_TYPE_MUTATIONS,
     ],
 )
 def test_violation_is_named_with_its_version(exported: list[Event], mutate: Mutation) -> None:

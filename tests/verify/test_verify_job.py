@@ -13,9 +13,18 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from affidavit import JobNotFound, Runtime, SigningKey, verify_events, verify_job
+from affidavit import (
+    JobNotFound,
+    Runtime,
+    SigningKey,
+    Tool,
+    ToolContext,
+    verify_events,
+    verify_job,
+)
 from affidavit.core.canonical import canonical
 from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.sdk import CompensatableError
 from affidavit.verify._fold import LogFold
 from affidavit.verify.verification import seal_document
 from tests.cli.test_cli import cli, json_of
@@ -178,6 +187,35 @@ def test_failed_and_cancelled_jobs_are_sealed_and_verify(
         result = verify_job(rt.store, job_id)
         assert_all_ok(result)
         assert result.seal.present and result.seal.event_count == result.stored_chain.event_count
+
+
+def test_compensated_job_verifies_and_its_compensation_is_required(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    """A compensated tool node counts as completed: only with the step_compensated that
+    follows its compensatable_failure (the log re-chained without it fails the replay)."""
+
+    def book(ctx: ToolContext, seats: int) -> None:
+        raise CompensatableError(f"booked {seats - 1} of {seats} seats")
+
+    def undo(ctx: ToolContext, seats: int) -> dict[str, Any]:
+        return {"released": seats - 1}
+
+    rt = make_runtime(tools(Tool("book", book, "tool", compensate_fn=undo)))
+    job_id = rt.submit(
+        plan({"id": "bk", "type": "tool", "tool": "book", "args": {"seats": 3}})
+    ).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "failed"
+    assert_all_ok(verify_job(rt.store, job_id))
+    events = raw.events(job_id)
+    [(at, *_)] = [e for e in events if e[2] == "step_compensated"]
+    raw.rewrite_log(job_id, [(e, t, p) for v, e, t, p, _ in events if v != at])
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok
+    assert result.replay_proof_result.invariant == "commit_evidence"
+    assert result.replay_proof_result.version == at  # the compensated finish, now one earlier
+    assert "compensated without a step_compensated" in result.replay_proof_result.error
 
 
 def test_job_in_flight_reports_its_pending_key_and_passes(

@@ -25,7 +25,9 @@ with the version of the first event that violates it:
      calls out);
 (6)  ``commit_evidence``: every committed invocation has started + finished(success) +
      committed events, all naming its node, with a result hash that recomputes; a tool node
-     finishes as ``side_effect_committed`` only with a committed invocation;
+     finishes as ``side_effect_committed`` only with a committed invocation, never as ``pure``,
+     and as ``compensated`` only after a ``step_compensated`` that follows its
+     ``compensatable_failure`` (result types of tool nodes only: on another node, (3) fails);
 (7)  ``committed_once``: no key is committed twice or executed again after its commit;
 (8)  ``closing_rule``: whatever closes closes something open, once: an invocation finishes
      once, after it started, under the node and key it started with (and a key is invoked by
@@ -79,6 +81,10 @@ _FAST_KINDS = {
 _NOWHERE = object()
 _NO_START = (None, None)  # what a key not started yet was started with: by no node
 _WAIT_KINDS = ("wait", "approval")
+# the result types a node of any type may finish with; the others are a tool node's
+# (side_effect_committed, compensatable_failure, compensated) or another node's (pure)
+_ANY_NODE_FAILS = frozenset({"retryable_failure", "permanent_failure"})
+_TOOL_ONLY = frozenset({"side_effect_committed", "compensatable_failure", "compensated"})
 
 
 class _Violation(Exception):
@@ -150,6 +156,10 @@ class LogFold:
         # (the key itself rides along: the commit files the result hash under that same string)
         self.success: dict[str, tuple[Any, Any, str]] = {}
         self.committed: dict[str, str] = {}  # key -> result_hash
+        # tool nodes that failed as compensatable_failure, with no step_compensated since; and
+        # those with a step_compensated, not finished as compensated yet
+        self.compensatable: set[str] = set()
+        self.compensations: set[str] = set()
         # key -> (invocation, node_id, tool_name, args_hash) of its latest start: every key
         # invoked, and what its ledger row must say
         self.started: dict[str, tuple[str, str, Any, Any]] = {}
@@ -177,7 +187,7 @@ class LogFold:
             "job_parked": self._job_parked,
             "job_resumed": self._job_resumed,
             "confirmation_warning": self._tool_step,
-            "step_compensated": self._tool_step,
+            "step_compensated": self._step_compensated,
             "job_completed": self._job_completed,
             "job_failed": self._job_failed,
             "job_cancelled": self._job_cancelled,
@@ -243,7 +253,7 @@ class LogFold:
         invocation_ids, started, success = self.invocation_ids, self.started, self.success
         open_invocations, open_by_key = self.open_invocations, self.open_by_key
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
-        outcomes, result_types, completing = _OUTCOMES, RESULT_TYPES, COMPLETED_RESULT_TYPES
+        outcomes, failing, completing = _OUTCOMES, _ANY_NODE_FAILS, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
         steps, node_type, deps = self.steps, self.node_type, self.deps
         terminal, exec_update = self.terminal_version, self._exec_update()
@@ -357,17 +367,18 @@ class LogFold:
                                 result_type = p.get("result_type")
                                 if (
                                     exec_update is not None
-                                    and result_type in result_types
                                     and node_id not in completed
                                     and completed.issuperset(deps[node_id])
                                     and (
-                                        result_type != "side_effect_committed"
+                                        result_type in failing
                                         or (
-                                            node_type[node_id] == "tool"
+                                            result_type == "side_effect_committed"
+                                            and node_type[node_id] == "tool"
                                             and node_id in committed_nodes
                                         )
+                                        or (result_type == "pure" and node_type[node_id] != "tool")
                                     )
-                                ):
+                                ):  # (compensations and odd result types: the handler)
                                     exec_update(f"{node_id}:{result_type}\n".encode())
                                     if result_type in completing:
                                         completed.add(node_id)
@@ -638,16 +649,46 @@ class LogFold:
         if node_id in self.completed:
             raise _Violation("not_rerun", f"node {node_id!r} finished again after it completed")
         self._deps_completed(node_id, "finished")
+        kind = self.node_type[node_id]
         if result_type == "side_effect_committed" and (
-            self.node_type[node_id] != "tool" or node_id not in self.committed_nodes
+            kind != "tool" or node_id not in self.committed_nodes
         ):
             raise _Violation(
                 "commit_evidence",
                 f"node {node_id!r} finished as side_effect_committed without a commit",
             )
+        if result_type == "pure" and kind == "tool":  # (it would complete without a commit)
+            raise _Violation(
+                "commit_evidence",
+                f"tool node {node_id!r} finished as pure: a tool node completes only as "
+                "side_effect_committed or compensated",
+            )
+        if result_type in _TOOL_ONLY and kind != "tool":
+            raise _Violation(
+                "node_in_plan",
+                f"node {node_id!r} is a {kind} node, which does not finish as {result_type}",
+            )
+        if result_type == "compensatable_failure":
+            self.compensatable.add(node_id)
+        elif result_type == "compensated" and node_id not in self.compensations:
+            raise _Violation(
+                "commit_evidence",
+                f"node {node_id!r} finished as compensated without a step_compensated",
+            )
         if result_type in COMPLETED_RESULT_TYPES:
             self.completed.add(node_id)
             self.committed_nodes.discard(node_id)
+            self.compensations.discard(node_id)
+
+    def _step_compensated(self, p: dict[str, Any]) -> None:
+        node_id = self._tool_step(p)
+        if node_id not in self.compensatable:
+            raise _Violation(
+                "commit_evidence",
+                f"step_compensated for node {node_id!r}, which has no compensatable_failure",
+            )
+        self.compensatable.discard(node_id)
+        self.compensations.add(node_id)
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
         node_id = self._node(p, _WAIT_KINDS)
