@@ -285,7 +285,9 @@ def test_fast_paths_agree_on_every_single_insertion(logs: list[Log], event_type:
 
 def test_fast_paths_agree_on_a_key_committed_twice(logs: list[Log]) -> None:
     """A second invocation of a key, started before the key's commit and finished after it,
-    then committed too: the second commit is refused (committed_once) on both paths."""
+    then committed too: refused on both paths where it starts (between a success and its
+    commit, which the runtime writes in one transaction); a commit repeated is refused
+    (committed_once) on both paths."""
     job_id, original = logs[0]
     events = copy.deepcopy(original)
     finished = next(i for i, e in enumerate(events) if e["type"] == "tool_invocation_finished")
@@ -306,4 +308,10 @@ def test_fast_paths_agree_on_a_key_committed_twice(logs: list[Log]) -> None:
     ]
     fast, slow = run((job_id, events), fast_paths=True), run((job_id, events), fast_paths=False)
     assert fast == slow
-    assert fast["replay_error"][:2] == ("committed_once", commit + 3)
+    assert fast["replay_error"][:2] == ("commit_evidence", finished + 2)
+    events = copy.deepcopy(original)
+    commit = next(i for i, e in enumerate(events) if e["type"] == "command_committed")
+    events.insert(commit + 1, copy.deepcopy(events[commit]))
+    fast, slow = run((job_id, events), fast_paths=True), run((job_id, events), fast_paths=False)
+    assert fast == slow
+    assert fast["replay_error"][:2] == ("committed_once", commit + 2)

@@ -307,7 +307,28 @@ def compensation_without_a_compensatable_failure(ev: list[Event]) -> tuple[str, 
     return "commit_evidence", i + 1
 
 
+def success_never_committed_then_retried(ev: list[Event]) -> tuple[str, int]:
+    """A first try of email's key that succeeded, then a second try of the key: the runtime
+    writes a success and its commit in one transaction, so the first success went uncommitted."""
+    i = index(ev, "tool_invocation_started", "email")
+    tried = copy.deepcopy(ev[i : i + 2])
+    for n, e in enumerate(tried):
+        e["event_id"] = f"forged-try-{n}"
+        e["payload"]["invocation_id"] = "first-try"
+    ev[i:i] = tried
+    return "commit_evidence", i + 3
+
+
+def log_ends_after_an_uncommitted_success(ev: list[Event]) -> tuple[str, int]:
+    """A log cut between a success and its commit (a job in flight, truncated)."""
+    i = index(ev, "tool_invocation_finished", "email")
+    del ev[i + 1 :]
+    return "commit_evidence", i + 1
+
+
 RESULT_TYPE_MUTATIONS = [
+    success_never_committed_then_retried,
+    log_ends_after_an_uncommitted_success,
     tool_node_finished_as_pure,
     tool_node_compensated_without_compensation,
     pure_node_finished_as_compensated,

@@ -22,9 +22,9 @@ from affidavit import (
     verify_events,
     verify_job,
 )
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, parse
 from affidavit.runtime.replay import build_from_events
-from affidavit.runtime.sdk import CompensatableError
+from affidavit.runtime.sdk import CompensatableError, RetryableError
 from affidavit.verify._fold import LogFold
 from affidavit.verify.verification import seal_document
 from tests.cli.test_cli import cli, json_of
@@ -216,6 +216,48 @@ def test_compensated_job_verifies_and_its_compensation_is_required(
     assert result.replay_proof_result.invariant == "commit_evidence"
     assert result.replay_proof_result.version == at  # the compensated finish, now one earlier
     assert "compensated without a step_compensated" in result.replay_proof_result.error
+
+
+def test_a_failed_try_made_a_success_is_refused(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    """A tool step that failed once and succeeded on its retry; the failed try's outcome
+    rewritten to a success (re-chained): a success the runtime would have committed with it,
+    and the key started again — the replay proof fails at the retry's start."""
+    tries: list[str] = []
+
+    def flaky(ctx: ToolContext) -> dict[str, Any]:
+        tries.append(ctx.idempotency_key)
+        if len(tries) == 1:
+            raise RetryableError("busy")
+        return {"ok": len(tries)}
+
+    rt = make_runtime(tools(Tool("flaky", flaky, "tool")))
+    job_plan = plan(
+        {"id": "f", "type": "tool", "tool": "flaky", "args": {}},
+        retry={"max_attempts": 2, "backoff_seconds": 0},
+    )
+    job_id = rt.submit(job_plan).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed" and len(tries) == 2
+    assert_all_ok(verify_job(rt.store, job_id))
+    events = raw.events(job_id)
+    finishes = [v for v, _, t, _, _ in events if t == "tool_invocation_finished"]
+    rewritten = []
+    for version, event_id, event_type, payload, _ in events:
+        if version == finishes[0]:
+            failed = parse(payload)
+            assert failed["outcome"] == "failure"
+            del failed["error"]
+            payload = canonical({**failed, "outcome": "success", "result": {"ok": 1}})
+        rewritten.append((event_id, event_type, payload))
+    raw.rewrite_log(job_id, rewritten)
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok
+    assert result.replay_proof_result.invariant == "commit_evidence"
+    retry = [v for v, _, t, _, _ in events if t == "tool_invocation_started"][1]
+    assert result.replay_proof_result.version == retry
+    assert "succeeded at version" in result.replay_proof_result.error
 
 
 def test_job_in_flight_reports_its_pending_key_and_passes(

@@ -24,10 +24,12 @@ with the version of the first event that violates it:
 (5)  ``not_rerun``: a completed node is never started, invoked or finished again (replay never
      calls out);
 (6)  ``commit_evidence``: every committed invocation has started + finished(success) +
-     committed events, all naming its node, with a result hash that recomputes; a tool node
-     finishes as ``side_effect_committed`` only with a committed invocation, never as ``pure``,
-     and as ``compensated`` only after a ``step_compensated`` that follows its
-     ``compensatable_failure`` (result types of tool nodes only: on another node, (3) fails);
+     committed events, all naming its node, with a result hash that recomputes; every success
+     is committed (the runtime writes the two together) before its key starts again or the
+     log ends; a tool node finishes as ``side_effect_committed`` only with a committed
+     invocation, never as ``pure``, and as ``compensated`` only after a ``step_compensated``
+     that follows its ``compensatable_failure`` (result types of tool nodes only: on another
+     node, (3) fails);
 (7)  ``committed_once``: no key is committed twice or executed again after its commit;
 (8)  ``closing_rule``: whatever closes closes something open, once: an invocation finishes
      once, after it started, under the node and key it started with (and a key is invoked by
@@ -85,6 +87,12 @@ _WAIT_KINDS = ("wait", "approval")
 # (side_effect_committed, compensatable_failure, compensated) or another node's (pure)
 _ANY_NODE_FAILS = frozenset({"retryable_failure", "permanent_failure"})
 _TOOL_ONLY = frozenset({"side_effect_committed", "compensatable_failure", "compensated"})
+
+
+def _uncommitted(success: tuple[Any, Any, str, int], then: str) -> str:
+    """A success without its commit (the runtime writes the two in one transaction)."""
+    invocation, _, key, version = success
+    return f"invocation {invocation} of key {key[:16]}… succeeded at version {version}; {then}"
 
 
 class _Violation(Exception):
@@ -152,9 +160,10 @@ class LogFold:
         self.invocation_ids: set[str] = set()  # every invocation started
         self.open_invocations: dict[str, str] = {}  # open invocation_id -> key
         self.open_by_key: dict[str, str] = {}  # key -> open invocation_id (insertion = log order)
-        # key -> (invocation, result) of a success not committed yet (T2 commits it next)
-        # (the key itself rides along: the commit files the result hash under that same string)
-        self.success: dict[str, tuple[Any, Any, str]] = {}
+        # key -> (invocation, result, key, version) of a success not committed yet: T2 commits it
+        # next, in the same transaction (the key itself rides along: the commit files the result
+        # hash under that same string)
+        self.success: dict[str, tuple[Any, Any, str, int]] = {}
         self.committed: dict[str, str] = {}  # key -> result_hash
         # tool nodes that failed as compensatable_failure, with no step_compensated since; and
         # those with a step_compensated, not finished as compensated yet
@@ -313,6 +322,7 @@ class LogFold:
                                     and node_id not in completed
                                     and completed.issuperset(deps[node_id])
                                     and key not in committed
+                                    and key not in success
                                     and invocation not in invocation_ids
                                     and key not in open_by_key
                                     and started.get(key, _NO_START)[1] in (node_id, None)
@@ -344,6 +354,7 @@ class LogFold:
                                             invocation,
                                             p.get("result"),
                                             started_key,
+                                            version,
                                         )
                                     continue
                             elif kind == _COMMAND_COMMITTED:
@@ -542,6 +553,12 @@ class LogFold:
         if key in self.committed:
             self.ledger_error(f"key {key[:16]}… executed again after its commit")
             raise _Violation("committed_once", f"key {key[:16]}… executed again after its commit")
+        uncommitted = self.success.get(key)
+        if uncommitted is not None:
+            raise _Violation(
+                "commit_evidence",
+                _uncommitted(uncommitted, "the key is started again, never committed"),
+            )
         if node_id in self.completed:
             raise _Violation(
                 "not_rerun", f"node {node_id!r} invoked its tool again after it completed"
@@ -593,7 +610,7 @@ class LogFold:
         del self.open_invocations[invocation]
         del self.open_by_key[started_key]
         if outcome == "success":
-            self.success[started_key] = (invocation, p.get("result"), started_key)
+            self.success[started_key] = (invocation, p.get("result"), started_key, self._version)
 
     def _command_committed(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -768,6 +785,13 @@ class LogFold:
             self.violate("plan", None, "the log is empty")
         elif not self.has_plan:
             self.violate("plan", None, "the log has no plan_generated event")
+        for uncommitted in self.success.values():  # (in log order: the first is reported)
+            self.violate(
+                "commit_evidence",
+                uncommitted[3],
+                _uncommitted(uncommitted, "the log ends without its commit"),
+            )
+            break
 
     @property
     def pending_keys(self) -> tuple[str, ...]:
