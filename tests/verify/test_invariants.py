@@ -326,7 +326,32 @@ def log_ends_after_an_uncommitted_success(ev: list[Event]) -> tuple[str, int]:
     return "commit_evidence", i + 1
 
 
+def another_tool_invoked(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "tool_invocation_started", "refund")
+    ev[i]["payload"]["tool_name"] = ev[index(ev, "tool_invocation_started", "email")]["payload"][
+        "tool_name"
+    ]
+    return "node_in_plan", i + 1
+
+
+def key_retried_with_other_arguments(ev: list[Event]) -> tuple[str, int]:
+    """A failed first try of email's key with other arguments: the key hashes the arguments,
+    so every try of a key has the same args_hash."""
+    i = index(ev, "tool_invocation_started", "email")
+    tried = copy.deepcopy(ev[i : i + 2])
+    for n, e in enumerate(tried):
+        e["event_id"] = f"forged-args-{n}"
+        e["payload"]["invocation_id"] = "first-try"
+    tried[0]["payload"]["args_hash"] = "0" * 16
+    tried[1]["payload"].update(outcome="failure", error={"type": "x", "message": "x"})
+    tried[1]["payload"].pop("result", None)
+    ev[i:i] = tried
+    return "closing_rule", i + 3
+
+
 RESULT_TYPE_MUTATIONS = [
+    another_tool_invoked,
+    key_retried_with_other_arguments,
     success_never_committed_then_retried,
     log_ends_after_an_uncommitted_success,
     tool_node_finished_as_pure,

@@ -260,6 +260,51 @@ def test_a_failed_try_made_a_success_is_refused(
     assert "succeeded at version" in result.replay_proof_result.error
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "invariant", "at"),
+    [("tool_name", "charge", "node_in_plan", 0), ("args_hash", "0" * 16, "closing_rule", 1)],
+)
+def test_a_failed_try_of_another_tool_or_with_other_arguments_is_refused(
+    make_runtime: Callable[..., Runtime],
+    raw: RawDb,
+    field: str,
+    value: str,
+    invariant: str,
+    at: int,
+) -> None:
+    """The ledger row names the tool and arguments hash of its key's latest try only; an
+    earlier try rewritten to another tool of the registry fails where it starts (a node invokes
+    the tool its plan names), one with another arguments hash where the key starts again."""
+    tries: list[str] = []
+
+    def flaky(ctx: ToolContext) -> dict[str, Any]:
+        tries.append(ctx.idempotency_key)
+        if len(tries) == 1:
+            raise RetryableError("busy")
+        return {"ok": len(tries)}
+
+    rt = make_runtime(tools(Tool("flaky", flaky, "tool")))
+    job_plan = plan(
+        {"id": "f", "type": "tool", "tool": "flaky", "args": {}},
+        retry={"max_attempts": 2, "backoff_seconds": 0},
+    )
+    job_id = rt.submit(job_plan).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed" and len(tries) == 2
+    events = raw.events(job_id)
+    starts = [v for v, _, t, _, _ in events if t == "tool_invocation_started"]
+    rewritten = []
+    for version, event_id, event_type, payload, _ in events:
+        if version == starts[0]:
+            payload = canonical({**parse(payload), field: value})
+        rewritten.append((event_id, event_type, payload))
+    raw.rewrite_log(job_id, rewritten)
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok
+    assert result.replay_proof_result.invariant == invariant, result.replay_proof_result.error
+    assert result.replay_proof_result.version == starts[at]
+
+
 def test_job_in_flight_reports_its_pending_key_and_passes(
     make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
 ) -> None:

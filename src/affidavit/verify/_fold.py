@@ -18,7 +18,7 @@ with the version of the first event that violates it:
      ``plan_hash`` recomputes;
 (3)  ``node_in_plan``: every step event names a node of the plan, with that node's step id;
      tool invocations, commits, state changes, confirmation warnings and compensations belong
-     to tool nodes, waits to wait and approval nodes;
+     to tool nodes, waits to wait and approval nodes; a node invokes the tool its plan names;
 (4)  ``dependencies_first``: a node starts, invokes its tool and finishes only after its
      dependencies completed;
 (5)  ``not_rerun``: a completed node is never started, invoked or finished again (replay never
@@ -33,8 +33,9 @@ with the version of the first event that violates it:
 (7)  ``committed_once``: no key is committed twice or executed again after its commit;
 (8)  ``closing_rule``: whatever closes closes something open, once: an invocation finishes
      once, after it started, under the node and key it started with (and a key is invoked by
-     one node only); a ``wait_completed`` answers the ``job_waiting`` of its correlation key,
-     once, naming its node; a ``job_resumed`` follows a ``job_parked``;
+     one node only, every time with the same ``args_hash``: the key hashes the arguments); a
+     ``wait_completed`` answers the ``job_waiting`` of its correlation key, once, naming its
+     node; a ``job_resumed`` follows a ``job_parked``;
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node;
 (10) ``status``: the job row agrees with the log: its status, its namespace, plan name,
      submitter and idempotency key (those of ``job_created``), its output (of a completed job)
@@ -81,7 +82,7 @@ _FAST_KINDS = {
     "node_finished": _NODE_FINISHED,
 }
 _NOWHERE = object()
-_NO_START = (None, None)  # what a key not started yet was started with: by no node
+_NO_START = (None, None, None, None)  # what a key not started yet was started with
 _WAIT_KINDS = ("wait", "approval")
 # the result types a node of any type may finish with; the others are a tool node's
 # (side_effect_committed, compensatable_failure, compensated) or another node's (pure)
@@ -154,6 +155,7 @@ class LogFold:
         self.node_type: dict[str, str] = {}
         self.deps: dict[str, list[str]] = {}
         self.order: tuple[str, ...] = ()
+        self.tools: dict[str, Any] = {}  # tool node -> the name of its tool
         # replay state
         self.completed: set[str] = set()
         self.committed_nodes: set[str] = set()  # committed, node_finished not seen yet
@@ -264,7 +266,7 @@ class LogFold:
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
         outcomes, failing, completing = _OUTCOMES, _ANY_NODE_FAILS, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
-        steps, node_type, deps = self.steps, self.node_type, self.deps
+        steps, node_type, deps, tools = self.steps, self.node_type, self.deps, self.tools
         terminal, exec_update = self.terminal_version, self._exec_update()
         take = iter(parsed).__next__ if parsed is not None else None
         try:
@@ -316,26 +318,27 @@ class LogFold:
                             elif kind == _INVOCATION_STARTED:
                                 key = p["idempotency_key"]
                                 invocation = p["invocation_id"]
+                                tool_name, hashed = p.get("tool_name"), p.get("args_hash")
+                                prior = started.get(key, _NO_START)
                                 if (
                                     type(key) is str
                                     and node_type[node_id] == "tool"
+                                    and tool_name == tools[node_id]
                                     and node_id not in completed
                                     and completed.issuperset(deps[node_id])
                                     and key not in committed
                                     and key not in success
                                     and invocation not in invocation_ids
                                     and key not in open_by_key
-                                    and started.get(key, _NO_START)[1] in (node_id, None)
+                                    and (
+                                        prior is _NO_START
+                                        or prior[1:] == (node_id, tool_name, hashed)
+                                    )
                                 ):
                                     invocation_ids.add(invocation)
                                     open_invocations[invocation] = key
                                     open_by_key[key] = invocation
-                                    started[key] = (
-                                        invocation,
-                                        node_id,
-                                        p.get("tool_name"),
-                                        p.get("args_hash"),
-                                    )
+                                    started[key] = (invocation, node_id, tool_name, hashed)
                                     continue
                             elif kind == _INVOCATION_FINISHED:
                                 invocation = p["invocation_id"]
@@ -409,7 +412,7 @@ class LogFold:
                     violate("payload", version, f"{event_type}: malformed field ({exc!r})")
                 except RecursionError:
                     violate("payload", version, f"{event_type}: the payload is nested too deeply")
-                steps, node_type, deps = self.steps, self.node_type, self.deps
+                steps, node_type, deps, tools = self.steps, self.node_type, self.deps, self.tools
                 terminal, exec_update = self.terminal_version, self._exec_update()
         finally:
             self.head, self.count, self.first_bad_version = head, count, first_bad
@@ -529,6 +532,7 @@ class LogFold:
         self.node_type = view.node_type
         self.deps = view.deps
         self.order = view.order
+        self.tools = view.tools
 
     def _node_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -550,6 +554,12 @@ class LogFold:
         invocation = p["invocation_id"]
         if self.node_type[node_id] != "tool":
             raise _Violation("node_in_plan", f"node {node_id!r} is not a tool node")
+        tool_name = p.get("tool_name")
+        if tool_name != self.tools[node_id]:
+            raise _Violation(
+                "node_in_plan",
+                f"node {node_id!r} invoked tool {tool_name!r}; its tool is {self.tools[node_id]!r}",
+            )
         if key in self.committed:
             self.ledger_error(f"key {key[:16]}… executed again after its commit")
             raise _Violation("committed_once", f"key {key[:16]}… executed again after its commit")
@@ -569,6 +579,12 @@ class LogFold:
             raise _Violation(
                 "closing_rule", f"key {key[:16]}… was invoked by node {prior[1]!r} before"
             )
+        if prior is not None and prior[3] != p.get("args_hash"):  # (the key hashes the args)
+            raise _Violation(
+                "closing_rule",
+                f"key {key[:16]}… started again with args_hash {p.get('args_hash')!r}, "
+                f"not {prior[3]!r}",
+            )
         if invocation in self.invocation_ids:
             raise _Violation("closing_rule", f"invocation {invocation} started twice")
         if key in self.open_by_key:
@@ -579,7 +595,7 @@ class LogFold:
         self.invocation_ids.add(invocation)
         self.open_invocations[invocation] = key
         self.open_by_key[key] = invocation
-        self.started[key] = (invocation, node_id, p.get("tool_name"), p.get("args_hash"))
+        self.started[key] = (invocation, node_id, tool_name, p.get("args_hash"))
 
     def _invocation_finished(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
