@@ -133,6 +133,19 @@ def plan_hash_forged(ev: list[Event]) -> tuple[str, int]:
     return "plan", i + 1
 
 
+def plan_hash_not_a_string(ev: list[Event]) -> tuple[str, int]:
+    """Not absent (then it is recomputed from the task graph): null, or an object."""
+    i = index(ev, "plan_generated")
+    ev[i]["payload"]["plan_hash"] = None
+    return "plan", i + 1
+
+
+def plan_hash_an_object(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "plan_generated")
+    ev[i]["payload"]["plan_hash"] = {"sha256": ev[i]["payload"]["plan_hash"]}
+    return "plan", i + 1
+
+
 def finished_twice(ev: list[Event]) -> tuple[str, int]:
     i = index(ev, "tool_invocation_finished", "email")
     again = copy.deepcopy(ev[i])
@@ -389,6 +402,8 @@ NEW_MUTATIONS = [
         event_after_terminal,
         completed_without_all_nodes,
         plan_hash_forged,
+        plan_hash_not_a_string,
+        plan_hash_an_object,
         finished_twice,
         finished_without_start,
         unknown_type,
@@ -514,3 +529,13 @@ def test_truncated_export_with_its_claimed_status(exported: list[Event]) -> None
     assert not claimed.ok
     assert claimed.replay_proof_result.invariant == "status"
     assert claimed.seal.error == "the job is completed but has no seal"
+
+
+def test_an_absent_plan_hash_is_recomputed(exported: list[Event]) -> None:
+    """FORMATS §5: the plan hash is recomputed from the task graph when absent — the replay
+    proof and the execution hash are those of the log with it."""
+    events = copy.deepcopy(exported)
+    del events[index(events, "plan_generated")]["payload"]["plan_hash"]
+    result = verify_events(rechain(events))
+    assert result.replay_proof_result.ok, result.replay_proof_result.error
+    assert result.execution_hash == verify_events(exported).execution_hash

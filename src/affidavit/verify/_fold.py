@@ -15,7 +15,7 @@ with the version of the first event that violates it:
 (2)  ``plan``: the log opens with ``job_created`` (and has only that one);
      ``plan_generated`` comes once, before any other event but ``job_created``; its task graph
      is a DAG of uniquely named, typed nodes (see :mod:`affidavit.verify._plan`) and its
-     ``plan_hash`` recomputes;
+     ``plan_hash``, a string unless absent, recomputes;
 (3)  ``node_in_plan``: every step event names a node of the plan, with that node's step id;
      tool invocations, commits, state changes, confirmation warnings and compensations belong
      to tool nodes, waits to wait and approval nodes; a node invokes the tool its plan names;
@@ -533,6 +533,8 @@ class LogFold:
         self.deps = view.deps
         self.order = view.order
         self.tools = view.tools
+        if "plan_hash" in p and not isinstance(recorded, str):  # (absent: recomputed, §5)
+            raise _Violation("plan", "plan_hash is present but not a string")
 
     def _node_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
