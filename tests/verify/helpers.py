@@ -246,8 +246,16 @@ def synthetic_log(job_id: str = "job-fast-path") -> Log:
             add("node_finished", node_id, result_type="pure", output={"ok": True})
             continue
         key = idempotency_key(job_id, steps[node_id], "charge", dict(node.args))
+        hashed = args_hash(dict(node.args))
         if node_id == "b":  # one failed try first
-            add("tool_invocation_started", node_id, invocation_id="b-1", idempotency_key=key)
+            add(
+                "tool_invocation_started",
+                node_id,
+                invocation_id="b-1",
+                idempotency_key=key,
+                tool_name="charge",
+                args_hash=hashed,
+            )
             add(
                 "tool_invocation_finished",
                 node_id,
@@ -256,7 +264,7 @@ def synthetic_log(job_id: str = "job-fast-path") -> Log:
                 outcome="failure",
             )
         invocation = f"{node_id}-ok"
-        result: dict[str, Any] = {"charged": node_id, "args": args_hash(dict(node.args))}
+        result: dict[str, Any] = {"charged": node_id, "args": hashed}
         if node_id == "d":
             result["fee"] = 2.5
         add(
@@ -265,6 +273,7 @@ def synthetic_log(job_id: str = "job-fast-path") -> Log:
             invocation_id=invocation,
             idempotency_key=key,
             tool_name="charge",
+            args_hash=hashed,
         )
         add(
             "tool_invocation_finished",

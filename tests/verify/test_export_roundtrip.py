@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry, verify_events, verify_job
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.verify import VerificationResult
 from tests.cli.test_cli import cli, json_of
 from tests.runtime.helpers import ledger_rows
@@ -230,3 +230,12 @@ def test_ledger_rows_given_offline_are_compared_as_verify_job_compares_them(
         offline(rt, store_url, job_id).tool_invocation_ledger_proof.errors
         == online.tool_invocation_ledger_proof.errors
     )
+    if column in ("invocation_id", "result"):  # the columns a proof pack's ledger carries
+        digests = [
+            (r.idempotency_key, r.status, r.invocation_id, canonical_sha256(r.result))
+            for r in ledger_rows(rt.store, job_id)
+        ]
+        packed = verify_events(exported(store_url, job_id), job_id=job_id, ledger_digests=digests)
+        assert (
+            packed.tool_invocation_ledger_proof.errors == online.tool_invocation_ledger_proof.errors
+        )

@@ -46,12 +46,14 @@ FIELDS = [
     "result",
     "outcome",
     "result_type",
+    "tool_name",
+    "args_hash",
 ]
 ODD_VALUES: list[Any] = [None, 0, 1.5, True, "x", [], {}, ["a"], {"a": 1}, _DELETE]
 FRESH: list[Any] = ["new-1", "new-2", 7, "failure", "pure", "side_effect_committed", None, []]
 STEP_FIELDS = {
     "node_started": (),
-    "tool_invocation_started": ("invocation_id", "idempotency_key"),
+    "tool_invocation_started": ("invocation_id", "idempotency_key", "tool_name", "args_hash"),
     "tool_invocation_finished": ("invocation_id", "idempotency_key", "outcome", "result"),
     "command_committed": ("command_id", "idempotency_key", "result_hash"),
     "node_finished": ("result_type",),
@@ -248,6 +250,8 @@ def _insertions(log: Log, event_type: str) -> Iterator[dict[str, Any]]:
         "result": _distinct(values(events, "result"))[-1:],
         "result_hash": _distinct(values(events, "result_hash"))[-2:],
         "result_type": ["pure", "side_effect_committed", "failed", "bogus"],
+        "tool_name": _distinct(values(events, "tool_name")),  # (the node's own, or another's)
+        "args_hash": _distinct(values(events, "args_hash"))[-2:],
     }
     if event_type == "command_committed":
         choices["idempotency_key"].append(None)
@@ -285,14 +289,23 @@ def test_fast_paths_agree_on_every_single_insertion(logs: list[Log], event_type:
 
 def test_fast_paths_agree_on_a_key_committed_twice(logs: list[Log]) -> None:
     """A second invocation of a key, started before the key's commit and finished after it,
-    then committed too: the second commit is refused (committed_once) on both paths."""
+    then committed too: refused on both paths where it starts (between a success and its
+    commit, which the runtime writes in one transaction); a commit repeated is refused
+    (committed_once) on both paths."""
     job_id, original = logs[0]
     events = copy.deepcopy(original)
     finished = next(i for i, e in enumerate(events) if e["type"] == "tool_invocation_finished")
     first = events[finished]["payload"]
     again = {k: first[k] for k in ("node_id", "step_id", "idempotency_key")}
     again["invocation_id"] = "again"
-    events.insert(finished + 1, {"type": "tool_invocation_started", "payload": again})
+    start = events[finished - 1]["payload"]
+    events.insert(
+        finished + 1,
+        {
+            "type": "tool_invocation_started",
+            "payload": {**again, "tool_name": start["tool_name"], "args_hash": start["args_hash"]},
+        },
+    )
     commit = next(i for i, e in enumerate(events) if e["type"] == "command_committed")
     events[commit + 1 : commit + 1] = [
         {
@@ -306,4 +319,10 @@ def test_fast_paths_agree_on_a_key_committed_twice(logs: list[Log]) -> None:
     ]
     fast, slow = run((job_id, events), fast_paths=True), run((job_id, events), fast_paths=False)
     assert fast == slow
-    assert fast["replay_error"][:2] == ("committed_once", commit + 3)
+    assert fast["replay_error"][:2] == ("commit_evidence", finished + 2)
+    events = copy.deepcopy(original)
+    commit = next(i for i, e in enumerate(events) if e["type"] == "command_committed")
+    events.insert(commit + 1, copy.deepcopy(events[commit]))
+    fast, slow = run((job_id, events), fast_paths=True), run((job_id, events), fast_paths=False)
+    assert fast == slow
+    assert fast["replay_error"][:2] == ("committed_once", commit + 2)

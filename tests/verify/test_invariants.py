@@ -133,6 +133,19 @@ def plan_hash_forged(ev: list[Event]) -> tuple[str, int]:
     return "plan", i + 1
 
 
+def plan_hash_not_a_string(ev: list[Event]) -> tuple[str, int]:
+    """Not absent (then it is recomputed from the task graph): null, or an object."""
+    i = index(ev, "plan_generated")
+    ev[i]["payload"]["plan_hash"] = None
+    return "plan", i + 1
+
+
+def plan_hash_an_object(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "plan_generated")
+    ev[i]["payload"]["plan_hash"] = {"sha256": ev[i]["payload"]["plan_hash"]}
+    return "plan", i + 1
+
+
 def finished_twice(ev: list[Event]) -> tuple[str, int]:
     i = index(ev, "tool_invocation_finished", "email")
     again = copy.deepcopy(ev[i])
@@ -271,6 +284,96 @@ def payload_nested_too_deeply(ev: list[Event]) -> tuple[str, int]:
     return "payload", i + 1
 
 
+def tool_node_finished_as_pure(ev: list[Event]) -> tuple[str, int]:
+    """A tool node that completes as a pure step needs no commit: its side effect unproven."""
+    i = index(ev, "node_finished", "refund")
+    ev[i]["payload"]["result_type"] = "pure"
+    return "commit_evidence", i + 1
+
+
+def tool_node_compensated_without_compensation(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_finished", "refund")
+    ev[i]["payload"]["result_type"] = "compensated"
+    return "commit_evidence", i + 1
+
+
+def pure_node_finished_as_compensated(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "node_finished", "decide")
+    ev[i]["payload"]["result_type"] = "compensated"
+    return "node_in_plan", i + 1
+
+
+def compensation_without_a_compensatable_failure(ev: list[Event]) -> tuple[str, int]:
+    """A step_compensated and a compensated finish instead of the commit's node_finished: no
+    compensatable_failure came before."""
+    i = index(ev, "node_finished", "email")
+    compensated = copy.deepcopy(ev[i])
+    compensated.update(event_id="forged-11", type="step_compensated")
+    compensated["payload"] = {
+        "at": "x",
+        "node_id": "email",
+        "step_id": ev[i]["payload"]["step_id"],
+        "compensation": {},
+    }
+    ev[i]["payload"]["result_type"] = "compensated"
+    ev.insert(i, compensated)
+    return "commit_evidence", i + 1
+
+
+def success_never_committed_then_retried(ev: list[Event]) -> tuple[str, int]:
+    """A first try of email's key that succeeded, then a second try of the key: the runtime
+    writes a success and its commit in one transaction, so the first success went uncommitted."""
+    i = index(ev, "tool_invocation_started", "email")
+    tried = copy.deepcopy(ev[i : i + 2])
+    for n, e in enumerate(tried):
+        e["event_id"] = f"forged-try-{n}"
+        e["payload"]["invocation_id"] = "first-try"
+    ev[i:i] = tried
+    return "commit_evidence", i + 3
+
+
+def log_ends_after_an_uncommitted_success(ev: list[Event]) -> tuple[str, int]:
+    """A log cut between a success and its commit (a job in flight, truncated)."""
+    i = index(ev, "tool_invocation_finished", "email")
+    del ev[i + 1 :]
+    return "commit_evidence", i + 1
+
+
+def another_tool_invoked(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "tool_invocation_started", "refund")
+    ev[i]["payload"]["tool_name"] = ev[index(ev, "tool_invocation_started", "email")]["payload"][
+        "tool_name"
+    ]
+    return "node_in_plan", i + 1
+
+
+def key_retried_with_other_arguments(ev: list[Event]) -> tuple[str, int]:
+    """A failed first try of email's key with other arguments: the key hashes the arguments,
+    so every try of a key has the same args_hash."""
+    i = index(ev, "tool_invocation_started", "email")
+    tried = copy.deepcopy(ev[i : i + 2])
+    for n, e in enumerate(tried):
+        e["event_id"] = f"forged-args-{n}"
+        e["payload"]["invocation_id"] = "first-try"
+    tried[0]["payload"]["args_hash"] = "0" * 16
+    tried[1]["payload"].update(outcome="failure", error={"type": "x", "message": "x"})
+    tried[1]["payload"].pop("result", None)
+    ev[i:i] = tried
+    return "closing_rule", i + 3
+
+
+RESULT_TYPE_MUTATIONS = [
+    another_tool_invoked,
+    key_retried_with_other_arguments,
+    success_never_committed_then_retried,
+    log_ends_after_an_uncommitted_success,
+    tool_node_finished_as_pure,
+    tool_node_compensated_without_compensation,
+    pure_node_finished_as_compensated,
+    compensation_without_a_compensatable_failure,
+]
+
+
 NEW_MUTATIONS = [
     tool_node_invoked_after_it_completed,
     finished_under_another_node,
@@ -299,6 +402,8 @@ NEW_MUTATIONS = [
         event_after_terminal,
         completed_without_all_nodes,
         plan_hash_forged,
+        plan_hash_not_a_string,
+        plan_hash_an_object,
         finished_twice,
         finished_without_start,
         unknown_type,
@@ -306,6 +411,7 @@ NEW_MUTATIONS = [
         *NEW_MUTATIONS,
         commit_under_another_node,
         payload_nested_too_deeply,
+        *RESULT_TYPE_MUTATIONS,
     ],
 )
 def test_violation_is_named_with_its_version(exported: list[Event], mutate: Mutation) -> None:
@@ -423,3 +529,13 @@ def test_truncated_export_with_its_claimed_status(exported: list[Event]) -> None
     assert not claimed.ok
     assert claimed.replay_proof_result.invariant == "status"
     assert claimed.seal.error == "the job is completed but has no seal"
+
+
+def test_an_absent_plan_hash_is_recomputed(exported: list[Event]) -> None:
+    """FORMATS §5: the plan hash is recomputed from the task graph when absent — the replay
+    proof and the execution hash are those of the log with it."""
+    events = copy.deepcopy(exported)
+    del events[index(events, "plan_generated")]["payload"]["plan_hash"]
+    result = verify_events(rechain(events))
+    assert result.replay_proof_result.ok, result.replay_proof_result.error
+    assert result.execution_hash == verify_events(exported).execution_hash

@@ -63,6 +63,10 @@ def test_each_disagreement_is_named(log: Log) -> None:
         ([(key, "lost", invocation, digest), *rows_[1:]], f"ledger row {short} has unknown"),
         ([*rows_, ("f" * 64, "committed", "x", None)], "ledger row ffffffffffffffff… has no"),
         (rows_[1:], f"key {short} was invoked but has no ledger row"),
+        (
+            [(key, "committed", "another-invocation", digest), *rows_[1:]],
+            f"ledger row {short}: invocation_id not as in its tool_invocation_started event",
+        ),
     ]
     for digests, message in cases:
         found = errors(log, digests)

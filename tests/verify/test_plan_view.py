@@ -67,6 +67,7 @@ def reference_read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView
         node_type=types,
         deps={n.id: list(n.depends_on) for n in nodes},
         order=order,
+        tools={n.id: n.raw.get("tool") for n in nodes if n.type == "tool"},
     )
 
 

@@ -13,9 +13,18 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from affidavit import JobNotFound, Runtime, SigningKey, verify_events, verify_job
-from affidavit.core.canonical import canonical
+from affidavit import (
+    JobNotFound,
+    Runtime,
+    SigningKey,
+    Tool,
+    ToolContext,
+    verify_events,
+    verify_job,
+)
+from affidavit.core.canonical import canonical, parse
 from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.sdk import CompensatableError, RetryableError
 from affidavit.verify._fold import LogFold
 from affidavit.verify.verification import seal_document
 from tests.cli.test_cli import cli, json_of
@@ -178,6 +187,122 @@ def test_failed_and_cancelled_jobs_are_sealed_and_verify(
         result = verify_job(rt.store, job_id)
         assert_all_ok(result)
         assert result.seal.present and result.seal.event_count == result.stored_chain.event_count
+
+
+def test_compensated_job_verifies_and_its_compensation_is_required(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    """A compensated tool node counts as completed: only with the step_compensated that
+    follows its compensatable_failure (the log re-chained without it fails the replay)."""
+
+    def book(ctx: ToolContext, seats: int) -> None:
+        raise CompensatableError(f"booked {seats - 1} of {seats} seats")
+
+    def undo(ctx: ToolContext, seats: int) -> dict[str, Any]:
+        return {"released": seats - 1}
+
+    rt = make_runtime(tools(Tool("book", book, "tool", compensate_fn=undo)))
+    job_id = rt.submit(
+        plan({"id": "bk", "type": "tool", "tool": "book", "args": {"seats": 3}})
+    ).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "failed"
+    assert_all_ok(verify_job(rt.store, job_id))
+    events = raw.events(job_id)
+    [(at, *_)] = [e for e in events if e[2] == "step_compensated"]
+    raw.rewrite_log(job_id, [(e, t, p) for v, e, t, p, _ in events if v != at])
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok
+    assert result.replay_proof_result.invariant == "commit_evidence"
+    assert result.replay_proof_result.version == at  # the compensated finish, now one earlier
+    assert "compensated without a step_compensated" in result.replay_proof_result.error
+
+
+def test_a_failed_try_made_a_success_is_refused(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    """A tool step that failed once and succeeded on its retry; the failed try's outcome
+    rewritten to a success (re-chained): a success the runtime would have committed with it,
+    and the key started again — the replay proof fails at the retry's start."""
+    tries: list[str] = []
+
+    def flaky(ctx: ToolContext) -> dict[str, Any]:
+        tries.append(ctx.idempotency_key)
+        if len(tries) == 1:
+            raise RetryableError("busy")
+        return {"ok": len(tries)}
+
+    rt = make_runtime(tools(Tool("flaky", flaky, "tool")))
+    job_plan = plan(
+        {"id": "f", "type": "tool", "tool": "flaky", "args": {}},
+        retry={"max_attempts": 2, "backoff_seconds": 0},
+    )
+    job_id = rt.submit(job_plan).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed" and len(tries) == 2
+    assert_all_ok(verify_job(rt.store, job_id))
+    events = raw.events(job_id)
+    finishes = [v for v, _, t, _, _ in events if t == "tool_invocation_finished"]
+    rewritten = []
+    for version, event_id, event_type, payload, _ in events:
+        if version == finishes[0]:
+            failed = parse(payload)
+            assert failed["outcome"] == "failure"
+            del failed["error"]
+            payload = canonical({**failed, "outcome": "success", "result": {"ok": 1}})
+        rewritten.append((event_id, event_type, payload))
+    raw.rewrite_log(job_id, rewritten)
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok
+    assert result.replay_proof_result.invariant == "commit_evidence"
+    retry = [v for v, _, t, _, _ in events if t == "tool_invocation_started"][1]
+    assert result.replay_proof_result.version == retry
+    assert "succeeded at version" in result.replay_proof_result.error
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "invariant", "at"),
+    [("tool_name", "charge", "node_in_plan", 0), ("args_hash", "0" * 16, "closing_rule", 1)],
+)
+def test_a_failed_try_of_another_tool_or_with_other_arguments_is_refused(
+    make_runtime: Callable[..., Runtime],
+    raw: RawDb,
+    field: str,
+    value: str,
+    invariant: str,
+    at: int,
+) -> None:
+    """The ledger row names the tool and arguments hash of its key's latest try only; an
+    earlier try rewritten to another tool of the registry fails where it starts (a node invokes
+    the tool its plan names), one with another arguments hash where the key starts again."""
+    tries: list[str] = []
+
+    def flaky(ctx: ToolContext) -> dict[str, Any]:
+        tries.append(ctx.idempotency_key)
+        if len(tries) == 1:
+            raise RetryableError("busy")
+        return {"ok": len(tries)}
+
+    rt = make_runtime(tools(Tool("flaky", flaky, "tool")))
+    job_plan = plan(
+        {"id": "f", "type": "tool", "tool": "flaky", "args": {}},
+        retry={"max_attempts": 2, "backoff_seconds": 0},
+    )
+    job_id = rt.submit(job_plan).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed" and len(tries) == 2
+    events = raw.events(job_id)
+    starts = [v for v, _, t, _, _ in events if t == "tool_invocation_started"]
+    rewritten = []
+    for version, event_id, event_type, payload, _ in events:
+        if version == starts[0]:
+            payload = canonical({**parse(payload), field: value})
+        rewritten.append((event_id, event_type, payload))
+    raw.rewrite_log(job_id, rewritten)
+    result = verify_job(rt.store, job_id)
+    assert result.stored_chain.ok
+    assert result.replay_proof_result.invariant == invariant, result.replay_proof_result.error
+    assert result.replay_proof_result.version == starts[at]
 
 
 def test_job_in_flight_reports_its_pending_key_and_passes(

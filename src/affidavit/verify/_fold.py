@@ -15,22 +15,27 @@ with the version of the first event that violates it:
 (2)  ``plan``: the log opens with ``job_created`` (and has only that one);
      ``plan_generated`` comes once, before any other event but ``job_created``; its task graph
      is a DAG of uniquely named, typed nodes (see :mod:`affidavit.verify._plan`) and its
-     ``plan_hash`` recomputes;
+     ``plan_hash``, a string unless absent, recomputes;
 (3)  ``node_in_plan``: every step event names a node of the plan, with that node's step id;
      tool invocations, commits, state changes, confirmation warnings and compensations belong
-     to tool nodes, waits to wait and approval nodes;
+     to tool nodes, waits to wait and approval nodes; a node invokes the tool its plan names;
 (4)  ``dependencies_first``: a node starts, invokes its tool and finishes only after its
      dependencies completed;
 (5)  ``not_rerun``: a completed node is never started, invoked or finished again (replay never
      calls out);
 (6)  ``commit_evidence``: every committed invocation has started + finished(success) +
-     committed events, all naming its node, with a result hash that recomputes; a tool node
-     finishes as ``side_effect_committed`` only with a committed invocation;
+     committed events, all naming its node, with a result hash that recomputes; every success
+     is committed (the runtime writes the two together) before its key starts again or the
+     log ends; a tool node finishes as ``side_effect_committed`` only with a committed
+     invocation, never as ``pure``, and as ``compensated`` only after a ``step_compensated``
+     that follows its ``compensatable_failure`` (result types of tool nodes only: on another
+     node, (3) fails);
 (7)  ``committed_once``: no key is committed twice or executed again after its commit;
 (8)  ``closing_rule``: whatever closes closes something open, once: an invocation finishes
      once, after it started, under the node and key it started with (and a key is invoked by
-     one node only); a ``wait_completed`` answers the ``job_waiting`` of its correlation key,
-     once, naming its node; a ``job_resumed`` follows a ``job_parked``;
+     one node only, every time with the same ``args_hash``: the key hashes the arguments); a
+     ``wait_completed`` answers the ``job_waiting`` of its correlation key, once, naming its
+     node; a ``job_resumed`` follows a ``job_parked``;
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node;
 (10) ``status``: the job row agrees with the log: its status, its namespace, plan name,
      submitter and idempotency key (those of ``job_created``), its output (of a completed job)
@@ -77,8 +82,18 @@ _FAST_KINDS = {
     "node_finished": _NODE_FINISHED,
 }
 _NOWHERE = object()
-_NO_START = (None, None)  # what a key not started yet was started with: by no node
+_NO_START = (None, None, None, None)  # what a key not started yet was started with
 _WAIT_KINDS = ("wait", "approval")
+# the result types a node of any type may finish with; the others are a tool node's
+# (side_effect_committed, compensatable_failure, compensated) or another node's (pure)
+_ANY_NODE_FAILS = frozenset({"retryable_failure", "permanent_failure"})
+_TOOL_ONLY = frozenset({"side_effect_committed", "compensatable_failure", "compensated"})
+
+
+def _uncommitted(success: tuple[Any, Any, str, int], then: str) -> str:
+    """A success without its commit (the runtime writes the two in one transaction)."""
+    invocation, _, key, version = success
+    return f"invocation {invocation} of key {key[:16]}… succeeded at version {version}; {then}"
 
 
 class _Violation(Exception):
@@ -140,16 +155,22 @@ class LogFold:
         self.node_type: dict[str, str] = {}
         self.deps: dict[str, list[str]] = {}
         self.order: tuple[str, ...] = ()
+        self.tools: dict[str, Any] = {}  # tool node -> the name of its tool
         # replay state
         self.completed: set[str] = set()
         self.committed_nodes: set[str] = set()  # committed, node_finished not seen yet
         self.invocation_ids: set[str] = set()  # every invocation started
         self.open_invocations: dict[str, str] = {}  # open invocation_id -> key
         self.open_by_key: dict[str, str] = {}  # key -> open invocation_id (insertion = log order)
-        # key -> (invocation, result) of a success not committed yet (T2 commits it next)
-        # (the key itself rides along: the commit files the result hash under that same string)
-        self.success: dict[str, tuple[Any, Any, str]] = {}
+        # key -> (invocation, result, key, version) of a success not committed yet: T2 commits it
+        # next, in the same transaction (the key itself rides along: the commit files the result
+        # hash under that same string)
+        self.success: dict[str, tuple[Any, Any, str, int]] = {}
         self.committed: dict[str, str] = {}  # key -> result_hash
+        # tool nodes that failed as compensatable_failure, with no step_compensated since; and
+        # those with a step_compensated, not finished as compensated yet
+        self.compensatable: set[str] = set()
+        self.compensations: set[str] = set()
         # key -> (invocation, node_id, tool_name, args_hash) of its latest start: every key
         # invoked, and what its ledger row must say
         self.started: dict[str, tuple[str, str, Any, Any]] = {}
@@ -177,7 +198,7 @@ class LogFold:
             "job_parked": self._job_parked,
             "job_resumed": self._job_resumed,
             "confirmation_warning": self._tool_step,
-            "step_compensated": self._tool_step,
+            "step_compensated": self._step_compensated,
             "job_completed": self._job_completed,
             "job_failed": self._job_failed,
             "job_cancelled": self._job_cancelled,
@@ -243,9 +264,9 @@ class LogFold:
         invocation_ids, started, success = self.invocation_ids, self.started, self.success
         open_invocations, open_by_key = self.open_invocations, self.open_by_key
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
-        outcomes, result_types, completing = _OUTCOMES, RESULT_TYPES, COMPLETED_RESULT_TYPES
+        outcomes, failing, completing = _OUTCOMES, _ANY_NODE_FAILS, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
-        steps, node_type, deps = self.steps, self.node_type, self.deps
+        steps, node_type, deps, tools = self.steps, self.node_type, self.deps, self.tools
         terminal, exec_update = self.terminal_version, self._exec_update()
         take = iter(parsed).__next__ if parsed is not None else None
         try:
@@ -297,25 +318,27 @@ class LogFold:
                             elif kind == _INVOCATION_STARTED:
                                 key = p["idempotency_key"]
                                 invocation = p["invocation_id"]
+                                tool_name, hashed = p.get("tool_name"), p.get("args_hash")
+                                prior = started.get(key, _NO_START)
                                 if (
                                     type(key) is str
                                     and node_type[node_id] == "tool"
+                                    and tool_name == tools[node_id]
                                     and node_id not in completed
                                     and completed.issuperset(deps[node_id])
                                     and key not in committed
+                                    and key not in success
                                     and invocation not in invocation_ids
                                     and key not in open_by_key
-                                    and started.get(key, _NO_START)[1] in (node_id, None)
+                                    and (
+                                        prior is _NO_START
+                                        or prior[1:] == (node_id, tool_name, hashed)
+                                    )
                                 ):
                                     invocation_ids.add(invocation)
                                     open_invocations[invocation] = key
                                     open_by_key[key] = invocation
-                                    started[key] = (
-                                        invocation,
-                                        node_id,
-                                        p.get("tool_name"),
-                                        p.get("args_hash"),
-                                    )
+                                    started[key] = (invocation, node_id, tool_name, hashed)
                                     continue
                             elif kind == _INVOCATION_FINISHED:
                                 invocation = p["invocation_id"]
@@ -334,6 +357,7 @@ class LogFold:
                                             invocation,
                                             p.get("result"),
                                             started_key,
+                                            version,
                                         )
                                     continue
                             elif kind == _COMMAND_COMMITTED:
@@ -357,17 +381,18 @@ class LogFold:
                                 result_type = p.get("result_type")
                                 if (
                                     exec_update is not None
-                                    and result_type in result_types
                                     and node_id not in completed
                                     and completed.issuperset(deps[node_id])
                                     and (
-                                        result_type != "side_effect_committed"
+                                        result_type in failing
                                         or (
-                                            node_type[node_id] == "tool"
+                                            result_type == "side_effect_committed"
+                                            and node_type[node_id] == "tool"
                                             and node_id in committed_nodes
                                         )
+                                        or (result_type == "pure" and node_type[node_id] != "tool")
                                     )
-                                ):
+                                ):  # (compensations and odd result types: the handler)
                                     exec_update(f"{node_id}:{result_type}\n".encode())
                                     if result_type in completing:
                                         completed.add(node_id)
@@ -387,7 +412,7 @@ class LogFold:
                     violate("payload", version, f"{event_type}: malformed field ({exc!r})")
                 except RecursionError:
                     violate("payload", version, f"{event_type}: the payload is nested too deeply")
-                steps, node_type, deps = self.steps, self.node_type, self.deps
+                steps, node_type, deps, tools = self.steps, self.node_type, self.deps, self.tools
                 terminal, exec_update = self.terminal_version, self._exec_update()
         finally:
             self.head, self.count, self.first_bad_version = head, count, first_bad
@@ -507,6 +532,9 @@ class LogFold:
         self.node_type = view.node_type
         self.deps = view.deps
         self.order = view.order
+        self.tools = view.tools
+        if "plan_hash" in p and not isinstance(recorded, str):  # (absent: recomputed, §5)
+            raise _Violation("plan", "plan_hash is present but not a string")
 
     def _node_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -528,9 +556,21 @@ class LogFold:
         invocation = p["invocation_id"]
         if self.node_type[node_id] != "tool":
             raise _Violation("node_in_plan", f"node {node_id!r} is not a tool node")
+        tool_name = p.get("tool_name")
+        if tool_name != self.tools[node_id]:
+            raise _Violation(
+                "node_in_plan",
+                f"node {node_id!r} invoked tool {tool_name!r}; its tool is {self.tools[node_id]!r}",
+            )
         if key in self.committed:
             self.ledger_error(f"key {key[:16]}… executed again after its commit")
             raise _Violation("committed_once", f"key {key[:16]}… executed again after its commit")
+        uncommitted = self.success.get(key)
+        if uncommitted is not None:
+            raise _Violation(
+                "commit_evidence",
+                _uncommitted(uncommitted, "the key is started again, never committed"),
+            )
         if node_id in self.completed:
             raise _Violation(
                 "not_rerun", f"node {node_id!r} invoked its tool again after it completed"
@@ -540,6 +580,12 @@ class LogFold:
         if prior is not None and prior[1] != node_id:
             raise _Violation(
                 "closing_rule", f"key {key[:16]}… was invoked by node {prior[1]!r} before"
+            )
+        if prior is not None and prior[3] != p.get("args_hash"):  # (the key hashes the args)
+            raise _Violation(
+                "closing_rule",
+                f"key {key[:16]}… started again with args_hash {p.get('args_hash')!r}, "
+                f"not {prior[3]!r}",
             )
         if invocation in self.invocation_ids:
             raise _Violation("closing_rule", f"invocation {invocation} started twice")
@@ -551,7 +597,7 @@ class LogFold:
         self.invocation_ids.add(invocation)
         self.open_invocations[invocation] = key
         self.open_by_key[key] = invocation
-        self.started[key] = (invocation, node_id, p.get("tool_name"), p.get("args_hash"))
+        self.started[key] = (invocation, node_id, tool_name, p.get("args_hash"))
 
     def _invocation_finished(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -582,7 +628,7 @@ class LogFold:
         del self.open_invocations[invocation]
         del self.open_by_key[started_key]
         if outcome == "success":
-            self.success[started_key] = (invocation, p.get("result"), started_key)
+            self.success[started_key] = (invocation, p.get("result"), started_key, self._version)
 
     def _command_committed(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -638,16 +684,46 @@ class LogFold:
         if node_id in self.completed:
             raise _Violation("not_rerun", f"node {node_id!r} finished again after it completed")
         self._deps_completed(node_id, "finished")
+        kind = self.node_type[node_id]
         if result_type == "side_effect_committed" and (
-            self.node_type[node_id] != "tool" or node_id not in self.committed_nodes
+            kind != "tool" or node_id not in self.committed_nodes
         ):
             raise _Violation(
                 "commit_evidence",
                 f"node {node_id!r} finished as side_effect_committed without a commit",
             )
+        if result_type == "pure" and kind == "tool":  # (it would complete without a commit)
+            raise _Violation(
+                "commit_evidence",
+                f"tool node {node_id!r} finished as pure: a tool node completes only as "
+                "side_effect_committed or compensated",
+            )
+        if result_type in _TOOL_ONLY and kind != "tool":
+            raise _Violation(
+                "node_in_plan",
+                f"node {node_id!r} is a {kind} node, which does not finish as {result_type}",
+            )
+        if result_type == "compensatable_failure":
+            self.compensatable.add(node_id)
+        elif result_type == "compensated" and node_id not in self.compensations:
+            raise _Violation(
+                "commit_evidence",
+                f"node {node_id!r} finished as compensated without a step_compensated",
+            )
         if result_type in COMPLETED_RESULT_TYPES:
             self.completed.add(node_id)
             self.committed_nodes.discard(node_id)
+            self.compensations.discard(node_id)
+
+    def _step_compensated(self, p: dict[str, Any]) -> None:
+        node_id = self._tool_step(p)
+        if node_id not in self.compensatable:
+            raise _Violation(
+                "commit_evidence",
+                f"step_compensated for node {node_id!r}, which has no compensatable_failure",
+            )
+        self.compensatable.discard(node_id)
+        self.compensations.add(node_id)
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
         node_id = self._node(p, _WAIT_KINDS)
@@ -727,6 +803,13 @@ class LogFold:
             self.violate("plan", None, "the log is empty")
         elif not self.has_plan:
             self.violate("plan", None, "the log has no plan_generated event")
+        for uncommitted in self.success.values():  # (in log order: the first is reported)
+            self.violate(
+                "commit_evidence",
+                uncommitted[3],
+                _uncommitted(uncommitted, "the log ends without its commit"),
+            )
+            break
 
     @property
     def pending_keys(self) -> tuple[str, ...]:

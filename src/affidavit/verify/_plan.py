@@ -43,6 +43,7 @@ class PlanView:
     node_type: dict[str, str]
     deps: dict[str, list[str]]  # the task graph's own depends_on lists (not to be changed)
     order: tuple[str, ...]
+    tools: dict[str, Any]  # tool node id -> its tool's name (the node's ``tool``)
 
 
 def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
@@ -60,6 +61,7 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
     # One pass checks each node and sets up Kahn's algorithm (see canonical_order).
     node_type: dict[str, str] = {}
     deps: dict[str, list[str]] = {}
+    tools: dict[str, Any] = {}
     kahn = _Kahn()
     for index, raw in enumerate(raw_nodes, start=1):
         if not isinstance(raw, dict):
@@ -76,6 +78,8 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
             if not isinstance(dep, str):
                 raise PlanProblem(f"node {node_id!r}: depends_on is not a list of node ids")
         node_type[node_id] = kind
+        if kind == "tool":
+            tools[node_id] = get("tool")
         deps[node_id] = depends_on  # not copied: a tuple per node costs more than it saves
         kahn.add(node_id, depends_on)
     order = kahn.order()
@@ -100,6 +104,7 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
         node_type=node_type,
         deps=deps,
         order=order,
+        tools=tools,
     )
 
 

@@ -477,20 +477,35 @@ def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerDigest]) -> list
     says about its key (streamed: only the set of keys seen is kept)."""
     errors: list[str] = []
     seen: set[str] = set()
-    committed = fold.committed
+    committed, started = fold.committed, fold.started
     add = seen.add
     for key, status, invocation_id, result_digest in ledger:
-        # The common row first: a committed key whose result matches the log's commit.
+        # The common row first: a committed key whose result matches the log's commit, and
+        # whose invocation is the one the log committed (its key's latest start).
         if (
             status == "committed"
             and committed.get(key, _NO_COMMIT) == result_digest
+            and started[key][0] == invocation_id
             and key not in seen
         ):
             add(key)
             continue
+        before = len(errors)
         _row_disagreements(fold, key, status, invocation_id, result_digest, seen, errors)
+        if (
+            len(errors) == before
+            and status in ("committed", "failed")
+            and invocation_id != started[key][0]
+        ):  # (as verify_job's rows are compared)
+            errors.append(_not_as_started(key, ["invocation_id"]))
     _never_recorded(fold, seen, errors)
     return errors
+
+
+def _not_as_started(key: str, columns: list[str]) -> str:
+    return (
+        f"ledger row {key[:16]}…: {', '.join(columns)} not as in its tool_invocation_started event"
+    )
 
 
 def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns]) -> list[str]:
@@ -536,10 +551,7 @@ def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns])
         if status in ("committed", "failed") and invocation_id != log[0]:
             differ.insert(0, "invocation_id")
         if differ:
-            errors.append(
-                f"ledger row {key[:16]}…: {', '.join(differ)} not as in its "
-                "tool_invocation_started event"
-            )
+            errors.append(_not_as_started(key, differ))
     _never_recorded(fold, seen, errors)
     return errors
 
