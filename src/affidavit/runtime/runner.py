@@ -20,8 +20,8 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import datetime
 from typing import Any
 
 import orjson
