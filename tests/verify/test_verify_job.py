@@ -218,12 +218,9 @@ def test_compensated_job_verifies_and_its_compensation_is_required(
     assert "compensated without a step_compensated" in result.replay_proof_result.error
 
 
-def test_a_failed_try_made_a_success_is_refused(
-    make_runtime: Callable[..., Runtime], raw: RawDb
-) -> None:
-    """A tool step that failed once and succeeded on its retry; the failed try's outcome
-    rewritten to a success (re-chained): a success the runtime would have committed with it,
-    and the key started again — the replay proof fails at the retry's start."""
+def retried_job(make_runtime: Callable[..., Runtime]) -> tuple[Runtime, str]:
+    """A completed job of one tool step that failed once (retryably) and succeeded on its
+    retry."""
     tries: list[str] = []
 
     def flaky(ctx: ToolContext) -> dict[str, Any]:
@@ -240,6 +237,16 @@ def test_a_failed_try_made_a_success_is_refused(
     job_id = rt.submit(job_plan).job_id
     rt.run_until_idle()
     assert rt.get_job(job_id).status == "completed" and len(tries) == 2
+    return rt, job_id
+
+
+def test_a_failed_try_made_a_success_is_refused(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    """A tool step that failed once and succeeded on its retry; the failed try's outcome
+    rewritten to a success (re-chained): a success the runtime would have committed with it,
+    and the key started again — the replay proof fails at the retry's start."""
+    rt, job_id = retried_job(make_runtime)
     assert_all_ok(verify_job(rt.store, job_id))
     events = raw.events(job_id)
     finishes = [v for v, _, t, _, _ in events if t == "tool_invocation_finished"]
@@ -275,22 +282,7 @@ def test_a_failed_try_of_another_tool_or_with_other_arguments_is_refused(
     """The ledger row names the tool and arguments hash of its key's latest try only; an
     earlier try rewritten to another tool of the registry fails where it starts (a node invokes
     the tool its plan names), one with another arguments hash where the key starts again."""
-    tries: list[str] = []
-
-    def flaky(ctx: ToolContext) -> dict[str, Any]:
-        tries.append(ctx.idempotency_key)
-        if len(tries) == 1:
-            raise RetryableError("busy")
-        return {"ok": len(tries)}
-
-    rt = make_runtime(tools(Tool("flaky", flaky, "tool")))
-    job_plan = plan(
-        {"id": "f", "type": "tool", "tool": "flaky", "args": {}},
-        retry={"max_attempts": 2, "backoff_seconds": 0},
-    )
-    job_id = rt.submit(job_plan).job_id
-    rt.run_until_idle()
-    assert rt.get_job(job_id).status == "completed" and len(tries) == 2
+    rt, job_id = retried_job(make_runtime)
     events = raw.events(job_id)
     starts = [v for v, _, t, _, _ in events if t == "tool_invocation_started"]
     rewritten = []
