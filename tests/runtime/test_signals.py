@@ -113,6 +113,9 @@ def test_denied_approval_fails_the_job(rt: Runtime, calls: Calls) -> None:
     events = assert_log_sound(rt.store, job_id)
     [finished] = [f for f in of_type(events, "node_finished") if f["node_id"] == "ok"]
     assert finished["result_type"] == "permanent_failure"
+    # the job's error is the recorded one (as a recovery reading the log would report it)
+    assert finished["error"] == {"type": "not_approved", "message": "approval was denied"}
+    assert {k: job.error[k] for k in ("type", "message")} == finished["error"]
 
 
 @pytest.mark.parametrize(

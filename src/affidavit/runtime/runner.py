@@ -63,6 +63,8 @@ from affidavit.store._ledger import LedgerRow
 
 # The longest single wait of a concurrent step's backoff, between looks at the run's end.
 _BACKOFF_SLICE = 0.1
+# the error of an approval answered with {"approved": false}
+_NOT_APPROVED = {"type": "not_approved", "message": "approval was denied"}
 
 
 class JobRunner:
@@ -509,10 +511,11 @@ class _Run(RecoveryMixin):
             if approved:
                 finished["output"] = payload
             else:
-                finished["error"] = {"type": "not_approved", "message": "approval was denied"}
+                finished["error"] = dict(_NOT_APPROVED)
             self._write(("node_finished", finished))
             if not approved:
-                raise StepFailed(node.id, {"type": "not_approved", "message": "approval denied"})
+                # (the error recorded: a recovery that ends the job from the log says the same)
+                raise StepFailed(node.id, dict(_NOT_APPROVED))
             return payload
         if key not in self.replay.waits:
 
