@@ -488,3 +488,46 @@ def test_verifying_while_the_job_runs(make_runtime: Callable[..., Runtime]) -> N
         worker.join()
     assert seen == sorted(seen)  # every snapshot is a prefix of the next
     assert result.seal.present and result.seal.event_count == seen[-1]
+
+
+# --- fields of the rare events, rewritten and re-chained ------------------------------------------
+
+
+def rewrite(raw: RawDb, job_id: str, event_type: str, **fields: Any) -> int:
+    """Re-chain the job's log with ``fields`` set in its (first) ``event_type`` payload (a
+    value ``None`` removes the field); the version of that event."""
+    events = raw.events(job_id)
+    at = next(v for v, _, t, _, _ in events if t == event_type)
+    rewritten = []
+    for version, event_id, kind, payload, _ in events:
+        if version == at:
+            edited = parse(payload)
+            for name, value in fields.items():
+                if value is None:
+                    edited.pop(name, None)
+                else:
+                    edited[name] = value
+            payload = canonical(edited)
+        rewritten.append((event_id, kind, payload))
+    raw.rewrite_log(job_id, rewritten)
+    return at
+
+
+def refused(result: Any, invariant: str, version: int, words: str) -> None:
+    proof = result.replay_proof_result
+    assert result.stored_chain.ok
+    assert (proof.invariant, proof.version) == (invariant, version), proof.error
+    assert words in proof.error
+
+
+@pytest.mark.parametrize(("wait_type", "node_type"), [("signal", "approval"), ("approval", "wait")])
+def test_job_waiting_wait_type_is_its_nodes_type(
+    make_runtime: Callable[..., Runtime], raw: RawDb, wait_type: str, node_type: str
+) -> None:
+    rt = make_runtime(tools())
+    job_id = rt.submit(plan({"id": "w", "type": node_type})).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "waiting"
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = rewrite(raw, job_id, "job_waiting", wait_type=wait_type)
+    refused(verify_job(rt.store, job_id), "node_in_plan", at, f"not {wait_type!r}")

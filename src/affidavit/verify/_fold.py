@@ -18,7 +18,9 @@ with the version of the first event that violates it:
      ``plan_hash``, a string unless absent, recomputes;
 (3)  ``node_in_plan``: every step event names a node of the plan, with that node's step id;
      tool invocations, commits, state changes, confirmation warnings and compensations belong
-     to tool nodes, waits to wait and approval nodes; a node invokes the tool its plan names;
+     to tool nodes, waits to wait and approval nodes (a ``job_waiting``'s ``wait_type`` is
+     ``approval`` for an approval node, ``signal`` for a wait node); a node invokes the tool
+     its plan names; a ``job_parked`` that names a node names one of the plan;
 (4)  ``dependencies_first``: a node starts, invokes its tool and finishes only after its
      dependencies completed;
 (5)  ``not_rerun``: a completed node is never started, invoked or finished again (replay never
@@ -84,6 +86,8 @@ _FAST_KINDS = {
 _NOWHERE = object()
 _NO_START = (None, None, None, None)  # what a key not started yet was started with
 _WAIT_KINDS = ("wait", "approval")
+# the wait_type of a job_waiting, by the type of the node that waits (FORMATS.md §3)
+_WAIT_TYPE = {"wait": "signal", "approval": "approval"}
 # the result types a node of any type may finish with; the others are a tool node's
 # (side_effect_committed, compensatable_failure, compensated) or another node's (pure)
 _ANY_NODE_FAILS = frozenset({"retryable_failure", "permanent_failure"})
@@ -727,6 +731,13 @@ class LogFold:
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
         node_id = self._node(p, _WAIT_KINDS)
+        wait_type = _WAIT_TYPE[self.node_type[node_id]]
+        if p.get("wait_type") != wait_type:
+            raise _Violation(
+                "node_in_plan",
+                f"node {node_id!r} is a {self.node_type[node_id]} node: it waits as "
+                f"{wait_type!r}, not {p.get('wait_type')!r}",
+            )
         key = _str(p, "correlation_key")
         if key in self.waits:
             raise _Violation("closing_rule", f"a second job_waiting for correlation key {key!r}")
