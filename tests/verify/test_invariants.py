@@ -362,6 +362,18 @@ def key_retried_with_other_arguments(ev: list[Event]) -> tuple[str, int]:
     return "closing_rule", i + 3
 
 
+def job_failed_on_a_node_not_in_the_plan(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "job_completed")
+    ev[i]["type"] = "job_failed"
+    ev[i]["payload"] = {"at": "x", "error": {"type": "x", "message": "x"}, "node_id": "ghost"}
+    return "node_in_plan", i + 1
+
+
+RARE_EVENT_MUTATIONS = [
+    job_failed_on_a_node_not_in_the_plan,
+]
+
+
 RESULT_TYPE_MUTATIONS = [
     another_tool_invoked,
     key_retried_with_other_arguments,
@@ -412,6 +424,7 @@ NEW_MUTATIONS = [
         commit_under_another_node,
         payload_nested_too_deeply,
         *RESULT_TYPE_MUTATIONS,
+        *RARE_EVENT_MUTATIONS,
     ],
 )
 def test_violation_is_named_with_its_version(exported: list[Event], mutate: Mutation) -> None:

@@ -531,3 +531,15 @@ def test_job_waiting_wait_type_is_its_nodes_type(
     assert_all_ok(verify_job(rt.store, job_id))
     at = rewrite(raw, job_id, "job_waiting", wait_type=wait_type)
     refused(verify_job(rt.store, job_id), "node_in_plan", at, f"not {wait_type!r}")
+
+
+def test_job_failed_names_a_node_of_the_plan(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    rt = make_runtime(tools(charge_tool("declined", fail=True)))
+    job_id = rt.submit(plan({"id": "a", "type": "tool", "tool": "declined"})).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "failed"
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = rewrite(raw, job_id, "job_failed", node_id="nowhere")
+    refused(verify_job(rt.store, job_id), "node_in_plan", at, "'nowhere' is not in the plan")

@@ -20,7 +20,7 @@ with the version of the first event that violates it:
      tool invocations, commits, state changes, confirmation warnings and compensations belong
      to tool nodes, waits to wait and approval nodes (a ``job_waiting``'s ``wait_type`` is
      ``approval`` for an approval node, ``signal`` for a wait node); a node invokes the tool
-     its plan names; a ``job_parked`` that names a node names one of the plan;
+     its plan names; a ``job_parked`` or ``job_failed`` that names a node names one of the plan;
 (4)  ``dependencies_first``: a node starts, invokes its tool and finishes only after its
      dependencies completed;
 (5)  ``not_rerun``: a completed node is never started, invoked or finished again (replay never
@@ -784,6 +784,8 @@ class LogFold:
     def _job_failed(self, p: dict[str, Any]) -> None:
         self.terminal_payload = p
         self._terminal("failed")
+        if p.get("node_id") is not None:  # (optional: a job may fail outside any node)
+            self._node(p, ())
 
     def _job_cancelled(self, p: dict[str, Any]) -> None:
         self._terminal("cancelled")
