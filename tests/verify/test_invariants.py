@@ -369,8 +369,30 @@ def job_failed_on_a_node_not_in_the_plan(ev: list[Event]) -> tuple[str, int]:
     return "node_in_plan", i + 1
 
 
+def parked_in_flight_on_a_committed_key(ev: list[Event]) -> tuple[str, int]:
+    started = ev[index(ev, "tool_invocation_started", "email")]["payload"]
+    payload = {
+        "at": "x",
+        "reason": "in_flight",
+        "node_id": "email",
+        "step_id": started["step_id"],
+        "idempotency_key": started["idempotency_key"],
+        "detail": {},
+    }
+    return "closing_rule", before_terminal(ev, "job_parked", payload) + 1
+
+
+def resumed_with_a_decision_its_park_does_not_take(ev: list[Event]) -> tuple[str, int]:
+    parked = {"at": "x", "reason": "replay_verification", "node_id": "email", "detail": {}}
+    resumed = {"at": "x", "decision": "retry", "result": None, "by": "me", "note": ""}
+    before_terminal(ev, "job_parked", parked)
+    return "closing_rule", before_terminal(ev, "job_resumed", resumed) + 1
+
+
 RARE_EVENT_MUTATIONS = [
     job_failed_on_a_node_not_in_the_plan,
+    parked_in_flight_on_a_committed_key,
+    resumed_with_a_decision_its_park_does_not_take,
 ]
 
 

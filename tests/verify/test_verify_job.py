@@ -543,3 +543,63 @@ def test_job_failed_names_a_node_of_the_plan(
     assert_all_ok(verify_job(rt.store, job_id))
     at = rewrite(raw, job_id, "job_failed", node_id="nowhere")
     refused(verify_job(rt.store, job_id), "node_in_plan", at, "'nowhere' is not in the plan")
+
+
+def test_job_parked_in_flight_names_an_open_key_of_its_node(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch, raw: RawDb
+) -> None:
+    rt = make_runtime(tools())
+    job_id = park_in_flight(rt, monkeypatch, TWO_CHARGES)
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = rewrite(raw, job_id, "job_parked", idempotency_key="0" * 64)
+    refused(verify_job(rt.store, job_id), "closing_rule", at, "not an open invocation of node")
+
+
+@pytest.mark.parametrize(
+    ("decision", "result", "words"),
+    [
+        ("continue", None, "'continue' does not resolve a park for 'in_flight'"),
+        ("fast_forward", None, "'fast_forward' does not resolve"),
+        ("retry", {"charged": 1}, "a result goes only with accept_result"),
+    ],
+)
+def test_job_resumed_decision_resolves_its_parks_reason(
+    make_runtime: Callable[..., Runtime],
+    monkeypatch: pytest.MonkeyPatch,
+    raw: RawDb,
+    decision: str,
+    result: Any,
+    words: str,
+) -> None:
+    rt = make_runtime(tools())
+    job_id = park_in_flight(rt, monkeypatch, TWO_CHARGES)
+    rt.resume(job_id, "retry")
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = rewrite(raw, job_id, "job_resumed", decision=decision, result=result)
+    refused(verify_job(rt.store, job_id), "closing_rule", at, words)
+
+
+def accepted_job(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Runtime, str, dict[str, Any]]:
+    """A one-step job parked in flight, resumed with `accept_result` and completed: the
+    accepted result is committed (and is the job's output)."""
+    rt = make_runtime(tools())
+    one = plan({"id": "a", "type": "tool", "tool": "charge", "args": {"amount": 4}})
+    job_id = park_in_flight(rt, monkeypatch, one)
+    accepted = {"charged": 4, "key": "found by a person"}
+    rt.resume(job_id, "accept_result", result=accepted)
+    rt.run_until_idle()
+    assert rt.get_job(job_id).output == {"a": accepted}
+    assert_all_ok(verify_job(rt.store, job_id))
+    return rt, job_id, accepted
+
+
+def test_job_resumed_accepted_result_is_the_one_committed(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch, raw: RawDb
+) -> None:
+    rt, job_id, _ = accepted_job(make_runtime, monkeypatch)
+    at = rewrite(raw, job_id, "job_resumed", result={"charged": 5})
+    refused(verify_job(rt.store, job_id), "commit_evidence", at, "accepted result is not")

@@ -28,7 +28,8 @@ with the version of the first event that violates it:
 (6)  ``commit_evidence``: every committed invocation has started + finished(success) +
      committed events, all naming its node, with a result hash that recomputes; every success
      is committed (the runtime writes the two together) before its key starts again or the
-     log ends; a tool node finishes as ``side_effect_committed`` only with a committed
+     log ends; the result an ``accept_result`` resumption gives is the one committed for the
+     park's key; a tool node finishes as ``side_effect_committed`` only with a committed
      invocation, never as ``pure``, and as ``compensated`` only after a ``step_compensated``
      that follows its ``compensatable_failure`` (result types of tool nodes only: on another
      node, (3) fails);
@@ -37,7 +38,10 @@ with the version of the first event that violates it:
      once, after it started, under the node and key it started with (and a key is invoked by
      one node only, every time with the same ``args_hash``: the key hashes the arguments); a
      ``wait_completed`` answers the ``job_waiting`` of its correlation key, once, naming its
-     node; a ``job_resumed`` follows a ``job_parked``;
+     node; a ``job_resumed`` follows a ``job_parked``, with a decision that resolves the
+     park's reason (``DECISIONS_BY_REASON``; any of the format's for a reason the runtime does
+     not know) and a ``result`` only with ``accept_result``; a park ``in_flight`` that names a
+     key names an open invocation of its node;
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node;
 (10) ``status``: the job row agrees with the log: its status, its namespace, plan name,
      submitter and idempotency key (those of ``job_created``), its output (of a completed job)
@@ -59,6 +63,7 @@ from affidavit.core.canonical import canonical_sha256
 from affidavit.core.chain import GENESIS
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, RESULT_TYPES, EventType
+from affidavit.runtime.decisions import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 
@@ -181,6 +186,7 @@ class LogFold:
         self.waits: dict[str, str] = {}  # correlation key -> the waiting node
         self.answered: set[str] = set()  # correlation keys a wait_completed answered
         self.parked = False
+        self.park: dict[str, Any] = {}  # the job_parked payload while the job is parked
         self.log_status = "pending"
         self.terminal_version: int | None = None
         self.terminal_payload: dict[str, Any] | None = None  # of job_completed or job_failed
@@ -760,17 +766,63 @@ class LogFold:
         self.log_status = "running"
 
     def _job_parked(self, p: dict[str, Any]) -> None:
-        if p.get("node_id") is not None:
+        node_id = p.get("node_id")
+        if node_id is not None:
             self._node(p, ())
         elif self._exec is None:
             raise _Violation("plan", "job_parked before plan_generated")
+        key = p.get("idempotency_key")
+        if p.get("reason") == "in_flight" and key is not None:
+            # parked on an invocation a dead attempt left open: one of the named node's
+            # (the key is optional in FORMATS.md §3; the runtime always names it)
+            open_invocation = self.open_by_key.get(key) if type(key) is str else None
+            if open_invocation is None or self.started[key][1] != node_id:
+                shown = f"{key[:16]}…" if type(key) is str else repr(key)
+                raise _Violation(
+                    "closing_rule",
+                    f"parked in flight on key {shown}, which is not an open invocation of "
+                    f"node {node_id!r}",
+                )
         self.parked = True
+        self.park = p
         self.log_status = "parked"
 
     def _job_resumed(self, p: dict[str, Any]) -> None:
         if not self.parked:
             raise _Violation("closing_rule", "job_resumed while the job is not parked")
+        decision = p.get("decision")
+        reason = self.park.get("reason")
+        # the decisions that resolve the park's reason; a reason the runtime does not know
+        # (FORMATS.md §3 leaves the list open) takes any decision of the format
+        allowed = (
+            DECISIONS_BY_REASON.get(reason, RESUME_DECISIONS)
+            if type(reason) is str
+            else RESUME_DECISIONS
+        )
+        if decision not in allowed:
+            raise _Violation(
+                "closing_rule",
+                f"decision {decision!r} does not resolve a park for {reason!r} "
+                f"(one of: {', '.join(allowed)})",
+            )
+        result = p.get("result")
+        if decision != "accept_result" and result is not None:
+            raise _Violation(
+                "closing_rule", f"a result goes only with accept_result, not with {decision!r}"
+            )
+        key = self.park.get("idempotency_key")
+        if (
+            decision == "accept_result"
+            and type(key) is str
+            and key in self.committed
+            and not canonical_hash_matches(result, self.committed[key])
+        ):  # (the runtime commits the accepted result in the resume's transaction)
+            raise _Violation(
+                "commit_evidence",
+                f"the accepted result is not the result committed for key {key[:16]}…",
+            )
         self.parked = False
+        self.park = {}
         self.log_status = "pending"
 
     def _job_completed(self, p: dict[str, Any]) -> None:
