@@ -389,10 +389,24 @@ def resumed_with_a_decision_its_park_does_not_take(ev: list[Event]) -> tuple[str
     return "closing_rule", before_terminal(ev, "job_resumed", resumed) + 1
 
 
+def job_output_forged(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "job_completed")
+    ev[i]["payload"]["output"]["email"] = {"sent": "forged"}
+    return "after_terminal", i + 1
+
+
+def job_output_without_its_sink(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "job_completed")
+    ev[i]["payload"]["output"] = {"refund": ev[i]["payload"]["output"]["email"]}
+    return "after_terminal", i + 1
+
+
 RARE_EVENT_MUTATIONS = [
     job_failed_on_a_node_not_in_the_plan,
     parked_in_flight_on_a_committed_key,
     resumed_with_a_decision_its_park_does_not_take,
+    job_output_forged,
+    job_output_without_its_sink,
 ]
 
 

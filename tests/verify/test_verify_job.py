@@ -603,3 +603,63 @@ def test_job_resumed_accepted_result_is_the_one_committed(
     rt, job_id, _ = accepted_job(make_runtime, monkeypatch)
     at = rewrite(raw, job_id, "job_resumed", result={"charged": 5})
     refused(verify_job(rt.store, job_id), "commit_evidence", at, "accepted result is not")
+
+
+def forge_output(raw: RawDb, job_id: str, output: Any) -> int:
+    """The job_completed output rewritten (re-chained), and the job row's output with it."""
+    at = rewrite(raw, job_id, "job_completed", output=output)
+    raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", (canonical(output).decode(), job_id))
+    return at
+
+
+class _AnyKey:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.startswith("affidavit:")
+
+
+ANY_KEY: Any = _AnyKey()
+
+
+@pytest.mark.parametrize(
+    ("output", "words"),
+    [
+        ({"b": {"charged": 200, "key": "forged"}}, "of node 'b' is not its committed result"),
+        ({"a": {"charged": 3}}, "not the sink nodes ['b']"),
+        ({}, "not the sink nodes ['b']"),
+        ([], "the job output is not an object"),
+    ],
+)
+def test_job_output_is_its_sink_nodes_committed_results(
+    make_runtime: Callable[..., Runtime], raw: RawDb, output: Any, words: str
+) -> None:
+    """The job output maps each sink node to its output (FORMATS §3): a tool sink's is its
+    committed result. Rewritten in job_completed and the job row alike, it fails."""
+    rt = make_runtime(tools())
+    job_id = rt.submit(TWO_CHARGES, {"amount": 3}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).output == {"b": {"charged": 2, "key": ANY_KEY}}
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = forge_output(raw, job_id, output)
+    refused(verify_job(rt.store, job_id), "after_terminal", at, words)
+
+
+def test_job_output_of_an_approval_is_its_signal_payload(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    rt = make_runtime(tools())
+    job_id = waiting_job(rt)
+    rt.signal(job_id, f"{job_id}:ok", {"approved": True, "by": "ann"})
+    rt.run_until_idle()
+    assert rt.get_job(job_id).output == {"ok": {"approved": True, "by": "ann"}}
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = forge_output(raw, job_id, {"ok": {"approved": True, "by": "bob"}})
+    refused(verify_job(rt.store, job_id), "after_terminal", at, "is not its signal payload")
+
+
+def test_job_output_after_accept_result_is_the_accepted_result(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch, raw: RawDb
+) -> None:
+    """`resume --decision accept_result` commits the person's result: the tool sink's output."""
+    rt, job_id, _ = accepted_job(make_runtime, monkeypatch)
+    at = forge_output(raw, job_id, {"a": {"charged": 5}})
+    refused(verify_job(rt.store, job_id), "after_terminal", at, "not its committed result")

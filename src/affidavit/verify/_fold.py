@@ -42,7 +42,10 @@ with the version of the first event that violates it:
      park's reason (``DECISIONS_BY_REASON``; any of the format's for a reason the runtime does
      not know) and a ``result`` only with ``accept_result``; a park ``in_flight`` that names a
      key names an open invocation of its node;
-(9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node;
+(9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node,
+     and its output maps exactly the plan's sink nodes to their outputs: a tool node's
+     committed result, a wait or approval node's signal payload (a pure node's output and a
+     compensated node's are not compared);
 (10) ``status``: the job row agrees with the log: its status, its namespace, plan name,
      submitter and idempotency key (those of ``job_created``), its output (of a completed job)
      and error (of a failed one), which no other job has;
@@ -59,7 +62,7 @@ from typing import Any
 
 import orjson
 
-from affidavit.core.canonical import canonical_sha256
+from affidavit.core.canonical import canonical_of_parsed, canonical_sha256
 from affidavit.core.chain import GENESIS
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, RESULT_TYPES, EventType
@@ -103,6 +106,21 @@ def _uncommitted(success: tuple[Any, Any, str, int], then: str) -> str:
     """A success without its commit (the runtime writes the two in one transaction)."""
     invocation, _, key, version = success
     return f"invocation {invocation} of key {key[:16]}… succeeded at version {version}; {then}"
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values have the same canonical form (JCS)."""
+    try:
+        if orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+            b, option=orjson.OPT_SORT_KEYS
+        ):
+            return True
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    try:
+        return canonical_of_parsed(a) == canonical_of_parsed(b)
+    except (AffidavitError, RecursionError):
+        return False
 
 
 class _Violation(Exception):
@@ -185,6 +203,10 @@ class LogFold:
         self.started: dict[str, tuple[str, str, Any, Any]] = {}
         self.waits: dict[str, str] = {}  # correlation key -> the waiting node
         self.answered: set[str] = set()  # correlation keys a wait_completed answered
+        # wait and approval node -> the payload of the wait_completed that answered it (its
+        # output); kept for the plan's sinks only (see _job_completed)
+        self.signals: dict[str, Any] = {}
+        self.sinks: tuple[str, ...] = ()  # nodes no node depends on: the job output's keys
         self.parked = False
         self.park: dict[str, Any] = {}  # the job_parked payload while the job is parked
         self.log_status = "pending"
@@ -543,6 +565,8 @@ class LogFold:
         self.deps = view.deps
         self.order = view.order
         self.tools = view.tools
+        depended = {dep for deps in view.deps.values() for dep in deps}
+        self.sinks = tuple(n for n in view.order if n not in depended)
         if "plan_hash" in p and not isinstance(recorded, str):  # (absent: recomputed, §5)
             raise _Violation("plan", "plan_hash is present but not a string")
 
@@ -763,6 +787,8 @@ class LogFold:
                 f"wait_completed names node {p.get('node_id')!r}; the wait is {waiting!r}'s",
             )
         self.answered.add(key)
+        if waiting in self.sinks:
+            self.signals[waiting] = p.get("payload")
         self.log_status = "running"
 
     def _job_parked(self, p: dict[str, Any]) -> None:
@@ -828,10 +854,48 @@ class LogFold:
     def _job_completed(self, p: dict[str, Any]) -> None:
         self.terminal_payload = p
         self._terminal("completed")
-        if self.completed.issuperset(self.order):
-            return
-        missing = next(n for n in self.order if n not in self.completed)
-        raise _Violation("after_terminal", f"job completed but node {missing!r} never completed")
+        if not self.completed.issuperset(self.order):
+            missing = next(n for n in self.order if n not in self.completed)
+            raise _Violation(
+                "after_terminal", f"job completed but node {missing!r} never completed"
+            )
+        self._check_output(p.get("output"))
+
+    def _check_output(self, output: Any) -> None:
+        """The job output is an object mapping each sink node's id to its output (FORMATS.md
+        §3): a tool node's committed result, a wait or approval node's signal payload. (A pure
+        node's output is only in its ``node_finished``, which the fast path of
+        :meth:`feed_all` does not keep; a compensated node has no output the format defines.)"""
+        if type(output) is not dict:
+            raise _Violation("after_terminal", "the job output is not an object")
+        if set(output) != set(self.sinks):
+            raise _Violation(
+                "after_terminal",
+                f"the job output has the keys {sorted(output)}, not the sink nodes "
+                f"{sorted(self.sinks)}",
+            )
+        committed_by_node: dict[str, str] = {}
+        if any(self.node_type[n] == "tool" for n in self.sinks):
+            for key, result_hash in self.committed.items():
+                committed_by_node[self.started[key][1]] = result_hash
+        for node_id in self.sinks:
+            kind = self.node_type[node_id]
+            if kind == "tool":
+                recorded = committed_by_node.get(node_id)
+                if recorded is None:  # completed as compensated
+                    continue
+                if canonical_hash_matches(output[node_id], recorded):
+                    continue
+                what = "committed result"
+            elif kind in _WAIT_KINDS and node_id in self.signals:
+                if _same_json(output[node_id], self.signals[node_id]):
+                    continue
+                what = "signal payload"
+            else:
+                continue
+            raise _Violation(
+                "after_terminal", f"the job output of node {node_id!r} is not its {what}"
+            )
 
     def _job_failed(self, p: dict[str, Any]) -> None:
         self.terminal_payload = p
