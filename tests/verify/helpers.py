@@ -267,6 +267,7 @@ def synthetic_log(job_id: str = "job-fast-path") -> Log:
         result: dict[str, Any] = {"charged": node_id, "args": hashed}
         if node_id == "d":
             result["fee"] = 2.5
+            output = {"d": result}  # the job's output: its sink's committed result
         add(
             "tool_invocation_started",
             node_id,
@@ -291,7 +292,7 @@ def synthetic_log(job_id: str = "job-fast-path") -> Log:
             result_hash=canonical_sha256(result),
         )
         add("node_finished", node_id, result_type="side_effect_committed")
-    events.append({"type": "job_completed", "payload": {"output": {}}})
+    events.append({"type": "job_completed", "payload": {"output": output}})
     return job_id, events
 
 

@@ -362,6 +362,54 @@ def key_retried_with_other_arguments(ev: list[Event]) -> tuple[str, int]:
     return "closing_rule", i + 3
 
 
+def job_failed_on_a_node_not_in_the_plan(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "job_completed")
+    ev[i]["type"] = "job_failed"
+    ev[i]["payload"] = {"at": "x", "error": {"type": "x", "message": "x"}, "node_id": "ghost"}
+    return "node_in_plan", i + 1
+
+
+def parked_in_flight_on_a_committed_key(ev: list[Event]) -> tuple[str, int]:
+    started = ev[index(ev, "tool_invocation_started", "email")]["payload"]
+    payload = {
+        "at": "x",
+        "reason": "in_flight",
+        "node_id": "email",
+        "step_id": started["step_id"],
+        "idempotency_key": started["idempotency_key"],
+        "detail": {},
+    }
+    return "closing_rule", before_terminal(ev, "job_parked", payload) + 1
+
+
+def resumed_with_a_decision_its_park_does_not_take(ev: list[Event]) -> tuple[str, int]:
+    parked = {"at": "x", "reason": "replay_verification", "node_id": "email", "detail": {}}
+    resumed = {"at": "x", "decision": "retry", "result": None, "by": "me", "note": ""}
+    before_terminal(ev, "job_parked", parked)
+    return "closing_rule", before_terminal(ev, "job_resumed", resumed) + 1
+
+
+def job_output_forged(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "job_completed")
+    ev[i]["payload"]["output"]["email"] = {"sent": "forged"}
+    return "after_terminal", i + 1
+
+
+def job_output_without_its_sink(ev: list[Event]) -> tuple[str, int]:
+    i = index(ev, "job_completed")
+    ev[i]["payload"]["output"] = {"refund": ev[i]["payload"]["output"]["email"]}
+    return "after_terminal", i + 1
+
+
+RARE_EVENT_MUTATIONS = [
+    job_failed_on_a_node_not_in_the_plan,
+    parked_in_flight_on_a_committed_key,
+    resumed_with_a_decision_its_park_does_not_take,
+    job_output_forged,
+    job_output_without_its_sink,
+]
+
+
 RESULT_TYPE_MUTATIONS = [
     another_tool_invoked,
     key_retried_with_other_arguments,
@@ -412,6 +460,7 @@ NEW_MUTATIONS = [
         commit_under_another_node,
         payload_nested_too_deeply,
         *RESULT_TYPE_MUTATIONS,
+        *RARE_EVENT_MUTATIONS,
     ],
 )
 def test_violation_is_named_with_its_version(exported: list[Event], mutate: Mutation) -> None:

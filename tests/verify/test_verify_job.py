@@ -488,3 +488,178 @@ def test_verifying_while_the_job_runs(make_runtime: Callable[..., Runtime]) -> N
         worker.join()
     assert seen == sorted(seen)  # every snapshot is a prefix of the next
     assert result.seal.present and result.seal.event_count == seen[-1]
+
+
+# --- fields of the rare events, rewritten and re-chained ------------------------------------------
+
+
+def rewrite(raw: RawDb, job_id: str, event_type: str, **fields: Any) -> int:
+    """Re-chain the job's log with ``fields`` set in its (first) ``event_type`` payload (a
+    value ``None`` removes the field); the version of that event."""
+    events = raw.events(job_id)
+    at = next(v for v, _, t, _, _ in events if t == event_type)
+    rewritten = []
+    for version, event_id, kind, payload, _ in events:
+        if version == at:
+            edited = parse(payload)
+            for name, value in fields.items():
+                if value is None:
+                    edited.pop(name, None)
+                else:
+                    edited[name] = value
+            payload = canonical(edited)
+        rewritten.append((event_id, kind, payload))
+    raw.rewrite_log(job_id, rewritten)
+    return at
+
+
+def refused(result: Any, invariant: str, version: int, words: str) -> None:
+    proof = result.replay_proof_result
+    assert result.stored_chain.ok
+    assert (proof.invariant, proof.version) == (invariant, version), proof.error
+    assert words in proof.error
+
+
+@pytest.mark.parametrize(("wait_type", "node_type"), [("signal", "approval"), ("approval", "wait")])
+def test_job_waiting_wait_type_is_its_nodes_type(
+    make_runtime: Callable[..., Runtime], raw: RawDb, wait_type: str, node_type: str
+) -> None:
+    rt = make_runtime(tools())
+    job_id = rt.submit(plan({"id": "w", "type": node_type})).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "waiting"
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = rewrite(raw, job_id, "job_waiting", wait_type=wait_type)
+    refused(verify_job(rt.store, job_id), "node_in_plan", at, f"not {wait_type!r}")
+
+
+def test_job_failed_names_a_node_of_the_plan(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    rt = make_runtime(tools(charge_tool("declined", fail=True)))
+    job_id = rt.submit(plan({"id": "a", "type": "tool", "tool": "declined"})).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "failed"
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = rewrite(raw, job_id, "job_failed", node_id="nowhere")
+    refused(verify_job(rt.store, job_id), "node_in_plan", at, "'nowhere' is not in the plan")
+
+
+def test_job_parked_in_flight_names_an_open_key_of_its_node(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch, raw: RawDb
+) -> None:
+    rt = make_runtime(tools())
+    job_id = park_in_flight(rt, monkeypatch, TWO_CHARGES)
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = rewrite(raw, job_id, "job_parked", idempotency_key="0" * 64)
+    refused(verify_job(rt.store, job_id), "closing_rule", at, "not an open invocation of node")
+
+
+@pytest.mark.parametrize(
+    ("decision", "result", "words"),
+    [
+        ("continue", None, "'continue' does not resolve a park for 'in_flight'"),
+        ("fast_forward", None, "'fast_forward' does not resolve"),
+        ("retry", {"charged": 1}, "a result goes only with accept_result"),
+    ],
+)
+def test_job_resumed_decision_resolves_its_parks_reason(
+    make_runtime: Callable[..., Runtime],
+    monkeypatch: pytest.MonkeyPatch,
+    raw: RawDb,
+    decision: str,
+    result: Any,
+    words: str,
+) -> None:
+    rt = make_runtime(tools())
+    job_id = park_in_flight(rt, monkeypatch, TWO_CHARGES)
+    rt.resume(job_id, "retry")
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = rewrite(raw, job_id, "job_resumed", decision=decision, result=result)
+    refused(verify_job(rt.store, job_id), "closing_rule", at, words)
+
+
+def accepted_job(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Runtime, str, dict[str, Any]]:
+    """A one-step job parked in flight, resumed with `accept_result` and completed: the
+    accepted result is committed (and is the job's output)."""
+    rt = make_runtime(tools())
+    one = plan({"id": "a", "type": "tool", "tool": "charge", "args": {"amount": 4}})
+    job_id = park_in_flight(rt, monkeypatch, one)
+    accepted = {"charged": 4, "key": "found by a person"}
+    rt.resume(job_id, "accept_result", result=accepted)
+    rt.run_until_idle()
+    assert rt.get_job(job_id).output == {"a": accepted}
+    assert_all_ok(verify_job(rt.store, job_id))
+    return rt, job_id, accepted
+
+
+def test_job_resumed_accepted_result_is_the_one_committed(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch, raw: RawDb
+) -> None:
+    rt, job_id, _ = accepted_job(make_runtime, monkeypatch)
+    at = rewrite(raw, job_id, "job_resumed", result={"charged": 5})
+    refused(verify_job(rt.store, job_id), "commit_evidence", at, "accepted result is not")
+
+
+def forge_output(raw: RawDb, job_id: str, output: Any) -> int:
+    """The job_completed output rewritten (re-chained), and the job row's output with it."""
+    at = rewrite(raw, job_id, "job_completed", output=output)
+    raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", (canonical(output).decode(), job_id))
+    return at
+
+
+class _AnyKey:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.startswith("affidavit:")
+
+
+ANY_KEY: Any = _AnyKey()
+
+
+@pytest.mark.parametrize(
+    ("output", "words"),
+    [
+        ({"b": {"charged": 200, "key": "forged"}}, "of node 'b' is not its committed result"),
+        ({"a": {"charged": 3}}, "not the sink nodes ['b']"),
+        ({}, "not the sink nodes ['b']"),
+        ([], "the job output is not an object"),
+    ],
+)
+def test_job_output_is_its_sink_nodes_committed_results(
+    make_runtime: Callable[..., Runtime], raw: RawDb, output: Any, words: str
+) -> None:
+    """The job output maps each sink node to its output (FORMATS §3): a tool sink's is its
+    committed result. Rewritten in job_completed and the job row alike, it fails."""
+    rt = make_runtime(tools())
+    job_id = rt.submit(TWO_CHARGES, {"amount": 3}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).output == {"b": {"charged": 2, "key": ANY_KEY}}
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = forge_output(raw, job_id, output)
+    refused(verify_job(rt.store, job_id), "after_terminal", at, words)
+
+
+def test_job_output_of_an_approval_is_its_signal_payload(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    rt = make_runtime(tools())
+    job_id = waiting_job(rt)
+    rt.signal(job_id, f"{job_id}:ok", {"approved": True, "by": "ann"})
+    rt.run_until_idle()
+    assert rt.get_job(job_id).output == {"ok": {"approved": True, "by": "ann"}}
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = forge_output(raw, job_id, {"ok": {"approved": True, "by": "bob"}})
+    refused(verify_job(rt.store, job_id), "after_terminal", at, "is not its signal payload")
+
+
+def test_job_output_after_accept_result_is_the_accepted_result(
+    make_runtime: Callable[..., Runtime], monkeypatch: pytest.MonkeyPatch, raw: RawDb
+) -> None:
+    """`resume --decision accept_result` commits the person's result: the tool sink's output."""
+    rt, job_id, _ = accepted_job(make_runtime, monkeypatch)
+    at = forge_output(raw, job_id, {"a": {"charged": 5}})
+    refused(verify_job(rt.store, job_id), "after_terminal", at, "not its committed result")

@@ -18,7 +18,9 @@ with the version of the first event that violates it:
      ``plan_hash``, a string unless absent, recomputes;
 (3)  ``node_in_plan``: every step event names a node of the plan, with that node's step id;
      tool invocations, commits, state changes, confirmation warnings and compensations belong
-     to tool nodes, waits to wait and approval nodes; a node invokes the tool its plan names;
+     to tool nodes, waits to wait and approval nodes (a ``job_waiting``'s ``wait_type`` is
+     ``approval`` for an approval node, ``signal`` for a wait node); a node invokes the tool
+     its plan names; a ``job_parked`` or ``job_failed`` that names a node names one of the plan;
 (4)  ``dependencies_first``: a node starts, invokes its tool and finishes only after its
      dependencies completed;
 (5)  ``not_rerun``: a completed node is never started, invoked or finished again (replay never
@@ -26,7 +28,8 @@ with the version of the first event that violates it:
 (6)  ``commit_evidence``: every committed invocation has started + finished(success) +
      committed events, all naming its node, with a result hash that recomputes; every success
      is committed (the runtime writes the two together) before its key starts again or the
-     log ends; a tool node finishes as ``side_effect_committed`` only with a committed
+     log ends; the result an ``accept_result`` resumption gives is the one committed for the
+     park's key; a tool node finishes as ``side_effect_committed`` only with a committed
      invocation, never as ``pure``, and as ``compensated`` only after a ``step_compensated``
      that follows its ``compensatable_failure`` (result types of tool nodes only: on another
      node, (3) fails);
@@ -35,8 +38,14 @@ with the version of the first event that violates it:
      once, after it started, under the node and key it started with (and a key is invoked by
      one node only, every time with the same ``args_hash``: the key hashes the arguments); a
      ``wait_completed`` answers the ``job_waiting`` of its correlation key, once, naming its
-     node; a ``job_resumed`` follows a ``job_parked``;
-(9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node;
+     node; a ``job_resumed`` follows a ``job_parked``, with a decision that resolves the
+     park's reason (``DECISIONS_BY_REASON``; any of the format's for a reason the runtime does
+     not know) and a ``result`` only with ``accept_result``; a park ``in_flight`` that names a
+     key names an open invocation of its node;
+(9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node,
+     and its output maps exactly the plan's sink nodes to their outputs: a tool node's
+     committed result, a wait or approval node's signal payload (a pure node's output and a
+     compensated node's are not compared);
 (10) ``status``: the job row agrees with the log: its status, its namespace, plan name,
      submitter and idempotency key (those of ``job_created``), its output (of a completed job)
      and error (of a failed one), which no other job has;
@@ -53,10 +62,11 @@ from typing import Any
 
 import orjson
 
-from affidavit.core.canonical import canonical_sha256
+from affidavit.core.canonical import canonical_of_parsed, canonical_sha256
 from affidavit.core.chain import GENESIS
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, RESULT_TYPES, EventType
+from affidavit.runtime.decisions import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 
@@ -84,6 +94,8 @@ _FAST_KINDS = {
 _NOWHERE = object()
 _NO_START = (None, None, None, None)  # what a key not started yet was started with
 _WAIT_KINDS = ("wait", "approval")
+# the wait_type of a job_waiting, by the type of the node that waits (FORMATS.md §3)
+_WAIT_TYPE = {"wait": "signal", "approval": "approval"}
 # the result types a node of any type may finish with; the others are a tool node's
 # (side_effect_committed, compensatable_failure, compensated) or another node's (pure)
 _ANY_NODE_FAILS = frozenset({"retryable_failure", "permanent_failure"})
@@ -94,6 +106,21 @@ def _uncommitted(success: tuple[Any, Any, str, int], then: str) -> str:
     """A success without its commit (the runtime writes the two in one transaction)."""
     invocation, _, key, version = success
     return f"invocation {invocation} of key {key[:16]}… succeeded at version {version}; {then}"
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values have the same canonical form (JCS)."""
+    try:
+        if orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+            b, option=orjson.OPT_SORT_KEYS
+        ):
+            return True
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    try:
+        return canonical_of_parsed(a) == canonical_of_parsed(b)
+    except (AffidavitError, RecursionError):
+        return False
 
 
 class _Violation(Exception):
@@ -176,7 +203,12 @@ class LogFold:
         self.started: dict[str, tuple[str, str, Any, Any]] = {}
         self.waits: dict[str, str] = {}  # correlation key -> the waiting node
         self.answered: set[str] = set()  # correlation keys a wait_completed answered
+        # wait and approval node -> the payload of the wait_completed that answered it (its
+        # output); kept for the plan's sinks only (see _job_completed)
+        self.signals: dict[str, Any] = {}
+        self.sinks: tuple[str, ...] = ()  # nodes no node depends on: the job output's keys
         self.parked = False
+        self.park: dict[str, Any] = {}  # the job_parked payload while the job is parked
         self.log_status = "pending"
         self.terminal_version: int | None = None
         self.terminal_payload: dict[str, Any] | None = None  # of job_completed or job_failed
@@ -533,6 +565,8 @@ class LogFold:
         self.deps = view.deps
         self.order = view.order
         self.tools = view.tools
+        depended = {dep for deps in view.deps.values() for dep in deps}
+        self.sinks = tuple(n for n in view.order if n not in depended)
         if "plan_hash" in p and not isinstance(recorded, str):  # (absent: recomputed, §5)
             raise _Violation("plan", "plan_hash is present but not a string")
 
@@ -727,6 +761,13 @@ class LogFold:
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
         node_id = self._node(p, _WAIT_KINDS)
+        wait_type = _WAIT_TYPE[self.node_type[node_id]]
+        if p.get("wait_type") != wait_type:
+            raise _Violation(
+                "node_in_plan",
+                f"node {node_id!r} is a {self.node_type[node_id]} node: it waits as "
+                f"{wait_type!r}, not {p.get('wait_type')!r}",
+            )
         key = _str(p, "correlation_key")
         if key in self.waits:
             raise _Violation("closing_rule", f"a second job_waiting for correlation key {key!r}")
@@ -746,33 +787,121 @@ class LogFold:
                 f"wait_completed names node {p.get('node_id')!r}; the wait is {waiting!r}'s",
             )
         self.answered.add(key)
+        if waiting in self.sinks:
+            self.signals[waiting] = p.get("payload")
         self.log_status = "running"
 
     def _job_parked(self, p: dict[str, Any]) -> None:
-        if p.get("node_id") is not None:
+        node_id = p.get("node_id")
+        if node_id is not None:
             self._node(p, ())
         elif self._exec is None:
             raise _Violation("plan", "job_parked before plan_generated")
+        key = p.get("idempotency_key")
+        if p.get("reason") == "in_flight" and key is not None:
+            # parked on an invocation a dead attempt left open: one of the named node's
+            # (the key is optional in FORMATS.md §3; the runtime always names it)
+            open_invocation = self.open_by_key.get(key) if type(key) is str else None
+            if open_invocation is None or self.started[key][1] != node_id:
+                shown = f"{key[:16]}…" if type(key) is str else repr(key)
+                raise _Violation(
+                    "closing_rule",
+                    f"parked in flight on key {shown}, which is not an open invocation of "
+                    f"node {node_id!r}",
+                )
         self.parked = True
+        self.park = p
         self.log_status = "parked"
 
     def _job_resumed(self, p: dict[str, Any]) -> None:
         if not self.parked:
             raise _Violation("closing_rule", "job_resumed while the job is not parked")
+        decision = p.get("decision")
+        reason = self.park.get("reason")
+        # the decisions that resolve the park's reason; a reason the runtime does not know
+        # (FORMATS.md §3 leaves the list open) takes any decision of the format
+        allowed = (
+            DECISIONS_BY_REASON.get(reason, RESUME_DECISIONS)
+            if type(reason) is str
+            else RESUME_DECISIONS
+        )
+        if decision not in allowed:
+            raise _Violation(
+                "closing_rule",
+                f"decision {decision!r} does not resolve a park for {reason!r} "
+                f"(one of: {', '.join(allowed)})",
+            )
+        result = p.get("result")
+        if decision != "accept_result" and result is not None:
+            raise _Violation(
+                "closing_rule", f"a result goes only with accept_result, not with {decision!r}"
+            )
+        key = self.park.get("idempotency_key")
+        if (
+            decision == "accept_result"
+            and type(key) is str
+            and key in self.committed
+            and not canonical_hash_matches(result, self.committed[key])
+        ):  # (the runtime commits the accepted result in the resume's transaction)
+            raise _Violation(
+                "commit_evidence",
+                f"the accepted result is not the result committed for key {key[:16]}…",
+            )
         self.parked = False
+        self.park = {}
         self.log_status = "pending"
 
     def _job_completed(self, p: dict[str, Any]) -> None:
         self.terminal_payload = p
         self._terminal("completed")
-        if self.completed.issuperset(self.order):
-            return
-        missing = next(n for n in self.order if n not in self.completed)
-        raise _Violation("after_terminal", f"job completed but node {missing!r} never completed")
+        if not self.completed.issuperset(self.order):
+            missing = next(n for n in self.order if n not in self.completed)
+            raise _Violation(
+                "after_terminal", f"job completed but node {missing!r} never completed"
+            )
+        self._check_output(p.get("output"))
+
+    def _check_output(self, output: Any) -> None:
+        """The job output is an object mapping each sink node's id to its output (FORMATS.md
+        §3): a tool node's committed result, a wait or approval node's signal payload. (A pure
+        node's output is only in its ``node_finished``, which the fast path of
+        :meth:`feed_all` does not keep; a compensated node has no output the format defines.)"""
+        if type(output) is not dict:
+            raise _Violation("after_terminal", "the job output is not an object")
+        if set(output) != set(self.sinks):
+            raise _Violation(
+                "after_terminal",
+                f"the job output has the keys {sorted(output)}, not the sink nodes "
+                f"{sorted(self.sinks)}",
+            )
+        committed_by_node: dict[str, str] = {}
+        if any(self.node_type[n] == "tool" for n in self.sinks):
+            for key, result_hash in self.committed.items():
+                committed_by_node[self.started[key][1]] = result_hash
+        for node_id in self.sinks:
+            kind = self.node_type[node_id]
+            if kind == "tool":
+                recorded = committed_by_node.get(node_id)
+                if recorded is None:  # completed as compensated
+                    continue
+                if canonical_hash_matches(output[node_id], recorded):
+                    continue
+                what = "committed result"
+            elif kind in _WAIT_KINDS and node_id in self.signals:
+                if _same_json(output[node_id], self.signals[node_id]):
+                    continue
+                what = "signal payload"
+            else:
+                continue
+            raise _Violation(
+                "after_terminal", f"the job output of node {node_id!r} is not its {what}"
+            )
 
     def _job_failed(self, p: dict[str, Any]) -> None:
         self.terminal_payload = p
         self._terminal("failed")
+        if p.get("node_id") is not None:  # (optional: a job may fail outside any node)
+            self._node(p, ())
 
     def _job_cancelled(self, p: dict[str, Any]) -> None:
         self._terminal("cancelled")
