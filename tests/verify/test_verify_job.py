@@ -663,3 +663,18 @@ def test_job_output_after_accept_result_is_the_accepted_result(
     rt, job_id, _ = accepted_job(make_runtime, monkeypatch)
     at = forge_output(raw, job_id, {"a": {"charged": 5}})
     refused(verify_job(rt.store, job_id), "after_terminal", at, "not its committed result")
+
+
+def test_job_output_of_a_pure_sink_is_its_recorded_output(
+    make_runtime: Callable[..., Runtime], raw: RawDb
+) -> None:
+    def double(ctx: ToolContext, n: int) -> dict[str, Any]:
+        return {"total": n * 2}
+
+    rt = make_runtime(tools(Tool("double", double, "pure")))
+    job_id = rt.submit(plan({"id": "t", "type": "pure", "tool": "double", "args": {"n": 2}})).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).output == {"t": {"total": 4}}
+    assert_all_ok(verify_job(rt.store, job_id))
+    at = forge_output(raw, job_id, {"t": {"total": 999}})
+    refused(verify_job(rt.store, job_id), "after_terminal", at, "not its recorded output")

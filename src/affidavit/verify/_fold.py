@@ -44,8 +44,8 @@ with the version of the first event that violates it:
      key names an open invocation of its node;
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node,
      and its output maps exactly the plan's sink nodes to their outputs: a tool node's
-     committed result, a wait or approval node's signal payload (a pure node's output and a
-     compensated node's are not compared);
+     committed result, a pure node's recorded output, a wait or approval node's signal
+     payload (a compensated node's is not compared);
 (10) ``status``: the job row agrees with the log: its status, its namespace, plan name,
      submitter and idempotency key (those of ``job_created``), its output (of a completed job)
      and error (of a failed one), which no other job has;
@@ -179,6 +179,9 @@ class LogFold:
         # the plan, reduced to what the checks need (the parsed task graph is not kept)
         self.has_plan = False
         self.steps: dict[str, str] = {}
+        # the step ids the fast paths of feed_all accept: every node's but the pure sinks', whose
+        # node_finished goes to its handler, which keeps their output for the job's (_outputs)
+        self._fast_steps: dict[str, str] = {}
         self.node_type: dict[str, str] = {}
         self.deps: dict[str, list[str]] = {}
         self.order: tuple[str, ...] = ()
@@ -206,6 +209,7 @@ class LogFold:
         # wait and approval node -> the payload of the wait_completed that answered it (its
         # output); kept for the plan's sinks only (see _job_completed)
         self.signals: dict[str, Any] = {}
+        self._outputs: dict[str, Any] = {}  # pure sink -> the output it completed with
         self.sinks: tuple[str, ...] = ()  # nodes no node depends on: the job output's keys
         self.parked = False
         self.park: dict[str, Any] = {}  # the job_parked payload while the job is parked
@@ -298,7 +302,7 @@ class LogFold:
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
         outcomes, failing, completing = _OUTCOMES, _ANY_NODE_FAILS, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
-        steps, node_type, deps, tools = self.steps, self.node_type, self.deps, self.tools
+        steps, node_type, deps, tools = self._fast_steps, self.node_type, self.deps, self.tools
         terminal, exec_update = self.terminal_version, self._exec_update()
         take = iter(parsed).__next__ if parsed is not None else None
         try:
@@ -444,7 +448,8 @@ class LogFold:
                     violate("payload", version, f"{event_type}: malformed field ({exc!r})")
                 except RecursionError:
                     violate("payload", version, f"{event_type}: the payload is nested too deeply")
-                steps, node_type, deps, tools = self.steps, self.node_type, self.deps, self.tools
+                steps, node_type = self._fast_steps, self.node_type
+                deps, tools = self.deps, self.tools
                 terminal, exec_update = self.terminal_version, self._exec_update()
         finally:
             self.head, self.count, self.first_bad_version = head, count, first_bad
@@ -567,6 +572,11 @@ class LogFold:
         self.tools = view.tools
         depended = {dep for deps in view.deps.values() for dep in deps}
         self.sinks = tuple(n for n in view.order if n not in depended)
+        self._fast_steps = {
+            n: step
+            for n, step in view.steps.items()
+            if n in depended or view.node_type[n] != "pure"
+        }
         if "plan_hash" in p and not isinstance(recorded, str):  # (absent: recomputed, §5)
             raise _Violation("plan", "plan_hash is present but not a string")
 
@@ -748,6 +758,8 @@ class LogFold:
             self.completed.add(node_id)
             self.committed_nodes.discard(node_id)
             self.compensations.discard(node_id)
+            if node_id not in self._fast_steps and kind == "pure":  # a pure sink
+                self._outputs[node_id] = p.get("output")
 
     def _step_compensated(self, p: dict[str, Any]) -> None:
         node_id = self._tool_step(p)
@@ -863,9 +875,10 @@ class LogFold:
 
     def _check_output(self, output: Any) -> None:
         """The job output is an object mapping each sink node's id to its output (FORMATS.md
-        §3): a tool node's committed result, a wait or approval node's signal payload. (A pure
-        node's output is only in its ``node_finished``, which the fast path of
-        :meth:`feed_all` does not keep; a compensated node has no output the format defines.)"""
+        §3): a tool node's committed result, a pure node's recorded output (its
+        ``node_finished``, which :meth:`feed_all` sends to the handler for the pure sinks only),
+        a wait or approval node's signal payload. (A compensated node has no output the format
+        defines.)"""
         if type(output) is not dict:
             raise _Violation("after_terminal", "the job output is not an object")
         if set(output) != set(self.sinks):
@@ -891,6 +904,10 @@ class LogFold:
                 if _same_json(output[node_id], self.signals[node_id]):
                     continue
                 what = "signal payload"
+            elif kind == "pure" and node_id in self._outputs:
+                if _same_json(output[node_id], self._outputs[node_id]):
+                    continue
+                what = "recorded output"
             else:
                 continue
             raise _Violation(
