@@ -25,6 +25,7 @@ from tests.runtime.helpers import (
     Calls,
     SimulatedCrash,
     assert_log_sound,
+    ledger_rows,
     node,
     of_type,
     plan,
@@ -67,7 +68,9 @@ def make_world(store_url: str, tmp_path: Path, server: ResourceServer) -> Callab
     return make
 
 
-def make_runtime(store_url: str, world: World, calls: Calls, **kw: Any) -> Runtime:
+def make_runtime(
+    store_url: str, world: World, calls: Calls, *extra: Tool, **kw: Any
+) -> Runtime:
     def write(ctx: ToolContext) -> dict[str, Any]:
         calls.add(ctx, "write")
         return world.act(ctx)
@@ -76,7 +79,7 @@ def make_runtime(store_url: str, world: World, calls: Calls, **kw: Any) -> Runti
         calls.add(ctx, "after")
         return {"saw": w}
 
-    tools = ToolRegistry([Tool("write", write, "tool"), Tool("after", after, "pure")])
+    tools = ToolRegistry([Tool("write", write, "tool"), Tool("after", after, "pure"), *extra])
     return Runtime(store_url, tools=tools, verifiers=[world.verifier], lease_seconds=5, **kw)
 
 
@@ -277,3 +280,54 @@ def test_confirmation_after_crash_recovery(
         assert job.status == "failed"
         assert job.error["type"] == "replay_verification"
         assert calls.count(name="write") == 1 and calls.count(name="after") == 0
+
+
+def test_a_strict_mismatch_catches_up_what_another_open_invocation_did(
+    store_url: str, make_world: Any, calls: Calls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker died after a second tool acted and before its commit; meanwhile the first
+    step's world changed. The job fails on the mismatch (strict) — but first the open
+    invocation's reconcile hook is asked, as on every other way a job fails on pickup, so the
+    effect that happened is in the log as committed, not closed as lost."""
+    world = make_world("file")
+    effects: dict[str, dict[str, Any]] = {}
+    seen = [0]
+
+    def crash_point(name: str) -> None:
+        if name == "tool.after_execute":
+            seen[0] += 1
+            if seen[0] == 2:  # after "charge" acted
+                raise SimulatedCrash(name)
+
+    def charge(ctx: ToolContext) -> dict[str, Any]:
+        calls.add(ctx, "charge")
+        assert ctx.idempotency_key is not None
+        effects[ctx.idempotency_key] = {"charged": 5}
+        return {"charged": 5}
+
+    def found(ctx: ToolContext) -> dict[str, Any] | None:
+        assert ctx.idempotency_key is not None
+        return effects.get(ctx.idempotency_key)
+
+    charge_tool = Tool("charge", charge, "tool", reconcile_fn=found)
+    monkeypatch.setattr(runner_module, "crash_point", crash_point)
+    with make_runtime(store_url, world, calls, charge_tool) as rt:
+        rt.worker.lease_seconds = 0.3
+        job_id = rt.submit(
+            plan(node("write", "write"), node("charge", "charge", deps=["write"])), {}
+        ).job_id
+        with pytest.raises(SimulatedCrash):
+            rt.run_until_idle()
+        world.change()
+        wait_lease_expired(rt.store, job_id)
+        rt.run_until_idle()
+        job = rt.get_job(job_id)
+        assert job.status == "failed" and job.error["type"] == "replay_verification"
+        assert calls.count(name="charge") == 1  # reconciled, never run again
+        events = assert_log_sound(rt.store, job_id)
+        [caught_up] = [
+            p for p in of_type(events, "tool_invocation_finished") if p["node_id"] == "charge"
+        ]
+        assert caught_up["outcome"] == "success" and caught_up["catch_up"] is True
+        charged = [r for r in ledger_rows(rt.store, job_id) if r.node_id == "charge"]
+        assert [(r.status, r.result) for r in charged] == [("committed", {"charged": 5})]

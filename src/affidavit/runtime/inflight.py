@@ -127,6 +127,9 @@ class RecoveryMixin(RunBase):
             f"{first.reason}",
             **detail,
         }
+        # as when a job fails on pickup for a recorded failure: what an open invocation did is
+        # recorded as committed first, the rest closed as lost with the job
+        self._catch_up_open()
         self._fail_job(first.node_id, error)
         raise Stop("failed")
 
@@ -211,7 +214,8 @@ class RecoveryMixin(RunBase):
         return (output,), None
 
     def _catch_up_open(self) -> None:
-        """Before a job fails on pickup (see :meth:`_recorded_failure`): ask the reconcile hook
+        """Before a job fails on pickup (see :meth:`_recorded_failure`, and a ``strict``
+        confirmation mismatch in :meth:`_confirm_recorded`): ask the reconcile hook
         of each tool whose invocation a dead attempt left open, and record every effect found
         as committed (a catch-up), so that what happened in the world is in the log as having
         happened. The rest stays open and is closed as ``lost`` with the job; no tool is
