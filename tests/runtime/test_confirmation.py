@@ -68,9 +68,7 @@ def make_world(store_url: str, tmp_path: Path, server: ResourceServer) -> Callab
     return make
 
 
-def make_runtime(
-    store_url: str, world: World, calls: Calls, *extra: Tool, **kw: Any
-) -> Runtime:
+def make_runtime(store_url: str, world: World, calls: Calls, *extra: Tool, **kw: Any) -> Runtime:
     def write(ctx: ToolContext) -> dict[str, Any]:
         calls.add(ctx, "write")
         return world.act(ctx)
