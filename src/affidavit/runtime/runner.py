@@ -415,7 +415,9 @@ class _Run(RecoveryMixin):
         claimed next, after what is left of the backoff, and counts on from the recorded ones.
         So does the end of a run of
         concurrent steps (another step failed the job, say): no new try starts in a job whose
-        end is decided — the recovery of a run that died here would not start one either."""
+        end is decided — the recovery of a run that died here would not start one either. A
+        lease a heartbeat found lost (the job was cancelled, or taken over) ends a concurrent
+        run's backoff too, as ``"lost"``: the next try could write nothing."""
         if self.backoff > 0:
             delay = self._backoff_delay(attempt) if delay is None else delay
             if delay <= 0:
@@ -423,10 +425,13 @@ class _Run(RecoveryMixin):
             elif self.step_concurrency == 1:
                 self.sleep(delay)  # a worker's stop cuts it
             else:
-                # in slices, so that the run's end cuts it too (as a worker's stop does)
-                while delay > 0 and not self._ending():
+                # in slices, so that the run's end cuts it too (as a worker's stop does), and
+                # a lost lease
+                lost = self.lease_lost
+                while delay > 0 and not self._ending() and not (lost and lost.is_set()):
                     self.sleep(min(delay, _BACKOFF_SLICE))
                     delay -= _BACKOFF_SLICE
+                self._check_lease()
         self._check_stopping()
 
     # --- pure ---------------------------------------------------------------------------------
