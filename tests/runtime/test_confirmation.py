@@ -242,6 +242,18 @@ def test_a_verifier_that_raises_is_a_mismatch(store_url: str, tmp_path: Path, ca
         assert "could not check" in job.error["message"] and "disk on fire" in job.error["message"]
 
 
+def fails_on_pickup(rt: Runtime, job_id: str, world: World) -> None:
+    """The run crashes (a simulated crash point), the world changes meanwhile, and the job,
+    picked up again once its lease expired, fails on the mismatch (strict)."""
+    with pytest.raises(SimulatedCrash):
+        rt.run_until_idle()
+    world.change()
+    wait_lease_expired(rt.store, job_id)
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed" and job.error["type"] == "replay_verification"
+
+
 def test_confirmation_after_crash_recovery(
     store_url: str, make_world: Any, calls: Calls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,14 +281,7 @@ def test_confirmation_after_crash_recovery(
             ),
             {},
         ).job_id
-        with pytest.raises(SimulatedCrash):
-            rt.run_until_idle()
-        world.change()
-        wait_lease_expired(rt.store, job_id)
-        rt.run_until_idle()
-        job = rt.get_job(job_id)
-        assert job.status == "failed"
-        assert job.error["type"] == "replay_verification"
+        fails_on_pickup(rt, job_id, world)
         assert calls.count(name="write") == 1 and calls.count(name="after") == 0
 
 
@@ -314,13 +319,7 @@ def test_a_strict_mismatch_catches_up_what_another_open_invocation_did(
         job_id = rt.submit(
             plan(node("write", "write"), node("charge", "charge", deps=["write"])), {}
         ).job_id
-        with pytest.raises(SimulatedCrash):
-            rt.run_until_idle()
-        world.change()
-        wait_lease_expired(rt.store, job_id)
-        rt.run_until_idle()
-        job = rt.get_job(job_id)
-        assert job.status == "failed" and job.error["type"] == "replay_verification"
+        fails_on_pickup(rt, job_id, world)
         assert calls.count(name="charge") == 1  # reconciled, never run again
         events = assert_log_sound(rt.store, job_id)
         [caught_up] = [
