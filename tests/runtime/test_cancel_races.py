@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from affidavit import Runtime
 from affidavit.runtime.decisions import cancel_job
 from affidavit.verify import verify_job
@@ -25,10 +27,13 @@ def _wait_for(
         time.sleep(0.02)
 
 
-def test_a_cancel_cuts_the_backoff_of_a_concurrent_run(store_url: str, tmp_path: Path) -> None:
-    """With step concurrency, a retry's backoff is cut short when the run's lease is lost: a
-    cancel recorded while a step waits out its backoff ends the worker's run at once (as
-    ``lost``), not after the backoff, and no try starts after the cancel."""
+@pytest.mark.parametrize("step_concurrency", ["1", "2"])
+def test_a_cancel_cuts_the_backoff_of_a_run(
+    store_url: str, tmp_path: Path, step_concurrency: str
+) -> None:
+    """A retry's backoff is cut short when the run's lease is lost, with or without step
+    concurrency: a cancel recorded while a step waits out its backoff ends the worker's run at
+    once (as ``lost``), not after the backoff, and no try starts after the cancel."""
     side = str(tmp_path / "side.jsonl")
     plan = {
         "name": "busy",
@@ -38,7 +43,7 @@ def test_a_cancel_cuts_the_backoff_of_a_concurrent_run(store_url: str, tmp_path:
     with Runtime(store_url, tools=REGISTRY) as rt:
         job = rt.submit(plan, {})
         proc = spawn_driver(store_url, "--job", job.job_id, "--lease", "1.5",
-                            "--step-concurrency", "2")  # fmt: skip
+                            "--step-concurrency", step_concurrency)  # fmt: skip
         try:
             # the first try failed retryably and is recorded: the run is in its 30 s backoff
             _wait_for(

@@ -126,6 +126,29 @@ class Stop(Exception):
         self.status = status
 
 
+class StopAwareSleep:
+    """A worker's own wait between a step's tries: cut short when the worker is asked to stop
+    and, given the run's lease-lost event, when a heartbeat finds the lease lost (the job was
+    cancelled or taken over: the next try could write nothing)."""
+
+    __slots__ = ("_stopping",)
+    _SLICE = 0.1  # how often the lease-lost event is looked at
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self._stopping = stopping
+
+    def __call__(self, seconds: float, lease_lost: threading.Event | None = None) -> None:
+        if lease_lost is None:
+            self._stopping.wait(seconds)
+            return
+        end = time.monotonic() + seconds
+        while not lease_lost.is_set() and not self._stopping.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self._stopping.wait(min(left, self._SLICE))
+
+
 def check_lease(lease_lost: threading.Event | None) -> None:
     """Stop the run (``"lost"``) when a heartbeat found its lease taken."""
     if lease_lost is not None and lease_lost.is_set():

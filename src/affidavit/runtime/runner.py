@@ -42,6 +42,7 @@ from affidavit.runtime.run_base import (
     Outage,
     StepFailed,
     Stop,
+    StopAwareSleep,
     check_lease,
     check_result,
     elapsed_ms,
@@ -423,7 +424,11 @@ class _Run(RecoveryMixin):
             if delay <= 0:
                 pass
             elif self.step_concurrency == 1:
-                self.sleep(delay)  # a worker's stop cuts it
+                if isinstance(self.sleep, StopAwareSleep):  # a worker's stop or a lost lease
+                    self.sleep(delay, self.lease_lost)  # cuts it
+                else:
+                    self.sleep(delay)  # (a wait given to the worker: as it is)
+                self._check_lease()
             else:
                 # in slices, so that the run's end cuts it too (as a worker's stop does), and
                 # a lost lease

@@ -23,6 +23,7 @@ from affidavit.runtime.run_base import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_STORE_RETRY_SECONDS,
     Claim,
+    StopAwareSleep,
 )
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
@@ -83,7 +84,8 @@ class Worker:
         self.poll_seconds = poll_seconds
         # how a run waits between attempts of a step; by default a wait that request_stop
         # cuts short
-        self._sleep = sleep if sleep is not None else self._wait_unless_stopping
+        self._stopping = threading.Event()
+        self._sleep = sleep if sleep is not None else StopAwareSleep(self._stopping)
         self.metrics = metrics if metrics is not None else RuntimeMetrics()
         self.sealer = sealer if sealer is not None else Sealer.for_store(store)
         # called after each run with (job id, resulting status, seconds the run took); the
@@ -95,7 +97,6 @@ class Worker:
         # jobs this worker handed back because it lacks tools they need: not claimed again by
         # it (insertion-ordered, the oldest forgotten past _MAX_SKIPPED)
         self._cannot_run: dict[str, None] = {}
-        self._stopping = threading.Event()
 
     def request_stop(self) -> None:
         """Stop gracefully: claim nothing more, and end every running job at its next step
@@ -105,9 +106,6 @@ class Worker:
         step that is running is not interrupted: the wait is as long as that step). Jobs a
         stopping worker gives back end their run as ``released``."""
         self._stopping.set()
-
-    def _wait_unless_stopping(self, seconds: float) -> None:
-        self._stopping.wait(seconds)
 
     @property
     def stopping(self) -> bool:
