@@ -128,21 +128,21 @@ class Stop(Exception):
 
 class StopAwareSleep:
     """A worker's own wait between a step's tries: cut short when the worker is asked to stop
-    and, given the run's lease-lost event, when a heartbeat finds the lease lost (the job was
-    cancelled or taken over: the next try could write nothing)."""
+    and, given ``over``, as soon as it says so (the run ends, or a heartbeat found the lease
+    lost: the job was cancelled or taken over, and the next try could write nothing)."""
 
     __slots__ = ("_stopping",)
-    _SLICE = 0.1  # how often the lease-lost event is looked at
+    _SLICE = 0.1  # how often ``over`` is asked
 
     def __init__(self, stopping: threading.Event) -> None:
         self._stopping = stopping
 
-    def __call__(self, seconds: float, lease_lost: threading.Event | None = None) -> None:
-        if lease_lost is None:
+    def __call__(self, seconds: float, over: Callable[[], bool] | None = None) -> None:
+        if over is None:
             self._stopping.wait(seconds)
             return
         end = time.monotonic() + seconds
-        while not lease_lost.is_set() and not self._stopping.is_set():
+        while not over() and not self._stopping.is_set():
             left = end - time.monotonic()
             if left <= 0:
                 return

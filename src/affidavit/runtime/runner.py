@@ -204,13 +204,14 @@ class _Run(RecoveryMixin):
             for n in self.plan.order
             if n not in completed and completed.issuperset(self.plan.node(n).depends_on)
         ]
-        # every step completed: the runs died finishing the job (the park names the last node)
         node_id = next(iter(pending + ready), None)
         where = f"inside step {node_id!r}" if node_id else "while finishing the job"
+        # (every step completed: the runs died finishing the job; the park names the last node)
+        named = node_id or self.plan.order[-1]
         return self._park(
             "crash_loop",
-            node_id=node_id or self.plan.order[-1],
-            step_id=self.steps[node_id or self.plan.order[-1]],
+            node_id=named,
+            step_id=self.steps[named],
             detail={
                 "recoveries": runs,
                 "max_recoveries": limit,
@@ -411,32 +412,31 @@ class _Run(RecoveryMixin):
 
     def _backoff(self, attempt: int, delay: float | None = None) -> None:
         """Wait before the next attempt of a step whose failure is recorded (nothing open):
-        ``delay`` seconds, by default the whole backoff after ``attempt``. A
-        stopping worker ends the run here instead: the next attempt runs wherever the job is
-        claimed next, after what is left of the backoff, and counts on from the recorded ones.
-        So does the end of a run of
-        concurrent steps (another step failed the job, say): no new try starts in a job whose
-        end is decided — the recovery of a run that died here would not start one either. A
-        lease a heartbeat found lost (the job was cancelled, or taken over) ends a concurrent
-        run's backoff too, as ``"lost"``: the next try could write nothing."""
-        if self.backoff > 0:
-            delay = self._backoff_delay(attempt) if delay is None else delay
-            if delay <= 0:
-                pass
+        ``delay`` seconds, by default the whole backoff after ``attempt``. A stopping worker
+        ends the run here instead: the next attempt runs wherever the job is claimed next,
+        after what is left of the backoff, and counts on from the recorded ones. So does the
+        end of a run of concurrent steps (another step failed the job, say): no new try starts
+        in a job whose end is decided — the recovery of a run that died here would not start
+        one either. A lease a heartbeat found lost (the job was cancelled, or taken over) ends
+        the wait as ``"lost"``: the next try could write nothing. (A wait given to the worker
+        as ``sleep`` is called as it is, in slices only for concurrent steps.)"""
+        if delay is None:
+            delay = self._backoff_delay(attempt) if self.backoff > 0 else 0.0
+        if delay > 0:
+            lost = self.lease_lost
+
+            def over() -> bool:  # the worker stops, the run ends, or the lease is lost
+                return self._ending() or (lost is not None and lost.is_set())
+
+            if isinstance(self.sleep, StopAwareSleep):  # the worker's own wait
+                self.sleep(delay, over)
             elif self.step_concurrency == 1:
-                if isinstance(self.sleep, StopAwareSleep):  # a worker's stop or a lost lease
-                    self.sleep(delay, self.lease_lost)  # cuts it
-                else:
-                    self.sleep(delay)  # (a wait given to the worker: as it is)
-                self._check_lease()
-            else:
-                # in slices, so that the run's end cuts it too (as a worker's stop does), and
-                # a lost lease
-                lost = self.lease_lost
-                while delay > 0 and not self._ending() and not (lost and lost.is_set()):
+                self.sleep(delay)
+            else:  # in slices, so that the run's end cuts it
+                while delay > 0 and not over():
                     self.sleep(min(delay, _BACKOFF_SLICE))
                     delay -= _BACKOFF_SLICE
-                self._check_lease()
+            self._check_lease()
         self._check_stopping()
 
     # --- pure ---------------------------------------------------------------------------------

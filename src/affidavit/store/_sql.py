@@ -151,12 +151,6 @@ def encode_events(events: Sequence[NewEvent]) -> list[Encoded]:
     return encoded
 
 
-def _json_or_none(raw: Any) -> Any:
-    if raw is None:
-        return None
-    return json.loads(raw, parse_constant=_no_constant)
-
-
 def _no_constant(name: str) -> Any:
     """NaN and ±Infinity: Python's parser takes them, JSON (and the store) has none."""
     raise ValueError(f"{name} is not JSON")
@@ -174,7 +168,7 @@ def _read_json(raw: Any) -> Any:
     try:
         if isinstance(raw, bytes | bytearray | memoryview):  # (SQLite reads text as bytes)
             raw = bytes(raw).decode("utf-8")
-        value = _json_or_none(raw)
+        value = None if raw is None else json.loads(raw, parse_constant=_no_constant)
         if type(raw) is str and _SURROGATE_ESCAPE.search(raw):
             json.dumps(value, ensure_ascii=False).encode()  # a lone surrogate fails here
         return value

@@ -949,13 +949,13 @@ class LogFold:
             self.violate("plan", None, "the log is empty")
         elif not self.has_plan:
             self.violate("plan", None, "the log has no plan_generated event")
-        for uncommitted in self.success.values():  # (in log order: the first is reported)
+        uncommitted = next(iter(self.success.values()), None)  # (in log order: the first)
+        if uncommitted is not None:
             self.violate(
                 "commit_evidence",
                 uncommitted[3],
                 _uncommitted(uncommitted, "the log ends without its commit"),
             )
-            break
 
     @property
     def pending_keys(self) -> tuple[str, ...]:

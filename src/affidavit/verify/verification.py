@@ -492,14 +492,16 @@ def _ledger_disagreements(fold: LogFold, ledger: Iterable[LedgerDigest]) -> list
             continue
         before = len(errors)
         _row_disagreements(fold, key, status, invocation_id, result_digest, seen, errors)
-        if (
-            len(errors) == before
-            and status in ("committed", "failed")
-            and invocation_id != started[key][0]
-        ):  # (as verify_job's rows are compared)
+        if len(errors) == before and _another_invocation(started[key], status, invocation_id):
             errors.append(_not_as_started(key, ["invocation_id"]))
     _never_recorded(fold, seen, errors)
     return errors
+
+
+def _another_invocation(log: tuple[Any, ...], status: Any, invocation_id: Any) -> bool:
+    """Whether a committed or failed ledger row names another invocation than its key's
+    latest ``tool_invocation_started`` (``log``: what :attr:`LogFold.started` holds)."""
+    return status in ("committed", "failed") and invocation_id != log[0]
 
 
 def _not_as_started(key: str, columns: list[str]) -> str:
@@ -548,7 +550,7 @@ def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns])
             )
             if value != expected
         ]
-        if status in ("committed", "failed") and invocation_id != log[0]:
+        if _another_invocation(log, status, invocation_id):
             differ.insert(0, "invocation_id")
         if differ:
             errors.append(_not_as_started(key, differ))
