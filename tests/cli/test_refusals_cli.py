@@ -50,12 +50,13 @@ def plan_file(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("command", ["run", "submit"])
 @pytest.mark.parametrize(
-    "case", ["plan_not_utf8", "input_not_utf8", "bad_plan", "unknown_tool", "bad_input"]
+    "case",
+    ["plan_not_utf8", "input_not_utf8", "bad_plan", "unknown_tool", "bad_input", "blank_key"],
 )
 def test_a_refused_submission_creates_no_database(
     store_url: str, tmp_path: Path, plan_file: Path, command: str, case: str
 ) -> None:
-    plan, input_arg = plan_file, '{"order_id": "A-1001"}'
+    plan, input_arg, key = plan_file, '{"order_id": "A-1001"}', []
     if case == "plan_not_utf8":
         plan = tmp_path / "bad.yaml"
         plan.write_bytes(b"nodes: [\xff\xfe]\n")
@@ -66,6 +67,8 @@ def test_a_refused_submission_creates_no_database(
         plan.write_text(json.dumps({"nodes": [{"id": "x", "type": "robot"}]}))
     elif case == "unknown_tool":
         plan.write_text(json.dumps({"nodes": [{"id": "x", "type": "tool", "tool": "nope"}]}))
+    elif case == "blank_key":  # an unset variable: refused before the database is opened
+        key = ["--idempotency-key", " "]
     else:
         input_arg = '{"amount": 1e400}'
     fragment = {
@@ -74,8 +77,9 @@ def test_a_refused_submission_creates_no_database(
         "bad_plan": "unknown type",
         "unknown_tool": "not registered",
         "bad_input": "not finite",
+        "blank_key": "the idempotency key is blank",
     }[case]
-    args = [command, str(plan), "--tools", TOOLS, "--input", input_arg, "--db", store_url]
+    args = [command, str(plan), "--tools", TOOLS, "--input", input_arg, *key, "--db", store_url]
     assert_refused(cli(*args, "--json"), fragment)
     assert not database_exists(store_url)
 

@@ -37,7 +37,7 @@ from affidavit.runtime.decisions import (
 from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools, registry
-from affidavit.runtime.submit import check_plan
+from affidavit.runtime.submit import check_idempotency_key, check_plan
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord
 
@@ -184,11 +184,16 @@ def parse_json_arg(text: str | None, what: str) -> Any:
 
 
 def prepared_job(
-    plan: Path, tools: list[str] | None, input: str | None, lease: float | None = None
+    plan: Path,
+    tools: list[str] | None,
+    input: str | None,
+    lease: float | None = None,
+    idempotency_key: str | None = None,
 ) -> tuple[Plan, Any]:
-    """The plan, checked against the tools, and the job input — everything a submission
-    needs, validated before the database is opened, so that a refused command creates and
-    writes nothing (not even a new database file or schema)."""
+    """The plan, checked against the tools, the job input and the idempotency key —
+    everything a submission needs, validated before the database is opened, so that a refused
+    command creates and writes nothing (not even a new database file or schema)."""
+    check_idempotency_key(idempotency_key)
     for spec in tools or []:
         load_tools(spec)
     lease_seconds(lease)
@@ -287,7 +292,7 @@ def run(
     a signal (130 Ctrl-C, 143 SIGTERM).
     """
     with command(as_json):
-        parsed, job_input = prepared_job(plan, tools, input, lease)
+        parsed, job_input = prepared_job(plan, tools, input, lease, idempotency_key)
         max_recoveries(recoveries)  # a bad environment variable submits nothing
         rt = open_runtime(db, None, lease, step_concurrency, store_retry, recoveries)
         try:
@@ -364,7 +369,7 @@ def submit(
     unknown tool, bad input or store error (nothing is written).
     """
     with command(as_json):
-        parsed, job_input = prepared_job(plan, tools, input)
+        parsed, job_input = prepared_job(plan, tools, input, idempotency_key=idempotency_key)
         rt = open_runtime(db, None, None)  # the tools are loaded
         try:
             job = rt.submit(
