@@ -154,6 +154,9 @@ def test_events_endpoint_answers_an_edited_payload_with_409(api: Api) -> None:
         assert response.json()["error"]["message"] == (
             f"event {version}: the stored payload is not JSON"
         )
+        traced = c.get(f"/api/jobs/{job_id}/trace")  # the trace folds the whole log
+        assert traced.status_code == 409
+        assert traced.json()["error"] == response.json()["error"]
         before = c.get(f"/api/jobs/{job_id}/events", params={"limit": version - 1})
         assert before.status_code == 200 and len(before.json()["events"]) == version - 1
         assert c.get(f"/api/jobs/{job_id}/verify").json()["ok"] is False

@@ -210,7 +210,8 @@ def test_events_of_an_edited_log_are_an_error_or_shown_not_a_crash(
     store_url: str, tmp_path: Path
 ) -> None:
     """A payload edited into bytes that are not JSON: `jobs events --json` cannot print it as
-    an object and says so (exit 3, the version named, no traceback); the table shows it."""
+    an object and says so (exit 3, the version named, no traceback); the table shows it.
+    `jobs trace` cannot fold it and says so the same way, with and without --json."""
     job_id = finished_job(store_url, tmp_path)
     raw = RawDb(store_url)
     version = raw.events(job_id)[3][0]
@@ -226,6 +227,13 @@ def test_events_of_an_edited_log_are_an_error_or_shown_not_a_crash(
         assert (table.returncode, table.stderr) == (0, ""), table.stderr
         assert "not" in table.stdout
         assert cli("verify", job_id, "--db", store_url, "--json").returncode == 1
+        traced = cli("jobs", "trace", job_id, "--db", store_url, "--json")
+        assert traced.returncode == 3, traced.stderr
+        assert "Traceback" not in traced.stderr
+        assert json_of(traced)["error"] == error
+        human = cli("jobs", "trace", job_id, "--db", store_url)
+        assert human.returncode == 3 and "Traceback" not in human.stderr
+        assert f"event {version}: the stored payload is not JSON" in human.stderr
 
 
 def test_a_job_row_edited_into_output_that_is_not_json_is_shown(

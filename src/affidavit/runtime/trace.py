@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from affidavit.core.errors import ReplayError
 from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
 from affidavit.store import JobRecord, Store, StoredEvent
 
@@ -62,7 +63,10 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
     durations: dict[str, float] = {}
     tries: dict[str, list[dict[str, Any]]] = {}
     for e in events:
-        p = e.payload
+        try:
+            p = e.payload
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deeply
+            raise ReplayError("the stored payload is not JSON", version=e.version) from None
         builder.add(e, p)
         if e.type not in ("node_started", "node_finished"):
             continue
