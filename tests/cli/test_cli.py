@@ -241,3 +241,28 @@ def test_help_wraps_at_the_terminal_not_at_the_docstring_line_breaks() -> None:
             line = " ".join(paragraph.split())
             # each paragraph is one line of the help, however the docstring broke it
             assert any(out.strip() == line for out in result.output.splitlines()), (words, line)
+
+
+def test_help_states_the_defaults_and_choices_the_docs_state() -> None:
+    """Help text that a user reads instead of docs/cli.md says what the command does: the
+    demo's lease default (1 s, not the workers' 15), every node state `jobs trace` shows, every
+    park `resume` resolves, where the signing key lives on PostgreSQL."""
+    from typer.testing import CliRunner
+
+    from affidavit.cli.main import app
+    from affidavit.runtime.trace import NODE_STATES
+
+    def help_of(*words: str) -> str:
+        result = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "2000"})
+        assert result.exit_code == 0, result.output
+        return " ".join(result.output.split())
+
+    demo = help_of("demo")
+    assert "(default $AFFIDAVIT_LEASE_SECONDS, else 1)" in demo
+    assert "else 15" not in demo
+    trace = help_of("jobs", "trace")
+    states = trace.split("state (", 1)[1].split(")", 1)[0]
+    assert states.split(", ") == list(NODE_STATES)
+    assert "crash_loop" in help_of("resume")
+    for words in (("keys", "show"), ("keys", "rotate")):
+        assert "$XDG_DATA_HOME/affidavit/" in help_of(*words)

@@ -102,7 +102,16 @@ def demo(
             show_default=False,
         ),
     ] = None,
-    lease: runtime_cmds.LeaseOption = None,
+    lease: Annotated[
+        float | None,
+        typer.Option(
+            "--lease-seconds",
+            min=runtime_cmds.MIN_LEASE_SECONDS,
+            help="How long a claim lasts without a heartbeat, which the recovery waits out "
+            "(default $AFFIDAVIT_LEASE_SECONDS, else 1).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run the refund agent end to end on a fresh embedded database in a temporary directory:

@@ -528,8 +528,9 @@ def resume(
 
     Parked on an in-flight invocation: retry it, accept_result (a result a person checked), or
     fail. Parked because the world no longer matches a recorded side effect
-    (replay_verification: human): continue (accept the world as it is) or fail. A resumed job is
-    runnable again (run a worker).
+    (replay_verification: human): continue (accept the world as it is) or fail. Parked as a
+    crash loop (crash_loop): retry (once the cause is fixed) or fail. A resumed job is runnable
+    again (run a worker).
 
     Exit codes: 0 resolved; 2 no such job; 3 not parked, a decision that does not fit, or store
     error.

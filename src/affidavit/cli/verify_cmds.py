@@ -28,7 +28,8 @@ KeyFileOption = Annotated[
     typer.Option(
         "--key-file",
         help=f"The signing key file. Default: ${KEY_ENV}, else affidavit-signing.key next to "
-        "the SQLite database (PostgreSQL: ~/.local/share/affidavit/).",
+        "the SQLite database (PostgreSQL: $XDG_DATA_HOME/affidavit/, default "
+        "~/.local/share/affidavit/).",
         show_default=False,
     ),
 ]
