@@ -74,7 +74,8 @@ def show_job(
     as_json: JsonOption = False,
 ) -> None:
     """Show one job. A waiting job also lists what it waits for (the correlation keys to
-    `affidavit signal`); a parked job why it is parked (what `affidavit resume` decides).
+    `affidavit signal`); a parked job why it is parked (what `affidavit resume` decides) and
+    the park's version (what `affidavit resume --park` pins).
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
