@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import WAITING_PLAN, Api
+import affidavit.runtime.runner as runner_module
+from affidavit import Runtime
+from tests.api.conftest import TOOLS, WAITING_PLAN, Api
+from tests.runtime.helpers import SimulatedCrash, wait_lease_expired
 from tests.verify.helpers import RawDb
 
 CALLERS = ("none", "not_bearer", "bad", "revoked", "observer_a", "agent_a", "agent_b", "admin")
@@ -200,6 +203,60 @@ def test_signal_errors_and_idempotence(api: Api) -> None:
     api.runtime.run_job(job_id)
     job = api.runtime.get_job(job_id)
     assert job.status == "completed" and job.output["t"]["thought"]["ok"] == [1]
+
+
+def parked_in_flight(api: Api, monkeypatch: pytest.MonkeyPatch, job_id: str | None) -> str:
+    """The job (a new one when ``job_id`` is None) run until its tool step "crashes" after T1,
+    then recovered: parked in flight (the tool has no reconcile hook)."""
+
+    def crash_point(name: str) -> None:
+        if name == "tool.after_acquire":
+            raise SimulatedCrash(name)
+
+    with Runtime(api.store.url, tools=TOOLS, lease_seconds=0.3) as rt:
+        if job_id is None:
+            job_id = rt.submit({"nodes": [{"id": "a", "type": "tool", "tool": "act"}]}, {},
+                               namespace="a").job_id  # fmt: skip
+        with monkeypatch.context() as patched:
+            patched.setattr(runner_module, "crash_point", crash_point)
+            with pytest.raises(SimulatedCrash):
+                rt.run_job(job_id)
+        wait_lease_expired(rt.store, job_id)
+        assert rt.run_job(job_id).status == "parked"
+    return job_id
+
+
+def test_resume_pinned_to_a_park(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    job_id = parked_in_flight(api, monkeypatch, None)
+    with api.client("admin") as c:
+        first = c.get(f"/api/jobs/{job_id}/trace").json()["parked"]["version"]
+        assert isinstance(first, int)
+        for bad in (0, "3", True, 1.5):
+            r = c.post(
+                f"/api/jobs/{job_id}/resume", json={"decision": "retry", "park_version": bad}
+            )
+            assert r.status_code == 422, (bad, r.text)
+        ok = c.post(f"/api/jobs/{job_id}/resume", json={"decision": "retry", "park_version": first})
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["status"] == "pending"
+        parked_in_flight(api, monkeypatch, job_id)  # the retry crashed in flight again
+        second = c.get(f"/api/jobs/{job_id}/trace").json()["parked"]["version"]
+        assert second > first
+        before = api.store.get_job(job_id)
+        stale = c.post(
+            f"/api/jobs/{job_id}/resume", json={"decision": "fail", "park_version": first}
+        )
+        assert stale.status_code == 409, stale.text
+        error = stale.json()["error"]
+        assert error["code"] == "invalid_state"
+        assert f"parked at version {second} for in_flight" in error["message"]
+        assert f"version {first}" in error["message"]
+        after = api.store.get_job(job_id)
+        assert (after.version, after.status) == (before.version, "parked")  # nothing written
+        done = c.post(
+            f"/api/jobs/{job_id}/resume", json={"decision": "fail", "park_version": second}
+        )
+        assert done.status_code == 200 and done.json()["status"] == "failed"
 
 
 def test_rate_limit_per_key(limited: Api) -> None:

@@ -151,6 +151,71 @@ def test_crash_park_and_resume(store_url: str, shop: Path, tmp_path: Path) -> No
     assert len(refund.PaymentsLedger(shop).entries()) == 1
 
 
+def crash_in_flight_and_park(store_url: str, job_id: str) -> None:
+    """A worker process dies after the (reconcile-less) charge acted; a runtime recovers the
+    job and parks it in flight."""
+    from affidavit import Runtime
+    from tests.runtime.crash_tools import REGISTRY
+    from tests.runtime.helpers import run_driver, wait_lease_expired
+
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        run_driver(store_url, "--job", job_id, "--lease", "0.5", crash="tool.after_execute")
+        wait_lease_expired(rt.store, job_id)
+        rt.run_job(job_id)
+        assert rt.get_job(job_id).status == "parked"
+
+
+def test_resume_pinned_to_a_park(store_url: str, tmp_path: Path) -> None:
+    """`jobs show` names the park's version; `resume --park V` applies only to that park: a
+    decision about a park resolved since (the job parked again) is refused and writes
+    nothing."""
+    from affidavit import Runtime
+    from tests.runtime.crash_tools import REGISTRY, charge_plan
+
+    with Runtime(store_url, tools=REGISTRY) as rt:
+        plan = charge_plan("crash_charge_nr")
+        job_id = rt.submit(plan, {"side": str(tmp_path / "side.jsonl"), "amount": 1}).job_id
+    db = ("--db", store_url)
+    crash_in_flight_and_park(store_url, job_id)
+    shown = json_of(cli("jobs", "show", job_id, *db, "--json"))
+    first = shown["parked"]["version"]
+    assert shown["parked"]["reason"] == "in_flight" and first == shown["event_count"]
+    human = cli("jobs", "show", job_id, *db)
+    assert human.returncode == 0 and f'"version": {first}' in human.stdout
+
+    resumed = cli("resume", job_id, "--decision", "retry", "--park", str(first), *db, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json_of(resumed) == {"job_id": job_id, "status": "pending", "output": None,
+                                "error": None}  # fmt: skip
+    crash_in_flight_and_park(store_url, job_id)  # the retry crashed in flight again
+    second = json_of(cli("jobs", "show", job_id, *db, "--json"))["parked"]["version"]
+    assert second > first
+    before = json_of(cli("jobs", "show", job_id, *db, "--json"))
+
+    stale = cli("resume", job_id, "--decision", "retry", "--park", str(first), *db, "--json")
+    assert stale.returncode == 3, stale.stderr
+    error = json_of(stale)["error"]
+    assert set(error) == {"code", "message", "hint"} and error["code"] == "invalid_state"
+    assert f"parked at version {second} for in_flight" in error["message"]
+    assert f"version {first}" in error["message"]
+    said = cli("resume", job_id, "--decision", "fail", "--park", str(first), *db)
+    assert said.returncode == 3 and "Traceback" not in said.stderr
+    assert f"parked at version {second}" in " ".join(said.stderr.split())
+    for bad in ("abc", "0", "-1", "1.5"):
+        usage = cli("resume", job_id, "--decision", "fail", "--park", bad, *db, "--json")
+        assert usage.returncode == 3, (bad, usage.stderr)
+        assert json_of(usage)["error"]["code"] == "config_error"
+        assert "--park" in json_of(usage)["error"]["message"]
+    assert json_of(cli("jobs", "show", job_id, *db, "--json")) == before  # nothing written
+
+    failed = cli("resume", job_id, "--decision", "fail", "--park", str(second), *db, "--json")
+    assert failed.returncode == 0, failed.stderr
+    assert json_of(failed)["status"] == "failed"
+    gone = cli("resume", job_id, "--decision", "fail", "--park", str(second), *db, "--json")
+    assert gone.returncode == 3
+    assert json_of(gone)["error"]["message"].startswith(f"job {job_id} is failed, not parked")
+
+
 def test_cancel(store_url: str, shop: Path, plan_file: Path) -> None:
     r = json_of(cli("submit", str(plan_file), "--tools", TOOLS, "--input", order(shop),
                     "--db", store_url, "--json"))  # fmt: skip

@@ -33,6 +33,7 @@ from affidavit.runtime.args import ArgsResolutionError
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.runtime import InvalidStateError
 from affidavit.runtime.sdk import ToolError
+from affidavit.runtime.trace import job_trace
 from affidavit.runtime.worker import Worker
 from affidavit.store import JobFilter
 from affidavit.verify import verify_job
@@ -558,6 +559,108 @@ def test_resume_retry_and_accept_result(make_runtime: Any, calls: Calls, crash_a
     assert calls.count("b") == 1 and calls.count("c") == 1
     assert job.output["c"]["charged"] == 8  # downstream used the accepted result
     assert_log_sound(rt.store, accepted)
+
+
+def park_version(rt: Runtime, job_id: str) -> int:
+    """The version of the park in force, as `jobs show` and the trace show it."""
+    parked = job_trace(rt.store, job_id)["parked"]
+    assert parked is not None
+    version = parked["version"]
+    assert isinstance(version, int)
+    assert rt.store.list_events(job_id)[version - 1].type == "job_parked"
+    return version
+
+
+def park_again(rt: Runtime, crash_at: Any, job_id: str) -> None:
+    """The parked job's tool step is retried and "crashes" in flight once more: parked again."""
+    crash_at("tool.after_acquire")
+    crash_and_wait(rt, job_id)
+    assert rt.run_until_idle() == 1
+    assert rt.get_job(job_id).status == "parked"
+
+
+def test_a_resume_pinned_to_the_park_in_force_applies(
+    make_runtime: Any, calls: Calls, crash_at: Any
+) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = park_in_flight(rt, crash_at, CHAIN)
+    first = park_version(rt, job_id)
+    assert rt.resume(job_id, "retry", park_version=first).status == "pending"
+    park_again(rt, crash_at, job_id)
+    second = park_version(rt, job_id)
+    assert second > first
+    job = rt.resume(job_id, "accept_result", result={"charged": 4}, park_version=second)
+    assert job.status == "pending"
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    events = assert_log_sound(rt.store, job_id)
+    assert [r["decision"] for r in of_type(events, "job_resumed")] == ["retry", "accept_result"]
+
+
+@pytest.mark.parametrize("decision", ["retry", "fail"])
+def test_a_resume_pinned_to_an_earlier_park_is_refused_and_writes_nothing(
+    make_runtime: Any, calls: Calls, crash_at: Any, decision: str
+) -> None:
+    """Two people looked at the first park; the first one's retry ran the job into a second
+    park. The second one's decision, pinned to the first park, does not land on the new one."""
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = park_in_flight(rt, crash_at, CHAIN)
+    first = park_version(rt, job_id)
+    rt.resume(job_id, "retry", park_version=first)
+    park_again(rt, crash_at, job_id)
+    second = park_version(rt, job_id)
+    before, rows = rt.store.list_events(job_id), ledger_rows(rt.store, job_id)
+
+    with pytest.raises(InvalidStateError) as refused:
+        rt.resume(job_id, decision, park_version=first)
+    message = refused.value.message
+    assert f"parked at version {second} for in_flight" in message
+    assert f"not by the park at version {first}" in message
+    assert str(second) in refused.value.hint
+    assert rt.store.list_events(job_id) == before  # nothing written
+    assert ledger_rows(rt.store, job_id) == rows
+    job = rt.get_job(job_id)
+    assert job.status == "parked" and job.version == len(before)
+    with pytest.raises(InvalidStateError):
+        rt.resume(job_id, decision, park_version=second + 1)  # no park there at all
+    assert rt.store.list_events(job_id) == before
+    assert park_version(rt, job_id) == second  # the second park still waits for a decision
+
+
+def test_a_resume_pinned_to_a_park_of_a_job_no_longer_parked_is_refused(
+    make_runtime: Any, calls: Calls, crash_at: Any
+) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = park_in_flight(rt, crash_at, CHAIN)
+    first = park_version(rt, job_id)
+    rt.resume(job_id, "retry", park_version=first)  # the first person
+    before = rt.store.list_events(job_id)
+    with pytest.raises(InvalidStateError) as refused:
+        rt.resume(job_id, "retry", park_version=first)  # the second: the job is pending now
+    assert refused.value.message == (
+        f"job {job_id} is pending, not parked; the park at version {first} is no longer in "
+        "force: nothing was decided"
+    )
+    assert rt.store.list_events(job_id) == before
+    assert rt.get_job(job_id).status == "pending"
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    with pytest.raises(InvalidStateError, match="is completed, not parked"):
+        rt.resume(job_id, "fail", park_version=first)
+    assert calls.count("a") == 1
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, "5", 2.0])
+def test_a_park_version_that_is_no_version_is_refused(
+    make_runtime: Any, calls: Calls, crash_at: Any, bad: Any
+) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = park_in_flight(rt, crash_at, CHAIN)
+    before = rt.store.list_events(job_id)
+    with pytest.raises(ConfigError, match="park_version must be a positive integer"):
+        rt.resume(job_id, "fail", park_version=bad)
+    assert rt.store.list_events(job_id) == before
+    assert rt.get_job(job_id).status == "parked"
 
 
 def test_in_flight_fail_policy_of_the_tool(make_runtime: Any, calls: Calls, crash_at: Any) -> None:

@@ -201,10 +201,18 @@ def signal(job_id: str, body: Signal, svc: ServiceDep, caller: AgentRole) -> dic
 @router.post("/{job_id}/resume", response_model=Job, response_model_exclude_unset=True)
 def resume(job_id: str, body: Resume, svc: ServiceDep, caller: Admin) -> dict[str, Any]:
     """Resolve a parked job (admin): retry / accept_result / fail an in-flight invocation;
-    continue / fail after a confirmation mismatch; retry / fail a crash loop."""
+    continue / fail after a confirmation mismatch; retry / fail a crash loop. With
+    `park_version`, only the park of that `job_parked` event: a job parked again since (or no
+    longer parked) is refused (409) and nothing is written."""
     visible_job(svc.store, caller, job_id)
     return resume_job(
-        svc.store, job_id, body.decision, result=body.result, by=caller.agent_id, note=body.note
+        svc.store,
+        job_id,
+        body.decision,
+        result=body.result,
+        by=caller.agent_id,
+        note=body.note,
+        park_version=body.park_version,
     ).to_dict()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 
 class _Body(BaseModel):
@@ -31,6 +31,13 @@ class Resume(_Body):
     decision: Literal["retry", "accept_result", "continue", "fail"]
     result: Any = None
     note: str | None = None
+    park_version: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        description="Decide only this park: the version of its job_parked event (the trace's "
+        "`parked.version`). A job no longer parked by that event is refused (409) and nothing "
+        "is written.",
+    )
 
 
 class Cancel(_Body):

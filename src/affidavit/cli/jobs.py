@@ -16,7 +16,7 @@ from affidavit.cli.runtime_cmds import emit_job, exit_for, job_doc, seconds_sett
 from affidavit.core.errors import WaitTimeout
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
-from affidavit.runtime.trace import job_trace
+from affidavit.runtime.trace import job_trace, park_doc
 from affidavit.runtime.waiting import SETTLED_STATUSES, wait_for_job
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.verify.verification import seal_document
@@ -74,7 +74,8 @@ def show_job(
     as_json: JsonOption = False,
 ) -> None:
     """Show one job. A waiting job also lists what it waits for (the correlation keys to
-    `affidavit signal`); a parked job why it is parked (what `affidavit resume` decides).
+    `affidavit signal`); a parked job why it is parked (what `affidavit resume` decides) and
+    the park's version (what `affidavit resume --park` pins).
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
@@ -93,8 +94,8 @@ def show_job(
                     for k, w in replay.waits.items()
                     if k not in replay.completed_waits
                 ]
-            elif replay.parked is not None:
-                doc["parked"] = {k: v for k, v in replay.parked.items() if k != "at"}
+            elif (parked := park_doc(replay)) is not None:
+                doc["parked"] = parked
     if as_json:
         output.emit_json(doc)
         return

@@ -521,6 +521,16 @@ def resume(
     ] = None,
     note: Annotated[str | None, typer.Option(help="Recorded in job_resumed.")] = None,
     by: Annotated[str | None, typer.Option(help="Who decides (recorded).")] = None,
+    park: Annotated[
+        int | None,
+        typer.Option(
+            "--park",
+            min=1,
+            help="Decide only this park: its version, as `jobs show` prints it (parked.version). "
+            "A job parked again since, or no longer parked, is refused and nothing is written.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -530,16 +540,23 @@ def resume(
     fail. Parked because the world no longer matches a recorded side effect
     (replay_verification: human): continue (accept the world as it is) or fail. Parked as a
     crash loop (crash_loop): retry (once the cause is fixed) or fail. A resumed job is runnable
-    again (run a worker).
+    again (run a worker). With --park VERSION the decision applies only to the park you looked
+    at, not to a later one.
 
-    Exit codes: 0 resolved; 2 no such job; 3 not parked, a decision that does not fit, or store
-    error.
+    Exit codes: 0 resolved; 2 no such job; 3 not parked, parked by another park than --park, a
+    decision that does not fit, a bad option, or store error.
     """
     with command(as_json):
         value = parse_json_arg(result, "--result")
         with opened_for_job(db, job_id) as store:
             job = resume_job(
-                store, job_id, decision, result=value, by=by or state_user(), note=note
+                store,
+                job_id,
+                decision,
+                result=value,
+                by=by or state_user(),
+                note=note,
+                park_version=park,
             )
     emit_job(job, as_json)
 

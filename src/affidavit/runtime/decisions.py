@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_sha256
-from affidavit.core.errors import AffidavitError, JobNotFound, SignalPayloadError, SignalRejected
+from affidavit.core.errors import (
+    AffidavitError,
+    ConfigError,
+    JobNotFound,
+    SignalPayloadError,
+    SignalRejected,
+)
 from affidavit.core.events import utc_now
 from affidavit.runtime.replay import ReplayContext, build_from_events
 from affidavit.runtime.run_base import close_open_invocations
@@ -126,6 +132,7 @@ def resume_job(
     by: str | None = None,
     note: str | None = None,
     sealer: Sealer | None = None,
+    park_version: int | None = None,
 ) -> JobRecord:
     """Resolve a parked job (FORMATS.md §3 closing rule). Parked on an in-flight invocation:
 
@@ -154,9 +161,18 @@ def resume_job(
     A job failed here is sealed in the same transaction, with ``sealer`` (default: the key
     file for this store, see :mod:`affidavit.runtime.sealing`).
 
+    ``park_version`` pins the decision to one park: the version of its ``job_parked`` event
+    (``parked.version`` in ``jobs show`` and the trace; unique in the job's log). The decision
+    is applied only if that park is still the one in force — checked in the transaction that
+    applies it, under the job's lock — so a decision made about a park that was resolved since
+    (and the job parked again) is refused instead of applied to a park nobody looked at.
+    Without it, the decision resolves whatever park is in force.
+
     Raises:
         JobNotFound: no such job.
-        InvalidStateError: the job is not parked, or the decision does not fit its park.
+        InvalidStateError: the job is not parked, the park in force is not the one
+            ``park_version`` names, or the decision does not fit the park.
+        ConfigError: ``park_version`` is not a positive integer.
     """
     if decision not in RESUME_DECISIONS:
         raise InvalidStateError(
@@ -171,19 +187,25 @@ def resume_job(
         )
     if result is not None:
         canonical(result)
+    if park_version is not None and (type(park_version) is not int or park_version < 1):
+        raise ConfigError(
+            f"park_version must be a positive integer (the version of a job_parked event), "
+            f"not {park_version!r}"
+        )
     sealer = sealer if sealer is not None else Sealer.for_store(store)
     if decision == "fail":
         store.get_job(job_id)  # an unknown job creates no key
         sealer.key()  # load or create it before the transaction, not inside
     with store.transaction(durable=True) as tx:
         job, replay = _locked(tx, job_id)
-        if job.status != "parked" or replay.parked is None:
-            raise InvalidStateError(f"job {job_id} is {job.status}, not parked")
+        _check_park(job, replay, park_version)
+        assert replay.parked is not None
         reason = str(replay.parked.get("reason"))
         allowed = DECISIONS_BY_REASON.get(reason, ("fail",))
         if decision not in allowed:
             raise InvalidStateError(
-                f"job {job_id} is parked for {reason}; {decision!r} does not resolve that",
+                f"job {job_id} is parked for {reason} (park at version "
+                f"{replay.parked_version}); {decision!r} does not resolve that",
                 hint=f"Use one of: {', '.join(allowed)}.",
             )
         at = utc_now()
@@ -221,6 +243,27 @@ def resume_job(
             return failed
         tx.append(job_id, events, expected_version=job.version)
         return tx.update_job(job_id, status="pending")
+
+
+def _check_park(job: JobRecord, replay: ReplayContext, park_version: int | None) -> None:
+    """Refuse unless the job is parked and, with ``park_version``, parked by the
+    ``job_parked`` event of that version (a park is never reopened: a later one has a later
+    version)."""
+    pinned = f"the park at version {park_version}" if park_version is not None else None
+    if job.status != "parked" or replay.parked is None:
+        raise InvalidStateError(
+            f"job {job.job_id} is {job.status}, not parked"
+            + (f"; {pinned} is no longer in force: nothing was decided" if pinned else "")
+        )
+    current = replay.parked_version
+    if park_version is not None and park_version != current:
+        reason = replay.parked.get("reason")
+        raise InvalidStateError(
+            f"job {job.job_id} is parked at version {current} for {reason}, not by {pinned}: "
+            f"nothing was decided",
+            hint=f"Look at the park in force (`affidavit jobs show {job.job_id}`) and decide "
+            f"about it, pinning version {current}.",
+        )
 
 
 def _close_parked(

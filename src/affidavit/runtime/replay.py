@@ -85,6 +85,7 @@ class ReplayContext:
     waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # correlation key -> wait
     completed_waits: dict[str, dict[str, Any]] = field(default_factory=dict)
     parked: dict[str, Any] | None = None  # the job_parked payload while the job is parked
+    parked_version: int | None = None  # and that event's version: the park's identity
     accepted_steps: set[str] = field(default_factory=set)  # mismatches a person let through
     warnings: list[dict[str, Any]] = field(default_factory=list)  # confirmation_warning
     status: str = "pending"
@@ -395,6 +396,7 @@ class ReplayContextBuilder:
         if p.get("node_id") is not None:
             self._step(p)
         self.ctx.parked = p
+        self.ctx.parked_version = self._version
         self.ctx.status = "parked"
 
     def _job_resumed(self, p: dict[str, Any]) -> None:
@@ -408,6 +410,7 @@ class ReplayContextBuilder:
                 ctx.accepted_steps.add(ctx.parked["step_id"])
         ctx.resumptions.append(p)
         ctx.parked = None
+        ctx.parked_version = None
         ctx.status = "pending"
 
     def _confirmation_warning(self, p: dict[str, Any]) -> None:

@@ -230,11 +230,22 @@ class Runtime:
         result: Any = None,
         by: str | None = None,
         note: str | None = None,
+        park_version: int | None = None,
     ) -> JobRecord:
         """Resolve a parked job: ``retry`` / ``accept_result`` / ``fail`` for an in-flight
         invocation, ``continue`` / ``fail`` after a confirmation mismatch, ``retry`` / ``fail``
-        for a crash loop. See :func:`~affidavit.runtime.decisions.resume_job`."""
+        for a crash loop. With ``park_version`` (the version of the ``job_parked`` event the
+        decision is about), a job parked again since is refused with
+        :class:`~affidavit.runtime.decisions.InvalidStateError` and nothing is written. See
+        :func:`~affidavit.runtime.decisions.resume_job`."""
         self._check_open()
         return resume_job(
-            self.store, job_id, decision, result=result, by=by, note=note, sealer=self.sealer
+            self.store,
+            job_id,
+            decision,
+            result=result,
+            by=by,
+            note=note,
+            sealer=self.sealer,
+            park_version=park_version,
         )

@@ -50,6 +50,16 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     return trace_of(job, store.list_events(job_id))[0]
 
 
+def park_doc(replay: ReplayContext) -> dict[str, Any] | None:
+    """The park in force as operators see it (``jobs show``, the trace): the ``job_parked``
+    payload without its time, and ``version``, the event's version — the park's identity, which
+    ``resume`` may pin (``park_version``). ``None`` when the job is not parked."""
+    if replay.parked is None or replay.parked_version is None:
+        return None
+    shown = {k: v for k, v in replay.parked.items() if k not in ("at", "version")}
+    return {"version": replay.parked_version, **shown}
+
+
 def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, Any], ReplayContext]:
     """The trace of ``job`` from its log ``events`` (all of them, in version order), and the
     replay context built on the way (for callers that need both from one pass).
@@ -154,7 +164,7 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         "waiting_for": [{"node_id": n, "correlation_key": k} for n, k in open_waits.items()]
         if job.status == "waiting"
         else [],
-        "parked": {k: v for k, v in replay.parked.items() if k != "at"} if replay.parked else None,
+        "parked": park_doc(replay),
         "warnings": replay.warnings,
         "created_at": events[0].payload.get("at") if events else None,
         "event_count": len(events),

@@ -243,7 +243,7 @@ async function renderJob(content, jobId) {
   if (trace.parked) {
     content.append(el("p", { class: "card", id: "parked",
       text: `Parked on ${trace.parked.node_id} (${trace.parked.reason}). Decide with `
-        + `affidavit resume ${job.job_id} --decision …` }));
+        + `affidavit resume ${job.job_id} --decision … --park ${trace.parked.version}` }));
   }
   for (const w of trace.waiting_for) {
     content.append(el("p", { class: "card", "data-wait": w.node_id,
