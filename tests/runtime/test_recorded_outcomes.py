@@ -146,7 +146,7 @@ def test_a_retryable_failure_with_attempts_left_is_retried_after_a_crash(
         tool_node("x", "crash_busy"),
         tool_node("y", "crash_slow_charge", amount=2, delay=1.0),
         max_attempts=2,
-        backoff=30,
+        backoff=5,  # long enough for y to crash inside it; recovery waits out the rest
     )
     with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
         job_id = rt.submit(plan, {"side": str(side)}).job_id
