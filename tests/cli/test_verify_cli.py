@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
+import tracemalloc
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from affidavit import Runtime, verify_job
+from affidavit.cli.verify_cmds import verify as verify_cmd
 from affidavit.examples import refund
+from affidavit.store._snapshot import SqlSnapshot
+from affidavit.store.postgres import PostgresSnapshot
+from affidavit.store.sqlite import SqliteSnapshot
 from tests.cli.test_cli import cli, json_of
 from tests.verify.helpers import SECTION6_KEYS, TWO_CHARGES, RawDb, refund_job, tools
 
@@ -282,3 +291,52 @@ def test_a_job_row_edited_into_output_that_is_not_json_is_shown(
     for command in (("jobs", "events", job_id), ("jobs", "trace", job_id)):
         assert cli(*command, "--db", store_url).returncode == 0
     assert cli("verify", job_id, "--db", store_url).returncode == 1
+
+
+def _submit_pending(url: str, count: int) -> None:
+    """``count`` pending jobs of one pure step (each verifies)."""
+    plan = {"nodes": [{"id": "a", "type": "pure", "tool": "decide_refund", "args": {}}]}
+    with Runtime(url, tools=refund.TOOLS) as rt:
+        for _ in range(count):
+            rt.submit(plan, {})
+
+
+def _verify_all_on_terminal(url: str) -> tuple[int, list[str]]:
+    """``affidavit verify --all`` without --json, run in this process: its tracemalloc peak,
+    and the statements that listed the jobs to verify."""
+    listings: list[str] = []
+
+    def spied(method: Any) -> Any:
+        def call(self: SqlSnapshot, sql: str, *args: Any, **kwargs: Any) -> Any:
+            if sql.startswith("SELECT j.job_id FROM jobs j"):
+                listings.append(sql)
+            return method(self, sql, *args, **kwargs)
+
+        return call
+
+    gc.collect()
+    with pytest.MonkeyPatch.context() as mp:
+        for snapshot in (SqliteSnapshot, PostgresSnapshot):
+            mp.setattr(snapshot, "query", spied(snapshot.query))
+            mp.setattr(snapshot, "stream", spied(snapshot.stream))
+        tracemalloc.start()
+        try:
+            verify_cmd(all_jobs=True, db=url)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    return peak, listings
+
+
+def test_verify_all_memory_holds_ids_not_results(store_url: str) -> None:
+    """On a terminal, `verify --all` keeps the failures and a count, not a result per job
+    (about 700 bytes each); its listing is one streamed query, not pages at an offset that
+    re-read the pages before them."""
+    _submit_pending(store_url, 250)
+    _verify_all_on_terminal(store_url)  # (what the first run allocates once: imports, caches)
+    small, _ = _verify_all_on_terminal(store_url)
+    _submit_pending(store_url, 800)  # 1,050 jobs: more than one page of 1,000
+    large, listings = _verify_all_on_terminal(store_url)
+    per_job = (large - small) / 800
+    assert per_job < 500, (small, large)  # a job id (and a row fetched), not a result
+    assert len(listings) == 1, listings

@@ -1,6 +1,6 @@
 """A database as the release before migration 6 left it: its schema (migration 5) and its data.
 
-Made from a current database by undoing migrations 7 and 6 in SQL, so that the data in it is
+Made from a current database by undoing migrations 8, 7 and 6 in SQL, so that the data in it is
 what the runtime really writes; the tests then check what this version does with such a database
 (upgrade it, or read it read-only).
 """
@@ -36,6 +36,15 @@ _POSTGRES = [
 ]
 
 
+# the listing indexes as migration 1 made them (the same on both backends)
+_UNDO_8 = [
+    "DROP INDEX jobs_namespace",
+    "DROP INDEX jobs_status",
+    "CREATE INDEX jobs_status ON jobs (status, namespace)",
+    "DROP INDEX jobs_created",
+    "CREATE INDEX jobs_created ON jobs (created_at)",
+    "DELETE FROM affidavit_schema_migrations WHERE version = 8",
+]
 _UNDO_7 = [
     "ALTER TABLE jobs DROP COLUMN recoveries",
     "ALTER TABLE jobs DROP COLUMN recovery_progress",
@@ -47,7 +56,7 @@ def undo_migration_6(url: str) -> None:
     """Turn the database at ``url`` (closed by every store) back into a version-5 one (the
     later migrations undone first)."""
     raw = RawDb(url)
-    for statement in _UNDO_7:
+    for statement in (*_UNDO_8, *_UNDO_7):
         raw.execute(statement)
     for statement in _SQLITE if url.startswith("sqlite:///") else _POSTGRES:
         raw.execute(statement)

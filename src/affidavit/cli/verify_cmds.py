@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -91,7 +90,14 @@ def verify(
         with opened(db, read_only=True) as store:
             if job_id is None:
                 filters = JobFilter(status=status or None, namespace=namespace)
-                results = verify_all(store, filters, trusted_key or None, show_progress=not as_json)
+                # the table names only failed jobs: passed results are counted, not kept
+                total, results = verify_all(
+                    store,
+                    filters,
+                    trusted_key or None,
+                    show_progress=not as_json,
+                    keep_passed=as_json,
+                )
             else:
                 result = _verify_one(store, job_id, trusted_key or None)
     if job_id is None:
@@ -99,8 +105,8 @@ def verify(
         if as_json:
             output.emit_json(
                 {
-                    "jobs": len(results),
-                    "verified": len(results) - len(failed),
+                    "jobs": total,
+                    "verified": total - len(failed),
                     "failed": len(failed),
                     "failed_jobs": [r.job_id for r in failed],
                     "orphans": [r.job_id for r in results if r.orphan],
@@ -108,7 +114,7 @@ def verify(
                 }
             )
         else:
-            render_all(results, failed)
+            render_all(total, failed)
         if failed:
             raise typer.Exit(output.EXIT_FAILED)
         return
@@ -153,21 +159,23 @@ def _check_selection(
             raise ConfigError(f"unknown status {s!r}", hint=f"Statuses: {', '.join(JOB_STATUSES)}.")
 
 
-_PAGE = 1000  # jobs per listing query
-
-
 def verify_all(
     store: Store,
     filters: JobFilter,
     trusted_keys: list[str] | None,
     *,
     show_progress: bool,
-) -> list[VerificationResult]:
+    keep_passed: bool = True,
+) -> tuple[int, list[VerificationResult]]:
     """Verify every job that matches ``filters`` (its limit and offset are ignored) when the
     call starts, newest first; a progress bar on stderr while it runs. Without a filter (no
     status, namespace or plan name), then every job id that has events, ledger rows or a seal
     but no job row (see :func:`~affidavit.verify.verify_orphans`), read in the same snapshot
-    as the job ids: each fails. A filter selects jobs by their row, which those have not."""
+    as the job ids: each fails. A filter selects jobs by their row, which those have not.
+
+    Returns the number of results and the results, in that order; only the failed ones
+    without ``keep_passed``, so that memory holds the job ids and the failures, not a result
+    per job."""
     if trusted_keys:
         check_trusted_keys(store, trusted_keys)  # a bad key is an error even with no job
     try:
@@ -190,33 +198,29 @@ def verify_all(
     ) as bar:
         task = bar.add_task("verify", total=len(job_ids))
         for job_id in job_ids:
-            results.append(verify_job(store, job_id, trusted_keys=trusted_keys))
+            result = verify_job(store, job_id, trusted_keys=trusted_keys)
+            if keep_passed or not result.ok:
+                results.append(result)
             bar.advance(task)
-    return results + orphans
+    return len(job_ids) + len(orphans), results + orphans
 
 
 def _listing(
     store: Store, filters: JobFilter, trusted_keys: list[str] | None, *, lenient_text: bool
-) -> tuple[dict[str, None], list[VerificationResult]]:
+) -> tuple[list[str], list[VerificationResult]]:
     """The ids of the jobs ``filters`` select, in listing order, and — without a filter — the
     verified orphans, all read in one snapshot."""
-    # only the ids are read: a job row edited outside the store is listed (and fails its checks)
-    job_ids: dict[str, None] = {}  # listing order
-    offset = 0
     unfiltered = not filters.status and filters.namespace is None and filters.plan_name is None
     with collector_paused(), store.snapshot(lenient_text=lenient_text) as snap:
-        while True:
-            page = snap.list_job_ids(replace(filters, limit=_PAGE, offset=offset))
-            job_ids.update((job_id, None) for job_id in page)
-            if len(page) < _PAGE:
-                break
-            offset += _PAGE
+        # only the ids are read: a job row edited outside the store is listed (and fails its
+        # checks); one query, streamed
+        job_ids = list(snap.iter_job_ids(filters))
         orphans = orphan_results(snap, trusted_keys=trusted_keys) if unfiltered else []
     return job_ids, orphans
 
 
-def render_all(results: list[VerificationResult], failed: list[VerificationResult]) -> None:
-    if not results:
+def render_all(total: int, failed: list[VerificationResult]) -> None:
+    if not total:
         output.out.print("no jobs to verify")
         return
     if failed:
@@ -237,11 +241,9 @@ def render_all(results: list[VerificationResult], failed: list[VerificationResul
             for check in bad[1:]:
                 table.add_row("", "", check.name, escape(check.detail))
         output.out.print(table)
-        output.out.print(
-            f"[bold red]NOT verified[/]: {len(failed)} of {len(results)} jobs failed a check"
-        )
+        output.out.print(f"[bold red]NOT verified[/]: {len(failed)} of {total} jobs failed a check")
     else:
-        output.out.print(f"[green]verified[/]: every check holds for all {len(results)} jobs")
+        output.out.print(f"[green]verified[/]: every check holds for all {total} jobs")
 
 
 def _status_text(result: VerificationResult) -> str:

@@ -361,6 +361,12 @@ class Snapshot(Protocol):
         reading no other column of their rows."""
         ...
 
+    def iter_job_ids(self, filters: JobFilter, *, batch: int = ...) -> Iterator[str]:
+        """The ids of every job ``filters`` select (their limit and offset ignored), in the
+        order of :meth:`list_job_ids`, read by one streamed query: no page re-reads the ones
+        before it."""
+        ...
+
     def iter_orphans(
         self, job_id: str | None = None, *, batch: int = ...
     ) -> Iterator[tuple[str, str]]:
