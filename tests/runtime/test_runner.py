@@ -650,6 +650,21 @@ def test_a_resume_pinned_to_a_park_of_a_job_no_longer_parked_is_refused(
     assert calls.count("a") == 1
 
 
+def test_a_park_ends_with_a_cancel(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    """A job cancelled while parked is parked no more: the trace names no park (the trace
+    page would print a pinned `resume` command that can only be refused) and the replay has
+    no park in force."""
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = park_in_flight(rt, crash_at, CHAIN)
+    first = park_version(rt, job_id)
+    assert rt.cancel(job_id).status == "cancelled"
+    assert job_trace(rt.store, job_id)["parked"] is None
+    replay = build_from_events(rt.store.list_events(job_id))
+    assert (replay.status, replay.parked, replay.parked_version) == ("cancelled", None, None)
+    with pytest.raises(InvalidStateError, match="is cancelled, not parked"):
+        rt.resume(job_id, "fail", park_version=first)
+
+
 @pytest.mark.parametrize("bad", [0, -3, True, "5", 2.0])
 def test_a_park_version_that_is_no_version_is_refused(
     make_runtime: Any, calls: Calls, crash_at: Any, bad: Any

@@ -429,6 +429,9 @@ class ReplayContextBuilder:
         self.ctx.error = p.get("error")
 
     def _job_cancelled(self, p: dict[str, Any]) -> None:
+        # a job cancelled while parked is parked no more: no park is left to decide about
+        self.ctx.parked = None
+        self.ctx.parked_version = None
         self.ctx.status = "cancelled"
 
 
