@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import stat
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -80,6 +82,7 @@ def test_verify_all_reports_every_job_and_fails_on_any(store_url: str, tmp_path:
     assert result.returncode == 1, result.stderr
     assert result.stderr == ""
     doc = json_of(result)
+    assert result.stdout == as_emitted(doc)  # the results, spooled, are laid out as one document
     assert (doc["jobs"], doc["verified"], doc["failed"]) == (3, 1, 2)
     assert doc["failed_jobs"] == [unsealed, tampered]  # newest first
     by_id = {r["job_id"]: r for r in doc["results"]}
@@ -102,6 +105,10 @@ def test_verify_all_reports_every_job_and_fails_on_any(store_url: str, tmp_path:
     narrowed = cli("verify", "--all", "--status", "failed", "--db", store_url, "--json")
     assert narrowed.returncode == 0, narrowed.stderr
     assert json_of(narrowed)["jobs"] == 0
+    assert narrowed.stdout == as_emitted(json_of(narrowed))  # (no result at all)
+    one = cli("verify", "--all", "--status", "failed", "--status", "completed", "--db", store_url,
+              "--json")  # fmt: skip
+    assert len(json_of(one)["results"]) == 3 and one.stdout == as_emitted(json_of(one))
     # a bad trusted key is an error even when no job is verified with it
     for bad in ("not-a-key", "0123456789abcdef"):  # malformed; a key id nothing records
         refused = cli("verify", "--all", "--status", "failed", "--trusted-key", bad,
@@ -111,6 +118,11 @@ def test_verify_all_reports_every_job_and_fails_on_any(store_url: str, tmp_path:
     completed = cli("verify", "--all", "--status", "completed", "--db", store_url)
     assert completed.returncode == 1
     assert "NOT verified: 1 of 3 jobs failed a check" in completed.stdout
+
+
+def as_emitted(doc: Any) -> str:
+    """``doc`` as the CLI prints one JSON document."""
+    return json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
 
 
 def test_verify_selection_errors_change_nothing(tmp_path: Path) -> None:
@@ -301,9 +313,26 @@ def _submit_pending(url: str, count: int) -> None:
             rt.submit(plan, {})
 
 
-def _verify_all_on_terminal(url: str) -> tuple[int, list[str]]:
-    """``affidavit verify --all`` without --json, run in this process: its tracemalloc peak,
-    and the statements that listed the jobs to verify."""
+def test_verify_all_json_memory_holds_ids_not_results(store_url: str, tmp_path: Path) -> None:
+    """`verify --all --json` prints every result, but spools them to a file as they come: its
+    memory holds a job id per job, not a result (~1 KB) and the document's text."""
+    _submit_pending(store_url, 250)
+    out = tmp_path / "out.json"
+    _verify_all_on_terminal(store_url, as_json=out)  # (what the first run allocates once)
+    small, _ = _verify_all_on_terminal(store_url, as_json=out)
+    _submit_pending(store_url, 800)
+    large, _ = _verify_all_on_terminal(store_url, as_json=out)
+    per_job = (large - small) / 800
+    assert per_job < 500, (small, large)
+    doc = json.loads(out.read_text())
+    assert (doc["jobs"], doc["verified"], len(doc["results"])) == (1050, 1050, 1050)
+    assert out.read_text() == as_emitted(doc)
+
+
+def _verify_all_on_terminal(url: str, as_json: Path | None = None) -> tuple[int, list[str]]:
+    """``affidavit verify --all`` run in this process, without --json (or with it, stdout
+    going to the file ``as_json``): its tracemalloc peak, and the statements that listed the
+    jobs to verify."""
     listings: list[str] = []
 
     def spied(method: Any) -> Any:
@@ -319,12 +348,15 @@ def _verify_all_on_terminal(url: str) -> tuple[int, list[str]]:
         for snapshot in (SqliteSnapshot, PostgresSnapshot):
             mp.setattr(snapshot, "query", spied(snapshot.query))
             mp.setattr(snapshot, "stream", spied(snapshot.stream))
-        tracemalloc.start()
-        try:
-            verify_cmd(all_jobs=True, db=url)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        with open(as_json or os.devnull, "w", encoding="utf-8") as stdout:
+            if as_json is not None:
+                mp.setattr(sys, "stdout", stdout)
+            tracemalloc.start()
+            try:
+                verify_cmd(all_jobs=True, db=url, as_json=as_json is not None)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
     return peak, listings
 
 

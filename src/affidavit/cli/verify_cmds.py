@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -90,30 +96,27 @@ def verify(
         with opened(db, read_only=True) as store:
             if job_id is None:
                 filters = JobFilter(status=status or None, namespace=namespace)
-                # the table names only failed jobs: passed results are counted, not kept
-                total, results = verify_all(
-                    store,
-                    filters,
-                    trusted_key or None,
-                    show_progress=not as_json,
-                    keep_passed=as_json,
-                )
+                # Only the failures are kept: the table names them; --json writes every
+                # result to a spool file as it comes (a result is ~1 KB; a job id ~100 bytes)
+                with ExitStack() as stack:
+                    spool = None
+                    if as_json:
+                        spool = _ResultSpool(
+                            stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
+                        )
+                    total, failed = verify_all(
+                        store,
+                        filters,
+                        trusted_key or None,
+                        show_progress=not as_json,
+                        each=spool.add if spool is not None else None,
+                    )
+                    if spool is not None:
+                        spool.emit(total, failed)
             else:
                 result = _verify_one(store, job_id, trusted_key or None)
     if job_id is None:
-        failed = [r for r in results if not r.ok]
-        if as_json:
-            output.emit_json(
-                {
-                    "jobs": total,
-                    "verified": total - len(failed),
-                    "failed": len(failed),
-                    "failed_jobs": [r.job_id for r in failed],
-                    "orphans": [r.job_id for r in results if r.orphan],
-                    "results": [r.to_dict() for r in results],
-                }
-            )
-        else:
+        if not as_json:
             render_all(total, failed)
         if failed:
             raise typer.Exit(output.EXIT_FAILED)
@@ -165,7 +168,7 @@ def verify_all(
     trusted_keys: list[str] | None,
     *,
     show_progress: bool,
-    keep_passed: bool = True,
+    each: Callable[[VerificationResult], object] | None = None,
 ) -> tuple[int, list[VerificationResult]]:
     """Verify every job that matches ``filters`` (its limit and offset are ignored) when the
     call starts, newest first; a progress bar on stderr while it runs. Without a filter (no
@@ -173,9 +176,9 @@ def verify_all(
     but no job row (see :func:`~affidavit.verify.verify_orphans`), read in the same snapshot
     as the job ids: each fails. A filter selects jobs by their row, which those have not.
 
-    Returns the number of results and the results, in that order; only the failed ones
-    without ``keep_passed``, so that memory holds the job ids and the failures, not a result
-    per job."""
+    Returns the number of results and the failed ones, in that order; ``each``, when given,
+    takes every result (the orphans' last) as it comes, so that memory holds the job ids and
+    the failures, not a result per job."""
     if trusted_keys:
         check_trusted_keys(store, trusted_keys)  # a bad key is an error even with no job
     try:
@@ -185,7 +188,7 @@ def verify_all(
             raise
         # SQLite text that is not UTF-8 among the orphans' records: read again, as verify_job
         job_ids, orphans = _listing(store, filters, trusted_keys, lenient_text=True)
-    results: list[VerificationResult] = []
+    failed: list[VerificationResult] = []
     with Progress(
         TextColumn("verifying"),
         BarColumn(),
@@ -199,10 +202,52 @@ def verify_all(
         task = bar.add_task("verify", total=len(job_ids))
         for job_id in job_ids:
             result = verify_job(store, job_id, trusted_keys=trusted_keys)
-            if keep_passed or not result.ok:
-                results.append(result)
+            if each is not None:
+                each(result)
+            if not result.ok:
+                failed.append(result)
             bar.advance(task)
-    return len(job_ids) + len(orphans), results + orphans
+    for orphan in orphans:  # (each fails)
+        if each is not None:
+            each(orphan)
+        failed.append(orphan)
+    return len(job_ids) + len(orphans), failed
+
+
+class _ResultSpool:
+    """The results of ``verify --all --json``, written to a temporary file as they come and
+    printed after the counts: the document ``output.emit_json`` would print for
+    ``{"jobs", "verified", "failed", "failed_jobs", "orphans", "results"}``, byte for byte,
+    without holding a result per job."""
+
+    def __init__(self, file: IO[str]) -> None:
+        self._file = file  # (the caller closes it)
+        self._count = 0
+
+    def add(self, result: VerificationResult) -> None:
+        # as json.dumps(indent=2) lays out an item of a list that is a value of the document
+        item = json.dumps(result.to_dict(), ensure_ascii=False, indent=2)
+        self._file.write((",\n" if self._count else "") + "    " + item.replace("\n", "\n    "))
+        self._count += 1
+
+    def emit(self, total: int, failed: list[VerificationResult]) -> None:
+        head = {
+            "jobs": total,
+            "verified": total - len(failed),
+            "failed": len(failed),
+            "failed_jobs": [r.job_id for r in failed],
+            "orphans": [r.job_id for r in failed if r.orphan],
+            "results": [],
+        }
+        text = json.dumps(head, ensure_ascii=False, indent=2)
+        if not self._count:
+            output.emit_json(head)
+            return
+        sys.stdout.write(text.removesuffix("[]\n}") + "[\n")
+        self._file.seek(0)
+        shutil.copyfileobj(self._file, sys.stdout)
+        sys.stdout.write("\n  ]\n}\n")
+        sys.stdout.flush()
 
 
 def _listing(
