@@ -89,7 +89,8 @@ def test_db_migrate_names_each_migration_it_applies(store_url: str) -> None:
     assert human.returncode == 0, human.stderr
     assert "applying migration 6 (event_keys)" in human.stderr
     assert "applying migration 7 (recoveries)" in human.stderr
-    assert "applied migrations [6, 7]; schema is at version 7" in human.stdout
+    assert "applying migration 8 (job_listing)" in human.stderr
+    assert "applied migrations [6, 7, 8]; schema is at version 8" in human.stdout
     shown = cli("jobs", "show", job_id, "--db", store_url, "--json")
     assert json_of(shown)["event_count"] == 2
 
