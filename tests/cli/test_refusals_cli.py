@@ -120,6 +120,33 @@ def test_a_decision_on_an_unknown_job_creates_nothing(store_url: str, command: s
     assert not Path(os.environ["AFFIDAVIT_SIGNING_KEY"]).exists()
 
 
+@pytest.mark.parametrize("command", ["cancel", "resume"])
+def test_a_refused_decision_on_a_known_job_creates_no_key(
+    store_url: str, tmp_path: Path, plan_file: Path, command: str
+) -> None:
+    """Cancelling a finished job, or failing one that is not parked, is refused before the
+    signing key is loaded: on a machine whose key file is elsewhere (an auditor's copy of the
+    database, say), the refusal creates no key file and records no key."""
+    shop = refund.setup_shop(tmp_path / "shop")
+    job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
+    submitted = cli("submit", str(plan_file), "--tools", TOOLS, "--input", job_input,
+                    "--db", store_url, "--json")  # fmt: skip
+    job_id = json_of(submitted)["job_id"]
+    if command == "cancel":  # finished (and sealed with the usual key)
+        assert cli("cancel", job_id, "--db", store_url, "--json").returncode == 0
+    with Runtime(store_url, tools=refund.TOOLS) as rt:
+        keys = rt.store.signing_keys()
+    elsewhere = tmp_path / "elsewhere" / "signing.key"
+    extra = ["--decision", "fail"] if command == "resume" else []
+    refused = cli(command, job_id, *extra, "--db", store_url, "--json",
+                  env={"AFFIDAVIT_SIGNING_KEY": str(elsewhere)})  # fmt: skip
+    assert refused.returncode == 3, refused.stderr
+    assert json_of(refused)["error"]["code"] == "invalid_state"
+    assert not elsewhere.exists()
+    with Runtime(store_url, tools=refund.TOOLS) as rt:
+        assert rt.store.signing_keys() == keys
+
+
 def test_a_decision_on_a_known_job_still_works(
     store_url: str, tmp_path: Path, plan_file: Path
 ) -> None:

@@ -194,7 +194,9 @@ def resume_job(
         )
     sealer = sealer if sealer is not None else Sealer.for_store(store)
     if decision == "fail":
-        store.get_job(job_id)  # an unknown job creates no key
+        found = store.get_job(job_id)  # an unknown job creates no key,
+        if found.status != "parked":  # nor does a refusal (checked again under the lock)
+            raise _not_parked(found, park_version)
         sealer.key()  # load or create it before the transaction, not inside
     with store.transaction(durable=True) as tx:
         job, replay = _locked(tx, job_id)
@@ -249,21 +251,25 @@ def _check_park(job: JobRecord, replay: ReplayContext, park_version: int | None)
     """Refuse unless the job is parked and, with ``park_version``, parked by the
     ``job_parked`` event of that version (a park is never reopened: a later one has a later
     version)."""
-    pinned = f"the park at version {park_version}" if park_version is not None else None
     if job.status != "parked" or replay.parked is None:
-        raise InvalidStateError(
-            f"job {job.job_id} is {job.status}, not parked"
-            + (f"; {pinned} is no longer in force: nothing was decided" if pinned else "")
-        )
+        raise _not_parked(job, park_version)
     current = replay.parked_version
     if park_version is not None and park_version != current:
         reason = replay.parked.get("reason")
         raise InvalidStateError(
-            f"job {job.job_id} is parked at version {current} for {reason}, not by {pinned}: "
-            f"nothing was decided",
+            f"job {job.job_id} is parked at version {current} for {reason}, not by the park at "
+            f"version {park_version}: nothing was decided",
             hint=f"Look at the park in force (`affidavit jobs show {job.job_id}`) and decide "
             f"about it, pinning version {current}.",
         )
+
+
+def _not_parked(job: JobRecord, park_version: int | None) -> InvalidStateError:
+    """The refusal of a decision about a job that is not parked."""
+    pinned = f"; the park at version {park_version} is no longer in force: nothing was decided"
+    return InvalidStateError(
+        f"job {job.job_id} is {job.status}, not parked" + (pinned if park_version else "")
+    )
 
 
 def _close_parked(
@@ -361,14 +367,16 @@ def cancel_job(
         InvalidStateError: the job already completed, failed or was cancelled.
     """
     sealer = sealer if sealer is not None else Sealer.for_store(store)
-    store.get_job(job_id)  # an unknown job creates no key
+    found = store.get_job(job_id)  # an unknown job creates no key,
+    if found.terminal:  # nor does a refusal (checked again under the lock)
+        raise _finished(found)
     sealer.key()  # load or create it before the transaction, not inside
     with store.transaction(durable=True) as tx:
         job = tx.get_job(job_id, for_update=True)  # the open invocations come from the ledger
         if job is None:
             raise JobNotFound(job_id)
         if job.terminal:
-            raise InvalidStateError(f"job {job_id} is already {job.status}")
+            raise _finished(job)
         at = utc_now()
         error = {"type": "cancelled", "message": "job cancelled while in flight"}
         events = _closing_events(tx, job_id, at, error)
@@ -378,3 +386,8 @@ def cancel_job(
         cancelled = tx.update_job(job_id, status="cancelled")
         sealer.seal_txn(tx, job_id)
         return cancelled
+
+
+def _finished(job: JobRecord) -> InvalidStateError:
+    """The refusal to cancel a job that has finished."""
+    return InvalidStateError(f"job {job.job_id} is already {job.status}")
