@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from affidavit.core.errors import StoreError
 from affidavit.core.seal import PublicKey
 from affidavit.runtime.sealing import SigningKey
 from affidavit.store import NewEvent, Store
+from affidavit.store.sqlite import SqliteStore
 
 
 def make_job(store: Store, n: int) -> str:
@@ -86,3 +89,46 @@ def test_seals_and_keys_round_trip(store: Store) -> None:
     assert store.signing_keys()[0].retired_at == "2026-02-01T00:00:00.000000Z"
     with store.snapshot() as snap:
         assert snap.seal_get(job_id) == seal and snap.keys_list() == store.signing_keys()
+
+
+def test_each_snapshot_begins_anew_whatever_the_one_before_did(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Snapshots one after another (SQLite keeps the connection of one that ended for the
+    next): each sees what was committed before it began — also after a snapshot that raised,
+    or that stopped reading a stream half-way — and none is left open."""
+    job_id = make_job(store, 30)
+    opened = []
+    if isinstance(store, SqliteStore):
+        connect = store._connect
+        monkeypatch.setattr(store, "_connect", lambda: opened.append(1) or connect())
+    with store.snapshot() as snap:
+        assert snap.get_job(job_id).version == 30  # type: ignore[union-attr]
+    with pytest.raises(ValueError), store.snapshot() as snap:
+        raise ValueError("the caller's own error")
+    store.append(job_id, [NewEvent("node_started", {"node_id": "x"})], expected_version=30)
+    with store.snapshot() as snap:
+        rows = snap.iter_event_rows(job_id, batch=4)
+        assert next(iter(rows))[0] == 1  # one row of 31 read, the stream left open
+    store.append(job_id, [NewEvent("node_started", {"node_id": "y"})], expected_version=31)
+    with store.snapshot() as snap:
+        assert [v for v, *_ in snap.iter_event_rows(job_id)] == list(range(1, 33))
+    if isinstance(store, SqliteStore):
+        assert len(opened) == 1  # the first snapshot's connection served the rest
+        store.close()
+        assert store._idle_snapshots == []  # closed with the store
+        with pytest.raises(StoreError, match="closed"), store.snapshot():
+            pass
+
+
+def test_a_lenient_snapshot_leaves_the_next_one_strict(store_url: str, store: Store) -> None:
+    """``lenient_text`` holds for that snapshot only, not for the next one on its connection."""
+    if not isinstance(store, SqliteStore):
+        pytest.skip("PostgreSQL refuses text that is not UTF-8, so no row can hold it")
+    job_id = make_job(store, 2)
+    with sqlite3.connect(store.path) as raw:
+        raw.execute("UPDATE events SET type = CAST(x'ff41' AS TEXT) WHERE job_id = ?", (job_id,))
+    with store.snapshot(lenient_text=True) as snap:
+        assert [t for _, _, t, _, _ in snap.iter_event_rows(job_id)] == ["\udcffA"] * 2
+    with pytest.raises(StoreError), store.snapshot() as snap:
+        list(snap.iter_event_rows(job_id))
