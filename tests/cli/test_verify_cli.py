@@ -313,22 +313,6 @@ def _submit_pending(url: str, count: int) -> None:
             rt.submit(plan, {})
 
 
-def test_verify_all_json_memory_holds_ids_not_results(store_url: str, tmp_path: Path) -> None:
-    """`verify --all --json` prints every result, but spools them to a file as they come: its
-    memory holds a job id per job, not a result (~1 KB) and the document's text."""
-    _submit_pending(store_url, 250)
-    out = tmp_path / "out.json"
-    _verify_all_on_terminal(store_url, as_json=out)  # (what the first run allocates once)
-    small, _ = _verify_all_on_terminal(store_url, as_json=out)
-    _submit_pending(store_url, 800)
-    large, _ = _verify_all_on_terminal(store_url, as_json=out)
-    per_job = (large - small) / 800
-    assert per_job < 500, (small, large)
-    doc = json.loads(out.read_text())
-    assert (doc["jobs"], doc["verified"], len(doc["results"])) == (1050, 1050, 1050)
-    assert out.read_text() == as_emitted(doc)
-
-
 def _verify_all_on_terminal(url: str, as_json: Path | None = None) -> tuple[int, list[str]]:
     """``affidavit verify --all`` run in this process, without --json (or with it, stdout
     going to the file ``as_json``): its tracemalloc peak, and the statements that listed the
@@ -360,15 +344,25 @@ def _verify_all_on_terminal(url: str, as_json: Path | None = None) -> tuple[int,
     return peak, listings
 
 
-def test_verify_all_memory_holds_ids_not_results(store_url: str) -> None:
-    """On a terminal, `verify --all` keeps the failures and a count, not a result per job
-    (about 700 bytes each); its listing is one streamed query, not pages at an offset that
-    re-read the pages before them."""
+def test_verify_all_memory_holds_ids_not_results(store_url: str, tmp_path: Path) -> None:
+    """`verify --all` keeps the failures and a count, not a result per job (about 700 bytes
+    each); with --json, which prints every result, it spools them to a file as they come (the
+    results and the document's text took ~6 KB a job). Its listing is one streamed query, not
+    pages at an offset that re-read the pages before them."""
+    out = tmp_path / "out.json"
     _submit_pending(store_url, 250)
-    _verify_all_on_terminal(store_url)  # (what the first run allocates once: imports, caches)
+    _verify_all_on_terminal(store_url)  # (what the first runs allocate once: imports, caches)
+    _verify_all_on_terminal(store_url, as_json=out)
     small, _ = _verify_all_on_terminal(store_url)
+    small_json, _ = _verify_all_on_terminal(store_url, as_json=out)
     _submit_pending(store_url, 800)  # 1,050 jobs: more than one page of 1,000
     large, listings = _verify_all_on_terminal(store_url)
+    large_json, _ = _verify_all_on_terminal(store_url, as_json=out)
     per_job = (large - small) / 800
     assert per_job < 500, (small, large)  # a job id (and a row fetched), not a result
     assert len(listings) == 1, listings
+    per_job_json = (large_json - small_json) / 800
+    assert per_job_json < 500, (small_json, large_json)
+    doc = json.loads(out.read_text())
+    assert (doc["jobs"], doc["verified"], len(doc["results"])) == (1050, 1050, 1050)
+    assert out.read_text() == as_emitted(doc)
