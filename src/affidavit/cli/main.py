@@ -20,6 +20,7 @@ from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.cli.jobs import jobs_app
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
+from affidavit.demo import LEASE_SECONDS, run_demo
 from affidavit.store import open_store
 from affidavit.store.migrations import Migration
 
@@ -104,12 +105,9 @@ def demo(
     ] = None,
     lease: Annotated[
         float | None,
-        typer.Option(
-            "--lease-seconds",
-            min=runtime_cmds.MIN_LEASE_SECONDS,
-            help="How long a claim lasts without a heartbeat, which the recovery waits out "
-            "(default $AFFIDAVIT_LEASE_SECONDS, else 1).",
-            show_default=False,
+        runtime_cmds.lease_option(
+            "How long a claim lasts without a heartbeat, which the recovery waits out",
+            LEASE_SECONDS,
         ),
     ] = None,
     as_json: JsonOption = False,
@@ -126,7 +124,6 @@ def demo(
     Exit codes: 0 every check held; 1 otherwise; 3 usage or store error.
     """
     from affidavit.cli.demo_view import render
-    from affidavit.demo import LEASE_SECONDS, run_demo
 
     with command(as_json):
         lease_seconds = runtime_cmds.seconds_setting(

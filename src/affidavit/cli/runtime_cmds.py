@@ -52,15 +52,20 @@ ToolsOption = Annotated[
     ),
 ]
 MIN_LEASE_SECONDS = 0.1
-LeaseOption = Annotated[
-    float | None,
-    typer.Option(
+
+
+def lease_option(what: str, default: float) -> Any:
+    """The ``--lease-seconds`` option: ``what`` the lease is, and its default."""
+    return typer.Option(
         "--lease-seconds",
         min=MIN_LEASE_SECONDS,
-        help="How long a claim lasts without a heartbeat "
-        "(default $AFFIDAVIT_LEASE_SECONDS, else 15).",
+        help=f"{what} (default $AFFIDAVIT_LEASE_SECONDS, else {default:g}).",
         show_default=False,
-    ),
+    )
+
+
+LeaseOption = Annotated[
+    float | None, lease_option("How long a claim lasts without a heartbeat", DEFAULT_LEASE_SECONDS)
 ]
 StoreRetryOption = Annotated[
     float | None,

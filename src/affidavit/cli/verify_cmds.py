@@ -7,7 +7,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import nullcontext
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -98,12 +98,10 @@ def verify(
                 filters = JobFilter(status=status or None, namespace=namespace)
                 # Only the failures are kept: the table names them; --json writes every
                 # result to a spool file as it comes (a result is ~1 KB; a job id ~100 bytes)
-                with ExitStack() as stack:
-                    spool = None
-                    if as_json:
-                        spool = _ResultSpool(
-                            stack.enter_context(tempfile.TemporaryFile("w+", encoding="utf-8"))
-                        )
+                with (
+                    tempfile.TemporaryFile("w+", encoding="utf-8") if as_json else nullcontext()
+                ) as spooled:
+                    spool = _ResultSpool(spooled) if spooled is not None else None
                     total, failed = verify_all(
                         store,
                         filters,
@@ -239,10 +237,10 @@ class _ResultSpool:
             "orphans": [r.job_id for r in failed if r.orphan],
             "results": [],
         }
-        text = json.dumps(head, ensure_ascii=False, indent=2)
         if not self._count:
             output.emit_json(head)
             return
+        text = json.dumps(head, ensure_ascii=False, indent=2)
         sys.stdout.write(text.removesuffix("[]\n}") + "[\n")
         self._file.seek(0)
         shutil.copyfileobj(self._file, sys.stdout)
