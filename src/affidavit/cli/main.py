@@ -20,7 +20,6 @@ from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.cli.jobs import jobs_app
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
-from affidavit.demo import LEASE_SECONDS, run_demo
 from affidavit.store import open_store
 from affidavit.store.migrations import Migration
 
@@ -107,7 +106,7 @@ def demo(
         float | None,
         runtime_cmds.lease_option(
             "How long a claim lasts without a heartbeat, which the recovery waits out",
-            LEASE_SECONDS,
+            1.0,  # affidavit.demo.LEASE_SECONDS (imported on use: it registers the demo's tools)
         ),
     ] = None,
     as_json: JsonOption = False,
@@ -124,6 +123,7 @@ def demo(
     Exit codes: 0 every check held; 1 otherwise; 3 usage or store error.
     """
     from affidavit.cli.demo_view import render
+    from affidavit.demo import LEASE_SECONDS, run_demo
 
     with command(as_json):
         lease_seconds = runtime_cmds.seconds_setting(
