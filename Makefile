@@ -18,14 +18,19 @@ $(STAMP): pyproject.toml | $(BIN)/python
 venv: $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/affidavit demo
 
 # The whole suite, on SQLite and PostgreSQL (AFFIDAVIT_TEST_PG_URL, default the local server).
+# The sources are byte-compiled first: the suite starts several hundred `affidavit` processes,
+# and where PYTHONDONTWRITEBYTECODE is set each of them would compile every module again.
 test: $(STAMP)
+	$(BIN)/python -m compileall -q src tests >/dev/null
 	$(BIN)/python -m pytest -n 2 -q
 
 # Includes the long soak tests.
 test-all: $(STAMP)
+	$(BIN)/python -m compileall -q src tests >/dev/null
 	$(BIN)/python -m pytest -n 2 -q --soak
 
 lint: $(STAMP)

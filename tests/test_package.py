@@ -151,3 +151,21 @@ def test_running_jobs_does_not_import_claims_or_verification() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert out == ["[]", "['affidavit.claims', 'affidavit.verify']"]
+
+
+def test_the_cli_starts_without_packs_or_the_claim_service() -> None:
+    """Every `affidavit` command imports the whole command tree; the pack codecs (with their
+    schemas) and the claim service load only in the commands that use them."""
+    import subprocess
+    import sys
+
+    heavy = ("affidavit.packs", "affidavit.claims.service", "affidavit.claims.sandbox")
+    code = (
+        "import sys\n"
+        "import affidavit.cli.main\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == ["[]"]

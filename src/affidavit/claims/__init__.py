@@ -3,10 +3,34 @@ score each agent's trust on that evidence alone (docs/claims.md)."""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from affidavit.claims.model import Agent, ClaimType, Pattern, Role, TrustEntry, VerificationResult
-from affidavit.claims.sandbox import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig
-from affidavit.claims.service import ClaimService
-from affidavit.claims.trust import TrustPolicy
+
+if TYPE_CHECKING:
+    from affidavit.claims.sandbox import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig
+    from affidavit.claims.service import ClaimService
+    from affidavit.claims.trust import TrustPolicy
+
+# The service, its sandbox and the trust policy are imported on first use: the model (which
+# the CLI's help texts name) does not pull them in.
+_LAZY = {
+    "DEFAULT_ALLOWED_PROGRAMS": "affidavit.claims.sandbox",
+    "SandboxConfig": "affidavit.claims.sandbox",
+    "ClaimService": "affidavit.claims.service",
+    "TrustPolicy": "affidavit.claims.trust",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'affidavit.claims' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_ALLOWED_PROGRAMS",

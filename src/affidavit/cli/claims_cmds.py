@@ -9,17 +9,20 @@ cannot start — see ``decided_by``); 2 agent not found; 3 usage or store error;
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from affidavit.claims import ClaimService, SandboxConfig
 from affidavit.claims.model import ClaimType, Role
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.runtime_cmds import parse_json_arg
 from affidavit.core.errors import ConfigError, InvalidClaim, ValidationError
+
+if TYPE_CHECKING:
+    from affidavit.claims import ClaimService, SandboxConfig
+    from affidavit.store import Store
 
 agents_app = typer.Typer(help="Register and inspect agents.", no_args_is_help=True)
 claims_app = typer.Typer(help="Verify agents' claims and read the evidence.", no_args_is_help=True)
@@ -37,6 +40,13 @@ def _kv_table(doc: dict[str, Any]) -> Table:
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         table.add_row(f"[bold]{key}[/]", shown)
     return table
+
+
+def _service(store: Store, sandbox: SandboxConfig | None = None) -> ClaimService:
+    """The claim service over ``store`` (imported here: the other commands start without it)."""
+    from affidavit.claims.service import ClaimService
+
+    return ClaimService(store) if sandbox is None else ClaimService(store, sandbox=sandbox)
 
 
 def _score(value: float) -> str:
@@ -59,7 +69,7 @@ def add_agent(
     Exit codes: 0 added; 3 the id is taken, or a usage or store error; 5 malformed id or role.
     """
     with command(as_json), opened(db) as store:
-        svc = ClaimService(store)
+        svc = _service(store)
         doc = svc.agent_dict(svc.add_agent(agent_id, namespace=namespace, role=role))
     if as_json:
         output.emit_json(doc)
@@ -78,7 +88,7 @@ def list_agents(
     Exit codes: 0 listed; 3 store error.
     """
     with command(as_json), opened(db) as store:
-        svc = ClaimService(store)
+        svc = _service(store)
         docs = [svc.agent_dict(a) for a in svc.list_agents(namespace)]
     if as_json:
         output.emit_json(docs)
@@ -111,7 +121,7 @@ def show_agent(
     Exit codes: 0 shown; 2 no such agent; 3 store error.
     """
     with command(as_json), opened(db) as store:
-        svc = ClaimService(store)
+        svc = _service(store)
         doc = svc.agent_dict(svc.get_agent(agent_id))
     if as_json:
         output.emit_json(doc)
@@ -156,9 +166,11 @@ def verify(
             raise InvalidClaim(exc.message) from None
         if timeout is not None and not timeout > 0:
             raise ValidationError(f"--timeout must be positive, not {timeout}")
+        from affidavit.claims.sandbox import SandboxConfig
+
         sandbox = SandboxConfig(project_dir=project_dir)
         with opened(db) as store:
-            result = ClaimService(store, sandbox=sandbox).verify_claim(
+            result = _service(store, sandbox).verify_claim(
                 agent, claim_type, content, cmd, verifier, timeout_s=timeout
             )
     if as_json:
@@ -197,7 +209,7 @@ def history(
     Exit codes: 0 listed; 2 no such agent; 3 store error; 5 unknown claim type.
     """
     with command(as_json), opened(db) as store:
-        records = ClaimService(store).get_verification_history(agent_id, claim_type, limit)
+        records = _service(store).get_verification_history(agent_id, claim_type, limit)
     if as_json:
         output.emit_json(records)
         return
@@ -229,7 +241,7 @@ def stats(
     Exit codes: 0 shown; 2 no such agent; 3 store error.
     """
     with command(as_json), opened(db) as store:
-        doc = ClaimService(store).get_verification_statistics(agent_id)
+        doc = _service(store).get_verification_statistics(agent_id)
     if as_json:
         output.emit_json(doc)
         return
@@ -266,7 +278,7 @@ def trust_show(
     agent; 3 store error.
     """
     with command(as_json), opened(db) as store:
-        svc = ClaimService(store)
+        svc = _service(store)
         doc = {
             **svc.agent_dict(svc.get_agent(agent_id)),
             "trust_log": svc.check_trust_log(agent_id),
@@ -294,7 +306,7 @@ def trust_history(
     error.
     """
     with command(as_json), opened(db) as store:
-        svc = ClaimService(store)
+        svc = _service(store)
         entries = svc.get_trust_history(agent_id)
         check = svc.check_trust_log(agent_id)
     if as_json:

@@ -13,7 +13,9 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.errors import ConfigError
 from affidavit.core.seal import unb64
-from affidavit.packs import export_pack, verify_pack, write_verdict
+
+# affidavit.packs (its schemas and both pack codecs) is imported by the two commands that use
+# it: every other command starts without paying for it.
 
 pack_app = typer.Typer(help="Proof packs: signed RCE v0.1 exports of jobs.", no_args_is_help=True)
 
@@ -39,6 +41,8 @@ def export(
     Exit codes: 0 written; 2 no such job; 3 unfinished job, OUT_DIR exists, no signing key, or
     store error.
     """
+    from affidavit.packs import export_pack
+
     with command(as_json), opened(db) as store:
         result = export_pack(store, job_id, out_dir, overwrite=overwrite)
     if as_json:
@@ -78,6 +82,8 @@ def verify(
     Exit codes: 0 MATCH; 1 DIVERGE; 2 INTEGRITY_FAIL; 3 usage error, no such pack directory,
     or OUT_DIR exists without --overwrite.
     """
+    from affidavit.packs import verify_pack, write_verdict
+
     with command(as_json):
         if not pack_dir.is_dir():
             raise ConfigError(f"no pack directory at {str(pack_dir)!r}")
