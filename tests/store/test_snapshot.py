@@ -9,7 +9,7 @@ import pytest
 from affidavit.core.errors import StoreError
 from affidavit.core.seal import PublicKey
 from affidavit.runtime.sealing import SigningKey
-from affidavit.store import NewEvent, Store
+from affidavit.store import NewEvent, Store, postgres
 from affidavit.store.sqlite import SqliteStore
 
 
@@ -43,6 +43,44 @@ def test_snapshot_does_not_see_later_commits(store: Store) -> None:
         assert len(list(snap.iter_events(job_id))) == 4
         [row] = snap.ledger_list(job_id)
         assert row.idempotency_key == "k"
+
+
+def test_a_read_during_an_unfinished_stream(store: Store) -> None:
+    """SQLite reads beside an unfinished stream. A PostgreSQL connection carries one statement
+    at a time (its streams arrive in chunks, not through a server-side cursor): a read begun
+    before the stream ended is refused at once — it would otherwise wait forever for the
+    connection — and the snapshot still ends cleanly."""
+    job_id = make_job(store, 30)
+    with store.snapshot() as snap:
+        rows = iter(snap.iter_event_rows(job_id, batch=4))
+        assert next(rows)[0] == 1
+        if isinstance(store, SqliteStore):
+            assert snap.get_job(job_id).version == 30  # type: ignore[union-attr]
+            assert [r[0] for r in rows] == list(range(2, 31))
+        else:
+            with pytest.raises(StoreError, match="stream was read to its end"):
+                snap.get_job(job_id)
+            with pytest.raises(StoreError, match="stream was read to its end"):
+                next(iter(snap.iter_ledger_columns(job_id)))
+            assert [r[0] for r in rows] == list(range(2, 31))  # the stream goes on
+            assert snap.get_job(job_id).version == 30  # type: ignore[union-attr]
+    with store.snapshot() as snap:
+        assert snap.get_job(job_id).version == 30  # type: ignore[union-attr]
+
+
+def test_streams_without_chunked_rows(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a libpq older than 17 (no chunked rows), PostgreSQL snapshots stream through
+    server-side cursors: the same rows, and reads beside an unfinished stream work."""
+    job_id = make_job(store, 30)
+    with store.snapshot() as snap:
+        chunked = list(snap.iter_event_rows(job_id, batch=4))
+    monkeypatch.setattr(postgres, "CHUNKED_ROWS", False)
+    with store.snapshot() as snap:
+        rows = iter(snap.iter_event_rows(job_id, batch=4))
+        first = next(rows)
+        assert snap.get_job(job_id).version == 30  # type: ignore[union-attr]
+        assert [first, *rows] == chunked
+        assert [r[0] for r in chunked] == list(range(1, 31))
 
 
 def test_snapshot_streams_in_batches_in_version_order(store: Store) -> None:

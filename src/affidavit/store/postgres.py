@@ -16,9 +16,9 @@ import contextlib
 import functools
 import itertools
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, quote, urlencode
 
 import psycopg
@@ -80,24 +80,67 @@ class PostgresTransaction(SqlTransaction):
         return lock.fetchone(), head.fetchone()
 
 
+# libpq's chunked-rows mode (libpq 17, which psycopg[binary] bundles); with an older libpq the
+# snapshots stream through server-side cursors
+CHUNKED_ROWS = psycopg.pq.version() >= 170000
 _cursor_names = itertools.count()
 
 
 class PostgresSnapshot(SqlSnapshot):
-    """Reads inside one ``REPEATABLE READ READ ONLY`` transaction; the log streams through a
-    server-side cursor, ``batch`` rows per round trip."""
+    """Reads inside one ``REPEATABLE READ READ ONLY`` transaction. A stream is one query whose
+    rows arrive in chunks of ``batch`` (libpq's chunked-rows mode: no round trip per chunk,
+    and none to open or close a cursor, as a server-side cursor has), read to its end before
+    the snapshot's next read: the connection carries one statement at a time. (Without that
+    mode, a server-side cursor fetching ``batch`` rows per round trip.)"""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
+        self._streams: list[Generator[Sequence[Any], None, None]] = []
+        self._reading: Iterator[Sequence[Any]] | None = None  # a stream begun, not finished
+
+    def _end(self) -> None:
+        """Close the streams the caller left unfinished (psycopg cancels the statement and
+        drains what arrived), so that the snapshot's ROLLBACK can run."""
+        for rows in self._streams:
+            rows.close()
+        self._streams.clear()
+
+    def _check_idle(self) -> None:
+        if self._reading is not None:
+            # (psycopg would wait for the connection's lock, which the unfinished stream holds)
+            raise StoreError(
+                "a snapshot read began before the snapshot's stream was read to its end"
+            )
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self._check_idle()
         return self._conn.execute(_pyformat(sql), params or None).fetchall()
 
     def stream(self, sql: str, params: Sequence[Any], batch: int) -> Iterator[Sequence[Any]]:
-        with self._conn.cursor(name=f"affidavit_snapshot_{next(_cursor_names)}") as cursor:
-            cursor.itersize = batch
-            cursor.execute(_pyformat(sql), params)
-            yield from cursor
+        rows = self._stream(sql, params, batch)
+        self._streams.append(rows)
+        return rows
+
+    def _stream(
+        self, sql: str, params: Sequence[Any], batch: int
+    ) -> Generator[Sequence[Any], None, None]:
+        self._check_idle()
+        if not CHUNKED_ROWS:
+            with self._conn.cursor(name=f"affidavit_snapshot_{next(_cursor_names)}") as cursor:
+                cursor.itersize = batch
+                cursor.execute(_pyformat(sql), params)
+                yield from cursor
+            return
+        rows = cast(
+            "Generator[Sequence[Any], None, None]",
+            self._conn.cursor().stream(_pyformat(sql), params, size=max(batch, 1)),
+        )
+        self._reading = rows
+        try:
+            yield from rows
+        finally:
+            self._reading = None
+            rows.close()
 
 
 def split_url(url: str) -> tuple[str, str | None]:
@@ -254,13 +297,17 @@ class PostgresStore(SqlStore):
         del lenient_text
         try:
             with self._pool.connection() as conn:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                # a reader may work between its reads for long (a large log); it holds no
-                # row lock, so nothing waits for it
-                conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+                # (one round trip) a reader may work between its reads for long (a large
+                # log); it holds no row lock, so nothing waits for it
+                conn.execute(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+                    "SET LOCAL idle_in_transaction_session_timeout = 0"
+                )
+                snap = PostgresSnapshot(conn)
                 try:
-                    yield PostgresSnapshot(conn)
+                    yield snap
                 finally:
+                    snap._end()
                     conn.execute("ROLLBACK")
         except psycopg.Error as exc:
             raise self._failed("PostgreSQL read failed", exc) from exc

@@ -166,7 +166,8 @@ def orphan_results(
 ) -> list[VerificationResult]:
     """:func:`verify_orphans` inside an open snapshot (as ``affidavit verify --all`` reads the
     job ids and the orphans at one moment). The logs are streamed in one pass, one job after
-    another; each orphan's ledger rows and seal are read as its log ends."""
+    another; the ledger rows and seals are read once that stream ended (a snapshot reads one
+    statement at a time)."""
     found: dict[str, list[str]] = {}
     for orphan_id, what in snap.iter_orphans(job_id):
         found.setdefault(orphan_id, []).append(what)
@@ -174,16 +175,15 @@ def orphan_results(
         return []
     recorded = snap.keys_list()
     keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
-    results: dict[str, VerificationResult] = {}
+    folds: dict[str, LogFold] = {}
     for orphan_id, rows in groupby(snap.iter_orphan_event_rows(job_id), key=itemgetter(0)):
         fold = _orphan_fold(orphan_id, found.get(orphan_id, ["events"]))
         fold.feed_all(row[1:] for row in rows)
-        results[orphan_id] = _orphan_result(snap, orphan_id, fold, keys)
-    for orphan_id, held in found.items():
-        if orphan_id not in results:  # no event left
-            fold = _orphan_fold(orphan_id, held)
-            results[orphan_id] = _orphan_result(snap, orphan_id, fold, keys)
-    return [results[orphan_id] for orphan_id in found]
+        folds[orphan_id] = fold
+    return [
+        _orphan_result(snap, orphan_id, folds.get(orphan_id) or _orphan_fold(orphan_id, held), keys)
+        for orphan_id, held in found.items()  # (no fold: no event left)
+    ]
 
 
 def _orphan_fold(job_id: str, held: list[str]) -> LogFold:
