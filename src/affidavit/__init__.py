@@ -6,8 +6,7 @@ The public API is what this module exports (``__all__``); everything else is int
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
 from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
@@ -33,6 +32,7 @@ from affidavit.core.errors import (
     WaitTimeout,
 )
 from affidavit.core.events import EventType
+from affidavit.core.lazy import lazy_exports
 from affidavit.core.plan import Plan
 from affidavit.core.seal import PublicKey, Seal
 from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
@@ -82,13 +82,7 @@ _LAZY = {
 } | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'affidavit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("affidavit", _LAZY, globals())
 
 
 __all__ = [

@@ -3,10 +3,10 @@ score each agent's trust on that evidence alone (docs/claims.md)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from affidavit.claims.model import Agent, ClaimType, Pattern, Role, TrustEntry, VerificationResult
+from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from affidavit.claims.sandbox import DEFAULT_ALLOWED_PROGRAMS, SandboxConfig
@@ -23,13 +23,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'affidavit.claims' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("affidavit.claims", _LAZY, globals())
 
 
 __all__ = [
