@@ -180,10 +180,10 @@ def orphan_results(
         fold = _orphan_fold(orphan_id, found.get(orphan_id, ["events"]))
         fold.feed_all(row[1:] for row in rows)
         folds[orphan_id] = fold
-    return [
-        _orphan_result(snap, orphan_id, folds.get(orphan_id) or _orphan_fold(orphan_id, held), keys)
-        for orphan_id, held in found.items()  # (no fold: no event left)
-    ]
+    for orphan_id, held in found.items():
+        if orphan_id not in folds:  # no event left
+            folds[orphan_id] = _orphan_fold(orphan_id, held)
+    return [_orphan_result(snap, orphan_id, folds[orphan_id], keys) for orphan_id in found]
 
 
 def _orphan_fold(job_id: str, held: list[str]) -> LogFold:
