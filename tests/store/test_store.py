@@ -439,6 +439,60 @@ def test_ledger_insert_is_won_by_one_caller_only(store: Store) -> None:
         assert first is not None and first.invocation_id == "first"
 
 
+def test_t1_ledger_insert_then_append_reads_the_job_as_it_is(store: Store) -> None:
+    """T1 of a tool step — a ledger insert, then the started events — is fenced and
+    version-checked against the job as it is when the append runs: PostgreSQL sends the job's
+    lock and head read with the insert, and whatever runs in between (a lease moved, an
+    append) is seen by the append, never the values read with the insert."""
+    job, _ = store.create_job(events=[NewEvent("job_created", {})])
+    job_id, mine, theirs = job.job_id, new_attempt_id(), new_attempt_id()
+    with store.transaction() as tx:
+        tx.set_lease(job_id, attempt_id=mine, owner="w", expires_at=1.0)
+
+    def insert(tx: Any, key: str) -> bool:
+        return tx.ledger_insert(
+            job_id=job_id,
+            key=key,
+            node_id="n",
+            step_id="s",
+            tool_name="t",
+            args_hash="a",
+            invocation_id=f"inv-{key}",
+            attempt_id=mine,
+        )
+
+    head = bytes.fromhex(store.list_events(job_id)[-1].chain_hash)
+    with store.transaction() as tx:  # the usual T1
+        assert insert(tx, "k1") is True
+        started = tx.append_encoded(
+            job_id, _encoded(2, 3), expected_version=1, head=head, fence=mine
+        )
+        # a second append in the same transaction reads the head the first one left
+        more = tx.append_encoded(job_id, _encoded(4), expected_version=3, fence=mine)
+    assert [e.version for e in started + more] == [2, 3, 4]
+    head = bytes.fromhex(more[-1].chain_hash)
+    # the lease moves between the insert and the append: the append is fenced, nothing stays
+    with pytest.raises(FencedError), store.transaction() as tx:
+        assert insert(tx, "k2") is True
+        tx.set_lease(job_id, attempt_id=theirs, owner="w2", expires_at=2.0)
+        tx.append_encoded(job_id, _encoded(5), expected_version=4, head=head, fence=mine)
+    assert store.get_job(job_id).version == 4
+    # the log moves between the insert and the append: a conflict, nothing stays
+    with store.transaction() as tx:
+        tx.set_lease(job_id, attempt_id=mine, owner="w", expires_at=3.0)
+    with pytest.raises(ConflictError), store.transaction() as tx:
+        assert insert(tx, "k2") is True
+        tx.append_encoded(job_id, _encoded(5), expected_version=4, head=head, fence=mine)
+        tx.append_encoded(job_id, _encoded(6), expected_version=4, head=head, fence=mine)
+    with store.transaction() as tx:  # (both rolled back: the key is free, the log at 4)
+        assert tx.ledger_get(job_id, "k2") is None
+        assert insert(tx, "k1") is False  # a key already won: read it, then append
+        assert tx.ledger_get(job_id, "k1") is not None
+        tx.append_encoded(job_id, _encoded(5), expected_version=4, head=head, fence=mine)
+    assert store.get_job(job_id).version == 5
+    assert chain_ok(store, job_id)
+
+
 def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(store: Store) -> None:
     """A claim that finds the lease expired with its owner (the run before neither finished
     nor handed the job back) is a recovery and returns the count its runtime recorded; a

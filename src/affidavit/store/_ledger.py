@@ -88,6 +88,13 @@ class LedgerOps:
         """Run one ``INSERT … ON CONFLICT DO NOTHING`` of one row; whether the row went in."""
         return bool(self.query(sql + " RETURNING 1", params))
 
+    def inserted_before_append(self, sql: str, params: Sequence[Any], job_id: str) -> bool:
+        """:meth:`inserted`, for a row of ``job_id``'s ledger that an append to the job follows
+        in this transaction (T1 of a tool step). A backend where the append's lock and head
+        read are statements of their own may send them with the insert, in one round trip
+        (:class:`~affidavit.store.postgres.PostgresTransaction`)."""
+        return self.inserted(sql, params)
+
     # --- ledger -------------------------------------------------------------------------------
 
     def ledger_get(self, job_id: str, key: str) -> LedgerRow | None:
@@ -128,9 +135,10 @@ class LedgerOps:
         attempt_id: str | None,
     ) -> bool:
         """Insert a ``started`` row; ``False`` if the key already has one (the insert that
-        only one attempt can win)."""
+        only one attempt can win). The started events are appended next, in the same
+        transaction (see :meth:`inserted_before_append`)."""
         now = utc_now()
-        return self.inserted(
+        return self.inserted_before_append(
             f"INSERT INTO tool_invocations ({LEDGER_COLUMNS}, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, 1, NULL, NULL, ?, ?) "
             "ON CONFLICT DO NOTHING",
@@ -146,6 +154,7 @@ class LedgerOps:
                 now,
                 now,
             ),
+            job_id,
         )
 
     def ledger_restart(

@@ -51,7 +51,8 @@ class PostgresTransaction(SqlTransaction):
     """Runs in psycopg's pipeline mode with server-side prepared statements: writes are queued
     and travel with the next read or the commit, so an append costs two round trips — the row
     lock and the head read together, then the inserts with the commit — whatever the number of
-    events."""
+    events. T1 of a tool step (a ledger insert, then the started events) costs two as well: the
+    insert travels with the append's lock and head read (:meth:`inserted_before_append`)."""
 
     FOR_UPDATE = " FOR UPDATE"
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
@@ -59,25 +60,48 @@ class PostgresTransaction(SqlTransaction):
     def __init__(self, conn: psycopg.Connection[Any], pipeline: psycopg.Pipeline) -> None:
         self._conn = conn
         self._pipeline = pipeline
+        # (job id, lock row, head row) read with a ledger insert, for the append that follows;
+        # dropped by any other statement, which could be a write that moves the head
+        self._locked: tuple[str, Any, Any] | None = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._locked = None
         self._conn.execute(_pyformat(sql), params or None, prepare=bool(params))
 
     def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._locked = None
         self._conn.cursor().executemany(_pyformat(sql), rows)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self._locked = None
         cursor = self._conn.execute(_pyformat(sql), params or None, prepare=bool(params))
         self._pipeline.sync()
         return cursor.fetchall()
 
+    def inserted_before_append(self, sql: str, params: Sequence[Any], job_id: str) -> bool:
+        # One round trip: the insert, then the job's lock and head read exactly as
+        # _lock_and_head sends them (in this order, as when the append sends them itself).
+        inserted = self._conn.execute(_pyformat(sql + " RETURNING 1"), params, prepare=True)
+        lock, head = self._send_lock_and_head(job_id)
+        self._pipeline.sync()
+        won = bool(inserted.fetchall())
+        self._locked = (job_id, lock.fetchone(), head.fetchone())
+        return won
+
     def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
+        locked, self._locked = self._locked, None
+        if locked is not None and locked[0] == job_id:  # read with the ledger insert just now
+            return locked[1], locked[2]
+        lock, head = self._send_lock_and_head(job_id)
+        self._pipeline.sync()
+        return lock.fetchone(), head.fetchone()
+
+    def _send_lock_and_head(self, job_id: str) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
         # Two statements, one round trip: the head read starts after the lock is granted, so
         # under READ COMMITTED its snapshot includes what the previous holder committed.
         lock = self._conn.execute(_pyformat(LOCK_JOB), (job_id,), prepare=True)
         head = self._conn.execute(_pyformat(HEAD_SELECT), (job_id,), prepare=True)
-        self._pipeline.sync()
-        return lock.fetchone(), head.fetchone()
+        return lock, head
 
 
 # libpq's chunked-rows mode (libpq 17, which psycopg[binary] bundles); with an older libpq the
