@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from urllib.parse import quote
 
@@ -10,7 +12,7 @@ import pytest
 
 from affidavit.core.errors import ConfigError, StoreError
 from affidavit.store import NewEvent, open_store
-from affidavit.store.postgres import redact, split_url
+from affidavit.store.postgres import PostgresStore, pool_size_of, redact, split_url
 from tests.conftest import PG_URL
 
 SPECIAL_PASSWORD = "p@ss:w/rd?#%&=+ ü'\"\\"
@@ -81,3 +83,50 @@ def test_unreachable_server_is_a_clear_store_error() -> None:
     with pytest.raises(StoreError, match="cannot connect") as info:
         open_store("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=1")
     assert "secret" not in info.value.message
+
+
+def test_pool_size_parameter_bounds_the_pool(pg_schema: str) -> None:
+    """``pool_size`` is ours too: it never reaches libpq, and the pool holds at most that many
+    connections — a third concurrent transaction waits for one of two to end."""
+    assert split_url("postgresql://u@h/db?pool_size=3&sslmode=disable&schema=s") == (
+        "postgresql://u@h/db?sslmode=disable",
+        "s",
+    )
+    assert pool_size_of("postgresql://u@h/db") == 10
+    assert pool_size_of("postgresql://u@h/db?schema=s&pool_size=250") == 250
+    store = open_store(f"{PG_URL}?schema={pg_schema}&pool_size=2")
+    try:
+        assert isinstance(store, PostgresStore) and store.pool_size == 2
+        order: list[str] = []
+        both_open = threading.Barrier(2)
+
+        def hold(name: str) -> None:
+            with store.transaction() as tx:
+                tx.query("SELECT 1")
+                order.append(f"{name} open")
+                both_open.wait(timeout=10)
+                time.sleep(0.3)
+                order.append(f"{name} done")
+
+        holders = [threading.Thread(target=hold, args=(n,)) for n in ("a", "b")]
+        for thread in holders:
+            thread.start()
+        while len(order) < 2:
+            time.sleep(0.01)
+        with store.transaction() as tx:  # a third: only when a or b gave its connection back
+            tx.query("SELECT 1")
+            order.append("third open")
+        for thread in holders:
+            thread.join()
+        assert order.index("third open") > min(order.index("a done"), order.index("b done"))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1001", "ten", "²", "", "5&pool_size=6"])
+def test_a_bad_pool_size_is_refused_before_connecting(value: str) -> None:
+    # (an unroutable host: a check made after connecting would fail on the connection instead)
+    url = f"postgresql://u@192.0.2.1:5432/db?connect_timeout=1&pool_size={value}"
+    with pytest.raises(ConfigError, match="invalid pool_size") as info:
+        open_store(url)
+    assert "1 to 1,000" in (info.value.hint or "")

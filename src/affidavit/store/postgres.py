@@ -33,6 +33,7 @@ from affidavit.store._sql import HEAD_SELECT, LOCK_JOB, Cursor, SqlStore, SqlTra
 from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+_DIGITS = re.compile(r"[0-9]{1,6}")
 _MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
 # How long the server lets a session sit idle inside a transaction before it ends the session
 # (rolling back, releasing its locks). A write transaction of the store holds no user code, so
@@ -167,8 +168,15 @@ class PostgresSnapshot(SqlSnapshot):
             rows.close()
 
 
+# The URL parameters that are ours, not libpq's: removed before the URL reaches libpq.
+OWN_PARAMETERS = ("schema", "pool_size")
+DEFAULT_POOL_SIZE = 10
+MAX_POOL_SIZE = 1000
+
+
 def split_url(url: str) -> tuple[str, str | None]:
-    """Return (libpq conninfo URL, schema) after removing our ``schema`` parameter."""
+    """Return (libpq conninfo URL, schema) after removing our parameters (``schema``,
+    ``pool_size``)."""
     base, _, query = url.partition("?")
     params = parse_qsl(query, keep_blank_values=True)
     schema = None
@@ -176,7 +184,7 @@ def split_url(url: str) -> tuple[str, str | None]:
     for key, value in params:
         if key == "schema":
             schema = value
-        else:
+        elif key not in OWN_PARAMETERS:
             rest.append((key, value))
     if schema is not None and not _SCHEMA_NAME.match(schema):
         raise ConfigError(
@@ -185,6 +193,29 @@ def split_url(url: str) -> tuple[str, str | None]:
         )
     # (re-encoded as libpq decodes: %20 for a space, never "+", which libpq keeps as it is)
     return (base + ("?" + urlencode(rest, quote_via=quote) if rest else "")), schema
+
+
+def pool_size_of(url: str) -> int:
+    """The most connections a store opened on ``url`` holds: the URL's ``pool_size``
+    (1 to 1,000), else 10.
+
+    Raises:
+        ConfigError: ``pool_size`` is given but is not such a number (or is given twice).
+    """
+    values = [
+        v for k, v in parse_qsl(url.partition("?")[2], keep_blank_values=True) if k == "pool_size"
+    ]
+    if not values:
+        return DEFAULT_POOL_SIZE
+    text = values[-1]
+    if len(values) > 1 or not _DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_POOL_SIZE:
+        shown = ", ".join(repr(v) for v in values)
+        raise ConfigError(
+            f"invalid pool_size {shown} in the database URL",
+            hint=f"Give pool_size once, as a whole number from 1 to {MAX_POOL_SIZE:,} "
+            f"(connections; the default is {DEFAULT_POOL_SIZE}).",
+        )
+    return int(text)
 
 
 def store_error(message: str, exc: psycopg.Error) -> StoreError:
@@ -211,7 +242,7 @@ class PostgresStore(SqlStore):
         url: str,
         *,
         min_size: int = 1,
-        max_size: int = 10,
+        max_size: int | None = None,
         connect_timeout_s: float = 10.0,
         migrate: bool = True,
         read_only: bool = False,
@@ -225,6 +256,8 @@ class PostgresStore(SqlStore):
         # (default_transaction_read_only), so a role with SELECT rights alone can read
         self.read_only = read_only
         conninfo, self.schema = split_url(url)
+        # (the URL's pool_size, else 10; checked before anything connects)
+        self.pool_size = max_size if max_size is not None else pool_size_of(url)
         # One direct connection first: it fails fast with libpq's own reason (refused, bad
         # password, no such database), where a pool would keep retrying until its timeout.
         try:
@@ -238,8 +271,8 @@ class PostgresStore(SqlStore):
             ) from None
         self._pool = ConnectionPool(
             conninfo,
-            min_size=min_size,
-            max_size=max_size,
+            min_size=min(min_size, self.pool_size),
+            max_size=self.pool_size,
             kwargs={"autocommit": True},
             configure=self._configure,
             open=False,
