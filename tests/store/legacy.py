@@ -1,8 +1,8 @@
 """A database as the release before migration 6 left it: its schema (migration 5) and its data.
 
-Made from a current database by undoing migrations 8, 7 and 6 in SQL, so that the data in it is
-what the runtime really writes; the tests then check what this version does with such a database
-(upgrade it, or read it read-only).
+Made from a current database by undoing migrations 9 (PostgreSQL's only), 8, 7 and 6 in SQL,
+so that the data in it is what the runtime really writes; the tests then check what this version
+does with such a database (upgrade it, or read it read-only).
 """
 
 from __future__ import annotations
@@ -45,6 +45,10 @@ _UNDO_8 = [
     "CREATE INDEX jobs_created ON jobs (created_at)",
     "DELETE FROM affidavit_schema_migrations WHERE version = 8",
 ]
+_UNDO_9_POSTGRES = [
+    "DROP FUNCTION affidavit_append_guard(TEXT, TEXT, BIGINT, TEXT)",
+    "DELETE FROM affidavit_schema_migrations WHERE version = 9",
+]
 _UNDO_7 = [
     "ALTER TABLE jobs DROP COLUMN recoveries",
     "ALTER TABLE jobs DROP COLUMN recovery_progress",
@@ -56,7 +60,8 @@ def undo_migration_6(url: str) -> None:
     """Turn the database at ``url`` (closed by every store) back into a version-5 one (the
     later migrations undone first)."""
     raw = RawDb(url)
-    for statement in (*_UNDO_8, *_UNDO_7):
+    later = () if url.startswith("sqlite:///") else tuple(_UNDO_9_POSTGRES)
+    for statement in (*later, *_UNDO_8, *_UNDO_7):
         raw.execute(statement)
     for statement in _SQLITE if url.startswith("sqlite:///") else _POSTGRES:
         raw.execute(statement)

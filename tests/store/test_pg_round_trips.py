@@ -1,5 +1,7 @@
-"""Round trips of the PostgreSQL store's write transactions (psycopg pipeline mode): each
-synchronization point of the pipeline is one round trip to the server."""
+"""Round trips of the PostgreSQL store's write transactions (psycopg pipeline mode; each
+synchronization of the pipeline before the commit is one round trip more than the commit's),
+and the server-side checks that let an append by a writer that knows the head go with its
+commit (``affidavit_append_guard``, migration 9)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import psycopg
 import pytest
 
 from affidavit.core.canonical import canonical
+from affidavit.core.errors import ConflictError, FencedError, JobNotFound
 from affidavit.core.ids import new_attempt_id, new_event_ids
 from affidavit.store import NewEvent, Store, open_store
 from tests.conftest import PG_URL, with_schema
@@ -24,7 +27,7 @@ def pg_store(pg_schema: str) -> Iterator[Store]:
 
 @pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the pipeline's synchronizations (the real ones still happen)."""
+    """Counts the pipeline's synchronizations before a commit (the real ones still happen)."""
     count = [0]
     real = psycopg.Pipeline.sync
 
@@ -40,29 +43,28 @@ def _encoded(n: int) -> list[tuple[str, str, bytes]]:
     return [(i, "node_started", canonical({"n": k})) for k, i in enumerate(new_event_ids(n))]
 
 
-def test_t1_costs_the_round_trips_of_its_append_alone(pg_store: Store, syncs: list[int]) -> None:
-    """A tool step's T1 — the ledger insert only one attempt can win, then the started events
-    — costs no round trip more than the append alone: the insert travels with the append's
-    lock and head read."""
-    job, _ = pg_store.create_job(events=[NewEvent("job_created", {})])
-    job_id, attempt = job.job_id, new_attempt_id()
-    with pg_store.transaction() as tx:
-        tx.set_lease(job_id, attempt_id=attempt, owner="w", expires_at=1.0)
-    head = bytes.fromhex(pg_store.list_events(job_id)[-1].chain_hash)
+def _leased_job(store: Store) -> tuple[str, str, bytes]:
+    """A job with one event, leased to an attempt: (job id, attempt id, head)."""
+    job, _ = store.create_job(events=[NewEvent("job_created", {})])
+    attempt = new_attempt_id()
+    with store.transaction() as tx:
+        tx.set_lease(job.job_id, attempt_id=attempt, owner="w", expires_at=1.0)
+    return job.job_id, attempt, bytes.fromhex(store.list_events(job.job_id)[-1].chain_hash)
 
-    def counted(body: Callable[[Any], list[Any]]) -> tuple[int, list[Any]]:
-        before = syncs[0]
-        with pg_store.transaction() as tx:
-            stored = body(tx)
-        return syncs[0] - before, stored
 
-    def append_alone(tx: Any) -> list[Any]:
-        return list(
-            tx.append_encoded(job_id, _encoded(2), expected_version=1, head=head, fence=attempt)
-        )
+def _counted(store: Store, syncs: list[int], body: Callable[[Any], Any]) -> tuple[int, Any]:
+    before = syncs[0]
+    with store.transaction() as tx:
+        out = body(tx)
+    return syncs[0] - before, out
 
-    alone, stored = counted(append_alone)
-    head = bytes.fromhex(stored[-1].chain_hash)
+
+def test_a_tool_step_takes_three_round_trips(pg_store: Store, syncs: list[int]) -> None:
+    """T1 — the ledger insert only one attempt can win, then the started events — is two:
+    the insert with the job's lock and head read, then the events with the commit. T2 — the
+    closing events and the ledger row — is one: the server checks the append with the commit
+    (an append that knows its head, as a run's does, needs no read before it)."""
+    job_id, attempt, head = _leased_job(pg_store)
 
     def t1(tx: Any) -> list[Any]:
         won = tx.ledger_insert(
@@ -77,10 +79,65 @@ def test_t1_costs_the_round_trips_of_its_append_alone(pg_store: Store, syncs: li
         )
         assert won is True
         return list(
-            tx.append_encoded(job_id, _encoded(2), expected_version=3, head=head, fence=attempt)
+            tx.append_encoded(job_id, _encoded(2), expected_version=1, head=head, fence=attempt)
         )
 
-    with_insert, stored = counted(t1)
-    assert [e.version for e in stored] == [4, 5]
-    assert alone >= 1
-    assert with_insert == alone
+    before_commit, stored = _counted(pg_store, syncs, t1)
+    assert (before_commit, [e.version for e in stored]) == (1, [2, 3])
+    head = bytes.fromhex(stored[-1].chain_hash)
+
+    def t2(tx: Any) -> list[Any]:
+        closing = tx.append_encoded(
+            job_id, _encoded(3), expected_version=3, head=head, fence=attempt
+        )
+        tx.ledger_finish(job_id, "k", status="committed", result={"ok": True})
+        return list(closing)
+
+    before_commit, stored = _counted(pg_store, syncs, t2)
+    assert (before_commit, [e.version for e in stored]) == (0, [4, 5, 6])
+    assert pg_store.get_job(job_id).version == 6
+    with pg_store.transaction() as tx:
+        row = tx.ledger_get(job_id, "k")
+    assert row is not None and (row.status, row.result) == ("committed", {"ok": True})
+
+
+def test_the_servers_refusals_are_the_clients_errors(pg_store: Store) -> None:
+    """Each refusal of the server-side check is the error the client-side check raises, with
+    what it carries, and the whole transaction is undone — the ledger row written with the
+    refused append too."""
+    job_id, attempt, head = _leased_job(pg_store)
+
+    def refused(**kw: Any) -> None:
+        with pg_store.transaction() as tx:
+            tx.append_encoded(job_id, _encoded(1), **kw)
+            # a ledger insert after it: the refusal surfaces at its read, before the commit
+            tx.ledger_insert(
+                job_id=job_id,
+                key="k",
+                node_id="n",
+                step_id="s",
+                tool_name="t",
+                args_hash="a",
+                invocation_id="i",
+                attempt_id=attempt,
+            )
+
+    with pytest.raises(FencedError) as fenced:
+        refused(expected_version=1, head=head, fence="another")
+    assert (fenced.value.fence, fenced.value.current) == ("another", attempt)
+    with pytest.raises(ConflictError) as ahead:
+        refused(expected_version=2, head=head, fence=attempt)
+    assert (ahead.value.expected, ahead.value.actual) == (2, 1)
+    with pytest.raises(ConflictError, match="not the one this writer holds") as other_head:
+        refused(expected_version=1, head=bytes(32), fence=attempt)
+    assert (other_head.value.expected, other_head.value.actual) == (1, 1)
+    with pytest.raises(JobNotFound), pg_store.transaction() as tx:
+        tx.append_encoded("nope", _encoded(1), expected_version=0, head=b"")
+    with pg_store.transaction() as tx:  # the lease handed back: no attempt holds it
+        tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
+    with pytest.raises(FencedError) as released, pg_store.transaction() as tx:
+        tx.append_encoded(job_id, _encoded(1), expected_version=1, head=head, fence=attempt)
+    assert released.value.current is None
+    assert pg_store.get_job(job_id).version == 1
+    with pg_store.transaction() as tx:
+        assert tx.ledger_get(job_id, "k") is None

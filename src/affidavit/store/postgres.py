@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import json
 import re
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,11 +26,28 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from affidavit.core.errors import ConfigError, StoreError, StoreUnavailable
+from affidavit.core.errors import (
+    AffidavitError,
+    ConfigError,
+    ConflictError,
+    JobNotFound,
+    StoreError,
+    StoreUnavailable,
+)
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
 from affidavit.store._snapshot import SqlSnapshot
-from affidavit.store._sql import HEAD_SELECT, LOCK_JOB, Cursor, SqlStore, SqlTransaction
+from affidavit.store._sql import (
+    HEAD_SELECT,
+    LOCK_JOB,
+    Cursor,
+    Encoded,
+    SqlStore,
+    SqlTransaction,
+    conflict,
+    fenced,
+)
+from affidavit.store.base import StoredEvent
 from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
@@ -97,12 +115,62 @@ class PostgresTransaction(SqlTransaction):
         self._pipeline.sync()
         return lock.fetchone(), head.fetchone()
 
+    def _append_after_head(
+        self,
+        job_id: str,
+        encoded: Sequence[Encoded],
+        expected_version: int,
+        fence: str | None,
+        head: bytes,
+    ) -> list[StoredEvent]:
+        locked = self._locked
+        if locked is not None and locked[0] == job_id:  # (T1: read with the ledger insert)
+            return super()._append_after_head(job_id, encoded, expected_version, fence, head)
+        # No round trip of its own: the server locks the job and checks the fence, the version
+        # and the head (affidavit_append_guard, migration 9) in the batch that carries the
+        # inserts and the commit. A failed check aborts the transaction; it surfaces at the
+        # transaction's next synchronization (a read, or the commit) as the error the check
+        # here would raise (see guard_refusal).
+        self._locked = None
+        self._conn.execute(
+            _APPEND_GUARD, (job_id, fence, expected_version, head.hex() or None), prepare=True
+        )
+        return self._insert_chained(job_id, expected_version, head, encoded)
+
     def _send_lock_and_head(self, job_id: str) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
         # Two statements, one round trip: the head read starts after the lock is granted, so
         # under READ COMMITTED its snapshot includes what the previous holder committed.
         lock = self._conn.execute(_pyformat(LOCK_JOB), (job_id,), prepare=True)
         head = self._conn.execute(_pyformat(HEAD_SELECT), (job_id,), prepare=True)
         return lock, head
+
+
+_APPEND_GUARD = "SELECT affidavit_append_guard(%s, %s, %s::bigint, %s)"
+_IN_ERROR = psycopg.pq.TransactionStatus.INERROR
+# SQLSTATEs of affidavit_append_guard's refusals (migration 9)
+_GUARD_STATES = frozenset({"AFJ01", "AFJ02", "AFJ03", "AFJ04"})
+
+
+def guard_refusal(exc: psycopg.Error) -> AffidavitError | None:
+    """The error an append's own check raises, for a refusal of ``affidavit_append_guard``
+    (``None`` for any other error)."""
+    if exc.sqlstate not in _GUARD_STATES:
+        return None
+    said = json.loads(exc.diag.message_detail or "{}")
+    job_id = str(said.get("job_id"))
+    if exc.sqlstate == "AFJ01":
+        return JobNotFound(job_id)
+    if exc.sqlstate == "AFJ02":
+        return fenced(job_id, str(said["fence"]), said.get("current"))
+    if exc.sqlstate == "AFJ03":
+        return conflict(job_id, int(said["expected"]), int(said["actual"]))
+    expected = int(said["expected"])
+    return ConflictError(
+        f"job {job_id}: the chain head at version {expected} is not the one this writer holds",
+        job_id=job_id,
+        expected=expected,
+        actual=expected,
+    )
 
 
 # libpq's chunked-rows mode (libpq 17, which psycopg[binary] bundles); with an older libpq the
@@ -322,17 +390,31 @@ class PostgresStore(SqlStore):
         try:
             with self._pool.connection() as conn:
                 try:
+                    # (transaction control is never prepared: see the psycopg.Error case)
                     with conn.pipeline() as pipeline:
-                        conn.execute("BEGIN")
+                        conn.execute("BEGIN", prepare=False)
                         if not durable:
-                            conn.execute("SET LOCAL synchronous_commit = off")
+                            conn.execute("SET LOCAL synchronous_commit = off", prepare=False)
                         yield PostgresTransaction(conn, pipeline)
-                        conn.execute("COMMIT")
-                except BaseException:
-                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        conn.execute("COMMIT", prepare=False)
+                except BaseException as exc:
+                    status = conn.info.transaction_status
+                    if isinstance(exc, psycopg.Error) or status == _IN_ERROR:
+                        # The server refused a statement of the batch and skipped the rest,
+                        # among them perhaps the preparation of a statement, which psycopg may
+                        # still count as prepared on this connection ("prepared statement does
+                        # not exist" at its next use; seen with a COMMIT that psycopg prepared,
+                        # on its fifth execution, behind a refused append). The connection is
+                        # closed, not given back: the pool opens a new one. (The transaction
+                        # ends with it, never committed.)
+                        conn.close()
+                    elif status != psycopg.pq.TransactionStatus.IDLE:
                         conn.execute("ROLLBACK")
                     raise
         except psycopg.Error as exc:
+            refused = guard_refusal(exc)
+            if refused is not None:  # a write fenced off, or a log that moved: nothing written
+                raise refused from None
             raise self._failed("PostgreSQL write failed", exc) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
