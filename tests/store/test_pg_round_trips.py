@@ -141,3 +141,18 @@ def test_the_servers_refusals_are_the_clients_errors(pg_store: Store) -> None:
     assert pg_store.get_job(job_id).version == 1
     with pg_store.transaction() as tx:
         assert tx.ledger_get(job_id, "k") is None
+
+
+def test_a_status_change_reads_the_locked_job_in_one_round_trip(
+    pg_store: Store, syncs: list[int]
+) -> None:
+    """``update_job`` (a job's completion, a cancel, a resume) locks and reads the job in one
+    round trip, then writes with the commit; its fence holds as before."""
+    job_id, attempt, _ = _leased_job(pg_store)
+    before_commit, job = _counted(
+        pg_store, syncs, lambda tx: tx.update_job(job_id, status="running", fence=attempt)
+    )
+    assert (before_commit, job.status) == (1, "running")
+    with pytest.raises(FencedError), pg_store.transaction() as tx:
+        tx.update_job(job_id, status="completed", fence="another")
+    assert pg_store.get_job(job_id).status == "running"

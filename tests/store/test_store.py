@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ from affidavit.core.errors import (
 from affidavit.core.ids import new_attempt_id
 from affidavit.store import JobFilter, NewEvent, Store, migrations, open_store
 from affidavit.store._ledger import Claimed
+from tests.verify.helpers import RawDb
 
 
 def ev(n: int, **extra: Any) -> NewEvent:
@@ -491,6 +493,30 @@ def test_t1_ledger_insert_then_append_reads_the_job_as_it_is(store: Store) -> No
         tx.append_encoded(job_id, _encoded(5), expected_version=4, head=head, fence=mine)
     assert store.get_job(job_id).version == 5
     assert chain_ok(store, job_id)
+
+
+def test_a_locked_read_sees_what_the_lock_holder_committed(store_url: str, store: Store) -> None:
+    """``get_job(for_update=True)`` waits for a writer holding the job, then reads the row as
+    that writer committed it (PostgreSQL sends the lock and the read together: the read is a
+    statement of its own, after the lock)."""
+    job_id = make_job(store)
+    raw = RawDb(store_url)
+    seen: list[str] = []
+
+    def read() -> None:
+        with store.transaction() as tx:
+            job = tx.get_job(job_id, for_update=True)
+            assert job is not None
+            seen.append(job.status)
+
+    with raw.transaction() as cur:
+        cur.execute(raw.q("UPDATE jobs SET status = 'waiting' WHERE job_id = ?"), (job_id,))
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(0.3)  # the reader waits for the job meanwhile
+        assert seen == []
+    reader.join(timeout=30)
+    assert seen == ["waiting"]
 
 
 def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(store: Store) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,14 @@ class RawDb:
     store — the way someone with write access to the database would tamper with it."""
 
     url: str
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A cursor in one transaction, committed when the block ends (its locks held till
+        then); ``?`` placeholders through :meth:`q`."""
+        return self._cursor()
+
+    def q(self, query: str) -> str:
+        return self._q(query)
 
     @contextmanager
     def _cursor(self) -> Iterator[Any]:

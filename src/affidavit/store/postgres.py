@@ -46,8 +46,9 @@ from affidavit.store._sql import (
     SqlTransaction,
     conflict,
     fenced,
+    job_from_row,
 )
-from affidavit.store.base import StoredEvent
+from affidavit.store.base import JobRecord, StoredEvent
 from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
@@ -96,6 +97,20 @@ class PostgresTransaction(SqlTransaction):
         cursor = self._conn.execute(_pyformat(sql), params or None, prepare=bool(params))
         self._pipeline.sync()
         return cursor.fetchall()
+
+    def get_job(self, job_id: str, *, for_update: bool = False) -> JobRecord | None:
+        if not for_update:
+            return super().get_job(job_id, for_update=False)
+        # One round trip: the row lock, then (a statement of its own, so it sees what the lock's
+        # previous holder committed) the row itself.
+        self._locked = None
+        self._conn.execute(_pyformat(LOCK_JOB), (job_id,), prepare=True)
+        read = self._conn.execute(
+            _pyformat(f"{self.log_sql.job_select} WHERE j.job_id = ?"), (job_id,), prepare=True
+        )
+        self._pipeline.sync()
+        row = read.fetchone()
+        return job_from_row(row) if row is not None else None
 
     def inserted_before_append(self, sql: str, params: Sequence[Any], job_id: str) -> bool:
         # One round trip: the insert, then the job's lock and head read exactly as
