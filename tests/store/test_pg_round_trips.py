@@ -52,6 +52,22 @@ def _leased_job(store: Store) -> tuple[str, str, bytes]:
     return job.job_id, attempt, bytes.fromhex(store.list_events(job.job_id)[-1].chain_hash)
 
 
+def _insert_key(tx: Any, job_id: str, attempt: str) -> bool:
+    """T1's ledger insert of the key ``k``; whether it won."""
+    return bool(
+        tx.ledger_insert(
+            job_id=job_id,
+            key="k",
+            node_id="n",
+            step_id="s",
+            tool_name="t",
+            args_hash="a",
+            invocation_id="i",
+            attempt_id=attempt,
+        )
+    )
+
+
 def _counted(store: Store, syncs: list[int], body: Callable[[Any], Any]) -> tuple[int, Any]:
     before = syncs[0]
     with store.transaction() as tx:
@@ -67,17 +83,7 @@ def test_a_tool_step_takes_three_round_trips(pg_store: Store, syncs: list[int]) 
     job_id, attempt, head = _leased_job(pg_store)
 
     def t1(tx: Any) -> list[Any]:
-        won = tx.ledger_insert(
-            job_id=job_id,
-            key="k",
-            node_id="n",
-            step_id="s",
-            tool_name="t",
-            args_hash="a",
-            invocation_id="i",
-            attempt_id=attempt,
-        )
-        assert won is True
+        assert _insert_key(tx, job_id, attempt) is True
         return list(
             tx.append_encoded(job_id, _encoded(2), expected_version=1, head=head, fence=attempt)
         )
@@ -111,16 +117,7 @@ def test_the_servers_refusals_are_the_clients_errors(pg_store: Store) -> None:
         with pg_store.transaction() as tx:
             tx.append_encoded(job_id, _encoded(1), **kw)
             # a ledger insert after it: the refusal surfaces at its read, before the commit
-            tx.ledger_insert(
-                job_id=job_id,
-                key="k",
-                node_id="n",
-                step_id="s",
-                tool_name="t",
-                args_hash="a",
-                invocation_id="i",
-                attempt_id=attempt,
-            )
+            _insert_key(tx, job_id, attempt)
 
     with pytest.raises(FencedError) as fenced:
         refused(expected_version=1, head=head, fence="another")
