@@ -69,10 +69,12 @@ def _pyformat(query: str) -> str:
 
 class PostgresTransaction(SqlTransaction):
     """Runs in psycopg's pipeline mode with server-side prepared statements: writes are queued
-    and travel with the next read or the commit, so an append costs two round trips — the row
-    lock and the head read together, then the inserts with the commit — whatever the number of
-    events. T1 of a tool step (a ledger insert, then the started events) costs two as well: the
-    insert travels with the append's lock and head read (:meth:`inserted_before_append`)."""
+    and travel with the next read or the commit. An append reads the job's lock and head in one
+    round trip, then its inserts go with the commit, whatever the number of events; an append
+    whose writer knows the head (a run's) is checked on the server instead, in the batch that
+    carries it, and costs no round trip of its own (:meth:`_append_after_head`). T1 of a tool
+    step (a ledger insert, then the started events) is two round trips: the insert travels
+    with the append's lock and head read (:meth:`inserted_before_append`)."""
 
     FOR_UPDATE = " FOR UPDATE"
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
