@@ -7,6 +7,7 @@ import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -121,8 +122,8 @@ class CrashAfterSealing(Sealer):
         super().__init__(path)
         self.armed = armed
 
-    def seal_txn(self, tx: Transaction, job_id: str):  # type: ignore[no-untyped-def]
-        seal = super().seal_txn(tx, job_id)
+    def seal_txn(self, tx: Transaction, job_id: str, **kw: Any):  # type: ignore[no-untyped-def]
+        seal = super().seal_txn(tx, job_id, **kw)
         if self.armed[0]:
             self.armed[0] = False
             raise SimulatedCrash("inside the terminal transaction")

@@ -436,7 +436,8 @@ class RunBase:
             tx.update_job(
                 self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
             )
-            self.sealer.seal_txn(tx, self.claim.job_id)
+            # (the log as the run leaves it: job_failed is its last event)
+            self.sealer.seal_txn(tx, self.claim.job_id, head=(self.version, self.head.hex()))
 
         self._tx_retrying(True, write)
 

@@ -252,7 +252,8 @@ class _Run(RecoveryMixin):
             tx.update_job(
                 self.claim.job_id, status="completed", output=output, fence=self.claim.attempt_id
             )
-            self.sealer.seal_txn(tx, self.claim.job_id)
+            # (the log as the run leaves it: job_completed is its last event)
+            self.sealer.seal_txn(tx, self.claim.job_id, head=(self.version, self.head.hex()))
 
         self._tx_retrying(True, complete)
         return "completed"

@@ -204,18 +204,26 @@ class Sealer:
                 self._key = SigningKey.load_or_create(self.path)
             return self._key
 
-    def seal_txn(self, tx: Transaction, job_id: str) -> Seal:
+    def seal_txn(
+        self, tx: Transaction, job_id: str, *, head: tuple[int, str] | None = None
+    ) -> Seal:
         """Seal ``job_id`` inside ``tx``, the transaction that appended its terminal event: the
         seal covers the log as this transaction leaves it. Registers the public key too.
+
+        ``head``: the log's last version and chain hash (hex) as this transaction leaves it,
+        when the caller knows them because it appended the last event itself (a run); read
+        from the job otherwise.
 
         Raises:
             JobNotFound: no such job.
         """
         key = self.key()
-        job = tx.get_job(job_id)
-        if job is None:
-            raise JobNotFound(job_id)
-        seal = key.seal(job_id, job.version, job.head_hash or "")
+        if head is None:
+            job = tx.get_job(job_id)
+            if job is None:
+                raise JobNotFound(job_id)
+            head = (job.version, job.head_hash or "")
+        seal = key.seal(job_id, *head)
         tx.key_register(key.public, created_at=seal.sealed_at)
         tx.seal_insert(seal)
         return seal
