@@ -239,6 +239,16 @@ def conflict(job_id: str, expected: int, actual: int) -> ConflictError:
     )
 
 
+def head_moved(job_id: str, version: int) -> ConflictError:
+    """The log is at ``version`` but its last chain hash is not the one the writer holds."""
+    return ConflictError(
+        f"job {job_id}: the chain head at version {version} is not the one this writer holds",
+        job_id=job_id,
+        expected=version,
+        actual=version,
+    )
+
+
 def check_head(
     job_id: str, job_row: Any, head_row: Any, expected_version: int, fence: str | None
 ) -> str | None:
@@ -314,13 +324,7 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
         job_row, head_row = self._lock_and_head(job_id)
         head_hex = check_head(job_id, job_row, head_row, expected_version, fence)
         if (bytes.fromhex(head_hex) if head_hex else GENESIS) != head:
-            raise ConflictError(
-                f"job {job_id}: the chain head at version {expected_version} is not the one "
-                "this writer holds",
-                job_id=job_id,
-                expected=expected_version,
-                actual=expected_version,
-            )
+            raise head_moved(job_id, expected_version)
         return self._insert_chained(job_id, expected_version, head, encoded)
 
     def _insert_chained(

@@ -29,7 +29,6 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from affidavit.core.errors import (
     AffidavitError,
     ConfigError,
-    ConflictError,
     JobNotFound,
     StoreError,
     StoreUnavailable,
@@ -46,6 +45,7 @@ from affidavit.store._sql import (
     SqlTransaction,
     conflict,
     fenced,
+    head_moved,
     job_from_row,
 )
 from affidavit.store.base import JobRecord, StoredEvent
@@ -105,8 +105,7 @@ class PostgresTransaction(SqlTransaction):
             return super().get_job(job_id, for_update=False)
         # One round trip: the row lock, then (a statement of its own, so it sees what the lock's
         # previous holder committed) the row itself.
-        self._locked = None
-        self._conn.execute(_pyformat(LOCK_JOB), (job_id,), prepare=True)
+        self.execute(LOCK_JOB, (job_id,))
         read = self._conn.execute(
             _pyformat(f"{self.log_sql.job_select} WHERE j.job_id = ?"), (job_id,), prepare=True
         )
@@ -148,10 +147,7 @@ class PostgresTransaction(SqlTransaction):
         # inserts and the commit. A failed check aborts the transaction; it surfaces at the
         # transaction's next synchronization (a read, or the commit) as the error the check
         # here would raise (see guard_refusal).
-        self._locked = None
-        self._conn.execute(
-            _APPEND_GUARD, (job_id, fence, expected_version, head.hex() or None), prepare=True
-        )
+        self.execute(_APPEND_GUARD, (job_id, fence, expected_version, head.hex() or None))
         return self._insert_chained(job_id, expected_version, head, encoded)
 
     def _send_lock_and_head(self, job_id: str) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
@@ -162,7 +158,7 @@ class PostgresTransaction(SqlTransaction):
         return lock, head
 
 
-_APPEND_GUARD = "SELECT affidavit_append_guard(%s, %s, %s::bigint, %s)"
+_APPEND_GUARD = "SELECT affidavit_append_guard(?, ?, ?::bigint, ?)"
 _IN_ERROR = psycopg.pq.TransactionStatus.INERROR
 # SQLSTATEs of affidavit_append_guard's refusals (migration 9)
 _GUARD_STATES = frozenset({"AFJ01", "AFJ02", "AFJ03", "AFJ04"})
@@ -181,13 +177,7 @@ def guard_refusal(exc: psycopg.Error) -> AffidavitError | None:
         return fenced(job_id, str(said["fence"]), said.get("current"))
     if exc.sqlstate == "AFJ03":
         return conflict(job_id, int(said["expected"]), int(said["actual"]))
-    expected = int(said["expected"])
-    return ConflictError(
-        f"job {job_id}: the chain head at version {expected} is not the one this writer holds",
-        job_id=job_id,
-        expected=expected,
-        actual=expected,
-    )
+    return head_moved(job_id, int(said["expected"]))
 
 
 # libpq's chunked-rows mode (libpq 17, which psycopg[binary] bundles); with an older libpq the
