@@ -29,7 +29,6 @@ import os
 import pstats
 import random
 import secrets
-import sqlite3
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import apsw
 import psycopg
 from psycopg import sql
 from rich.console import Console
@@ -207,8 +207,11 @@ class SqliteRaw:
     affidavit.store.sqlite), numbered far above the store's jobs."""
 
     def __init__(self, path: str) -> None:
-        self._conn = sqlite3.connect(path, isolation_level=None, timeout=30)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        # the store's own SQLite driver (two copies of SQLite must not open one file in one
+        # process: see affidavit.store.sqlite.RawConnection)
+        self._conn = apsw.Connection(path)
+        self._conn.set_busy_timeout(30_000)
+        self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
         self._conn.execute("PRAGMA synchronous=FULL")
         self._sql = RAW_INSERT_SQLITE
         self._bases: dict[str, int] = {}
@@ -232,7 +235,7 @@ class SqliteRaw:
         return time.perf_counter() - start
 
     def settle(self) -> None:
-        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def close(self) -> None:
         self._conn.close()
@@ -493,13 +496,13 @@ _PROFILE_PARTS: list[tuple[str, bool, Callable[[ProfileKey], bool]]] = [
     (
         "SQL: BEGIN IMMEDIATE + COMMIT (fsync)",
         True,
-        builtin_matcher("'execute' of 'sqlite3.Connection'"),
+        builtin_matcher("'execute' of 'apsw.Connection'"),
     ),
-    ("SQL: SELECT head + UPDATE head", True, builtin_matcher("'execute' of 'sqlite3.Cursor'")),
+    ("SQL: SELECT head + UPDATE head", True, builtin_matcher("'execute' of 'apsw.Cursor'")),
     (
         "SQL: INSERT events (executemany)",
         True,
-        builtin_matcher("'executemany' of 'sqlite3.Cursor'"),
+        builtin_matcher("'executemany' of 'apsw.Cursor'"),
     ),
     ("SQL: pool getconn + putconn", True, lambda k: k[2] in ("getconn", "putconn")),
     (

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import apsw
 import psycopg
 from psycopg import sql
 from rich.console import Console
@@ -481,9 +482,9 @@ def run_floor(case: Case, tmp: Path, rep: int) -> None:
     """Per step: one synced single-row commit and one written (not synced) single-row commit,
     on one connection to a fresh WAL file — the cheapest form: autocommit INSERTs."""
     path = tmp / f"floor_{rep}.db"
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = apsw.Connection(str(path))  # the store's SQLite driver
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA journal_mode=WAL").fetchall()
         conn.execute(
             "CREATE TABLE steps (id INTEGER PRIMARY KEY, job_id TEXT NOT NULL, "
             "step INTEGER NOT NULL, payload BLOB NOT NULL)"
@@ -760,11 +761,11 @@ class TracedCursor:
     """Wraps the store's SQLite writer cursor so that cProfile sees BEGIN, COMMIT (synced or
     only written), PRAGMA and other statements as separate functions. Profile mode only."""
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
+    def __init__(self, cursor: apsw.Cursor) -> None:
         self._conn = cursor
         self._synced = True
 
-    def execute(self, statement: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> apsw.Cursor:
         if statement == "COMMIT":
             return self.commit_synced() if self._synced else self.commit_written()
         if statement.startswith("BEGIN"):
@@ -774,22 +775,22 @@ class TracedCursor:
             return self.pragma(statement)
         return self.statement(statement, params)
 
-    def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> sqlite3.Cursor:
+    def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> apsw.Cursor:
         return self._conn.executemany(statement, rows)
 
-    def commit_synced(self) -> sqlite3.Cursor:
+    def commit_synced(self) -> apsw.Cursor:
         return self._conn.execute("COMMIT")
 
-    def commit_written(self) -> sqlite3.Cursor:
+    def commit_written(self) -> apsw.Cursor:
         return self._conn.execute("COMMIT")
 
-    def begin(self, statement: str) -> sqlite3.Cursor:
+    def begin(self, statement: str) -> apsw.Cursor:
         return self._conn.execute(statement)
 
-    def pragma(self, statement: str) -> sqlite3.Cursor:
+    def pragma(self, statement: str) -> apsw.Cursor:
         return self._conn.execute(statement)
 
-    def statement(self, statement: str, params: Sequence[Any]) -> sqlite3.Cursor:
+    def statement(self, statement: str, params: Sequence[Any]) -> apsw.Cursor:
         return self._conn.execute(statement, params)
 
 
@@ -818,7 +819,7 @@ SQL = "affidavit/store/_sql.py"
 LEDGER = "affidavit/store/_ledger.py"
 BENCH = "benchmarks/bench_steps.py"
 _canonical = function_matcher("canonical", "affidavit/core/canonical.py")
-_sql_call = _any(builtin_matcher("of 'sqlite3.Connection'"), builtin_matcher("of 'sqlite3.Cursor'"))
+_sql_call = _any(builtin_matcher("of 'apsw.Connection'"), builtin_matcher("of 'apsw.Cursor'"))
 
 # (label, top-level?, how to total it). Top-level rows are disjoint parts of the run; indented
 # rows are parts of the row above; "all callers" rows overlap the others (shown for reference).
@@ -959,7 +960,7 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
         False,
         lambda s: _cum(s, function_matcher("utc_now", "core/events.py")),
     ),
-    ("all callers: sqlite3 calls (incl. COMMIT)", False, lambda s: _cum(s, _sql_call)),
+    ("all callers: SQLite driver calls (incl. COMMIT)", False, lambda s: _cum(s, _sql_call)),
 ]
 
 
@@ -1069,7 +1070,7 @@ def store_layer_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
 
 
 # The statements of a durable tool step on SQLite, as the store issues them (sqlite.py and
-# _ledger.py), for replaying them in plain sqlite3.
+# _ledger.py), for replaying them through the bare SQLite driver.
 _RAW_LEDGER_INSERT = (
     "INSERT INTO tool_invocations (job_id, idempotency_key, node_id, step_id, tool_name, "
     "args_hash, status, invocation_id, attempt_id, tries, result, error, created_at, updated_at) "
@@ -1083,12 +1084,13 @@ _RAW_LEDGER_FINISH = (
 
 
 def raw_sql_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
-    """The SQL of the same two transactions per step in plain ``sqlite3`` on the store's schema
+    """The SQL of the same two transactions per step through the bare driver (``apsw``, as the
+    store uses it) on the store's schema
     — no affidavit code on the timed path: what the protocol's statements cost by themselves."""
     open_store(f"sqlite:///{path}").close()  # the schema
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = apsw.Connection(path)  # the store's SQLite driver
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA journal_mode=WAL").fetchall()
         job_id, attempt, now = "raw-job", new_attempt_id(), utc_now()
         conn.execute(
             "INSERT INTO jobs (job_id, namespace, status, created_at, updated_at, attempt_id) "
@@ -1285,7 +1287,8 @@ def run_profile(sizes: Sizes) -> None:
         f"{1e6 / store_us:,.0f}",
     )
     table.add_row(
-        "the same SQL in plain sqlite3 (no affidavit code; statements as the store issues them)",
+        "the same SQL through the bare SQLite driver (no affidavit code; statements as the "
+        "store issues them)",
         f"{raw_us:.0f}",
         f"{1e6 / raw_us:,.0f}",
     )

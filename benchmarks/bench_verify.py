@@ -10,8 +10,8 @@ measures:
   execution hash, replay invariants, ledger rows against the log, seal signature);
 * the limit: reading the same rows (``event_id, type, payload, chain_hash`` in version order,
   as the store reads them — SQLite: the job's range of ``seq``; PostgreSQL: its
-  ``(job_id, version)`` key — 2,000 rows at a time: SQLite through a plain DB-API cursor,
-  PostgreSQL as one query whose rows arrive in chunks, as the store streams them) and
+  ``(job_id, version)`` key — SQLite by iterating a cursor of the store's driver (``apsw``),
+  PostgreSQL as one query whose rows arrive 2,000 at a time, as the store streams them) and
   computing the bare SHA-256 chain over them, nothing else;
 * memory: the ``tracemalloc`` peak of ``verify_job`` on this job and on a job a tenth its size,
   next to the peak of loading the whole log (``Store.list_events``).
@@ -30,7 +30,6 @@ import argparse
 import gc
 import os
 import secrets
-import sqlite3
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ from affidavit.core.ids import new_event_id
 from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.runtime.sealing import Sealer, SigningKey
 from affidavit.store import NewEvent, Store, open_store
-from affidavit.store.sqlite import _LOG  # how SQLite reads a log (a range of seq)
+from affidavit.store.sqlite import _LOG, connect_raw  # how SQLite reads a log (a range of seq)
 from affidavit.verify import verify_job
 from affidavit.verify._fold import LogFold
 from affidavit.verify._plan import read_plan
@@ -276,11 +275,9 @@ def sqlite_target() -> Iterator[Target]:
         query = LIMIT_SELECT_SQLITE
 
         def rows(job_id: str) -> Iterator[Sequence[Any]]:
-            conn = sqlite3.connect(path)
+            conn = connect_raw(path)  # the store's own driver, as the store reads
             try:
-                cur = conn.execute(query, (job_id,))
-                while batch := cur.fetchmany(FETCH):
-                    yield from batch
+                yield from conn.execute(query, (job_id,))
             finally:
                 conn.close()
 
@@ -536,13 +533,13 @@ The job: one completed, sealed job shaped like a real run — a chain of tool st
 `node_started`, `tool_invocation_started`, `tool_invocation_finished` with a small result,
 `command_committed`, `node_finished`, and one committed ledger row), one pure step and
 `job_completed`. `verify_job` = everything `affidavit verify` does: one read snapshot, the log
-streamed 2,000 rows at a time, every stored chain hash recomputed, the execution hash, every
-replay invariant, every ledger row against the log, the seal's Ed25519 signature. The limit,
-measured in the same run on the same rows = a plain DB-API cursor reading `event_id, type,
+streamed, every stored chain hash recomputed, the execution hash, every replay invariant,
+every ledger row against the log, the seal's Ed25519 signature. The limit, measured in the
+same run on the same rows = a plain cursor of the store's driver reading `event_id, type,
 payload, chain_hash` in version order as the store reads them (SQLite: the job's range of
-`seq`; PostgreSQL: its `(job_id, version)` key, one query whose rows arrive in chunks; 2,000
-rows per fetch) and computing the bare SHA-256 chain, nothing else. Median of {reps} repetitions,
-verify and limit alternating which goes first.
+`seq`, iterating an `apsw` cursor; PostgreSQL: its `(job_id, version)` key, one psycopg query
+whose rows arrive in chunks of 2,000) and computing the bare SHA-256 chain, nothing else.
+Median of {reps} repetitions, verify and limit alternating which goes first.
 
 {markdown_table(SPEED_HEADERS, speed_rows(results), "lrrrrrll")}
 Median (min–max), events/s:

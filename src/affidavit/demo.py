@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from affidavit.core.chain import ChainCheck, check_stored_chain
 from affidavit.examples import refund
 from affidavit.runtime.runtime import Runtime
 from affidavit.store import StoredEvent, open_store
+from affidavit.store.sqlite import connect_raw
 from affidavit.verify import VerificationResult, verify_events, verify_job
 
 CRASH_AT = "tool.after_execute:2"  # the 2nd tool to return: issue_refund (after lookup_order)
@@ -129,10 +129,10 @@ def _tamper_file(
     """Edit the event in a copy of the SQLite file, as anyone with the file could."""
     tampered_db = root / "tampered-copy.db"
     # WAL mode: checkpoint first so the copied file holds every committed event
-    with sqlite3.connect(db_path) as raw:
-        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with connect_raw(db_path) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     shutil.copy(db_path, tampered_db)
-    with sqlite3.connect(tampered_db) as raw:
+    with connect_raw(tampered_db) as raw:
         raw.execute(
             "UPDATE events SET payload = ? WHERE job_id = ? AND version = ?",
             (forged, job_id, target.version),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -12,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import apsw
 import psycopg
 
 from affidavit import ToolContext
@@ -22,6 +22,7 @@ from affidavit.runtime.replay import build_from_events
 from affidavit.store import Store, StoredEvent
 from affidavit.store._ledger import LedgerRow
 from affidavit.store.postgres import split_url
+from affidavit.store.sqlite import connect_raw
 
 DRIVER = Path(__file__).with_name("driver.py")
 
@@ -195,12 +196,12 @@ def write_lock_free(url: str, job_id: str) -> bool:
     """Can the job be written now without waiting (no transaction of a frozen process holds
     the SQLite write lock or the job's PostgreSQL row lock)?"""
     if url.startswith("sqlite:///"):
-        conn = sqlite3.connect(url[len("sqlite:///") :], timeout=0, isolation_level=None)
+        conn = connect_raw(url[len("sqlite:///") :], timeout=0, autocommit=True)
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("ROLLBACK")
             return True
-        except sqlite3.OperationalError:
+        except apsw.BusyError:
             return False
         finally:
             conn.close()

@@ -16,7 +16,6 @@ Two kinds of fault:
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +29,7 @@ from affidavit import RetryableError, Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import StoreError, StoreUnavailable
 from affidavit.runtime.worker import Worker
 from affidavit.store import Store, open_store
-from affidavit.store.sqlite import SqliteStore
+from affidavit.store.sqlite import SqliteStore, connect_raw
 from affidavit.verify import verify_job
 from tests.conftest import PG_URL
 from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
@@ -430,7 +429,7 @@ def test_sqlite_write_lock_held_past_the_busy_timeout(tmp_path: Any, calls: Call
     tries again until the lock is free."""
     path = tmp_path / "locked.db"
     store = SqliteStore(f"sqlite:///{path}", str(path), busy_timeout_s=0.1)
-    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder = connect_raw(path, autocommit=True)
 
     def lock_the_database() -> None:
         holder.execute("BEGIN IMMEDIATE")
@@ -446,7 +445,7 @@ def test_sqlite_write_lock_held_past_the_busy_timeout(tmp_path: Any, calls: Call
 def test_sqlite_locked_is_unavailable(tmp_path: Any) -> None:
     path = tmp_path / "x.db"
     store = SqliteStore(f"sqlite:///{path}", str(path), busy_timeout_s=0.05)
-    holder = sqlite3.connect(path, isolation_level=None)
+    holder = connect_raw(path, autocommit=True)
     try:
         holder.execute("BEGIN IMMEDIATE")
         with pytest.raises(StoreUnavailable, match="locked"), store.transaction():

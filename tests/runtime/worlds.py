@@ -8,7 +8,6 @@ shipped verifier that checks it.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from affidavit import ToolContext
 from affidavit.runtime.confirm import ResourceVerifier
 from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
 from affidavit.store.postgres import split_url
+from affidavit.store.sqlite import connect_raw
 
 # --- HTTP -------------------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ class SqlWorld(World):
     @contextmanager
     def _connect(self) -> Iterator[Any]:
         if self.url.startswith("sqlite:///"):
-            conn = sqlite3.connect(self.url[len("sqlite:///") :])
+            conn = connect_raw(self.url[len("sqlite:///") :])
             try:
                 with conn:
                     yield conn

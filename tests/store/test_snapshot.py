@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from affidavit.core.errors import StoreError
 from affidavit.core.seal import PublicKey
 from affidavit.runtime.sealing import SigningKey
 from affidavit.store import NewEvent, Store, postgres
-from affidavit.store.sqlite import SqliteStore
+from affidavit.store.sqlite import SqliteStore, connect_raw
 
 
 def make_job(store: Store, n: int) -> str:
@@ -164,7 +162,7 @@ def test_a_lenient_snapshot_leaves_the_next_one_strict(store_url: str, store: St
     if not isinstance(store, SqliteStore):
         pytest.skip("PostgreSQL refuses text that is not UTF-8, so no row can hold it")
     job_id = make_job(store, 2)
-    with sqlite3.connect(store.path) as raw:
+    with connect_raw(store.path) as raw:
         raw.execute("UPDATE events SET type = CAST(x'ff41' AS TEXT) WHERE job_id = ?", (job_id,))
     with store.snapshot(lenient_text=True) as snap:
         assert [t for _, _, t, _, _ in snap.iter_event_rows(job_id)] == ["\udcffA"] * 2

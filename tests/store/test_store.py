@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from typing import Any
 
+import apsw
 import pytest
 
 from affidavit.core.canonical import canonical
@@ -174,7 +174,7 @@ def test_long_append_after_a_known_head_is_all_or_nothing(store: Store) -> None:
     assert store.get_job(job_id).version == 250
     if store.backend == "sqlite":  # (a failed statement ends a PostgreSQL transaction)
         with store.transaction() as tx:
-            with pytest.raises(sqlite3.IntegrityError):
+            with pytest.raises(apsw.ConstraintError):
                 tx.append_encoded(job_id, reused, expected_version=250, head=head, fence=attempt)
             tx.append_encoded(job_id, _encoded(251), expected_version=250, head=head, fence=attempt)
         assert [e.version for e in store.list_events(job_id)] == list(range(1, 252))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.examples import refund
 from affidavit.runtime import runner as runner_module
 from affidavit.store.postgres import split_url
+from affidavit.store.sqlite import connect_raw
 from tests.runtime.helpers import wait_lease_expired
 
 LEASE = 0.3
@@ -145,7 +145,7 @@ class RawDb:
     @contextmanager
     def _cursor(self) -> Iterator[Any]:
         if self.url.startswith("sqlite:///"):
-            conn = sqlite3.connect(self.url[len("sqlite:///") :])
+            conn = connect_raw(self.url[len("sqlite:///") :])
             try:
                 yield conn.cursor()
                 conn.commit()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -30,6 +29,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 from urllib.parse import quote
+
+import apsw
+import apsw.ext
 
 from affidavit.core.errors import JobNotFound, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
@@ -121,7 +123,8 @@ class SqliteTransaction(SqlTransaction):
 
     log_sql = BY_RANGE
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
+    def __init__(self, conn: apsw.Connection, cursor: apsw.Cursor) -> None:
+        self._conn = conn
         self._cur = cursor
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
@@ -134,15 +137,16 @@ class SqliteTransaction(SqlTransaction):
             self._cur.executemany(sql, rows)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return self._cur.execute(sql, params).fetchall()
+        return _all(self._cur, sql, params)
 
     def inserted(self, sql: str, params: Sequence[Any]) -> bool:
         # the count of changed rows, not RETURNING (which SQLite buffers in a temporary table)
-        return self._cur.execute(sql, params).rowcount == 1
+        self._cur.execute(sql, params)
+        return self._conn.changes() == 1
 
     def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
         # The write lock is held since BEGIN IMMEDIATE, so one statement reads both.
-        row = self._cur.execute(_JOB_AND_HEAD, (job_id,)).fetchone()
+        row = _one(self._cur, _JOB_AND_HEAD, (job_id,))
         if row is None:
             return None, None
         return (row[0],), (row[1], row[2]) if row[1] is not None else None
@@ -151,9 +155,9 @@ class SqliteTransaction(SqlTransaction):
         self, job_id: str, version: int, head: bytes, encoded: Sequence[Encoded]
     ) -> list[StoredEvent]:
         # (after _lock_and_head: the job exists, the fence holds and the log is at `version`)
-        (number,) = self._cur.execute(_JOB_NUMBER, (job_id,)).fetchone()
+        (number,) = _all(self._cur, _JOB_NUMBER, (job_id,))[0]
         stored = chain_events(job_id, version, head, encoded)
-        self._insert_all(job_id, stored, version, number)
+        self._insert_all(job_id, stored, version, int(cast(int, number)))
         return stored
 
     def _append_after_head(
@@ -171,8 +175,7 @@ class SqliteTransaction(SqlTransaction):
         # one that has not reached it, by the guard. (Folding the guard into the INSERT as a
         # WHERE clause costs more: a SELECT that reads the table it inserts into makes SQLite
         # copy the rows through a temporary table first.)
-        guard = self._cur.execute(_GUARD, (expected_version, expected_version, job_id))
-        found = guard.fetchone()
+        found = _one(self._cur, _GUARD, (expected_version, expected_version, job_id))
         if found is None:
             raise JobNotFound(job_id)
         if fence is not None and found[0] != fence:
@@ -224,7 +227,7 @@ class SqliteTransaction(SqlTransaction):
                 )
             try:
                 self._cur.execute(_insert_rows(len(chunk)), params)
-            except sqlite3.IntegrityError as exc:
+            except apsw.ConstraintError as exc:
                 if "events.seq" not in str(exc):
                     raise
                 span = (base + stored[0].version, base + stored[-1].version)
@@ -237,7 +240,7 @@ class SqliteTransaction(SqlTransaction):
         row when a position of ``span`` (the seqs being written) is held by a row of another
         job — a row in no log, which only a write that bypassed the store can have made."""
         if span is not None:
-            held = self._cur.execute(_HELD_BY, (*span, job_id)).fetchone()
+            held = _one(self._cur, _HELD_BY, (*span, job_id))
             if held is not None:
                 seq, other = held
                 return StoreError(
@@ -246,31 +249,73 @@ class SqliteTransaction(SqlTransaction):
                     hint="Rows put into the events table by hand must give seq = "
                     "(jobs.number << 32) + version (see docs/storage.md); remove that row.",
                 )
-        (actual,) = self._cur.execute(_LAST_VERSION, (job_id,)).fetchone()
-        return conflict(job_id, expected_version, int(actual))
+        (actual,) = _all(self._cur, _LAST_VERSION, (job_id,))[0]
+        return conflict(job_id, expected_version, int(cast(int, actual)))
 
 
 # Primary result codes (the low byte of an extended code) of failures that may pass: a lock
 # another process held past the busy timeout, an I/O error, a full disk.
 _TRANSIENT = frozenset(
     {
-        sqlite3.SQLITE_BUSY,
-        sqlite3.SQLITE_LOCKED,
-        sqlite3.SQLITE_IOERR,
-        sqlite3.SQLITE_FULL,
-        sqlite3.SQLITE_PROTOCOL,
+        apsw.SQLITE_BUSY,
+        apsw.SQLITE_LOCKED,
+        apsw.SQLITE_IOERR,
+        apsw.SQLITE_FULL,
+        apsw.SQLITE_PROTOCOL,
     }
 )
 
 
-_CANTOPEN = sqlite3.SQLITE_CANTOPEN
+_CANTOPEN = apsw.SQLITE_CANTOPEN
 
 
-def store_error(message: str, exc: sqlite3.Error) -> StoreError:
+class TextNotUtf8(Exception):
+    """SQLite TEXT that is not UTF-8 (a row edited outside the store), which the driver does
+    not decode. Not a ``ValueError`` (as the driver's ``UnicodeDecodeError`` is): code that
+    reads a value and catches malformed values must not mistake a failed read for one."""
+
+
+# What a read of this store can raise: SQLite's errors, and text that is not UTF-8.
+READ_ERRORS = (apsw.Error, TextNotUtf8, UnicodeDecodeError)
+
+
+def _all(cursor: apsw.Cursor, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """The rows of ``sql`` run on ``cursor`` (:class:`TextNotUtf8` for text that is not UTF-8;
+    the driver reads the first row as it runs the statement)."""
+    try:
+        return cursor.execute(sql, params).fetchall()
+    except UnicodeDecodeError as exc:
+        raise TextNotUtf8(str(exc)) from exc
+
+
+def _one(cursor: apsw.Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The first row of ``sql`` run on ``cursor``, ``None`` for none (as :func:`_all`)."""
+    try:
+        return cursor.execute(sql, params).fetchone()
+    except UnicodeDecodeError as exc:
+        raise TextNotUtf8(str(exc)) from exc
+
+
+def _streamed(cursor: apsw.Cursor) -> Iterator[Any]:
+    """``cursor``'s rows, one at a time (as :func:`_all`)."""
+    try:
+        yield from cursor
+    except UnicodeDecodeError as exc:
+        raise TextNotUtf8(str(exc)) from exc
+
+
+def store_error(message: str, exc: BaseException) -> StoreError:
     """``exc`` as a :class:`StoreError`; a :class:`StoreUnavailable` when it may pass."""
-    code = getattr(exc, "sqlite_errorcode", None)
+    code = getattr(exc, "extendedresult", None)
     transient = isinstance(code, int) and code & 0xFF in _TRANSIENT
-    return (StoreUnavailable if transient else StoreError)(f"{message}: {exc}")
+    return (StoreUnavailable if transient else StoreError)(f"{message}: {_describe(exc)}")
+
+
+def _describe(exc: BaseException) -> str:
+    """The error as SQLite words it (the driver prefixes its class name: dropped)."""
+    text = str(exc)
+    prefix = f"{type(exc).__name__}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 class _WriteTransaction:
@@ -298,7 +343,7 @@ class _WriteTransaction:
                     cursor.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
                     store._full_sync = durable
                 cursor.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
+            except apsw.Error as exc:
                 raise store_error(
                     f"cannot start a write transaction on {store.path!r}", exc
                 ) from exc
@@ -306,7 +351,7 @@ class _WriteTransaction:
             store._write_lock.release()
             raise
         store._in_write = True
-        return SqliteTransaction(cursor)
+        return SqliteTransaction(store._writer, cursor)
 
     def __exit__(
         self,
@@ -321,11 +366,11 @@ class _WriteTransaction:
                 try:
                     cursor.execute("COMMIT")
                     return
-                except sqlite3.Error as commit_error:
+                except apsw.Error as commit_error:
                     exc = commit_error  # rolled back and reported as below
             if store._writer.in_transaction:
                 cursor.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, READ_ERRORS):
                 raise store_error(f"SQLite write failed on {store.path!r}", exc) from exc
         finally:
             store._in_write = False
@@ -333,28 +378,40 @@ class _WriteTransaction:
 
 
 _IDLE_SNAPSHOTS = 4  # connections kept for the next snapshots
-
-
-def _lenient_text(data: bytes) -> str:
-    """TEXT as ``str`` even when it is not UTF-8: bad bytes become lone surrogates, which no
-    encoder accepts, so the value is reported rather than read as something else."""
-    return data.decode("utf-8", "surrogateescape")
+_STATEMENT_CACHE = 256  # prepared statements kept per connection (the store has ~150)
 
 
 def is_text_decode_error(exc: BaseException) -> bool:
     """Whether ``exc`` (or its cause) is SQLite text that is not UTF-8 failing a read."""
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    return isinstance(cause, sqlite3.OperationalError) and "decode to UTF-8" in str(cause)
+    return isinstance(cause, (TextNotUtf8, UnicodeDecodeError))
+
+
+@functools.lru_cache(maxsize=128)
+def _lenient_select(sql: str, columns: int) -> str:
+    """``sql`` with each of its ``columns`` result columns as two: whether the value is text,
+    and the value — text as its bytes (the driver decodes text strictly; see
+    :meth:`SqliteSnapshot._lenient_rows`). The columns are renamed by position (a CTE's column
+    list), so any result column names work; the rows keep the query's order."""
+    names = [f"c{i}" for i in range(columns)]
+    pairs = ", ".join(
+        f"typeof({c}) = 'text', CASE WHEN typeof({c}) = 'text' THEN CAST({c} AS BLOB) ELSE {c} END"
+        for c in names
+    )
+    return f"WITH q({', '.join(names)}) AS ({sql}) SELECT {pairs} FROM q"
 
 
 class SqliteSnapshot(SqlSnapshot):
     """Reads inside one deferred read transaction: WAL keeps its snapshot from the first read
-    until the end, whatever writers commit meanwhile."""
+    until the end, whatever writers commit meanwhile. ``lenient_text``: TEXT that is not
+    UTF-8 is read as ``str`` all the same, its bad bytes as lone surrogates (which no encoder
+    accepts, so the value is reported rather than read as something else)."""
 
-    def __init__(self, conn: sqlite3.Connection, log_sql: LogSql) -> None:
+    def __init__(self, conn: apsw.Connection, log_sql: LogSql, lenient_text: bool = False) -> None:
         self._conn = conn
         self.log_sql = log_sql
-        self._streams: list[sqlite3.Cursor] = []
+        self._lenient = lenient_text
+        self._streams: list[apsw.Cursor] = []
 
     def _end(self) -> None:
         """Close the streams the caller may have left unfinished: a statement still active
@@ -365,17 +422,34 @@ class SqliteSnapshot(SqlSnapshot):
         self._streams.clear()
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return self._conn.execute(sql, params).fetchall()
+        if self._lenient:
+            return list(self._lenient_rows(sql, params))
+        return _all(self._conn.cursor(), sql, params)
 
     def stream(self, sql: str, params: Sequence[Any], batch: int) -> Iterator[Sequence[Any]]:
-        # The cursor itself: SQLite steps one row at a time whatever the batch, and iterating
-        # the cursor directly spares a Python generator frame per row (the hot loop of
-        # verification). It is closed when the snapshot ends (_end); errors raised while
-        # iterating are sqlite3 errors, which the snapshot turns into StoreError.
+        # SQLite steps one row at a time whatever the batch. The cursor is closed when the
+        # snapshot ends (_end); errors raised while iterating are the driver's, which the
+        # snapshot turns into StoreError.
         del batch
-        cursor = self._conn.execute(sql, params)
+        if self._lenient:
+            return self._lenient_rows(sql, params)
+        cursor = self._conn.cursor()
         self._streams.append(cursor)
-        return cast(Iterator[Sequence[Any]], cursor)
+        try:
+            return _streamed(cursor.execute(sql, params))
+        except UnicodeDecodeError as exc:  # (in the first row, which the driver reads at once)
+            raise TextNotUtf8(str(exc)) from exc
+
+    def _lenient_rows(self, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+        columns = len(apsw.ext.query_info(self._conn, sql).description or ())
+        cursor = self._conn.cursor()
+        self._streams.append(cursor)
+        for row in cursor.execute(_lenient_select(sql, columns), params):
+            flags, values = row[0::2], row[1::2]
+            yield tuple(
+                v.decode("utf-8", "surrogateescape") if text else v
+                for text, v in zip(flags, values, strict=True)
+            )
 
 
 class SqliteStore(SqlStore):
@@ -431,8 +505,8 @@ class SqliteStore(SqlStore):
         self._writer_cursor = self._writer.cursor()
         self._full_sync = True
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
-        self._idle_snapshots: list[sqlite3.Connection] = []  # (under _readers_lock)
+        self._readers: list[apsw.Connection] = []
+        self._idle_snapshots: list[apsw.Connection] = []  # (under _readers_lock)
         self._readers_lock = threading.Lock()
         self._closed = False
         if read_only:
@@ -446,26 +520,28 @@ class SqliteStore(SqlStore):
         """Whether the schema keeps a job's log as a range of seq (migration 6)."""
         return any(row[1] == "number" for row in self._read_rows("PRAGMA table_info(jobs)"))
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> apsw.Connection:
+        # (apsw runs statements as given: no implicit transactions, BEGIN/COMMIT are ours)
+        if self._uri is not None:
+            flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        else:
+            flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         try:
-            conn = sqlite3.connect(
-                self._uri or self.path,
-                timeout=self._busy_timeout_s,
-                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-                check_same_thread=False,
-                uri=self._uri is not None,
+            conn = apsw.Connection(
+                self._uri or self.path, flags=flags, statementcachesize=_STATEMENT_CACHE
             )
+            conn.set_busy_timeout(round(self._busy_timeout_s * 1000))
             if self._uri is None:
-                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA journal_mode=WAL").fetchall()
                 conn.execute("PRAGMA synchronous=FULL")
-        except sqlite3.Error as exc:
+        except apsw.Error as exc:
             raise self._error(f"cannot open SQLite database {self.path!r}", exc) from exc
         return conn
 
-    def _error(self, message: str, exc: sqlite3.Error) -> StoreError:
+    def _error(self, message: str, exc: BaseException) -> StoreError:
         """:func:`store_error`, with what to do when a read-only open cannot read the file."""
         error = store_error(message, exc)
-        code = getattr(exc, "sqlite_errorcode", None)
+        code = getattr(exc, "extendedresult", None)
         if self._uri is not None and isinstance(code, int) and code & 0xFF == _CANTOPEN:
             error.hint = (
                 "Read-only, a database in WAL mode needs its -shm file or a directory this "
@@ -481,7 +557,7 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _reader(self) -> Iterator[Cursor]:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._closed:
                 raise StoreError("the store is closed")
@@ -489,10 +565,13 @@ class SqliteStore(SqlStore):
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
+        cursor = conn.cursor()
         try:
-            yield conn.cursor()
-        except sqlite3.Error as exc:
+            yield cast(Cursor, cursor)
+        except READ_ERRORS as exc:
             raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc
+        finally:
+            cursor.close(True)  # a statement left unfinished would hold a read transaction
 
     @contextmanager
     def snapshot(self, *, lenient_text: bool = False) -> Iterator[SqlSnapshot]:
@@ -509,18 +588,16 @@ class SqliteStore(SqlStore):
             if conn is None:
                 conn = self._connect()
                 conn.execute("PRAGMA query_only = 1")
-            if lenient_text:
-                conn.text_factory = _lenient_text
             conn.execute("BEGIN")
-            snap = SqliteSnapshot(conn, self.log_sql)
+            snap = SqliteSnapshot(conn, self.log_sql, lenient_text)
             yield snap
-        except sqlite3.Error as exc:
+        except READ_ERRORS as exc:
             raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc
         finally:
             if conn is not None:
                 self._snapshot_done(conn, snap)
 
-    def _snapshot_done(self, conn: sqlite3.Connection, snap: SqliteSnapshot | None) -> None:
+    def _snapshot_done(self, conn: apsw.Connection, snap: SqliteSnapshot | None) -> None:
         """End a snapshot's transaction and keep its connection for the next one (a few at
         most; none once the store is closed, nor one that fails to end its transaction)."""
         try:
@@ -528,8 +605,7 @@ class SqliteStore(SqlStore):
                 snap._end()
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            conn.text_factory = str
-        except sqlite3.Error:
+        except apsw.Error:
             conn.close()
             return
         with self._readers_lock:
@@ -583,3 +659,116 @@ class SqliteStore(SqlStore):
                 conn.close()
             self._readers.clear()
             self._idle_snapshots.clear()
+
+
+_DML = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
+def _is_dml(sql: str) -> bool:
+    return sql.lstrip()[:7].upper().startswith(_DML)
+
+
+class RawCursor:
+    """A cursor of :class:`RawConnection` (the DB-API calls tools and tests use)."""
+
+    def __init__(self, raw: RawConnection) -> None:
+        self._raw = raw
+        self._cur = raw.conn.cursor()
+        self._rows: Iterator[Any] = iter(())
+        self.rowcount = -1
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> RawCursor:
+        self._raw._begin_for(sql)
+        self._rows = iter(self._cur.execute(sql, params))
+        self.rowcount = self._raw.conn.changes() if _is_dml(sql) else -1
+        return self
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> RawCursor:
+        self._raw._begin_for(sql)
+        changed = 0
+        for row in rows:
+            self._cur.execute(sql, row)
+            changed += self._raw.conn.changes()
+        self._rows, self.rowcount = iter(()), changed
+        return self
+
+    def fetchone(self) -> Any:
+        return next(self._rows, None)
+
+    def fetchall(self) -> list[Any]:
+        return list(self._rows)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._rows
+
+    def close(self) -> None:
+        self._cur.close(True)
+
+
+class RawConnection:
+    """A plain connection to a store's SQLite file, for tools and tests that read or edit the
+    file directly (a copy kept as evidence, a tampering test).
+
+    It goes through the SQLite library the store itself uses: two copies of SQLite in one
+    process each keep their own account of the file's POSIX locks, and one closing the file
+    drops the other's — the other may then find the WAL index gone under it
+    (https://sqlite.org/howtocorrupt.html, "Multiple copies of SQLite linked into the same
+    application"). Python's ``sqlite3`` module is such another copy: never open a store's file
+    with it in a process that has the store open.
+
+    Like ``sqlite3`` by default, an ``INSERT``/``UPDATE``/``DELETE``/``REPLACE`` outside a
+    transaction begins one (``autocommit=False``); :meth:`commit` ends it. As a context
+    manager it commits (or, on an error, rolls back) and closes."""
+
+    def __init__(self, path: str | Path, *, timeout: float = 5.0, autocommit: bool = False) -> None:
+        self.conn = apsw.Connection(str(path))
+        self.conn.set_busy_timeout(round(timeout * 1000))
+        self.autocommit = autocommit
+
+    def _begin_for(self, sql: str) -> None:
+        if not self.autocommit and not self.conn.in_transaction and _is_dml(sql):
+            self.conn.execute("BEGIN")
+
+    def cursor(self) -> RawCursor:
+        return RawCursor(self)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> RawCursor:
+        return RawCursor(self).execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> RawCursor:
+        return RawCursor(self).executemany(sql, rows)
+
+    def commit(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc is None:
+                self.commit()
+            else:
+                self.rollback()
+        finally:
+            self.close()
+
+
+def connect_raw(
+    path: str | Path, *, timeout: float = 5.0, autocommit: bool = False
+) -> RawConnection:
+    """A :class:`RawConnection` to the SQLite file at ``path``."""
+    return RawConnection(path, timeout=timeout, autocommit=autocommit)
