@@ -152,6 +152,47 @@ def test_append_after_a_known_head(store: Store) -> None:
     assert chain_ok(store, job_id)
 
 
+def test_append_known_head_returns_the_new_head_and_refuses_as_append_encoded(
+    store: Store,
+) -> None:
+    """``append_known_head`` (a run's appends) writes what ``append_encoded`` writes and
+    returns the raw hash of the new last event; it is refused in the same cases (fenced, a log
+    that moved, an unknown job), nothing written; no events leave the head as it was."""
+    job_id = make_job(store)
+    attempt = new_attempt_id()
+    with store.transaction() as tx:
+        tx.set_lease(job_id, attempt_id=attempt, owner="w", expires_at=1.0)
+    head = b""  # (an empty log)
+    for count in (1, 3, 2):
+        version = store.get_job(job_id).version
+        with store.transaction() as tx:
+            new_head = tx.append_known_head(
+                job_id, _encoded(*range(count)), expected_version=version, fence=attempt, head=head
+            )
+        events = store.list_events(job_id)
+        assert len(events) == version + count
+        assert new_head == bytes.fromhex(events[-1].chain_hash) != head
+        head = new_head
+    assert chain_ok(store, job_id)
+    version = store.get_job(job_id).version
+    with store.transaction() as tx:
+        assert (
+            tx.append_known_head(job_id, [], expected_version=version, fence=attempt, head=head)
+            == head
+        )
+    refusals: list[tuple[type[Exception], dict[str, Any]]] = [
+        (FencedError, {"expected_version": version, "fence": "another", "head": head}),
+        (ConflictError, {"expected_version": version - 1, "fence": attempt, "head": head}),
+        (ConflictError, {"expected_version": version + 1, "fence": attempt, "head": head}),
+    ]
+    for error, kw in refusals:
+        with pytest.raises(error), store.transaction() as tx:
+            tx.append_known_head(job_id, _encoded(7), **kw)
+    with pytest.raises(JobNotFound), store.transaction() as tx:
+        tx.append_known_head("no-such-job", _encoded(7), expected_version=0, fence=None, head=b"")
+    assert store.get_job(job_id).version == version
+
+
 def test_long_append_after_a_known_head_is_all_or_nothing(store: Store) -> None:
     """An append of more events than one statement takes (SQLite writes 100 rows per
     statement) is written whole, in version order, or not at all — also when the caller keeps

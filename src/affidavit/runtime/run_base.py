@@ -382,15 +382,14 @@ class RunBase:
                 ids if ids is not None else new_event_ids(len(items)), items, strict=True
             )
         ]
-        stored = tx.append_encoded(
+        self.head = tx.append_known_head(
             self.claim.job_id,
             encoded,
             expected_version=self.version,
             fence=self.claim.attempt_id,
             head=self.head,
         )
-        self.version = stored[-1].version
-        self.head = bytes.fromhex(stored[-1].chain_hash)
+        self.version += len(encoded)
         for event_type, payload in items:
             if event_type == "node_finished":  # counted when the transaction commits
                 node_type = self.plan.node(payload["node_id"]).type

@@ -382,6 +382,24 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
         previous = bytes.fromhex(head_hex) if head_hex else GENESIS
         return self._insert_chained(job_id, expected_version, previous, encoded)
 
+    def append_known_head(
+        self,
+        job_id: str,
+        encoded: Sequence[Encoded],
+        *,
+        expected_version: int,
+        fence: str | None,
+        head: bytes,
+    ) -> bytes:
+        """:meth:`append_encoded` with ``head`` (a writer that knows it), returning only the new
+        head: the raw chain hash of event ``expected_version + len(encoded)`` (``head`` itself
+        for no events) — what a run keeps of an append. A backend may write the rows without
+        building an event object per row (SQLite does)."""
+        stored = self.append_encoded(
+            job_id, encoded, expected_version=expected_version, fence=fence, head=head
+        )
+        return bytes.fromhex(stored[-1].chain_hash) if stored else head
+
     def head(self, job_id: str) -> tuple[int, bytes]:
         """The job's last version and its raw chain hash (``0, b""`` for an empty log), read
         under the job's lock."""

@@ -33,6 +33,7 @@ from urllib.parse import quote
 import apsw
 import apsw.ext
 
+from affidavit.core.chain import chain_next
 from affidavit.core.errors import JobNotFound, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
@@ -102,12 +103,18 @@ _CHUNK = 100
 
 @functools.lru_cache(maxsize=64)
 def _insert_rows(count: int) -> str:
-    """The INSERT of ``count`` event rows."""
-    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * count)
+    """The INSERT of ``count`` event rows (``recorded_at`` given: cheaper than the column's
+    default, which SQLite would compute per row)."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count)
     return (
-        "INSERT INTO events (seq, job_id, version, event_id, type, payload, chain_hash) "
-        f"VALUES {values}"
+        "INSERT INTO events (seq, job_id, version, event_id, type, payload, chain_hash, "
+        f"recorded_at) VALUES {values}"
     )
+
+
+def _recorded_at() -> str:
+    """Now, as the ``recorded_at`` column's default writes it (milliseconds)."""
+    return utc_now()[:23] + "Z"
 
 
 _JOB_AND_HEAD = (
@@ -168,13 +175,51 @@ class SqliteTransaction(SqlTransaction):
         fence: str | None,
         head: bytes,
     ) -> list[StoredEvent]:
-        # The write lock is held since BEGIN IMMEDIATE, so the state cannot change under us:
-        # one query checks that the job exists, that the fence holds and that the row before
-        # the first new one is in the log; then plain INSERTs write the rows. A log that moved
-        # past expected_version is refused by the rowid (the first new row's seq is taken);
-        # one that has not reached it, by the guard. (Folding the guard into the INSERT as a
-        # WHERE clause costs more: a SELECT that reads the table it inserts into makes SQLite
-        # copy the rows through a temporary table first.)
+        number = self._guard(job_id, expected_version, fence)
+        stored = chain_events(job_id, expected_version, head, encoded)
+        self._insert_all(job_id, stored, expected_version, number)
+        return stored
+
+    def append_known_head(
+        self,
+        job_id: str,
+        encoded: Sequence[Encoded],
+        *,
+        expected_version: int,
+        fence: str | None,
+        head: bytes,
+    ) -> bytes:
+        # A run's appends (a few events): chained straight into the INSERT's parameters.
+        count = len(encoded)
+        if not 0 < count <= _CHUNK:
+            return super().append_known_head(
+                job_id, encoded, expected_version=expected_version, fence=fence, head=head
+            )
+        base = self._guard(job_id, expected_version, fence) << 32
+        _check_size(job_id, expected_version + count)
+        params: list[Any] = []
+        version, recorded = expected_version, _recorded_at()
+        for event_id, event_type, payload in encoded:
+            version += 1
+            head = chain_next(head, event_id, event_type, payload)
+            params += (base + version, job_id, version, event_id, event_type, payload)
+            params += (head.hex(), recorded)
+        self._insert(
+            job_id, expected_version, count, params, (base + expected_version + 1, base + version)
+        )
+        return head
+
+    def _guard(self, job_id: str, expected_version: int, fence: str | None) -> int:
+        """Check that the job exists, that the fence holds and that the log is at
+        ``expected_version``; return the job's number.
+
+        The write lock is held since BEGIN IMMEDIATE, so the state cannot change under us:
+        one query checks that the job exists, that the fence holds and that the row before
+        the first new one is in the log; then plain INSERTs write the rows. A log that moved
+        past expected_version is refused by the rowid (the first new row's seq is taken);
+        one that has not reached it, by the guard. (Folding the guard into the INSERT as a
+        WHERE clause costs more: a SELECT that reads the table it inserts into makes SQLite
+        copy the rows through a temporary table first.)"""
         found = _one(self._cur, _GUARD, (expected_version, expected_version, job_id))
         if found is None:
             raise JobNotFound(job_id)
@@ -182,20 +227,14 @@ class SqliteTransaction(SqlTransaction):
             raise fenced(job_id, fence, found[0])
         if not found[2]:
             raise self._conflict(job_id, expected_version)
-        stored = chain_events(job_id, expected_version, head, encoded)
-        self._insert_all(job_id, stored, expected_version, found[1])
-        return stored
+        return int(found[1])
 
     def _insert_all(
         self, job_id: str, stored: list[StoredEvent], expected_version: int, number: int
     ) -> None:
         if not stored:
             return
-        if stored[-1].version > MAX_VERSION:
-            raise StoreError(
-                f"job {job_id}: a log on SQLite holds at most {MAX_VERSION:,} events",
-                hint="Split the work into several jobs.",
-            )
+        _check_size(job_id, stored[-1].version)
         if len(stored) <= _CHUNK:
             self._insert_chunks(job_id, stored, expected_version, number << 32)
             return
@@ -212,6 +251,8 @@ class SqliteTransaction(SqlTransaction):
     def _insert_chunks(
         self, job_id: str, stored: list[StoredEvent], expected_version: int, base: int
     ) -> None:
+        span = (base + stored[0].version, base + stored[-1].version)
+        recorded = _recorded_at()
         for start in range(0, len(stored), _CHUNK):
             chunk = stored[start : start + _CHUNK]
             params: list[Any] = []
@@ -224,14 +265,26 @@ class SqliteTransaction(SqlTransaction):
                     e.type,
                     e.payload_bytes,
                     e.chain_hash,
+                    recorded,
                 )
-            try:
-                self._cur.execute(_insert_rows(len(chunk)), params)
-            except apsw.ConstraintError as exc:
-                if "events.seq" not in str(exc):
-                    raise
-                span = (base + stored[0].version, base + stored[-1].version)
-                raise self._conflict(job_id, expected_version, span) from None
+            self._insert(job_id, expected_version, len(chunk), params, span)
+
+    def _insert(
+        self,
+        job_id: str,
+        expected_version: int,
+        count: int,
+        params: list[Any],
+        span: tuple[int, int],
+    ) -> None:
+        """One INSERT of ``count`` rows; a row already at one of their positions (``span``,
+        the seqs the append writes) is a :class:`ConflictError` (see :meth:`_conflict`)."""
+        try:
+            self._cur.execute(_insert_rows(count), params)
+        except apsw.ConstraintError as exc:
+            if "events.seq" not in str(exc):
+                raise
+            raise self._conflict(job_id, expected_version, span) from None
 
     def _conflict(
         self, job_id: str, expected_version: int, span: tuple[int, int] | None = None
@@ -251,6 +304,14 @@ class SqliteTransaction(SqlTransaction):
                 )
         (actual,) = _all(self._cur, _LAST_VERSION, (job_id,))[0]
         return conflict(job_id, expected_version, int(cast(int, actual)))
+
+
+def _check_size(job_id: str, last_version: int) -> None:
+    if last_version > MAX_VERSION:
+        raise StoreError(
+            f"job {job_id}: a log on SQLite holds at most {MAX_VERSION:,} events",
+            hint="Split the work into several jobs.",
+        )
 
 
 # Primary result codes (the low byte of an extended code) of failures that may pass: a lock
