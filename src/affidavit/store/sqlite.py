@@ -45,7 +45,6 @@ from affidavit.store._sql import (
     LogSql,
     SqlStore,
     SqlTransaction,
-    chain_events,
     conflict,
     fenced,
     job_row_select,
@@ -162,9 +161,7 @@ class SqliteTransaction(SqlTransaction):
     ) -> list[StoredEvent]:
         # (after _lock_and_head: the job exists, the fence holds and the log is at `version`)
         (number,) = _all(self._cur, _JOB_NUMBER, (job_id,))[0]
-        stored = chain_events(job_id, version, head, encoded)
-        self._insert_all(job_id, stored, version, int(cast(int, number)))
-        return stored
+        return self._write(job_id, version, head, encoded, int(cast(int, number)), [])[0]
 
     def _append_after_head(
         self,
@@ -175,9 +172,7 @@ class SqliteTransaction(SqlTransaction):
         head: bytes,
     ) -> list[StoredEvent]:
         number = self._guard(job_id, expected_version, fence)
-        stored = chain_events(job_id, expected_version, head, encoded)
-        self._insert_all(job_id, stored, expected_version, number)
-        return stored
+        return self._write(job_id, expected_version, head, encoded, number, [])[0]
 
     def append_known_head(
         self,
@@ -188,25 +183,9 @@ class SqliteTransaction(SqlTransaction):
         fence: str | None,
         head: bytes,
     ) -> bytes:
-        # A run's appends (a few events): chained straight into the INSERT's parameters.
-        count = len(encoded)
-        if not 0 < count <= _CHUNK:
-            return super().append_known_head(
-                job_id, encoded, expected_version=expected_version, fence=fence, head=head
-            )
-        base = self._guard(job_id, expected_version, fence) << 32
-        _check_size(job_id, expected_version + count)
-        params: list[Any] = []
-        version, recorded = expected_version, _recorded_at()
-        for event_id, event_type, payload in encoded:
-            version += 1
-            head = chain_next(head, event_id, event_type, payload)
-            params += (base + version, job_id, version, event_id, event_type, payload)
-            params += (head.hex(), recorded)
-        self._insert(
-            job_id, expected_version, count, params, (base + expected_version + 1, base + version)
-        )
-        return head
+        # (a run's appends: no event object per row)
+        number = self._guard(job_id, expected_version, fence)
+        return self._write(job_id, expected_version, head, encoded, number, None)[1]
 
     def _guard(self, job_id: str, expected_version: int, fence: str | None) -> int:
         """Check that the job exists, that the fence holds and that the log is at
@@ -228,45 +207,52 @@ class SqliteTransaction(SqlTransaction):
             raise self._conflict(job_id, expected_version)
         return int(found[1])
 
-    def _insert_all(
-        self, job_id: str, stored: list[StoredEvent], expected_version: int, number: int
-    ) -> None:
-        if not stored:
-            return
-        _check_size(job_id, stored[-1].version)
-        if len(stored) <= _CHUNK:
-            self._insert_chunks(job_id, stored, expected_version, number << 32)
-            return
+    def _write(
+        self,
+        job_id: str,
+        version: int,
+        head: bytes,
+        encoded: Sequence[Encoded],
+        number: int,
+        stored: list[StoredEvent] | None,
+    ) -> tuple[list[StoredEvent], bytes]:
+        """Chain ``encoded`` onto the head ``(version, head)`` of the job numbered ``number``
+        and insert the rows; return them (appended to ``stored``; none kept when it is
+        ``None``) and the new head. The chain and the INSERT's parameters are made in one pass
+        (:func:`~affidavit.store._sql.chain_events` computes the same hashes)."""
+        count = len(encoded)
+        if not count:
+            return stored or [], head
+        _check_size(job_id, version + count)
+        base, first = number << 32, version
+        params: list[Any] = []
+        recorded = _recorded_at()
+        for event_id, event_type, payload in encoded:
+            version += 1
+            head = chain_next(head, event_id, event_type, payload)
+            hash_hex = head.hex()
+            params += (base + version, job_id, version, event_id, event_type, payload)
+            params += (hash_hex, recorded)
+            if stored is not None:
+                stored.append(StoredEvent(job_id, version, event_id, event_type, payload, hash_hex))
+        span = (base + first + 1, base + version)
+        if count <= _CHUNK:
+            self._insert(job_id, first, count, params, span)
+            return stored or [], head
         # several statements: all of them or none, even if the caller goes on after an error
+        width = len(params) // count
         self._cur.execute("SAVEPOINT affidavit_append")
         try:
-            self._insert_chunks(job_id, stored, expected_version, number << 32)
+            for start in range(0, count, _CHUNK):
+                rows = min(_CHUNK, count - start)
+                chunk = params[start * width : (start + rows) * width]
+                self._insert(job_id, first, rows, chunk, span)
         except BaseException:
             self._cur.execute("ROLLBACK TO affidavit_append")
             raise
         finally:
             self._cur.execute("RELEASE affidavit_append")
-
-    def _insert_chunks(
-        self, job_id: str, stored: list[StoredEvent], expected_version: int, base: int
-    ) -> None:
-        span = (base + stored[0].version, base + stored[-1].version)
-        recorded = _recorded_at()
-        for start in range(0, len(stored), _CHUNK):
-            chunk = stored[start : start + _CHUNK]
-            params: list[Any] = []
-            for e in chunk:
-                params += (
-                    base + e.version,
-                    e.job_id,
-                    e.version,
-                    e.event_id,
-                    e.type,
-                    e.payload_bytes,
-                    e.chain_hash,
-                    recorded,
-                )
-            self._insert(job_id, expected_version, len(chunk), params, span)
+        return stored or [], head
 
     def _insert(
         self,
