@@ -1110,20 +1110,21 @@ def raw_sql_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
                     data = canonical(payload)
                     head, version = chain_next(head, event_id, kind, data), version + 1
                     seq = (number << 32) + version
-                    params += (seq, job_id, version, event_id, kind, data, head.hex())
+                    params += (seq, job_id, version, event_id, kind, data, head.hex(), now)
                 rows.append((guard, _insert_rows(len(events)), params))
             ledger_row = (job_id, s.key, s.node_id, s.step_id, s.tool_name, s.args_hash)
             result = canonical(s.result).decode()
             prepared.append(
                 ((*ledger_row, s.invocation_id, attempt, now, now), rows, result, s.key)
             )
-        execute = conn.execute
+        execute, changes = conn.execute, conn.changes
         gc.collect()
         start = time.perf_counter()
         for ledger_row, ((g1, sql1, t1), (g2, sql2, t2)), result, key in prepared:
             execute("PRAGMA synchronous=FULL")
             execute("BEGIN IMMEDIATE")
-            if execute(_RAW_LEDGER_INSERT, ledger_row).rowcount != 1:
+            execute(_RAW_LEDGER_INSERT, ledger_row)
+            if changes() != 1:
                 raise RuntimeError("the ledger insert lost")
             execute(_GUARD, g1).fetchone()
             execute(sql1, t1)
