@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pytest
 from hypothesis import given, settings
@@ -257,3 +257,33 @@ def test_order_does_not_depend_on_node_listing_order(names: list[str]) -> None:
     plan = Plan.parse({"nodes": nodes})
     assert plan.order == ("a", "b", "c", "d", "e")
     assert topological_order(plan.nodes) == plan.order
+
+
+def test_a_recorded_graph_is_parsed_once_per_process_and_always_as_parse_would() -> None:
+    """``Plan.of_recorded_graph`` reuses the plan parsed from an equal recorded graph that the
+    event's plan hash names; a graph that differs (a log whose graph was edited but whose
+    plan_hash was kept), an unknown hash or no hash is parsed; a bad graph still fails."""
+    import orjson
+
+    from affidavit.core import plan as plan_module
+    from affidavit.core.errors import PlanError
+
+    def recorded(n: int) -> dict[str, Any]:  # as a log holds it: parsed JSON
+        nodes = [{"id": f"s{k}", "type": "pure", "tool": "t", "args": {"k": k}} for k in range(n)]
+        return cast(dict[str, Any], orjson.loads(orjson.dumps({"nodes": nodes})))
+
+    first = Plan.of_recorded_graph(recorded(3), None)
+    assert first == Plan.parse(recorded(3))
+    again = Plan.of_recorded_graph(recorded(3), first.plan_hash)
+    assert again is first  # reused: an equal graph under its hash
+    edited = recorded(3)
+    edited["nodes"][1]["args"]["k"] = 99
+    changed = Plan.of_recorded_graph(edited, first.plan_hash)  # same hash, other graph
+    assert changed is not first and changed == Plan.parse(edited)
+    assert changed.plan_hash != first.plan_hash
+    assert Plan.of_recorded_graph(recorded(3), "0" * 64) == first
+    with pytest.raises(PlanError):
+        Plan.of_recorded_graph({"nodes": []}, first.plan_hash)
+    for n in range(4, 4 + plan_module._KNOWN_GRAPHS + 2):  # the cache stays bounded
+        Plan.of_recorded_graph(recorded(n), None)
+    assert len(plan_module._known_graphs) == plan_module._KNOWN_GRAPHS

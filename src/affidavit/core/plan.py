@@ -21,6 +21,8 @@ import functools
 import hashlib
 import re
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +206,30 @@ class Plan:
             policy=_parse_policy(data),
             by_id=by_id,
         )
+
+    @classmethod
+    def of_recorded_graph(cls, graph: Any, plan_hash: str | None = None) -> Plan:
+        """``Plan.parse(graph)`` for a task graph read from a log (``{"nodes": [...]}``, parsed
+        JSON, as a ``plan_generated`` event holds it), reusing the plan this process parsed
+        from an equal recorded graph that the event's ``plan_hash`` names: a worker runs many
+        jobs of one plan, and a long plan costs milliseconds to parse. Only graphs read from
+        a log are kept (parsed JSON: no float that was an int, no tuple or enum that a caller's
+        own objects could hold), and the graph is compared in full, so the plan returned is
+        the one ``parse`` would return."""
+        if isinstance(plan_hash, str):
+            with _known_lock:
+                known = _known_graphs.get(plan_hash)
+            if known is not None and known.task_graph == graph:
+                with _known_lock:
+                    if plan_hash in _known_graphs:
+                        _known_graphs.move_to_end(plan_hash)
+                return known
+        plan = cls.parse(graph)
+        with _known_lock:
+            _known_graphs[plan.plan_hash] = plan
+            while len(_known_graphs) > _KNOWN_GRAPHS:
+                _known_graphs.popitem(last=False)
+        return plan
 
     # --- identity ---------------------------------------------------------------------------
 
@@ -402,6 +428,13 @@ def _parse_node(raw: Any, index: int) -> Node:
         timeout_seconds=float(timeout) if timeout is not None else None,
         raw=raw,
     )
+
+
+# Plans parsed in this process from recorded task graphs, by plan hash, the most recently used
+# last: see Plan.of_recorded_graph.
+_KNOWN_GRAPHS = 16
+_known_graphs: OrderedDict[str, Plan] = OrderedDict()
+_known_lock = threading.Lock()
 
 
 def _parse_policy(data: dict[str, Any]) -> Policy:

@@ -279,7 +279,7 @@ class ReplayContextBuilder:
         if self._plan is not None:
             self._fail("a second plan_generated")
         try:
-            self._plan = Plan.parse(p["task_graph"])
+            self._plan = Plan.of_recorded_graph(p["task_graph"], p.get("plan_hash"))
         except AffidavitError as exc:
             self._fail(f"plan_generated holds an invalid task graph: {exc.message}")
         assert ctx.job_id is not None
