@@ -1,4 +1,6 @@
-"""The embedded backend: one SQLite file in WAL mode.
+"""The embedded backend: one SQLite file in WAL mode, through the ``apsw`` driver (and the
+SQLite it bundles), which does less around each statement than Python's ``sqlite3``. Two copies
+of SQLite must not open one file in one process (see :class:`RawConnection`).
 
 Concurrency model: one writer connection per process, guarded by a lock, so threads of one
 process take turns; each write transaction starts with ``BEGIN IMMEDIATE``, which takes SQLite's
