@@ -111,6 +111,9 @@ class Cursor(Protocol):
 
 
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
+# event types already found valid (a small vocabulary: checked once each, not once per event)
+_VALID_TYPES: set[str] = set()
+_VALID_TYPES_KEPT = 1024
 _EVENT_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
 
 
@@ -122,13 +125,17 @@ def encode_events(events: Sequence[NewEvent]) -> list[Encoded]:
     """
     encoded: list[Encoded] = []
     fresh_ids = iter(new_event_ids(sum(1 for ev in events if ev.event_id is None)))
+    valid_types = _VALID_TYPES
     for ev in events:
-        event_type = str(ev.type)
-        if not _EVENT_TYPE.match(event_type):
-            raise InvalidEventError(
-                f"invalid event type {event_type!r}",
-                hint="Event types are lowercase snake_case (letters, digits, '_').",
-            )
+        event_type = ev.type if type(ev.type) is str else str(ev.type)
+        if event_type not in valid_types:
+            if not _EVENT_TYPE.match(event_type):
+                raise InvalidEventError(
+                    f"invalid event type {event_type!r}",
+                    hint="Event types are lowercase snake_case (letters, digits, '_').",
+                )
+            if len(valid_types) < _VALID_TYPES_KEPT:
+                valid_types.add(event_type)
         if ev.event_id is None:
             event_id = next(fresh_ids)
         else:
