@@ -18,6 +18,12 @@ LEDGER_COLUMNS = (
     "job_id, idempotency_key, node_id, step_id, tool_name, args_hash, status, invocation_id, "
     "attempt_id, tries, result, error"
 )
+# T1's insert of a started row (one per tool step: a constant, not formatted per call)
+_LEDGER_INSERT = (
+    f"INSERT INTO tool_invocations ({LEDGER_COLUMNS}, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, 1, NULL, NULL, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
 RUNNABLE = (
     "(j.status = 'pending' OR (j.status = 'running' AND "
     "(j.lease_expires_at IS NULL OR j.lease_expires_at < ?)))"
@@ -139,9 +145,7 @@ class LedgerOps:
         transaction (see :meth:`inserted_before_append`)."""
         now = utc_now()
         return self.inserted_before_append(
-            f"INSERT INTO tool_invocations ({LEDGER_COLUMNS}, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, 1, NULL, NULL, ?, ?) "
-            "ON CONFLICT DO NOTHING",
+            _LEDGER_INSERT,
             (
                 job_id,
                 key,
