@@ -741,9 +741,10 @@ read; on SQLite each row with its `seq`, as the store writes it) into the store'
 table, same database, same durability — SQLite
 `journal_mode=WAL`, `synchronous=FULL`; PostgreSQL `synchronous_commit=on` — in the cheapest
 plain form: one autocommit INSERT per single-row commit, `BEGIN`…`executemany`…`COMMIT` for
-100 rows. Payloads are distinct, deterministic ~1 KB JSON objects (11 fields, one 800-character
-text). SQLite runs on a fresh file in a temporary directory, PostgreSQL in a fresh schema.
-Each case is warmed up and starts after a checkpoint (SQLite `wal_checkpoint(TRUNCATE)`,
+100 rows, through the store's own driver (SQLite: `apsw`; PostgreSQL: psycopg). Payloads are
+distinct, deterministic ~1 KB JSON objects (11 fields, one 800-character text). SQLite runs on a
+fresh file in a temporary directory, PostgreSQL in a fresh schema. Each case is warmed up and
+starts after a checkpoint (SQLite `wal_checkpoint(TRUNCATE)`,
 PostgreSQL `CHECKPOINT`); chained and raw repetitions alternate which goes first.
 
 {counts}
