@@ -1501,7 +1501,8 @@ def markdown(
             "each given the previous step's result.",
             "Floor: the physical minimum of our protocol, per step one synced single-row commit "
             "plus one written single-row commit (autocommit `INSERT`s of a "
-            f"{len(FLOOR_PAYLOAD)}-byte row on one connection, switching `synchronous` between "
+            f"{len(FLOOR_PAYLOAD)}-byte row on one connection of the store's driver, `apsw`, "
+            "switching `synchronous` between "
             "`FULL` and `NORMAL`) on a fresh WAL file; each synced commit also makes the previous "
             "written one durable, as T1 of the next step does for T2.",
             "In-process = the run alone (`run_until_idle()`; for DBOS the workflow call), timed "
