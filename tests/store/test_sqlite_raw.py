@@ -142,6 +142,13 @@ def test_a_write_transaction_that_meets_text_not_utf8_is_a_store_error(store: Sq
     assert [e.version for e in store.list_events(job_id)] == [1, 2]
 
 
+def test_a_raw_connection_to_a_path_that_cannot_be_opened_names_it(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "x.db"
+    with pytest.raises(StoreError, match=r"cannot open SQLite database .*no-such-dir"):
+        connect_raw(missing)
+    assert not missing.parent.exists()
+
+
 def test_the_driver_is_one_copy_of_sqlite_for_the_store_and_connect_raw(store: SqliteStore) -> None:
     """The store and ``connect_raw`` use the same SQLite library (apsw's)."""
     raw = connect_raw(store.path)

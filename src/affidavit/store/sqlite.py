@@ -771,7 +771,10 @@ class RawConnection:
     manager it commits (or, on an error, rolls back) and closes."""
 
     def __init__(self, path: str | Path, *, timeout: float = 5.0, autocommit: bool = False) -> None:
-        self.conn = apsw.Connection(str(path))
+        try:
+            self.conn = apsw.Connection(str(path))
+        except apsw.Error as exc:
+            raise store_error(f"cannot open SQLite database {str(path)!r}", exc) from exc
         self.conn.set_busy_timeout(round(timeout * 1000))
         self.autocommit = autocommit
 
