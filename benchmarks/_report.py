@@ -87,13 +87,24 @@ def load_average() -> str:
         return "unknown"
 
 
+def sqlite_versions() -> str:
+    """The SQLite the store runs on (bundled with ``apsw``) and, when it differs, Python's own
+    (what ``sqlite3`` users such as DBOS and SQLAlchemy run on)."""
+    import apsw
+
+    ours = apsw.sqlite_lib_version()
+    if ours == sqlite3.sqlite_version:
+        return ours
+    return f"{ours} (affidavit, through `apsw`; Python's `sqlite3`: {sqlite3.sqlite_version})"
+
+
 def describe_machine(postgresql_version: str | None) -> Machine:
     return Machine(
         nproc=nproc(),
         cpu_model=cpu_model(),
         kernel=platform.release(),
         python=platform.python_version(),
-        sqlite=sqlite3.sqlite_version,
+        sqlite=sqlite_versions(),
         postgresql=postgresql_version,
         date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         load=load_average(),
