@@ -92,6 +92,37 @@ def test_list_shows_only_the_callers_namespace(api: Api) -> None:
         )
 
 
+def test_list_pages_by_cursor_within_the_callers_namespace(api: Api) -> None:
+    mine = [api.waiting_job("a") for _ in range(5)]
+    theirs = api.waiting_job("b")
+    with api.client("agent_a") as c:
+        everything = [
+            j["job_id"] for j in c.get("/api/jobs", params={"limit": 1000}).json()["jobs"]
+        ]
+        assert set(mine) <= set(everything) and theirs not in everything
+        paged: list[str] = []
+        params: dict[str, Any] = {"limit": 2}
+        while True:
+            r = c.get("/api/jobs", params=params)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            paged += [j["job_id"] for j in body["jobs"]]
+            assert body.get("before") == params.get("before")
+            if "next_before" not in body:  # a page that is not full is the last
+                assert len(body["jobs"]) < 2
+                break
+            assert body["next_before"] == body["jobs"][-1]["job_id"]
+            params["before"] = body["next_before"]
+        assert paged == everything
+        # another namespace's job as the cursor: not found, as for a job that does not exist
+        for cursor in (theirs, "no-such-job"):
+            r = c.get("/api/jobs", params={"before": cursor})
+            assert r.status_code == 404 and r.json()["error"]["code"] == "job_not_found"
+    with api.client("admin") as c:  # an admin may page from any job
+        r = c.get("/api/jobs", params={"before": theirs, "limit": 1000})
+        assert r.status_code == 200 and theirs not in {j["job_id"] for j in r.json()["jobs"]}
+
+
 def test_submit_is_idempotent_and_validated(api: Api) -> None:
     with api.client("agent_a") as c:
         headers = {"Idempotency-Key": "order-7"}

@@ -140,6 +140,27 @@ def test_filters(store_url: str) -> None:
     assert json_of(bad)["error"]["code"] == "config_error"
 
 
+def test_jobs_list_pages_with_before(store_url: str) -> None:
+    ids = [seeded(store_url) for _ in range(5)]
+    newest_first = ids[::-1]
+    pages: list[str] = []
+    before: list[str] = []
+    while True:
+        result = cli("jobs", "list", "--limit", "2", *before, "--db", store_url, "--json")
+        assert result.returncode == 0, result.stderr
+        page = [j["job_id"] for j in json_of(result)]
+        if not page:
+            break
+        pages += page
+        before = ["--before", page[-1]]
+    assert pages == newest_first
+    human = cli("jobs", "list", "--before", newest_first[0], "--limit", "1", "--db", store_url)
+    assert newest_first[1] in human.stdout and newest_first[0] not in human.stdout
+    missing = cli("jobs", "list", "--before", "no-such-job", "--db", store_url, "--json")
+    assert missing.returncode == 2
+    assert json_of(missing)["error"]["code"] == "job_not_found"
+
+
 def test_database_url_from_environment(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'env.db'}"
     job_id = seeded(url)

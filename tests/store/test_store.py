@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import apsw
@@ -346,6 +347,52 @@ def test_list_jobs_filters(store: Store) -> None:
         assert listed == [j.job_id for j in store.list_jobs(filters)]
     with store.snapshot() as snap, pytest.raises(ConfigError):
         snap.list_job_ids(JobFilter(status=["sleeping"]))
+
+
+def test_list_jobs_pages_by_cursor(store: Store) -> None:
+    ids = [make_job(store, namespace="a" if i % 2 else "b") for i in range(8)]
+    with store.transaction() as tx:
+        tx.update_job(ids[0], status="completed")
+        # four jobs created in the same millisecond: only the job id orders them
+        tx.execute(
+            "UPDATE jobs SET created_at = ? WHERE job_id IN (?, ?, ?, ?)",
+            ("2026-01-01T00:00:00.000Z", *ids[2:6]),
+        )
+    for filters in (
+        JobFilter(limit=3),
+        JobFilter(limit=1),
+        JobFilter(limit=2, namespace="a"),
+        JobFilter(limit=2, status=["pending"]),
+    ):
+        expected = [j.job_id for j in store.list_jobs(replace(filters, limit=100))]
+        assert len(expected) >= 3
+        paged: list[str] = []
+        before: str | None = None
+        while page := store.list_jobs(replace(filters, before=before)):
+            assert len(page) <= filters.limit
+            paged += [j.job_id for j in page]
+            before = page[-1].job_id
+        assert paged == expected, filters
+        with store.snapshot() as snap:  # a snapshot's id listing takes the cursor too
+            assert (
+                snap.list_job_ids(replace(filters, before=expected[0]))
+                == expected[1:][: filters.limit]
+            )
+    everything = [j.job_id for j in store.list_jobs(JobFilter(limit=100))]
+    # a cursor stays put while new jobs arrive (an offset would shift by one per new job)
+    second_page = store.list_jobs(JobFilter(limit=3, before=everything[2]))
+    make_job(store)
+    assert store.list_jobs(JobFilter(limit=3, before=everything[2])) == second_page
+    assert [j.job_id for j in second_page] == everything[3:6]
+    # with an offset: skip that many after the cursor
+    skipped = store.list_jobs(JobFilter(limit=2, offset=2, before=everything[0]))
+    assert [j.job_id for j in skipped] == everything[3:5]
+    # the last job as the cursor: an empty page; a cursor naming no job: an error
+    assert store.list_jobs(JobFilter(before=everything[-1])) == []
+    with pytest.raises(JobNotFound):
+        store.list_jobs(JobFilter(before="no-such-job"))
+    with pytest.raises(ConfigError):
+        store.list_jobs(JobFilter(before="bad\x00id"))
 
 
 def test_migrations_are_idempotent(store_url: str) -> None:

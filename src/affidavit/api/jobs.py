@@ -93,19 +93,33 @@ def list_jobs(
     namespace: Annotated[str | None, Query(description="Admins: any namespace.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
+    before: Annotated[
+        str | None,
+        Query(
+            description="A job id: only the jobs listed after it (the keyset cursor; "
+            "`next_before` of the previous page)."
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Jobs of the caller's namespace (an admin's: every namespace, or `namespace`), newest
-    first."""
+    first; a full page names the cursor of the next one (`next_before`)."""
     if namespace is not None:
         check_namespace(namespace)
     if caller.role != "admin":
         if namespace is not None and namespace != caller.namespace:
             raise Forbidden(f"namespace {namespace!r} is not yours")
         namespace = caller.namespace
+    if before is not None:
+        visible_job(svc.store, caller, before)  # another namespace's job: not found
     jobs = svc.store.list_jobs(
-        JobFilter(status=status, namespace=namespace, limit=limit, offset=offset)
+        JobFilter(status=status, namespace=namespace, limit=limit, offset=offset, before=before)
     )
-    return {"jobs": [j.to_dict() for j in jobs], "limit": limit, "offset": offset}
+    page: dict[str, Any] = {"jobs": [j.to_dict() for j in jobs], "limit": limit, "offset": offset}
+    if before is not None:
+        page["before"] = before
+    if len(jobs) == limit:
+        page["next_before"] = jobs[-1].job_id
+    return page
 
 
 @router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)

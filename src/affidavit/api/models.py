@@ -75,6 +75,12 @@ class JobList(BaseModel):
     jobs: list[Job]
     limit: int
     offset: int
+    before: str | None = Field(default=None, description="The cursor this page was asked after.")
+    next_before: str | None = Field(
+        default=None,
+        description="On a full page: the cursor of the next one (its last job's id); absent "
+        "when fewer jobs than `limit` were listed.",
+    )
 
 
 class Event(BaseModel):

@@ -36,16 +36,31 @@ def list_jobs(
     namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 50,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many (newest first).")] = 0,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            metavar="JOB",
+            help="Only jobs listed after JOB: the next page is --before <the last job id of "
+            "this one>. Cheap at any depth (an offset steps over every job it skips) and "
+            "stable while new jobs arrive.",
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List jobs, newest first.
 
-    Exit codes: 0 listed; 3 bad filter or store error.
+    Exit codes: 0 listed; 2 no job JOB (--before); 3 bad filter or store error.
     """
     with command(as_json), opened(db, read_only=True) as store:
         jobs = store.list_jobs(
-            JobFilter(status=status or None, namespace=namespace, limit=limit, offset=offset)
+            JobFilter(
+                status=status or None,
+                namespace=namespace,
+                limit=limit,
+                offset=offset,
+                before=before,
+            )
         )
     if as_json:
         output.emit_json([j.to_dict() for j in jobs])

@@ -586,6 +586,16 @@ def jobs_where(f: JobFilter) -> tuple[str, list[Any]]:
     if f.plan_name is not None:
         where.append("j.plan_name = ?")
         params.append(f.plan_name)
+    if f.before is not None:
+        if unmatchable(f.before):
+            raise ConfigError(f"job id {f.before!r} holds a NUL or a byte that is not UTF-8")
+        # a row value of plain operands (the cursor's created_at an uncorrelated scalar
+        # subquery), so both databases read it as a range of the listing's index; a cursor
+        # naming no job compares as NULL and lists nothing (see SqlStore.list_jobs)
+        where.append(
+            "(j.created_at, j.job_id) < ((SELECT c.created_at FROM jobs c WHERE c.job_id = ?), ?)"
+        )
+        params.extend((f.before, f.before))
     if not (1 <= f.limit <= MAX_INT64 and 0 <= f.offset <= MAX_INT64):
         raise ConfigError("limit must be ≥ 1 and offset ≥ 0 (and both below 2^63)")
     params.extend((f.limit, f.offset))
@@ -709,7 +719,12 @@ class SqlStore(ApiKeyReads, ABC):
         sql = f"{self.log_sql.job_select} WHERE j.job_id IN ({page}) {JOBS_SORT}"
         with self._reader() as cur:
             cur.execute(self._q(sql), params)
-            return [job_from_row(r) for r in cur.fetchall()]
+            rows = cur.fetchall()
+            if not rows and filters is not None and filters.before is not None:
+                cur.execute(self._q("SELECT 1 FROM jobs WHERE job_id = ?"), (filters.before,))
+                if cur.fetchone() is None:
+                    raise JobNotFound(filters.before)
+            return [job_from_row(r) for r in rows]
 
     def list_events(
         self, job_id: str, *, after_version: int = 0, limit: int | None = None

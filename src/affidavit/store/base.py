@@ -154,6 +154,10 @@ class JobFilter:
     plan_name: str | None = None
     limit: int = 100
     offset: int = 0
+    # A keyset cursor: only the jobs listed after this job (a job id; newest first), so the
+    # next page after a page ending with job X is ``before=X`` — cheap at any depth, and
+    # stable while new jobs arrive (an offset shifts by one per new job).
+    before: str | None = None
 
 
 class Transaction(Protocol):
@@ -464,7 +468,13 @@ class Store(Protocol):
         ...
 
     def list_jobs(self, filters: JobFilter | None = None) -> list[JobRecord]:
-        """Jobs newest first."""
+        """Jobs newest first (``created_at``, the job id breaking ties), filtered and paged by
+        ``filters``.
+
+        Raises:
+            JobNotFound: ``filters.before`` names no job.
+            ConfigError: a filter out of range or holding text no row can hold.
+        """
         ...
 
     def list_events(
