@@ -156,6 +156,9 @@ def test_jobs_list_pages_with_before(store_url: str) -> None:
     assert pages == newest_first
     human = cli("jobs", "list", "--before", newest_first[0], "--limit", "1", "--db", store_url)
     assert newest_first[1] in human.stdout and newest_first[0] not in human.stdout
+    assert f"next page: --before {newest_first[1]}" in human.stderr  # a full page
+    last = cli("jobs", "list", "--before", newest_first[3], "--limit", "2", "--db", store_url)
+    assert newest_first[4] in last.stdout and "next page" not in last.stderr
     missing = cli("jobs", "list", "--before", "no-such-job", "--db", store_url, "--json")
     assert missing.returncode == 2
     assert json_of(missing)["error"]["code"] == "job_not_found"

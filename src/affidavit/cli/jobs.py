@@ -80,6 +80,8 @@ def list_jobs(
             j.created_at,
         )
     output.out.print(table)
+    if len(jobs) == limit:  # (on stderr: the table on stdout stays just the table)
+        output.err.print(f"next page: --before {escape(jobs[-1].job_id)}")
 
 
 @jobs_app.command("show")
