@@ -363,6 +363,7 @@ def test_list_jobs_pages_by_cursor(store: Store) -> None:
         JobFilter(limit=1),
         JobFilter(limit=2, namespace="a"),
         JobFilter(limit=2, status=["pending"]),
+        JobFilter(limit=2, status=["completed", "pending"]),
     ):
         expected = [j.job_id for j in store.list_jobs(replace(filters, limit=100))]
         assert len(expected) >= 3
