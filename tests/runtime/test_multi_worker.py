@@ -164,3 +164,25 @@ def test_chaos_soak(request: pytest.FixtureRequest, tmp_path: Path, backend: str
         stats = check_fleet_outcome(rt, side, job_ids)
         print(f"soak: {n_jobs} jobs, {kills} kills: {stats}")
         assert kills == 12 and stats["reclaimed"] >= 1  # the kills did land on running jobs
+
+
+def test_a_worker_running_several_jobs_at_once_is_killed(store_url: str, tmp_path: Path) -> None:
+    """``--concurrency 4``: the killed worker held up to four jobs, each possibly with a step in
+    flight; the other worker reclaims every one once its lease expires."""
+    side = tmp_path / "side.jsonl"
+    with Runtime(store_url, tools=REGISTRY) as rt:
+        job_ids = submit_jobs(rt, side, 120)
+        args = ("--until-done", "--lease", LEASE, "--deadline", "300", "--concurrency", "4")
+        victim = spawn_driver(store_url, *args)
+        end = time.monotonic() + 60
+        while executions_by(side, victim.pid) < 30:
+            assert victim.poll() is None, victim.communicate()
+            assert time.monotonic() < end, "the worker made no progress"
+            time.sleep(0.01)
+        survivor = spawn_driver(store_url, *args)
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate()
+        _, err = survivor.communicate(timeout=180)
+        assert survivor.returncode == 0, err
+        stats = check_fleet_outcome(rt, side, job_ids)
+        assert stats["reclaimed"] >= 1, stats  # jobs the dead worker held were taken over
