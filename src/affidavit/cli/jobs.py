@@ -81,6 +81,7 @@ def list_jobs(
         )
     output.out.print(table)
     if len(jobs) == limit:  # (on stderr: the table on stdout stays just the table)
+        output.out.file.flush()  # (so that the two streams, when merged, stay in order)
         output.err.print(f"next page: --before {escape(jobs[-1].job_id)}")
 
 
