@@ -102,8 +102,9 @@ def test_a_full_disk_loses_nothing_and_the_job_recovers(small_disk: Path, tmp_pa
         job_id = rt.submit(chain_plan(), {}).job_id
         # (one run: a worker loop would keep claiming the job again while the disk is full,
         # as it rides out any outage)
-        with pytest.raises(StoreUnavailable, match="disk is full"):
+        with pytest.raises(StoreUnavailable, match="disk is full") as raised:
             rt.run_job(job_id)
+        assert "disk holding the database is full" in raised.value.hint  # says what to do
         job = rt.get_job(job_id)
         assert job.status == "running"  # given up, not finished: its lease runs out
         events = assert_log_sound(rt.store, job_id)

@@ -352,11 +352,21 @@ def _streamed(cursor: apsw.Cursor) -> Iterator[Any]:
         raise TextNotUtf8(str(exc)) from exc
 
 
+_FULL_HINT = (
+    "The disk holding the database is full (or the file reached its size limit): free space. "
+    "Nothing recorded is lost; a job whose run gave up meanwhile is taken up again by a worker "
+    "once its lease expires."
+)
+
+
 def store_error(message: str, exc: BaseException) -> StoreError:
     """``exc`` as a :class:`StoreError`; a :class:`StoreUnavailable` when it may pass."""
     code = getattr(exc, "extendedresult", None)
-    transient = isinstance(code, int) and code & 0xFF in _TRANSIENT
-    return (StoreUnavailable if transient else StoreError)(f"{message}: {_describe(exc)}")
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = f"{message}: {_describe(exc)}"
+    if primary == apsw.SQLITE_FULL:
+        return StoreUnavailable(text, hint=_FULL_HINT)
+    return (StoreUnavailable if primary in _TRANSIENT else StoreError)(text)
 
 
 def _describe(exc: BaseException) -> str:
