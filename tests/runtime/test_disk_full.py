@@ -1,87 +1,133 @@
-"""The disk under an SQLite database fills up while a job runs (a real filesystem: a 1 MiB tmpfs
-mounted for the test, grown afterwards as an operator would free space).
+"""The disk under the database fills up while a job runs, on SQLite and PostgreSQL — a real
+filesystem: a 1 MiB tmpfs mounted for the test (SQLite: the database file's directory;
+PostgreSQL: a tablespace the test's tables are created in, through the connection's
+``default_tablespace``), grown afterwards as an operator would free space.
 
-A write that does not fit fails whole: SQLite reports "database or disk is full", the run keeps
-trying for its ``store_retry_seconds`` and then gives the job up, with at most the one step whose
-tool had acted left in flight. Nothing already recorded is lost or damaged, and once there is
-room again a worker recovers the job: the in-flight step is found by its reconcile hook (not run
-again), the rest run, and every step acted exactly once.
+A write that does not fit fails whole: the database reports a full disk ("database or disk is
+full", "could not extend file: No space left on device"), the run keeps trying for its
+``store_retry_seconds`` and then gives the job up, with at most the one step whose tool had acted
+left in flight. Nothing already recorded is lost or damaged, and once there is room again a
+worker recovers the job: the in-flight step is found by its reconcile hook (not run again), the
+rest run, and every step acted exactly once.
 
-SQLite only: the disk of the PostgreSQL server cannot be filled from a test (its writes failing
-is the store-outage tests' subject).
+Needs root (to mount) and, for PostgreSQL, a server on this machine (the tablespace's directory
+is the server's); skipped with the reason otherwise.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
+import shutil
 import subprocess
+import tempfile
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import psycopg
 import pytest
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry, tool
 from affidavit.core.errors import StoreUnavailable
 from affidavit.verify import verify_job
+from tests.conftest import BACKENDS, PG_URL, drop_schema, with_schema
 from tests.runtime.helpers import assert_log_sound, ledger_rows, of_type, wait_lease_expired
 
-STEPS = 300
-RECEIPT = "r" * 4000  # each step records ~4 KB twice (its result and the node's output)
+STEPS = 600
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "small"
-    mount.mkdir()
+def receipt() -> str:
+    """~4 KB that do not compress (PostgreSQL compresses large values), recorded twice per
+    step (the tool's result and the node's output)."""
+    return secrets.token_hex(2000)
+
+
+def _mount_small(where: Path) -> None:
+    where.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
         capture_output=True,
         text=True,
         check=False,
     )
     if done.returncode != 0:
         pytest.skip(f"a small filesystem cannot be mounted here (root needed): {done.stderr}")
+
+
+@pytest.fixture(params=BACKENDS)
+def small_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """(the URL of an empty database on a 1 MiB disk, that disk's mount point)"""
+    mount = tmp_path / "small"
+    if request.param == "sqlite":
+        _mount_small(mount)
+        try:
+            yield f"sqlite:///{mount / 'jobs.db'}", mount
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+        return
+    schema = request.getfixturevalue("pg_schema")
+    # the server must reach the directory: one of its own in the system's temporary directory
+    # (the test's is private to this user)
+    mount = Path(tempfile.mkdtemp(prefix="affidavit-small-disk-"))
+    mount.rmdir()
+    _mount_small(mount)
+    space = f"small_{uuid.uuid4().hex[:12]}"
     try:
-        yield mount
-    finally:
+        shutil.chown(mount, "postgres", "postgres")
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f"CREATE TABLESPACE {space} LOCATION '{mount}'")
+    except (LookupError, OSError, psycopg.Error) as exc:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+        mount.rmdir()
+        pytest.skip(f"no tablespace on a small disk here (a local server is needed): {exc}")
+    try:
+        options = quote(f"-c default_tablespace={space}")
+        yield f"{with_schema(PG_URL, schema)}&options={options}", mount
+    finally:
+        drop_schema(schema)  # (its tables live in the tablespace)
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f"DROP TABLESPACE IF EXISTS {space}")
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+        mount.rmdir()
 
 
 def grow(mount: Path) -> None:
     subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
 
 
-def payment_tools(side: Path) -> ToolRegistry:
+def payment_tools(side: Path, name: str) -> ToolRegistry:
     def charge(ctx: ToolContext, i: int, prev: Any = None) -> dict[str, Any]:
         with side.open("a", encoding="utf-8") as f:  # the world: outside the full disk
             f.write(json.dumps({"node": ctx.node_id, "key": ctx.external_key}) + "\n")
-        return {"i": i, "receipt": RECEIPT}
+        return {"i": i, "receipt": receipt()}
 
-    paid = tool("fill_charge")(charge)
+    paid = tool(name)(charge)
 
     @paid.reconcile
     def _find(ctx: ToolContext, i: int, prev: Any = None) -> dict[str, Any] | None:
         for line in side.read_text(encoding="utf-8").splitlines():
             if json.loads(line)["key"] == ctx.external_key:
-                return {"i": i, "receipt": RECEIPT}
+                return {"i": i, "receipt": receipt()}
         return None
 
     assert isinstance(paid, Tool)
     return ToolRegistry([paid])
 
 
-def chain_plan() -> dict[str, Any]:
+def chain_plan(tool_name: str) -> dict[str, Any]:
     nodes: list[dict[str, Any]] = [
-        {"id": "s0", "type": "tool", "tool": "fill_charge", "args": {"i": 0}}
+        {"id": "s0", "type": "tool", "tool": tool_name, "args": {"i": 0}}
     ]
     for k in range(1, STEPS):
         nodes.append(
             {
                 "id": f"s{k}",
                 "type": "tool",
-                "tool": "fill_charge",
+                "tool": tool_name,
                 "args": {"i": k, "prev": f"${{s{k - 1}.i}}"},
                 "depends_on": [f"s{k - 1}"],
             }
@@ -93,16 +139,19 @@ def acted(side: Path) -> Counter[str]:
     return Counter(json.loads(line)["node"] for line in side.read_text().splitlines())
 
 
-def test_a_full_disk_loses_nothing_and_the_job_recovers(small_disk: Path, tmp_path: Path) -> None:
-    url = f"sqlite:///{small_disk / 'jobs.db'}"
+def test_a_full_disk_loses_nothing_and_the_job_recovers(
+    small_disk: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, mount = small_disk
     side = tmp_path / "payments.jsonl"
     side.touch()
-    tools = payment_tools(side)
+    name = f"fill_charge_{uuid.uuid4().hex[:8]}"  # (a tool name is registered once a process)
+    tools = payment_tools(side, name)
     with Runtime(url, tools=tools, lease_seconds=1, store_retry_seconds=1) as rt:
-        job_id = rt.submit(chain_plan(), {}).job_id
+        job_id = rt.submit(chain_plan(name), {}).job_id
         # (one run: a worker loop would keep claiming the job again while the disk is full,
         # as it rides out any outage)
-        with pytest.raises(StoreUnavailable, match="disk is full") as raised:
+        with pytest.raises(StoreUnavailable, match=r"disk is full|No space left") as raised:
             rt.run_job(job_id)
         assert "disk holding the database is full" in raised.value.hint  # says what to do
         job = rt.get_job(job_id)
@@ -115,7 +164,7 @@ def test_a_full_disk_loses_nothing_and_the_job_recovers(small_disk: Path, tmp_pa
         in_flight = set(done) - {e["node_id"] for e in finished}
         assert len(in_flight) <= 1  # only the step whose record did not fit
 
-    grow(small_disk)  # the operator frees space
+    grow(mount)  # the operator frees space
     with Runtime(url, tools=tools, lease_seconds=1) as rt:
         wait_lease_expired(rt.store, job_id)
         assert rt.run_until_idle() == 1

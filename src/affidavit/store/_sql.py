@@ -556,6 +556,14 @@ def _check_status(status: str) -> str:
     return status
 
 
+# The hint of the StoreUnavailable a write raises when the disk holding the database is full
+# (SQLite: SQLITE_FULL; PostgreSQL: SQLSTATE 53100).
+FULL_DISK_HINT = (
+    "The disk holding the database is full (or the database reached its size limit): free "
+    "space. Nothing recorded is lost; a job whose run gave up meanwhile is taken up again by a "
+    "worker once its lease expires."
+)
+
 # newest first; the job id breaks ties so that paging is stable (each filter has an index in
 # this order: migration 8)
 JOBS_SORT = "ORDER BY j.created_at DESC, j.job_id DESC"

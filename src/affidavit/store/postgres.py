@@ -37,6 +37,7 @@ from affidavit.core.events import utc_now
 from affidavit.store import migrations
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
+    FULL_DISK_HINT,
     HEAD_SELECT,
     LOCK_JOB,
     Cursor,
@@ -54,6 +55,7 @@ from affidavit.store.migrations import Migration
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _DIGITS = re.compile(r"[0-9]{1,6}")
 _MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
+_DISK_FULL = "53100"  # SQLSTATE disk_full: "could not extend file ... No space left on device"
 # How long the server lets a session sit idle inside a transaction before it ends the session
 # (rolling back, releasing its locks). A write transaction of the store holds no user code, so
 # a session idle that long belongs to a process that was frozen or cut off while it held a
@@ -299,6 +301,8 @@ def store_error(message: str, exc: psycopg.Error) -> StoreError:
     (psycopg's ``OperationalError`` and its subclasses) — but not this store being closed
     (``PoolClosed``), which no wait undoes."""
     transient = isinstance(exc, psycopg.OperationalError) and not isinstance(exc, PoolClosed)
+    if getattr(exc, "sqlstate", None) == _DISK_FULL:
+        return StoreUnavailable(f"{message}: {exc}", hint=FULL_DISK_HINT)
     return (StoreUnavailable if transient else StoreError)(f"{message}: {exc}")
 
 

@@ -42,6 +42,7 @@ from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
     BY_JOB_ID,
     EVENT_COLUMNS,
+    FULL_DISK_HINT,
     Cursor,
     Encoded,
     LogSql,
@@ -352,20 +353,13 @@ def _streamed(cursor: apsw.Cursor) -> Iterator[Any]:
         raise TextNotUtf8(str(exc)) from exc
 
 
-_FULL_HINT = (
-    "The disk holding the database is full (or the file reached its size limit): free space. "
-    "Nothing recorded is lost; a job whose run gave up meanwhile is taken up again by a worker "
-    "once its lease expires."
-)
-
-
 def store_error(message: str, exc: BaseException) -> StoreError:
     """``exc`` as a :class:`StoreError`; a :class:`StoreUnavailable` when it may pass."""
     code = getattr(exc, "extendedresult", None)
     primary = code & 0xFF if isinstance(code, int) else None
     text = f"{message}: {_describe(exc)}"
     if primary == apsw.SQLITE_FULL:
-        return StoreUnavailable(text, hint=_FULL_HINT)
+        return StoreUnavailable(text, hint=FULL_DISK_HINT)
     return (StoreUnavailable if primary in _TRANSIENT else StoreError)(text)
 
 
