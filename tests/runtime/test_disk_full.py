@@ -47,7 +47,7 @@ def receipt() -> str:
 
 
 def _mount_small(where: Path) -> None:
-    where.mkdir()
+    where.mkdir(exist_ok=True)
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
         capture_output=True,
@@ -55,6 +55,7 @@ def _mount_small(where: Path) -> None:
         check=False,
     )
     if done.returncode != 0:
+        where.rmdir()
         pytest.skip(f"a small filesystem cannot be mounted here (root needed): {done.stderr}")
 
 
@@ -73,7 +74,6 @@ def small_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
     # the server must reach the directory: one of its own in the system's temporary directory
     # (the test's is private to this user)
     mount = Path(tempfile.mkdtemp(prefix="affidavit-small-disk-"))
-    mount.rmdir()
     _mount_small(mount)
     space = f"small_{uuid.uuid4().hex[:12]}"
     try:
