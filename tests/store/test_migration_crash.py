@@ -2,7 +2,7 @@
 PostgreSQL: every pending migration is applied in one transaction, so the database is left
 exactly as it was — the older schema, every event in place — and the next open migrates it.
 
-The database is made a version-5 one (tests/store/legacy.py) holding 40 logs of 1,000 events;
+The database is made a version-5 one (tests/store/legacy.py) holding 100 logs of 1,000 events;
 migration 6 copies every event into a rebuilt table, and the process is killed as soon as it
 says it is applying that migration.
 """
@@ -18,7 +18,7 @@ from affidavit.store import NewEvent, open_store
 from tests.cli.test_cli import cli_env
 from tests.store.legacy import undo_migration_6
 
-JOBS, EVENTS = 40, 1000
+JOBS, EVENTS = 100, 1000  # migration 6 then takes ~0.6 s here: time for the kill to land in it
 
 
 def test_a_migration_killed_midway_changes_nothing(store_url: str) -> None:
