@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from affidavit.examples import refund
@@ -462,14 +463,15 @@ def test_a_second_signal_stops_the_worker_at_once(store_url: str, tmp_path: Path
 
 
 # A tool that takes its own database away while it runs, as a restart or failover would: the
-# database refuses connections and its sessions are terminated, for 1.5 s.
+# database refuses connections and its sessions are terminated, for 1.5 s (``back_after``;
+# ``None``: until the test brings it back).
 OUTAGE_TOOLS = """
 import threading
 import psycopg
 from affidavit import tool
 
 @tool("note")
-def note(ctx, side, label, admin_url=None, database=None):
+def note(ctx, side, label, admin_url=None, database=None, back_after=1.5):
     with open(side, "a") as f:
         f.write(label + "\\n")
     if admin_url:
@@ -484,7 +486,8 @@ def note(ctx, side, label, admin_url=None, database=None):
             admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
             admin.close()
 
-        threading.Timer(1.5, back).start()
+        if back_after is not None:
+            threading.Timer(back_after, back).start()
     return {"label": label}
 """
 
@@ -516,6 +519,62 @@ def test_worker_rides_out_a_postgresql_outage(pg_database: str, tmp_path: Path) 
     assert side.read_text().splitlines() == ["a", "b"]
     done = cli("verify", job_id, "--db", url, "--json")
     assert done.returncode == 0 and json_of(done)["ok"] is True
+
+
+def test_worker_gives_up_on_an_outage_that_does_not_end(pg_database: str, tmp_path: Path) -> None:
+    """``--max-outage-seconds``: the database goes away for good while a tool runs; the run
+    gives up after ``--store-retry-seconds``, the claims that follow fail, and the worker exits
+    3 with the store's error instead of waiting without end. Once the database is back, the job
+    is recovered as after a crash: the step that acted is in flight (no reconcile: parked),
+    never run again. (``pool_timeout=1``: while the server refuses connections, each try waits
+    that long for one — 10 s by default.)"""
+    url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}?pool_timeout=1"
+    tools, side = tmp_path / "outage_tools.py", tmp_path / "calls.txt"
+    tools.write_text(OUTAGE_TOOLS)
+    plan = tmp_path / "plan.json"
+    outage = {"admin_url": PG_URL, "database": pg_database, "back_after": None}
+    plan.write_text(json.dumps({"name": "outage", "nodes": [
+        {"id": "a", "type": "tool", "tool": "note",
+         "args": {"side": str(side), "label": "a", **outage}},
+        {"id": "b", "type": "tool", "tool": "note", "depends_on": ["a"],
+         "args": {"side": str(side), "label": "b"}},
+    ]}))  # fmt: skip
+    job_id = json_of(cli("submit", str(plan), "--tools", str(tools), "--db", url, "--json"))[
+        "job_id"
+    ]
+    started = time.monotonic()
+    ran = cli("worker", "--tools", str(tools), "--until-idle", "--db", url, "--json",
+              "--max-outage-seconds", "2", "--store-retry-seconds", "1",
+              "--lease-seconds", "1")  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+    assert time.monotonic() - started < 30  # the run's 1 s, then 2 s of failed claims, and start-up
+    error = json_of(ran)["error"]
+    assert error["code"] == "store_unavailable"
+    assert "unavailable for 2 s or more; the worker gave up" in error["message"]
+    assert error["hint"]
+    assert "Traceback" not in ran.stderr
+    assert side.read_text().splitlines() == ["a"]
+
+    with psycopg.connect(PG_URL, autocommit=True) as admin:  # the database is back
+        admin.execute(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+    again = cli("worker", "--tools", str(tools), "--until-idle", "--db", url, "--json")
+    assert again.returncode == 0, again.stderr
+    shown = json_of(cli("jobs", "show", job_id, "--db", url, "--json"))
+    assert shown["status"] == "parked"  # a acted, its record did not land: in flight
+    assert side.read_text().splitlines() == ["a"]  # not run again
+    assert json_of(cli("verify", job_id, "--db", url, "--json"))["ok"] is True
+
+
+def test_max_outage_seconds_from_the_environment_is_checked(store_url: str) -> None:
+    bad = cli("worker", "--until-idle", "--db", store_url, "--json",
+              env={"AFFIDAVIT_MAX_OUTAGE_SECONDS": "-1"})  # fmt: skip
+    assert bad.returncode == 3
+    assert json_of(bad)["error"]["message"] == "AFFIDAVIT_MAX_OUTAGE_SECONDS must be ≥ 0"
+    ok = cli("worker", "--until-idle", "--db", store_url, "--json",
+             env={"AFFIDAVIT_MAX_OUTAGE_SECONDS": "30"})  # fmt: skip
+    assert ok.returncode == 0 and json_of(ok) == {"jobs_run": 0}
+    refused = cli("worker", "--until-idle", "--max-outage-seconds", "-1", "--db", store_url)
+    assert refused.returncode != 0 and "-1" in refused.stderr
 
 
 def test_store_retry_seconds_from_the_environment_is_checked(store_url: str) -> None:

@@ -147,12 +147,14 @@ def test_a_full_disk_loses_nothing_and_the_job_recovers(
     side.touch()
     name = f"fill_charge_{uuid.uuid4().hex[:8]}"  # (a tool name is registered once a process)
     tools = payment_tools(side, name)
-    with Runtime(url, tools=tools, lease_seconds=1, store_retry_seconds=1) as rt:
+    options = {"lease_seconds": 1, "store_retry_seconds": 1, "max_outage_seconds": 3}
+    with Runtime(url, tools=tools, **options) as rt:
         job_id = rt.submit(chain_plan(name), {}).job_id
-        # (one run: a worker loop would keep claiming the job again while the disk is full,
-        # as it rides out any outage)
+        # the worker's loop: its run gives up, it claims the job again once the lease expired
+        # (when a claim still fits), and gives up for good after max_outage_seconds
         with pytest.raises(StoreUnavailable, match=r"disk is full|No space left") as raised:
-            rt.run_job(job_id)
+            rt.run_until_idle()
+        assert "gave up" in raised.value.message
         assert "disk holding the database is full" in raised.value.hint  # says what to do
         job = rt.get_job(job_id)
         assert job.status == "running"  # given up, not finished: its lease runs out

@@ -410,6 +410,104 @@ def test_a_worker_waits_out_an_outage_without_a_traceback(
     assert not any(r.exc_info for r in caplog.records)
 
 
+def test_a_worker_gives_up_after_max_outage_seconds(real_store: Store, calls: Calls) -> None:
+    """With ``max_outage_seconds``, a database that stays away ends the run instead of being
+    waited for without end: every claim fails, and after that long the worker raises, with the
+    store's hint; nothing was written. The same outage, shorter than the limit, is ridden out
+    (the next test), and without the limit the worker waits (the test before)."""
+    flaky = FlakyStore(real_store)
+    rt = runtime_on(flaky, charge_tool(calls), email_tool(calls), max_outage_seconds=1.0)
+    job_id = rt.submit(FLOW, {}).job_id
+    flaky.down.set()
+    guard = threading.Timer(30, flaky.down.clear)  # a worker that never gives up: fails, not hangs
+    guard.start()
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"unavailable for 1 s or more") as raised:
+        rt.run_until_idle(concurrency=3)  # every loop stops, not only the one that gave up
+    waited = time.monotonic() - started
+    guard.cancel()
+    assert 1.0 <= waited < 8, waited  # (the other loops may sleep out a wait of up to 5 s)
+    assert "test: the database is down" in raised.value.message
+    assert raised.value.hint == StoreUnavailable.default_hint
+    assert isinstance(raised.value.__cause__, StoreUnavailable)
+    assert calls.count() == 0 and rt.get_job(job_id).status == "pending"
+
+    flaky.down.clear()  # back: the same runtime runs the job
+    assert rt.run_until_idle() == 1
+    assert_done_once(rt, job_id, calls)
+
+
+def test_an_outage_shorter_than_max_outage_seconds_is_ridden_out(
+    real_store: Store, calls: Calls
+) -> None:
+    flaky = FlakyStore(real_store)
+    rt = runtime_on(flaky, charge_tool(calls), email_tool(calls), max_outage_seconds=30.0)
+    job_id = rt.submit(FLOW, {}).job_id
+    flaky.down.set()
+    threading.Timer(1.2, flaky.down.clear).start()
+    assert rt.run_until_idle() == 1
+    assert_done_once(rt, job_id, calls)
+
+
+def test_runs_that_keep_giving_up_count_as_one_outage(real_store: Store, calls: Calls) -> None:
+    """The claim works but every run gives up (its writes fail past ``store_retry_seconds``, as
+    on a full disk whose claims still fit): that too is an outage that does not end, and the
+    worker gives up on it instead of claiming the job again every lease period."""
+    flaky = FlakyStore(real_store, when=t1, times=1_000_000)  # every T1 fails at its commit
+    rt = Runtime(
+        store=flaky,
+        tools=ToolRegistry((charge_tool(calls), email_tool(calls))),
+        lease_seconds=0.3,
+        store_retry_seconds=0.2,
+        max_outage_seconds=1.5,
+    )
+    job_id = rt.submit(FLOW, {}).job_id
+
+    def end_outage() -> None:  # a worker that never gives up: fails, not hangs
+        flaky.remaining = 0
+
+    guard = threading.Timer(30, end_outage)
+    guard.start()
+    with pytest.raises(StoreUnavailable, match=r"gave up"):
+        rt.run_until_idle()
+    guard.cancel()
+    assert len(flaky.fired) >= 4  # claimed again after each lease ran out, T1 failing each time
+    assert calls.count() == 0  # no tool acted: T1 never landed
+    assert rt.get_job(job_id).status == "running"  # given up, its lease runs out
+
+
+def test_a_run_that_gave_up_is_not_waited_for_past_max_outage_seconds(
+    real_store: Store, calls: Calls
+) -> None:
+    """The run gave up and its job keeps the lease (5 s) it had: nothing else is runnable, but
+    the worker neither calls that idle (the job is stuck, the database unwritable) nor waits
+    out the lease past its limit."""
+    flaky = FlakyStore(real_store, when=t1, times=1_000_000)
+    rt = Runtime(
+        store=flaky,
+        tools=ToolRegistry((charge_tool(calls), email_tool(calls))),
+        lease_seconds=5,
+        store_retry_seconds=0.2,
+        max_outage_seconds=1,
+    )
+    job_id = rt.submit(FLOW, {}).job_id
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"gave up"):
+        rt.run_until_idle()
+    assert time.monotonic() - started < 4  # not the 5 s lease
+    assert flaky.fired  # (the run's tries of T1, each failing at its commit)
+    job = rt.get_job(job_id)
+    assert job.status == "running" and job.lease_expires_at is not None
+    assert job.lease_expires_at > time.time()  # still the given-up run's lease
+
+
+def test_max_outage_seconds_must_not_be_negative(real_store: Store) -> None:
+    with pytest.raises(ValueError, match="max_outage_seconds"):
+        Worker(real_store, ToolRegistry(()), max_outage_seconds=-1)
+    with pytest.raises(ValueError, match="max_outage_seconds"):
+        Worker(real_store, ToolRegistry(()), max_outage_seconds=float("nan"))
+
+
 # --- real outages ------------------------------------------------------------------------------
 
 

@@ -10,9 +10,15 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from affidavit.core.errors import ConfigError, StoreError
+from affidavit.core.errors import ConfigError, StoreError, StoreUnavailable
 from affidavit.store import NewEvent, open_store
-from affidavit.store.postgres import PostgresStore, pool_size_of, redact, split_url
+from affidavit.store.postgres import (
+    PostgresStore,
+    pool_size_of,
+    pool_timeout_of,
+    redact,
+    split_url,
+)
 from tests.conftest import PG_URL
 
 SPECIAL_PASSWORD = "p@ss:w/rd?#%&=+ ü'\"\\"
@@ -130,3 +136,50 @@ def test_a_bad_pool_size_is_refused_before_connecting(value: str) -> None:
     with pytest.raises(ConfigError, match="invalid pool_size") as info:
         open_store(url)
     assert "1 to 1,000" in (info.value.hint or "")
+
+
+def test_pool_timeout_parameter_bounds_the_wait_for_a_connection(pg_schema: str) -> None:
+    """``pool_timeout`` is ours: it never reaches libpq, and an operation that finds no
+    connection for that long fails as unavailable (to be tried again) instead of waiting on."""
+    assert split_url("postgresql://u@h/db?pool_timeout=2.5&sslmode=disable") == (
+        "postgresql://u@h/db?sslmode=disable",
+        None,
+    )
+    assert pool_timeout_of("postgresql://u@h/db") == 10
+    assert pool_timeout_of("postgresql://u@h/db?pool_timeout=0.25") == 0.25
+    store = open_store(f"{PG_URL}?schema={pg_schema}&pool_size=1&pool_timeout=0.5")
+    try:
+        assert isinstance(store, PostgresStore) and store.pool_timeout == 0.5
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with store.transaction() as tx:
+                tx.query("SELECT 1")
+                holding.set()
+                release.wait(timeout=30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(timeout=10)
+        started = time.monotonic()
+        with (
+            pytest.raises(StoreUnavailable, match=r"get a connection after 0\.50 sec"),
+            store.transaction() as tx,  # the one connection is taken
+        ):
+            tx.query("SELECT 1")
+        waited = time.monotonic() - started
+        release.set()
+        holder.join()
+        assert 0.4 < waited < 5, waited
+        with store.transaction() as tx:  # given back: the next one gets it
+            assert tx.query("SELECT 1") == [(1,)]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "ten", "", "5&pool_timeout=6"])
+def test_a_bad_pool_timeout_is_refused_before_connecting(value: str) -> None:
+    url = f"postgresql://u@192.0.2.1:5432/db?connect_timeout=1&pool_timeout={value}"
+    with pytest.raises(ConfigError, match="invalid pool_timeout") as info:
+        open_store(url)
+    assert "positive number of seconds" in (info.value.hint or "")

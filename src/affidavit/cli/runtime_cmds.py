@@ -79,6 +79,18 @@ StoreRetryOption = Annotated[
     ),
 ]
 
+MaxOutageOption = Annotated[
+    float | None,
+    typer.Option(
+        "--max-outage-seconds",
+        min=0,
+        help="Give up (exit 3) once the database has been unavailable this long in a row: every "
+        "claim failing, or every run giving up (default $AFFIDAVIT_MAX_OUTAGE_SECONDS, else "
+        "wait until it is back).",
+        show_default=False,
+    ),
+]
+
 MaxRecoveriesOption = Annotated[
     int | None,
     typer.Option(
@@ -217,18 +229,21 @@ def open_runtime(
     step_concurrency: int = 1,
     store_retry: float | None = None,
     recoveries: int | None = None,
+    max_outage: float | None = None,
 ) -> Runtime:
     for spec in tools or []:
         load_tools(spec)
     retry = seconds_setting(
         store_retry, "AFFIDAVIT_STORE_RETRY_SECONDS", DEFAULT_STORE_RETRY_SECONDS, zero_ok=True
     )
+    outage = seconds_setting(max_outage, "AFFIDAVIT_MAX_OUTAGE_SECONDS", math.inf, zero_ok=True)
     return Runtime(
         database_url(db),
         lease_seconds=lease_seconds(lease),
         step_concurrency=step_concurrency,
         store_retry_seconds=retry,
         max_recoveries=max_recoveries(recoveries),
+        max_outage_seconds=outage if math.isfinite(outage) else None,
     )
 
 
@@ -412,6 +427,7 @@ def worker(
     lease: LeaseOption = None,
     store_retry: StoreRetryOption = None,
     recoveries: MaxRecoveriesOption = None,
+    max_outage: MaxOutageOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -422,11 +438,13 @@ def worker(
     (their leases expire at once, so another worker continues them); a second signal stops it
     at once. A job whose last runs each ended without handing it back or recording a step's
     outcome (a step that kills its worker) is parked as crash_loop after --max-recoveries of
-    them.
-    Exit codes: 0 done; 3 usage or store error.
+    them. While the database is unavailable it waits and tries again, until it is back or, with
+    --max-outage-seconds, until it has been unavailable that long.
+    Exit codes: 0 done; 3 usage or store error (a database unavailable past
+    --max-outage-seconds included).
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease, step_concurrency, store_retry, recoveries)
+        rt = open_runtime(db, tools, lease, step_concurrency, store_retry, recoveries, max_outage)
         try:
             if metrics_port is not None:
                 try:

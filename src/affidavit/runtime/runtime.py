@@ -46,6 +46,9 @@ class Runtime:
     ``max_recoveries``: how many times in a row a job is recovered after a run that ended
     without handing it back or recording a step's outcome (a step that kills its worker)
     before it is parked (reason ``crash_loop``) instead of run again.
+    ``max_outage_seconds``: how long :meth:`run_until_idle` (and the worker's loops) keep
+    waiting for a database that stays unavailable before raising ``StoreUnavailable``
+    (default ``None``: until it is back).
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class Runtime:
         signing_key: SigningKey | Path | str | None = None,
         store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+        max_outage_seconds: float | None = None,
     ) -> None:
         if tools is None:
             self.tools = registry
@@ -90,6 +94,7 @@ class Runtime:
             sealer=self.sealer,
             store_retry_seconds=store_retry_seconds,
             max_recoveries=max_recoveries,
+            max_outage_seconds=max_outage_seconds,
         )
 
     def close(self) -> None:
@@ -151,7 +156,12 @@ class Runtime:
     # --- run ----------------------------------------------------------------------------------
 
     def run_until_idle(self, *, concurrency: int = 1) -> int:
-        """Run runnable jobs until none is left; return how many runs were made."""
+        """Run runnable jobs until none is left; return how many runs were made.
+
+        Raises:
+            StoreUnavailable: the database stayed unavailable for ``max_outage_seconds``
+                (only when that is set; see :meth:`Worker.run`).
+        """
         self._check_open()
         before = self.worker.jobs_run
         self.worker.run(until_idle=True, concurrency=concurrency)

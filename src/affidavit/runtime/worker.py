@@ -62,6 +62,7 @@ class Worker:
         on_job: Callable[[str, str, float], None] | None = None,
         store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+        max_outage_seconds: float | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -73,6 +74,11 @@ class Worker:
             raise ValueError("step_concurrency must be ≥ 1")
         if store_retry_seconds < 0:
             raise ValueError("store_retry_seconds must not be negative")
+        if max_outage_seconds is not None and not max_outage_seconds >= 0:
+            raise ValueError("max_outage_seconds must not be negative")
+        # how long run() keeps waiting for an unavailable database before it gives up (None:
+        # until the database is back)
+        self.max_outage_seconds = max_outage_seconds
         self.step_concurrency = step_concurrency
         # how long a run keeps trying a write while the database is unavailable, so that a
         # restart or failover does not leave a step between its tool call and its record
@@ -222,6 +228,18 @@ class Worker:
         claim = self.claim(job_id)
         return self.run_claim(claim) if claim else None
 
+    def _still_leased(self, job_id: str, attempt_id: str) -> bool:
+        """Whether the job a run of ours gave up on still waits for that run's lease to
+        expire (no other worker took it, it did not end, the lease has not run out)."""
+        job = self.store.get_job(job_id)
+        expires_at = job.lease_expires_at
+        return (
+            job.status == "running"
+            and job.attempt_id == attempt_id
+            and expires_at is not None
+            and expires_at > time.time()
+        )
+
     def run(
         self,
         *,
@@ -230,23 +248,66 @@ class Worker:
         stop: threading.Event | None = None,
     ) -> int:
         """Run claim loops until ``stop`` is set (or, with ``until_idle``, until no job is
-        runnable); return how many jobs were run."""
+        runnable); return how many jobs were run.
+
+        While the database is unavailable the loops wait and try again (0.5 s, doubling, up to
+        5 s between tries), by default until it is back.
+
+        Raises:
+            StoreUnavailable: ``max_outage_seconds`` is set and a loop found the database
+                unavailable for that long in a row (every claim failing, or every run it
+                claimed giving up, since it first found it so). The other loops stop claiming and
+                finish what they run first; the jobs of runs that gave up keep their leases
+                until those expire, as after a crash.
+        """
         if concurrency < 1:
             raise ValueError("concurrency must be ≥ 1")
         # An unusable signing key stops the worker here: the loops below survive job errors.
         self.sealer.key()
         stop = stop or threading.Event()
 
+        gave_up: list[StoreUnavailable] = []  # the failure a loop gave up on, if one did
+
         def loop() -> None:
             outage_wait = 0.0  # while the database is unavailable: the wait before trying again
-            while not stop.is_set() and not self._stopping.is_set():
+            outage_since: float | None = None  # since when this loop finds it unavailable
+            last_error: StoreUnavailable | None = None  # what made it unavailable last
+            # With a limit: (job id, attempt id) of a run of this loop that gave up. While that
+            # job waits for the run's lease to expire, no job being runnable does not end the
+            # outage (nor, with until_idle, the loop): the job comes back when the lease expires.
+            left: tuple[str, str] | None = None
+            limit = self.max_outage_seconds
+            while not stop.is_set() and not self._stopping.is_set() and not gave_up:
+                claim: Claim | None = None
                 try:
-                    ran = self.run_once()
+                    if left is not None and self._still_leased(*left):
+                        assert limit is not None and outage_since is not None
+                        assert last_error is not None
+                        if time.monotonic() - outage_since >= limit:
+                            with self._count_lock:
+                                gave_up.append(last_error)
+                            return
+                        self._stopping.wait(self.poll_seconds)
+                        continue
+                    left = None
+                    claim = None if self._stopping.is_set() else self.claim()
+                    ran = self.run_claim(claim) if claim is not None else None
                 except StoreUnavailable as exc:
                     # A restart or failover of the database: no traceback, and no busy loop.
                     # A job whose run gave up keeps its lease until it expires and is then
                     # reclaimed, its open invocation resolved as after a crash.
+                    now = time.monotonic()
+                    outage_since = now if outage_since is None else outage_since
+                    last_error = exc
+                    if limit is not None and claim is not None:
+                        left = (claim.job_id, claim.attempt_id)
+                    if limit is not None and now - outage_since >= limit:
+                        with self._count_lock:
+                            gave_up.append(exc)
+                        return
                     outage_wait = min(max(2 * outage_wait, _OUTAGE_FIRST_WAIT), _OUTAGE_MAX_WAIT)
+                    if limit is not None:  # (not past the limit: give up on time)
+                        outage_wait = min(outage_wait, max(outage_since + limit - now, 0.0))
                     log.warning(
                         "worker %s: the database is unavailable (%s); trying again in %.1f s",
                         self.worker_id,
@@ -260,9 +321,9 @@ class Worker:
                     # is then retried elsewhere; this loop goes on with other jobs.
                     log.exception("worker %s: a job run failed unexpectedly", self.worker_id)
                     ran = "error"
-                if outage_wait:
+                if outage_since is not None:
                     log.warning("worker %s: the database is reachable again", self.worker_id)
-                    outage_wait = 0.0
+                outage_wait, outage_since, last_error = 0.0, None, None
                 if ran is None:
                     if until_idle or self._stopping.is_set():
                         return
@@ -277,4 +338,11 @@ class Worker:
         loop()
         for t in threads:
             t.join()
+        if gave_up:
+            first = gave_up[0]
+            raise StoreUnavailable(
+                f"the database was unavailable for {self.max_outage_seconds:g} s or more; "
+                f"the worker gave up ({first.message})",
+                hint=first.hint,
+            ) from first
         return self.jobs_run

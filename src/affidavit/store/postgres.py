@@ -16,6 +16,7 @@ import contextlib
 import functools
 import itertools
 import json
+import math
 import re
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
@@ -246,14 +247,18 @@ class PostgresSnapshot(SqlSnapshot):
 
 
 # The URL parameters that are ours, not libpq's: removed before the URL reaches libpq.
-OWN_PARAMETERS = ("schema", "pool_size")
+OWN_PARAMETERS = ("schema", "pool_size", "pool_timeout")
 DEFAULT_POOL_SIZE = 10
 MAX_POOL_SIZE = 1000
+# How long an operation waits for a connection of the pool, in seconds: while the server is
+# away no connection comes, and each try of a write or a claim waits this long before it fails
+# as unavailable (and is tried again); a connection is otherwise held for one transaction.
+DEFAULT_POOL_TIMEOUT = 10.0
 
 
 def split_url(url: str) -> tuple[str, str | None]:
     """Return (libpq conninfo URL, schema) after removing our parameters (``schema``,
-    ``pool_size``)."""
+    ``pool_size``, ``pool_timeout``)."""
     base, _, query = url.partition("?")
     params = parse_qsl(query, keep_blank_values=True)
     schema = None
@@ -293,6 +298,34 @@ def pool_size_of(url: str) -> int:
             f"(connections; the default is {DEFAULT_POOL_SIZE}).",
         )
     return int(text)
+
+
+def pool_timeout_of(url: str) -> float:
+    """How long an operation of a store opened on ``url`` waits for a pooled connection: the
+    URL's ``pool_timeout`` (seconds, a positive finite number), else 10.
+
+    Raises:
+        ConfigError: ``pool_timeout`` is given but is not such a number (or is given twice).
+    """
+    values = [
+        v
+        for k, v in parse_qsl(url.partition("?")[2], keep_blank_values=True)
+        if k == "pool_timeout"
+    ]
+    if not values:
+        return DEFAULT_POOL_TIMEOUT
+    try:
+        seconds = float(values[-1]) if len(values) == 1 else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        shown = ", ".join(repr(v) for v in values)
+        raise ConfigError(
+            f"invalid pool_timeout {shown} in the database URL",
+            hint="Give pool_timeout once, as a positive number of seconds (how long an "
+            f"operation waits for a connection; the default is {DEFAULT_POOL_TIMEOUT:g}).",
+        )
+    return seconds
 
 
 def store_error(message: str, exc: psycopg.Error) -> StoreError:
@@ -337,6 +370,7 @@ class PostgresStore(SqlStore):
         conninfo, self.schema = split_url(url)
         # (the URL's pool_size, else 10; checked before anything connects)
         self.pool_size = max_size if max_size is not None else pool_size_of(url)
+        self.pool_timeout = pool_timeout_of(url)
         # One direct connection first: it fails fast with libpq's own reason (refused, bad
         # password, no such database), where a pool would keep retrying until its timeout.
         try:
@@ -352,6 +386,7 @@ class PostgresStore(SqlStore):
             conninfo,
             min_size=min(min_size, self.pool_size),
             max_size=self.pool_size,
+            timeout=self.pool_timeout,
             kwargs={"autocommit": True},
             configure=self._configure,
             open=False,
