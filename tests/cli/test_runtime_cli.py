@@ -492,23 +492,30 @@ def note(ctx, side, label, admin_url=None, database=None, back_after=1.5):
 """
 
 
-def test_worker_rides_out_a_postgresql_outage(pg_database: str, tmp_path: Path) -> None:
-    """The database goes away while a tool runs: the worker keeps trying the step's record
-    (a one-line warning, no traceback) and the job completes instead of parking."""
-    url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}"
+def submit_outage_job(
+    url: str, pg_database: str, tmp_path: Path, back_after: float | None
+) -> tuple[str, Path, Path]:
+    """Submit a job of two ``note`` steps whose first takes ``pg_database`` away (see
+    OUTAGE_TOOLS); return (job id, the tools file, the side file the steps write)."""
     tools, side = tmp_path / "outage_tools.py", tmp_path / "calls.txt"
     tools.write_text(OUTAGE_TOOLS)
     plan = tmp_path / "plan.json"
-    outage = {"admin_url": PG_URL, "database": pg_database}
+    outage = {"admin_url": PG_URL, "database": pg_database, "back_after": back_after}
     plan.write_text(json.dumps({"name": "outage", "nodes": [
         {"id": "a", "type": "tool", "tool": "note",
          "args": {"side": str(side), "label": "a", **outage}},
         {"id": "b", "type": "tool", "tool": "note", "depends_on": ["a"],
          "args": {"side": str(side), "label": "b"}},
     ]}))  # fmt: skip
-    job_id = json_of(cli("submit", str(plan), "--tools", str(tools), "--db", url, "--json"))[
-        "job_id"
-    ]
+    submitted = cli("submit", str(plan), "--tools", str(tools), "--db", url, "--json")
+    return json_of(submitted)["job_id"], tools, side
+
+
+def test_worker_rides_out_a_postgresql_outage(pg_database: str, tmp_path: Path) -> None:
+    """The database goes away while a tool runs: the worker keeps trying the step's record
+    (a one-line warning, no traceback) and the job completes instead of parking."""
+    url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}"
+    job_id, tools, side = submit_outage_job(url, pg_database, tmp_path, back_after=1.5)
 
     ran = cli("worker", "--tools", str(tools), "--until-idle", "--db", url)
     assert ran.returncode == 0, ran.stderr
@@ -529,19 +536,7 @@ def test_worker_gives_up_on_an_outage_that_does_not_end(pg_database: str, tmp_pa
     never run again. (``pool_timeout=1``: while the server refuses connections, each try waits
     that long for one — 10 s by default.)"""
     url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}?pool_timeout=1"
-    tools, side = tmp_path / "outage_tools.py", tmp_path / "calls.txt"
-    tools.write_text(OUTAGE_TOOLS)
-    plan = tmp_path / "plan.json"
-    outage = {"admin_url": PG_URL, "database": pg_database, "back_after": None}
-    plan.write_text(json.dumps({"name": "outage", "nodes": [
-        {"id": "a", "type": "tool", "tool": "note",
-         "args": {"side": str(side), "label": "a", **outage}},
-        {"id": "b", "type": "tool", "tool": "note", "depends_on": ["a"],
-         "args": {"side": str(side), "label": "b"}},
-    ]}))  # fmt: skip
-    job_id = json_of(cli("submit", str(plan), "--tools", str(tools), "--db", url, "--json"))[
-        "job_id"
-    ]
+    job_id, tools, side = submit_outage_job(url, pg_database, tmp_path, back_after=None)
     started = time.monotonic()
     ran = cli("worker", "--tools", str(tools), "--until-idle", "--db", url, "--json",
               "--max-outage-seconds", "2", "--store-retry-seconds", "1",
