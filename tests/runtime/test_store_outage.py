@@ -501,6 +501,27 @@ def test_a_run_that_gave_up_is_not_waited_for_past_max_outage_seconds(
     assert job.lease_expires_at > time.time()  # still the given-up run's lease
 
 
+def test_until_idle_does_not_leave_behind_a_job_whose_run_gave_up(
+    real_store: Store, calls: Calls
+) -> None:
+    """A run gives up (its T1 fails past ``store_retry_seconds``) and nothing else is runnable
+    while its lease runs: that is not idle. ``run_until_idle`` waits, takes the job up again
+    once the lease expired, and returns with it completed (no limit set) — it returned at once
+    before, leaving the job running for a worker that might never come."""
+    flaky = FlakyStore(real_store, when=t1, times=6)  # the first run's tries, and one more
+    rt = Runtime(
+        store=flaky,
+        tools=ToolRegistry((charge_tool(calls), email_tool(calls))),
+        lease_seconds=1,
+        store_retry_seconds=0.2,
+    )
+    job_id = rt.submit(FLOW, {}).job_id
+    assert rt.run_until_idle() >= 2  # the run that gave up, then the one that completed
+    assert rt.metrics.value("affidavit_store_retries_total", outcome="gave_up") >= 1
+    assert flaky.remaining == 0 and len(flaky.fired) == 6
+    assert_done_once(rt, job_id, calls)
+
+
 def test_max_outage_seconds_must_not_be_negative(real_store: Store) -> None:
     with pytest.raises(ValueError, match="max_outage_seconds"):
         Worker(real_store, ToolRegistry(()), max_outage_seconds=-1)

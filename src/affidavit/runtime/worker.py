@@ -272,25 +272,29 @@ class Worker:
             outage_wait = 0.0  # while the database is unavailable: the wait before trying again
             outage_since: float | None = None  # since when this loop finds it unavailable
             last_error: StoreUnavailable | None = None  # what made it unavailable last
-            # With a limit: (job id, attempt id) of a run of this loop that gave up. While that
-            # job waits for the run's lease to expire, no job being runnable does not end the
-            # outage (nor, with until_idle, the loop): the job comes back when the lease expires.
+            # (job id, attempt id) of a run of this loop that gave up. While that job waits for
+            # the run's lease to expire, no job being runnable does not end the outage (nor,
+            # with until_idle, the loop): the job comes back to be run when the lease expires.
             left: tuple[str, str] | None = None
             limit = self.max_outage_seconds
             while not stop.is_set() and not self._stopping.is_set() and not gave_up:
                 claim: Claim | None = None
                 try:
-                    if left is not None and self._still_leased(*left):
-                        assert limit is not None and outage_since is not None
-                        assert last_error is not None
-                        if time.monotonic() - outage_since >= limit:
-                            with self._count_lock:
-                                gave_up.append(last_error)
-                            return
-                        self._stopping.wait(self.poll_seconds)
-                        continue
-                    left = None
                     claim = None if self._stopping.is_set() else self.claim()
+                    if claim is None and left is not None:
+                        if self._still_leased(*left):  # not idle: wait for it
+                            if (
+                                limit is not None
+                                and outage_since is not None
+                                and last_error is not None
+                                and time.monotonic() - outage_since >= limit
+                            ):
+                                with self._count_lock:
+                                    gave_up.append(last_error)
+                                return
+                            self._stopping.wait(self.poll_seconds)
+                            continue
+                        left = None  # taken up again (by anyone), or ended
                     ran = self.run_claim(claim) if claim is not None else None
                 except StoreUnavailable as exc:
                     # A restart or failover of the database: no traceback, and no busy loop.
@@ -299,7 +303,7 @@ class Worker:
                     now = time.monotonic()
                     outage_since = now if outage_since is None else outage_since
                     last_error = exc
-                    if limit is not None and claim is not None:
+                    if claim is not None:  # its run gave up
                         left = (claim.job_id, claim.attempt_id)
                     if limit is not None and now - outage_since >= limit:
                         with self._count_lock:
