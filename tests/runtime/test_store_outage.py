@@ -77,6 +77,11 @@ class _FlakyTransaction:
         flaky = self._flaky
         if exc is None and flaky.remaining > 0 and flaky.when(self._recorded):
             flaky.remaining -= 1
+            if flaky.mode == "refused":  # an error that will not pass: the run raises it
+                refused = StoreError("test: the database refused the commit")
+                self._inner.__exit__(StoreError, refused, None)  # rolled back
+                flaky.fired.append("refused")
+                raise refused
             if flaky.mode == "after":
                 self._inner.__exit__(None, None, None)  # the server commits
                 flaky.fired.append("after")
@@ -94,7 +99,8 @@ class _FlakyTransaction:
 class FlakyStore:
     """The real ``store``; the first ``times`` write transactions for which ``when`` holds
     (given the calls made on them) fail at their commit, rolled back (``mode="before"``) or
-    committed (``"after"``). While ``down`` is set, every write transaction fails at once."""
+    committed (``"after"``), or rolled back with an error that will not pass (``"refused"``: a
+    plain ``StoreError``). While ``down`` is set, every write transaction fails at once."""
 
     def __init__(
         self,
@@ -520,6 +526,38 @@ def test_until_idle_does_not_leave_behind_a_job_whose_run_gave_up(
     assert rt.metrics.value("affidavit_store_retries_total", outcome="gave_up") >= 1
     assert flaky.remaining == 0 and len(flaky.fired) == 6
     assert_done_once(rt, job_id, calls)
+
+
+@pytest.mark.parametrize("times", [1, 1_000_000], ids=["once", "always"])
+def test_until_idle_takes_up_again_a_job_whose_run_raised(
+    real_store: Store, calls: Calls, caplog: pytest.LogCaptureFixture, times: int
+) -> None:
+    """A run raises an error that is not an outage (here the database refuses T1): the worker
+    logs it with its traceback and goes on, and the job — which keeps its lease — is not idle
+    for ``run_until_idle``: it is taken up again when the lease expired. Once, the job then
+    completes; always, it is parked as ``crash_loop`` after ``max_recoveries`` — either way
+    ``run_until_idle`` does not return with the job left running."""
+    flaky = FlakyStore(real_store, when=t1, mode="refused", times=times)
+    rt = Runtime(
+        store=flaky,
+        tools=ToolRegistry((charge_tool(calls), email_tool(calls))),
+        lease_seconds=0.3,
+        max_recoveries=2,
+    )
+    job_id = rt.submit(FLOW, {}).job_id
+    with caplog.at_level(logging.ERROR, logger="affidavit"):
+        rt.run_until_idle()
+    failed = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert failed and all(r.exc_info for r in failed)
+    if times == 1:
+        assert_done_once(rt, job_id, calls)
+    else:
+        job = rt.get_job(job_id)
+        assert job.status == "parked", job
+        parked = of_type(rt.store.list_events(job_id), "job_parked")
+        assert [p["reason"] for p in parked] == ["crash_loop"]
+        assert calls.count() == 0  # T1 never landed: no tool acted
+        assert len(flaky.fired) == 3  # the first run and two recoveries, then the park
 
 
 def test_max_outage_seconds_must_not_be_negative(real_store: Store) -> None:

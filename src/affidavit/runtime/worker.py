@@ -272,9 +272,9 @@ class Worker:
             outage_wait = 0.0  # while the database is unavailable: the wait before trying again
             outage_since: float | None = None  # since when this loop finds it unavailable
             last_error: StoreUnavailable | None = None  # what made it unavailable last
-            # (job id, attempt id) of a run of this loop that gave up. While that job waits for
-            # the run's lease to expire, no job being runnable does not end the outage (nor,
-            # with until_idle, the loop): the job comes back to be run when the lease expires.
+            # (job id, attempt id) of a run of this loop that gave up or raised. While that job
+            # waits for the run's lease to expire, no job being runnable does not end the outage
+            # (nor, with until_idle, the loop): the job comes back to be run when it expires.
             left: tuple[str, str] | None = None
             limit = self.max_outage_seconds
             while not stop.is_set() and not self._stopping.is_set() and not gave_up:
@@ -322,8 +322,12 @@ class Worker:
                     continue
                 except Exception:
                     # A job whose run raised unexpectedly keeps its lease until it expires and
-                    # is then retried elsewhere; this loop goes on with other jobs.
+                    # is then run again (by this loop too, as one whose run gave up: not idle
+                    # meanwhile; parked as crash_loop if it keeps happening); this loop goes on
+                    # with other jobs.
                     log.exception("worker %s: a job run failed unexpectedly", self.worker_id)
+                    if claim is not None:
+                        left = (claim.job_id, claim.attempt_id)
                     ran = "error"
                 if outage_since is not None:
                     log.warning("worker %s: the database is reachable again", self.worker_id)
