@@ -277,20 +277,23 @@ class Worker:
             # (nor, with until_idle, the loop): the job comes back to be run when it expires.
             left: tuple[str, str] | None = None
             limit = self.max_outage_seconds
+
+            def past_limit() -> bool:
+                """Whether this loop has found the database unavailable for the limit."""
+                return (
+                    limit is not None
+                    and outage_since is not None
+                    and time.monotonic() - outage_since >= limit
+                )
+
             while not stop.is_set() and not self._stopping.is_set() and not gave_up:
                 claim: Claim | None = None
                 try:
                     claim = None if self._stopping.is_set() else self.claim()
                     if claim is None and left is not None:
                         if self._still_leased(*left):  # not idle: wait for it
-                            if (
-                                limit is not None
-                                and outage_since is not None
-                                and last_error is not None
-                                and time.monotonic() - outage_since >= limit
-                            ):
-                                with self._count_lock:
-                                    gave_up.append(last_error)
+                            if last_error is not None and past_limit():
+                                gave_up.append(last_error)
                                 return
                             self._stopping.wait(self.poll_seconds)
                             continue
@@ -305,9 +308,8 @@ class Worker:
                     last_error = exc
                     if claim is not None:  # its run gave up
                         left = (claim.job_id, claim.attempt_id)
-                    if limit is not None and now - outage_since >= limit:
-                        with self._count_lock:
-                            gave_up.append(exc)
+                    if past_limit():
+                        gave_up.append(exc)
                         return
                     outage_wait = min(max(2 * outage_wait, _OUTAGE_FIRST_WAIT), _OUTAGE_MAX_WAIT)
                     if limit is not None:  # (not past the limit: give up on time)

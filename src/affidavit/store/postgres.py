@@ -277,6 +277,11 @@ def split_url(url: str) -> tuple[str, str | None]:
     return (base + ("?" + urlencode(rest, quote_via=quote) if rest else "")), schema
 
 
+def _url_values(url: str, name: str) -> list[str]:
+    """Every value the URL's query gives parameter ``name``, in order."""
+    return [v for k, v in parse_qsl(url.partition("?")[2], keep_blank_values=True) if k == name]
+
+
 def pool_size_of(url: str) -> int:
     """The most connections a store opened on ``url`` holds: the URL's ``pool_size``
     (1 to 1,000), else 10.
@@ -284,9 +289,7 @@ def pool_size_of(url: str) -> int:
     Raises:
         ConfigError: ``pool_size`` is given but is not such a number (or is given twice).
     """
-    values = [
-        v for k, v in parse_qsl(url.partition("?")[2], keep_blank_values=True) if k == "pool_size"
-    ]
+    values = _url_values(url, "pool_size")
     if not values:
         return DEFAULT_POOL_SIZE
     text = values[-1]
@@ -307,11 +310,7 @@ def pool_timeout_of(url: str) -> float:
     Raises:
         ConfigError: ``pool_timeout`` is given but is not such a number (or is given twice).
     """
-    values = [
-        v
-        for k, v in parse_qsl(url.partition("?")[2], keep_blank_values=True)
-        if k == "pool_timeout"
-    ]
+    values = _url_values(url, "pool_timeout")
     if not values:
         return DEFAULT_POOL_TIMEOUT
     try:
