@@ -898,6 +898,115 @@ def test_non_json_result_is_not_retried_even_when_retry_on_catches_all(
     assert verify_job(rt.store, job_id).ok
 
 
+@pytest.mark.parametrize("timed", [False, True], ids=["untimed", "timed"])
+@pytest.mark.parametrize("kind", ["tool", "pure"])
+def test_a_function_written_without_ctx_fails_saying_so_and_is_not_retried(
+    make_runtime: Any, kind: str, timed: bool
+) -> None:
+    """It failed with Python's "compose() got multiple values for argument 'name'". (A node
+    with a timeout calls the function on a thread of its own.)"""
+    entered: list[str] = []
+
+    def compose(name: str) -> str:  # the step's context is missing
+        entered.append(name)
+        return name
+
+    rt = make_runtime(Tool("compose", compose, kind, retry_on=(Exception,)))
+    greet = node("greet", "compose", kind, args={"name": "Ann"})
+    if timed:
+        greet["timeout_seconds"] = 5
+    job_id = rt.submit(plan(greet), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error["type"] == "ToolCallError"
+    message = job.error["message"]
+    assert message.startswith(
+        "step 'greet': compose(name) cannot be called as compose(ctx, **args)"
+    )
+    assert "with args (name): multiple values for argument 'name'" in message
+    assert message.endswith(
+        "the first parameter takes the step's context: def compose(ctx, name, ...)"
+    )
+    assert entered == []
+    events = assert_log_sound(rt.store, job_id)
+    assert finished_nodes(events, "greet") == [("permanent_failure", 1)]  # not retried
+    if kind == "tool":  # the tool did not run: its invocation failed, nothing committed
+        [row] = ledger_rows(rt.store, job_id)
+        assert row.status == "failed"
+    assert verify_job(rt.store, job_id).ok
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        ({"amount": 1, "currency": "EUR"}, "got an unexpected keyword argument 'currency'"),
+        ({}, "missing a required argument: 'amount'"),
+    ],
+    ids=["one-too-many", "one-missing"],
+)
+def test_args_that_do_not_fit_the_function_name_its_parameters(
+    make_runtime: Any, calls: Calls, args: dict[str, Any], reason: str
+) -> None:
+    def pay(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        calls.add(ctx, "pay")
+        return {"paid": amount}
+
+    rt = make_runtime(Tool("pay", pay, "tool"))
+    job_id = rt.submit(plan(node("p", "pay", args=args)), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed" and job.error["type"] == "ToolCallError"
+    given = ", ".join(args) or "none"
+    assert job.error["message"] == (
+        f"step 'p': pay(ctx, amount) cannot be called as pay(ctx, **args) with args ({given}): "
+        f"{reason}"
+    )
+    assert calls.count("p") == 0
+
+
+def test_a_type_error_raised_inside_a_function_is_recorded_as_it_is(
+    make_runtime: Any, calls: Calls
+) -> None:
+    """Only a call that does not fit is a ToolCallError: a TypeError from the function's own
+    code keeps its type and message, and retry_on retries it."""
+
+    def adds(ctx: ToolContext, amount: int) -> int:
+        calls.add(ctx, "adds")
+        return amount + "1"  # type: ignore[operator]
+
+    rt = make_runtime(Tool("adds", adds, "tool", retry_on=(TypeError,)))
+    job_id = rt.submit(plan(node("a", "adds", args={"amount": 1})), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error == {
+        "type": "TypeError",
+        "message": "unsupported operand type(s) for +: 'int' and 'str'",
+    }
+    assert calls.count("a") == 3  # the plan's max_attempts
+
+
+def test_a_compensation_written_without_the_args_fails_saying_so(
+    make_runtime: Any, calls: Calls
+) -> None:
+    def compensate(ctx: ToolContext) -> Any:  # the node's args (seats) are missing
+        return {"undone": True}
+
+    rt = make_runtime(make_compensatable(calls, compensate))
+    job_id = rt.submit(plan(node("b", "book", args={"seats": 2})), {}).job_id
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert job.status == "failed"
+    assert job.error == {
+        "type": "compensation_failed",
+        "message": "compensation of 'b' failed: step 'b': compensate(ctx) cannot be called as "
+        "compensate(ctx, **args) with args (seats): got an unexpected keyword argument 'seats'",
+    }
+    assert calls.count("b") == 1
+    assert verify_job(rt.store, job_id).ok
+
+
 class _Unprintable(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no message")

@@ -10,6 +10,7 @@ between. Version and head advance only when a transaction commits.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import threading
 import time
@@ -31,7 +32,7 @@ from affidavit.core.plan import Node, Plan
 from affidavit.runtime.args import resolve
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.replay import ReplayContext
-from affidavit.runtime.sdk import Tool, ToolContext, ToolRegistry
+from affidavit.runtime.sdk import Tool, ToolCallError, ToolContext, ToolRegistry
 from affidavit.runtime.sealing import Sealer
 from affidavit.store import Store
 
@@ -176,6 +177,41 @@ def error_dict(exc: BaseException) -> dict[str, Any]:
 _STEP_PAYLOAD = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 
 Item = tuple[str, dict[str, Any]]
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def unfit_call(
+    node: Node, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
+) -> ToolCallError | None:
+    """Why ``fn(ctx, **args)`` raised a ``TypeError`` before ``fn`` ran — its parameters do not
+    take the step's context and these arguments — as a :class:`ToolCallError` naming the node,
+    the function's parameters and the arguments given; ``None`` when the call fits (the error
+    came from within the function) or the function's parameters cannot be read."""
+    try:
+        signature = inspect.signature(fn)
+        signature.bind(ctx, **args)
+    except TypeError as exc:
+        reason = str(exc)
+    except ValueError:  # no signature to read (some builtins)
+        return None
+    else:
+        return None
+    name = getattr(fn, "__name__", None) or repr(fn)
+    params = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+    shown = signature.replace(parameters=params, return_annotation=signature.empty)
+    message = (
+        f"step {node.id!r}: {name}{shown} cannot be called as {name}(ctx, **args) with "
+        f"args ({', '.join(args) or 'none'}): {reason}"
+    )
+    first = params[0] if params else None
+    if first is None or first.kind not in (*_POSITIONAL, inspect.Parameter.VAR_POSITIONAL):
+        message += "; its first parameter must take the step's context"
+    elif first.name in args and first.kind in _POSITIONAL:
+        message += (
+            f"; the first parameter takes the step's context: def {name}(ctx, {first.name}, ...)"
+        )
+    return ToolCallError(message)
 
 
 def step_payload(payload: dict[str, Any]) -> bytes:
@@ -581,6 +617,11 @@ class RunBase:
             if node.timeout_seconds is None:
                 return fn(ctx, **args)
             return self._call_timed(node, fn, ctx, args)
+        except TypeError as exc:
+            unfit = unfit_call(node, fn, ctx, args)
+            if unfit is None:  # the call fit: the error came from within the function
+                raise
+            raise unfit from exc
         finally:
             ctx.close(f"step {node.id!r} (attempt {ctx.attempt}) is over")
 

@@ -54,6 +54,7 @@ from affidavit.runtime.sdk import (
     CompensatableError,
     RetryableError,
     Tool,
+    ToolCallError,
     ToolContext,
     ToolRegistry,
 )
@@ -380,6 +381,8 @@ class _Run(RecoveryMixin):
 
     @staticmethod
     def _retryable(t: Tool, exc: BaseException) -> bool:
+        if isinstance(exc, ToolCallError):  # fails before the function runs, every time
+            return False
         return isinstance(exc, RetryableError | TimeoutError) or (
             bool(t.retry_on) and isinstance(exc, t.retry_on)
         )

@@ -33,6 +33,13 @@ class CompensatableError(Exception):
     ``step_compensated``, and fails the job."""
 
 
+class ToolCallError(TypeError):
+    """A tool, pure function, reconcile hook or compensation cannot take the step's context
+    and arguments (``fn(ctx, **args)``): a parameter missing, one too many, or no parameter for
+    the context. Never retried, whatever ``retry_on`` says: the call fails before the function
+    runs, and would fail the same way again."""
+
+
 class ToolError(AffidavitError):
     code = "tool_error"
     default_hint = "Check the tool's registration and the values it returns."
