@@ -152,6 +152,41 @@ def test_crash_park_and_resume(store_url: str, shop: Path, tmp_path: Path) -> No
     assert len(refund.PaymentsLedger(shop).entries()) == 1
 
 
+def test_worker_until_idle_names_a_dead_workers_lease_it_did_not_wait_for(
+    store_url: str, shop: Path, plan_file: Path
+) -> None:
+    """After a crash, `worker --until-idle` exits at once leaving the job running under the dead
+    worker's lease: it says so (which job, whose lease, when it expires), instead of only
+    `jobs run: 0`; `--json` stays `{"jobs_run": N}`."""
+    submitted = cli("submit", str(plan_file), "--tools", TOOLS, "--input", order(shop),
+                    "--db", store_url, "--json")  # fmt: skip
+    job_id = json_of(submitted)["job_id"]
+    crashed = cli("worker", "--tools", TOOLS, "--until-idle", "--lease-seconds", "30",
+                  "--db", store_url, env={"AFFIDAVIT_CRASH_AT": "tool.after_execute"})  # fmt: skip
+    assert crashed.returncode == -9
+    owner = json_of(cli("jobs", "show", job_id, "--db", store_url, "--json"))["lease_owner"]
+    w = cli("worker", "--tools", TOOLS, "--until-idle", "--db", store_url)
+    assert w.returncode == 0, w.stderr
+    assert w.stdout.strip() == "jobs run: 0"
+    note = " ".join(w.stderr.split())  # (Rich wraps long lines)
+    match = re.search(
+        r"note: 1 job is still running under another worker's lease, not waited for "
+        r"\((\S+); the first lease, (\S+)'s, expires in (\d+) s\)\. If that worker died, run the "
+        r"worker again once the lease has expired: the job is recovered then\.",
+        note,
+    )
+    assert match, w.stderr
+    assert match.group(1) == job_id and match.group(2) == owner
+    assert 20 <= int(match.group(3)) <= 30
+    quiet = cli("worker", "--tools", TOOLS, "--until-idle", "--db", store_url, "--json")
+    assert json_of(quiet) == {"jobs_run": 0}
+    assert "note" not in quiet.stderr
+    # a job no worker holds (pending, parked, finished) is no one's lease: no note
+    cli("cancel", job_id, "--db", store_url, "--json")
+    after = cli("worker", "--tools", TOOLS, "--until-idle", "--db", store_url)
+    assert after.returncode == 0 and "note" not in after.stderr, after.stderr
+
+
 def crash_in_flight_and_park(store_url: str, job_id: str) -> None:
     """A worker process dies after the (reconcile-less) charge acted; a runtime recovers the
     job and parks it in flight."""

@@ -8,6 +8,7 @@ import math
 import os
 import signal as signals  # (``signal`` is the command below)
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools, registry
 from affidavit.runtime.submit import check_idempotency_key, check_plan
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
-from affidavit.store import JobRecord
+from affidavit.store import JobFilter, JobRecord
 
 EXIT_WAITING = 4
 
@@ -463,6 +464,10 @@ def worker(
             try:
                 with graceful_stop(rt.worker, quiet=as_json):
                     jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
+                if until_idle and not as_json:
+                    note = held_elsewhere_note(rt.store.list_jobs(HELD_ELSEWHERE), time.time())
+                    if note:
+                        output.err.print(note, highlight=False)
             except KeyboardInterrupt:
                 jobs_run = rt.worker.jobs_run
                 if not as_json:
@@ -476,6 +481,37 @@ def worker(
         output.emit_json({"jobs_run": jobs_run})
     else:
         output.out.print(f"jobs run: {jobs_run}")
+
+
+# The running jobs an until-idle worker looks at when it is done (more would only lengthen the
+# note: it names three and counts the rest of these).
+HELD_ELSEWHERE = JobFilter(status=("running",), limit=1000)
+
+
+def held_elsewhere_note(running: list[JobRecord], now: float) -> str:
+    """What ``worker --until-idle`` says when it exits leaving jobs running under another
+    worker's live lease (``""`` if there are none): it never waits for one, and after a crash
+    that lease is a dead worker's, which a user otherwise waits on without being told."""
+    held = sorted(
+        (j.lease_expires_at, j.job_id, j.lease_owner)
+        for j in running
+        if j.lease_expires_at is not None and j.lease_expires_at > now
+    )
+    if not held:
+        return ""
+    expires, _, owner = held[0]
+    ids = ", ".join(job_id for _, job_id, _ in held[:3]) + (", ..." if len(held) > 3 else "")
+    count = len(held)
+    jobs = (
+        "1 job is"
+        if count == 1
+        else f"{count:,}{'+' if count >= HELD_ELSEWHERE.limit else ''} jobs are"
+    )
+    return (
+        f"[yellow]note[/]: {jobs} still running under another worker's lease, not waited for "
+        f"({ids}; the first lease, {owner}'s, expires in {expires - now:,.0f} s). If that "
+        "worker died, run the worker again once the lease has expired: the job is recovered then."
+    )
 
 
 @dataclass
