@@ -68,6 +68,12 @@ def test_signal_a_waiting_job(store_url: str, files: tuple[Path, Path, Path]) ->
     assert shown["waiting_for"] == [
         {"node_id": "ok", "wait_type": "approval", "correlation_key": f"{job_id}:ok"}
     ]
+    human = cli("jobs", "show", job_id, "--db", store_url)
+    assert human.returncode == 0
+    assert human.stdout.splitlines()[-1] == (
+        f"next: affidavit signal {job_id} --key {job_id}:ok [--payload JSON]"
+        "   (approval of node ok)"
+    )
     before = events_count(store_url, job_id)
 
     wrong = cli("signal", job_id, "--key", "nope", "--db", store_url, "--json")
@@ -118,6 +124,11 @@ def test_changed_world_parks_and_a_person_continues(
     assert shown["parked"]["reason"] == "replay_verification"
     assert shown["parked"]["node_id"] == "write"
     assert "changed since the step wrote it" in shown["parked"]["detail"]["mismatches"][0]["reason"]
+    human = cli("jobs", "show", job_id, "--db", store_url)
+    assert human.stdout.splitlines()[-1] == (
+        f"next: affidavit resume {job_id} --park {shown['parked']['version']} "
+        "--decision continue|fail"
+    )
 
     refused = cli("resume", job_id, "--decision", "retry", "--db", store_url, "--json")
     assert refused.returncode == 3

@@ -218,6 +218,11 @@ def test_resume_pinned_to_a_park(store_url: str, tmp_path: Path) -> None:
     assert shown["parked"]["reason"] == "in_flight" and first == shown["event_count"]
     human = cli("jobs", "show", job_id, *db)
     assert human.returncode == 0 and f'"version": {first}' in human.stdout
+    assert human.stdout.splitlines()[-1] == (  # one line, however long: it is copied whole
+        f"next: affidavit resume {job_id} --park {first} --decision retry|accept_result|fail"
+        "   (did crash_charge_nr act? accept_result --result JSON with what it returned if it "
+        "did, retry if it did not)"
+    )
 
     resumed = cli("resume", job_id, "--decision", "retry", "--park", str(first), *db, "--json")
     assert resumed.returncode == 0, resumed.stderr

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,7 @@ from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.runtime_cmds import emit_job, exit_for, job_doc, seconds_setting
 from affidavit.core.errors import WaitTimeout
+from affidavit.runtime.decisions import DECISIONS_BY_REASON
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.trace import job_trace, park_doc
@@ -124,6 +125,32 @@ def show_job(
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         table.add_row(f"[bold]{key}[/]", escape(shown))  # (never read as markup)
     output.out.print(table)
+    for line in next_steps(doc):
+        output.out.print(escape(line), highlight=False, soft_wrap=True)  # (copied whole)
+
+
+def next_steps(doc: dict[str, Any]) -> list[str]:
+    """The commands that move a waiting or parked job on, as `jobs show` suggests them."""
+    job_id = doc["job_id"]
+    if doc.get("waiting_for"):
+        return [
+            f"next: affidavit signal {job_id} --key {w['correlation_key']} [--payload JSON]"
+            f"   ({w['wait_type']} of node {w['node_id']})"
+            for w in doc["waiting_for"]
+        ]
+    park = doc.get("parked")
+    if not isinstance(park, dict):
+        return []
+    reason = park.get("reason")
+    decisions = "|".join(DECISIONS_BY_REASON.get(str(reason), ("fail",)))
+    line = f"next: affidavit resume {job_id} --park {park['version']} --decision {decisions}"
+    if reason == "in_flight":
+        tool = (park.get("detail") or {}).get("tool_name") or "the tool"
+        line += (
+            f"   (did {tool} act? accept_result --result JSON with what it returned if it did, "
+            "retry if it did not)"
+        )
+    return [line]
 
 
 @jobs_app.command("wait")
