@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 POINTS = frozenset(
     {
@@ -34,6 +35,9 @@ _POINT, _TARGET = _parse(os.environ.get("AFFIDAVIT_CRASH_AT"))
 _STOP_POINT, _STOP_TARGET = _parse(os.environ.get("AFFIDAVIT_STOP_AT"))
 _seen = 0
 _stops_seen = 0
+# Counting is locked: a worker runs jobs (and a job its steps) on several threads, and the n-th
+# arrival must be exactly one of them. Only a configured point takes the lock.
+_count_lock = threading.Lock()
 
 
 def crash_point(name: str) -> None:
@@ -41,10 +45,14 @@ def crash_point(name: str) -> None:
     here (SIGSTOP) if it is the configured stop point."""
     global _seen, _stops_seen
     if name == _POINT:
-        _seen += 1
-        if _seen == _TARGET:
+        with _count_lock:
+            _seen += 1
+            here = _seen == _TARGET
+        if here:
             os.kill(os.getpid(), signal.SIGKILL)
     if name == _STOP_POINT:
-        _stops_seen += 1
-        if _stops_seen == _STOP_TARGET:
+        with _count_lock:
+            _stops_seen += 1
+            here = _stops_seen == _STOP_TARGET
+        if here:
             os.kill(os.getpid(), signal.SIGSTOP)
