@@ -987,26 +987,6 @@ def test_a_type_error_raised_inside_a_function_is_recorded_as_it_is(
     assert calls.count("a") == 3  # the plan's max_attempts
 
 
-def test_a_compensation_written_without_the_args_fails_saying_so(
-    make_runtime: Any, calls: Calls
-) -> None:
-    def compensate(ctx: ToolContext) -> Any:  # the node's args (seats) are missing
-        return {"undone": True}
-
-    rt = make_runtime(make_compensatable(calls, compensate))
-    job_id = rt.submit(plan(node("b", "book", args={"seats": 2})), {}).job_id
-    rt.run_until_idle()
-    job = rt.get_job(job_id)
-    assert job.status == "failed"
-    assert job.error == {
-        "type": "compensation_failed",
-        "message": "compensation of 'b' failed: step 'b': compensate(ctx) cannot be called as "
-        "compensate(ctx, **args) with args (seats): got an unexpected keyword argument 'seats'",
-    }
-    assert calls.count("b") == 1
-    assert verify_job(rt.store, job_id).ok
-
-
 class _Unprintable(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no message")
@@ -1042,12 +1022,30 @@ def test_an_error_whose_message_is_not_text_is_recorded(
     assert verify_job(rt.store, job_id).ok
 
 
-def test_a_compensation_error_whose_message_is_not_text_is_recorded(
-    make_runtime: Any, calls: Calls
-) -> None:
-    def compensate(ctx: ToolContext, seats: int) -> Any:
-        raise OSError("no file 'caf\udce9'")
+def _compensation_raises(ctx: ToolContext, seats: int) -> Any:
+    raise OSError("no file 'caf\udce9'")
 
+
+def _compensation_without_args(ctx: ToolContext) -> Any:  # the node's args (seats) are missing
+    return {"undone": True}
+
+
+@pytest.mark.parametrize(
+    ("compensate", "message"),
+    [
+        (_compensation_raises, "no file 'caf\\udce9'"),
+        (
+            _compensation_without_args,
+            "step 'b': _compensation_without_args(ctx) cannot be called as "
+            "_compensation_without_args(ctx, **args) with args (seats): got an unexpected "
+            "keyword argument 'seats'",
+        ),
+    ],
+    ids=["message-not-text", "written-without-the-args"],
+)
+def test_a_compensation_that_fails_is_recorded_with_its_message(
+    make_runtime: Any, calls: Calls, compensate: Callable[..., Any], message: str
+) -> None:
     rt = make_runtime(make_compensatable(calls, compensate))
     job_id = rt.submit(plan(node("b", "book", args={"seats": 2})), {}).job_id
     rt.run_until_idle()
@@ -1055,8 +1053,9 @@ def test_a_compensation_error_whose_message_is_not_text_is_recorded(
     assert job.status == "failed"
     assert job.error == {
         "type": "compensation_failed",
-        "message": "compensation of 'b' failed: no file 'caf\\udce9'",
+        "message": f"compensation of 'b' failed: {message}",
     }
+    assert calls.count("b") == 1
     assert_log_sound(rt.store, job_id)
     assert verify_job(rt.store, job_id).ok
 
