@@ -68,6 +68,7 @@ def test_public_api() -> None:
             "StoreUnavailable",
             "StoredEvent",
             "Tool",
+            "ToolCallError",
             "ToolContext",
             "ToolRegistry",
             "TrustPolicy",

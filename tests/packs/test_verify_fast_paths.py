@@ -340,6 +340,14 @@ CONTRACT_EDITS = st.lists(
 def test_contract_hashes_agree_with_direct_hashes(
     edits: list[tuple[tuple[str, ...], Any]], drop: bool, strict: bool
 ) -> None:
+    check_contract_hashes(edits, drop, strict)
+
+
+def check_contract_hashes(
+    edits: list[tuple[tuple[str, ...], Any]], drop: bool, strict: bool
+) -> None:
+    """The contract's three hashes, computed once per verification from the parts' bytes, are
+    the hashes of the values themselves, or fail as those do."""
     contract = assay_packs._contract(assertion=False)
     for path, value in edits:
         target = contract
@@ -370,6 +378,25 @@ def test_contract_hashes_agree_with_direct_hashes(
         except Fail as exc:
             got = f"fail: {exc}"
         assert got == expected, name
+
+
+def _lists(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["as-given", "strict"])
+@pytest.mark.parametrize("depth", [253, 254, 255])
+@pytest.mark.parametrize("part", ["inputs", "replay_policy", "replay_script", "environment"])
+def test_contract_hashes_agree_at_the_canonical_depth_limit(
+    part: str, depth: int, strict: bool
+) -> None:
+    """A part 254 containers deep canonicalizes alone (the limit is 254) but not inside the
+    spec view, one level deeper: the spec hash built from the parts' bytes hashed it anyway,
+    where the exact hash fails (found by the property test above)."""
+    check_contract_hashes([((part,), _lists(depth))], drop=False, strict=strict)
 
 
 # --- the whole verifier: fast paths on and off ----------------------------------------------------

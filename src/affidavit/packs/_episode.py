@@ -130,8 +130,8 @@ def _contract_hash(st: State, name: str) -> str | Fail:
         # script's bytes instead of canonicalizing the script a second time
         inputs, script = _part_jcs(st, "inputs"), _part_jcs(st, "replay_script")
         try:
-            environment = canonical(F.env_fingerprint_input(contract.get("environment")))
-            policy = canonical(contract.get("replay_policy"))
+            environment = _member(canonical([F.env_fingerprint_input(contract.get("environment"))]))
+            policy = _member(canonical([contract.get("replay_policy")]))
         except (AffidavitError, RecursionError):
             environment = policy = b""  # not canonical: the exact path below says why
         if inputs is not None and script is not None and environment and policy:
@@ -153,15 +153,24 @@ def _contract_hash(st: State, name: str) -> str | Fail:
 
 
 def _part_jcs(st: State, part: str) -> bytes | None:
+    """The JCS of a part of the contract, canonicalized one level deep — as a member of the
+    spec view, where it is hashed too — so that a part nested too deeply to canonicalize there
+    is ``None`` here as well (the exact path then says why; for the part's own hash it gives
+    the same bytes, one level shallower)."""
     if part not in st.contract_jcs:
-        value = (st.contract or {}).get(part)
+        wrapped = [(st.contract or {}).get(part)]
         try:
-            st.contract_jcs[part] = (
-                canonical_parsed_all([value])[0] if st.contract_strict else canonical(value)
+            st.contract_jcs[part] = _member(
+                canonical_parsed_all([wrapped])[0] if st.contract_strict else canonical(wrapped)
             )
         except (AffidavitError, RecursionError):
             st.contract_jcs[part] = None
     return st.contract_jcs[part]
+
+
+def _member(wrapped: bytes) -> bytes:
+    """JCS(v) from JCS([v]): the brackets of a one-element array dropped."""
+    return wrapped[1:-1]
 
 
 def _check_steps(
