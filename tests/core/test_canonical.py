@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from affidavit.core.canonical import (
+    MAX_DEPTH,
     MAX_SAFE_INTEGER,
     canonical,
+    canonical_nested,
     canonical_parsed,
     canonical_sha256,
     parse,
@@ -208,6 +210,48 @@ def test_bytes_identical_to_rfc8785_reference(value: Any) -> None:
             canonical(value)
         return
     assert canonical(value) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.integers(min_value=0, max_value=3))
+def test_canonical_nested_writes_what_canonical_writes(value: Any, levels: int) -> None:
+    try:
+        expected = canonical(value)
+    except CanonicalizationError as exc:
+        with pytest.raises(CanonicalizationError) as info:
+            canonical_nested(value, levels)
+        assert info.value.path == exc.path  # the value's own fault, at its own path
+        return
+    assert canonical_nested(value, levels) == expected
+
+
+def _lists(depth: int, leaf: Any = 1) -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+@pytest.mark.parametrize("levels", [0, 1, 2])
+def test_canonical_nested_refuses_what_could_not_be_written_that_much_deeper(
+    levels: int,
+) -> None:
+    """A step's result is written again inside the job's output (two levels deeper): one
+    that fits alone but not there was committed, and then the job could not complete."""
+    deepest = MAX_DEPTH - levels
+    assert canonical_nested(_lists(deepest), levels) == canonical(_lists(deepest))
+    assert canonical(_lists(deepest + 1)) if levels else True  # fits alone ...
+    with pytest.raises(CanonicalizationError) as info:  # ... not where it is written again
+        canonical_nested(_lists(deepest + 1), levels)
+    assert info.value.reason == (
+        f"nested too deeply: arrays and objects may hold one another at most {deepest} "
+        "levels deep in a value that is recorded"
+    )
+    assert info.value.path == "$" and "Flatten the value" in info.value.hint
+    with pytest.raises(CanonicalizationError, match="nested too deeply"):
+        canonical_nested(_lists(5000), levels)  # deeper than the check can walk: not a crash
+    with pytest.raises(CanonicalizationError) as bad:  # a value's own fault still named so
+        canonical_nested({"a": [1, {"b": b"raw"}]}, levels)
+    assert bad.value.path == "$.a[1].b"
 
 
 @settings(max_examples=300, deadline=None)

@@ -520,6 +520,8 @@ def test_resume_fail_and_bad_decisions(make_runtime: Any, calls: Calls, crash_at
         rt.resume(job_id, "accept_result")  # needs the effect's result
     with pytest.raises(CanonicalizationError):
         rt.resume(job_id, "accept_result", result={"x": {1}})
+    with pytest.raises(CanonicalizationError, match="nested too deeply"):
+        rt.resume(job_id, "accept_result", result=nested_lists(253))
     assert rt.get_job(job_id).status == "parked"
 
     job = rt.resume(job_id, "fail", by="ops", note="refunded by hand")
@@ -878,6 +880,56 @@ def test_non_json_result_fails_the_job_naming_the_node(
     if kind == "tool":  # the effect may have happened, but nothing unrecordable is committed
         [row] = ledger_rows(rt.store, job_id)
         assert row.status == "failed"
+
+
+def nested_lists(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("kind", ["tool", "pure"])
+def test_a_result_nested_too_deeply_for_the_jobs_output_fails_its_step(
+    make_runtime: Any, calls: Calls, kind: str
+) -> None:
+    """A result 253 arrays deep fit in its own events but not in job_completed, two levels
+    deeper: the step was committed, then the job could not complete — the run raised, the job
+    stayed running, and every recovery raised again."""
+
+    def deep(ctx: ToolContext, depth: int) -> Any:
+        calls.add(ctx, "deep")
+        return nested_lists(depth)
+
+    rt = make_runtime(Tool("deep", deep, kind))
+    fits = rt.submit(plan(node("d", "deep", kind, args={"depth": 252})), {}).job_id
+    too_deep = rt.submit(plan(node("d", "deep", kind, args={"depth": 253})), {}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(fits).status == "completed"
+    assert rt.get_job(fits).output == {"d": nested_lists(252)}
+    job = rt.get_job(too_deep)
+    assert job.status == "failed" and job.error["type"] == "CanonicalizationError"
+    assert job.error["message"] == (
+        f"{kind} 'deep' of node 'd' returned a value that cannot be recorded: nested too deeply: "
+        "arrays and objects may hold one another at most 252 levels deep in a value that is "
+        "recorded at $"
+    )
+    assert calls.count("d") == 2  # once per job: not retried
+    for job_id in (fits, too_deep):
+        assert_log_sound(rt.store, job_id)
+        assert verify_job(rt.store, job_id).ok
+    if kind == "tool":
+        [row] = ledger_rows(rt.store, too_deep)
+        assert row.status == "failed"
+
+
+def test_input_nested_too_deeply_for_its_job_is_refused_and_writes_nothing(
+    make_runtime: Any, calls: Calls
+) -> None:
+    rt = make_runtime(charge_tool(calls))
+    with pytest.raises(CanonicalizationError, match="nested too deeply"):
+        rt.submit(plan(node("a", "charge")), {"doc": nested_lists(252)})
+    assert rt.store.list_jobs(JobFilter()) == []
 
 
 def test_non_json_result_is_not_retried_even_when_retry_on_catches_all(

@@ -165,6 +165,13 @@ def test_unknown_job_and_bad_payload_write_nothing(rt: Runtime) -> None:
     version = rt.get_job(job_id).version
     with pytest.raises(CanonicalizationError):
         rt.signal(job_id, f"{job_id}:ok", {"when": float("nan")})
+    # a payload is the wait node's output, written again inside the job's: one that fits alone
+    # but not there is refused here, not when the job completes
+    too_deep: Any = 1
+    for _ in range(252):
+        too_deep = [too_deep]
+    with pytest.raises(CanonicalizationError, match="nested too deeply"):
+        rt.signal(job_id, f"{job_id}:ok", {"approved": True, "doc": too_deep})
     assert rt.get_job(job_id).version == version
 
 

@@ -222,7 +222,57 @@ def canonical(value: Any) -> bytes:
             raise CanonicalizationError(
                 "string contains a lone surrogate (not valid Unicode)", path=json_path(parts)
             ) from None
+        if "Recursion limit" in str(exc):  # orjson's
+            raise _too_deep(MAX_DEPTH) from None
         raise CanonicalizationError(str(exc)) from exc
+
+
+# How deep canonical JSON is written: orjson (the encoder of the common case) refuses a value
+# nested more than this many arrays and objects deep.
+MAX_DEPTH = 254
+# A value a job records (its input, a step's result or output, a signal's payload, a resumed
+# step's result) is also written inside other values: a step's output inside the job's output
+# inside the job_completed event. It must fit there too.
+RECORDED_LEVELS = 2
+
+
+def canonical_nested(value: Any, levels: int = RECORDED_LEVELS) -> bytes:
+    """``canonical(value)`` for a value that is also written ``levels`` arrays or objects
+    deeper, inside other values: refused when it could not be canonicalized there, so that it
+    is refused where it enters (with a clear reason) instead of where it is written again.
+
+    Raises:
+        CanonicalizationError: the value is not representable (its JSON path named), or is
+            nested too deeply to be written ``levels`` levels deeper.
+    """
+    wrapped = value
+    for _ in range(levels):
+        wrapped = [wrapped]
+    try:
+        data = canonical(wrapped)
+        return data[levels:-levels] if levels else data  # JCS([v]) is "[" + JCS(v) + "]"
+    except (CanonicalizationError, RecursionError):
+        pass
+    try:
+        canonical(value)
+    except CanonicalizationError as exc:
+        if not exc.reason.startswith(_TOO_DEEP):
+            raise  # the value's own fault, named with its path
+    except RecursionError:  # deeper than the check can walk at all
+        pass
+    raise _too_deep(MAX_DEPTH - levels)
+
+
+_TOO_DEEP = "nested too deeply"
+
+
+def _too_deep(depth: int) -> CanonicalizationError:
+    return CanonicalizationError(
+        f"{_TOO_DEEP}: arrays and objects may hold one another at most {depth} levels deep "
+        "in a value that is recorded",
+        path="$",
+        hint="Flatten the value, or record the deep part as text (serialized JSON) or a reference.",
+    )
 
 
 # Where orjson's sorted output and JCS differ for parsed values (property-tested against

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_sha256
+from affidavit.core.canonical import canonical, canonical_nested, canonical_sha256
 from affidavit.core.errors import (
     AffidavitError,
     ConfigError,
@@ -68,7 +68,7 @@ def signal_job(
             ``approved`` that is not true or false (either would otherwise approve).
         CanonicalizationError: the payload is not JSON that can be recorded.
     """
-    canonical(payload)
+    canonical_nested(payload)  # (the wait node's output: recorded inside the job's)
     with store.transaction(durable=True) as tx:
         job, replay = _locked(tx, job_id)
         if key in replay.completed_waits:
@@ -186,7 +186,7 @@ def resume_job(
             hint="Leave out --result, or decide accept_result.",
         )
     if result is not None:
-        canonical(result)
+        canonical_nested(result)  # (the step's result: recorded inside the job's output)
     if park_version is not None and (type(park_version) is not int or park_version < 1):
         raise ConfigError(
             f"park_version must be a positive integer (the version of a job_parked event), "

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from affidavit.core.canonical import canonical, parse, sha256_hex
+from affidavit.core.canonical import canonical, canonical_nested, parse, sha256_hex
 from affidavit.core.errors import AffidavitError, CanonicalizationError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids
@@ -707,7 +707,7 @@ def check_result(node: Node, t: Tool, value: Any) -> bytes:
     """A result is recorded as canonical JSON: its bytes; if it cannot be, say which node
     returned it."""
     try:
-        return canonical(value)
+        return canonical_nested(value)  # (recorded again inside the job's output)
     except CanonicalizationError as exc:
         raise CanonicalizationError(
             f"{t.kind} {t.name!r} of node {node.id!r} returned a value that cannot be "

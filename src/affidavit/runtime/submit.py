@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, canonical_nested
 from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import utc_now
@@ -133,7 +133,7 @@ def submit_job(
             )
         policy["replay_verification"] = replay_verification
     job_input = {} if input is None else input
-    canonical(job_input)  # rejects non-JSON input with its path, before anything is written
+    canonical_nested(job_input)  # rejects non-JSON input with its path, before anything is written
     check_input_references(parsed, job_input)
     at = utc_now()
     job, created = store.create_job(
