@@ -310,6 +310,52 @@ def test_the_same_tools_file_twice_is_loaded_once(store_url: str, tmp_path: Path
     assert json_of(result)["output"] == {"s": {"stamped": True}}
 
 
+def test_a_tools_file_imports_the_modules_beside_it(store_url: str, tmp_path: Path) -> None:
+    """As `python FILE` would: it failed with "No module named 'stamping'"."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "stamping.py").write_text("def stamp():\n    return {'stamped': True}\n")
+    (project / "tools.py").write_text(
+        "import affidavit\nfrom stamping import stamp\n\n"
+        "@affidavit.tool('stamp')\ndef stamp_tool(ctx):\n    return stamp()\n"
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"id": "s", "type": "tool", "tool": "stamp"}]}))
+    result = cli(
+        "run", str(plan), "--tools", str(project / "tools.py"), "--db", store_url, "--json"
+    )
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert json_of(result)["output"] == {"s": {"stamped": True}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "hint"),
+    [
+        (
+            "tools.py",
+            "The tools module imports 'not_installed_anywhere', which cannot be found: install "
+            "it, or put it on PYTHONPATH (a .py file's own directory is searched too).",
+        ),
+        (
+            "no_such_tools.module",
+            "Pass a dotted module name on PYTHONPATH or a path to a .py file.",
+        ),
+    ],
+    ids=["its-import-missing", "itself-missing"],
+)
+def test_a_missing_import_is_told_from_a_missing_tools_module(
+    store_url: str, tmp_path: Path, spec: str, hint: str
+) -> None:
+    (tmp_path / "tools.py").write_text("import not_installed_anywhere\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"nodes": [{"id": "s", "type": "tool", "tool": "stamp"}]}))
+    given = str(tmp_path / spec) if spec.endswith(".py") else spec
+    result = cli("run", str(plan), "--tools", given, "--db", store_url, "--json")
+    assert_refused(result, "cannot import tools module")
+    assert json_of(result)["error"]["hint"] == hint
+    assert not database_exists(store_url)
+
+
 @pytest.mark.parametrize("index", ["\u00b2", "\u0663"], ids=["superscript-two", "arabic-three"])
 def test_a_list_index_that_is_not_ascii_digits_is_refused(
     store_url: str, tmp_path: Path, index: str

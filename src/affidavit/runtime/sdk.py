@@ -337,6 +337,10 @@ def load_tools(spec: str) -> None:
     """Import ``spec`` — a dotted module name or a ``.py`` file path — so that its decorators
     register its tools in :data:`registry`.
 
+    A ``.py`` file is imported as ``python FILE`` runs it: its directory goes first on
+    ``sys.path`` (and stays there, for imports its functions make later), so that it can import
+    the modules beside it.
+
     Raises:
         ConfigError: the module or file cannot be found or fails to import.
     """
@@ -349,6 +353,9 @@ def load_tools(spec: str) -> None:
             loaded = getattr(sys.modules.get(name), "__file__", None)
             if loaded is not None and Path(loaded).resolve() == path.resolve():
                 return  # imported already, as a dotted name is imported once
+            directory = str(path.resolve().parent)
+            if directory not in sys.path:
+                sys.path.insert(0, directory)
             module_spec = importlib.util.spec_from_file_location(name, path)
             if module_spec is None or module_spec.loader is None:
                 raise ConfigError(f"cannot import tools file {spec!r}")
@@ -364,10 +371,15 @@ def load_tools(spec: str) -> None:
     except AffidavitError:
         raise
     except ImportError as exc:
-        raise ConfigError(
-            f"cannot import tools module {spec!r}: {exc}",
-            hint="Pass a dotted module name on PYTHONPATH or a path to a .py file.",
-        ) from exc
+        missing = getattr(exc, "name", None)
+        if missing is not None and missing != spec and not spec.startswith(f"{missing}."):
+            hint = (  # the module was found: something it imports was not
+                f"The tools module imports {missing!r}, which cannot be found: install it, or "
+                "put it on PYTHONPATH (a .py file's own directory is searched too)."
+            )
+        else:
+            hint = "Pass a dotted module name on PYTHONPATH or a path to a .py file."
+        raise ConfigError(f"cannot import tools module {spec!r}: {exc}", hint=hint) from exc
     except (Exception, SystemExit) as exc:  # the user's module raised while importing
         raise ConfigError(
             f"tools module {spec!r} failed to import: {exc!r}",
