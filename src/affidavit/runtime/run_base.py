@@ -190,11 +190,12 @@ def unfit_call(
     came from within the function) or the function's parameters cannot be read."""
     try:
         signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (some builtins and callables)
+        return None
+    try:
         signature.bind(ctx, **args)
     except TypeError as exc:
         reason = str(exc)
-    except ValueError:  # no signature to read (some builtins)
-        return None
     else:
         return None
     name = getattr(fn, "__name__", None) or repr(fn)
