@@ -159,6 +159,12 @@ def test_submit_is_idempotent_and_validated(api: Api) -> None:
             )
         r = c.post("/api/jobs", content=b"{not json", headers={"Content-Type": "application/json"})
         assert r.status_code == 422
+        deep = b'{"plan": {}, "input": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}"
+        r = c.post("/api/jobs", content=deep, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422, r.text  # was 400 "There was an error parsing the body"
+        error = r.json()["error"]
+        assert error["code"] == "invalid_request" and "nested too deeply" in error["message"]
+        assert "252 levels" in error["hint"]
         r = c.post("/api/jobs", json={"plan": WAITING_PLAN, "namespace": "b"})
         assert r.status_code == 403
         assert len(api.store.list_jobs()) == count  # nothing was written

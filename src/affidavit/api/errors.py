@@ -69,6 +69,11 @@ def status_for(exc: AffidavitError) -> int:
     return 400
 
 
+# What FastAPI says of a body that its JSON parser could not read for a reason other than bad
+# JSON (a RecursionError, for one nested thousands of levels deep).
+UNPARSABLE_BODY = "There was an error parsing the body"
+
+
 def error_body(code: str, message: str, hint: str = "") -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "hint": hint}}
 
@@ -103,6 +108,18 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == UNPARSABLE_BODY:
+            # FastAPI's answer to a body its JSON parser gave up on other than as malformed JSON
+            # (which is a 422 like any invalid request): nested too deeply, in practice
+            return JSONResponse(
+                error_body(
+                    "invalid_request",
+                    "the request body could not be parsed (a JSON document nested too deeply?)",
+                    "Send one JSON document; values a job records may be nested at most 252 "
+                    "levels deep. See the request schema at /docs.",
+                ),
+                status_code=422,
+            )
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(
             error_body(code, str(exc.detail)),
