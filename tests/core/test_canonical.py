@@ -22,6 +22,7 @@ from affidavit.core.canonical import (
     canonical_nested,
     canonical_parsed,
     canonical_sha256,
+    has_exponent_number,
     parse,
     sha256_hex,
     sha256_prefixed,
@@ -223,6 +224,26 @@ def test_canonical_nested_writes_what_canonical_writes(value: Any, levels: int) 
         assert info.value.path == exc.path  # the value's own fault, at its own path
         return
     assert canonical_nested(value, levels) == expected
+
+
+def _exponent_inside(value: Any) -> bool:
+    if isinstance(value, float):
+        return b"e" in canonical(value)
+    if isinstance(value, dict):
+        return any(_exponent_inside(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_exponent_inside(v) for v in value)
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values | st.lists(st.sampled_from([1e-7, 1e21, "1e-7", "x1e+21", 0.5, 10**15])))
+def test_has_exponent_number_finds_numbers_not_strings(value: Any) -> None:
+    try:
+        data = canonical(value)
+    except CanonicalizationError:
+        return
+    assert has_exponent_number(data) == _exponent_inside(value)
 
 
 def _lists(depth: int, leaf: Any = 1) -> Any:

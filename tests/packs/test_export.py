@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from affidavit import Tool, ToolContext, ToolRegistry
 from affidavit.cli.main import app
 from affidavit.core.canonical import canonical
-from affidavit.packs import PackExistsError, UnfinishedJobError, export_pack
+from affidavit.packs import PackExistsError, UnfinishedJobError, export_pack, verify_pack
 from affidavit.packs import _format as F
+from tests.cli.test_cli import cli
 from tests.packs.helpers import JOB_KINDS, assay_verify, run_job, tools
 
 
@@ -31,6 +32,52 @@ def test_assay_says_match_on_exported_packs(
     assert (code, receipt.get("verdict")) == (0, "MATCH"), details
     assert receipt["original_pack_root_sha256"] == "sha256:" + result.pack_root_sha256
     assert details["errors"] == []
+    assert result.assay_diverging_steps == ()
+
+
+@pytest.mark.parametrize("number", [1e-7, 1e21, 5e-324], ids=["1e-7", "1e21", "5e-324"])
+def test_numbers_assay_writes_otherwise_are_named_at_export(
+    make_runtime: Callable[..., Any], tmp_path: Path, store_url: str, number: float
+) -> None:
+    """assay's canonicalizer writes exponent-form numbers otherwise than RFC 8785 (`1E-7` for
+    `1e-7`), so it reports the steps whose traces hold one as diverging: export names exactly
+    those steps (`pack export` says so on stderr); our verifier, exact, says MATCH."""
+
+    def measure(ctx: ToolContext, x: float) -> Any:
+        return {"ratio": x, "count": 3}
+
+    def plain(ctx: ToolContext, m: Any) -> Any:
+        return {"count": m["count"]}
+
+    rt = make_runtime(tools(Tool("measure", measure, "pure"), Tool("plain", plain, "pure")))
+    graph = {
+        "name": "ratios",
+        "nodes": [
+            {"id": "m", "type": "pure", "tool": "measure", "args": {"x": number}},
+            {
+                "id": "p",
+                "type": "pure",
+                "tool": "plain",
+                "args": {"m": "${m}"},
+                "depends_on": ["m"],
+            },
+        ],
+    }
+    job_id = rt.submit(graph, {}).job_id
+    rt.run_until_idle()
+    assert rt.get_job(job_id).status == "completed"
+    result = export_pack(rt.store, job_id, tmp_path / "pack")
+    _, receipt, _ = assay_verify(result.pack_dir, tmp_path / "out")
+    assert receipt["verdict"] == "DIVERGE"
+    assert list(result.assay_diverging_steps) == receipt["divergent_step_ids"]
+    assert len(result.assay_diverging_steps) == 1  # m's trace; p's and the job's output hold none
+    assert verify_pack(result.pack_dir).verdict == "MATCH"
+    said = cli("pack", "export", job_id, str(tmp_path / "again"), "--db", store_url, "--json")
+    assert said.returncode == 0
+    assert json.loads(said.stdout)["pack_root_sha256"]
+    note = " ".join(said.stderr.split())
+    step = result.assay_diverging_steps[0]
+    assert f"note: the traces of 1 step(s) ({step}) hold numbers in exponent form" in note
 
 
 def _jcs_event_lines(rt: Any, job_id: str) -> bytes:

@@ -49,6 +49,15 @@ def export(
         output.emit_json(result.to_dict())
     else:
         output.out.print(f"wrote {result.pack_dir} (pack root {result.pack_root_sha256})")
+    if result.assay_diverging_steps:  # (on stderr, with --json too)
+        steps = result.assay_diverging_steps
+        output.err.print(
+            f"[yellow]note[/]: the traces of {len(steps)} step(s) ({', '.join(steps)}) hold "
+            "numbers in exponent form (such as 1e-7 or 1e+21); assay's verifier writes those "
+            "otherwise than RFC 8785 and reports these steps as diverging. The pack is correct: "
+            "`affidavit pack verify` checks it exactly.",
+            highlight=False,
+        )
 
 
 def verify(

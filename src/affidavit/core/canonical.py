@@ -312,16 +312,24 @@ def _number_ends_at(data: bytes, end: int, fraction: bool) -> bool:
     return i < 0 or data[i] in _TOKEN_STARTS
 
 
-def _has_different_number(data: bytes) -> bool:
-    """A number JCS writes otherwise: ``-?[0-9]+(.[0-9]+)?e[-+]…`` or ``-?[0-9]+.0`` (not
-    followed by a digit), starting a value."""
-    # "+" is rare (memchr finds its absence at once); "e-" and ".0" are searched in full
+def has_exponent_number(data: bytes) -> bool:
+    """Whether JSON text ``data`` holds a number in exponent form, ``-?[0-9]+(.[0-9]+)?e[-+]…``
+    (RFC 8785 writes ``1e+21`` and ``1e-7`` so), as a value and not inside a string."""
+    # "+" is rare (memchr finds its absence at once); "e-" is searched in full
     for marker in (b"e-", b"e+") if b"+" in data else (b"e-",):
         at = data.find(marker)
         while at != -1:
             if _number_ends_at(data, at, fraction=True):
                 return True
             at = data.find(marker, at + 2)
+    return False
+
+
+def _has_different_number(data: bytes) -> bool:
+    """A number JCS writes otherwise: ``-?[0-9]+(.[0-9]+)?e[-+]…`` or ``-?[0-9]+.0`` (not
+    followed by a digit), starting a value."""
+    if has_exponent_number(data):
+        return True
     at = data.find(b".0")
     while at != -1:
         following = data[at + 2 : at + 3]

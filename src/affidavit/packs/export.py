@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, has_exponent_number
 from affidavit.core.errors import AffidavitError, ConfigError
 from affidavit.core.events import utc_now
 from affidavit.packs import _format as F
@@ -55,6 +55,9 @@ class PackExistsError(PackError):
 class ExportResult:
     pack_dir: Path
     pack_root_sha256: str
+    # The steps whose trace holds a number in exponent form (1e-7, 1e+21): assay's verifier
+    # canonicalizes those otherwise than RFC 8785 and reports such steps as diverging.
+    assay_diverging_steps: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"pack_dir": str(self.pack_dir), "pack_root_sha256": self.pack_root_sha256}
@@ -145,7 +148,7 @@ def export_pack(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return ExportResult(out, built.pack_root)
+    return ExportResult(out, built.pack_root, tuple(built.exponent_steps))
 
 
 def pack_archive(store: Store, job_id: str, *, signing_key: SigningKey | None = None) -> bytes:
@@ -183,6 +186,7 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
 class _Built:
     files: dict[str, bytes]
     pack_root: str
+    exponent_steps: list[str]  # see ExportResult.assay_diverging_steps
 
 
 def _event_lines(job_id: str, events: Sequence[StoredEvent]) -> bytes:
@@ -284,6 +288,7 @@ def _build(
     order = F.kahn_order(list(all_deps), all_deps)
     assert order is not None  # a plan is a DAG
     status: dict[str, str] = {}
+    exponent_steps: list[str] = []
     out_hash: dict[str, str | None] = {}
     payloads: list[dict[str, Any]] = []
     timestamps: dict[str, str] = {}
@@ -336,6 +341,8 @@ def _build(
             payload.update(input_hashes=[], output_hash=None, output_size_bytes=0, duration_ms=0)
         else:
             trace_bytes = canonical(trace_value)
+            if has_exponent_number(trace_bytes):
+                exponent_steps.append(sid)
             files[f"{F.TRACES_DIR}/{sid}.json"] = trace_bytes
             out_hash[sid] = F.prefixed(trace_bytes)
             payload.update(
@@ -529,7 +536,7 @@ def _build(
 
     files[F.MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     files[F.SIGNATURE] = signature
-    return _Built(files, attestation_sha256)
+    return _Built(files, attestation_sha256, exponent_steps)
 
 
 def _result_hash(result: Any) -> str | None:
