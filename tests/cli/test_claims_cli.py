@@ -141,3 +141,18 @@ def test_project_dir_option(store_url: str, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout
     assert json.loads(result.stdout)["actual"]["metrics"] == {"score": 10.0}
+
+
+def test_recorded_text_is_shown_as_recorded(store_url: str) -> None:
+    """A command holding brackets is shown whole, not read as Rich markup (which dropped
+    ``[a-z]`` and ``[bold]`` from the evidence table); stats lists the last verifications."""
+    setup_agents(store_url)
+    cmd = 'echo "[a-z]" [bold]x[/bold] [/]'
+    ran = verify(store_url, claim='{"output_contains": "[a-z]"}', cmd=cmd)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    table = cli("claims", "history", "alice", "--db", store_url)
+    assert table.returncode == 0 and cmd in table.stdout, table.stdout
+    stats = cli("claims", "stats", "alice", "--db", store_url)
+    assert stats.returncode == 0, stats.stderr
+    recent = json_of(cli("claims", "stats", "alice", "--db", store_url, "--json"))
+    assert recent["recent_verifications"][0]["verification_id"] in stats.stdout

@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from affidavit.claims.model import ClaimType, Role
@@ -38,7 +39,7 @@ def _kv_table(doc: dict[str, Any]) -> Table:
     table.add_column(overflow="fold")  # ids and digests are shown whole
     for key, value in doc.items():
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        table.add_row(f"[bold]{key}[/]", shown)
+        table.add_row(f"[bold]{key}[/]", escape(shown))  # (recorded text: never markup)
     return table
 
 
@@ -217,15 +218,12 @@ def history(
         output.err.print("no verifications")
         return
     table = Table("verified_at", "type", "verdict", "decided_by", "rc", "command", "verifier")
-    for r in records:
+    for r in records:  # (recorded text — a command may hold "[a-z]" — is never read as markup)
         table.add_row(
-            r["verified_at"],
-            r["claim_type"],
-            r["verdict"],
-            r["decided_by"],
+            *map(escape, (r["verified_at"], r["claim_type"], r["verdict"], r["decided_by"])),
             "" if r["return_code"] is None else str(r["return_code"]),
-            r["command"],
-            r["verifier_id"],
+            escape(r["command"]),
+            escape(r["verifier_id"]),
         )
     output.out.print(table)
 
@@ -261,6 +259,21 @@ def stats(
             f"{e['accuracy']:.0%}",
         )
     output.out.print(table)
+    recent = doc["recent_verifications"]
+    if recent:
+        last = Table(
+            "verified_at",
+            "type",
+            "verdict",
+            "decided_by",
+            "verification_id",
+            title=f"the last {len(recent)}, newest first (`affidavit claims history` for more)",
+            title_justify="left",
+        )
+        for r in recent:
+            fields = ("verified_at", "claim_type", "verdict", "decided_by", "verification_id")
+            last.add_row(*(escape(str(r[f])) for f in fields))
+        output.out.print(last)
 
 
 # --- trust ------------------------------------------------------------------------------------
