@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -19,7 +20,7 @@ from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.trace import job_trace, park_doc
 from affidavit.runtime.waiting import SETTLED_STATUSES, wait_for_job
-from affidavit.store import JOB_STATUSES, JobFilter
+from affidavit.store import JOB_STATUSES, JobFilter, Store, StoredEvent
 from affidavit.verify.verification import seal_document
 
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -69,18 +70,22 @@ def list_jobs(
     if not jobs:
         output.err.print("no jobs")
         return
-    table = Table()
-    table.add_column("job_id", no_wrap=True, min_width=36)  # an id is copied, never cut
-    table.add_column("status", no_wrap=True, min_width=9)
-    for name in ("plan", "namespace", "events", "created_at"):
-        table.add_column(name)
-    for j in jobs:  # (text from the database: never read as markup)
-        table.add_row(
-            *map(escape, (j.job_id, j.status, j.plan_name or "", j.namespace)),
-            str(j.version),
-            j.created_at,
-        )
-    output.out.print(table)
+    headers = ("job_id", "status", "plan", "namespace", "events", "created_at")
+    rows = [
+        (j.job_id, j.status, j.plan_name or "", j.namespace, str(j.version), j.created_at)
+        for j in jobs
+    ]
+    if len(rows) > output.RICH_TABLE_ROWS:
+        output.plain_table(headers, rows)
+    else:
+        table = Table()
+        table.add_column("job_id", no_wrap=True, min_width=36)  # an id is copied, never cut
+        table.add_column("status", no_wrap=True, min_width=9)
+        for name in headers[2:]:
+            table.add_column(name)
+        for row in rows:  # (text from the database: never read as markup)
+            table.add_row(*map(escape, row))
+        output.out.print(table)
     if len(jobs) == limit:  # (on stderr: the table on stdout stays just the table)
         output.out.file.flush()  # (so that the two streams, when merged, stay in order)
         output.err.print(f"next page: --before {escape(jobs[-1].job_id)}")
@@ -233,7 +238,15 @@ def job_events(
     (replay_error), or store error.
     """
     with command(as_json), opened(db, read_only=True) as store:
-        store.get_job(job_id)  # a clear "not found" rather than an empty list
+        job = store.get_job(job_id)  # a clear "not found" rather than an empty list
+        shown = max(job.version - after_version, 0)
+        if not as_json and min(shown, limit or shown) > output.RICH_TABLE_ROWS:
+            # a long log: plain columns, printed page by page as they are read
+            widths = (len(str(job.version)), _TYPE_WIDTH, 32, 17)
+            output.plain_columns(
+                _EVENT_COLUMNS, widths, _event_cells(store, job_id, after_version, limit)
+            )
+            return
         events = store.list_events(job_id, after_version=after_version, limit=limit)
         docs = [e.to_dict() for e in events] if as_json else []
     if as_json:
@@ -241,20 +254,41 @@ def job_events(
         return
     table = Table()
     table.add_column("v", no_wrap=True)
-    table.add_column("type", no_wrap=True, min_width=24)
+    table.add_column("type", no_wrap=True, min_width=_TYPE_WIDTH)
     table.add_column("event_id", no_wrap=True, min_width=32)
     table.add_column("chain_hash", no_wrap=True, min_width=17)
     table.add_column("payload", overflow="fold")
-    for e in events:
-        text = e.payload_bytes.decode("utf-8", "replace")  # (an edited row may hold anything)
-        table.add_row(  # (text from the database: never read as markup)
-            str(e.version),
-            escape(e.type),
-            escape(e.event_id),
-            e.chain_hash[:16] + "…",
-            escape(text if len(text) <= 80 else text[:79] + "…"),
-        )
+    for e in events:  # (text from the database: never read as markup)
+        table.add_row(*map(escape, _event_row(e)))
     output.out.print(table)
+
+
+_EVENT_COLUMNS = ("v", "type", "event_id", "chain_hash", "payload")
+_TYPE_WIDTH = 24
+_EVENTS_PAGE = 1_000
+
+
+def _event_row(e: StoredEvent) -> tuple[str, str, str, str, str]:
+    """The cells of an event in ``jobs events``: the payload cut to 80 characters."""
+    text = e.payload_bytes.decode("utf-8", "replace")  # (an edited row may hold anything)
+    payload = text if len(text) <= 80 else text[:79] + "…"
+    return str(e.version), e.type, e.event_id, e.chain_hash[:16] + "…", payload
+
+
+def _event_cells(
+    store: Store, job_id: str, after_version: int, limit: int | None
+) -> Iterator[tuple[str, ...]]:
+    """The rows of ``jobs events``, read a page at a time (memory does not grow with the log)."""
+    left = limit
+    while left is None or left > 0:
+        page = _EVENTS_PAGE if left is None else min(left, _EVENTS_PAGE)
+        events = store.list_events(job_id, after_version=after_version, limit=page)
+        for e in events:
+            yield _event_row(e)
+        if len(events) < page:
+            return
+        after_version = events[-1].version
+        left = None if left is None else left - len(events)
 
 
 @jobs_app.command("trace")
@@ -277,10 +311,22 @@ def job_trace_cmd(
         return
     job = doc["job"]
     output.out.print(f"job {job['job_id']}: [bold]{job['status']}[/] ({doc['event_count']} events)")
-    table = Table("node", "type", "state", "attempts", "duration ms", "depends on")
-    for n in doc["nodes"]:
-        duration = "" if n["duration_ms"] is None else f"{n['duration_ms']:.1f}"
-        table.add_row(
-            n["id"], n["type"], n["state"], str(n["attempts"]), duration, ", ".join(n["depends_on"])
+    headers = ("node", "type", "state", "attempts", "duration ms", "depends on")
+    rows = [
+        (
+            n["id"],
+            n["type"],
+            n["state"],
+            str(n["attempts"]),
+            "" if n["duration_ms"] is None else f"{n['duration_ms']:.1f}",
+            ", ".join(n["depends_on"]),
         )
+        for n in doc["nodes"]
+    ]
+    if len(rows) > output.RICH_TABLE_ROWS:
+        output.plain_table(headers, rows)
+        return
+    table = Table(*headers)
+    for row in rows:  # (node ids come from the plan: never read as markup)
+        table.add_row(*map(escape, row))
     output.out.print(table)

@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 a check failed; 2 not found; 3 usage or store error;
 
 from __future__ import annotations
 
+import errno
 import inspect
 import sys
 from typing import Annotated
@@ -162,11 +163,24 @@ def _reflow_help(group: typer.Typer) -> None:
 _reflow_help(app)
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
+
+
+def _broken_pipe(exc: BaseException | None) -> bool:
+    return isinstance(exc, OSError) and exc.errno == errno.EPIPE
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: runs the app and maps usage errors to exit code 3."""
     args = sys.argv[1:] if argv is None else argv
     try:
         code = app(args=args, standalone_mode=False)
+    except SystemExit as exc:
+        if exc.code == 1 and _broken_pipe(exc.__context__):
+            # Click's exit for a reader that closed stdout early (`| head`): 1 means "failed"
+            # here (a job, a check), so exit as a program stopped by SIGPIPE does
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
+        raise
     except typer.Abort:
         raise SystemExit(130) from None
     except typer.TyperException as exc:  # usage errors: unknown option, missing argument, ...

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 
@@ -24,6 +26,13 @@ from affidavit.core.errors import (
 _PIPE_WIDTH = 200 if not sys.stdout.isatty() and "COLUMNS" not in os.environ else None
 out = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+# Rich lays a table out whole before it prints a line of it, at about a quarter of a millisecond
+# a row (seconds for a long log): a table of more rows is printed as plain aligned columns.
+RICH_TABLE_ROWS = 1_000
+# control characters (C0, DEL, C1) as "?" in plain columns, which print text as it is: a row
+# edited outside the store must not move the cursor or send escape sequences to the terminal
+_CONTROL = dict.fromkeys((*range(0x20), *range(0x7F, 0xA0)), "?")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -60,3 +69,35 @@ def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoRetu
     if verbose:
         err.print_exception(show_locals=False)
     raise typer.Exit(exit_code_for(exc))
+
+
+def plain_columns(
+    headers: Sequence[str], widths: Sequence[int], rows: Iterable[Sequence[str]]
+) -> None:
+    """Print ``rows`` under ``headers`` as columns ``widths`` terminal cells wide (a longer
+    cell widens its line; the last column is not padded), each line as its row arrives — for
+    tables too long for Rich (see :data:`RICH_TABLE_ROWS`). Cells are printed as they are, not
+    read as markup, with control characters shown as ``?``."""
+    write = sys.stdout.write
+
+    def line(cells: Sequence[str]) -> str:
+        shown = [c.translate(_CONTROL) for c in cells]
+        padded = [c + " " * (w - cell_len(c)) for c, w in zip(shown, widths, strict=False)]
+        return "  ".join((*padded[: len(shown) - 1], shown[-1])).rstrip() + "\n"
+
+    write(line(headers))
+    write(line(["-" * w for w in widths[: len(headers) - 1]] + ["-" * cell_len(headers[-1])]))
+    for row in rows:
+        write(line(row))
+    sys.stdout.flush()
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """:func:`plain_columns` with each column as wide as its widest cell."""
+    widths = [cell_len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            width = cell_len(cell.translate(_CONTROL))
+            if width > widths[i]:
+                widths[i] = width
+    plain_columns(headers, widths, rows)
