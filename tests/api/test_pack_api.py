@@ -75,6 +75,7 @@ def test_submit_run_verify_download_and_verify_offline(pack_api: Api, tmp_path: 
         response = c.get(f"/api/jobs/{job_id}/pack")
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/gzip"
+    assert "x-affidavit-assay-diverging-count" not in response.headers
     with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
         tar.extractall(tmp_path, filter="data")
     pack = tmp_path / f"pack-{job_id}"
@@ -118,3 +119,23 @@ def test_pack_of_a_job_that_does_not_verify_is_409(pack_api: Api) -> None:
         assert refused.status_code == 409
         assert refused.json()["error"]["code"] == "pack_error"
         assert "does not verify" in refused.json()["error"]["message"]
+
+
+def test_pack_that_assay_reports_diverging_says_so_in_headers(
+    pack_api: Api, tmp_path: Path
+) -> None:
+    """A trace holding an exponent-form number (1e-7), which assay's verifier canonicalizes
+    otherwise than RFC 8785: the download names the steps assay will report as diverging, as
+    `affidavit pack export` does on stderr."""
+    job = pack_api.runtime.submit(PLAN, {"x": 1e-7}, namespace="a")
+    pack_api.runtime.run_job(job.job_id)
+    with pack_api.client("observer_a") as c:
+        response = c.get(f"/api/jobs/{job.job_id}/pack")
+    assert response.status_code == 200, response.text
+    with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    _, receipt, _ = assay_verify(tmp_path / f"pack-{job.job_id}", tmp_path / "assay-out")
+    assert receipt["verdict"] == "DIVERGE"
+    steps = receipt["divergent_step_ids"]
+    assert response.headers["x-affidavit-assay-diverging-count"] == str(len(steps))
+    assert response.headers["x-affidavit-assay-diverging-steps"].split(",") == steps

@@ -30,7 +30,7 @@ from affidavit.api.models import (
     Trace,
     Verification,
 )
-from affidavit.packs import pack_archive
+from affidavit.packs import export_archive
 from affidavit.runtime.decisions import cancel_job, resume_job, signal_job
 from affidavit.runtime.submit import submit_job
 from affidavit.runtime.trace import job_trace
@@ -44,6 +44,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 
 MAX_INT = 2**53  # the largest integer every JSON reader and both databases hold exactly
+# A pack whose traces hold exponent-form numbers (1e-7), which assay's verifier reports as
+# diverging: how many steps, and the first ASSAY_STEPS_LISTED of their ids (a header stays short)
+ASSAY_DIVERGING_COUNT = "X-Affidavit-Assay-Diverging-Count"
+ASSAY_DIVERGING_STEPS = "X-Affidavit-Assay-Diverging-Steps"
+ASSAY_STEPS_LISTED = 50
 StatusQuery = Annotated[
     list[str] | None, Query(description=f"Any of: {', '.join(JOB_STATUSES)}; repeatable.")
 ]
@@ -195,12 +200,13 @@ def pack(job_id: str, svc: ServiceDep, caller: Observer) -> Response:
     `affidavit pack export` writes (verify it offline with `affidavit pack verify`). 404 for an
     unknown job or one of another namespace; 409 for a job that has not finished."""
     visible_job(svc.store, caller, job_id)
-    data = pack_archive(svc.store, job_id)
-    return Response(
-        data,
-        media_type="application/gzip",
-        headers={"Content-Disposition": f'attachment; filename="pack-{job_id}.tar.gz"'},
-    )
+    data, result = export_archive(svc.store, job_id)
+    headers = {"Content-Disposition": f'attachment; filename="pack-{job_id}.tar.gz"'}
+    steps = result.assay_diverging_steps
+    if steps:  # what `affidavit pack export` notes on stderr (docs/api.md)
+        headers[ASSAY_DIVERGING_COUNT] = str(len(steps))
+        headers[ASSAY_DIVERGING_STEPS] = ",".join(steps[:ASSAY_STEPS_LISTED])
+    return Response(data, media_type="application/gzip", headers=headers)
 
 
 @router.post("/{job_id}/signal", response_model=SignalResult, response_model_exclude_unset=True)

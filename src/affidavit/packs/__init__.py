@@ -5,6 +5,7 @@ from affidavit.packs.export import (
     PackError,
     PackExistsError,
     UnfinishedJobError,
+    export_archive,
     export_pack,
     pack_archive,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "PackExistsError",
     "PackVerdict",
     "UnfinishedJobError",
+    "export_archive",
     "export_pack",
     "pack_archive",
     "verify_pack",

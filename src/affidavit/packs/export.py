@@ -155,6 +155,14 @@ def pack_archive(store: Store, job_id: str, *, signing_key: SigningKey | None = 
     """The pack of ``job_id`` as the bytes of a ``.tar.gz`` holding one directory
     ``pack-<job_id>/`` (what ``GET /api/jobs/{id}/pack`` serves). Raises as :func:`export_pack`.
     """
+    return export_archive(store, job_id, signing_key=signing_key)[0]
+
+
+def export_archive(
+    store: Store, job_id: str, *, signing_key: SigningKey | None = None
+) -> tuple[bytes, ExportResult]:
+    """:func:`pack_archive` and the :class:`ExportResult` of the export (its ``pack_dir``, a
+    temporary directory, is gone by then). Raises as :func:`export_pack`."""
     import io
     import tarfile
 
@@ -164,7 +172,7 @@ def pack_archive(store: Store, job_id: str, *, signing_key: SigningKey | None = 
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
             tar.add(result.pack_dir, arcname=name)
-        return buffer.getvalue()
+        return buffer.getvalue(), result
 
 
 def _publish(staging: Path, out: Path, overwrite: bool) -> None:
