@@ -153,6 +153,61 @@ def test_rechain_the_whole_log(refunded: Refunded, raw: RawDb) -> None:
     assert "chain root" in result.seal.error
 
 
+def _rechained_with(
+    raw: RawDb, job_id: str, edit: Callable[[str, dict[str, object]], None]
+) -> None:
+    """Apply ``edit(type, payload)`` to every event, then re-chain the whole log."""
+    events = []
+    for _, event_id, event_type, payload_bytes, _ in raw.events(job_id):
+        payload = parse(payload_bytes)
+        edit(event_type, payload)
+        events.append((event_id, event_type, canonical(payload)))
+    raw.rewrite_log(job_id, events)
+
+
+def test_a_broken_commit_does_not_make_the_ledger_report_missing_events(
+    refunded: Refunded, raw: RawDb
+) -> None:
+    """The refund's recorded result edited (not its result hash) and the log re-chained: the
+    replay proof names the commit whose hash no longer matches; the ledger proof still reads
+    what the log holds — every invocation started and finished once, each ledger row as its
+    commit says — instead of reporting the steps after it as never started."""
+    rt, job_id = refunded
+
+    def edit(event_type: str, payload: dict[str, object]) -> None:
+        if event_type == "tool_invocation_finished" and payload["node_id"] == "refund":
+            payload["result"]["amount"] = 1  # type: ignore[index]
+
+    _rechained_with(raw, job_id, edit)
+    result = verify_job(rt.store, job_id)
+    assert result.replay_proof_result.invariant == "commit_evidence"
+    assert result.replay_proof_result.version == version_of(raw, job_id, "command_committed", 1)
+    assert "does not match the recorded result" in result.replay_proof_result.error
+    assert result.tool_invocation_ledger_proof.ok, result.tool_invocation_ledger_proof.errors
+    assert result.tool_invocation_ledger_proof.pending_idempotency_keys == ()
+    assert failing_checks(result) == {"replay_proof_result", "seal"}
+
+
+def test_a_step_out_of_order_does_not_make_the_ledger_report_missing_events(
+    refunded: Refunded, raw: RawDb
+) -> None:
+    """The refund recorded as failed (retryable) and the log re-chained: the e-mail step that
+    follows ran before its dependency completed (the replay proof says so), yet it was started,
+    finished and committed as the ledger says, and the ledger proof holds."""
+    rt, job_id = refunded
+
+    def edit(event_type: str, payload: dict[str, object]) -> None:
+        if event_type == "node_finished" and payload["node_id"] == "refund":
+            payload["result_type"] = "retryable_failure"
+
+    _rechained_with(raw, job_id, edit)
+    result = verify_job(rt.store, job_id)
+    assert result.replay_proof_result.invariant == "dependencies_first"
+    assert "'email'" in result.replay_proof_result.error
+    assert result.tool_invocation_ledger_proof.ok, result.tool_invocation_ledger_proof.errors
+    assert result.tool_invocation_ledger_proof.pending_idempotency_keys == ()
+
+
 def test_edit_a_ledger_rows_result(refunded: Refunded, raw: RawDb) -> None:
     rt, job_id = refunded
     [(stored,)] = raw.rows(

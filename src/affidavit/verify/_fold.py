@@ -385,6 +385,7 @@ class LogFold:
                                     and started_key == p["idempotency_key"]
                                     and outcome in outcomes
                                     and started[started_key][1] == node_id
+                                    and open_by_key.get(started_key) == invocation
                                 ):
                                     del open_invocations[invocation]
                                     del open_by_key[started_key]
@@ -591,7 +592,29 @@ class LogFold:
         if self.log_status in ("pending", "parked", "waiting"):
             self.log_status = "running"
 
+    # The ledger proof reads what the log records — which invocations started, finished and
+    # were committed — whatever the replay proof says about the events that record it. So the
+    # three handlers below keep that record also for an event that breaks an invariant (only
+    # the first broken one is reported, so nothing later in the replay proof depends on it):
+    # one broken invariant must not make the ledger proof report starts, finishes or commits
+    # the log does hold as missing ("finished without being started").
+
     def _invocation_started(self, p: dict[str, Any]) -> None:
+        try:
+            self._check_invocation_started(p)
+        except _Violation:
+            key, invocation = p.get("idempotency_key"), p.get("invocation_id")
+            if type(key) is str and type(invocation) is str:
+                self._start(invocation, key, p.get("node_id"), p.get("tool_name"), p)
+            raise
+
+    def _start(self, invocation: str, key: str, node_id: Any, tool_name: Any, p: Any) -> None:
+        self.invocation_ids.add(invocation)
+        self.open_invocations[invocation] = key
+        self.open_by_key[key] = invocation
+        self.started[key] = (invocation, node_id, tool_name, p.get("args_hash"))
+
+    def _check_invocation_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
         expected = self.steps.get(node_id)
         if expected is None or expected != p.get("step_id"):
@@ -638,12 +661,26 @@ class LogFold:
                 "closing_rule",
                 f"key {key[:16]}… started again while invocation {self.open_by_key[key]} is open",
             )
-        self.invocation_ids.add(invocation)
-        self.open_invocations[invocation] = key
-        self.open_by_key[key] = invocation
-        self.started[key] = (invocation, node_id, tool_name, p.get("args_hash"))
+        self._start(invocation, key, node_id, tool_name, p)
 
     def _invocation_finished(self, p: dict[str, Any]) -> None:
+        try:
+            self._check_invocation_finished(p)
+        except _Violation:
+            invocation = p.get("invocation_id")
+            if isinstance(invocation, str) and invocation in self.open_invocations:
+                # an open invocation: it is closed, as the log says
+                self._close(invocation, self.open_invocations[invocation], p)
+            raise
+
+    def _close(self, invocation: str, key: str, p: dict[str, Any]) -> None:
+        del self.open_invocations[invocation]
+        if self.open_by_key.get(key) == invocation:
+            del self.open_by_key[key]
+        if p.get("outcome") == "success":
+            self.success[key] = (invocation, p.get("result"), key, self._version)
+
+    def _check_invocation_finished(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
         expected = self.steps.get(node_id)
         if expected is None or expected != p.get("step_id"):
@@ -669,12 +706,24 @@ class LogFold:
             )
         if outcome not in _OUTCOMES:
             raise _Violation("payload", f"unknown outcome {outcome!r}")
-        del self.open_invocations[invocation]
-        del self.open_by_key[started_key]
-        if outcome == "success":
-            self.success[started_key] = (invocation, p.get("result"), started_key, self._version)
+        self._close(invocation, started_key, p)
 
     def _command_committed(self, p: dict[str, Any]) -> None:
+        try:
+            self._check_command_committed(p)
+        except _Violation as v:
+            key, node_id = p.get("idempotency_key"), p.get("node_id")
+            if type(key) is str and key not in self.committed and "result_hash" in p:
+                self.success.pop(key, None)
+                self._commit(key, p["result_hash"], node_id)
+            raise v
+
+    def _commit(self, key: str, result_hash: Any, node_id: Any) -> None:
+        self.committed[key] = result_hash
+        if type(node_id) is str:
+            self.committed_nodes.add(node_id)
+
+    def _check_command_committed(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
         expected = self.steps.get(node_id)
         if expected is None or expected != p.get("step_id"):
@@ -704,8 +753,7 @@ class LogFold:
                 "commit_evidence",
                 f"result_hash of key {key[:16]}… does not match the recorded result",
             )
-        self.committed[success[2]] = result_hash  # the key as first seen
-        self.committed_nodes.add(node_id)
+        self._commit(success[2], result_hash, node_id)  # the key as first seen
 
     def _node_finished(self, p: dict[str, Any]) -> None:
         # FORMATS.md §5 over every node_finished in log order, whatever else is wrong with it
