@@ -1,0 +1,155 @@
+"""A job's log and ledger are read in key order without sorting them, on both backends: the
+plans the store's own statements get, measured without clocks.
+
+A table's statistics know nothing of one long job among many short ones (nor of any job until
+the table is analyzed), so PostgreSQL's planner, left alone, collects a long job's rows with a
+bitmap scan and sorts them all — before the first row of a snapshot's stream, and again for
+every page of a paged read, which then reads the rest of the log each time. The tables here
+are never analyzed, as after a burst of writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from affidavit.core.canonical import canonical
+from affidavit.store import NewEvent, Store
+from affidavit.store._snapshot import LEDGER_COLUMNS_SELECT
+
+LONG = 3_000  # events of the long job
+PAGE = 100
+
+
+def long_job(store: Store) -> str:
+    """One job of LONG events and LONG // 2 ledger rows, among 50 jobs of one event."""
+    with store.transaction(durable=False) as tx:
+        for _ in range(50):
+            job, _ = tx.create_job(status="completed")
+            tx.append(job.job_id, [NewEvent("job_created", {})], expected_version=0)
+        job, _ = tx.create_job(status="completed")
+        events = [NewEvent("node_started", {"n": n}) for n in range(LONG)]
+        tx.append(job.job_id, events, expected_version=0)
+        for n in range(LONG // 2):
+            tx.ledger_insert(
+                job_id=job.job_id,
+                key=f"key-{n:05d}",
+                node_id="a",
+                step_id="s",
+                tool_name="t",
+                args_hash="h",
+                invocation_id=f"i{n}",
+                attempt_id=None,
+            )
+    return job.job_id
+
+
+def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _plan_nodes(child)
+
+
+def _rows_read(plan: dict[str, Any]) -> int:
+    """Rows every scan of ``plan`` produced or filtered out, over all its loops."""
+    return sum(
+        round((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"])
+        for n in _plan_nodes(plan)
+        if "Scan" in n["Node Type"]
+    )
+
+
+@contextmanager
+def _explained_pages(store: Any) -> Iterator[list[dict[str, Any]]]:
+    """The PostgreSQL plans (``EXPLAIN ANALYZE``) of the page reads the store issues, each
+    taken on the store's own cursor, in its transaction, just before the statement runs."""
+    plans: list[dict[str, Any]] = []
+    original = store._page_reader
+
+    @contextmanager
+    def page_reader() -> Iterator[Any]:
+        with original() as cur:
+
+            class Spy:
+                def execute(self, query: str, params: Any = None) -> Any:
+                    cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params)
+                    [(doc,)] = cur.fetchall()
+                    plans.append((json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"])
+                    return cur.execute(query, params)
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(cur, name)
+
+            yield Spy()
+
+    store._page_reader = page_reader
+    try:
+        yield plans
+    finally:
+        del store._page_reader
+
+
+def _sqlite_steps(store: Any, job_id: str, after: int) -> int:
+    """SQLite virtual-machine instructions (every 10th) of one page."""
+    with store._reader() as cur:  # this thread's reader connection, which list_events uses
+        conn = cur.connection
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn.set_progress_handler(count, 10)
+    try:
+        assert len(store.list_events(job_id, after_version=after, limit=PAGE)) == PAGE
+    finally:
+        conn.set_progress_handler(None, 0)
+    return steps
+
+
+def test_a_page_of_a_long_log_reads_the_page_not_the_rest(store: Store) -> None:
+    job_id = long_job(store)
+    first, last = 0, LONG - PAGE
+    for after in (first, last):  # the pages themselves, as the store returns them
+        page = store.list_events(job_id, after_version=after, limit=PAGE)
+        assert [e.version for e in page] == list(range(after + 1, after + PAGE + 1))
+    if store.backend == "sqlite":
+        costs = [_sqlite_steps(store, job_id, after) for after in (first, last)]
+        assert costs[0] <= 1.5 * costs[1] + 10, costs
+        return
+    with _explained_pages(store) as plans:
+        for after in (first, last):
+            store.list_events(job_id, after_version=after, limit=PAGE)
+    for plan in plans:
+        assert not [n for n in _plan_nodes(plan) if n["Node Type"] == "Sort"], plan
+        # the page and the index entry after it, not the LONG - after rows after the page
+        assert _rows_read(plan) <= PAGE + 1, plan
+
+
+@pytest.mark.parametrize("what", ["log", "ledger"])
+def test_a_snapshot_streams_a_long_log_in_key_order_without_sorting(
+    store: Store, what: str
+) -> None:
+    job_id = long_job(store)
+    with store.snapshot() as snap:
+        query = snap.log_sql.rows if what == "log" else LEDGER_COLUMNS_SELECT  # type: ignore[attr-defined]
+        if store.backend == "sqlite":
+            plan = snap.query(f"EXPLAIN QUERY PLAN {query}", (job_id,))  # type: ignore[attr-defined]
+            assert plan and not [row for row in plan if "TEMP B-TREE" in str(row)], plan
+        else:
+            [(doc,)] = snap.query(f"EXPLAIN (FORMAT JSON) {query}", (job_id,))  # type: ignore[attr-defined]
+            tree = (json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"]
+            assert not [n for n in _plan_nodes(tree) if n["Node Type"] == "Sort"], tree
+        rows = list(
+            snap.iter_event_rows(job_id) if what == "log" else snap.iter_ledger_columns(job_id)
+        )
+    if what == "log":
+        assert [r[0] for r in rows] == list(range(1, LONG + 1))
+        assert rows[5][3] == canonical({"n": 5})
+    else:
+        assert [r[0] for r in rows] == [f"key-{n:05d}" for n in range(LONG // 2)]
