@@ -81,8 +81,8 @@ def plain_columns(
     write = sys.stdout.write
 
     def line(cells: Sequence[str]) -> str:
-        shown = [c.translate(_CONTROL) for c in cells]
-        padded = [c + " " * (w - cell_len(c)) for c, w in zip(shown, widths, strict=False)]
+        shown = [_shown(c) for c in cells]
+        padded = [c + " " * (w - _cells(c)) for c, w in zip(shown, widths, strict=False)]
         return "  ".join((*padded[: len(shown) - 1], shown[-1])).rstrip() + "\n"
 
     write(line(headers))
@@ -97,7 +97,17 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [cell_len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
-            width = cell_len(cell.translate(_CONTROL))
+            width = _cells(_shown(cell))
             if width > widths[i]:
                 widths[i] = width
     plain_columns(headers, widths, rows)
+
+
+def _shown(cell: str) -> str:
+    """``cell`` with control characters as ``?`` (most cells have none: checked in C first)."""
+    return cell if cell.isprintable() else cell.translate(_CONTROL)
+
+
+def _cells(text: str) -> int:
+    """Terminal cells ``text`` takes (ASCII: one a character)."""
+    return len(text) if text.isascii() else cell_len(text)
