@@ -208,6 +208,19 @@ def test_a_step_out_of_order_does_not_make_the_ledger_report_missing_events(
     assert result.tool_invocation_ledger_proof.pending_idempotency_keys == ()
 
 
+def test_a_deleted_plan_is_reported_once(refunded: Refunded, raw: RawDb) -> None:
+    """plan_generated deleted and the log re-chained: the replay proof says the plan is missing;
+    the ledger rows still agree with the log's starts (their step ids were reported as "not as
+    in its tool_invocation_started event", compared with the missing plan's)."""
+    rt, job_id = refunded
+    events = [(e, t, p) for _, e, t, p, _ in raw.events(job_id) if t != "plan_generated"]
+    raw.rewrite_log(job_id, events)
+    result = verify_job(rt.store, job_id)
+    assert result.replay_proof_result.invariant == "plan"
+    assert result.tool_invocation_ledger_proof.ok, result.tool_invocation_ledger_proof.errors
+    assert failing_checks(result) == {"replay_proof_result", "seal"}
+
+
 def test_edit_a_ledger_rows_result(refunded: Refunded, raw: RawDb) -> None:
     rt, job_id = refunded
     [(stored,)] = raw.rows(

@@ -544,7 +544,9 @@ def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns])
             column
             for column, value, expected in (
                 ("node_id", node_id, log[1]),
-                ("step_id", step_id, steps.get(log[1])),
+                # (the log's step ids are the plan's: without a plan there is nothing to compare
+                # with, and the replay proof says that the plan is missing)
+                ("step_id", step_id, steps.get(log[1]) if fold.has_plan else step_id),
                 ("tool_name", tool_name, log[2]),
                 ("args_hash", args_hash, log[3]),
             )
