@@ -221,6 +221,25 @@ def test_a_deleted_plan_is_reported_once(refunded: Refunded, raw: RawDb) -> None
     assert failing_checks(result) == {"replay_proof_result", "seal"}
 
 
+def test_a_start_naming_another_node_differs_from_its_ledger_row_in_the_node_only(
+    refunded: Refunded, raw: RawDb
+) -> None:
+    """The e-mail's tool_invocation_started made to name a node not in the plan (its step id
+    left as it was) and the log re-chained: the ledger row differs from that start in its node,
+    not in its step id — the start's own step id is compared, not the plan's for that node."""
+    rt, job_id = refunded
+
+    def edit(event_type: str, payload: dict[str, object]) -> None:
+        if event_type == "tool_invocation_started" and payload["node_id"] == "email":
+            payload["node_id"] = "mail"
+
+    _rechained_with(raw, job_id, edit)
+    result = verify_job(rt.store, job_id)
+    assert result.replay_proof_result.invariant == "node_in_plan"
+    [error] = result.tool_invocation_ledger_proof.errors
+    assert error.endswith(": node_id not as in its tool_invocation_started event"), error
+
+
 def test_edit_a_ledger_rows_result(refunded: Refunded, raw: RawDb) -> None:
     rt, job_id = refunded
     [(stored,)] = raw.rows(

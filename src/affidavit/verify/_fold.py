@@ -92,7 +92,7 @@ _FAST_KINDS = {
     "node_finished": _NODE_FINISHED,
 }
 _NOWHERE = object()
-_NO_START = (None, None, None, None)  # what a key not started yet was started with
+_NO_START = (None, None, None, None, None)  # what a key not started yet was started with
 _WAIT_KINDS = ("wait", "approval")
 # the wait_type of a job_waiting, by the type of the node that waits (FORMATS.md §3)
 _WAIT_TYPE = {"wait": "signal", "approval": "approval"}
@@ -201,9 +201,9 @@ class LogFold:
         # those with a step_compensated, not finished as compensated yet
         self.compensatable: set[str] = set()
         self.compensations: set[str] = set()
-        # key -> (invocation, node_id, tool_name, args_hash) of its latest start: every key
-        # invoked, and what its ledger row must say
-        self.started: dict[str, tuple[str, str, Any, Any]] = {}
+        # key -> (invocation, node_id, tool_name, args_hash, step_id) of its latest start:
+        # every key invoked, and what its ledger row must say
+        self.started: dict[str, tuple[str, str, Any, Any, Any]] = {}
         self.waits: dict[str, str] = {}  # correlation key -> the waiting node
         self.answered: set[str] = set()  # correlation keys a wait_completed answered
         # wait and approval node -> the payload of the wait_completed that answered it (its
@@ -368,13 +368,19 @@ class LogFold:
                                     and key not in open_by_key
                                     and (
                                         prior is _NO_START
-                                        or prior[1:] == (node_id, tool_name, hashed)
+                                        or prior[1:4] == (node_id, tool_name, hashed)
                                     )
                                 ):
                                     invocation_ids.add(invocation)
                                     open_invocations[invocation] = key
                                     open_by_key[key] = invocation
-                                    started[key] = (invocation, node_id, tool_name, hashed)
+                                    started[key] = (
+                                        invocation,
+                                        node_id,
+                                        tool_name,
+                                        hashed,
+                                        steps[node_id],  # (the event's, checked above)
+                                    )
                                     continue
                             elif kind == _INVOCATION_FINISHED:
                                 invocation = p["invocation_id"]
@@ -612,7 +618,13 @@ class LogFold:
         self.invocation_ids.add(invocation)
         self.open_invocations[invocation] = key
         self.open_by_key[key] = invocation
-        self.started[key] = (invocation, node_id, tool_name, p.get("args_hash"))
+        self.started[key] = (
+            invocation,
+            node_id,
+            tool_name,
+            p.get("args_hash"),
+            p.get("step_id"),
+        )
 
     def _check_invocation_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]

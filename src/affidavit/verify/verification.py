@@ -518,7 +518,7 @@ def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns])
     node only), and a committed or failed row names the latest invocation of its key."""
     errors: list[str] = []
     seen: set[str] = set()
-    committed, started, steps = fold.committed, fold.started, fold.steps
+    committed, started = fold.committed, fold.started
     add, sha256 = seen.add, hashlib.sha256
     for key, status, invocation_id, text, node_id, step_id, tool_name, args_hash in ledger:
         # the digest of the stored result text (None: the column holds something else)
@@ -529,8 +529,7 @@ def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns])
         if (
             status == "committed"
             and committed.get(key, _NO_COMMIT) == digest
-            and started.get(key) == (invocation_id, node_id, tool_name, args_hash)
-            and steps.get(node_id) == step_id
+            and started.get(key) == (invocation_id, node_id, tool_name, args_hash, step_id)
             and key not in seen
         ):
             add(key)
@@ -544,9 +543,7 @@ def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns])
             column
             for column, value, expected in (
                 ("node_id", node_id, log[1]),
-                # (the log's step ids are the plan's: without a plan there is nothing to compare
-                # with, and the replay proof says that the plan is missing)
-                ("step_id", step_id, steps.get(log[1]) if fold.has_plan else step_id),
+                ("step_id", step_id, log[4]),
                 ("tool_name", tool_name, log[2]),
                 ("args_hash", args_hash, log[3]),
             )
