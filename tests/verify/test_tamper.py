@@ -240,6 +240,22 @@ def test_a_start_naming_another_node_differs_from_its_ledger_row_in_the_node_onl
     assert error.endswith(": node_id not as in its tool_invocation_started event"), error
 
 
+def test_a_duplicated_start_fails_the_ledger_proof_too(refunded: Refunded, raw: RawDb) -> None:
+    """A tool_invocation_started repeated (under an event id of its own) and the log
+    re-chained: one invocation started twice and finished once, which both proofs report."""
+    rt, job_id = refunded
+    events = []
+    for _, event_id, event_type, payload, _ in raw.events(job_id):
+        events.append((event_id, event_type, payload))
+        if event_type == "tool_invocation_started" and parse(payload)["node_id"] == "email":
+            events.append((new_event_id(), event_type, payload))
+    raw.rewrite_log(job_id, events)
+    result = verify_job(rt.store, job_id)
+    assert result.replay_proof_result.invariant == "closing_rule"
+    [error] = result.tool_invocation_ledger_proof.errors
+    assert error.startswith("invocation ") and error.endswith("started twice"), error
+
+
 def test_edit_a_ledger_rows_result(refunded: Refunded, raw: RawDb) -> None:
     rt, job_id = refunded
     [(stored,)] = raw.rows(

@@ -667,6 +667,7 @@ class LogFold:
                 f"not {prior[3]!r}",
             )
         if invocation in self.invocation_ids:
+            self.ledger_error(f"invocation {invocation} (key {key[:16]}…) started twice")
             raise _Violation("closing_rule", f"invocation {invocation} started twice")
         if key in self.open_by_key:
             raise _Violation(
