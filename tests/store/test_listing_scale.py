@@ -9,8 +9,7 @@ bitmap scans off so that the test checks what an index *can* serve on a small ta
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +18,7 @@ from psycopg import sql
 
 from affidavit.store import JobFilter, NewEvent, Store
 from affidavit.store.postgres import split_url
+from tests.store.plans import rows_read, spied, sqlite_steps
 
 LIMIT = 5
 
@@ -32,62 +32,9 @@ def add_jobs(store: Store, count: int) -> None:
             tx.append(job.job_id, [NewEvent("job_submitted", {"i": i})], expected_version=0)
 
 
-def _sqlite_cost(store: Any, call: Callable[[], object]) -> int:
-    with store._reader() as cur:  # this thread's reader connection, which list_jobs uses
-        conn = cur.connection
-    steps = 0
-
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    conn.set_progress_handler(count, 10)
-    try:
-        call()
-    finally:
-        conn.set_progress_handler(None, 0)
-    return steps
-
-
-@contextmanager
-def _captured(store: Any) -> Iterator[list[tuple[str, Any]]]:
-    """The statements the store's reads issue, with their parameters."""
-    statements: list[tuple[str, Any]] = []
-    original = store._reader
-
-    @contextmanager
-    def reader() -> Iterator[Any]:
-        with original() as cur:
-
-            class Spy:
-                def execute(self, query: str, params: Any = None) -> Any:
-                    statements.append((query, params))
-                    return cur.execute(query, params)
-
-                def __getattr__(self, name: str) -> Any:
-                    return getattr(cur, name)
-
-            yield Spy()
-
-    store._reader = reader
-    try:
-        yield statements
-    finally:
-        del store._reader
-
-
-def _rows_read(plan: dict[str, Any]) -> int:
-    """Rows every scan of ``plan`` produced or filtered out, over all its loops."""
-    own = 0
-    if "Scan" in plan["Node Type"]:
-        per_loop = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
-        own = round(per_loop * plan["Actual Loops"])
-    return own + sum(_rows_read(p) for p in plan.get("Plans", ()))
-
-
 def _postgres_cost(store: Any, call: Callable[[], object]) -> int:
-    with _captured(store) as statements:
+    statements: list[tuple[str, Any]] = []
+    with spied(store, "_reader", lambda _cur, query, params: statements.append((query, params))):
         call()
     [(query, params)] = statements
     conninfo, schema = split_url(store.url)
@@ -98,11 +45,11 @@ def _postgres_cost(store: Any, call: Callable[[], object]) -> int:
         conn.execute("SET enable_bitmapscan = off")
         [(doc,)] = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params).fetchall()
     plan = (json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"]
-    return _rows_read(plan)
+    return rows_read(plan)
 
 
 def cost(store: Store, call: Callable[[], object]) -> int:
-    measure = _sqlite_cost if store.backend == "sqlite" else _postgres_cost
+    measure = sqlite_steps if store.backend == "sqlite" else _postgres_cost
     return measure(store, call)
 
 

@@ -11,8 +11,7 @@ are never analyzed, as after a burst of writes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from affidavit.core.canonical import canonical
 from affidavit.store import NewEvent, Store
 from affidavit.store._snapshot import LEDGER_COLUMNS_SELECT
+from tests.store.plans import plan_nodes, rows_read, spied, sqlite_steps
 
 LONG = 3_000  # events of the long job
 PAGE = 100
@@ -48,68 +48,23 @@ def long_job(store: Store) -> str:
     return job.job_id
 
 
-def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _plan_nodes(child)
+def _explain_analyze(plans: list[dict[str, Any]]) -> Callable[[Any, str, Any], None]:
+    """Take the PostgreSQL plan (``EXPLAIN ANALYZE``) of each statement on the store's own
+    cursor, in its transaction, just before the statement runs."""
+
+    def before(cur: Any, query: str, params: Any) -> None:
+        cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params)
+        [(doc,)] = cur.fetchall()
+        plans.append((json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"])
+
+    return before
 
 
-def _rows_read(plan: dict[str, Any]) -> int:
-    """Rows every scan of ``plan`` produced or filtered out, over all its loops."""
-    return sum(
-        round((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"])
-        for n in _plan_nodes(plan)
-        if "Scan" in n["Node Type"]
-    )
-
-
-@contextmanager
-def _explained_pages(store: Any) -> Iterator[list[dict[str, Any]]]:
-    """The PostgreSQL plans (``EXPLAIN ANALYZE``) of the page reads the store issues, each
-    taken on the store's own cursor, in its transaction, just before the statement runs."""
-    plans: list[dict[str, Any]] = []
-    original = store._page_reader
-
-    @contextmanager
-    def page_reader() -> Iterator[Any]:
-        with original() as cur:
-
-            class Spy:
-                def execute(self, query: str, params: Any = None) -> Any:
-                    cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params)
-                    [(doc,)] = cur.fetchall()
-                    plans.append((json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"])
-                    return cur.execute(query, params)
-
-                def __getattr__(self, name: str) -> Any:
-                    return getattr(cur, name)
-
-            yield Spy()
-
-    store._page_reader = page_reader
-    try:
-        yield plans
-    finally:
-        del store._page_reader
-
-
-def _sqlite_steps(store: Any, job_id: str, after: int) -> int:
-    """SQLite virtual-machine instructions (every 10th) of one page."""
-    with store._reader() as cur:  # this thread's reader connection, which list_events uses
-        conn = cur.connection
-    steps = 0
-
-    def count() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    conn.set_progress_handler(count, 10)
-    try:
+def _page_steps(store: Store, job_id: str, after: int) -> int:
+    def page() -> None:
         assert len(store.list_events(job_id, after_version=after, limit=PAGE)) == PAGE
-    finally:
-        conn.set_progress_handler(None, 0)
-    return steps
+
+    return sqlite_steps(store, page)
 
 
 def test_a_page_of_a_long_log_reads_the_page_not_the_rest(store: Store) -> None:
@@ -119,16 +74,17 @@ def test_a_page_of_a_long_log_reads_the_page_not_the_rest(store: Store) -> None:
         page = store.list_events(job_id, after_version=after, limit=PAGE)
         assert [e.version for e in page] == list(range(after + 1, after + PAGE + 1))
     if store.backend == "sqlite":
-        costs = [_sqlite_steps(store, job_id, after) for after in (first, last)]
+        costs = [_page_steps(store, job_id, after) for after in (first, last)]
         assert costs[0] <= 1.5 * costs[1] + 10, costs
         return
-    with _explained_pages(store) as plans:
+    plans: list[dict[str, Any]] = []
+    with spied(store, "_page_reader", _explain_analyze(plans)):
         for after in (first, last):
             store.list_events(job_id, after_version=after, limit=PAGE)
     for plan in plans:
-        assert not [n for n in _plan_nodes(plan) if n["Node Type"] == "Sort"], plan
+        assert not [n for n in plan_nodes(plan) if n["Node Type"] == "Sort"], plan
         # the page and the index entry after it, not the LONG - after rows after the page
-        assert _rows_read(plan) <= PAGE + 1, plan
+        assert rows_read(plan) <= PAGE + 1, plan
 
 
 @pytest.mark.parametrize("what", ["log", "ledger"])
@@ -144,7 +100,7 @@ def test_a_snapshot_streams_a_long_log_in_key_order_without_sorting(
         else:
             [(doc,)] = snap.query(f"EXPLAIN (FORMAT JSON) {query}", (job_id,))  # type: ignore[attr-defined]
             tree = (json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"]
-            assert not [n for n in _plan_nodes(tree) if n["Node Type"] == "Sort"], tree
+            assert not [n for n in plan_nodes(tree) if n["Node Type"] == "Sort"], tree
         rows = list(
             snap.iter_event_rows(job_id) if what == "log" else snap.iter_ledger_columns(job_id)
         )

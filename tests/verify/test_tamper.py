@@ -165,6 +165,18 @@ def _rechained_with(
     raw.rewrite_log(job_id, events)
 
 
+def _rechained_setting(
+    raw: RawDb, job_id: str, event_type: str, node: str, /, **fields: object
+) -> None:
+    """Set ``fields`` in the payloads of ``node``'s ``event_type`` events, then re-chain."""
+
+    def edit(kind: str, payload: dict[str, object]) -> None:
+        if kind == event_type and payload.get("node_id") == node:
+            payload.update(fields)
+
+    _rechained_with(raw, job_id, edit)
+
+
 def test_a_broken_commit_does_not_make_the_ledger_report_missing_events(
     refunded: Refunded, raw: RawDb
 ) -> None:
@@ -195,12 +207,7 @@ def test_a_step_out_of_order_does_not_make_the_ledger_report_missing_events(
     follows ran before its dependency completed (the replay proof says so), yet it was started,
     finished and committed as the ledger says, and the ledger proof holds."""
     rt, job_id = refunded
-
-    def edit(event_type: str, payload: dict[str, object]) -> None:
-        if event_type == "node_finished" and payload["node_id"] == "refund":
-            payload["result_type"] = "retryable_failure"
-
-    _rechained_with(raw, job_id, edit)
+    _rechained_setting(raw, job_id, "node_finished", "refund", result_type="retryable_failure")
     result = verify_job(rt.store, job_id)
     assert result.replay_proof_result.invariant == "dependencies_first"
     assert "'email'" in result.replay_proof_result.error
@@ -228,12 +235,7 @@ def test_a_start_naming_another_node_differs_from_its_ledger_row_in_the_node_onl
     left as it was) and the log re-chained: the ledger row differs from that start in its node,
     not in its step id — the start's own step id is compared, not the plan's for that node."""
     rt, job_id = refunded
-
-    def edit(event_type: str, payload: dict[str, object]) -> None:
-        if event_type == "tool_invocation_started" and payload["node_id"] == "email":
-            payload["node_id"] = "mail"
-
-    _rechained_with(raw, job_id, edit)
+    _rechained_setting(raw, job_id, "tool_invocation_started", "email", node_id="mail")
     result = verify_job(rt.store, job_id)
     assert result.replay_proof_result.invariant == "node_in_plan"
     [error] = result.tool_invocation_ledger_proof.errors
