@@ -11,7 +11,7 @@ are never analyzed, as after a burst of writes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ import pytest
 from affidavit.core.canonical import canonical
 from affidavit.store import NewEvent, Store
 from affidavit.store._snapshot import LEDGER_COLUMNS_SELECT
+from affidavit.store.postgres import PostgresSnapshot
 from tests.store.plans import plan_nodes, rows_read, spied, sqlite_steps
 
 LONG = 3_000  # events of the long job
@@ -89,21 +90,34 @@ def test_a_page_of_a_long_log_reads_the_page_not_the_rest(store: Store) -> None:
 
 @pytest.mark.parametrize("what", ["log", "ledger"])
 def test_a_snapshot_streams_a_long_log_in_key_order_without_sorting(
-    store: Store, what: str
+    store: Store, what: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The plan of the snapshot's stream, taken on its connection just before the stream runs;
+    the snapshot's later statements are planned as before (PostgreSQL: ``enable_sort`` is back)."""
     job_id = long_job(store)
+    plans: list[dict[str, Any]] = []
+    if store.backend == "postgresql":
+        real = PostgresSnapshot._stream
+
+        def explained(self: Any, sql: str, params: Any, batch: int) -> Iterator[Any]:
+            query = f"EXPLAIN (FORMAT JSON) {sql.replace('?', '%s')}"
+            [(doc,)] = self._conn.execute(query, params).fetchall()
+            plans.append((json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"])
+            yield from real(self, sql, params, batch)
+
+        monkeypatch.setattr(PostgresSnapshot, "_stream", explained)
     with store.snapshot() as snap:
-        query = snap.log_sql.rows if what == "log" else LEDGER_COLUMNS_SELECT  # type: ignore[attr-defined]
         if store.backend == "sqlite":
+            query = snap.log_sql.rows if what == "log" else LEDGER_COLUMNS_SELECT  # type: ignore[attr-defined]
             plan = snap.query(f"EXPLAIN QUERY PLAN {query}", (job_id,))  # type: ignore[attr-defined]
             assert plan and not [row for row in plan if "TEMP B-TREE" in str(row)], plan
-        else:
-            [(doc,)] = snap.query(f"EXPLAIN (FORMAT JSON) {query}", (job_id,))  # type: ignore[attr-defined]
-            tree = (json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"]
-            assert not [n for n in plan_nodes(tree) if n["Node Type"] == "Sort"], tree
         rows = list(
             snap.iter_event_rows(job_id) if what == "log" else snap.iter_ledger_columns(job_id)
         )
+        if store.backend == "postgresql":
+            [tree] = plans
+            assert not [n for n in plan_nodes(tree) if n["Node Type"] == "Sort"], tree
+            assert snap.query("SHOW enable_sort") == [("on",)]  # type: ignore[attr-defined]
     if what == "log":
         assert [r[0] for r in rows] == list(range(1, LONG + 1))
         assert rows[5][3] == canonical({"n": 5})

@@ -64,6 +64,13 @@ class SqlSnapshot(ABC):
     def stream(self, sql: str, params: Sequence[Any], batch: int) -> Iterator[Sequence[Any]]:
         """The rows of one statement, fetched ``batch`` at a time."""
 
+    def stream_in_key_order(
+        self, sql: str, params: Sequence[Any], batch: int
+    ) -> Iterator[Sequence[Any]]:
+        """:meth:`stream` for a job's log or ledger, ordered as its primary key: where a
+        backend's planner would sort such rows, it is told to walk the key instead."""
+        return self.stream(sql, params, batch)
+
     def get_job(self, job_id: str) -> JobRecord | None:
         if unmatchable(job_id):  # no job can have it
             return None
@@ -130,11 +137,12 @@ class SqlSnapshot(ABC):
         )
         params = (job_id,) if job_id is not None else ()
         return cast(
-            "Iterator[tuple[str, int, str, str, bytes, str]]", self.stream(sql, params, batch)
+            "Iterator[tuple[str, int, str, str, bytes, str]]",
+            self.stream_in_key_order(sql, params, batch),
         )
 
     def iter_events(self, job_id: str, *, batch: int = DEFAULT_BATCH) -> Iterator[StoredEvent]:
-        for row in self.stream(self.log_sql.events, (job_id,), batch):
+        for row in self.stream_in_key_order(self.log_sql.events, (job_id,), batch):
             yield StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
 
     def iter_event_rows(
@@ -142,7 +150,7 @@ class SqlSnapshot(ABC):
     ) -> Iterator[tuple[int, str, str, bytes, str]]:
         """``(version, event_id, type, payload bytes, chain_hash)`` in version order: the
         fields a verifier needs, without building an object per event."""
-        rows = self.stream(self.log_sql.rows, (job_id,), batch)  # rows are those tuples
+        rows = self.stream_in_key_order(self.log_sql.rows, (job_id,), batch)  # those tuples
         return cast("Iterator[tuple[int, str, str, bytes, str]]", rows)
 
     def iter_ledger_columns(
@@ -152,7 +160,7 @@ class SqlSnapshot(ABC):
         args_hash)`` per ledger row in key order, ``result`` the stored text (``null`` when
         there is none): every column the log has a counterpart of, as read (a row edited
         outside the store may hold another type than text), without an object per row."""
-        rows = self.stream(LEDGER_COLUMNS_SELECT, (job_id,), batch)  # rows are those tuples
+        rows = self.stream_in_key_order(LEDGER_COLUMNS_SELECT, (job_id,), batch)  # those tuples
         return cast("Iterator[LedgerColumns]", rows)
 
     def ledger_list(self, job_id: str) -> list[LedgerRow]:
@@ -163,7 +171,7 @@ class SqlSnapshot(ABC):
             f"SELECT {LEDGER_COLUMNS} FROM tool_invocations WHERE job_id = ? "
             "ORDER BY idempotency_key"
         )
-        for row in self.stream(sql, (job_id,), batch):
+        for row in self.stream_in_key_order(sql, (job_id,), batch):
             yield _ledger_from_row(row)
 
     def seal_get(self, job_id: str) -> Seal | None:

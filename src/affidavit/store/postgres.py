@@ -194,10 +194,10 @@ _cursor_names = itertools.count()
 # events a 37 MB sort spilled to disk before the first row is sent, and for every page of
 # "... LIMIT n" a sort of all the rows after it (paging through a log becomes quadratic).
 # The primary keys hold those rows in that order: with sorting made the planner's last resort
-# it walks the key instead, and rows stream from the first. Only in transactions that read
-# those (a snapshot, a page of a log), each ending with it; every query they run has an index
-# in the order it asks for (jobs by status, namespace or creation; ledgers, seals, keys).
+# it walks the key instead, and rows stream from the first. Only for the statements that read
+# those: a snapshot's stream of a log or ledger, and a page of a log in a transaction of its own.
 IN_KEY_ORDER = "SET LOCAL enable_sort = off"
+IN_KEY_ORDER_RESET = "SET LOCAL enable_sort TO DEFAULT"
 
 
 class PostgresSnapshot(SqlSnapshot):
@@ -234,6 +234,27 @@ class PostgresSnapshot(SqlSnapshot):
         rows = self._stream(sql, params, batch)
         self._streams.append(rows)
         return rows
+
+    def stream_in_key_order(
+        self, sql: str, params: Sequence[Any], batch: int
+    ) -> Iterator[Sequence[Any]]:
+        rows = self._in_key_order(sql, params, batch)
+        self._streams.append(rows)
+        return rows
+
+    def _in_key_order(
+        self, sql: str, params: Sequence[Any], batch: int
+    ) -> Generator[Sequence[Any], None, None]:
+        """:meth:`_stream` planned with :data:`IN_KEY_ORDER`, which the snapshot's later
+        statements are planned without (a listing of jobs with two statuses has no index in
+        its order: a sort of the few that match beats walking every job)."""
+        self._check_idle()
+        self._conn.execute(IN_KEY_ORDER)
+        try:
+            yield from self._stream(sql, params, batch)
+        finally:
+            with contextlib.suppress(psycopg.Error):  # (a broken connection: the snapshot fails)
+                self._conn.execute(IN_KEY_ORDER_RESET)
 
     def _stream(
         self, sql: str, params: Sequence[Any], batch: int
@@ -508,7 +529,7 @@ class PostgresStore(SqlStore):
                 # log); it holds no row lock, so nothing waits for it
                 conn.execute(
                     "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
-                    f"SET LOCAL idle_in_transaction_session_timeout = 0; {IN_KEY_ORDER}"
+                    "SET LOCAL idle_in_transaction_session_timeout = 0"
                 )
                 snap = PostgresSnapshot(conn)
                 try:
