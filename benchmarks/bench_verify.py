@@ -306,7 +306,7 @@ def postgres_target(url: str) -> Iterator[Target]:
     def rows(job_id: str) -> Iterator[Sequence[Any]]:
         with psycopg.connect(conninfo) as conn:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-            conn.execute(IN_KEY_ORDER.replace(" LOCAL", ""))  # the store's planner setting
+            conn.execute(IN_KEY_ORDER.replace(" LOCAL", ""))  # the store's planner settings
             yield from conn.cursor().stream(query, (job_id,), size=FETCH)  # chunked, as the store
 
     try:

@@ -71,6 +71,9 @@ class SqlSnapshot(ABC):
         backend's planner would sort such rows, it is told to walk the key instead."""
         return self.stream(sql, params, batch)
 
+    def plan_freely(self) -> None:  # noqa: B027 (a hook: most backends have nothing to undo)
+        """Before a listing of jobs: undo what :meth:`stream_in_key_order` told the planner."""
+
     def get_job(self, job_id: str) -> JobRecord | None:
         if unmatchable(job_id):  # no job can have it
             return None
@@ -91,6 +94,7 @@ class SqlSnapshot(ABC):
         ``filters``, in its order — reading no other column, so that a job row edited outside
         the store (text that is not UTF-8, say) is still listed, to be verified."""
         where, params = jobs_where(filters)
+        self.plan_freely()
         rows = self.query(f"SELECT j.job_id FROM jobs j{where} {JOBS_ORDER}", params)
         return [row[0] for row in rows]
 
@@ -99,6 +103,7 @@ class SqlSnapshot(ABC):
         order of :meth:`list_job_ids`, streamed by one query: paging with an offset would
         make each page skip all the ones before it again (quadratic in the number of jobs)."""
         where, params = jobs_where(filters)  # (checks the filters)
+        self.plan_freely()
         rows = self.stream(f"SELECT j.job_id FROM jobs j{where} {JOBS_SORT}", params[:-2], batch)
         return (row[0] for row in rows)
 
@@ -118,6 +123,7 @@ class SqlSnapshot(ABC):
             parts.append(f"SELECT DISTINCT t.job_id, '{what}' FROM {table} t WHERE {where}")
         sql = " UNION ALL ".join(parts) + " ORDER BY 1, 2"
         params = (job_id,) * len(parts) if job_id is not None else ()
+        self.plan_freely()
         return cast("Iterator[tuple[str, str]]", self.stream(sql, params, batch))
 
     def iter_orphan_event_rows(

@@ -195,9 +195,13 @@ _cursor_names = itertools.count()
 # "... LIMIT n" a sort of all the rows after it (paging through a log becomes quadratic).
 # The primary keys hold those rows in that order: with sorting made the planner's last resort
 # it walks the key instead, and rows stream from the first. Only for the statements that read
-# those: a snapshot's stream of a log or ledger, and a page of a log in a transaction of its own.
-IN_KEY_ORDER = "SET LOCAL enable_sort = off"
-IN_KEY_ORDER_RESET = "SET LOCAL enable_sort TO DEFAULT"
+# those: a snapshot's streams of logs and ledgers (see PostgresSnapshot), and a page of a log
+# (in a transaction of its own).
+# (With sorting disabled, a statement that must sort anyway — the signing keys by creation —
+# carries the planner's penalty in its cost, which then passes jit_above_cost: PostgreSQL spent
+# ~20 ms compiling such a statement with LLVM. Compiling never pays for these reads.)
+IN_KEY_ORDER = "SET LOCAL enable_sort = off; SET LOCAL jit = off"
+IN_KEY_ORDER_RESET = "SET LOCAL enable_sort TO DEFAULT; SET LOCAL jit TO DEFAULT"
 
 
 class PostgresSnapshot(SqlSnapshot):
@@ -211,6 +215,7 @@ class PostgresSnapshot(SqlSnapshot):
         self._conn = conn
         self._streams: list[Generator[Sequence[Any], None, None]] = []
         self._reading: Iterator[Sequence[Any]] | None = None  # a stream begun, not finished
+        self._in_key_order = True  # IN_KEY_ORDER holds (see stream_in_key_order)
 
     def _end(self) -> None:
         """Close the streams the caller left unfinished (psycopg cancels the statement and
@@ -235,26 +240,25 @@ class PostgresSnapshot(SqlSnapshot):
         self._streams.append(rows)
         return rows
 
+    # A snapshot begins planning in key order (IN_KEY_ORDER goes with its BEGIN: no round trip
+    # for verifying a job, whose other reads look rows up by key); a listing of jobs sets the
+    # planner back first (a listing with two statuses has no index in its order: a sort of the
+    # few jobs that match beats walking every job), and a log read after it sets it again.
+
     def stream_in_key_order(
         self, sql: str, params: Sequence[Any], batch: int
     ) -> Iterator[Sequence[Any]]:
-        rows = self._in_key_order(sql, params, batch)
-        self._streams.append(rows)
-        return rows
+        if not self._in_key_order:
+            self._check_idle()
+            self._conn.execute(IN_KEY_ORDER)
+            self._in_key_order = True
+        return self.stream(sql, params, batch)
 
-    def _in_key_order(
-        self, sql: str, params: Sequence[Any], batch: int
-    ) -> Generator[Sequence[Any], None, None]:
-        """:meth:`_stream` planned with :data:`IN_KEY_ORDER`, which the snapshot's later
-        statements are planned without (a listing of jobs with two statuses has no index in
-        its order: a sort of the few that match beats walking every job)."""
-        self._check_idle()
-        self._conn.execute(IN_KEY_ORDER)
-        try:
-            yield from self._stream(sql, params, batch)
-        finally:
-            with contextlib.suppress(psycopg.Error):  # (a broken connection: the snapshot fails)
-                self._conn.execute(IN_KEY_ORDER_RESET)
+    def plan_freely(self) -> None:
+        if self._in_key_order:
+            self._check_idle()
+            self._conn.execute(IN_KEY_ORDER_RESET)
+            self._in_key_order = False
 
     def _stream(
         self, sql: str, params: Sequence[Any], batch: int
@@ -529,7 +533,7 @@ class PostgresStore(SqlStore):
                 # log); it holds no row lock, so nothing waits for it
                 conn.execute(
                     "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
-                    "SET LOCAL idle_in_transaction_session_timeout = 0"
+                    f"SET LOCAL idle_in_transaction_session_timeout = 0; {IN_KEY_ORDER}"
                 )
                 snap = PostgresSnapshot(conn)
                 try:
