@@ -194,9 +194,9 @@ _cursor_names = itertools.count()
 # events a 37 MB sort spilled to disk before the first row is sent, and for every page of
 # "... LIMIT n" a sort of all the rows after it (paging through a log becomes quadratic).
 # The primary keys hold those rows in that order: with sorting made the planner's last resort
-# it walks the key instead, and rows stream from the first. Only for the statements that read
-# those: a snapshot's streams of logs and ledgers (see PostgresSnapshot), and a page of a log
-# (in a transaction of its own).
+# it walks the key instead, and rows stream from the first. Only where those are read:
+# snapshots (which begin so and set the default back before listing jobs: see
+# PostgresSnapshot), and a page of a log (in a transaction of its own).
 # (With sorting disabled, a statement that must sort anyway — the signing keys by creation —
 # carries the planner's penalty in its cost, which then passes jit_above_cost: PostgreSQL spent
 # ~20 ms compiling such a statement with LLVM. Compiling never pays for these reads.)
