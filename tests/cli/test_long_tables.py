@@ -133,6 +133,9 @@ def test_a_reader_closing_stdout_early_is_exit_141(store_url: str) -> None:
         (["a", "[bold]b[/]"], "a   [bold]b[/]"),  # never markup
         (["x\x1b[31m", "y\nz"], "x?[31m  y?z"),  # control characters as ?
         (["日本", "w"], "日本  w"),  # widths in terminal cells
+        (["日…", "w"], "日…  w"),
+        (["abc…", "w"], "abc…  w"),
+        (["", "w"], "    w"),
     ],
 )
 def test_plain_columns_print_text_as_it_is(

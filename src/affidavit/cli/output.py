@@ -109,5 +109,7 @@ def _shown(cell: str) -> str:
 
 
 def _cells(text: str) -> int:
-    """Terminal cells ``text`` takes (ASCII: one a character)."""
-    return len(text) if text.isascii() else cell_len(text)
+    """Terminal cells ``text`` takes (ASCII, also cut with "…": one a character)."""
+    if text.isascii() or (text[-1] == "…" and text[:-1].isascii()):
+        return len(text)
+    return cell_len(text)
