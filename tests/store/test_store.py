@@ -71,6 +71,11 @@ def test_append_chains_and_lists(store: Store) -> None:
     assert [e.version for e in store.list_events(job_id, after_version=1)] == [2, 3]
     assert [e.version for e in store.list_events(job_id, after_version=1, limit=1)] == [2]
     assert [e.version for e in store.iter_events(job_id, batch=2)] == [1, 2, 3]
+    # a window of the log, paged: what list_events returns for it
+    for after, limit in ((0, None), (1, None), (0, 2), (1, 2), (1, 1), (3, None), (0, 5)):
+        paged = store.iter_events(job_id, batch=1, after_version=after, limit=limit)
+        whole = store.list_events(job_id, after_version=after, limit=limit)
+        assert [e.version for e in paged] == [e.version for e in whole], (after, limit)
     assert events[0].to_dict()["payload"] == {"n": 1, "text": "é€😀"}
 
 

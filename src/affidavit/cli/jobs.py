@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -20,7 +19,7 @@ from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.trace import job_trace, park_doc
 from affidavit.runtime.waiting import SETTLED_STATUSES, wait_for_job
-from affidavit.store import JOB_STATUSES, JobFilter, Store, StoredEvent
+from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
 from affidavit.verify.verification import seal_document
 
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -243,9 +242,8 @@ def job_events(
         if not as_json and min(shown, limit or shown) > output.RICH_TABLE_ROWS:
             # a long log: plain columns, printed page by page as they are read
             widths = (len(str(job.version)), _TYPE_WIDTH, 32, 17)
-            output.plain_columns(
-                _EVENT_COLUMNS, widths, _event_cells(store, job_id, after_version, limit)
-            )
+            stream = store.iter_events(job_id, after_version=after_version, limit=limit)
+            output.plain_columns(_EVENT_COLUMNS, widths, map(_event_row, stream))
             return
         events = store.list_events(job_id, after_version=after_version, limit=limit)
         docs = [e.to_dict() for e in events] if as_json else []
@@ -265,7 +263,6 @@ def job_events(
 
 _EVENT_COLUMNS = ("v", "type", "event_id", "chain_hash", "payload")
 _TYPE_WIDTH = 24
-_EVENTS_PAGE = 1_000
 
 
 def _event_row(e: StoredEvent) -> tuple[str, str, str, str, str]:
@@ -273,22 +270,6 @@ def _event_row(e: StoredEvent) -> tuple[str, str, str, str, str]:
     text = e.payload_bytes.decode("utf-8", "replace")  # (an edited row may hold anything)
     payload = text if len(text) <= 80 else text[:79] + "…"
     return str(e.version), e.type, e.event_id, e.chain_hash[:16] + "…", payload
-
-
-def _event_cells(
-    store: Store, job_id: str, after_version: int, limit: int | None
-) -> Iterator[tuple[str, ...]]:
-    """The rows of ``jobs events``, read a page at a time (memory does not grow with the log)."""
-    left = limit
-    while left is None or left > 0:
-        page = _EVENTS_PAGE if left is None else min(left, _EVENTS_PAGE)
-        events = store.list_events(job_id, after_version=after_version, limit=page)
-        for e in events:
-            yield _event_row(e)
-        if len(events) < page:
-            return
-        after_version = events[-1].version
-        left = None if left is None else left - len(events)
 
 
 @jobs_app.command("trace")

@@ -758,14 +758,18 @@ class SqlStore(ApiKeyReads, ABC):
             cur.execute(self._q(sql), params)
             return [event_from_row(r) for r in cur.fetchall()]
 
-    def iter_events(self, job_id: str, *, batch: int = 1000) -> Iterator[StoredEvent]:
-        after = 0
-        while True:
-            page = self.list_events(job_id, after_version=after, limit=batch)
+    def iter_events(
+        self, job_id: str, *, batch: int = 1000, after_version: int = 0, limit: int | None = None
+    ) -> Iterator[StoredEvent]:
+        after, left = after_version, limit
+        while left is None or left > 0:
+            size = batch if left is None else min(batch, left)
+            page = self.list_events(job_id, after_version=after, limit=size)
             yield from page
-            if len(page) < batch:
+            if len(page) < size:
                 return
             after = page[-1].version
+            left = None if left is None else left - len(page)
 
     def get_seal(self, job_id: str) -> Seal | None:
         with self._reader() as cur:

@@ -483,8 +483,11 @@ class Store(Protocol):
         """Events of ``job_id`` with version > ``after_version``, in version order."""
         ...
 
-    def iter_events(self, job_id: str, *, batch: int = 1000) -> Iterator[StoredEvent]:
-        """All events of a job in version order, fetched ``batch`` at a time."""
+    def iter_events(
+        self, job_id: str, *, batch: int = 1000, after_version: int = 0, limit: int | None = None
+    ) -> Iterator[StoredEvent]:
+        """The events :meth:`list_events` returns for the same ``after_version`` and ``limit``,
+        fetched ``batch`` at a time (memory does not grow with the log)."""
         ...
 
     def get_api_key(self, key_id: str) -> ApiKeyRow | None: ...
