@@ -501,50 +501,46 @@ class PostgresStore(SqlStore):
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
     @contextmanager
-    def _reader(self) -> Iterator[Cursor]:
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for reads; what fails while it is held, as the store's errors."""
         try:
             with self._pool.connection() as conn:
-                yield conn.cursor()
+                yield conn
         except psycopg.Error as exc:
             raise self._failed("PostgreSQL read failed", exc) from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
 
     @contextmanager
+    def _reader(self) -> Iterator[Cursor]:
+        with self._connection() as conn:
+            yield conn.cursor()
+
+    @contextmanager
     def _page_reader(self) -> Iterator[Cursor]:
         """A cursor in a transaction of its own, with :data:`IN_KEY_ORDER`."""
-        try:
-            with self._pool.connection() as conn, conn.transaction():
-                conn.execute(IN_KEY_ORDER)
-                yield conn.cursor()
-        except psycopg.Error as exc:
-            raise self._failed("PostgreSQL read failed", exc) from exc
-        except PoolTimeout as exc:
-            raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
+        with self._connection() as conn, conn.transaction():
+            conn.execute(IN_KEY_ORDER)
+            yield conn.cursor()
 
     @contextmanager
     def snapshot(self, *, lenient_text: bool = False) -> Iterator[SqlSnapshot]:
         """A consistent, read-only view of the database as of its first read. (PostgreSQL
         keeps text valid in the database's encoding: ``lenient_text`` changes nothing.)"""
         del lenient_text
-        try:
-            with self._pool.connection() as conn:
-                # (one round trip) a reader may work between its reads for long (a large
-                # log); it holds no row lock, so nothing waits for it
-                conn.execute(
-                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
-                    f"SET LOCAL idle_in_transaction_session_timeout = 0; {IN_KEY_ORDER}"
-                )
-                snap = PostgresSnapshot(conn)
-                try:
-                    yield snap
-                finally:
-                    snap._end()
-                    conn.execute("ROLLBACK")
-        except psycopg.Error as exc:
-            raise self._failed("PostgreSQL read failed", exc) from exc
-        except PoolTimeout as exc:
-            raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
+        with self._connection() as conn:
+            # (one round trip) a reader may work between its reads for long (a large log); it
+            # holds no row lock, so nothing waits for it
+            conn.execute(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+                f"SET LOCAL idle_in_transaction_session_timeout = 0; {IN_KEY_ORDER}"
+            )
+            snap = PostgresSnapshot(conn)
+            try:
+                yield snap
+            finally:
+                snap._end()
+                conn.execute("ROLLBACK")
 
     # --- schema -----------------------------------------------------------------------------
 
