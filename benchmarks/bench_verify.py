@@ -57,7 +57,7 @@ from affidavit.core.ids import new_event_id
 from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.runtime.sealing import Sealer, SigningKey
 from affidavit.store import NewEvent, Store, open_store
-from affidavit.store.postgres import IN_KEY_ORDER
+from affidavit.store.postgres import IN_KEY_ORDER, SESSION_SETTINGS
 from affidavit.store.sqlite import _LOG, connect_raw  # how SQLite reads a log (a range of seq)
 from affidavit.verify import verify_job
 from affidavit.verify._fold import LogFold
@@ -306,7 +306,8 @@ def postgres_target(url: str) -> Iterator[Target]:
     def rows(job_id: str) -> Iterator[Sequence[Any]]:
         with psycopg.connect(conninfo) as conn:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-            conn.execute(IN_KEY_ORDER.replace(" LOCAL", ""))  # the store's planner settings
+            # the store's planner settings
+            conn.execute(f"{SESSION_SETTINGS}; {IN_KEY_ORDER.replace(' LOCAL', '')}")
             yield from conn.cursor().stream(query, (job_id,), size=FETCH)  # chunked, as the store
 
     try:

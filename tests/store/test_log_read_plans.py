@@ -10,6 +10,7 @@ are never analyzed, as after a burst of writes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -80,13 +81,101 @@ def test_a_page_of_a_long_log_reads_the_page_not_the_rest(store: Store) -> None:
         assert costs[0] <= 1.5 * costs[1] + 10, costs
         return
     plans: list[dict[str, Any]] = []
-    with spied(store, "_page_reader", _explain_analyze(plans)):
+    with spied(store, "_log_reader", _explain_analyze(plans)):
         for after in (first, last):
             store.list_events(job_id, after_version=after, limit=PAGE)
     for plan in plans:
         assert not [n for n in plan_nodes(plan) if n["Node Type"] == "Sort"], plan
         # the page and the index entry after it, not the LONG - after rows after the page
         assert rows_read(plan) <= PAGE + 1, plan
+
+
+@pytest.mark.parametrize("where", ["store", "transaction"])
+def test_a_whole_log_is_read_in_key_order(store: Store, where: str) -> None:
+    """``list_events(job)`` without a limit — a runner's read when it claims a job, ``jobs
+    trace``, a pack's export — and a transaction's read of the log (a resumption's) walk the key
+    rather than sort the whole log; in a transaction, the planner is back as it was after."""
+    job_id = long_job(store)
+    if store.backend == "sqlite":
+        log_sql = store.log_sql  # type: ignore[attr-defined]
+        with store.snapshot() as snap:
+            for query, params in ((log_sql.after, (job_id, 0)), (log_sql.events, (job_id,))):
+                plan = snap.query(f"EXPLAIN QUERY PLAN {query}", params)  # type: ignore[attr-defined]
+                assert plan and not [row for row in plan if "TEMP B-TREE" in str(row)], plan
+    plans: list[dict[str, Any]] = []
+    if where == "store":
+        explain = _explain_analyze(plans) if store.backend == "postgresql" else None
+        with spied(store, "_log_reader", explain) if explain else contextlib.nullcontext():
+            events = store.list_events(job_id)
+    else:
+        with store.transaction() as tx:
+            if store.backend == "postgresql":
+                real = tx.query
+
+                def explained(sql: str, params: Any = ()) -> list[Any]:
+                    if sql == tx.log_sql.events:
+                        [(doc,)] = real(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+                        plans.append((json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"])
+                    return real(sql, params)
+
+                tx.query = explained  # type: ignore[method-assign]
+            events = tx.list_events(job_id)
+            if store.backend == "postgresql":
+                assert real("SHOW enable_sort") == [("on",)]
+    assert [e.version for e in events] == list(range(1, LONG + 1))
+    assert events[7].payload == {"n": 7}
+    if store.backend == "postgresql":
+        assert len(plans) == 1
+        assert not [n for n in plan_nodes(plans[0]) if n["Node Type"] == "Sort"], plans[0]
+        assert rows_read(plans[0]) <= LONG + 1, plans[0]
+
+
+def test_a_read_in_key_order_takes_no_round_trip_of_its_own(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the setting travels with the read, in one query (counted at the driver)."""
+    if store.backend != "postgresql":
+        pytest.skip("SQLite has no round trips (and needs no setting: see the test above)")
+    job_id = long_job(store)
+    import psycopg
+
+    sent: list[str] = []
+    real = psycopg.ClientCursor.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return real(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.ClientCursor, "execute", counted)
+    assert len(store.list_events(job_id, after_version=10, limit=5)) == 5
+    assert len(store.list_events(job_id)) == LONG
+    assert len(sent) == 2 and all(q.startswith("SET LOCAL enable_sort = off; ") for q in sent)
+
+
+def test_pooled_connections_never_compile_statements(store: Store) -> None:
+    """PostgreSQL: JIT compilation is off on the store's connections — a short statement whose
+    estimated cost passes ``jit_above_cost`` was compiled with LLVM (~20 ms). Shown with the
+    threshold at 0, on a plain connection first (where the server compiles) and then on the
+    store's."""
+    if store.backend != "postgresql":
+        pytest.skip("PostgreSQL only: SQLite compiles nothing")
+    import psycopg
+
+    from tests.conftest import PG_URL
+
+    query = "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM generate_series(1, 1000)"
+
+    def compiled(conn: Any) -> bool:
+        with conn.transaction():
+            conn.execute("SET LOCAL jit_above_cost = 0")
+            [(doc,)] = conn.execute(query).fetchall()
+        return "JIT" in (json.loads(doc) if isinstance(doc, str) else doc)[0]
+
+    with psycopg.connect(PG_URL, autocommit=True) as plain:
+        if not compiled(plain):
+            pytest.skip("this PostgreSQL server has no JIT support (jit_provider not loaded)")
+    with store._connection() as conn:  # type: ignore[attr-defined]
+        assert not compiled(conn)
 
 
 @pytest.mark.parametrize("what", ["log", "ledger"])

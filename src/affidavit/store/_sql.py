@@ -621,10 +621,10 @@ class SqlStore(ApiKeyReads, ABC):
     @abstractmethod
     def _reader(self) -> AbstractContextManager[Cursor]: ...
 
-    def _page_reader(self) -> AbstractContextManager[Cursor]:
-        """:meth:`_reader` for a page of a log in key order (``list_events`` with a limit):
-        where a backend's planner may sort the job's whole log for each page, it is told not to
-        (see :class:`~affidavit.store.postgres.PostgresStore`)."""
+    def _log_reader(self) -> AbstractContextManager[Cursor]:
+        """:meth:`_reader` for a log in key order (``list_events``, whole or a page): where a
+        backend's planner may sort the job's whole log for the read (for each page of a paged
+        read), it is told not to (see :class:`~affidavit.store.postgres.PostgresStore`)."""
         return self._reader()
 
     @abstractmethod
@@ -754,7 +754,7 @@ class SqlStore(ApiKeyReads, ABC):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        with self._reader() if limit is None else self._page_reader() as cur:
+        with self._log_reader() as cur:
             cur.execute(self._q(sql), params)
             return [event_from_row(r) for r in cur.fetchall()]
 

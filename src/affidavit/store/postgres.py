@@ -103,6 +103,13 @@ class PostgresTransaction(SqlTransaction):
         self._pipeline.sync()
         return cursor.fetchall()
 
+    def list_events(self, job_id: str) -> list[StoredEvent]:
+        # in key order (see IN_KEY_ORDER); the settings travel with the read, no round trip
+        self.execute(IN_KEY_ORDER)
+        events = super().list_events(job_id)
+        self.execute(IN_KEY_ORDER_RESET)
+        return events
+
     def get_job(self, job_id: str, *, for_update: bool = False) -> JobRecord | None:
         if not for_update:
             return super().get_job(job_id, for_update=False)
@@ -196,12 +203,39 @@ _cursor_names = itertools.count()
 # The primary keys hold those rows in that order: with sorting made the planner's last resort
 # it walks the key instead, and rows stream from the first. Only where those are read:
 # snapshots (which begin so and set the default back before listing jobs: see
-# PostgresSnapshot), and a page of a log (in a transaction of its own).
-# (With sorting disabled, a statement that must sort anyway — the signing keys by creation —
-# carries the planner's penalty in its cost, which then passes jit_above_cost: PostgreSQL spent
-# ~20 ms compiling such a statement with LLVM. Compiling never pays for these reads.)
-IN_KEY_ORDER = "SET LOCAL enable_sort = off; SET LOCAL jit = off"
-IN_KEY_ORDER_RESET = "SET LOCAL enable_sort TO DEFAULT; SET LOCAL jit TO DEFAULT"
+# PostgresSnapshot), a log read by the store (in a transaction of its own: see _log_reader) or
+# in a transaction (PostgresTransaction.list_events).
+IN_KEY_ORDER = "SET LOCAL enable_sort = off"
+IN_KEY_ORDER_RESET = "SET LOCAL enable_sort TO DEFAULT"
+# Every pooled connection runs with JIT compilation off. The store's statements are short: a
+# plan whose estimated cost passes jit_above_cost (a statement that must sort anyway while
+# sorting is disabled — the signing keys by creation — carries the planner's penalty in its
+# cost) was compiled with LLVM, ~20 ms for a statement that runs in well under one.
+SESSION_SETTINGS = "SET synchronous_commit = on; SET jit = off"
+
+
+class _KeyOrderReads:
+    """A cursor for reads planned with :data:`IN_KEY_ORDER`, at no cost in round trips: the
+    setting and the statement travel as one simple query, which PostgreSQL runs as one implicit
+    transaction (``SET LOCAL`` holds for the statement and ends with it); psycopg binds the
+    parameters on the client (``ClientCursor``: quoted by libpq)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._cursor = psycopg.ClientCursor(conn)
+
+    def execute(self, sql: Any, params: Any = None, /) -> Any:
+        self._cursor.execute(f"{IN_KEY_ORDER}; {sql}", params)
+        self._cursor.nextset()  # (the first result is the setting's)
+        return self
+
+    def executemany(self, sql: Any, params: Any, /) -> Any:
+        raise TypeError("a reader's cursor does not write")
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
 
 
 class PostgresSnapshot(SqlSnapshot):
@@ -441,7 +475,7 @@ class PostgresStore(SqlStore):
             self.migrate()
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute("SET synchronous_commit = on")
+        conn.execute(SESSION_SETTINGS)
         if self._idle_timeout_ms:
             shown = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
             if shown is not None and shown[0] == "0":
@@ -517,11 +551,11 @@ class PostgresStore(SqlStore):
             yield conn.cursor()
 
     @contextmanager
-    def _page_reader(self) -> Iterator[Cursor]:
-        """A cursor in a transaction of its own, with :data:`IN_KEY_ORDER`."""
-        with self._connection() as conn, conn.transaction():
-            conn.execute(IN_KEY_ORDER)
-            yield conn.cursor()
+    def _log_reader(self) -> Iterator[Cursor]:
+        """A cursor whose reads are planned with :data:`IN_KEY_ORDER` (see
+        :class:`_KeyOrderReads`)."""
+        with self._connection() as conn:
+            yield _KeyOrderReads(conn)
 
     @contextmanager
     def snapshot(self, *, lenient_text: bool = False) -> Iterator[SqlSnapshot]:
