@@ -32,6 +32,17 @@ class ConfigError(AffidavitError):
     default_hint = "Check the command-line options and AFFIDAVIT_* environment variables."
 
 
+class ClockSkewError(ConfigError):
+    """This host's clock is too far from the shared database server's for the lease: workers
+    judge each other's leases by their own clocks."""
+
+    code = "clock_skew"
+    default_hint = (
+        "Synchronize the clocks (NTP), or give every worker a longer lease (--lease-seconds, "
+        "AFFIDAVIT_LEASE_SECONDS)."
+    )
+
+
 # --- canonical JSON -------------------------------------------------------------------------
 
 

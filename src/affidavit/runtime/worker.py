@@ -8,6 +8,7 @@ number of workers on any number of machines share one database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -15,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from affidavit.core.errors import StoreError, StoreUnavailable
+from affidavit.core.errors import ClockSkewError, StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
 from affidavit.runtime.lease import Lease
 from affidavit.runtime.metrics import RuntimeMetrics
@@ -103,6 +104,7 @@ class Worker:
         # jobs this worker handed back because it lacks tools they need: not claimed again by
         # it (insertion-ordered, the oldest forgotten past _MAX_SKIPPED)
         self._cannot_run: dict[str, None] = {}
+        self._clock_checked = False  # see check_clock
 
     def request_stop(self) -> None:
         """Stop gracefully: claim nothing more, and end every running job at its next step
@@ -118,8 +120,37 @@ class Worker:
         """Whether :meth:`request_stop` was called."""
         return self._stopping.is_set()
 
+    def check_clock(self) -> None:
+        """Check, once per worker, that this host's clock is close enough to a shared database
+        server's for the lease (a worker judges other workers' leases by its own clock, and
+        confirms its own before a tool call with a third of the lease to spare: two workers'
+        clocks may differ by at most a third of the lease, so each may be a sixth of it off the
+        server's). Nothing to check where the database is on this host (SQLite). The first
+        claim checks, if nothing did before.
+
+        Raises:
+            ClockSkewError: the clock is further off (beyond the reading's uncertainty).
+        """
+        if self._clock_checked:
+            return
+        reading = self.store.clock_offset()
+        allowed = self.lease_seconds / 6
+        if reading is not None and abs(reading.offset) - reading.uncertainty > allowed:
+            raise ClockSkewError(
+                f"this host's clock is {-reading.offset:+.2f} s off the database server's "
+                f"(± {reading.uncertainty * 1000:.1f} ms); with a lease of "
+                f"{self.lease_seconds:g} s a worker's clock may be at most {allowed:.2f} s off, "
+                f"so that no two workers' clocks differ by more than a third of the lease"
+            )
+        self._clock_checked = True
+
     def claim(self, job_id: str | None = None) -> Claim | None:
-        """Claim one runnable job (or the given one, if runnable)."""
+        """Claim one runnable job (or the given one, if runnable).
+
+        Raises:
+            ClockSkewError: see :meth:`check_clock`.
+        """
+        self.check_clock()
         attempt = new_attempt_id()
         now = time.time()
         with self._count_lock:
@@ -263,8 +294,15 @@ class Worker:
         if concurrency < 1:
             raise ValueError("concurrency must be ≥ 1")
         # An unusable signing key stops the worker here: the loops below survive job errors.
+        # So does a clock too far off the database server's (checked at the first claim when
+        # the database is unavailable now).
         self.sealer.key()
+        with contextlib.suppress(StoreUnavailable):
+            self.check_clock()
         stop = stop or threading.Event()
+        refused: list[
+            ClockSkewError
+        ] = []  # the first claim's clock check, when it was not run here
 
         gave_up: list[StoreUnavailable] = []  # the failure a loop gave up on, if one did
 
@@ -286,7 +324,7 @@ class Worker:
                     and time.monotonic() - outage_since >= limit
                 )
 
-            while not stop.is_set() and not self._stopping.is_set() and not gave_up:
+            while not stop.is_set() and not self._stopping.is_set() and not gave_up and not refused:
                 claim: Claim | None = None
                 try:
                     claim = None if self._stopping.is_set() else self.claim()
@@ -299,6 +337,9 @@ class Worker:
                             continue
                         left = None  # taken up again (by anyone), or ended
                     ran = self.run_claim(claim) if claim is not None else None
+                except ClockSkewError as exc:
+                    refused.append(exc)
+                    return
                 except StoreUnavailable as exc:
                     # A restart or failover of the database: no traceback, and no busy loop.
                     # A job whose run gave up keeps its lease until it expires and is then
@@ -348,6 +389,8 @@ class Worker:
         loop()
         for t in threads:
             t.join()
+        if refused:
+            raise refused[0]
         if gave_up:
             first = gave_up[0]
             raise StoreUnavailable(

@@ -6,6 +6,7 @@ from affidavit.core.errors import UnsupportedDatabaseURL
 from affidavit.store.base import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
+    ClockOffset,
     JobFilter,
     JobRecord,
     NewEvent,
@@ -21,6 +22,7 @@ __all__ = [
     "JOB_STATUSES",
     "SUPPORTED_SCHEMES",
     "TERMINAL_STATUSES",
+    "ClockOffset",
     "JobFilter",
     "JobRecord",
     "NewEvent",

@@ -417,6 +417,15 @@ class Snapshot(Protocol):
     def keys_list(self) -> list[PublicKey]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ClockOffset:
+    """The database server's clock minus this host's, in seconds, known within ±
+    ``uncertainty`` (half the round trip it was read in)."""
+
+    offset: float
+    uncertainty: float
+
+
 class Store(Protocol):
     """One database holding jobs and their hash-chained event logs."""
 
@@ -512,6 +521,12 @@ class Store(Protocol):
 
     def signing_keys(self) -> list[PublicKey]:
         """Every public key recorded for checking seals (retired ones included)."""
+        ...
+
+    def clock_offset(self) -> ClockOffset | None:
+        """How far the database server's clock is from this host's, for a database that other
+        hosts' workers share (PostgreSQL); ``None`` where every worker runs on the database's
+        own host (SQLite)."""
         ...
 
     def close(self) -> None: ...

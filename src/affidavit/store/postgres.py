@@ -18,6 +18,7 @@ import itertools
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -50,7 +51,7 @@ from affidavit.store._sql import (
     head_moved,
     job_from_row,
 )
-from affidavit.store.base import JobRecord, StoredEvent
+from affidavit.store.base import ClockOffset, JobRecord, StoredEvent
 from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
@@ -212,6 +213,8 @@ IN_KEY_ORDER_RESET = "SET LOCAL enable_sort TO DEFAULT"
 # sorting is disabled — the signing keys by creation — carries the planner's penalty in its
 # cost) was compiled with LLVM, ~20 ms for a statement that runs in well under one.
 SESSION_SETTINGS = "SET synchronous_commit = on; SET jit = off"
+CLOCK_SELECT = "SELECT extract(epoch FROM clock_timestamp())"
+CLOCK_READINGS = 3
 
 
 class _KeyOrderReads:
@@ -617,6 +620,21 @@ class PostgresStore(SqlStore):
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL migration failed: {exc}") from exc
         return applied
+
+    def clock_offset(self) -> ClockOffset:
+        """The server's clock (``clock_timestamp()``) against this host's, read three times;
+        the reading with the shortest round trip is kept."""
+        best: ClockOffset | None = None
+        with self._connection() as conn:
+            for _ in range(CLOCK_READINGS):
+                sent = time.time()
+                row = conn.execute(CLOCK_SELECT, prepare=False).fetchone()
+                received = time.time()
+                half = (received - sent) / 2
+                if row is not None and (best is None or half < best.uncertainty):
+                    best = ClockOffset(float(row[0]) - (sent + half), half)
+        assert best is not None  # (the statement returns one row)
+        return best
 
     def close(self) -> None:
         self._pool.close()
