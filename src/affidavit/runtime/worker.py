@@ -300,9 +300,8 @@ class Worker:
         with contextlib.suppress(StoreUnavailable):
             self.check_clock()
         stop = stop or threading.Event()
-        refused: list[
-            ClockSkewError
-        ] = []  # the first claim's clock check, when it was not run here
+        # what the first claim's clock check raised, when the database was unavailable here
+        refused: list[ClockSkewError] = []
 
         gave_up: list[StoreUnavailable] = []  # the failure a loop gave up on, if one did
 
