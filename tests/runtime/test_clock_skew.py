@@ -154,3 +154,29 @@ def test_a_worker_started_while_the_database_is_down_checks_at_its_first_claim(
         assert store.get_job(job_id).status == "pending"
     finally:
         store.close()
+
+
+def test_db_clock_reports_the_offset_as_a_worker_would_judge_it(store_url: str) -> None:
+    """``affidavit db clock``: what a worker on this host would find, before one starts."""
+    here = cli("db", "clock", "--db", store_url, "--json")
+    assert here.returncode == 0, here.stderr
+    doc = json_of(here)
+    assert doc["ok"] is True and doc["problem"] is None
+    assert doc["lease_seconds"] == 15 and doc["allowed_seconds"] == 2.5
+    off = cli("db", "clock", "--db", store_url, "--json", env=cli_env(shifted("+30s")))
+    longer = cli(
+        "db", "clock", "--db", store_url, "--json", "--lease-seconds", "300",
+        env=cli_env(shifted("+30s")),
+    )  # fmt: skip
+    if store_url.startswith("sqlite"):
+        assert doc["offset_seconds"] is None and doc["uncertainty_seconds"] is None
+        assert off.returncode == 0 and json_of(off)["ok"] is True  # nothing to check
+        return
+    assert abs(doc["offset_seconds"]) < 0.5 and 0 <= doc["uncertainty_seconds"] < 0.5
+    assert off.returncode == 1, off.stdout + off.stderr
+    judged = json_of(off)
+    assert judged["ok"] is False and abs(judged["offset_seconds"] - 30) < 1
+    assert "at most 2.50 s off" in judged["problem"]
+    assert longer.returncode == 0 and json_of(longer)["allowed_seconds"] == 50
+    human = cli("db", "clock", "--db", store_url, env=cli_env(shifted("+30s")))
+    assert human.returncode == 1 and "clock too far off" in human.stderr

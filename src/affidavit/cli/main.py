@@ -91,6 +91,64 @@ def db_migrate(db: DbOption = None, as_json: JsonOption = False) -> None:
         output.out.print(f"schema is up to date (version {version})")
 
 
+@db_app.command("clock")
+def db_clock(
+    db: DbOption = None,
+    lease: Annotated[
+        float | None,
+        runtime_cmds.lease_option(
+            "The workers' lease, which bounds the offset allowed",
+            runtime_cmds.DEFAULT_LEASE_SECONDS,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check this host's clock against the database server's, as a worker does before its
+    first claim: workers judge each other's leases by their own clocks, so each may be at most
+    a sixth of the lease off the server's. Run it on a host before starting workers there.
+    SQLite: the database is on this host, one clock — nothing to check.
+
+    Exit codes: 0 the clock is close enough (or nothing to check); 1 it is too far off;
+    3 usage or store error.
+    """
+    from affidavit.runtime.worker import clock_problem
+
+    with command(as_json):
+        lease_seconds = runtime_cmds.lease_seconds(lease)
+        store = open_store(database_url(db), migrate=False)
+        try:
+            reading = store.clock_offset()
+        finally:
+            store.close()
+        problem = clock_problem(reading, lease_seconds)
+    doc = {
+        "backend": store.backend,
+        "offset_seconds": None if reading is None else -reading.offset,
+        "uncertainty_seconds": None if reading is None else reading.uncertainty,
+        "lease_seconds": lease_seconds,
+        "allowed_seconds": lease_seconds / 6,
+        "ok": not problem,
+        "problem": problem or None,
+    }
+    if as_json:
+        output.emit_json(doc)
+    elif reading is None:
+        output.out.print(
+            f"{store.backend}: the database is on this host, one clock: nothing to check"
+        )
+    elif problem:
+        output.err.print(f"[bold red]clock too far off:[/] {problem}", highlight=False)
+        output.err.print("[dim]hint:[/] Synchronize the clocks (NTP), or use a longer lease.")
+    else:
+        output.out.print(
+            f"this host's clock is {-reading.offset:+.3f} s off the database server's "
+            f"(± {reading.uncertainty * 1000:.1f} ms): within the {lease_seconds / 6:.2f} s a "
+            f"lease of {lease_seconds:g} s allows"
+        )
+    if problem:
+        raise typer.Exit(output.EXIT_FAILED)
+
+
 @app.command("demo")
 def demo(
     db: Annotated[

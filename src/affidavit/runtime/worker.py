@@ -29,7 +29,7 @@ from affidavit.runtime.run_base import (
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.runtime.sealing import Sealer
-from affidavit.store import Store
+from affidavit.store import ClockOffset, Store
 
 DEFAULT_LEASE_SECONDS = 15.0
 # Waits of a claim loop between tries while the database is unavailable.
@@ -42,6 +42,24 @@ log = logging.getLogger("affidavit.worker")
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+
+
+def clock_problem(reading: ClockOffset | None, lease_seconds: float) -> str:
+    """What is wrong with this host's clock for a lease of ``lease_seconds``, given how far it
+    is from the database server's (``""``: nothing; ``None`` reading: one host, one clock).
+    Workers judge each other's leases by their own clocks, and a worker confirms its own before
+    a tool call with a third of the lease to spare: two workers' clocks may differ by at most a
+    third of the lease, so each may be a sixth of it off the server's, beyond the reading's
+    uncertainty."""
+    allowed = lease_seconds / 6
+    if reading is None or abs(reading.offset) - reading.uncertainty <= allowed:
+        return ""
+    return (
+        f"this host's clock is {-reading.offset:+.2f} s off the database server's "
+        f"(± {reading.uncertainty * 1000:.1f} ms); with a lease of {lease_seconds:g} s a "
+        f"worker's clock may be at most {allowed:.2f} s off, so that no two workers' clocks "
+        f"differ by more than a third of the lease"
+    )
 
 
 class Worker:
@@ -122,26 +140,17 @@ class Worker:
 
     def check_clock(self) -> None:
         """Check, once per worker, that this host's clock is close enough to a shared database
-        server's for the lease (a worker judges other workers' leases by its own clock, and
-        confirms its own before a tool call with a third of the lease to spare: two workers'
-        clocks may differ by at most a third of the lease, so each may be a sixth of it off the
-        server's). Nothing to check where the database is on this host (SQLite). The first
-        claim checks, if nothing did before.
+        server's for the lease (:func:`clock_problem`). Nothing to check where the database is
+        on this host (SQLite). The first claim checks, if nothing did before.
 
         Raises:
             ClockSkewError: the clock is further off (beyond the reading's uncertainty).
         """
         if self._clock_checked:
             return
-        reading = self.store.clock_offset()
-        allowed = self.lease_seconds / 6
-        if reading is not None and abs(reading.offset) - reading.uncertainty > allowed:
-            raise ClockSkewError(
-                f"this host's clock is {-reading.offset:+.2f} s off the database server's "
-                f"(± {reading.uncertainty * 1000:.1f} ms); with a lease of "
-                f"{self.lease_seconds:g} s a worker's clock may be at most {allowed:.2f} s off, "
-                f"so that no two workers' clocks differ by more than a third of the lease"
-            )
+        problem = clock_problem(self.store.clock_offset(), self.lease_seconds)
+        if problem:
+            raise ClockSkewError(problem)
         self._clock_checked = True
 
     def claim(self, job_id: str | None = None) -> Claim | None:
