@@ -288,7 +288,8 @@ def skeleton(store: Store, job_id: str) -> tuple[int, str]:
             if event_type == "plan_generated":
                 read_plan(parsed["task_graph"], parsed["plan_hash"], job_id)
         for row in snap.iter_ledger_columns(job_id):
-            hashlib.sha256(str(row[3]).encode()).hexdigest()
+            if type(row[3]) is str:  # (as verification hashes a row's result text)
+                hashlib.sha256(row[3].encode()).hexdigest()
     return n, head.hex()
 
 

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from affidavit.core.canonical import canonical
@@ -22,6 +23,7 @@ from affidavit.store import JobFilter, NewEvent, Store
 from affidavit.store._seals import KEYS_SELECT
 from affidavit.store._snapshot import LEDGER_COLUMNS_SELECT
 from affidavit.store.postgres import PostgresSnapshot
+from tests.conftest import PG_URL
 from tests.store.plans import plan_nodes, rows_read, spied, sqlite_steps
 
 LONG = 3_000  # events of the long job
@@ -137,8 +139,6 @@ def test_a_read_in_key_order_takes_no_round_trip_of_its_own(
     if store.backend != "postgresql":
         pytest.skip("SQLite has no round trips (and needs no setting: see the test above)")
     job_id = long_job(store)
-    import psycopg
-
     sent: list[str] = []
     real = psycopg.ClientCursor.execute
 
@@ -159,10 +159,6 @@ def test_pooled_connections_never_compile_statements(store: Store) -> None:
     store's."""
     if store.backend != "postgresql":
         pytest.skip("PostgreSQL only: SQLite compiles nothing")
-    import psycopg
-
-    from tests.conftest import PG_URL
-
     query = "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM generate_series(1, 1000)"
 
     def compiled(conn: Any) -> bool:

@@ -20,7 +20,7 @@ from affidavit.cli.claims_cmds import agents_app, claims_app, trust_app
 from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.cli.jobs import jobs_app
 from affidavit.core.config import database_url
-from affidavit.core.errors import ConfigError
+from affidavit.core.errors import ClockSkewError, ConfigError
 from affidavit.store import open_store
 from affidavit.store.migrations import Migration
 
@@ -111,10 +111,11 @@ def db_clock(
     Exit codes: 0 the clock is close enough (or nothing to check); 1 it is too far off;
     3 usage or store error.
     """
-    from affidavit.runtime.worker import clock_problem
+    from affidavit.runtime.worker import allowed_clock_offset, clock_problem
 
     with command(as_json):
         lease_seconds = runtime_cmds.lease_seconds(lease)
+        allowed = allowed_clock_offset(lease_seconds)
         store = open_store(database_url(db), migrate=False)
         try:
             reading = store.clock_offset()
@@ -126,7 +127,7 @@ def db_clock(
         "offset_seconds": None if reading is None else -reading.offset,
         "uncertainty_seconds": None if reading is None else reading.uncertainty,
         "lease_seconds": lease_seconds,
-        "allowed_seconds": lease_seconds / 6,
+        "allowed_seconds": allowed,
         "ok": not problem,
         "problem": problem or None,
     }
@@ -138,11 +139,11 @@ def db_clock(
         )
     elif problem:
         output.err.print(f"[bold red]clock too far off:[/] {problem}", highlight=False)
-        output.err.print("[dim]hint:[/] Synchronize the clocks (NTP), or use a longer lease.")
+        output.err.print(f"[dim]hint:[/] {ClockSkewError.default_hint}")
     else:
         output.out.print(
             f"this host's clock is {-reading.offset:+.3f} s off the database server's "
-            f"(± {reading.uncertainty * 1000:.1f} ms): within the {lease_seconds / 6:.2f} s a "
+            f"(± {reading.uncertainty * 1000:.1f} ms): within the {allowed:.2f} s a "
             f"lease of {lease_seconds:g} s allows"
         )
     if problem:

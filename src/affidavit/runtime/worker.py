@@ -44,6 +44,12 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
 
 
+def allowed_clock_offset(lease_seconds: float) -> float:
+    """How far a worker's clock may be off the database server's for a lease of
+    ``lease_seconds`` (see :func:`clock_problem`)."""
+    return lease_seconds / 6
+
+
 def clock_problem(reading: ClockOffset | None, lease_seconds: float) -> str:
     """What is wrong with this host's clock for a lease of ``lease_seconds``, given how far it
     is from the database server's (``""``: nothing; ``None`` reading: one host, one clock).
@@ -51,7 +57,7 @@ def clock_problem(reading: ClockOffset | None, lease_seconds: float) -> str:
     a tool call with a third of the lease to spare: two workers' clocks may differ by at most a
     third of the lease, so each may be a sixth of it off the server's, beyond the reading's
     uncertainty."""
-    allowed = lease_seconds / 6
+    allowed = allowed_clock_offset(lease_seconds)
     if reading is None or abs(reading.offset) - reading.uncertainty <= allowed:
         return ""
     return (
