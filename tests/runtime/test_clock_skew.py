@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import libfaketime
+import psycopg
 import pytest
 
 from affidavit.store import open_store
 from tests.cli.test_cli import cli, cli_env, json_of
+from tests.conftest import PG_URL
 from tests.runtime.helpers import node, plan
 
 TOOLS = """
@@ -156,10 +158,20 @@ def test_a_worker_started_while_the_database_is_down_checks_at_its_first_claim(
         store.close()
 
 
-def test_db_clock_reports_the_offset_as_a_worker_would_judge_it(store_url: str) -> None:
-    """``affidavit db clock``: what a worker on this host would find, before one starts."""
+def test_db_clock_reports_the_offset_as_a_worker_would_judge_it(
+    store_url: str, tmp_path: Path
+) -> None:
+    """``affidavit db clock``: what a worker on this host would find, before one starts. It
+    writes nothing: a database not created yet is not created (the fixture's is not yet)."""
     here = cli("db", "clock", "--db", store_url, "--json")
     assert here.returncode == 0, here.stderr
+    if store_url.startswith("sqlite"):
+        assert not list(tmp_path.glob("*.db*")), list(tmp_path.iterdir())
+    else:
+        schema = store_url.split("schema=")[1]
+        with psycopg.connect(PG_URL) as conn:
+            found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+            assert found.fetchall() == []
     doc = json_of(here)
     assert doc["ok"] is True and doc["problem"] is None
     assert doc["lease_seconds"] == 15 and doc["allowed_seconds"] == 2.5

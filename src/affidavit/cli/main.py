@@ -116,14 +116,18 @@ def db_clock(
     with command(as_json):
         lease_seconds = runtime_cmds.lease_seconds(lease)
         allowed = allowed_clock_offset(lease_seconds)
-        store = open_store(database_url(db), migrate=False)
-        try:
-            reading = store.clock_offset()
-        finally:
-            store.close()
+        url = database_url(db)
+        if url.startswith("sqlite:///"):  # (not opened: it would create a missing file)
+            backend, reading = "sqlite", None
+        else:  # (no migration: nothing is written)
+            store = open_store(url, migrate=False)
+            try:
+                backend, reading = store.backend, store.clock_offset()
+            finally:
+                store.close()
         problem = clock_problem(reading, lease_seconds)
     doc = {
-        "backend": store.backend,
+        "backend": backend,
         "offset_seconds": None if reading is None else -reading.offset,
         "uncertainty_seconds": None if reading is None else reading.uncertainty,
         "lease_seconds": lease_seconds,
@@ -134,9 +138,7 @@ def db_clock(
     if as_json:
         output.emit_json(doc)
     elif reading is None:
-        output.out.print(
-            f"{store.backend}: the database is on this host, one clock: nothing to check"
-        )
+        output.out.print(f"{backend}: the database is on this host, one clock: nothing to check")
     elif problem:
         output.err.print(f"[bold red]clock too far off:[/] {problem}", highlight=False)
         output.err.print(f"[dim]hint:[/] {ClockSkewError.default_hint}")
