@@ -2,7 +2,9 @@
 
 Every benchmark owns one section of ``docs/PERFORMANCE.md``, delimited by
 ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``; :func:`write_section` replaces only that
-section and leaves the rest of the file as it is.
+section and leaves the rest of the file as it is. ``docs/PERFORMANCE.md`` is the short report
+(what each benchmark measures, when and where, its tables and goals); the full write-up of the
+latest run (method, medians with their spread, profiles) goes to ``benchmarks/results/NAME.md``.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PERFORMANCE_MD = REPO_ROOT / "docs" / "PERFORMANCE.md"
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 
 FILE_HEADER = (
     "# Performance\n\n"
     "Numbers in this file are measured by `make bench` on the machine named in each section.\n"
+    "Each section links the full write-up of its latest run in `benchmarks/results/`.\n"
 )
 
 
@@ -145,9 +149,82 @@ def _markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
+# What each benchmark measures, in a sentence or two: the report's line under its title.
+MEASURES = {
+    "bench_append": (
+        "`Store.append` (canonicalize, lock, read the head, fence, chain, insert; one transaction)"
+        " against plain INSERTs of the same rows into the same table at the same durability."
+    ),
+    "bench_steps": (
+        "Durable tool steps per second: affidavit against DBOS Transact running the same work in"
+        " the same run, and against the commit floor (the bare commits the protocol needs)."
+    ),
+    "bench_verify": (
+        "`verify_job` over long logs against the limit: reading the log and recomputing its"
+        " hash chain, the least any verification must do."
+    ),
+    "bench_claims": (
+        "What a claim costs beyond spawning its command: the sandbox, judging, the evidence"
+        " record and the trust update, committed durably."
+    ),
+    "bench_api": (
+        "Requests per second over loopback HTTP against a bare FastAPI app served the same way."
+    ),
+    "bench_packs": (
+        "Exporting and verifying a proof pack of a 10,000-step job, against assay's verifier and"
+        " against reading and hashing every file of the pack."
+    ),
+}
+
+
+def summarize(name: str, body: str) -> str:
+    """The report's view of a benchmark's write-up: its title, what it measures (``MEASURES``),
+    the machine in one line, its subheadings and every table; the rest stays in the results
+    file it links."""
+    lines = body.strip().splitlines()
+    out: list[str] = []
+    date = cpu = ""
+    for line in lines:
+        if line.startswith("- Date: "):
+            date = line.removeprefix("- Date: ")
+        elif line.startswith("- CPU: "):
+            cpu = line.removeprefix("- CPU: ")
+    in_table = False
+    for i, line in enumerate(lines):
+        if line.startswith("## ") and not out:
+            out += [line, ""]
+            if name in MEASURES:
+                out += [MEASURES[name], ""]
+            if date:
+                out += [f"Measured {date} on {cpu}." if cpu else f"Measured {date}.", ""]
+        elif line.startswith("### "):
+            out += ["", line, ""]
+        elif line.startswith("|"):
+            if not in_table and out and out[-1] != "":
+                out.append("")
+            out.append(line)
+        in_table = line.startswith("|")
+        if not in_table and i + 1 < len(lines) and lines[i + 1].startswith("|") and out:
+            out.append("")
+    out += [
+        "",
+        f"Method and full numbers: [`benchmarks/results/{name}.md`]"
+        f"(../benchmarks/results/{name}.md).",
+    ]
+    text = "\n".join(out)
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
+
+
 def write_section(name: str, body: str, path: Path = PERFORMANCE_MD) -> None:
-    """Put ``body`` between ``name``'s markers in ``path``, creating the file (with its
+    """Write ``body`` (the full write-up) to ``benchmarks/results/NAME.md`` and its
+    summary (:func:`summarize`) between ``name``'s markers in ``path``, creating the file (with its
     heading) or appending the section if needed; the rest of the file is left intact."""
+    if path == PERFORMANCE_MD:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (RESULTS_DIR / f"{name}.md").write_text(body.strip() + "\n", encoding="utf-8")
+        body = summarize(name, body)
     start, end = _markers(name)
     section = f"{start}\n{body.strip()}\n{end}"
     if path.exists():
