@@ -16,8 +16,10 @@ import pytest
 from affidavit import Runtime
 from affidavit.api.app import create_app
 from affidavit.api.ratelimit import RateLimit
+from affidavit.claims import ClaimService
 from affidavit.store import open_store
 from tests.api.conftest import TOOLS, Api, Server, make_keys
+from tests.api.test_verify_api import finished_job
 from tests.packs.helpers import assay_verify
 from tests.verify.helpers import RawDb
 
@@ -139,3 +141,50 @@ def test_pack_that_assay_reports_diverging_says_so_in_headers(
     steps = receipt["divergent_step_ids"]
     assert response.headers["x-affidavit-assay-diverging-count"] == str(len(steps))
     assert response.headers["x-affidavit-assay-diverging-steps"].split(",") == steps
+
+
+def test_readers_answer_a_row_edited_into_another_type_with_409(pack_api: Api) -> None:
+    """SQLite: a payload stored as text (`UPDATE ... SET payload = CAST(payload AS TEXT)` in the
+    sqlite3 shell) — every endpoint that reads the row answers the JSON error naming the job
+    and version (409, as a log that does not replay), never a 500; a trust log entry or an
+    evidence record likewise names the agent and the entry."""
+    raw = RawDb(pack_api.store.url)
+    if not raw.url.startswith("sqlite:///"):
+        pytest.skip("PostgreSQL's typed columns refuse the edit (see test_tampered_rows_cli)")
+    job_id = finished_job(pack_api)
+    version = raw.events(job_id)[2][0]
+    raw.execute(
+        "UPDATE events SET payload = CAST(payload AS TEXT) WHERE job_id = ? AND version = ?",
+        (job_id, version),
+    )
+    message = f"job {job_id}, event {version}: the payload is stored as text, not bytes"
+    with pack_api.client("observer_a") as c:
+        for path in ("events", "trace", "pack"):
+            response = c.get(f"/api/jobs/{job_id}/{path}")
+            assert response.status_code == 409, (path, response.text)
+            assert response.json()["error"]["message"] == message
+        assert c.get(f"/api/jobs/{job_id}/verify").json()["ok"] is False
+
+    svc = ClaimService(pack_api.store)
+    svc.add_agent("api-alice", namespace="a", role="agent")
+    svc.add_agent("api-vera", namespace="a", role="agent")
+    svc.verify_claim("api-alice", "test_result", {"return_code": 0}, "true", "api-vera")
+    raw.execute("DROP TRIGGER trust_log_no_update")
+    raw.execute("DROP TRIGGER claim_verifications_no_update")
+    raw.execute("UPDATE trust_log SET payload = CAST(payload AS TEXT) WHERE agent_id = 'api-alice'")
+    raw.execute(
+        "UPDATE claim_verifications SET evidence = CAST(evidence AS TEXT) "
+        "WHERE agent_id = 'api-alice'"
+    )
+    with pack_api.client("observer_a") as c:
+        history = c.get("/api/agents/api-alice/trust-history")
+        assert history.status_code == 409
+        assert history.json()["error"] == {
+            "code": "record_tampered",
+            "message": "agent api-alice, trust log entry 1: the payload is stored as text, "
+            "not bytes",
+            "hint": history.json()["error"]["hint"],
+        }
+        evidence = c.get("/api/agents/api-alice/verifications")
+        assert evidence.status_code == 409
+        assert evidence.json()["error"]["code"] == "record_tampered"

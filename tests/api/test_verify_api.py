@@ -152,7 +152,7 @@ def test_events_endpoint_answers_an_edited_payload_with_409(api: Api) -> None:
         assert response.status_code == 409
         assert response.json()["error"]["code"] == "replay_error"
         assert response.json()["error"]["message"] == (
-            f"event {version}: the stored payload is not JSON"
+            f"job {job_id}, event {version}: the stored payload is not JSON"
         )
         traced = c.get(f"/api/jobs/{job_id}/trace")  # the trace folds the whole log
         assert traced.status_code == 409

@@ -242,7 +242,7 @@ def test_events_of_an_edited_log_are_an_error_or_shown_not_a_crash(
         assert exported.returncode == 3, exported.stderr
         error = json_of(exported)["error"]
         assert error["code"] == "replay_error"
-        assert error["message"] == f"event {version}: the stored payload is not JSON"
+        assert error["message"] == f"job {job_id}, event {version}: the stored payload is not JSON"
         assert "affidavit verify" in error["hint"]
         table = cli("jobs", "events", job_id, "--db", store_url)
         assert (table.returncode, table.stderr) == (0, ""), table.stderr

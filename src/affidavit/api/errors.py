@@ -28,6 +28,7 @@ from affidavit.core.errors import (
     SignalPayloadError,
     SignalRejected,
     StoreError,
+    TamperedRecordError,
     ValidationError,
 )
 from affidavit.packs import PackError, PackExistsError, UnfinishedJobError
@@ -49,6 +50,7 @@ STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
     (InvalidStateError, 409),
     (SignalRejected, 409),
     (ReplayError, 409),
+    (TamperedRecordError, 409),  # a row changed outside affidavit: as a log that does not replay
     (UnfinishedJobError, 409),
     (PackExistsError, 409),
     (PackError, 409),  # the job's record does not verify: it refuses a pack as its state would

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from affidavit.core.canonical import parse
-from affidavit.core.errors import InvalidClaim, ValidationError
+from affidavit.core.errors import InvalidClaim, TamperedRecordError, ValidationError
 
 
 class ClaimType(StrEnum):
@@ -163,6 +163,11 @@ class VerificationResult:
         }
 
 
+def trust_entry_name(agent_id: str, version: object) -> str:
+    """How an error names an entry of a trust log."""
+    return f"agent {agent_id}, trust log entry {version}"
+
+
 @dataclass(frozen=True, slots=True)
 class TrustEntry:
     """One entry of an agent's hash-chained trust log."""
@@ -176,7 +181,17 @@ class TrustEntry:
 
     @property
     def payload(self) -> Any:
-        return parse(self.payload_bytes)
+        """The payload, decoded.
+
+        Raises:
+            TamperedRecordError: the stored payload is not JSON (edited outside affidavit).
+        """
+        try:
+            return parse(self.payload_bytes)
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deeply
+            raise TamperedRecordError(
+                trust_entry_name(self.agent_id, self.version), "the stored payload is not JSON"
+            ) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from affidavit.claims.model import Agent, Pattern, TrustEntry, is_ident
+from affidavit.claims.model import Agent, Pattern, TrustEntry, is_ident, trust_entry_name
 from affidavit.core.canonical import canonical
 from affidavit.core.chain import GENESIS, chain_next
+from affidavit.core.errors import TamperedRecordError
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id
 from affidavit.store import Transaction
+from affidavit.store.base import event_row_problem
 
 AGENT_COLUMNS = (
     "agent_id, namespace, role, trust_score, verifications, accurate_verifications, "
@@ -57,7 +59,36 @@ def _pattern(row: Sequence[Any]) -> Pattern:
 
 
 def _entry(row: Sequence[Any]) -> TrustEntry:
-    return TrustEntry(row[0], int(row[1]), row[2], row[3], bytes(row[4]), row[5])
+    """The entry of a ``trust_log`` row (its columns are laid out as an event row's).
+
+    Raises:
+        TamperedRecordError: the row holds a value of another type than the store writes.
+    """
+    problem = event_row_problem(row)
+    if problem:
+        raise TamperedRecordError(trust_entry_name(row[0], row[1]), problem)
+    return TrustEntry(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
+
+
+def _evidence(agent_id: str | None, row: Sequence[Any]) -> tuple[str, bytes]:
+    """``(evidence_id, evidence bytes)`` of a ``claim_verifications`` row.
+
+    Raises:
+        TamperedRecordError: the row holds a value of another type than the store writes.
+    """
+    evidence_id, body = row[0], row[1]
+    if not isinstance(evidence_id, str) or not isinstance(body, bytes | bytearray | memoryview):
+        wrong = "evidence id" if not isinstance(evidence_id, str) else "evidence"
+        raise TamperedRecordError(
+            evidence_name(agent_id, str(evidence_id)), f"the {wrong} is of another type"
+        )
+    return evidence_id, bytes(body)
+
+
+def evidence_name(agent_id: str | None, evidence_id: str) -> str:
+    """How an error names a stored evidence record."""
+    owner = "" if agent_id is None else f"agent {agent_id}, "
+    return f"{owner}evidence {evidence_id}"
 
 
 # --- agents ---------------------------------------------------------------------------------
@@ -193,7 +224,7 @@ def history(
             "WHERE agent_id = ? AND claim_type = ? ORDER BY seq DESC LIMIT ?",
             (agent_id, claim_type, limit),
         )
-    return [(r[0], bytes(r[1])) for r in rows]
+    return [_evidence(agent_id, r) for r in rows]
 
 
 def verdict_counts(tx: Transaction, agent_id: str) -> list[tuple[str, str, int]]:
@@ -220,7 +251,7 @@ def get_evidence(tx: Transaction, verification_id: str) -> tuple[str, bytes] | N
         "SELECT evidence_id, evidence FROM claim_verifications WHERE verification_id = ?",
         (verification_id,),
     )
-    return (rows[0][0], bytes(rows[0][1])) if rows else None
+    return _evidence(None, rows[0]) if rows else None
 
 
 # --- the trust log --------------------------------------------------------------------------

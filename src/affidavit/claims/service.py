@@ -32,6 +32,7 @@ from affidavit.core.errors import (
     AgentNotFound,
     NamespaceForbidden,
     SelfVerificationError,
+    TamperedRecordError,
     ValidationError,
     VerifierRoleForbidden,
 )
@@ -339,7 +340,7 @@ class ClaimService:
         if found is None:
             return None
         evidence_id, body = found
-        return {"evidence_id": evidence_id, **parse(body)}
+        return {"evidence_id": evidence_id, **_evidence_doc(None, evidence_id, body)}
 
     def get_verification_history(
         self, agent_id: str, claim_type: ClaimType | str | None = None, limit: int = 100
@@ -357,7 +358,10 @@ class ClaimService:
             if records.get_agent(tx, agent_id) is None:
                 raise AgentNotFound(agent_id)
             rows = records.history(tx, agent_id, kind, limit)
-        return [{"evidence_id": evidence_id, **parse(body)} for evidence_id, body in rows]
+        return [
+            {"evidence_id": evidence_id, **_evidence_doc(agent_id, evidence_id, body)}
+            for evidence_id, body in rows
+        ]
 
     def get_verification_statistics(self, agent_id: str) -> dict[str, Any]:
         """Totals, accuracy (accurate / judged; ``error`` verdicts are counted apart), the
@@ -449,3 +453,20 @@ def _role(value: str) -> str:
 
 def _claim_type(value: Any) -> ClaimType:
     return claim_type(value)
+
+
+def _evidence_doc(agent_id: str | None, evidence_id: str, body: bytes) -> dict[str, Any]:
+    """A stored evidence document, decoded.
+
+    Raises:
+        TamperedRecordError: it is not a JSON object (edited outside affidavit).
+    """
+    try:
+        doc = parse(body)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise TamperedRecordError(
+            records.evidence_name(agent_id, evidence_id), "the stored evidence is not a JSON object"
+        )
+    return doc

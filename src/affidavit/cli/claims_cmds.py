@@ -207,7 +207,8 @@ def history(
 ) -> None:
     """The agent's verification records (the evidence), newest first.
 
-    Exit codes: 0 listed; 2 no such agent; 3 store error; 5 unknown claim type.
+    Exit codes: 0 listed; 1 a stored evidence record was changed outside affidavit
+    (record_tampered); 2 no such agent; 3 store error; 5 unknown claim type.
     """
     with command(as_json), opened(db) as store:
         records = _service(store).get_verification_history(agent_id, claim_type, limit)
@@ -287,8 +288,8 @@ def trust_show(
 ) -> None:
     """The agent's trust score, its flags, and the check of its trust log.
 
-    Exit codes: 0 shown and the log verifies; 1 the trust log does not verify; 2 no such
-    agent; 3 store error.
+    Exit codes: 0 shown and the log verifies; 1 the trust log does not verify (or a row of it
+    was changed outside affidavit: record_tampered); 2 no such agent; 3 store error.
     """
     with command(as_json), opened(db) as store:
         svc = _service(store)
@@ -315,8 +316,8 @@ def trust_history(
     With --json: {"agent_id", "entries": [{"version","entry_id","type","payload","chain_hash"}],
     "check": {"ok", "entries", "first_bad_version", "root", "score_matches"}}.
 
-    Exit codes: 0 printed and the log verifies; 1 it does not verify; 2 no such agent; 3 store
-    error.
+    Exit codes: 0 printed and the log verifies; 1 it does not verify (or a row of it was
+    changed outside affidavit: record_tampered); 2 no such agent; 3 store error.
     """
     with command(as_json), opened(db) as store:
         svc = _service(store)

@@ -233,8 +233,9 @@ def job_events(
     With --json: a list of {"version","event_id","type","payload","chain_hash"}; the stored
     bytes of each payload are exactly its RFC 8785 canonical JSON.
 
-    Exit codes: 0 printed; 2 no such job; 3 with --json a stored payload that is not JSON
-    (replay_error), or store error.
+    Exit codes: 0 printed; 2 no such job; 3 an event row changed outside affidavit (a field of
+    another type; with --json also a stored payload that is not JSON: replay_error, naming the
+    job and version), or store error.
     """
     with command(as_json), opened(db, read_only=True) as store:
         job = store.get_job(job_id)  # a clear "not found" rather than an empty list
@@ -282,8 +283,8 @@ def job_trace_cmd(
     in_flight, waiting, parked, running, failed, pending, skipped), outcome, attempts and
     duration.
 
-    Exit codes: 0 shown; 2 no such job; 3 a log that cannot be read (replay_error) or store
-    error.
+    Exit codes: 0 shown; 2 no such job; 3 a log that cannot be read (replay_error: an event row
+    changed outside affidavit, named by job and version) or store error.
     """
     with command(as_json), opened(db, read_only=True) as store:
         doc = job_trace(store, job_id)

@@ -38,8 +38,8 @@ def export(
     """Export a finished job as a signed RCE v0.1 proof pack (verifiable offline by
     `affidavit pack verify` and by `assay rce-verify`).
 
-    Exit codes: 0 written; 2 no such job; 3 unfinished job, OUT_DIR exists, no signing key, or
-    store error.
+    Exit codes: 0 written; 2 no such job; 3 unfinished job, OUT_DIR exists, no signing key, an
+    event row changed outside affidavit (replay_error), or store error.
     """
     from affidavit.packs import export_pack
 

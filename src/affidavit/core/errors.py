@@ -223,6 +223,22 @@ class VerificationError(AffidavitError):
     default_hint = "The record does not verify; treat it as tampered or incomplete."
 
 
+class TamperedRecordError(VerificationError):
+    """A stored record holds what affidavit never writes there (a value of another type, bytes
+    that are not JSON): it was changed outside affidavit. ``where`` names the record."""
+
+    code = "record_tampered"
+    default_hint = (
+        "The row was changed outside affidavit: treat the record as tampered (restore the "
+        "database from a backup)."
+    )
+
+    def __init__(self, where: str, problem: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{where}: {problem}", hint=hint)
+        self.where = where
+        self.problem = problem
+
+
 class ReplayError(AffidavitError):
     """A job's event log is structurally impossible: it cannot have been written by a runtime
     that follows the tool-step protocol (an event for a node the plan does not have, a finish
@@ -231,9 +247,29 @@ class ReplayError(AffidavitError):
     code = "replay_error"
     default_hint = "The log was edited or written by something else; run `affidavit verify JOB`."
 
-    def __init__(self, message: str, *, version: int, hint: str | None = None) -> None:
-        super().__init__(f"event {version}: {message}", hint=hint)
+    def __init__(
+        self, message: str, *, version: int, job_id: str | None = None, hint: str | None = None
+    ) -> None:
+        where = f"event {version}" if job_id is None else f"job {job_id}, event {version}"
+        super().__init__(f"{where}: {message}", hint=hint)
         self.version = version
+        self.job_id = job_id
+
+
+class UnreadableEventError(ReplayError):
+    """A stored event row holds what no runtime writes there (a payload stored as text or
+    that is not JSON, a field of another type): it was changed outside affidavit. Every
+    reader of the log refuses the row this way; ``affidavit verify`` reports it as failed
+    checks."""
+
+    def __init__(self, job_id: str, version: int, problem: str) -> None:
+        super().__init__(
+            problem,
+            version=version,
+            job_id=job_id,
+            hint=f"The row was changed outside affidavit: `affidavit verify {job_id}` checks "
+            "the job's whole record.",
+        )
 
 
 class SignalRejected(AffidavitError):

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from affidavit.core.errors import ReplayError
 from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
 from affidavit.store import JobRecord, Store, StoredEvent
 
@@ -73,10 +72,7 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
     durations: dict[str, float] = {}
     tries: dict[str, list[dict[str, Any]]] = {}
     for e in events:
-        try:
-            p = e.payload
-        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deeply
-            raise ReplayError("the stored payload is not JSON", version=e.version) from None
+        p = e.payload  # (UnreadableEventError: not JSON)
         builder.add(e, p)
         if e.type not in ("node_started", "node_finished"):
             continue

@@ -24,7 +24,7 @@ from affidavit.store._sql import (
     jobs_where,
     unmatchable,
 )
-from affidavit.store.base import JobFilter, JobRecord, StoredEvent
+from affidavit.store.base import JobFilter, JobRecord, StoredEvent, checked_event
 
 DEFAULT_BATCH = 2000
 LEDGER_COLUMNS_SELECT = (
@@ -149,7 +149,7 @@ class SqlSnapshot(ABC):
 
     def iter_events(self, job_id: str, *, batch: int = DEFAULT_BATCH) -> Iterator[StoredEvent]:
         for row in self.stream_in_key_order(self.log_sql.events, (job_id,), batch):
-            yield StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
+            yield checked_event(row)
 
     def iter_event_rows(
         self, job_id: str, *, batch: int = DEFAULT_BATCH

@@ -41,6 +41,7 @@ from affidavit.store.base import (
     JobRecord,
     NewEvent,
     StoredEvent,
+    checked_event,
 )
 
 if TYPE_CHECKING:
@@ -215,15 +216,14 @@ def job_from_row(row: Sequence[Any]) -> JobRecord:
 
 
 def event_from_row(row: Sequence[Any]) -> StoredEvent:
+    """The event of a row of :data:`EVENT_COLUMNS`.
+
+    Raises:
+        UnreadableEventError: the row holds a value of another type than the store writes.
+    """
     recorded = row[6]
-    return StoredEvent(
-        job_id=row[0],
-        version=row[1],
-        event_id=row[2],
-        type=row[3],
-        payload_bytes=bytes(row[4]),
-        chain_hash=row[5],
-        recorded_at=recorded if recorded is None or isinstance(recorded, str) else str(recorded),
+    return checked_event(
+        row, recorded if recorded is None or isinstance(recorded, str) else str(recorded)
     )
 
 
@@ -420,10 +420,7 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
     def list_events(self, job_id: str) -> list[StoredEvent]:
         """The job's whole log in version order, read in this transaction (so, on the
         transaction's own connection, as it sees the job)."""
-        return [
-            StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5])
-            for row in self.query(self.log_sql.events, (job_id,))
-        ]
+        return [checked_event(row) for row in self.query(self.log_sql.events, (job_id,))]
 
     # --- jobs -------------------------------------------------------------------------------
 

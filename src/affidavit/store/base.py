@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from affidavit.core.canonical import parse
-from affidavit.core.errors import ReplayError
+from affidavit.core.errors import UnreadableEventError
 
 if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
@@ -58,25 +58,63 @@ class StoredEvent:
 
     @property
     def payload(self) -> Any:
-        return parse(self.payload_bytes)
+        """The payload, decoded.
+
+        Raises:
+            UnreadableEventError: the stored payload is not JSON (the row was edited outside
+                the store).
+        """
+        try:
+            return parse(self.payload_bytes)
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deeply
+            raise UnreadableEventError(
+                self.job_id, self.version, "the stored payload is not JSON"
+            ) from None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as FORMATS.md §9 prints it (payload decoded).
 
         Raises:
-            ReplayError: the stored payload is not JSON (the row was edited outside the store).
+            UnreadableEventError: the stored payload is not JSON.
         """
-        try:
-            payload = self.payload
-        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deeply
-            raise ReplayError("the stored payload is not JSON", version=self.version) from None
         return {
             "version": self.version,
             "event_id": self.event_id,
             "type": self.type,
-            "payload": payload,
+            "payload": self.payload,
             "chain_hash": self.chain_hash,
         }
+
+
+def event_row_problem(row: Sequence[Any]) -> str:
+    """What is wrong with the types of an event row ``(job_id, version, event_id, type,
+    payload, chain_hash, ...)`` as read from either backend (``""``: nothing). Only a row edited
+    outside the store has one: SQLite keeps whatever a column is given (`UPDATE events SET
+    payload = '...'` in the sqlite3 shell stores text)."""
+    fields = (("version", int), ("event id", str), ("type", str), ("chain hash", str))
+    for (name, kind), value in zip(fields, (row[1], row[2], row[3], row[5]), strict=True):
+        if type(value) is not kind:
+            stored = "bytes" if isinstance(value, bytes | memoryview) else type(value).__name__
+            return (
+                f"the {name} is stored as {stored}, not {'an integer' if kind is int else 'text'}"
+            )
+    if not isinstance(row[4], bytes | bytearray | memoryview):
+        stored = "text" if isinstance(row[4], str) else type(row[4]).__name__
+        return f"the payload is stored as {stored}, not bytes"
+    return ""
+
+
+def checked_event(row: Sequence[Any], recorded_at: str | None = None) -> StoredEvent:
+    """The event of a row ``(job_id, version, event_id, type, payload, chain_hash)``.
+
+    Raises:
+        UnreadableEventError: a field of the row is of another type than the store writes.
+    """
+    problem = event_row_problem(row)
+    if problem:
+        version = row[1] if type(row[1]) is int else 0
+        raise UnreadableEventError(str(row[0]), version, problem)
+    return StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5], recorded_at)
 
 
 UNREADABLE_HINT = (
