@@ -237,6 +237,59 @@ def test_yaml_merge_keys_may_still_be_overridden() -> None:
     assert nodes[1] == {"id": "b", "type": "tool", "tool": "u"}
 
 
+def alias_levels(levels: int, width: int = 10) -> str:
+    """A plan whose args nest ``levels`` levels of YAML aliases, each repeating the level below
+    ``width`` times: it stands for about ``width ** levels`` values ("billion laughs")."""
+    lines = ["nodes:", "  - id: a", "    type: wait", "    args:"]
+    lines.append("      l0: &a0 [" + ", ".join(['"${input.x}"'] * width) + "]")
+    for level in range(1, levels):
+        lines.append(f"      l{level}: &a{level} [" + ", ".join([f"*a{level - 1}"] * width) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_aliases_that_expand_past_the_bound_are_refused_before_anything_walks_them(
+    tmp_path: Path,
+) -> None:
+    """Ten lines standing for 10^7 values: refused from the composed document (each node
+    counted once), not walked value by value (9^9 hung the reference check for minutes)."""
+    path = tmp_path / "laughs.yaml"
+    path.write_text(alias_levels(7))
+    with pytest.raises(PlanError, match="more than 1,000,000 values") as info:
+        Plan.from_file(path)
+    assert str(path) in info.value.message and "aliases" in info.value.message
+    path.write_text(alias_levels(9, 9))  # the form seen in the wild: 9^9
+    with pytest.raises(PlanError, match="more than 1,000,000 values"):
+        Plan.from_file(path)
+    fine = Plan.from_text(alias_levels(3))  # aliases within the bound are still YAML
+    assert len(fine.node("a").args["l2"]) == 10
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nodes:\n  - id: a\n    type: wait\n    args: &x\n      me: *x\n",
+        "nodes: &n\n  - id: a\n    type: wait\n    args: {v: [[*n]]}\n",
+    ],
+    ids=["args-contains-itself", "nodes-contain-themselves"],
+)
+def test_a_yaml_value_containing_itself_is_a_plan_error(tmp_path: Path, text: str) -> None:
+    """Not a RecursionError traceback out of the reference walk."""
+    path = tmp_path / "loop.yaml"
+    path.write_text(text)
+    with pytest.raises(PlanError, match="contains an alias of itself") as info:
+        Plan.from_file(path)
+    assert info.value.message.startswith(f"{path}: ")
+
+
+def test_a_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\nnodes: [ {id: a\n")
+    with pytest.raises(PlanError, match="not valid YAML") as info:
+        Plan.from_file(path)
+    assert f'in "{path}", line 2' in info.value.message
+    assert "<unicode string>" not in info.value.message
+
+
 def test_unreadable_and_unparsable_files(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="cannot read"):
         Plan.from_file(tmp_path / "missing.yaml")

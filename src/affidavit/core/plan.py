@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import io
 import re
 import sys
 import threading
@@ -136,8 +137,14 @@ class Plan:
             return cls.parse(data)
         import yaml  # only YAML plans need it (and it is slow to import)
 
+        stream = io.StringIO(text)
+        stream.name = source  # (what YAML's errors name: "<unicode string>" otherwise)
+        loader = _unique_key_loader()(stream)  # a SafeLoader
         try:
-            data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
+            root = loader.get_single_node()
+            if root is not None:
+                _check_aliases(root, source)
+            data = loader.construct_document(root) if root is not None else None
         except yaml.YAMLError as exc:
             raise PlanError(f"{source} is not valid {fmt.upper()}: {exc}") from exc
         except RecursionError:
@@ -145,6 +152,8 @@ class Plan:
                 f"{source} is not valid {fmt.upper()}: sequences and mappings are nested too "
                 "deeply to be read"
             ) from None
+        finally:
+            loader.dispose()
         return cls.parse(data)
 
     @classmethod
@@ -338,6 +347,63 @@ def _is_ancestor(candidate: str, node_id: str, deps: Mapping[str, tuple[str, ...
             seen.add(current)
             stack.extend(deps[current])
     return False
+
+
+# The most values a YAML plan may stand for once its aliases are expanded: an alias repeats a
+# value without repeating its text, so nine lines can stand for 9^9 values ("billion laughs"),
+# which every later walk (references, canonical JSON) would visit one by one.
+MAX_PLAN_VALUES = 1_000_000
+
+
+def _check_aliases(root: Any, source: str) -> None:
+    """Refuse a composed YAML document that contains itself (an alias inside its own anchor:
+    no finite value) or that stands for more than :data:`MAX_PLAN_VALUES` values with its
+    aliases expanded — counted over the composed nodes, each once, before anything is built.
+
+    Raises:
+        PlanError: either.
+    """
+    sizes: dict[int, int] = {}  # id(node) -> values it stands for, expanded
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        kids = _yaml_children(node)
+        if children_done:
+            on_path.discard(key)
+            size = 1 + sum(sizes[id(k)] for k in kids)
+            if size > MAX_PLAN_VALUES:
+                raise PlanError(
+                    f"{source} stands for more than {MAX_PLAN_VALUES:,} values once its YAML "
+                    f"aliases are expanded (line {node.start_mark.line + 1})",
+                    hint="Write the values out, or use fewer nested aliases (*name).",
+                )
+            sizes[key] = size
+            continue
+        if key in sizes:
+            continue
+        on_path.add(key)
+        stack.append((node, True))
+        for kid in kids:
+            if id(kid) in on_path:
+                raise PlanError(
+                    f"{source}: the YAML value anchored at line {kid.start_mark.line + 1} "
+                    "contains an alias of itself (a value cannot contain itself)",
+                    hint="Remove the alias (*name) from inside its own anchor (&name).",
+                )
+            if id(kid) not in sizes:
+                stack.append((kid, False))
+
+
+def _yaml_children(node: Any) -> list[Any]:
+    """The nodes directly inside a composed YAML node (keys and values of a mapping)."""
+    value = node.value
+    if not isinstance(value, list):
+        return []  # a scalar
+    if value and isinstance(value[0], tuple):
+        return [part for pair in value for part in pair]
+    return list(value)
 
 
 @functools.cache
