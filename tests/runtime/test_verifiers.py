@@ -17,6 +17,7 @@ from affidavit.core.errors import ConfigError
 from affidavit.runtime.confirm import (
     Confirmation,
     ConfirmationContext,
+    Mismatch,
     ResourceVerifier,
     confirm_changes,
 )
@@ -56,9 +57,10 @@ def test_file_recorded_then_unchanged_changed_gone(tmp_path: Path, how: str) -> 
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     changed = v.verify(CTX, change)
     assert not changed.ok and "changed" in changed.reason
+    assert changed.observed == file_version(path, how) != change.version  # what it found now
     path.unlink()
     gone = v.verify(CTX, change)
-    assert not gone.ok and "no longer exists" in gone.reason
+    assert not gone.ok and "no longer exists" in gone.reason and gone.observed is None
 
 
 def test_file_sha256_sees_a_same_size_edit_that_keeps_mtime(tmp_path: Path) -> None:
@@ -107,6 +109,7 @@ def test_http_etag(server: ResourceServer) -> None:
     httpx.put(url, json={"state": "refunded"})
     changed = v.verify(CTX, change)
     assert not changed.ok and etag in changed.reason and "-v2" in changed.reason
+    assert isinstance(changed.observed, str) and "-v2" in changed.observed
     httpx.delete(url)
     gone = v.verify(CTX, change)
     assert not gone.ok and "404" in gone.reason
@@ -122,6 +125,7 @@ def test_http_version_field(server: ResourceServer) -> None:
     httpx.put(url, json={"state": "refunded"})
     changed = v.verify(CTX, change)
     assert not changed.ok and "version recorded 1, now 2" in changed.reason
+    assert changed.observed == 2
     nested = HttpVerifier(version_field="meta.rev")
     missing = nested.verify(CTX, change)
     assert not missing.ok and "no 'meta.rev' field" in missing.reason
@@ -158,6 +162,7 @@ def test_sql_row_version(world_url: str) -> None:
     world.change()
     changed = v.verify(CTX, change)
     assert not changed.ok and "version recorded 2" in changed.reason and "now 3" in changed.reason
+    assert changed.observed == 3
     gone = v.verify(CTX, StateChange("sql_row", "acct-404", "update", version=1))
     assert not gone.ok and "no longer exists" in gone.reason
     assert v.verify(CTX, StateChange("sql_row", "acct-404", "delete")).ok
@@ -208,7 +213,7 @@ class Always:
 
 def test_confirm_changes_asks_every_verifier_of_the_type() -> None:
     yes = Always(Confirmation.match(), "ticket")
-    no = Always(Confirmation.mismatch("closed"), "ticket", "mail")
+    no = Always(Confirmation.mismatch("closed", observed="v4"), "ticket", "mail")
     other = Always(Confirmation.mismatch("never asked"), "file")
     registry = ToolRegistry(verifiers=[yes, no, other])
     assert isinstance(no, ResourceVerifier)
@@ -220,6 +225,8 @@ def test_confirm_changes_asks_every_verifier_of_the_type() -> None:
     assert [(m.verifier, m.reason, m.resource["resource_id"]) for m in found] == [
         ("Always", "closed", "T-1")
     ]
+    assert found[0].to_dict()["observed"] == "v4"  # recorded next to what the verifier saw
+    assert "observed" not in Mismatch("n", "s", {}, "why", "V").to_dict()  # none: not written
     assert len(yes.seen) == len(no.seen) == 1 and not other.seen
     assert yes.seen[0] == StateChange("ticket", "T-1", "update", 3)
 

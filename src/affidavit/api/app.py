@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from affidavit.api import claims, errors, jobs, keys, ui
+from affidavit.api import claims, decisions, errors, jobs, keys, ui
 from affidavit.api.deps import Observer, Service, ServiceDep, unique_json_keys
 from affidavit.api.models import ErrorBody, Health
 from affidavit.api.ratelimit import Limiter, RateLimit
@@ -86,6 +86,7 @@ def create_app(
     app.state.metrics = registry
     errors.install(app)
     app.include_router(jobs.router)
+    app.include_router(decisions.router)
     app.include_router(claims.router)
     app.include_router(keys.router)
     ui.install(app)

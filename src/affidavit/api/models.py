@@ -213,3 +213,65 @@ class SealKey(BaseModel):
 
 class SealKeys(BaseModel):
     keys: list[SealKey]
+
+
+# --- what a person decides (the trace page's decision panel) -------------------------------------
+
+
+class DecisionCaller(BaseModel):
+    agent_id: str = Field(description="Who decides: recorded in the log as the decision's author.")
+    role: str
+    may_signal: bool = Field(description="The key may signal waits and approvals (agent+).")
+    may_resume: bool = Field(description="The key may resume parked jobs (admin).")
+
+
+class ParkMismatch(BaseModel):
+    node_id: str | None
+    resource_type: str | None
+    resource_id: str | None
+    operation: str | None
+    recorded: Any = Field(description="The version or ETag the step recorded.")
+    observed: Any = Field(description="What the verifier found now (null: it read no version).")
+    reason: str | None
+    verifier: str | None
+
+
+class ParkDecision(BaseModel):
+    version: int = Field(description="The job_parked event's version: pin it as `park_version`.")
+    reason: str
+    since: str | None
+    decisions: list[str] = Field(description="What `resume` accepts for this park.")
+    node_id: str | None
+    step_id: str | None
+    tool: str | None
+    args: Any = Field(description="The tool's arguments, resolved as the step ran them.")
+    args_error: str | None = None
+    idempotency_key: str | None
+    external_key: str | None = Field(description="The key the tool was given to pass downstream.")
+    message: str | None
+    reconcile: dict[str, Any] | None = Field(
+        default=None,
+        description="In-flight parks: `hook` (the tool has a reconcile hook, which failed) and "
+        "its `error`; `hook: false` when the tool has none.",
+    )
+    mismatches: list[ParkMismatch] | None = None
+    recorded_result: Any = None
+    detail: dict[str, Any] | None = None
+
+
+class WaitDecision(BaseModel):
+    node_id: str
+    wait_type: str
+    correlation_key: str
+    since: str | None
+    payload: Any = Field(description="The node's args resolved: what the plan attached.")
+    payload_error: str | None = None
+
+
+class Decisions(BaseModel):
+    job_id: str
+    status: str
+    version: int
+    park: ParkDecision | None
+    waits: list[WaitDecision]
+    caller: DecisionCaller

@@ -31,14 +31,19 @@ class Confirmation:
 
     ok: bool
     reason: str = ""
+    observed: str | int | None = None  # what the verifier found, when it read a version
 
     @classmethod
     def match(cls) -> Confirmation:
         return cls(True)
 
     @classmethod
-    def mismatch(cls, reason: str) -> Confirmation:
-        return cls(False, reason)
+    def mismatch(cls, reason: str, *, observed: Any = None) -> Confirmation:
+        """A mismatch; ``observed``: the version (ETag, field value) the resource has now, as
+        the record's ``version`` / ``etag`` would name it (shown next to the recorded one)."""
+        if observed is not None and (type(observed) is not int and type(observed) is not str):
+            observed = repr(observed)
+        return cls(False, reason, observed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +79,19 @@ class Mismatch:
     resource: dict[str, Any]
     reason: str
     verifier: str
+    observed: str | int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "node_id": self.node_id,
             "step_id": self.step_id,
             "resource": self.resource,
             "reason": self.reason,
             "verifier": self.verifier,
         }
+        if self.observed is not None:  # (absent when the verifier read no version)
+            out["observed"] = self.observed
+        return out
 
 
 def confirm_changes(
@@ -103,6 +112,13 @@ def confirm_changes(
                 answer = Confirmation.mismatch(f"{name} could not check: {exc!r}")
             if not answer.ok:
                 found.append(
-                    Mismatch(ctx.node_id, ctx.step_id, change.to_dict(), answer.reason, name)
+                    Mismatch(
+                        ctx.node_id,
+                        ctx.step_id,
+                        change.to_dict(),
+                        answer.reason,
+                        name,
+                        answer.observed,
+                    )
                 )
     return found

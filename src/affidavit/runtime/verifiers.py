@@ -100,7 +100,8 @@ class FileVerifier:
             what = "content" if kind == "sha256" else "size or modification time"
             return Confirmation.mismatch(
                 f"{path} changed since the step wrote it ({what}: recorded {recorded}, "
-                f"now {actual})"
+                f"now {actual})",
+                observed=actual,
             )
         return Confirmation.match()
 
@@ -160,7 +161,8 @@ class HttpVerifier:
             now = response.headers.get("etag")
             if now != change.etag:
                 return Confirmation.mismatch(
-                    f"{url} changed: ETag recorded {change.etag}, now {now or 'none'}"
+                    f"{url} changed: ETag recorded {change.etag}, now {now or 'none'}",
+                    observed=now,
                 )
             return Confirmation.match()
         if change.version is not None and self.version_field:
@@ -176,7 +178,8 @@ class HttpVerifier:
             if not _same(change.version, value):
                 return Confirmation.mismatch(
                     f"{url} changed: {self.version_field} recorded {change.version!r}, "
-                    f"now {value!r}"
+                    f"now {value!r}",
+                    observed=value,
                 )
         return Confirmation.match()
 
@@ -259,6 +262,7 @@ class SqlRowVerifier:
         if change.version is not None and not _same(change.version, version):
             return Confirmation.mismatch(
                 f"row {change.resource_id!r} changed: version recorded {change.version!r}, "
-                f"now {version!r}"
+                f"now {version!r}",
+                observed=version,
             )
         return Confirmation.match()

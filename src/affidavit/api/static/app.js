@@ -39,10 +39,16 @@ class ApiError extends Error {
   }
 }
 
-async function api(path) {
-  const response = await fetch(path, {
-    headers: { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` },
-  });
+// ``init.body``: sent as JSON with ``init.method`` (POST for decisions). The key goes in the
+// Authorization header only: never in a URL, so never in a server's or proxy's access log.
+async function api(path, init = {}) {
+  const headers = { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` };
+  const options = { method: init.method || "GET", headers, cache: "no-store" };
+  if (init.body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(init.body);
+  }
+  const response = await fetch(path, options);
   let body = null;
   try { body = await response.json(); } catch (_) { /* not JSON */ }
   if (!response.ok) throw new ApiError(response.status, body);
@@ -57,26 +63,7 @@ function showError(err) {
 
 function short(hash) { return hash ? `${hash.slice(0, 12)}…` : ""; }
 
-// --- the job list ------------------------------------------------------------------------------
-
-async function renderList(content) {
-  const page = await api("/api/jobs?limit=200");
-  content.append(el("h1", { text: "Jobs" }));
-  const table = el("table", { id: "jobs" });
-  table.append(el("tr", {}, ...["job", "plan", "namespace", "status", "events", "created"]
-    .map((h) => el("th", { text: h }))));
-  for (const job of page.jobs) {
-    table.append(el("tr", { "data-job": job.job_id },
-      el("td", {}, el("a", { href: `/ui/jobs/${job.job_id}`, class: "mono", text: job.job_id })),
-      el("td", { text: job.plan_name || "" }),
-      el("td", { text: job.namespace }),
-      el("td", { class: "status", text: job.status }),
-      el("td", { text: String(job.event_count) }),
-      el("td", { text: job.created_at })));
-  }
-  if (!page.jobs.length) content.append(el("p", { text: "No jobs in your namespace yet." }));
-  content.append(table);
-}
+// (the job list is list.js)
 
 // --- one job -------------------------------------------------------------------------------------
 
@@ -231,7 +218,7 @@ function eventsTable(events) {
   return table;
 }
 
-async function renderJob(content, jobId) {
+async function renderJob(content, jobId, onDecided) {
   const trace = await api(`/api/jobs/${jobId}/trace`);
   const job = trace.job;
   document.title = `affidavit · ${job.job_id}`;
@@ -249,6 +236,10 @@ async function renderJob(content, jobId) {
     content.append(el("p", { class: "card", "data-wait": w.node_id,
       text: `Waiting on ${w.node_id}: affidavit signal ${job.job_id} --key ${w.correlation_key}` }));
   }
+  const slot = el("div", { id: "decide-slot" });
+  const panel = await decisionPanel(jobId, onDecided);
+  if (panel) slot.append(panel);
+  content.append(slot);
   content.append(el("h2", { text: "Task graph" }), legend(), el("div", { class: "card" },
     dag(trace.nodes)));
   content.append(el("h2", { text: "Timeline" }), el("div", { class: "card" }, timeline(trace)));
@@ -264,6 +255,71 @@ async function renderJob(content, jobId) {
   }
   content.append(el("h2", { text: "Steps" }), nodes);
   content.append(el("h2", { text: "Events" }), eventsTable(await allEvents(jobId)));
+  return trace;
+}
+
+// --- keeping a job's page current -----------------------------------------------------------------
+
+const TERMINAL = ["completed", "failed", "cancelled"];
+const REFRESH_MS = 2000;
+
+// Redraw the job into ``content`` (built aside, then swapped in: no flicker, no reload). A
+// decision panel the person has started filling in is kept as it is, with a note when the job
+// moved on under it (the decision is still pinned to what the person saw).
+async function drawJob(content, jobId, onDecided) {
+  const fresh = el("div");
+  const trace = await renderJob(fresh, jobId, onDecided);
+  const kept = content.querySelector("#decide[data-dirty=true]");
+  if (kept) {
+    const slot = fresh.querySelector("#decide-slot");
+    slot.replaceChildren(kept);
+    const moved = kept.dataset.version !== String(trace.event_count);
+    let note = kept.querySelector("#decide-changed");
+    if (moved && !note) {
+      const redraw = el("button", { type: "button", text: "Show the current state" });
+      redraw.addEventListener("click", () => {
+        kept.dataset.dirty = "";
+        onDecided();
+      });
+      note = el("p", { id: "decide-changed", class: "decide-status bad" }, el("span"), redraw);
+      kept.prepend(note);
+    }
+    if (note) {
+      note.firstChild.textContent = `The job changed since this panel was drawn (now `
+        + `${trace.job.status}, ${trace.event_count} events): a decision about a park no `
+        + "longer in force is refused. ";
+    }
+  }
+  content.replaceChildren(...fresh.childNodes);
+  content.dataset.version = String(trace.event_count);
+  content.dataset.status = trace.job.status;
+  return trace;
+}
+
+// Show the job and poll it while it is not terminal: a new event or status redraws the page.
+async function showJob(content, jobId) {
+  let queue = Promise.resolve();
+  let shown = null;
+  const redraw = () => {
+    queue = queue.catch(() => undefined)
+      .then(async () => { shown = await drawJob(content, jobId, redraw); });
+    return queue;
+  };
+  await redraw();
+  const tick = async () => {
+    if (TERMINAL.includes(shown.job.status)) return;
+    try {
+      const job = await api(`/api/jobs/${jobId}`);
+      if (job.event_count !== shown.event_count || job.status !== shown.job.status) {
+        await redraw();
+      }
+      $("#error").hidden = true;
+    } catch (err) {
+      showError(err);
+    }
+    window.setTimeout(tick, REFRESH_MS);
+  };
+  window.setTimeout(tick, REFRESH_MS);
 }
 
 // --- start ----------------------------------------------------------------------------------------
@@ -287,7 +343,7 @@ async function start() {
   });
   const match = window.location.pathname.match(/^\/ui\/jobs\/([^/]+)\/?$/);
   try {
-    if (match) await renderJob(content, decodeURIComponent(match[1]));
+    if (match) await showJob(content, decodeURIComponent(match[1]));
     else await renderList(content);
     document.body.dataset.ready = "true";
   } catch (err) {
