@@ -4,7 +4,7 @@ what waits for people. Every decision must land in the log as the CLI's would an
 verify afterwards.
 
 With ``AFFIDAVIT_UI_SCREENSHOTS=1`` the run also rewrites the documentation's screenshots under
-``docs/img/`` (from the SQLite run); otherwise screenshots go to ``test-artifacts/``."""
+``docs/img/`` (from the SQLite run: ``DOCS_SHOTS``); otherwise screenshots go to ``test-artifacts/``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def browser() -> Iterator[Any]:
 
 
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+DOCS_SHOTS = {"ui-decision"}  # the pictures docs/ui.md shows
 REFUND = {"order": "A-17", "amount": 42}
 
 
@@ -79,7 +80,11 @@ def docs_screenshot(page: Any, api: Api, name: str) -> None:
     run leaves the tree clean), and only from the SQLite run (one picture per name)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}-{api.store.backend}.png"), full_page=True)
-    if os.environ.get("AFFIDAVIT_UI_SCREENSHOTS") == "1" and api.store.backend == "sqlite":
+    if (
+        name in DOCS_SHOTS
+        and os.environ.get("AFFIDAVIT_UI_SCREENSHOTS") == "1"
+        and api.store.backend == "sqlite"
+    ):
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(DOCS_IMG / f"{name}.png"), full_page=True)
 
