@@ -4,7 +4,8 @@ what waits for people. Every decision must land in the log as the CLI's would an
 verify afterwards.
 
 With ``AFFIDAVIT_UI_SCREENSHOTS=1`` the run also rewrites the documentation's screenshots under
-``docs/img/`` (from the SQLite run: ``DOCS_SHOTS``); otherwise screenshots go to ``test-artifacts/``."""
+``docs/img/`` (from the SQLite run: ``DOCS_SHOTS``); otherwise screenshots go to
+``test-artifacts/``."""
 
 from __future__ import annotations
 
