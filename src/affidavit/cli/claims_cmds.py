@@ -20,6 +20,7 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.runtime_cmds import parse_json_arg
 from affidavit.core.errors import ConfigError, InvalidClaim, ValidationError
+from affidavit.core.inputs import InputTooLarge
 
 if TYPE_CHECKING:
     from affidavit.claims import ClaimService, SandboxConfig
@@ -163,8 +164,9 @@ def verify(
     with command(as_json):
         try:
             content = parse_json_arg(claim, "--claim")
-        except ConfigError as exc:
-            raise InvalidClaim(exc.message) from None
+        except ConfigError as exc:  # (a file too large keeps its hint: how to raise the limit)
+            hint = exc.hint if isinstance(exc, InputTooLarge) else None
+            raise InvalidClaim(exc.message, hint=hint) from None
         if timeout is not None and not timeout > 0:
             raise ValidationError(f"--timeout must be positive, not {timeout}")
         from affidavit.claims.sandbox import SandboxConfig

@@ -18,6 +18,7 @@ from affidavit.store import Store, open_store
 @dataclass
 class _State:
     verbose: bool = False
+    max_input_bytes: int | None = None  # --max-input-bytes (else the environment's, or 64 MiB)
 
 
 state = _State()

@@ -60,9 +60,20 @@ def root(
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Show tracebacks for errors.")
     ] = False,
+    max_input_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-input-bytes",
+            min=1,
+            help="The most bytes read from one file given on the command line (a plan, "
+            "@file arguments). Default: $AFFIDAVIT_MAX_INPUT_BYTES, else 64 MiB.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """affidavit: durable, verifiable execution for AI-agent jobs."""
     state.verbose = verbose
+    state.max_input_bytes = max_input_bytes
 
 
 @db_app.command("migrate")

@@ -10,8 +10,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from affidavit.cli import output
-from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.common import DbOption, JsonOption, command, opened, state
 from affidavit.core.errors import ConfigError
+from affidavit.core.inputs import read_limited
 from affidavit.core.seal import unb64
 
 # affidavit.packs (its schemas and both pack codecs) is imported by the two commands that use
@@ -128,7 +129,7 @@ def _load_key(value: str) -> bytes:
     path = Path(value)
     text = value
     if path.is_file():
-        data = path.read_bytes()
+        data = read_limited(path, "--trusted-key file", limit=state.max_input_bytes)
         if b"-----BEGIN" in data:
             try:
                 loaded: Any = serialization.load_pem_public_key(data)

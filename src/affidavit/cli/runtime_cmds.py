@@ -21,11 +21,12 @@ from typing import Annotated, Any
 import typer
 
 from affidavit.cli import output
-from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job
+from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job, state
 from affidavit.cli.progress import StepProgress, job_line, status_markup
 from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
+from affidavit.core.inputs import read_limited_text
 from affidavit.core.plan import Plan
 from affidavit.runtime.args import check_input_references
 from affidavit.runtime.decisions import (
@@ -188,7 +189,7 @@ def parse_json_arg(text: str | None, what: str) -> Any:
         return None
     if text.startswith("@"):
         try:
-            text = Path(text[1:]).read_text(encoding="utf-8")
+            text = read_limited_text(text[1:], f"{what} file", limit=state.max_input_bytes)
         except OSError as exc:
             raise ConfigError(f"cannot read {what} file {text[1:]!r}: {exc.strerror}") from exc
         except UnicodeDecodeError as exc:
@@ -215,7 +216,7 @@ def prepared_job(
     for spec in tools or []:
         load_tools(spec)
     lease_seconds(lease)
-    parsed = Plan.from_file(plan)
+    parsed = Plan.from_file(plan, max_bytes=state.max_input_bytes)
     check_plan(parsed, registry)
     job_input = parse_json_arg(input, "--input")
     canonical({} if job_input is None else job_input)

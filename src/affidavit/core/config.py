@@ -17,3 +17,31 @@ def database_url(explicit: str | None = None) -> str:
     if explicit is not None:
         return explicit
     return os.environ.get(DATABASE_URL_ENV) or DEFAULT_DATABASE_URL
+
+
+MAX_INPUT_BYTES_ENV = "AFFIDAVIT_MAX_INPUT_BYTES"
+DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024  # 64 MiB
+
+
+def max_input_bytes(explicit: int | None = None) -> int:
+    """The most bytes affidavit reads from one file a user names (a plan, ``--input @file``,
+    ``--claim @file``, ...): ``explicit`` if given, else ``$AFFIDAVIT_MAX_INPUT_BYTES``, else
+    64 MiB.
+
+    Raises:
+        ConfigError: the variable is not a positive whole number.
+    """
+    from affidavit.core.errors import ConfigError
+
+    if explicit is not None:
+        return explicit
+    text = os.environ.get(MAX_INPUT_BYTES_ENV)
+    if not text:
+        return DEFAULT_MAX_INPUT_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{MAX_INPUT_BYTES_ENV}={text!r} is not a positive whole number")
+    return value

@@ -39,6 +39,7 @@ from affidavit.core.errors import (
     PlanError,
     UnknownNodeTypeError,
 )
+from affidavit.core.inputs import InputTooLarge, read_limited_text
 
 NodeType = Literal["tool", "pure", "wait", "approval"]
 NODE_TYPES: tuple[str, ...] = ("tool", "pure", "wait", "approval")
@@ -110,11 +111,18 @@ class Plan:
     # --- construction -----------------------------------------------------------------------
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Plan:
-        """Read and validate a ``.json``, ``.yaml`` or ``.yml`` plan file."""
+    def from_file(cls, path: str | Path, *, max_bytes: int | None = None) -> Plan:
+        """Read and validate a ``.json``, ``.yaml`` or ``.yml`` plan file of at most
+        ``max_bytes`` (default :func:`~affidavit.core.config.max_input_bytes`, 64 MiB).
+
+        Raises:
+            PlanError: unreadable, larger than the limit, or not a valid plan.
+        """
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            text = read_limited_text(p, "plan file", limit=max_bytes)
+        except InputTooLarge as exc:
+            raise PlanError(exc.message, hint=exc.hint) from None
         except OSError as exc:
             raise PlanError(f"cannot read plan file {str(p)!r}: {exc.strerror}") from exc
         except UnicodeDecodeError as exc:
