@@ -275,6 +275,22 @@ def test_agent_denies_and_the_job_fails(browser: Any, api: Api) -> None:
     assert verify_job(api.store, job_id).ok
 
 
+def test_an_approval_answered_meanwhile_is_not_answered_twice(browser: Any, api: Api) -> None:
+    job_id = waiting(api, APPROVAL_PLAN)
+    page = open_page(browser, api, f"/ui/jobs/{job_id}", "agent_a")
+    assert page.inner_text("#who") == "bot-a (agent)"
+    page.fill("[data-wait-node=ok] textarea.comment", "looks fine")
+    with runtime(api) as rt:  # someone else answers first
+        rt.signal(job_id, f"{job_id}:ok", {"approved": False}, by="ops-desk")
+    page.click("[data-wait-node=ok] button[data-action=approve]")
+    assert "answered already: nothing was recorded" in decided(page)
+    page.close()
+    [signal] = events_of(api, job_id, "wait_completed")
+    assert (signal["payload"], signal["signalled_by"]) == ({"approved": False}, "ops-desk")
+    assert run(api, job_id) == "failed"
+    assert verify_job(api.store, job_id).ok
+
+
 def test_signal_payload_is_checked_before_it_is_sent(browser: Any, api: Api) -> None:
     job_id = waiting(api, SIGNAL_PLAN)
     version = api.store.get_job(job_id).version

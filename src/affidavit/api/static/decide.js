@@ -90,6 +90,7 @@ function announce(text) {
 async function send(panel, path, body, done, onDecided) {
   panel.querySelectorAll("button").forEach((b) => { b.disabled = true; });
   $("#decided").hidden = true;
+  panel.dataset.dirty = "true"; // a redraw while the request is out keeps this panel (and its answer)
   let job;
   try {
     job = await api(path, { method: "POST", body });
@@ -99,7 +100,12 @@ async function send(panel, path, body, done, onDecided) {
     return;
   }
   panel.dataset.dirty = "";
-  announce(`${done} at ${job.updated_at} — the job is now ${job.status}.`);
+  if (job.appended === false) {
+    announce("This wait had been answered already: nothing was recorded (the first answer "
+      + `stands) — the job is ${job.status}.`);
+  } else {
+    announce(`${done} at ${job.updated_at} — the job is now ${job.status}.`);
+  }
   await onDecided();
 }
 
@@ -263,6 +269,7 @@ function waitSection(jobId, wait, caller, panel, onDecided) {
 // accepted (the page then refreshes the job).
 async function decisionPanel(jobId, onDecided) {
   const found = await api(`/api/jobs/${encodeURIComponent(jobId)}/decisions`);
+  $("#who").textContent = `${found.caller.agent_id} (${found.caller.role})`;
   if (!found.park && !found.waits.length) return null;
   const panel = el("section", { id: "decide", class: "card", "data-version": String(found.version),
     "data-role": found.caller.role });
