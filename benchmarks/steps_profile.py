@@ -113,6 +113,7 @@ def _cum_from(
 
 
 RUNNER = "affidavit/runtime/runner.py"
+EXECUTOR = "affidavit/runtime/step_executor.py"
 PLAN = "affidavit/core/plan.py"
 SQL = "affidavit/store/_sql.py"
 LEDGER = "affidavit/store/_ledger.py"
@@ -235,7 +236,7 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
         "result: canonical(result) + canonical_sha256(result)",
         True,
         lambda s: (
-            _cum_from(s, _canonical, function_matcher("_tool_step", RUNNER))
+            _cum_from(s, _canonical, function_matcher("run_tool", EXECUTOR))
             + _cum(s, function_matcher("canonical_sha256", "affidavit/core/canonical.py"))
         ),
     ),

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime.runner as runner_module
+import affidavit.runtime.crash as crash_module
 from affidavit import Runtime
 from tests.api.conftest import TOOLS, WAITING_PLAN, Api
 from tests.runtime.helpers import SimulatedCrash, wait_lease_expired
@@ -255,7 +255,7 @@ def parked_in_flight(api: Api, monkeypatch: pytest.MonkeyPatch, job_id: str | No
             job_id = rt.submit({"nodes": [{"id": "a", "type": "tool", "tool": "act"}]}, {},
                                namespace="a").job_id  # fmt: skip
         with monkeypatch.context() as patched:
-            patched.setattr(runner_module, "crash_point", crash_point)
+            patched.setattr(crash_module, "crash_point", crash_point)
             with pytest.raises(SimulatedCrash):
                 rt.run_job(job_id)
         wait_lease_expired(rt.store, job_id)

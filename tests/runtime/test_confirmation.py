@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime.runner as runner_module
+import affidavit.runtime.crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import ConfigError
 from affidavit.runtime.confirm import Confirmation, ConfirmationContext
@@ -267,7 +267,7 @@ def test_confirmation_after_crash_recovery(
             crashed[0] = True
             raise SimulatedCrash(name)
 
-    monkeypatch.setattr(runner_module, "crash_point", crash_point)
+    monkeypatch.setattr(crash_module, "crash_point", crash_point)
     with make_runtime(
         store_url,
         world,
@@ -313,7 +313,7 @@ def test_a_strict_mismatch_catches_up_what_another_open_invocation_did(
         return effects.get(ctx.idempotency_key)
 
     charge_tool = Tool("charge", charge, "tool", reconcile_fn=found)
-    monkeypatch.setattr(runner_module, "crash_point", crash_point)
+    monkeypatch.setattr(crash_module, "crash_point", crash_point)
     with make_runtime(store_url, world, calls, charge_tool) as rt:
         rt.worker.lease_seconds = 0.3
         job_id = rt.submit(

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from affidavit import Runtime, ToolRegistry, tool
-from affidavit.runtime import runner as runner_module
+from affidavit.runtime import crash as crash_module
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.worker import Worker
 
@@ -33,7 +33,7 @@ def test_lease_lost_between_t1_and_execute_does_not_act(
         if name == "tool.after_acquire":
             lost.set()  # as the heartbeat would, on finding the lease taken over
 
-    monkeypatch.setattr(runner_module, "crash_point", after_acquire)
+    monkeypatch.setattr(crash_module, "crash_point", after_acquire)
     with Runtime(store_url, tools=registry) as rt:
         job = rt.submit(plan)
         claim = Worker(rt.store, registry).claim(job.job_id)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import affidavit.runtime.runner as runner_module
+import affidavit.runtime.crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import ReplayError
@@ -318,7 +318,7 @@ def prop(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runt
     pure = Tool("p_pure", lambda ctx, **a: holder[0].pure(ctx, **a), "pure")
     with Runtime(store_url, tools=ToolRegistry([tool, pure]), lease_seconds=30) as rt:
         holder.append(Property(rt.store))
-        monkeypatch.setattr(runner_module, "crash_point", lambda n: holder[0].crash_point(n))
+        monkeypatch.setattr(crash_module, "crash_point", lambda n: holder[0].crash_point(n))
         yield rt, holder[0]
 
 

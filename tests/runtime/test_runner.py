@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime.runner as runner_module
+import affidavit.runtime.crash as crash_module
 from affidavit import (
     CanonicalizationError,
     CompensatableError,
@@ -30,6 +30,7 @@ from affidavit import (
 from affidavit.core.errors import ConfigError, IdempotencyConflict
 from affidavit.core.plan import Plan
 from affidavit.runtime.args import ArgsResolutionError
+from affidavit.runtime.journal import Journal, RunControl
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.runtime import InvalidStateError
 from affidavit.runtime.sdk import ToolError
@@ -81,7 +82,7 @@ def crash_at(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
                 armed[0] = False
                 raise SimulatedCrash(name)
 
-        monkeypatch.setattr(runner_module, "crash_point", crash_point)
+        monkeypatch.setattr(crash_module, "crash_point", crash_point)
 
     return arm
 
@@ -1708,29 +1709,27 @@ def test_a_transaction_that_does_not_commit_leaves_the_runs_version_and_head(
         assert claim is not None
         events = rt.store.list_events(job_id)
         replay = build_from_events(events)
-        run = runner_module._Run(
+        journal = Journal(
             rt.store,
-            registry,
             claim,
-            Plan.parse(replay.task_graph | {"name": "unit"}),
-            replay,
             len(events),
             bytes.fromhex(events[-1].chain_hash),
-            sleep=time.sleep,
-            lease_lost=None,
+            control=RunControl(job_id),
             metrics=rt.worker.metrics,
             sealer=rt.worker.sealer,
+            node_type=lambda node_id: "tool",
         )
-        before = (run.version, run.head)
-        started = {"node_id": "a", "step_id": run.steps["a"], "attempt": 1, "worker_id": "w"}
-        with pytest.raises(RuntimeError, match="after the append"), run._tx(durable=False) as tx:
-            run._append(tx, ("node_started", started), fast=True)
-            assert run.version == before[0] + 1
+        before = (journal.version, journal.head)
+        step = Plan.parse(replay.task_graph | {"name": "unit"}).step_ids(job_id)["a"]
+        started = {"node_id": "a", "step_id": step, "attempt": 1, "worker_id": "w"}
+        with pytest.raises(RuntimeError, match="after the append"), journal.tx(durable=False) as tx:
+            journal.append(tx, ("node_started", started), fast=True)
+            assert journal.version == before[0] + 1
             raise RuntimeError("after the append")
-        assert (run.version, run.head) == before
+        assert (journal.version, journal.head) == before
         assert len(rt.store.list_events(job_id)) == len(events)
-        run._write(("node_started", started), fast=True)
-        assert run.version == len(events) + 1
-        assert run.head == bytes.fromhex(rt.store.get_job(job_id).head_hash or "")
+        journal.write(("node_started", started), fast=True)
+        assert journal.version == len(events) + 1
+        assert journal.head == bytes.fromhex(rt.store.get_job(job_id).head_hash or "")
     finally:
         rt.close()

@@ -18,7 +18,7 @@ from affidavit.core.canonical import canonical_sha256
 from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.examples import refund
-from affidavit.runtime import runner as runner_module
+from affidavit.runtime import crash as crash_module
 from affidavit.store.postgres import split_url
 from affidavit.store.sqlite import connect_raw
 from tests.runtime.helpers import wait_lease_expired
@@ -53,7 +53,7 @@ def arm_crash(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
             armed[0] = False
             raise SimulatedCrash(name)
 
-    monkeypatch.setattr(runner_module, "crash_point", crash_point)
+    monkeypatch.setattr(crash_module, "crash_point", crash_point)
 
 
 def refund_job(rt: Runtime, data_dir: Path, order_id: str = "A-1001") -> str:

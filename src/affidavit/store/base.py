@@ -240,6 +240,23 @@ class Transaction(Protocol):
         """
         ...
 
+    def append_known_head(
+        self,
+        job_id: str,
+        encoded: Sequence[tuple[str, str, bytes]],
+        *,
+        expected_version: int,
+        fence: str | None,
+        head: bytes,
+    ) -> bytes:
+        """:meth:`append_encoded` with ``head`` (a writer that knows it), returning only the new
+        head: the raw chain hash of the last event appended (``head`` itself for none).
+
+        Raises:
+            JobNotFound, FencedError, ConflictError: as :meth:`append`.
+        """
+        ...
+
     def head(self, job_id: str) -> tuple[int, bytes]:
         """The job's last version and the raw chain hash of that event (``0, b""`` for an
         empty log), read under the job's lock: what a writer that lost track of whether its
