@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime.runner as runner_module
+import affidavit.runtime.crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.plan import external_key
 from affidavit.verify import verify_job
@@ -119,7 +119,7 @@ def park_in_flight(api: Api, monkeypatch: pytest.MonkeyPatch, job_id: str | None
         if job_id is None:
             job_id = rt.submit(PAY_PLAN, REFUND, namespace="a").job_id
         with monkeypatch.context() as patched:
-            patched.setattr(runner_module, "crash_point", crash_point)
+            patched.setattr(crash_module, "crash_point", crash_point)
             with pytest.raises(SimulatedCrash):
                 rt.run_job(job_id)
         wait_lease_expired(rt.store, job_id)
