@@ -47,7 +47,17 @@ def _think(ctx: ToolContext, **args: Any) -> dict[str, Any]:
     return {"thought": args}
 
 
-TOOLS = ToolRegistry([Tool("refund", _refund, "tool"), Tool("think", _think, "pure")])
+def _bank_down(ctx: ToolContext, **args: Any) -> Any:
+    raise ConnectionError("the bank's API is down")
+
+
+TOOLS = ToolRegistry(
+    [
+        Tool("refund", _refund, "tool"),
+        Tool("think", _think, "pure"),
+        Tool("refund_checked", _refund, "tool", reconcile_fn=_bank_down),
+    ]
+)
 
 APPROVAL_PLAN: dict[str, Any] = {
     "name": "refund-approval",
@@ -107,7 +117,12 @@ def run(api: Api, job_id: str) -> str:
         return rt.run_job(job_id).status
 
 
-def park_in_flight(api: Api, monkeypatch: pytest.MonkeyPatch, job_id: str | None = None) -> str:
+def park_in_flight(
+    api: Api,
+    monkeypatch: pytest.MonkeyPatch,
+    job_id: str | None = None,
+    plan: dict[str, Any] = PAY_PLAN,
+) -> str:
     """The refund job (a new one when ``job_id`` is None) run until its tool step "crashes"
     after T1, then recovered: parked in flight (the tool has no reconcile hook)."""
 
@@ -117,7 +132,7 @@ def park_in_flight(api: Api, monkeypatch: pytest.MonkeyPatch, job_id: str | None
 
     with runtime(api, lease_seconds=0.3) as rt:
         if job_id is None:
-            job_id = rt.submit(PAY_PLAN, REFUND, namespace="a").job_id
+            job_id = rt.submit(plan, REFUND, namespace="a").job_id
         with monkeypatch.context() as patched:
             patched.setattr(crash_module, "crash_point", crash_point)
             with pytest.raises(SimulatedCrash):
@@ -203,6 +218,19 @@ def test_decisions_api_describes_the_park_and_the_waits(
     assert found["caller"]["may_signal"] is False
     with api.client("agent_b") as c:  # another namespace's job: not found
         assert c.get(f"/api/jobs/{approval}/decisions").status_code == 404
+
+
+def test_decisions_api_says_what_a_failed_reconcile_hook_said(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked = {"nodes": [{**PAY_PLAN["nodes"][0], "tool": "refund_checked"}]}
+    job_id = park_in_flight(api, monkeypatch, plan=checked)
+    with api.client("admin") as c:
+        park = c.get(f"/api/jobs/{job_id}/decisions").json()["park"]
+    assert park["tool"] == "refund_checked"
+    assert park["reconcile"]["hook"] is True
+    assert "the bank's API is down" in park["reconcile"]["error"]["message"]
+    assert "reconcile hook failed" in park["message"]
 
 
 # --- the page --------------------------------------------------------------------------------
