@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,9 +73,16 @@ def test_pytest_summary_counts(sample: ClaimService) -> None:
     assert result.accurate
 
 
-def test_coverage_total_percent(sample: ClaimService) -> None:
-    run = "coverage run -m pytest -q -p no:cacheprovider"
+def test_coverage_total_percent(sample: ClaimService, project: Path) -> None:
+    # The project is read-only to a claim: a run writes its data file in the scratch directory.
+    run = "coverage run --data-file=/tmp/.coverage -m pytest -q -p no:cacheprovider"
     assert sample.verify_claim("alice", "test_result", {"return_code": 1}, run, "vera").accurate
+    # The data a report reads is the project's own, made before the claim.
+    subprocess.run(
+        [str(Path(sys.executable).parent / "coverage"), "run", "-m", "pytest", "-q", "-p",
+         "no:cacheprovider"],
+        cwd=project, capture_output=True, check=False,
+    )  # fmt: skip
     # calc.py: 6 statements, 3 run (the two defs and `return a + b`): 50 %.
     report = "coverage report --include=calc.py"
     claim = {"metrics": {"coverage": 50}, "parser": "coverage", "tolerance": 0}

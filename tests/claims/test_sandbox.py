@@ -4,8 +4,8 @@ subprocesses on both backends; a refused command writes nothing."""
 from __future__ import annotations
 
 import hashlib
-import os
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -130,15 +130,17 @@ def test_the_allow_list_is_configurable(store: Store, project: Path) -> None:
         SandboxConfig(allowed_programs=frozenset({"/usr/bin/env"}))
 
 
-def test_scratch_directory_is_fresh_and_removed(svc: ClaimService) -> None:
-    first = svc.verify_claim("alice", "custom", {}, "pwd", "vera")
-    second = svc.verify_claim("alice", "custom", {}, "pwd", "vera")
-    dirs = [
-        svc.get_evidence(r.verification_id)["stdout"]["excerpt"].strip()  # type: ignore[index]
-        for r in (first, second)
-    ]
-    assert dirs[0] != dirs[1]
-    assert all("affidavit-claim-" in d and not os.path.exists(d) for d in dirs)
+def test_scratch_directory_is_private_and_fresh(store: Store) -> None:
+    svc = make_service(store, allow_inline_code=True)
+    svc.add_agent("alice", namespace="team")
+    svc.add_agent("vera", namespace="team")
+    writer = "python -c \"import os; open('/tmp/left-behind', 'w').close(); print(os.getcwd())\""
+    first = svc.verify_claim("alice", "custom", {"output_contains": "/tmp"}, writer, "vera")
+    assert first.accurate
+    second = svc.verify_claim("alice", "custom", {}, "ls -A /tmp", "vera")
+    evidence = svc.get_evidence(second.verification_id)
+    assert evidence is not None and evidence["stdout"]["excerpt"] == ""
+    assert not Path("/tmp/left-behind").exists()
 
 
 def test_environment_secrets_do_not_leak(
@@ -163,73 +165,107 @@ def test_environment_secrets_do_not_leak(
     ).accurate
 
 
-def _gone(pid: int) -> bool:
-    """The process no longer runs (it is gone, or a zombie waiting for its reaper)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rindex(")") + 2] in "ZX"
+def _running(marker: str) -> list[int]:
+    """Live processes (not zombies) whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and stat[stat.rindex(")") + 2] not in "ZX":
+            found.append(int(entry.name))
+    return found
 
 
-def _wait_until_gone(pid: int) -> bool:
+def _wait_until_gone(marker: str) -> bool:
     # SIGKILL is delivered asynchronously: wait for the condition, bounded.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if _gone(pid):
+        if not _running(marker):
             return True
         time.sleep(0.01)
-    return _gone(pid)
+    return not _running(marker)
 
 
+# The script's children share its command line, and with it the marker given as its argument.
 FORK_AND_SLEEP = """
-import os, time
+import os, sys, time
 pid = os.fork()
 if pid == 0:
+    {child}
+    print("child up", flush=True)
     time.sleep(120)
     os._exit(0)
-with open("child.pid", "w") as f:
-    f.write(str(pid))
+print("parent up", flush=True)
 {parent}
 """
+DOUBLE_FORK = """os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    print("grandchild up", flush=True)"""
+
+
+def _marker() -> str:
+    return f"claim-{uuid.uuid4().hex}"
+
+
+def _stdout(svc: ClaimService, verification_id: str) -> str:
+    evidence = svc.get_evidence(verification_id)
+    assert evidence is not None
+    return str(evidence["stdout"]["excerpt"])
 
 
 def test_timeout_kills_the_whole_process_group(store: Store, project: Path, spawn: str) -> None:
-    write(project, "forker.py", FORK_AND_SLEEP.format(parent="time.sleep(120)"))
-    svc = service(store, project)
+    write(project, "forker.py", FORK_AND_SLEEP.format(child="pass", parent="time.sleep(120)"))
+    svc, marker = service(store, project), _marker()
     result = svc.verify_claim(
-        "alice", "test_result", {"return_code": 0}, "python forker.py", "vera", timeout_s=1.5
-    )
+        "alice", "test_result", {"return_code": 0}, f"python forker.py {marker}", "vera",
+        timeout_s=3,
+    )  # fmt: skip
     assert (result.verdict, result.decided_by) == ("error", "timeout")
     assert result.actual["timed_out"] is True
-    child = int((project / "child.pid").read_text())
-    assert _wait_until_gone(child)
+    assert "child up" in _stdout(svc, result.verification_id)
+    assert _wait_until_gone(marker)
     # no evidence either way: the score did not move, the error is counted apart
     agent = svc.get_agent("alice")
     assert (agent.trust_score, agent.verifications, agent.error_verifications) == (0.5, 0, 1)
 
 
-def test_a_child_that_left_the_process_group_dies_at_the_timeout(
-    store: Store, project: Path
+@pytest.mark.parametrize("child", ["os.setsid()", DOUBLE_FORK], ids=["setsid", "double-fork"])
+def test_a_process_that_left_the_group_dies_at_the_timeout(
+    store: Store, project: Path, child: str
 ) -> None:
-    escape = FORK_AND_SLEEP.replace(
-        "time.sleep(120)\n    os._exit", "os.setsid()\n    time.sleep(120)\n    os._exit"
-    )
-    write(project, "escaper.py", escape.format(parent="time.sleep(120)"))
-    svc = service(store, project)
-    result = svc.verify_claim("alice", "custom", {}, "python escaper.py", "vera", timeout_s=1.5)
-    assert result.decided_by == "timeout"
-    assert _wait_until_gone(int((project / "child.pid").read_text()))
-
-
-def test_what_a_command_leaves_running_is_killed_when_it_exits(store: Store, project: Path) -> None:
-    write(project, "leaver.py", FORK_AND_SLEEP.format(parent="print('done')"))
-    svc = service(store, project)
+    write(project, "escaper.py", FORK_AND_SLEEP.format(child=child, parent="time.sleep(120)"))
+    svc, marker = service(store, project), _marker()
     result = svc.verify_claim(
-        "alice", "custom", {"return_code": 0, "output_contains": "done"}, "python leaver.py", "vera"
+        "alice", "custom", {}, f"python escaper.py {marker}", "vera", timeout_s=3
     )
+    assert result.decided_by == "timeout"
+    assert "child up" in _stdout(svc, result.verification_id)
+    assert _wait_until_gone(marker)
+
+
+@pytest.mark.parametrize(
+    "child", ["pass", "os.setsid()", DOUBLE_FORK], ids=["child", "setsid", "double-fork"]
+)
+def test_what_a_command_leaves_running_is_killed_when_it_exits(
+    store: Store, project: Path, child: str
+) -> None:
+    # The parent waits until its child is up, then exits at once.
+    parent = "while not os.path.exists('/tmp/up'):\n    time.sleep(0.01)\nprint('done')"
+    code = FORK_AND_SLEEP.replace('print("child up", flush=True)', 'open("/tmp/up", "w").close()')
+    write(project, "leaver.py", code.format(child=child, parent=parent))
+    svc, marker = service(store, project), _marker()
+    result = svc.verify_claim(
+        "alice", "custom", {"return_code": 0, "output_contains": "done"},
+        f"python leaver.py {marker}", "vera", timeout_s=60,
+    )  # fmt: skip
     assert result.accurate
-    assert _wait_until_gone(int((project / "child.pid").read_text()))
+    assert _wait_until_gone(marker)
 
 
 def test_sleep_past_the_timeout(svc: ClaimService) -> None:

@@ -130,17 +130,23 @@ def test_refused_claims_exit_5_and_run_nothing(store_url: str, tmp_path: Path) -
 
 def test_project_dir_option(store_url: str, tmp_path: Path) -> None:
     setup_agents(store_url)
-    (tmp_path / "check.py").write_text("print('{\"score\": 10}')\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "check.py").write_text("print('{\"score\": 10}')\n")
     result = verify(
         store_url,
         "--json",
         "--project-dir",
-        str(tmp_path),
+        str(project),
         claim='{"metrics": {"score": 10}}',
         cmd="python check.py",
     )
     assert result.returncode == 0, result.stdout
     assert json.loads(result.stdout)["actual"]["metrics"] == {"score": 10.0}
+    # A project directory that holds the signing key (tmp_path/keys here) is refused.
+    shown = verify(store_url, "--json", "--project-dir", str(tmp_path), cmd="python check.py")
+    assert shown.returncode == 5, shown.stdout
+    assert json_of(shown)["error"]["code"] == "sandbox_unavailable"
 
 
 def test_recorded_text_is_shown_as_recorded(store_url: str) -> None:

@@ -19,6 +19,7 @@ from affidavit.api import claims, decisions, errors, jobs, keys, ui
 from affidavit.api.deps import Observer, Service, ServiceDep, unique_json_keys
 from affidavit.api.models import ErrorBody, Health
 from affidavit.api.ratelimit import Limiter, RateLimit
+from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.errors import StoreError
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.store import JOB_STATUSES, Store
@@ -61,10 +62,12 @@ def create_app(
     *,
     tools: ToolRegistry | None = None,
     rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
+    claims_sandbox: SandboxConfig | None = None,
 ) -> FastAPI:
     """The API over ``store``. ``tools``: check submitted plans against these registered tools
     (``None``: workers check them when they run the job). ``rate_limit``: per API key
-    (``None``: unlimited)."""
+    (``None``: unlimited). ``claims_sandbox``: how claim commands run (``None``: the default,
+    in bubblewrap; without it claims are refused)."""
     from affidavit import __version__  # the package root, imported late (it imports every layer)
 
     app = FastAPI(
@@ -74,7 +77,9 @@ def create_app(
         "records. Authenticate with `Authorization: Bearer <key>` (`affidavit apikeys create`).",
         dependencies=[Depends(unique_json_keys)],
     )
-    app.state.service = Service(store, tools, Limiter(rate_limit) if rate_limit else None)
+    app.state.service = Service(
+        store, tools, Limiter(rate_limit) if rate_limit else None, claims_sandbox
+    )
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_StoreCollector(store))
     latency = Histogram(

@@ -78,7 +78,7 @@ def _visible_agent(service: ClaimService, caller: Caller, agent_id: str) -> Agen
 def verify_claim(body: VerifyClaim, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
     """Judge the claim by running its command; the caller's agent is the verifier. A refused
     claim (self-verification, role, namespace, allow-list, malformed) runs nothing: 403/422."""
-    service = ClaimService(svc.store)
+    service = ClaimService(svc.store, sandbox=svc.sandbox)
     _visible_agent(service, caller, body.agent_id)
     result = service.verify_claim(
         body.agent_id,

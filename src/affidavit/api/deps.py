@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 
 from affidavit.api.auth import Caller, Forbidden, authenticate
 from affidavit.api.ratelimit import Limiter
+from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.canonical import DuplicateKeyError, loads_unique
 from affidavit.core.errors import JobNotFound
 from affidavit.runtime.sdk import ToolRegistry
@@ -22,11 +23,12 @@ from affidavit.store._sql import unmatchable
 @dataclass
 class Service:
     """What the app serves from: one store, the tools submissions are checked against (``None``:
-    workers check them when they run), the rate limiter."""
+    workers check them when they run), the rate limiter, how claim commands run."""
 
     store: Store
     tools: ToolRegistry | None
     limiter: Limiter | None
+    sandbox: SandboxConfig | None = None  # claim commands (None: the default, bubblewrap)
 
 
 def service(request: Request) -> Service:

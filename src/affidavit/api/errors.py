@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from affidavit.api.auth import Forbidden, Unauthorized
 from affidavit.api.ratelimit import RateLimited
+from affidavit.claims.bwrap import SandboxUnavailable
 from affidavit.core.errors import (
     AffidavitError,
     AgentExistsError,
@@ -39,6 +40,7 @@ from affidavit.runtime.decisions import InvalidStateError
 STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),
+    (SandboxUnavailable, 503),
     (SelfVerificationError, 403),
     (AuthorizationError, 403),
     (ValidationError, 422),

@@ -13,21 +13,26 @@ The contract, in order:
    environment (``pip uninstall``, ``pip cache purge``, ...: pip may only ``list``, ``show``,
    ``freeze``, ``check``, ``inspect``, ``hash`` and ``help``) are refused unless the
    configuration allows inline code;
-4. the program runs in a new session (its own process group), with stdin from ``/dev/null``, in a
-   fresh scratch directory (or the configured project directory), with an environment built from
-   scratch (``PATH``, ``HOME``, ``TMPDIR``, locale, plus the variables the configuration names),
-   and with CPU, address-space, file-size and core-dump limits;
+4. the program runs in a bubblewrap sandbox (:mod:`affidavit.claims.bwrap`: its own user, pid,
+   network, IPC and UTS namespaces, only the system, interpreter and project paths visible and
+   read-only, a private ``/tmp`` as home and scratch directory), with stdin from ``/dev/null``,
+   an environment built from scratch (``PATH``, ``HOME``, ``TMPDIR``, locale, plus the variables
+   the configuration names), and with CPU, address-space, file-size, process-count and
+   core-dump limits. Without bubblewrap nothing runs (:class:`SandboxUnavailable`) unless the
+   configuration says ``isolation="none"`` (the operator's explicit opt-out: then the program
+   runs as a plain child process in a new session and a fresh scratch directory);
 5. stdout and stderr are read concurrently; each is hashed in full and kept up to a cap (its head
    and its tail), so a flood of output costs memory bounded by the cap;
-6. at the timeout the whole process group is killed, and so is any descendant that left the
-   group but is still in the program's process tree; when the program exits, whatever it left
-   running in its process group is killed too.
+6. at the timeout the sandbox is killed, and with its init every process of its pid namespace
+   (however it forked or ``setsid``); when the program exits, the namespace goes with it.
+   Without the sandbox: the process group, and any descendant still in the program's tree.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import resource
@@ -43,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from affidavit.claims.bwrap import Jail, bwrap_argv, jail_for, require_bwrap
 from affidavit.claims.capture import Capture, Captured
 from affidavit.core.errors import CommandNotAllowed, ConfigError
 
@@ -77,6 +83,9 @@ DEFAULT_OUTPUT_CAP = 1 << 20  # bytes kept per stream
 DEFAULT_EXCERPT_BYTES = 4096  # bytes of each stream stored in the evidence record
 DEFAULT_MEMORY_BYTES = 2 << 30  # address space
 DEFAULT_FILE_SIZE_BYTES = 256 << 20
+DEFAULT_SCRATCH_BYTES = 256 << 20  # the sandbox's private /tmp
+DEFAULT_MAX_PROCESSES = 256
+ISOLATIONS = ("bwrap", "none")
 # After a kill, how long to keep reading for output still buffered in the pipes. A descendant
 # that left the process group could hold them open forever; it does not hold up the result.
 _DRAIN_AFTER_KILL_S = 1.0
@@ -107,8 +116,19 @@ class SandboxConfig:
     project_dir: str | None = None  # None: a fresh scratch directory per run
     search_path: str | None = None  # None: default_search_path()
     pass_env: tuple[str, ...] = ()  # names of variables copied from the service's environment
+    # "bwrap": the bubblewrap sandbox (required); "none": the operator's explicit opt-out
+    isolation: str = "bwrap"
+    max_processes: int | None = DEFAULT_MAX_PROCESSES
+    scratch_bytes: int = DEFAULT_SCRATCH_BYTES
+    # Never visible to a command (the signing key, the database, the data directory): a
+    # sandbox that would bind one of them refuses to run.
+    protected_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.isolation not in ISOLATIONS:
+            raise ConfigError(
+                f"unknown isolation {self.isolation!r}", hint=f"One of: {', '.join(ISOLATIONS)}."
+            )
         for name in self.allowed_programs:
             if not name or "/" in name or name != name.strip():
                 raise ConfigError(f"allowed program {name!r} must be a bare program name")
@@ -258,6 +278,8 @@ def _rlimits(config: SandboxConfig, timeout_s: float) -> list[tuple[int, int]]:
         wanted.append((resource.RLIMIT_AS, config.memory_bytes))
     if config.file_size_bytes is not None:
         wanted.append((resource.RLIMIT_FSIZE, config.file_size_bytes))
+    if config.max_processes is not None:
+        wanted.append((resource.RLIMIT_NPROC, config.max_processes))
     out = []
     for res, value in wanted:
         hard = resource.getrlimit(res)[1]
@@ -281,6 +303,7 @@ _PRLIMIT_FLAGS = {
     resource.RLIMIT_CPU: "--cpu",
     resource.RLIMIT_AS: "--as",
     resource.RLIMIT_FSIZE: "--fsize",
+    resource.RLIMIT_NPROC: "--nproc",
 }
 
 
@@ -316,6 +339,11 @@ def build_env(config: SandboxConfig, home: str) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
         "NO_COLOR": "1",
+        # Tools keep their caches and data files in the scratch directory, not the project
+        # (read-only in the sandbox).
+        "MYPY_CACHE_DIR": os.path.join(home, ".mypy_cache"),
+        "RUFF_CACHE_DIR": os.path.join(home, ".ruff_cache"),
+        "PYTEST_ADDOPTS": "-p no:cacheprovider",
     }
     for name in config.pass_env:
         if name in os.environ:
@@ -370,74 +398,152 @@ def run_command(
 ) -> RunResult:
     """Run an allow-listed ``command`` (steps 4–6 of the module contract). Never raises for
     what the command does: a program that cannot start is reported in ``spawn_error``, a
-    timeout in ``timed_out``."""
+    timeout in ``timed_out``.
+
+    Raises:
+        SandboxUnavailable: bubblewrap is required and missing, or the sandbox would show a
+            protected path (nothing ran).
+        ConfigError: a timeout that is not a positive number.
+    """
     timeout = config.timeout_s if timeout_s is None else timeout_s
     if not (timeout > 0 and math.isfinite(timeout)):
         raise ConfigError(f"timeout must be a positive number of seconds, not {timeout}")
     limits = _rlimits(config, timeout)
     limit_doc = {resource_name(res): value for res, value in limits}
-    scratch = tempfile.mkdtemp(prefix="affidavit-claim-")
     workdir = "project" if config.project_dir else "scratch"
-    cwd = config.project_dir or scratch
-    env = build_env(config, scratch)
+    if config.isolation == "bwrap":
+        bwrap = require_bwrap()
+        search = config.search_path or default_search_path()
+        jail = jail_for(search, config.project_dir, config.scratch_bytes)
+        jail.check(config.protected_paths)
+        return _run(command, config, timeout, limits, limit_doc, workdir, (bwrap, jail))
+    scratch = tempfile.mkdtemp(prefix="affidavit-claim-")
+    try:
+        return _run(command, config, timeout, limits, limit_doc, workdir, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(
+    command: Command,
+    config: SandboxConfig,
+    timeout: float,
+    limits: list[tuple[int, int]],
+    limit_doc: dict[str, int],
+    workdir: str,
+    where: tuple[str, Jail] | str,
+) -> RunResult:
+    """Spawn in the jail (``(bwrap, jail)``) or, unsandboxed, in the scratch directory."""
+    sandboxed = not isinstance(where, str)
+    home = "/tmp" if sandboxed else str(where)
+    env = build_env(config, home)
     started = time.perf_counter()
 
     def failed(reason: str) -> RunResult:
         elapsed = (time.perf_counter() - started) * 1000
         return RunResult(command, None, elapsed, False, reason, _EMPTY, _EMPTY, workdir, limit_doc)
 
+    executable = shutil.which(command.program, path=env["PATH"])
+    if executable is None:
+        return failed(f"program {command.program!r} was not found on the search path")
+    prefix = _prlimit_prefix(limits)
+    status_r = status_w = -1
+    pass_fds: tuple[int, ...] = ()
+    if isinstance(where, str):
+        argv = [executable, *command.argv[1:]]
+        cwd, spawn_env = config.project_dir or where, env
+    else:
+        bwrap, jail = where
+        status_r, status_w = os.pipe()
+        argv = bwrap_argv(bwrap, jail, env, [executable, *command.argv[1:]], status_w)
+        # bubblewrap itself (the sandbox's pid 1) gets no variable of the service's either.
+        cwd, spawn_env, pass_fds = "/", {"PATH": "/usr/bin:/bin"}, (status_w,)
+    if prefix:
+        argv = [*prefix, *argv]
     try:
-        executable = shutil.which(command.program, path=env["PATH"])
-        if executable is None:
-            return failed(f"program {command.program!r} was not found on the search path")
-        argv, prefix = list(command.argv), _prlimit_prefix(limits)
-        if prefix:
-            argv = [*prefix, executable, *argv[1:]]
-            executable = prefix[0]
-        try:
-            proc = subprocess.Popen(
-                argv,
-                executable=executable,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=env,
-                close_fds=True,
-                start_new_session=True,
-                preexec_fn=None if prefix else _limit_setter(limits),
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            return failed(f"cannot start {command.program!r}: {exc}")
-        assert proc.stdout is not None and proc.stderr is not None
-        out, err = Capture(config.max_output_bytes), Capture(config.max_output_bytes)
-        deadline = started + timeout
-        timed_out = False
-        try:
-            timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, deadline)
-            if not timed_out:  # without a pidfd the exit may still be ahead
-                try:
-                    proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    _kill_tree(proc.pid)
-        finally:
-            _kill_group(proc.pid)  # at a timeout everything; otherwise what was left running
-            return_code = proc.wait()
-        elapsed = (time.perf_counter() - started) * 1000
-        return RunResult(
-            command,
-            None if timed_out else return_code,
-            elapsed,
-            timed_out,
-            None,
-            out.result(),
-            err.result(),
-            workdir,
-            limit_doc,
+        proc = subprocess.Popen(
+            argv,
+            executable=argv[0],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=spawn_env,
+            close_fds=True,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            preexec_fn=None if prefix else _limit_setter(limits),
         )
+    except (OSError, subprocess.SubprocessError) as exc:
+        if sandboxed:
+            os.close(status_r)
+            os.close(status_w)
+        return failed(f"cannot start {command.program!r}: {exc}")
+    if sandboxed:
+        os.close(status_w)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = Capture(config.max_output_bytes), Capture(config.max_output_bytes)
+    deadline = started + timeout
+    timed_out = False
+    try:
+        timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, deadline)
+        if not timed_out:  # without a pidfd the exit may still be ahead
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_tree(proc.pid)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        _kill_group(proc.pid)  # at a timeout everything; otherwise what was left running
+        return_code: int | None = proc.wait()
+        status = _read_status(status_r) if sandboxed else None
+    elapsed = (time.perf_counter() - started) * 1000
+    stderr = err.result()
+    if sandboxed and not timed_out:
+        code = status.get("exit-code") if status is not None else None
+        if not isinstance(code, int):
+            # bubblewrap could not set up the sandbox or exec the program: it says why.
+            reason = " ".join(stderr.segments()).strip() or f"bwrap exited {return_code}"
+            return failed(f"cannot start {command.program!r} in the sandbox: {reason[:500]}")
+        # bubblewrap reports a command killed by signal N as 128 + N
+        return_code = code if code <= 128 else -(code - 128)
+    return RunResult(
+        command,
+        None if timed_out else return_code,
+        elapsed,
+        timed_out,
+        None,
+        out.result(),
+        stderr,
+        workdir,
+        limit_doc,
+    )
+
+
+def _read_status(fd: int) -> dict[str, Any] | None:
+    """The last JSON document bubblewrap wrote on its status pipe (its writers are gone)."""
+    chunks = []
+    os.set_blocking(fd, False)  # what bubblewrap wrote before it exited is in the pipe
+    try:
+        while chunk := os.read(fd, _READ_CHUNK):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    found: dict[str, Any] | None = None
+    decoder = json.JSONDecoder()
+    text, at = b"".join(chunks).decode("utf-8", "replace"), 0
+    while True:
+        at = len(text) - len(text[at:].lstrip())
+        if at >= len(text):
+            return found
+        try:
+            doc, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return found
+        if isinstance(doc, dict) and "exit-code" in doc:
+            found = doc
 
 
 def _pump(
@@ -523,6 +629,7 @@ _RESOURCE_NAMES = {
     resource.RLIMIT_CPU: "cpu_seconds",
     resource.RLIMIT_AS: "memory_bytes",
     resource.RLIMIT_FSIZE: "file_size_bytes",
+    resource.RLIMIT_NPROC: "processes",
 }
 
 

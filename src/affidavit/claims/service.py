@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from affidavit.claims import records
+from affidavit.claims.bwrap import require_bwrap
 from affidavit.claims.compare import ClaimRules, Judgement, judge, parse_claim
 from affidavit.claims.model import (
     ACCESS_LEVELS,
@@ -38,6 +41,7 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.core.ids import uuid7
+from affidavit.runtime.sealing import default_key_path
 from affidavit.store import Store, Transaction
 
 MAX_HISTORY = 1000
@@ -59,7 +63,11 @@ class ClaimService:
         trust: TrustPolicy | None = None,
     ) -> None:
         self.store = store
-        self.sandbox = sandbox or SandboxConfig()
+        config = sandbox or SandboxConfig()
+        # The service's own secrets are never shown to a command, whatever the configuration.
+        self.sandbox = replace(
+            config, protected_paths=(*config.protected_paths, *protected_paths(store.url))
+        )
         self.trust = trust or TrustPolicy()
         # SQLite's write transaction already excludes other writers; PostgreSQL locks the row.
         self._lock = " FOR UPDATE" if store.backend == "postgresql" else ""
@@ -222,6 +230,8 @@ class ClaimService:
             raise ValidationError(f"timeout must be a positive number of seconds, not {timeout_s}")
         # (6)
         cmd = parse_command(command, self.sandbox)
+        if self.sandbox.isolation == "bwrap":
+            require_bwrap()
         # (7), (8)
         run = run_command(cmd, self.sandbox, timeout_s=timeout_s)
         verdict = judge(rules, run)
@@ -445,6 +455,18 @@ class ClaimService:
             "root": chain.root,
             "score_matches": matches,
         }
+
+
+def protected_paths(db_url: str) -> tuple[str, ...]:
+    """What a claim command must never see: the signing key (and its directory) and, on
+    SQLite, the database file's directory (the data directory)."""
+    key = default_key_path(db_url)
+    paths = [str(key), str(key.parent)]
+    if db_url.startswith("sqlite:///"):
+        db_path = db_url[len("sqlite:///") :].split("?", 1)[0]
+        if db_path and db_path != ":memory:":
+            paths.append(str(Path(db_path).expanduser().resolve().parent))
+    return tuple(paths)
 
 
 def _role(value: str) -> str:

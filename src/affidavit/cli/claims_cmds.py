@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from affidavit.claims.bwrap import OPT_OUT_FLAG
 from affidavit.claims.model import ClaimType, Role
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
@@ -31,6 +32,14 @@ claims_app = typer.Typer(help="Verify agents' claims and read the evidence.", no
 trust_app = typer.Typer(help="Agents' trust scores and trust logs.", no_args_is_help=True)
 
 CLAIM_TYPES = ", ".join(t.value for t in ClaimType)
+InsecureOption = Annotated[
+    bool,
+    typer.Option(
+        OPT_OUT_FLAG,
+        help="DANGEROUS: run the command without the bubblewrap sandbox (package bubblewrap), "
+        "as this user, with its files in reach. Only for a command you trust.",
+    ),
+]
 ROLES = ", ".join(r.value for r in Role)
 
 
@@ -148,12 +157,14 @@ def verify(
     ] = None,
     project_dir: Annotated[
         str | None,
-        typer.Option(help="Run in this directory instead of a fresh scratch directory."),
+        typer.Option(help="Run in this directory (read-only) instead of a fresh scratch one."),
     ] = None,
+    insecure: InsecureOption = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Verify a claim by running the check; record the evidence and move the agent's trust.
+    """Verify a claim by running the check in a bubblewrap sandbox; record the evidence and
+    move the agent's trust.
 
     With --json: {"accurate", "verdict", "decided_by", "claim", "actual", "verification_id",
     "evidence_id", "new_trust_score", "propagation"}.
@@ -171,7 +182,7 @@ def verify(
             raise ValidationError(f"--timeout must be positive, not {timeout}")
         from affidavit.claims.sandbox import SandboxConfig
 
-        sandbox = SandboxConfig(project_dir=project_dir)
+        sandbox = SandboxConfig(project_dir=project_dir, isolation="none" if insecure else "bwrap")
         with opened(db) as store:
             result = _service(store, sandbox).verify_claim(
                 agent, claim_type, content, cmd, verifier, timeout_s=timeout

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from affidavit.api.auth import ROLES, create_api_key, revoke_api_key
+from affidavit.claims.bwrap import OPT_OUT_FLAG, PACKAGE, find_bwrap
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.runtime_cmds import ToolsOption
@@ -86,12 +87,22 @@ def serve(
         str,
         typer.Option(help="Requests per key: REQUESTS/SECONDS (default 1200/60); 'off' for none."),
     ] = "1200/60",
+    insecure_claims_without_sandbox: Annotated[
+        bool,
+        typer.Option(
+            OPT_OUT_FLAG,
+            help="DANGEROUS: run claim commands without the bubblewrap sandbox, with the "
+            "server's own user and files in reach. Only when every claim's command is trusted.",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) until Ctrl-C.
 
     With --tools, submitted plans are checked against those tools; without, workers check them
-    when they run the job. Exit codes: 0 stopped; 3 a bad option or store error.
+    when they run the job. Claim commands run in a bubblewrap sandbox; where `bwrap` (package
+    bubblewrap) is missing, claims are refused (503). Exit codes: 0 stopped; 3 a bad option or
+    store error.
     """
     import uvicorn
 
@@ -105,8 +116,24 @@ def serve(
         for spec in tools or []:
             load_tools(spec)
         store = open_store(database_url(db))
+    sandbox = None
+    if insecure_claims_without_sandbox:
+        from affidavit.claims.sandbox import SandboxConfig
+
+        sandbox = SandboxConfig(isolation="none")
+        output.err.print(
+            "[bold red]WARNING: claim commands run WITHOUT a sandbox: any agent key can run "
+            "allowed programs as this server's user.[/]"
+        )
+    elif find_bwrap() is None:
+        output.err.print(
+            f"[bold yellow]bubblewrap (`bwrap`) is not installed: claims will be refused. "
+            f"Install the `{PACKAGE}` package.[/]"
+        )
     try:
-        app = create_app(store, tools=registry if tools else None, rate_limit=limit)
+        app = create_app(
+            store, tools=registry if tools else None, rate_limit=limit, claims_sandbox=sandbox
+        )
         output.err.print(f"affidavit API on http://{host}:{port} ({store.backend}); docs at /docs")
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
