@@ -35,6 +35,8 @@ from tests.packs import assay_packs
 from tests.packs.helpers import assay_verify, run_job
 from tests.packs.test_fuzz import WRONG, _apply, _files, mutations
 
+LIMIT = State(Path(".")).max_file_bytes  # the default bound of a file of a pack
+
 JSON = st.recursive(
     st.none()
     | st.booleans()
@@ -277,15 +279,15 @@ def test_plain_files_read_only_what_the_checked_read_reads(tmp_path: Path) -> No
     (traces / "a b.json").write_bytes(b"1")
     (traces / ".hidden.json").write_bytes(b"1")
     names = [*(p.name for p in traces.iterdir()), "missing.json", "../outside.json", "x/y.json"]
-    with PlainFiles(traces) as plain:
+    with PlainFiles(traces, LIMIT) as plain:
         for name in names:
             fast = plain.read(name)
             if fast is None:
                 continue
             # whatever the fast read returns, the checked read returns too
             path = safe_path(traces, name, "recorded trace", plain=True, within=root)
-            assert read(path, name) == fast, name
-    with PlainFiles(traces) as plain:
+            assert read(path, name, LIMIT) == fast, name
+    with PlainFiles(traces, LIMIT) as plain:
         assert plain.read("plain.json") == b'{"a":1}'
         assert plain.read("big.json") == (traces / "big.json").read_bytes()
         for name in ("inside.json", "out.json", "loop.json", "dir.json", "fifo.json"):

@@ -84,10 +84,22 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    max_file_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-file-bytes",
+            min=1,
+            help="The most bytes one file of the pack may hold (a larger one is "
+            "INTEGRITY_FAIL, refused by its size before it is read). "
+            "Default: $AFFIDAVIT_PACK_MAX_FILE_BYTES, else 256 MiB.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a proof pack offline (RCE v0.1 phases 1-4, and the job's event log, seal and
-    ledger when the pack carries them).
+    ledger when the pack carries them). A JSON file of the pack giving a key twice in one
+    object is INTEGRITY_FAIL (readers would disagree on its value).
 
     Exit codes: 0 MATCH; 1 DIVERGE; 2 INTEGRITY_FAIL; 3 usage error, no such pack directory,
     or OUT_DIR exists without --overwrite.
@@ -102,7 +114,7 @@ def verify(
                 f"{str(out_dir)!r} already exists", hint="Remove it first or pass --overwrite."
             )
         keys = [_load_key(k) for k in trusted_key] if trusted_key else None
-        verdict = verify_pack(pack_dir, trusted_keys=keys)
+        verdict = verify_pack(pack_dir, trusted_keys=keys, max_file_bytes=max_file_bytes)
         receipt_path, details_path = write_verdict(verdict, out_dir, pretty=pretty)
     document = {
         "command": "rce-verify",

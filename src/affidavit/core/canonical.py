@@ -447,7 +447,8 @@ class DuplicateKeyError(ValueError):
         self.key = key
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An ``object_pairs_hook`` for ``json.loads``: the object, or :class:`DuplicateKeyError`."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
@@ -467,7 +468,7 @@ def loads_unique(text: str | bytes) -> Any:
             read (more levels than Python's recursion limit).
     """
     try:
-        return json.loads(text, object_pairs_hook=_unique_pairs)
+        return json.loads(text, object_pairs_hook=unique_pairs)
     except RecursionError:
         raise ValueError("arrays and objects are nested too deeply to be read") from None
 

@@ -45,3 +45,33 @@ def max_input_bytes(explicit: int | None = None) -> int:
     if value < 1:
         raise ConfigError(f"{MAX_INPUT_BYTES_ENV}={text!r} is not a positive whole number")
     return value
+
+
+PACK_MAX_FILE_BYTES_ENV = "AFFIDAVIT_PACK_MAX_FILE_BYTES"
+DEFAULT_PACK_MAX_FILE_BYTES = 256 * 1024 * 1024  # 256 MiB
+
+
+def pack_max_file_bytes(explicit: int | None = None) -> int:
+    """The most bytes one file of a proof pack may hold when a pack is verified (larger files
+    fail its integrity, refused by their size before they are read): ``explicit`` if given,
+    else ``$AFFIDAVIT_PACK_MAX_FILE_BYTES``, else 256 MiB.
+
+    Raises:
+        ConfigError: ``explicit`` or the variable is not a positive whole number.
+    """
+    from affidavit.core.errors import ConfigError
+
+    if explicit is not None:
+        if isinstance(explicit, bool) or not isinstance(explicit, int) or explicit < 1:
+            raise ConfigError(f"max_file_bytes must be a positive whole number, not {explicit!r}")
+        return explicit
+    text = os.environ.get(PACK_MAX_FILE_BYTES_ENV)
+    if not text:
+        return DEFAULT_PACK_MAX_FILE_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{PACK_MAX_FILE_BYTES_ENV}={text!r} is not a positive whole number")
+    return value

@@ -3,6 +3,7 @@ file, and a read without a bound would run until the kernel kills the process.""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from affidavit.core.config import MAX_INPUT_BYTES_ENV, max_input_bytes
@@ -29,7 +30,14 @@ def read_limited(path: str | Path, what: str, *, limit: int | None = None) -> by
     """
     bound = max_input_bytes(limit)
     with open(path, "rb") as f:
-        data = f.read(bound + 1)
+        # (a read of n bytes allocates n: a regular file is read by its size, and its size
+        # refuses it unread; a device or a pipe has none and is read up to the bound)
+        size = os.fstat(f.fileno()).st_size
+        if size > bound:
+            raise InputTooLarge(f"{what} {str(path)!r} is larger than {bound:,} bytes")
+        data = f.read(size + 1) if size else b""
+        if len(data) > size or not size:
+            data += f.read(bound + 1 - len(data))
     if len(data) > bound:
         raise InputTooLarge(f"{what} {str(path)!r} is larger than {bound:,} bytes")
     return data

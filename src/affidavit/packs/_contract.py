@@ -16,7 +16,9 @@ from affidavit.packs._state import Fail, State
 def check_contract(st: State) -> list[dict[str, Any]]:
     """Contract checks; the steps in DAG order (empty when the DAG is unusable)."""
     try:
-        contract, strict = parse(read(st.root / F.CONTRACT, F.CONTRACT), F.CONTRACT)
+        contract, strict = parse(
+            read(st.root / F.CONTRACT, F.CONTRACT, st.max_file_bytes), F.CONTRACT
+        )
     except Fail as exc:
         st.errors.append(str(exc))
         return []

@@ -52,7 +52,9 @@ def check_completeness(
         ref = item.get("ref") if isinstance(item, dict) else None
         try:
             data = read(
-                safe_path(st.root / F.INPUTS_DIR, ref, "input", within=st.root), f"inputs/{ref}"
+                safe_path(st.root / F.INPUTS_DIR, ref, "input", within=st.root),
+                f"inputs/{ref}",
+                st.max_file_bytes,
             )
         except Fail as exc:
             st.errors.append(str(exc))
@@ -82,7 +84,7 @@ def check_completeness(
         if as_int(o.get("n_steps")) != len(steps):
             st.errors.append(f"{F.OPEN}: n_steps does not match the replay script in {F.CONTRACT}")
     if plain_dir(st.root, F.TRACES_DIR):
-        with PlainFiles(st.root / F.TRACES_DIR) as plain:
+        with PlainFiles(st.root / F.TRACES_DIR, st.max_file_bytes) as plain:
             traces = _check_steps(st, steps, by_id, plain)
     else:
         traces = _check_steps(st, steps, by_id, None)
@@ -239,7 +241,7 @@ def _check_steps(
                     plain=plain is not None,
                     within=st.root,
                 )
-                data = read(path, f"{F.TRACES_DIR}/{sid}.json")
+                data = read(path, f"{F.TRACES_DIR}/{sid}.json", st.max_file_bytes)
             value, strict = parse(data, f"{F.TRACES_DIR}/{sid}.json")
         except Fail as exc:
             st.errors.append(str(exc))

@@ -60,7 +60,7 @@ def check_event_log(
         # descriptive for RCE, but an affidavit pack binds it like everything else
         st.errors.append(f"{F.CONTRACT}: objective differs from the {F.OPEN} receipt")
     try:
-        data = read(st.root / F.EVENTS, F.EVENTS)
+        data = read(st.root / F.EVENTS, F.EVENTS, st.max_file_bytes)
     except Fail as exc:
         st.errors.append(str(exc))
         return {"present": True}
@@ -260,7 +260,11 @@ def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, st
         st.errors.append(f"{F.EVENTS}: cannot be replayed ({type(exc).__name__}: {exc})")
         return
     try:
-        data = read(st.root / F.INPUTS_DIR / F.INPUT_REF, f"{F.INPUTS_DIR}/{F.INPUT_REF}")
+        data = read(
+            st.root / F.INPUTS_DIR / F.INPUT_REF,
+            f"{F.INPUTS_DIR}/{F.INPUT_REF}",
+            st.max_file_bytes,
+        )
         if data != canonical(job_input):
             st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: differs from the job's input")
     except (Fail, AffidavitError) as exc:

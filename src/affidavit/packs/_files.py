@@ -49,14 +49,33 @@ def plain_dir(root: Path, sub: str) -> bool:
     return False
 
 
-def read(path: Path, what: str) -> bytes:
-    """The bytes of the regular file at ``path``; :class:`Fail` naming ``what`` otherwise."""
+def too_large(what: str, size: int, limit: int) -> Fail:
+    return Fail(
+        f"{what}: {size:,} bytes, more than the {limit:,} a file of a pack may hold "
+        "(--max-file-bytes, $AFFIDAVIT_PACK_MAX_FILE_BYTES)"
+    )
+
+
+def read(path: Path, what: str, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them; :class:`Fail`
+    naming ``what`` otherwise. A larger file is refused by its size before it is read (a
+    sparse file of gigabytes costs nothing), and at most ``limit + 1`` bytes are read of one
+    that grows meanwhile."""
     try:
         if not path.is_file():
             raise Fail(f"{what}: missing")
-        return path.read_bytes()
+        size = path.stat().st_size
+        if size > limit:
+            raise too_large(what, size, limit)
+        with path.open("rb") as f:
+            data = f.read(size + 1)  # (a read of n bytes allocates n: not the limit)
+            if len(data) > size:  # it grew since
+                data += f.read(limit + 1 - len(data))
     except OSError as exc:
         raise Fail(f"{what}: cannot be read ({exc.strerror})") from None
+    if len(data) > limit:
+        raise too_large(what, len(data), limit)
+    return data
 
 
 # No symlink followed, no blocking on a FIFO swapped in after the lstat.
@@ -80,8 +99,9 @@ class PlainFiles:
     exactly as before.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, limit: int) -> None:
         self._dir = os.fspath(directory)
+        self._limit = limit  # larger files: None (the checked path names them)
         self._fd: int | None = None
 
     def __enter__(self) -> PlainFiles:
@@ -111,17 +131,17 @@ class PlainFiles:
         path = name if dir_fd is not None else os.path.join(self._dir, name)
         try:
             info = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
-            if not stat.S_ISREG(info.st_mode):
+            if not stat.S_ISREG(info.st_mode) or info.st_size > self._limit:
                 return None
             fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
         except OSError:
             return None
         try:
             data = os.read(fd, info.st_size + 1)
-            while chunk := os.read(fd, 1 << 16):  # until the end, as Path.read_bytes reads
-                data += chunk
+            while len(data) <= self._limit and (chunk := os.read(fd, 1 << 16)):
+                data += chunk  # (until the end, as Path.read_bytes reads, or past the limit)
         except OSError:
             return None
         finally:
             os.close(fd)
-        return data
+        return data if len(data) <= self._limit else None

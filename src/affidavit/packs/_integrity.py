@@ -46,7 +46,7 @@ _NAMESPACED = re.compile(r"^[a-z0-9_]+(?:\.[a-z0-9_]+)+(?:/[a-z0-9_]+)?\Z")
 
 def check_integrity(st: State, trusted: set[bytes] | None, now: datetime) -> None:
     try:
-        manifest = loads(read(st.root / F.MANIFEST, F.MANIFEST), F.MANIFEST)
+        manifest = loads(read(st.root / F.MANIFEST, F.MANIFEST, st.max_file_bytes), F.MANIFEST)
     except Fail as exc:
         st.errors.append(str(exc))
         return
@@ -64,7 +64,7 @@ def check_integrity(st: State, trusted: set[bytes] | None, now: datetime) -> Non
         rel = entry.get("path")
         try:
             path = safe_path(st.root, rel, f"{F.MANIFEST} files")
-            data = read(path, str(rel))
+            data = read(path, str(rel), st.max_file_bytes)
         except Fail as exc:
             st.errors.append(str(exc))
             continue
@@ -103,7 +103,11 @@ def check_integrity(st: State, trusted: set[bytes] | None, now: datetime) -> Non
 
 def _receipts_check(st: State, manifest: dict[str, Any], read_before: bytes | None) -> None:
     try:
-        data = read_before if read_before is not None else read(st.root / F.RECEIPTS, F.RECEIPTS)
+        data = (
+            read_before
+            if read_before is not None
+            else read(st.root / F.RECEIPTS, F.RECEIPTS, st.max_file_bytes)
+        )
     except Fail as exc:
         if not any(e.startswith(F.RECEIPTS) for e in st.errors):
             st.errors.append(str(exc))
@@ -204,7 +208,7 @@ def _signature_check(st: State, manifest: dict[str, Any], trusted: set[bytes] | 
         except (binascii.Error, ValueError):
             raise Fail(f"{F.MANIFEST}: signature is not base64") from None
         try:
-            detached = read(st.root / F.SIGNATURE, F.SIGNATURE)
+            detached = read(st.root / F.SIGNATURE, F.SIGNATURE, st.max_file_bytes)
         except Fail as exc:
             st.errors.append(str(exc))
         else:

@@ -27,6 +27,7 @@ class State:
     collected in ``errors`` (the first phase with errors decides the verdict)."""
 
     root: Path
+    max_file_bytes: int = 256 * 1024 * 1024  # the most a file of the pack may hold
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     contract: dict[str, Any] | None = None

@@ -26,6 +26,7 @@ from typing import Any
 
 from affidavit.core.canonical import canonical
 from affidavit.core.collector import collector_paused
+from affidavit.core.config import pack_max_file_bytes
 from affidavit.core.errors import AffidavitError
 from affidavit.core.seal import PublicKey
 from affidavit.packs import _format as F
@@ -173,22 +174,32 @@ def verify_pack(
     *,
     trusted_keys: Iterable[bytes | str] | None = None,
     now: datetime | None = None,
+    max_file_bytes: int | None = None,
 ) -> PackVerdict:
     """Verify the pack directory at ``path`` (phases 1–5 of PACK-FORMAT.md). Never raises on a
     malformed pack.
 
     ``trusted_keys`` (raw 32-byte Ed25519 public keys or their base64) pins the accepted
     signers — of the pack, and of the job's seal in it; without it the pack is self-attested
-    and the details name the signer's key id.
+    and the details name the signer's key id. ``max_file_bytes``: the most one file of the pack
+    may hold (default ``$AFFIDAVIT_PACK_MAX_FILE_BYTES``, else 256 MiB); a larger one is an
+    integrity failure, found by its size before it is read.
+
+    Raises:
+        ConfigError: ``max_file_bytes`` (or its variable) is not a positive whole number.
     """
+    limit = pack_max_file_bytes(max_file_bytes)
     with collector_paused():  # hundreds of thousands of parsed objects, no cycles
-        return _verify(Path(path), trusted_keys, now)
+        return _verify(Path(path), trusted_keys, now, limit)
 
 
 def _verify(
-    path: Path, trusted_keys: Iterable[bytes | str] | None, now: datetime | None
+    path: Path,
+    trusted_keys: Iterable[bytes | str] | None,
+    now: datetime | None,
+    max_file_bytes: int,
 ) -> PackVerdict:
-    st = State(path)
+    st = State(path, max_file_bytes=max_file_bytes)
     trusted = None if trusted_keys is None else {_raw_key(k) for k in trusted_keys}
     moment = now or datetime.now(UTC)
     details: dict[str, Any] = {
