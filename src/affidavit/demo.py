@@ -30,8 +30,7 @@ from typing import Any
 from affidavit.core.chain import ChainCheck, check_stored_chain
 from affidavit.examples import refund
 from affidavit.runtime.runtime import Runtime
-from affidavit.store import StoredEvent, open_store
-from affidavit.store.sqlite import connect_raw
+from affidavit.store import StoredEvent, connect_raw, open_store
 from affidavit.verify import VerificationResult, verify_events, verify_job
 
 CRASH_AT = "tool.after_execute:2"  # the 2nd tool to return: issue_refund (after lookup_order)

@@ -24,8 +24,7 @@ from affidavit.core.errors import (
     UnsupportedDatabaseURL,
 )
 from affidavit.core.ids import new_attempt_id
-from affidavit.store import JobFilter, NewEvent, Store, migrations, open_store
-from affidavit.store._ledger import Claimed
+from affidavit.store import Claimed, JobFilter, NewEvent, Store, migrations, open_store
 from tests.verify.helpers import RawDb
 
 

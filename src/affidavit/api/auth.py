@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from affidavit.core.errors import AffidavitError, ConfigError, NotFound
 from affidavit.core.events import utc_now
-from affidavit.store import Store
-from affidavit.store._apikeys import ApiKeyRow
+from affidavit.store import ApiKeyRow, Store
 
 ROLES = ("observer", "agent", "admin")
 KEY_PREFIX = "afv"

@@ -16,8 +16,7 @@ from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.canonical import DuplicateKeyError, loads_unique
 from affidavit.core.errors import JobNotFound
 from affidavit.runtime.sdk import ToolRegistry
-from affidavit.store import JobRecord, Store
-from affidavit.store._sql import unmatchable
+from affidavit.store import JobRecord, Store, unmatchable
 
 
 @dataclass

@@ -19,10 +19,9 @@ from rich.table import Table
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.collector import collector_paused
-from affidavit.core.errors import ConfigError, JobNotFound, StoreError
+from affidavit.core.errors import ConfigError, JobNotFound
 from affidavit.runtime.sealing import KEY_ENV, Sealer, SigningKey
 from affidavit.store import JOB_STATUSES, JobFilter, Store
-from affidavit.store.sqlite import is_text_decode_error
 from affidavit.verify import VerificationResult, verify_job, verify_orphans
 from affidavit.verify.verification import check_trusted_keys, orphan_results
 
@@ -179,13 +178,10 @@ def verify_all(
     the failures, not a result per job."""
     if trusted_keys:
         check_trusted_keys(store, trusted_keys)  # a bad key is an error even with no job
-    try:
-        job_ids, orphans = _listing(store, filters, trusted_keys, lenient_text=False)
-    except StoreError as exc:
-        if not is_text_decode_error(exc):
-            raise
-        # SQLite text that is not UTF-8 among the orphans' records: read again, as verify_job
-        job_ids, orphans = _listing(store, filters, trusted_keys, lenient_text=True)
+    # (text the database cannot decode among the orphans' records: read again, as verify_job)
+    job_ids, orphans = store.with_text_fallback(
+        lambda lenient: _listing(store, filters, trusted_keys, lenient_text=lenient)
+    )
     failed: list[VerificationResult] = []
     with Progress(
         TextColumn("verifying"),

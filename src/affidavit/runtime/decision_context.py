@@ -17,8 +17,7 @@ from affidavit.core.plan import external_key
 from affidavit.runtime.args import ArgsResolutionError, resolve
 from affidavit.runtime.decisions import DECISIONS_BY_REASON
 from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
-from affidavit.store import Store
-from affidavit.store._ledger import LedgerRow
+from affidavit.store import LedgerRow, Store
 
 
 def decision_context(store: Store, job_id: str) -> dict[str, Any]:

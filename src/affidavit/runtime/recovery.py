@@ -18,8 +18,7 @@ from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.run_base import StepFailed, Stop
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.runtime.step_executor import StepExecutor, StepPolicy, StepSpec
-from affidavit.store import StoredEvent, Transaction
-from affidavit.store._ledger import LedgerRow
+from affidavit.store import LedgerRow, StoredEvent, Transaction
 
 
 class StepSource(Protocol):

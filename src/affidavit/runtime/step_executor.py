@@ -56,8 +56,7 @@ from affidavit.runtime.sdk import (
     ToolContext,
     ToolRegistry,
 )
-from affidavit.store import Transaction
-from affidavit.store._ledger import LedgerRow
+from affidavit.store import LedgerRow, Transaction
 
 # The longest single wait of a concurrent step's backoff, between looks at the run's end.
 _BACKOFF_SLICE = 0.1

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from affidavit.core.errors import ConfigError
 from affidavit.runtime.confirm import Confirmation, ConfirmationContext
 from affidavit.runtime.sdk import StateChange, ToolContext
+from affidavit.store import postgres_conninfo
 
 if TYPE_CHECKING:
     import httpx
@@ -237,9 +238,7 @@ class SqlRowVerifier:
         else:
             import psycopg
 
-            from affidavit.store.postgres import split_url
-
-            conninfo, schema = split_url(self.url)
+            conninfo, schema = postgres_conninfo(self.url)
             with psycopg.connect(conninfo, connect_timeout=5, autocommit=True) as conn:
                 if schema:
                     conn.execute(f'SET search_path TO "{schema}"')

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from affidavit.core.errors import UnsupportedDatabaseURL
 from affidavit.store.base import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
+    ApiKeyRow,
+    Claimed,
     ClockOffset,
+    Encoded,
     JobFilter,
     JobRecord,
+    LedgerColumns,
+    LedgerRow,
     NewEvent,
     Snapshot,
     Store,
     StoredEvent,
     Transaction,
+    unmatchable,
 )
+
+if TYPE_CHECKING:
+    from affidavit.store.sqlite import RawConnection
 
 SUPPORTED_SCHEMES = ("sqlite:///", "postgresql://", "postgres://")
 
@@ -22,15 +34,23 @@ __all__ = [
     "JOB_STATUSES",
     "SUPPORTED_SCHEMES",
     "TERMINAL_STATUSES",
+    "ApiKeyRow",
+    "Claimed",
     "ClockOffset",
+    "Encoded",
     "JobFilter",
     "JobRecord",
+    "LedgerColumns",
+    "LedgerRow",
     "NewEvent",
     "Snapshot",
     "Store",
     "StoredEvent",
     "Transaction",
+    "connect_raw",
     "open_store",
+    "postgres_conninfo",
+    "unmatchable",
 ]
 
 
@@ -69,3 +89,34 @@ def open_store(url: str, *, migrate: bool = True, read_only: bool = False) -> St
     raise UnsupportedDatabaseURL(
         f"unsupported database URL {shown}; supported: {', '.join(SUPPORTED_SCHEMES)}"
     )
+
+
+def postgres_conninfo(url: str) -> tuple[str, str | None]:
+    """A ``postgresql://`` URL as libpq takes it, and the schema its ``schema=NAME`` parameter
+    names (``None`` without one): the URL without the parameters only affidavit reads
+    (``schema``, ``pool_size``, ``pool_timeout``), for code that connects to the same database
+    on its own.
+
+    Raises:
+        ConfigError: the schema name is not a valid identifier.
+    """
+    from affidavit.store.postgres import split_url
+
+    return split_url(url)
+
+
+def connect_raw(
+    path: str | Path, *, timeout: float = 5.0, autocommit: bool = False
+) -> RawConnection:
+    """A plain connection to a SQLite store's file, for tools that read or edit the file
+    directly (a copy kept as evidence, a tampering demonstration). It goes through the SQLite
+    library the store uses, so it is safe in a process that has the store open (Python's
+    ``sqlite3`` is another copy of SQLite and is not: see
+    :class:`~affidavit.store.sqlite.RawConnection`).
+
+    Raises:
+        StoreError: the file cannot be opened.
+    """
+    from affidavit.store.sqlite import connect_raw as connect
+
+    return connect(path, timeout=timeout, autocommit=autocommit)

@@ -9,32 +9,11 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from affidavit.store.base import ApiKeyRow
+
 APIKEY_COLUMNS = "key_id, agent_id, role, namespace, key_hash, created_at, revoked_at"
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKeyRow:
-    key_id: str
-    agent_id: str
-    role: str
-    namespace: str
-    key_hash: str
-    created_at: str
-    revoked_at: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The key as listed (never with its hash)."""
-        return {
-            "key_id": self.key_id,
-            "agent_id": self.agent_id,
-            "role": self.role,
-            "namespace": self.namespace,
-            "created_at": self.created_at,
-            "revoked_at": self.revoked_at,
-        }
 
 
 def _row(r: Sequence[Any]) -> ApiKeyRow:

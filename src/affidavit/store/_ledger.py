@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from affidavit.core.canonical import canonical, parse
 from affidavit.core.events import utc_now
+from affidavit.store.base import Claimed, LedgerRow
 
 LEDGER_COLUMNS = (
     "job_id, idempotency_key, node_id, step_id, tool_name, args_hash, status, invocation_id, "
@@ -28,37 +28,6 @@ RUNNABLE = (
     "(j.status = 'pending' OR (j.status = 'running' AND "
     "(j.lease_expires_at IS NULL OR j.lease_expires_at < ?)))"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """A job :meth:`LedgerOps.claim` took. ``recovered``: its lease had expired with an owner
-    (the run before neither finished nor handed it back: killed, out of memory, exited inside
-    a step, frozen). Then ``recoveries`` and ``progress`` are what the runs before recorded
-    (see :meth:`LedgerOps.set_recoveries`); for any other claim they start again (0, None)."""
-
-    job_id: str
-    recovered: bool = False
-    recoveries: int = 0
-    progress: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerRow:
-    """One ledger record: the fate of one tool invocation, keyed by (job, idempotency key)."""
-
-    job_id: str
-    idempotency_key: str
-    node_id: str
-    step_id: str
-    tool_name: str
-    args_hash: str
-    status: str  # started | committed | failed
-    invocation_id: str
-    attempt_id: str | None
-    tries: int
-    result: Any
-    error: Any
 
 
 def _ledger_from_row(row: Sequence[Any]) -> LedgerRow:

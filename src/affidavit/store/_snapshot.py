@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from affidavit.core.seal import PublicKey, Seal
-from affidavit.store._ledger import LEDGER_COLUMNS, LedgerRow, _ledger_from_row
+from affidavit.store._ledger import LEDGER_COLUMNS, _ledger_from_row
 from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, key_from_row, seal_from_row
 from affidavit.store._sql import (
     BY_JOB_ID,
@@ -22,9 +22,16 @@ from affidavit.store._sql import (
     JOBS_SORT,
     job_from_row,
     jobs_where,
+)
+from affidavit.store.base import (
+    JobFilter,
+    JobRecord,
+    LedgerColumns,
+    LedgerRow,
+    StoredEvent,
+    checked_event,
     unmatchable,
 )
-from affidavit.store.base import JobFilter, JobRecord, StoredEvent, checked_event
 
 DEFAULT_BATCH = 2000
 LEDGER_COLUMNS_SELECT = (
@@ -45,8 +52,6 @@ JOB_ROW_COLUMNS = (
 # that names a job, each id once per table; `{only}` narrows them to one job id.
 _NO_JOB_ROW = "NOT EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = {t}.job_id){only}"
 ORPHAN_TABLES = (("events", "events"), ("tool_invocations", "ledger rows"), ("seals", "seal"))
-# see SqlSnapshot.iter_ledger_columns
-LedgerColumns = tuple[str, str, str, str, str, str, str, str]
 
 
 class SqlSnapshot(ABC):

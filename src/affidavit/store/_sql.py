@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,11 +37,14 @@ from affidavit.store._ledger import LedgerOps
 from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, SealOps, key_from_row, seal_from_row
 from affidavit.store.base import (
     JOB_STATUSES,
+    Encoded,
     JobFilter,
     JobRecord,
     NewEvent,
     StoredEvent,
+    T,
     checked_event,
+    unmatchable,
 )
 
 if TYPE_CHECKING:
@@ -100,8 +103,6 @@ HEAD_SELECT = (
     "SELECT version, chain_hash FROM events WHERE job_id = ? ORDER BY version DESC LIMIT 1"
 )
 MAX_INT64 = 2**63 - 1
-# An encoded event: (event_id, type, canonical payload bytes).
-Encoded = tuple[str, str, bytes]
 
 
 class Cursor(Protocol):
@@ -532,19 +533,6 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
         )
 
 
-def unmatchable(text: str) -> bool:
-    """Whether no stored text can equal ``text``, so a query for it needs no database: it
-    holds a NUL (PostgreSQL refuses it in a query) or a lone surrogate (not Unicode text —
-    a byte that is not UTF-8 on the command line — which no driver can send)."""
-    if "\x00" in text:
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def _check_status(status: str) -> str:
     if status not in JOB_STATUSES:
         raise ConfigError(
@@ -767,6 +755,10 @@ class SqlStore(ApiKeyReads, ABC):
                 return
             after = page[-1].version
             left = None if left is None else left - len(page)
+
+    def with_text_fallback(self, read: Callable[[bool], T]) -> T:
+        # (a backend whose text is always valid: nothing to fall back to; SQLite overrides it)
+        return read(False)
 
     def get_seal(self, job_id: str) -> Seal | None:
         with self._reader() as cur:

@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from affidavit.core.canonical import parse
 from affidavit.core.errors import UnreadableEventError
 
 if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
-    from affidavit.store._apikeys import ApiKeyRow
-    from affidavit.store._ledger import Claimed, LedgerRow
     from affidavit.store.migrations import Migration
+
+T = TypeVar("T")
 
 JobStatus = Literal["pending", "running", "waiting", "parked", "completed", "failed", "cancelled"]
 JOB_STATUSES: tuple[str, ...] = (
@@ -115,6 +115,83 @@ def checked_event(row: Sequence[Any], recorded_at: str | None = None) -> StoredE
         version = row[1] if type(row[1]) is int else 0
         raise UnreadableEventError(str(row[0]), version, problem)
     return StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5], recorded_at)
+
+
+# An event already encoded for :meth:`Transaction.append_encoded`: (event_id, type, canonical
+# payload bytes).
+Encoded = tuple[str, str, bytes]
+
+# A ledger row as :meth:`Snapshot.iter_ledger_columns` reads it: (idempotency_key, status,
+# invocation_id, result text, node_id, step_id, tool_name, args_hash).
+LedgerColumns = tuple[str, str, str, str, str, str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One ledger record: the fate of one tool invocation, keyed by (job, idempotency key)."""
+
+    job_id: str
+    idempotency_key: str
+    node_id: str
+    step_id: str
+    tool_name: str
+    args_hash: str
+    status: str  # started | committed | failed
+    invocation_id: str
+    attempt_id: str | None
+    tries: int
+    result: Any
+    error: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job :meth:`Transaction.claim` took. ``recovered``: its lease had expired with an owner
+    (the run before neither finished nor handed it back: killed, out of memory, exited inside
+    a step, frozen). Then ``recoveries`` and ``progress`` are what the runs before recorded
+    (see :meth:`Transaction.set_recoveries`); for any other claim they start again (0, None)."""
+
+    job_id: str
+    recovered: bool = False
+    recoveries: int = 0
+    progress: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRow:
+    """One API key of the HTTP API (only a SHA-256 of its secret is stored)."""
+
+    key_id: str
+    agent_id: str
+    role: str
+    namespace: str
+    key_hash: str
+    created_at: str
+    revoked_at: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The key as listed (never with its hash)."""
+        return {
+            "key_id": self.key_id,
+            "agent_id": self.agent_id,
+            "role": self.role,
+            "namespace": self.namespace,
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }
+
+
+def unmatchable(text: str) -> bool:
+    """Whether no stored text can equal ``text``, so a query for it needs no database: it
+    holds a NUL (PostgreSQL refuses it in a query) or a lone surrogate (not Unicode text —
+    a byte that is not UTF-8 on the command line — which no driver can send)."""
+    if "\x00" in text:
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 UNREADABLE_HINT = (
@@ -222,7 +299,7 @@ class Transaction(Protocol):
     def append_encoded(
         self,
         job_id: str,
-        encoded: Sequence[tuple[str, str, bytes]],
+        encoded: Sequence[Encoded],
         *,
         expected_version: int,
         fence: str | None = None,
@@ -243,14 +320,15 @@ class Transaction(Protocol):
     def append_known_head(
         self,
         job_id: str,
-        encoded: Sequence[tuple[str, str, bytes]],
+        encoded: Sequence[Encoded],
         *,
         expected_version: int,
         fence: str | None,
         head: bytes,
     ) -> bytes:
         """:meth:`append_encoded` with ``head`` (a writer that knows it), returning only the new
-        head: the raw chain hash of the last event appended (``head`` itself for none).
+        head: the raw chain hash of event ``expected_version + len(encoded)`` (``head`` itself
+        for no events) — what a run keeps of an append.
 
         Raises:
             JobNotFound, FencedError, ConflictError: as :meth:`append`.
@@ -307,13 +385,20 @@ class Transaction(Protocol):
         ``attempt_id``."""
         ...
 
-    # The invocation ledger and leases (see affidavit.store._ledger for the semantics).
+    # The invocation ledger (one row per (job, idempotency key): the fate of one tool
+    # invocation) and the job leases.
 
-    def ledger_get(self, job_id: str, key: str) -> LedgerRow | None: ...
+    def ledger_get(self, job_id: str, key: str) -> LedgerRow | None:
+        """The ledger row of ``key`` in ``job_id``, if any."""
+        ...
 
-    def ledger_list(self, job_id: str) -> list[LedgerRow]: ...
+    def ledger_list(self, job_id: str) -> list[LedgerRow]:
+        """Every ledger row of the job, in key order."""
+        ...
 
-    def ledger_open(self, job_id: str) -> list[LedgerRow]: ...
+    def ledger_open(self, job_id: str) -> list[LedgerRow]:
+        """The job's rows still ``started`` (invocations begun and never finished)."""
+        ...
 
     def ledger_insert(
         self,
@@ -326,11 +411,17 @@ class Transaction(Protocol):
         args_hash: str,
         invocation_id: str,
         attempt_id: str | None,
-    ) -> bool: ...
+    ) -> bool:
+        """Insert a ``started`` row; ``False`` if the key already has one (the insert that
+        only one attempt can win). The started events are appended next, in the same
+        transaction."""
+        ...
 
     def ledger_restart(
         self, job_id: str, key: str, *, invocation_id: str, attempt_id: str | None
-    ) -> None: ...
+    ) -> None:
+        """Move a ``failed`` (or resolved-as-lost) row back to ``started`` for a new try."""
+        ...
 
     def ledger_finish(
         self,
@@ -341,7 +432,11 @@ class Transaction(Protocol):
         result: Any = None,
         error: Any = None,
         result_jcs: bytes | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Mark the row ``committed`` (with its result) or ``failed`` (with the error). A
+        committed row is never changed again. ``result_jcs``: the result's canonical bytes,
+        when the caller has them already."""
+        ...
 
     def claim(
         self,
@@ -352,13 +447,20 @@ class Transaction(Protocol):
         lease_seconds: float,
         job_id: str | None = None,
         skip: Collection[str] = (),
-    ) -> Claimed | None: ...
+    ) -> Claimed | None:
+        """Claim one runnable job — pending, or running with an expired lease — for a new
+        attempt; ``None`` if there is none. Concurrent claimers never get the same job.
+        ``skip``: jobs not to claim. A job whose lease expired with an owner is ``recovered``
+        (see :class:`Claimed`)."""
+        ...
 
-    def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool: ...
+    def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool:
+        """Extend the lease if ``attempt_id`` still holds it; ``False`` if it was lost."""
+        ...
 
     def set_recoveries(self, job_id: str, attempt_id: str, count: int, progress: int) -> None:
-        """Record that ``attempt_id``'s claim is the ``count``-th recovery in a row of the job,
-        at ``progress`` (see :class:`~affidavit.store._ledger.Claimed`)."""
+        """Record, fenced by ``attempt_id``, that this claim is the ``count``-th recovery in a
+        row of the job, at ``progress`` (see :class:`Claimed`)."""
         ...
 
     def release_lease(
@@ -368,7 +470,7 @@ class Transaction(Protocol):
         ``keep_owner``); ``False`` if the attempt no longer holds it."""
         ...
 
-    # API keys (see affidavit.store._apikeys).
+    # API keys of the HTTP API.
 
     def apikey_insert(self, row: ApiKeyRow) -> None: ...
 
@@ -386,7 +488,7 @@ class Transaction(Protocol):
         """Run one row-returning statement and return its rows."""
         ...
 
-    # Seals and their public keys (see affidavit.store._seals).
+    # Seals and their public keys.
 
     def seal_insert(self, seal: Seal) -> bool:
         """Store a job's seal; ``False`` (nothing written) if the job already has one."""
@@ -453,9 +555,7 @@ class Snapshot(Protocol):
         order, streamed like :meth:`iter_events` without an object per event."""
         ...
 
-    def iter_ledger_columns(
-        self, job_id: str, *, batch: int = ...
-    ) -> Iterator[tuple[str, str, str, str, str, str, str, str]]:
+    def iter_ledger_columns(self, job_id: str, *, batch: int = ...) -> Iterator[LedgerColumns]:
         """``(idempotency_key, status, invocation_id, result text, node_id, step_id,
         tool_name, args_hash)`` per ledger row in key order, as stored (a row edited outside
         the store may hold another type than text), without an object per row."""
@@ -568,6 +668,18 @@ class Store(Protocol):
         not UTF-8 (only SQLite can hold it: a column edited outside the store) is read with
         its bad bytes as lone surrogates instead of failing the read, so that a verifier can
         report the row; slower, for that case only."""
+        ...
+
+    def with_text_fallback(self, read: Callable[[bool], T]) -> T:
+        """``read(False)``; when that read fails on stored text the database cannot decode —
+        only SQLite can hold it: a column edited outside the store that is not UTF-8 —
+        ``read(True)``, the same read again with ``lenient_text`` (see :meth:`snapshot`), so
+        that a reader can report the row instead of failing. A backend that cannot hold such
+        text answers ``read(False)`` alone.
+
+        Raises:
+            StoreError: whatever ``read`` raises otherwise.
+        """
         ...
 
     def get_seal(self, job_id: str) -> Seal | None:

@@ -43,7 +43,6 @@ from affidavit.store._sql import (
     HEAD_SELECT,
     LOCK_JOB,
     Cursor,
-    Encoded,
     SqlStore,
     SqlTransaction,
     conflict,
@@ -51,7 +50,7 @@ from affidavit.store._sql import (
     head_moved,
     job_from_row,
 )
-from affidavit.store.base import ClockOffset, JobRecord, StoredEvent
+from affidavit.store.base import ClockOffset, Encoded, JobRecord, StoredEvent
 from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")

@@ -44,7 +44,6 @@ from affidavit.store._sql import (
     EVENT_COLUMNS,
     FULL_DISK_HINT,
     Cursor,
-    Encoded,
     LogSql,
     SqlStore,
     SqlTransaction,
@@ -52,7 +51,7 @@ from affidavit.store._sql import (
     fenced,
     job_row_select,
 )
-from affidavit.store.base import StoredEvent
+from affidavit.store.base import Encoded, StoredEvent, T
 from affidavit.store.migrations import Migration
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
@@ -706,6 +705,15 @@ class SqliteStore(SqlStore):
 
     def clock_offset(self) -> None:
         return None  # the database is a file on this host: its workers share one clock
+
+    def with_text_fallback(self, read: Callable[[bool], T]) -> T:
+        try:
+            return read(False)
+        except StoreError as exc:
+            if not is_text_decode_error(exc):
+                raise
+        # text that is not UTF-8 (a column edited outside the store) failed the strict read
+        return read(True)
 
     def close(self) -> None:
         self._closed = True

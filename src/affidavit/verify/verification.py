@@ -28,15 +28,18 @@ from affidavit.core.errors import (
     AffidavitError,
     ConfigError,
     JobNotFound,
-    StoreError,
     VerificationError,
 )
 from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, check_signature, unb64
-from affidavit.store import TERMINAL_STATUSES, Snapshot, Store, StoredEvent
-from affidavit.store._ledger import LedgerRow
-from affidavit.store._snapshot import LedgerColumns
-from affidavit.store._sql import unmatchable
-from affidavit.store.sqlite import is_text_decode_error
+from affidavit.store import (
+    TERMINAL_STATUSES,
+    LedgerColumns,
+    LedgerRow,
+    Snapshot,
+    Store,
+    StoredEvent,
+    unmatchable,
+)
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._fold import LogFold
 from affidavit.verify.result import (
@@ -77,14 +80,11 @@ def verify_job(
         StoreError: the database cannot be read.
     """
     _check_job_id(job_id)
-    try:
-        return _verify_job(store, job_id, trusted_keys, lenient_text=False)
-    except StoreError as exc:
-        if not is_text_decode_error(exc):
-            raise
-    # SQLite text that is not UTF-8 (a column edited outside the store) failed the read: read
-    # again, with such text kept as lone surrogates, so that the row fails its checks
-    return _verify_job(store, job_id, trusted_keys, lenient_text=True)
+    # text the database cannot decode (a column edited outside the store) fails a strict read:
+    # the store reads again with such text kept as lone surrogates, so the row fails its checks
+    return store.with_text_fallback(
+        lambda lenient: _verify_job(store, job_id, trusted_keys, lenient_text=lenient)
+    )
 
 
 def _check_job_id(job_id: str) -> None:
@@ -150,15 +150,12 @@ def verify_orphans(
         ConfigError: a trusted key is malformed or names no recorded key.
         StoreError: the database cannot be read.
     """
-    try:
-        with collector_paused(), store.snapshot() as snap:
+
+    def read(lenient: bool) -> list[VerificationResult]:
+        with collector_paused(), store.snapshot(lenient_text=lenient) as snap:
             return orphan_results(snap, job_id=job_id, trusted_keys=trusted_keys)
-    except StoreError as exc:
-        if not is_text_decode_error(exc):
-            raise
-    # SQLite text that is not UTF-8: read again, as verify_job does
-    with collector_paused(), store.snapshot(lenient_text=True) as snap:
-        return orphan_results(snap, job_id=job_id, trusted_keys=trusted_keys)
+
+    return store.with_text_fallback(read)  # (text not UTF-8: read again, as verify_job does)
 
 
 def orphan_results(
@@ -512,7 +509,7 @@ def _not_as_started(key: str, columns: list[str]) -> str:
 
 def _ledger_column_disagreements(fold: LogFold, ledger: Iterable[LedgerColumns]) -> list[str]:
     """:func:`_ledger_disagreements` over whole rows (see
-    :meth:`~affidavit.store._snapshot.SqlSnapshot.iter_ledger_columns`): besides the status,
+    :meth:`~affidavit.store.Snapshot.iter_ledger_columns`): besides the status,
     the invocation id and the result, a row's node, step id, tool name and arguments hash are
     those of its key's ``tool_invocation_started`` (the latest one: a key is invoked by one
     node only), and a committed or failed row names the latest invocation of its key."""
@@ -608,7 +605,7 @@ def _never_recorded(fold: LogFold, seen: set[str], errors: list[str]) -> None:
 
 
 def _ledger_columns(row: LedgerRow) -> LedgerColumns:
-    """A ledger row as :meth:`~affidavit.store._snapshot.SqlSnapshot.iter_ledger_columns` reads
+    """A ledger row as :meth:`~affidavit.store.Snapshot.iter_ledger_columns` reads
     it: its result as the stored text, its JCS (``""`` when it cannot be canonicalized)."""
     try:
         text = canonical_text(row.result)
