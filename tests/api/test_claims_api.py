@@ -72,6 +72,28 @@ def test_verify_claim_roles_and_refusals(
         assert evidence is not None and evidence["evidence_id"] == verdict["evidence_id"]
 
 
+@pytest.mark.parametrize(
+    ("command", "argument"),
+    [
+        ('python -m timeit -s "import os" pass', "-m timeit"),
+        ("python -m pip.__main__ install six", "-m pip.__main__"),
+        ("coverage erase --data-file=/srv/app/.coverage", "--data-file=/srv/app/.coverage"),
+        ("pytest --junitxml=/srv/app/conftest.py", "--junitxml=/srv/app/conftest.py"),
+        ("ruff check --fix .", "--fix"),
+    ],
+)
+def test_refused_arguments_are_422_naming_the_argument(
+    api: Api, agents: ClaimService, command: str, argument: str
+) -> None:
+    before = agents.get_agent("worker-a").verifications
+    with api.client("admin") as c:
+        r = c.post("/api/claims/verify", json=claim(command=command))
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "command_not_allowed" and repr(argument) in error["message"]
+    assert agents.get_agent("worker-a").verifications == before
+
+
 def test_inaccurate_claim_moves_trust_down(api: Api, agents: ClaimService) -> None:
     before = agents.get_agent("worker-a").trust_score
     with api.client("agent_a") as c:

@@ -149,6 +149,24 @@ def test_project_dir_option(store_url: str, tmp_path: Path) -> None:
     assert json_of(shown)["error"]["code"] == "sandbox_unavailable"
 
 
+def test_refused_arguments_exit_5_naming_the_argument(store_url: str, tmp_path: Path) -> None:
+    setup_agents(store_url)
+    victim = tmp_path / "victim.py"
+    victim.write_text("x  =  1\n")
+    for cmd, argument in (
+        (f"ruff check --fix {victim}", "--fix"),
+        # (a path under /tmp would be the sandbox's private scratch directory)
+        ("coverage erase --data-file=/srv/app/.coverage", "--data-file=/srv/app/.coverage"),
+        ("python -m timeit pass", "-m timeit"),
+    ):
+        result = verify(store_url, "--json", cmd=cmd)
+        assert result.returncode == 5, (cmd, result.stdout)
+        error = json_of(result)["error"]
+        assert error["code"] == "command_not_allowed" and repr(argument) in error["message"]
+    assert victim.read_text() == "x  =  1\n"
+    assert json_of(cli("claims", "history", "alice", "--db", store_url, "--json")) == []
+
+
 def test_recorded_text_is_shown_as_recorded(store_url: str) -> None:
     """A command holding brackets is shown whole, not read as Rich markup (which dropped
     ``[a-z]`` and ``[bold]`` from the evidence table); stats lists the last verifications."""

@@ -8,11 +8,10 @@ The contract, in order:
 2. the program (the first word) must be a **bare name** on the allow-list. A path (``./pytest``,
    ``/usr/bin/pytest``, ``bin/pytest``) is refused even when its last component is allowed: the
    service resolves the name on its own search path, so the caller cannot choose which file runs;
-3. flags that run code given on the command line or fetched at run time (``python -c``,
-   ``pip install`` and ``python -m pip install``) and pip commands that change the service's
-   environment (``pip uninstall``, ``pip cache purge``, ...: pip may only ``list``, ``show``,
-   ``freeze``, ``check``, ``inspect``, ``hash`` and ``help``) are refused unless the
-   configuration allows inline code;
+3. the arguments pass the program's policy (:mod:`affidavit.claims.policy`): no inline code
+   (``python -c``, ``-m`` outside ``allowed_modules``, pip beyond reading) unless the
+   configuration allows it, nothing that rewrites sources in place, and files written only
+   in the sandbox's scratch directory;
 4. the program runs in a bubblewrap sandbox (:mod:`affidavit.claims.bwrap`: its own user, pid,
    network, IPC and UTS namespaces, only the system, interpreter and project paths visible and
    read-only, a private ``/tmp`` as home and scratch directory), with stdin from ``/dev/null``,
@@ -44,12 +43,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from affidavit.claims import policy
 from affidavit.claims.bwrap import Jail, bwrap_argv, jail_for, require_bwrap
 from affidavit.claims.capture import Capture, Captured
+from affidavit.claims.policy import DEFAULT_ALLOWED_MODULES
 from affidavit.core.errors import CommandNotAllowed, ConfigError
 
 DEFAULT_ALLOWED_PROGRAMS = frozenset(
@@ -90,9 +91,6 @@ ISOLATIONS = ("bwrap", "none")
 # that left the process group could hold them open forever; it does not hold up the result.
 _DRAIN_AFTER_KILL_S = 1.0
 _READ_CHUNK = 1 << 16
-# pip subcommands that only read: anything else (install, uninstall, download, wheel, cache,
-# config, ...) fetches and runs package code or changes the service's own environment.
-_PIP_READ_ONLY = frozenset({"list", "show", "freeze", "check", "help", "inspect", "hash"})
 
 
 def default_search_path() -> str:
@@ -107,6 +105,7 @@ class SandboxConfig:
 
     allowed_programs: frozenset[str] = DEFAULT_ALLOWED_PROGRAMS
     allow_inline_code: bool = False
+    allowed_modules: frozenset[str] = DEFAULT_ALLOWED_MODULES  # for `python -m`, `coverage run -m`
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_output_bytes: int = DEFAULT_OUTPUT_CAP
     excerpt_bytes: int = DEFAULT_EXCERPT_BYTES
@@ -182,69 +181,24 @@ def parse_command(text: str, config: SandboxConfig) -> Command:
             f"program {program!r} is not on the allow-list",
             hint=f"Allowed programs: {allowed}. Commands run without a shell.",
         )
-    if not config.allow_inline_code:
-        reason = inline_code_reason(argv)
-        if reason is not None:
-            raise CommandNotAllowed(
-                f"{reason}; inline code is not allowed",
-                hint="Run a file from the project (e.g. `python check.py`) instead, or enable "
-                "inline code in the service configuration.",
-            )
+    refusal = policy.check(
+        argv,
+        policy.Context(
+            allow_inline_code=config.allow_inline_code,
+            allowed_modules=config.allowed_modules,
+            sandboxed=config.isolation == "bwrap",
+        ),
+    )
+    if refusal is not None:
+        hint = (
+            "Run a file from the project (e.g. `python check.py`) or an allowed module instead, "
+            "or enable inline code in the service configuration."
+            if refusal.inline
+            else "A claim checks the project, it never changes it: write files only under "
+            "/tmp/ (the sandbox's scratch directory); see docs/claims.md, argument policies."
+        )
+        raise CommandNotAllowed(refusal.message(), hint=hint)
     return Command(text=text, argv=tuple(argv))
-
-
-def inline_code_reason(argv: Sequence[str]) -> str | None:
-    """Why ``argv`` runs code given on its command line or fetched at run time, or ``None``."""
-    program = argv[0]
-    if program.startswith("pip"):
-        return _pip_reason(program, argv[1:])
-    if program.startswith("python"):
-        return _python_reason(argv)
-    # Any other allowed program that hands its arguments to pip (``coverage run -m pip ...``).
-    for i, word in enumerate(argv[1:], start=1):
-        if word in ("pip", "-mpip") and _pip_reason("pip", argv[i + 1 :]) is not None:
-            return "running pip to install packages"
-    return None
-
-
-def _pip_reason(program: str, args: Sequence[str]) -> str | None:
-    """pip may only read: its first word that is not an option is the subcommand (an option's
-    value read as one is refused too — fail closed)."""
-    for word in args:
-        if word.startswith("-"):
-            continue
-        if word not in _PIP_READ_ONLY:
-            return f"`{program} {word}` fetches and runs package code or changes the environment"
-        return None
-    return None
-
-
-def _python_reason(argv: Sequence[str]) -> str | None:
-    """Walk the interpreter's own options (up to the script or module) looking for ``-c``."""
-    i = 1
-    while i < len(argv):
-        word = argv[i]
-        if word == "--" or word == "-" or not word.startswith("-"):
-            return None  # a script (or stdin, which is /dev/null) follows: not inline code
-        if word.startswith("--"):
-            i += 2 if word == "--check-hash-based-pycs" else 1
-            continue
-        letters = word[1:]
-        for j, letter in enumerate(letters):
-            if letter == "c":
-                return f"`{argv[0]} -c` runs code given on the command line"
-            if letter == "m":
-                module = letters[j + 1 :] or (argv[i + 1] if i + 1 < len(argv) else "")
-                rest = argv[i + 1 :] if letters[j + 1 :] else argv[i + 2 :]
-                if module == "pip":
-                    return _pip_reason(f"{argv[0]} -m pip", rest)
-                return None
-            if letter in "WX":  # options with a value: the rest of the word, or the next word
-                if j == len(letters) - 1:
-                    i += 1
-                break
-        i += 1
-    return None
 
 
 # --- running ------------------------------------------------------------------------------
