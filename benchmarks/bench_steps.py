@@ -445,10 +445,11 @@ def markdown(
                 f"and T2 (ledger update + 3 events, not waited for) per step as plain SQL from "
                 f"{CONCURRENCY} connections, each "
                 "transaction one pipelined round trip; no hashing, no runtime around them.",
-                "Round trips per tool step in affidavit: T1 two (the ledger insert travels with "
-                "the job's lock and head read, then the events with the commit), T2 one (the "
-                "append is checked on the server by `affidavit_append_guard`, in the batch that "
-                "carries the commit).",
+                "Round trips per tool step in affidavit: two, the minimum (T1 must be durable "
+                "before the tool acts, T2 comes after it). T1: the ledger insert, presumed new, "
+                "goes unanswered with the started events and the commit; T2: the closing events "
+                "and the ledger row with the commit. Both appends are checked on the server by "
+                "`affidavit_append_guard` in the batch that carries the commit.",
                 "Per-step p50: affidavit, from a step's `tool_invocation_started` to its "
                 "`node_finished` (the two timestamps in the log; T1's commit, the tool, T2's "
                 "writes); floor, T1 + T2 timed around the two round trips.",

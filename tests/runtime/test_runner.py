@@ -28,7 +28,7 @@ from affidavit import (
     ToolRegistry,
 )
 from affidavit.core.errors import ConfigError, IdempotencyConflict
-from affidavit.core.plan import Plan
+from affidavit.core.plan import Plan, idempotency_key
 from affidavit.runtime.args import ArgsResolutionError
 from affidavit.runtime.journal import Journal, RunControl
 from affidavit.runtime.replay import build_from_events
@@ -159,6 +159,35 @@ def test_job_runs_each_step_once_and_never_again(make_runtime: Any, calls: Calls
     assert Worker(rt.store, rt.tools, lease_seconds=LEASE).run(until_idle=True) == 0
     assert len(calls.log) == 3
     assert rt.store.list_events(job_id) == events
+
+
+def test_a_ledger_row_the_log_does_not_show_is_read_never_overwritten(
+    make_runtime: Any, calls: Calls
+) -> None:
+    """A step the log never started has its ledger insert presumed new (on PostgreSQL sent
+    unanswered, with the started events and the commit). If the key's row is there after all,
+    that first T1 writes nothing and runs again reading the row: a committed result is
+    returned, the tool is not called."""
+    rt = make_runtime(charge_tool(calls))
+    job_id = rt.submit(plan(node("a", "charge", args={"amount": 3})), {}).job_id
+    step = Plan.parse(plan(node("a", "charge", args={"amount": 3}))).step_ids(job_id)["a"]
+    key = idempotency_key(job_id, step, "charge", {"amount": 3})
+    with rt.store.transaction() as tx:
+        assert tx.ledger_insert(
+            job_id=job_id,
+            key=key,
+            node_id="a",
+            step_id=step,
+            tool_name="charge",
+            args_hash="-",
+            invocation_id="inv-by-hand",
+            attempt_id=None,
+        )
+        tx.ledger_finish(job_id, key, status="committed", result={"charged": 3, "key": "x"})
+    rt.run_until_idle()
+    job = rt.get_job(job_id)
+    assert (job.status, job.output) == ("completed", {"a": {"charged": 3, "key": "x"}})
+    assert calls.log == []
 
 
 def test_committed_step_is_not_retried_when_a_later_step_retries(

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from affidavit.core.canonical import canonical
-from affidavit.core.errors import ConflictError, FencedError, JobNotFound
+from affidavit.core.errors import ConflictError, FencedError, JobNotFound, LedgerRowExists
 from affidavit.core.ids import new_attempt_id, new_event_ids
 from affidavit.store import NewEvent, Store, open_store
 from tests.conftest import PG_URL, with_schema
@@ -52,10 +52,11 @@ def _leased_job(store: Store) -> tuple[str, str, bytes]:
     return job.job_id, attempt, bytes.fromhex(store.list_events(job.job_id)[-1].chain_hash)
 
 
-def _insert_key(tx: Any, job_id: str, attempt: str) -> bool:
+def _insert_key(tx: Any, job_id: str, attempt: str, presumed_new: bool = False) -> bool:
     """T1's ledger insert of the key ``k``; whether it won."""
     return bool(
         tx.ledger_insert(
+            presumed_new=presumed_new,
             job_id=job_id,
             key="k",
             node_id="n",
@@ -105,6 +106,40 @@ def test_a_tool_step_takes_three_round_trips(pg_store: Store, syncs: list[int]) 
     with pg_store.transaction() as tx:
         row = tx.ledger_get(job_id, "k")
     assert row is not None and (row.status, row.result) == ("committed", {"ok": True})
+
+
+def test_a_step_the_log_never_started_takes_two_round_trips(
+    pg_store: Store, syncs: list[int]
+) -> None:
+    """With the insert presumed new (the runner knows of no row for the key), T1's insert, the
+    server-checked append and the commit travel together: one round trip, as T2's."""
+    job_id, attempt, head = _leased_job(pg_store)
+
+    def t1(tx: Any) -> list[Any]:
+        assert _insert_key(tx, job_id, attempt, presumed_new=True) is True
+        return list(
+            tx.append_encoded(job_id, _encoded(2), expected_version=1, head=head, fence=attempt)
+        )
+
+    before_commit, stored = _counted(pg_store, syncs, t1)
+    assert (before_commit, [e.version for e in stored]) == (0, [2, 3])
+    with pg_store.transaction() as tx:
+        row = tx.ledger_get(job_id, "k")
+    assert row is not None and row.status == "started"
+
+
+def test_a_presumed_new_insert_that_meets_its_row_writes_nothing(pg_store: Store) -> None:
+    """If the key's row was there after all, the whole transaction fails with
+    LedgerRowExists — the append sent with it undone — and the row is left as it was."""
+    job_id, attempt, head = _leased_job(pg_store)
+    with pg_store.transaction() as tx:
+        assert _insert_key(tx, job_id, attempt) is True
+    with pytest.raises(LedgerRowExists), pg_store.transaction() as tx:
+        _insert_key(tx, job_id, attempt, presumed_new=True)
+        tx.append_encoded(job_id, _encoded(2), expected_version=1, head=head, fence=attempt)
+    assert pg_store.get_job(job_id).version == 1
+    with pg_store.transaction() as tx:  # the connection was replaced; the store goes on
+        assert _insert_key(tx, job_id, attempt) is False
 
 
 def test_the_servers_refusals_are_the_clients_errors(pg_store: Store) -> None:

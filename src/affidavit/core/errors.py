@@ -157,6 +157,18 @@ class ConflictError(StoreError):
         self.actual = actual
 
 
+class LedgerRowExists(StoreError):
+    """A ledger insert sent as ``presumed_new`` found the key's row already there: the
+    transaction wrote nothing. Run it again without the presumption (which reads the row)."""
+
+    code = "ledger_row_exists"
+    default_hint = "Internal: the step's first transaction is retried with the ledger row read."
+
+    def __init__(self, message: str, *, job_id: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
 class IdempotencyConflict(AffidavitError):
     """A submission reuses an idempotency key with another plan or input than the job the key
     already names."""

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from affidavit.core.canonical import canonical, sha256_hex
+from affidavit.core.errors import LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
 from affidavit.runtime import crash
@@ -204,18 +205,15 @@ class StepExecutor:
                     },
                 ),
             )
-            # (1) T1: acquire + started, durable before the tool may act.
-            row = self.journal.tx_retrying(
-                True,
-                self._acquire,
-                spec,
-                t.name,
-                key,
-                hashed_args,
-                invocation,
-                (*prelude, *started_events),
-                started_ids,
-            )
+            # (1) T1: acquire + started, durable before the tool may act. A step the log has
+            # never started has no ledger row: the insert is presumed new (PostgreSQL sends it
+            # unanswered, T1 in one round trip); if a row was there after all, nothing was
+            # written and T1 runs again reading it.
+            t1 = (spec, t.name, key, hashed_args, invocation, (*prelude, *started_events))
+            try:
+                row = self.journal.tx_retrying(True, self._acquire, *t1, started_ids, attempt == 1)
+            except LedgerRowExists:
+                row = self.journal.tx_retrying(True, self._acquire, *t1, started_ids, False)
             prelude = ()  # written with the first T1
             self.metrics.ledger_decisions.inc(
                 "allow_execute"
@@ -336,10 +334,11 @@ class StepExecutor:
         invocation: str,
         started_events: tuple[Item, ...],
         started_ids: list[str],
+        presumed_new: bool,
     ) -> LedgerRow | None:
         """T1's writes: the ledger row only one attempt can win, and the started events when
         this attempt may execute. Returns the row found instead of inserted (``None`` when the
-        insert won)."""
+        insert won). ``presumed_new``: see :meth:`Transaction.ledger_insert`."""
         job_id = self.job_id
         claim = self.journal.claim
         # The insert comes first: on the usual path (a key never seen) it is the only ledger
@@ -353,6 +352,7 @@ class StepExecutor:
             args_hash=hashed_args,
             invocation_id=invocation,
             attempt_id=claim.attempt_id,
+            presumed_new=presumed_new,
         )
         row: LedgerRow | None = None if inserted else tx.ledger_get(job_id, key)
         if row is None:

@@ -24,6 +24,8 @@ _LEDGER_INSERT = (
     "VALUES (?, ?, ?, ?, ?, ?, 'started', ?, ?, 1, NULL, NULL, ?, ?) "
     "ON CONFLICT DO NOTHING"
 )
+# The same insert, failing on an existing key (the transaction with it): see send_presumed_new.
+_LEDGER_INSERT_NEW = _LEDGER_INSERT.removesuffix(" ON CONFLICT DO NOTHING")
 RUNNABLE = (
     "(j.status = 'pending' OR (j.status = 'running' AND "
     "(j.lease_expires_at IS NULL OR j.lease_expires_at < ?)))"
@@ -70,6 +72,17 @@ class LedgerOps:
         (:class:`~affidavit.store.postgres.PostgresTransaction`)."""
         return self.inserted(sql, params)
 
+    # A backend whose every wait for an answer is a round trip sends a ledger insert the caller
+    # presumes new with the append and the commit that follow it, unanswered; a row that was
+    # there after all fails the whole transaction (LedgerRowExists). Elsewhere (SQLite: no
+    # round trips) the insert is answered as usual.
+    SENDS_PRESUMED_NEW = False
+
+    def send_presumed_new(self, sql: str, params: Sequence[Any]) -> None:
+        """Send ``sql`` (an insert that fails on an existing key) without waiting for it; only
+        where :attr:`SENDS_PRESUMED_NEW`."""
+        raise NotImplementedError("this backend answers every ledger insert")
+
     # --- ledger -------------------------------------------------------------------------------
 
     def ledger_get(self, job_id: str, key: str) -> LedgerRow | None:
@@ -108,27 +121,29 @@ class LedgerOps:
         args_hash: str,
         invocation_id: str,
         attempt_id: str | None,
+        presumed_new: bool = False,
     ) -> bool:
         """Insert a ``started`` row; ``False`` if the key already has one (the insert that
         only one attempt can win). The started events are appended next, in the same
-        transaction (see :meth:`inserted_before_append`)."""
+        transaction (see :meth:`inserted_before_append`). ``presumed_new``: see
+        :meth:`inserted_presumed_new`."""
         now = utc_now()
-        return self.inserted_before_append(
-            _LEDGER_INSERT,
-            (
-                job_id,
-                key,
-                node_id,
-                step_id,
-                tool_name,
-                args_hash,
-                invocation_id,
-                attempt_id,
-                now,
-                now,
-            ),
+        params = (
             job_id,
+            key,
+            node_id,
+            step_id,
+            tool_name,
+            args_hash,
+            invocation_id,
+            attempt_id,
+            now,
+            now,
         )
+        if presumed_new and self.SENDS_PRESUMED_NEW:
+            self.send_presumed_new(_LEDGER_INSERT_NEW, params)
+            return True
+        return self.inserted_before_append(_LEDGER_INSERT, params, job_id)
 
     def ledger_restart(
         self, job_id: str, key: str, *, invocation_id: str, attempt_id: str | None

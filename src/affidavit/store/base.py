@@ -411,10 +411,15 @@ class Transaction(Protocol):
         args_hash: str,
         invocation_id: str,
         attempt_id: str | None,
+        presumed_new: bool = False,
     ) -> bool:
         """Insert a ``started`` row; ``False`` if the key already has one (the insert that
         only one attempt can win). The started events are appended next, in the same
-        transaction."""
+        transaction. With
+        ``presumed_new`` (the caller knows of no row for the key) a backend may send the insert
+        without waiting for its answer and return ``True``: if a row was there after all, the
+        transaction fails as a whole with :class:`~affidavit.core.errors.LedgerRowExists` and
+        writes nothing."""
         ...
 
     def ledger_restart(

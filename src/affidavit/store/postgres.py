@@ -32,6 +32,7 @@ from affidavit.core.errors import (
     AffidavitError,
     ConfigError,
     JobNotFound,
+    LedgerRowExists,
     StoreError,
     StoreUnavailable,
 )
@@ -133,6 +134,15 @@ class PostgresTransaction(SqlTransaction):
         self._locked = (job_id, lock.fetchone(), head.fetchone())
         return won
 
+    SENDS_PRESUMED_NEW = True
+
+    def send_presumed_new(self, sql: str, params: Sequence[Any]) -> None:
+        # Sent unanswered: the append after it is checked on the server (see
+        # _append_after_head) and everything travels with the commit — T1 in one round trip.
+        # A row already there is a unique violation that aborts the transaction at its commit
+        # (see ledger_row_exists).
+        self.execute(sql, params)
+
     def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
         locked, self._locked = self._locked, None
         if locked is not None and locked[0] == job_id:  # read with the ledger insert just now
@@ -188,6 +198,15 @@ def guard_refusal(exc: psycopg.Error) -> AffidavitError | None:
     if exc.sqlstate == "AFJ03":
         return conflict(job_id, int(said["expected"]), int(said["actual"]))
     return head_moved(job_id, int(said["expected"]))
+
+
+def ledger_row_exists(exc: psycopg.Error) -> LedgerRowExists | None:
+    """A ledger insert sent as presumed new (send_presumed_new) that met the key's row."""
+    if not isinstance(exc, psycopg.errors.UniqueViolation):
+        return None
+    if exc.diag.table_name != "tool_invocations":
+        return None
+    return LedgerRowExists("the tool step's ledger row already exists; nothing was written")
 
 
 # libpq's chunked-rows mode (libpq 17, which psycopg[binary] bundles); with an older libpq the
@@ -529,7 +548,7 @@ class PostgresStore(SqlStore):
                         conn.execute("ROLLBACK")
                     raise
         except psycopg.Error as exc:
-            refused = guard_refusal(exc)
+            refused = guard_refusal(exc) or ledger_row_exists(exc)
             if refused is not None:  # a write fenced off, or a log that moved: nothing written
                 raise refused from None
             raise self._failed("PostgreSQL write failed", exc) from exc
