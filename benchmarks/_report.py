@@ -262,9 +262,9 @@ def builtin_matcher(fragment: str) -> Callable[[ProfileKey], bool]:
 
 def pg_conninfo(url: str) -> str:
     """The benchmark's PostgreSQL URL without a schema (each run makes its own)."""
-    from affidavit.store.postgres import split_url
+    from affidavit.store import postgres_conninfo
 
-    conninfo, schema = split_url(url)
+    conninfo, schema = postgres_conninfo(url)
     if schema is not None:
         raise SystemExit("error: --pg-url must not carry ?schema=; the benchmark makes its own")
     return conninfo
@@ -295,11 +295,18 @@ def fmt_rate(x: float | None) -> str:
     return "—" if x is None else f"{x:,.0f}"
 
 
+def redact(url: str) -> str:
+    """``url`` with its password (if any) hidden, for messages."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+
+
 def pg_server_version(url: str) -> str:
     """The PostgreSQL server's version, or exit with a clear message if it cannot be reached."""
     import psycopg
-
-    from affidavit.store.postgres import redact
 
     try:
         with psycopg.connect(pg_conninfo(url), connect_timeout=5) as conn:

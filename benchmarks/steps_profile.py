@@ -30,11 +30,6 @@ from affidavit.core.ids import new_attempt_id, new_event_id, new_event_ids
 from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.runtime.args import resolve
 from affidavit.store import open_store
-from affidavit.store.sqlite import (  # the append statements of the store
-    _GUARD,
-    _JOB_NUMBER,
-    _insert_rows,
-)
 from benchmarks._report import (
     ProfileKey,
     builtin_matcher,
@@ -369,8 +364,24 @@ def store_layer_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
         store.close()
 
 
-# The statements of a durable tool step on SQLite, as the store issues them (sqlite.py and
-# _ledger.py), for replaying them through the bare SQLite driver.
+# The statements of a durable tool step on SQLite, as the store issues them (written out here:
+# the benchmark replays them through the bare SQLite driver, without the store's code).
+_GUARD = (
+    "SELECT attempt_id, number, ? = 0 OR EXISTS "
+    "(SELECT 1 FROM events WHERE seq = (number << 32) + ? AND job_id = jobs.job_id) "
+    "FROM jobs WHERE job_id = ?"
+)
+_JOB_NUMBER = "SELECT number FROM jobs WHERE job_id = ?"
+
+
+def _insert_rows(count: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count)
+    return (
+        "INSERT INTO events (seq, job_id, version, event_id, type, payload, chain_hash, "
+        f"recorded_at) VALUES {values}"
+    )
+
+
 _RAW_LEDGER_INSERT = (
     "INSERT INTO tool_invocations (job_id, idempotency_key, node_id, step_id, tool_name, "
     "args_hash, status, invocation_id, attempt_id, tries, result, error, created_at, updated_at) "
