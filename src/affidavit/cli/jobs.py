@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -11,13 +11,12 @@ from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.runtime_cmds import emit_job, exit_for, job_doc, seconds_setting
 from affidavit.core.errors import WaitTimeout
-from affidavit.runtime.decisions import DECISIONS_BY_REASON
-from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
-from affidavit.runtime.trace import job_trace, park_doc
+from affidavit.runtime.trace import job_trace
 from affidavit.runtime.waiting import SETTLED_STATUSES, wait_for_job
 from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
 from affidavit.verify.verification import seal_document
@@ -109,52 +108,25 @@ def show_job(
         doc["seal"] = sealed["seal"]
         if sealed["error"] is not None:
             doc["seal_error"] = sealed["error"]
-        if job.status in ("waiting", "parked"):
-            replay = build_from_events(store.list_events(job_id))
-            if job.status == "waiting":
-                doc["waiting_for"] = [
-                    {"node_id": w["node_id"], "wait_type": w["wait_type"], "correlation_key": k}
-                    for k, w in replay.waits.items()
-                    if k not in replay.completed_waits
-                ]
-            elif (parked := park_doc(replay)) is not None:
-                doc["parked"] = parked
+        doc.update(decisions_doc(store, job))
     if as_json:
         output.emit_json(doc)
         return
     table = Table(show_header=False, box=None)
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")  # long ids and hashes wrap whole, never cut
+    cut: list[tuple[str, int]] = []
     for key, value in doc.items():
-        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        shown, was_cut = output.cut(text)
+        if was_cut:
+            cut.append((key, len(text)))
         table.add_row(f"[bold]{key}[/]", escape(shown))  # (never read as markup)
     output.out.print(table)
+    for key, length in cut:
+        output.cut_note(key, length, f"affidavit jobs show {job_id} --json")
     for line in next_steps(doc):
         output.out.print(escape(line), highlight=False, soft_wrap=True)  # (copied whole)
-
-
-def next_steps(doc: dict[str, Any]) -> list[str]:
-    """The commands that move a waiting or parked job on, as `jobs show` suggests them."""
-    job_id = doc["job_id"]
-    if doc.get("waiting_for"):
-        return [
-            f"next: affidavit signal {job_id} --key {w['correlation_key']} [--payload JSON]"
-            f"   ({w['wait_type']} of node {w['node_id']})"
-            for w in doc["waiting_for"]
-        ]
-    park = doc.get("parked")
-    if not isinstance(park, dict):
-        return []
-    reason = park.get("reason")
-    decisions = "|".join(DECISIONS_BY_REASON.get(str(reason), ("fail",)))
-    line = f"next: affidavit resume {job_id} --park {park['version']} --decision {decisions}"
-    if reason == "in_flight":
-        tool = (park.get("detail") or {}).get("tool_name") or "the tool"
-        line += (
-            f"   (did {tool} act? accept_result --result JSON with what it returned if it did, "
-            "retry if it did not)"
-        )
-    return [line]
 
 
 @jobs_app.command("wait")
@@ -210,13 +182,14 @@ def wait_job(
             job, timed_out = exc.job, exc
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        decisions = None if as_json or timed_out else decisions_doc(store, job)  # (next: lines)
     if timed_out is not None:
         if as_json:
             output.emit_json(job_doc(job))
         else:
             output.err.print(f"[yellow]{timed_out.message}[/]; {timed_out.hint}")
         raise typer.Exit(EXIT_TIMEOUT)
-    emit_job(job, as_json)
+    emit_job(job, as_json, decisions)
     raise typer.Exit(exit_for(job.status))
 
 

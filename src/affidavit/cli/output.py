@@ -34,6 +34,11 @@ RICH_TABLE_ROWS = 1_000
 # edited outside the store must not move the cursor or send escape sequences to the terminal
 _CONTROL = dict.fromkeys((*range(0x20), *range(0x7F, 0xA0)), "?")
 
+# A value printed in human output (a job's output or error, a cell of `jobs show`) longer than
+# this many characters is cut, with a note: Rich lays out and highlights text at about a
+# megabyte in several seconds, and nobody reads megabytes on a terminal. --json prints it whole.
+SHOWN_CHARS = 10_000
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_NOT_FOUND = 2
@@ -69,6 +74,23 @@ def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoRetu
     if verbose:
         err.print_exception(show_locals=False)
     raise typer.Exit(exit_code_for(exc))
+
+
+def cut(text: str, limit: int = SHOWN_CHARS) -> tuple[str, bool]:
+    """``text`` cut to ``limit`` characters with "…", and whether it was cut."""
+    if len(text) <= limit:
+        return text, False
+    return text[: limit - 1] + "…", True
+
+
+def cut_note(what: str, length: int, rerun: str) -> None:
+    """Say on stderr that ``what`` (``length`` characters) was cut, and how to see it whole."""
+    out.file.flush()  # (so that the two streams, when merged, stay in order)
+    err.print(
+        f"({what} cut at {SHOWN_CHARS:,} of {length:,} characters; `{rerun}` prints it whole)",
+        markup=False,
+        highlight=False,
+    )
 
 
 def plain_columns(

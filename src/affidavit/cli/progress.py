@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from affidavit.core.errors import AffidavitError, StoreError
+from affidavit.core.errors import AffidavitError, ReplayError, StoreError
 from affidavit.store import Store, StoredEvent
 
 # result type of node_finished -> (mark, colour, words)
@@ -33,7 +33,7 @@ def describe(event: StoredEvent) -> str | None:
     """The progress line (Rich markup) for one event, or ``None`` for events not shown."""
     try:
         p: Any = event.payload
-    except ValueError:  # not JSON: nothing to show (verification reports it)
+    except ReplayError:  # not JSON: nothing to show (verification reports it)
         return None
     if not isinstance(p, dict):
         return None
@@ -55,12 +55,28 @@ def describe(event: StoredEvent) -> str | None:
         return f"  [yellow]↺[/] {node} recovered an invocation left open: {outcome}"
     if event.type == "job_waiting":
         return f"  [yellow]…[/] {node} waits: {escape(str(p.get('reason', '')))}"
-    if event.type == "job_parked":
-        detail = p.get("detail") or p.get("reason", "")
-        return f"  [yellow]‖[/] parked at {node}: {escape(str(detail))}"
+    if event.type == "job_parked":  # (the reason and why in words; the detail: `jobs show`)
+        why = _park_words(p.get("detail"))
+        line = f"  [yellow]‖[/] parked at {node}: {escape(str(p.get('reason', '')))}"
+        return line + (f" ({escape(why[:200])})" if why else "")
     if event.type == "step_compensated":
         return f"  [yellow]↺[/] {node} compensation ran"
     return None
+
+
+def _park_words(detail: Any) -> str:
+    """What a park's detail says in words: the first mismatch's reason, or its message."""
+    if isinstance(detail, str):
+        return detail
+    if not isinstance(detail, dict):
+        return ""
+    mismatches = detail.get("mismatches")
+    if isinstance(mismatches, list) and mismatches and isinstance(mismatches[0], dict):
+        return str(mismatches[0].get("reason", ""))
+    for key in ("message", "error"):
+        if isinstance(detail.get(key), str):
+            return str(detail[key])
+    return ""
 
 
 class StepProgress:

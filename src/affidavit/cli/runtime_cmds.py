@@ -22,6 +22,7 @@ import typer
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job, state
+from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, job_line, status_markup
 from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.config import database_url
@@ -267,26 +268,40 @@ def exit_for(status: str) -> int:
     return 1 if status in ("failed", "cancelled") else 0
 
 
-def emit_job(job: JobRecord, as_json: bool) -> None:
-    """Print the job a decision left: JSON with ``--json``, else status, output and error."""
+def emit_job(job: JobRecord, as_json: bool, decisions: dict[str, Any] | None = None) -> None:
+    """Print the job a decision left: JSON with ``--json``, else as :func:`show_job`."""
     if as_json:
         output.emit_json(job_doc(job))
     else:
-        show_job(job)
+        show_job(job, decisions)
 
 
-def show_job(job: JobRecord) -> None:
+def show_job(job: JobRecord, decisions: dict[str, Any] | None = None) -> None:
+    """The job in human form: its status (stderr), its output (stdout; a long one cut), its
+    error, and for a waiting or parked job the ``next:`` commands of ``jobs show`` from
+    ``decisions`` (:func:`~affidavit.cli.next_steps.decisions_doc`)."""
     output.err.print(f"job {job.job_id}: {status_markup(job.status)}")
     if job.output is not None:
-        output.out.print_json(json.dumps(job.output))
+        text = json.dumps(job.output, ensure_ascii=False)
+        shown, was_cut = output.cut(text)
+        if was_cut:
+            output.out.print(shown, markup=False, highlight=False, soft_wrap=True)
+            output.cut_note("output", len(text), f"affidavit jobs show {job.job_id} --json")
+        else:
+            output.out.print_json(text)
     error = job.error
     if isinstance(error, dict) and error.get("message"):
         kind = f" ({error['type']})" if error.get("type") else ""
-        output.err.print(f"error: {error['message']}{kind}", markup=False)
-    elif error is not None:
-        output.err.print(f"error: {error}", markup=False)
+        message, _ = output.cut(str(error["message"]))
+        output.err.print(f"error: {message}{kind}", markup=False)
+    elif error is not None:  # (JSON, never a Python repr)
+        message, _ = output.cut(error if isinstance(error, str) else json.dumps(error))
+        output.err.print(f"error: {message}", markup=False)
     for column, why in job.unreadable_doc().get("unreadable", {}).items():
         output.err.print(f"{column}: unreadable — {why}", markup=False)
+    if decisions:
+        for line in next_steps({"job_id": job.job_id, **decisions}):
+            output.err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def run(
@@ -365,12 +380,10 @@ def run(
                     f"{until}); it was not run here",
                     hint="Wait for that worker, or for its lease to expire and run again.",
                 )
+            decisions = None if as_json else decisions_doc(rt.store, job)  # (the next: lines)
         finally:
             rt.close()
-    if as_json:
-        output.emit_json(job_doc(job))
-    else:
-        show_job(job)
+    emit_job(job, as_json, decisions)
     raise typer.Exit(exit_for(job.status))
 
 
@@ -618,7 +631,8 @@ def resume(
                 note=note,
                 park_version=park,
             )
-    emit_job(job, as_json)
+            decisions = None if as_json else decisions_doc(store, job)  # (parked again)
+    emit_job(job, as_json, decisions)
 
 
 def signal(
@@ -651,12 +665,13 @@ def signal(
         value = parse_json_arg(payload, "--payload")
         with opened_for_job(db, job_id) as store:
             job, appended = signal_job(store, job_id, key, value, by=by or state_user())
+            decisions = None if as_json else decisions_doc(store, job)  # (more waits)
     if as_json:
         output.emit_json({**job_doc(job), "appended": appended})
     else:
         if not appended:
             output.err.print(f"key {key!r} was already signalled; nothing changed")
-        show_job(job)
+        show_job(job, decisions)
 
 
 def state_user() -> str | None:

@@ -1,0 +1,56 @@
+"""What moves a waiting or parked job on: the waits and the park `jobs show` lists, and the
+commands that answer them (`affidavit signal`, `affidavit resume`) — printed by every command
+that leaves a job there (`jobs show`, `run`, `jobs wait`, `signal`, `resume`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from affidavit.runtime.decisions import DECISIONS_BY_REASON
+from affidavit.runtime.replay import build_from_events
+from affidavit.runtime.trace import park_doc
+from affidavit.store import JobRecord, Store
+
+
+def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
+    """``{"waiting_for": [{"node_id", "wait_type", "correlation_key"}]}`` for a waiting job,
+    ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.runtime.trace.park_doc`),
+    ``{}`` otherwise — read from the job's log."""
+    if job.status not in ("waiting", "parked"):
+        return {}
+    replay = build_from_events(store.list_events(job.job_id))
+    if job.status == "waiting":
+        return {
+            "waiting_for": [
+                {"node_id": w["node_id"], "wait_type": w["wait_type"], "correlation_key": k}
+                for k, w in replay.waits.items()
+                if k not in replay.completed_waits
+            ]
+        }
+    parked = park_doc(replay)
+    return {} if parked is None else {"parked": parked}
+
+
+def next_steps(doc: dict[str, Any]) -> list[str]:
+    """The commands that move a waiting or parked job on (``doc``: the job's ``job_id`` with
+    what :func:`decisions_doc` gives)."""
+    job_id = doc["job_id"]
+    if doc.get("waiting_for"):
+        return [
+            f"next: affidavit signal {job_id} --key {w['correlation_key']} [--payload JSON]"
+            f"   ({w['wait_type']} of node {w['node_id']})"
+            for w in doc["waiting_for"]
+        ]
+    park = doc.get("parked")
+    if not isinstance(park, dict):
+        return []
+    reason = park.get("reason")
+    decisions = "|".join(DECISIONS_BY_REASON.get(str(reason), ("fail",)))
+    line = f"next: affidavit resume {job_id} --park {park['version']} --decision {decisions}"
+    if reason == "in_flight":
+        tool = (park.get("detail") or {}).get("tool_name") or "the tool"
+        line += (
+            f"   (did {tool} act? accept_result --result JSON with what it returned if it did, "
+            "retry if it did not)"
+        )
+    return [line]
