@@ -1,5 +1,39 @@
 """MCP (Model Context Protocol) integration, the ``affidavit[mcp]`` extra.
 
+- :func:`load_servers`: an MCP server's tools as affidavit tools (``mcp:SERVER/TOOL``), every
+  ``tools/call`` one step through the ledger (client.py, the servers file in config.py);
 - :mod:`affidavit.integrations.mcp.server`: ``affidavit mcp``, affidavit's operations served to
   agents as MCP tools.
 """
+
+from affidavit.integrations.mcp.client import (
+    META_IDEMPOTENCY_KEY,
+    META_JOB_ID,
+    META_STEP_ID,
+    McpConnection,
+    McpConnectionError,
+    McpToolError,
+    load_servers,
+    tool_name,
+)
+from affidavit.integrations.mcp.config import (
+    McpServersFile,
+    ServerConfig,
+    ToolOptions,
+    read_servers_file,
+)
+
+__all__ = [
+    "META_IDEMPOTENCY_KEY",
+    "META_JOB_ID",
+    "META_STEP_ID",
+    "McpConnection",
+    "McpConnectionError",
+    "McpServersFile",
+    "McpToolError",
+    "ServerConfig",
+    "ToolOptions",
+    "load_servers",
+    "read_servers_file",
+    "tool_name",
+]
