@@ -30,7 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from affidavit.api.auth import Caller, Forbidden, Unauthorized, authenticate
-from affidavit.claims import ClaimService
+from affidavit.claims import ClaimService, SandboxConfig
 from affidavit.claims.model import Agent, ClaimType
 from affidavit.core.errors import AffidavitError, AgentNotFound, JobNotFound, ValidationError
 from affidavit.packs import export_archive, verify_pack
@@ -164,12 +164,20 @@ def _decode(archive_base64: str) -> bytes:
         raise PackArchiveError(f"archive_base64 is not base64: {exc}") from exc
 
 
-def build_server(store: Store, *, api_key: str | None = None, name: str = "affidavit") -> MCPServer:
+def build_server(
+    store: Store,
+    *,
+    api_key: str | None = None,
+    name: str = "affidavit",
+    claims_sandbox: SandboxConfig | None = None,
+) -> MCPServer:
     """An MCP server (the SDK's ``MCPServer``) whose tools call affidavit's services on
     ``store``. ``api_key``: the key every call on a transport without headers (stdio) acts
     with; over HTTP each request's ``Authorization`` header is used instead.
 
-    Run it with ``server.run("stdio")`` or serve ``server.streamable_http_app()``.
+    ``claims_sandbox``: how claim commands run (``None``: the default, bubblewrap), as
+    ``create_app``'s. Run it with ``server.run("stdio")`` or serve
+    ``server.streamable_http_app()``.
     """
     calls = _Calls(store, api_key)
     server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS)
@@ -281,7 +289,7 @@ def build_server(store: Store, *, api_key: str | None = None, name: str = "affid
     ) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             caller = calls.caller(ctx, "agent")
-            service = ClaimService(store)
+            service = ClaimService(store, sandbox=claims_sandbox)
             calls.visible_agent(service, caller, agent_id)
             result = service.verify_claim(
                 agent_id, claim_type, claim, command, caller.agent_id, timeout_s=timeout_s
