@@ -41,7 +41,7 @@ from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RET
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools, registry
 from affidavit.runtime.submit import check_idempotency_key, check_plan
-from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
+from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker, open_store_waiting
 from affidavit.store import JobFilter, JobRecord
 
 EXIT_WAITING = 4
@@ -233,20 +233,29 @@ def open_runtime(
     store_retry: float | None = None,
     recoveries: int | None = None,
     max_outage: float | None = None,
+    *,
+    wait_for_store: bool = False,
 ) -> Runtime:
+    """The runtime the commands run on. ``wait_for_store`` (a worker): a database that is
+    unavailable when it starts is waited for, as a worker waits for it later
+    (``--max-outage-seconds`` bounds both), instead of failing at once."""
     for spec in tools or []:
         load_tools(spec)
     retry = seconds_setting(
         store_retry, "AFFIDAVIT_STORE_RETRY_SECONDS", DEFAULT_STORE_RETRY_SECONDS, zero_ok=True
     )
     outage = seconds_setting(max_outage, "AFFIDAVIT_MAX_OUTAGE_SECONDS", math.inf, zero_ok=True)
+    outage_limit = outage if math.isfinite(outage) else None
+    url = database_url(db)
+    store = open_store_waiting(url, max_outage_seconds=outage_limit) if wait_for_store else None
     return Runtime(
-        database_url(db),
+        url,
+        store=store,
         lease_seconds=lease_seconds(lease),
         step_concurrency=step_concurrency,
         store_retry_seconds=retry,
         max_recoveries=max_recoveries(recoveries),
-        max_outage_seconds=outage if math.isfinite(outage) else None,
+        max_outage_seconds=outage_limit,
     )
 
 
@@ -453,13 +462,23 @@ def worker(
     (their leases expire at once, so another worker continues them); a second signal stops it
     at once. A job whose last runs each ended without handing it back or recording a step's
     outcome (a step that kills its worker) is parked as crash_loop after --max-recoveries of
-    them. While the database is unavailable it waits and tries again, until it is back or, with
-    --max-outage-seconds, until it has been unavailable that long.
+    them. While the database is unavailable — also when the worker starts — it waits and tries
+    again, until it is back or, with --max-outage-seconds, until it has been unavailable that
+    long.
     Exit codes: 0 done; 3 usage or store error (a database unavailable past
     --max-outage-seconds included).
     """
     with command(as_json):
-        rt = open_runtime(db, tools, lease, step_concurrency, store_retry, recoveries, max_outage)
+        rt = open_runtime(
+            db,
+            tools,
+            lease,
+            step_concurrency,
+            store_retry,
+            recoveries,
+            max_outage,
+            wait_for_store=True,
+        )
         try:
             if metrics_port is not None:
                 try:

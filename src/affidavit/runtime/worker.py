@@ -29,7 +29,7 @@ from affidavit.runtime.run_base import (
 from affidavit.runtime.runner import JobRunner
 from affidavit.runtime.sdk import ToolRegistry
 from affidavit.runtime.sealing import Sealer
-from affidavit.store import ClockOffset, Store
+from affidavit.store import ClockOffset, Store, open_store
 
 DEFAULT_LEASE_SECONDS = 15.0
 # Waits of a claim loop between tries while the database is unavailable.
@@ -42,6 +42,58 @@ log = logging.getLogger("affidavit.worker")
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+
+
+def open_store_waiting(
+    url: str,
+    *,
+    max_outage_seconds: float | None = None,
+    stop: threading.Event | None = None,
+    worker_id: str = "",
+) -> Store:
+    """Open (connect, pool, migrations) the database at ``url`` as a worker starts: while it
+    is unavailable — down, restarting, refusing connections, ending sessions mid-migration —
+    wait and try again as a worker's claim loops do (0.5 s, doubling, up to 5 s between
+    tries), until it is back or, with ``max_outage_seconds``, until it has been unavailable
+    that long. A migration that a restart cut off was rolled back and is applied again.
+
+    Raises:
+        StoreUnavailable: still unavailable after ``max_outage_seconds``, or ``stop`` was set
+            while waiting.
+        StoreError: any other failure to open it (a bad password, no such database, a schema
+            newer than this affidavit): no wait undoes those.
+    """
+    if max_outage_seconds is not None and not max_outage_seconds >= 0:
+        raise ValueError("max_outage_seconds must not be negative")
+    stop = stop or threading.Event()
+    since = time.monotonic()
+    wait = 0.0
+    while True:
+        try:
+            store = open_store(url)
+        except StoreUnavailable as exc:
+            now = time.monotonic()
+            limit = max_outage_seconds
+            if stop.is_set() or (limit is not None and now - since >= limit):
+                raise StoreUnavailable(
+                    f"the database was unavailable for {now - since:.1f} s when the worker "
+                    f"started; the worker gave up ({exc.message})",
+                    hint=exc.hint,
+                ) from exc
+            wait = min(max(2 * wait, _OUTAGE_FIRST_WAIT), _OUTAGE_MAX_WAIT)
+            if limit is not None:
+                wait = min(wait, max(since + limit - now, 0.0))
+            log.warning(
+                "worker %s: the database is unavailable at start (%s); trying again in %.1f s",
+                worker_id,
+                exc,
+                wait,
+            )
+            stop.wait(wait)
+            continue
+        if wait:
+            log.warning("worker %s: the database is reachable again", worker_id)
+        return store
 
 
 def allowed_clock_offset(lease_seconds: float) -> float:

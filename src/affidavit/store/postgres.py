@@ -429,6 +429,35 @@ def store_error(message: str, exc: psycopg.Error) -> StoreError:
     return (StoreUnavailable if transient else StoreError)(f"{message}: {exc}")
 
 
+# What a server says when it refuses a session for now (libpq gives no SQLSTATE for a failed
+# connection, only the server's FATAL message): starting up, shutting down, in recovery, out of
+# connection slots, a database closed to connections for the moment.
+_TRANSIENT_FATAL = (
+    "starting up",
+    "shutting down",
+    "recovery mode",
+    "not yet accepting connections",
+    "too many clients",
+    "connection slots are reserved",
+    "not currently accepting connections",
+    "terminating connection",
+)
+
+
+def connect_may_pass(exc: psycopg.Error) -> bool:
+    """Whether a failed connection attempt may succeed when tried again: the server was not
+    reachable at all (refused, no route, timed out, closed the connection), or answered that
+    it cannot take a session now. A refused login or a missing database or role (any other
+    ``FATAL``) will not pass by waiting."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    text = str(exc)
+    if "FATAL:" not in text:
+        return True
+    fatal = text.split("FATAL:", 1)[1]
+    return any(marker in fatal for marker in _TRANSIENT_FATAL)
+
+
 def redact(url: str) -> str:
     """The URL with any password replaced by ``***``, for messages."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
@@ -467,7 +496,10 @@ class PostgresStore(SqlStore):
             psycopg.connect(conninfo, connect_timeout=max(1, int(connect_timeout_s))).close()
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise StoreError(
+            # a server that is down, starting or shutting down may be back soon (a worker
+            # waits for it); a refused login or a missing database is not
+            kind = StoreUnavailable if connect_may_pass(exc) else StoreError
+            raise kind(
                 f"cannot connect to PostgreSQL at {redact(url)}: {redact(reason)}",
                 hint="Check that the server is running and the URL (user, host, port, database, "
                 "password with special characters %-encoded) is right.",
@@ -486,14 +518,20 @@ class PostgresStore(SqlStore):
             self._pool.open(wait=True, timeout=connect_timeout_s)
         except (PoolTimeout, psycopg.Error) as exc:
             self._pool.close()
-            raise StoreError(
+            # (the server went away since the direct connection, or has no connection slot
+            # free for now: both may pass)
+            raise StoreUnavailable(
                 f"cannot open a connection pool to PostgreSQL at {redact(url)}",
                 hint="Check the server's max_connections and the URL.",
             ) from exc
-        if read_only:
-            self.check_schema()
-        elif migrate:
-            self.migrate()
+        try:
+            if read_only:
+                self.check_schema()
+            elif migrate:
+                self.migrate()
+        except BaseException:
+            self._pool.close()  # (no pool thread outlives a store that was never returned)
+            raise
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(SESSION_SETTINGS)
@@ -636,7 +674,10 @@ class PostgresStore(SqlStore):
                     )
                     applied.append(m.version)
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL migration failed: {exc}") from exc
+            # (a connection lost mid-migration rolled it back: it may be applied again)
+            raise store_error("PostgreSQL migration failed", exc) from exc
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no PostgreSQL connection available: {exc}") from exc
         return applied
 
     def clock_offset(self) -> ClockOffset:
