@@ -200,3 +200,43 @@ def test_postgresql_role_with_select_rights_alone(pg_schema: str, select_only_ro
     assert json_of(verified)["ok"] is True
     listed = cli("jobs", "list", "--db", auditor, "--json")
     assert [j["job_id"] for j in json_of(listed)] == [job_id]
+
+
+def test_a_read_only_sqlite_copy_keeps_no_wal_or_shm_files(tmp_path: Path) -> None:
+    """Reading a WAL database makes its -wal and -shm files; a read-only store removes the ones
+    it made (a copy kept as evidence stays one file), also when the copy is truncated and the
+    read fails — but not files a writer has open."""
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    finished_job(url)
+    original = (tmp_path / "live.db").read_bytes()
+    copy, cut = tmp_path / "copy.db", tmp_path / "cut.db"
+    copy.write_bytes(original)
+    cut.write_bytes(original[: len(original) // 3])
+
+    def sidecars(path: Path) -> list[str]:
+        return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(path.name + "-"))
+
+    every = cli("verify", "--all", "--db", f"sqlite:///{copy}", "--json")
+    assert every.returncode == 0 and json_of(every)["failed"] == 0
+    assert cli("jobs", "list", "--db", f"sqlite:///{copy}").returncode == 0
+    assert sidecars(copy) == []
+    assert copy.read_bytes() == original  # nothing written
+
+    broken = cli("verify", "--all", "--db", f"sqlite:///{cut}")
+    assert broken.returncode == 3 and "malformed" in broken.stderr
+    assert sidecars(cut) == []
+
+    writer = open_store(f"sqlite:///{copy}")  # a writer with the database open: its files stay
+    try:
+        writer.list_jobs()
+        assert sidecars(copy) == ["copy.db-shm", "copy.db-wal"]
+        assert cli("verify", "--all", "--db", f"sqlite:///{copy}").returncode == 0
+        assert sidecars(copy) == ["copy.db-shm", "copy.db-wal"]
+        writer.create_job(plan_name="after", events=[NewEvent("job_created", {"input": {}})])
+    finally:
+        writer.close()
+    reader = open_store(f"sqlite:///{copy}", read_only=True)
+    try:
+        assert reader.list_jobs()[0].plan_name == "after"
+    finally:
+        reader.close()

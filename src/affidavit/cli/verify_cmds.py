@@ -23,7 +23,13 @@ from affidavit.core.errors import ConfigError, JobNotFound
 from affidavit.runtime.sealing import KEY_ENV, Sealer, SigningKey
 from affidavit.store import JOB_STATUSES, JobFilter, Store
 from affidavit.verify import VerificationResult, verify_job, verify_orphans
-from affidavit.verify.verification import check_trusted_keys, orphan_results
+from affidavit.verify.verification import (
+    Misplaced,
+    check_trusted_keys,
+    misplaced_events,
+    orphan_results,
+    with_misplaced,
+)
 
 keys_app = typer.Typer(help="The key that signs job seals.", no_args_is_help=True)
 
@@ -179,7 +185,7 @@ def verify_all(
     if trusted_keys:
         check_trusted_keys(store, trusted_keys)  # a bad key is an error even with no job
     # (text the database cannot decode among the orphans' records: read again, as verify_job)
-    job_ids, orphans = store.with_text_fallback(
+    job_ids, orphans, misplaced = store.with_text_fallback(
         lambda lenient: _listing(store, filters, trusted_keys, lenient_text=lenient)
     )
     failed: list[VerificationResult] = []
@@ -196,6 +202,8 @@ def verify_all(
         task = bar.add_task("verify", total=len(job_ids))
         for job_id in job_ids:
             result = verify_job(store, job_id, trusted_keys=trusted_keys)
+            if job_id in misplaced:
+                result = with_misplaced(result, misplaced[job_id])
             if each is not None:
                 each(result)
             if not result.ok:
@@ -246,16 +254,18 @@ class _ResultSpool:
 
 def _listing(
     store: Store, filters: JobFilter, trusted_keys: list[str] | None, *, lenient_text: bool
-) -> tuple[list[str], list[VerificationResult]]:
+) -> tuple[list[str], list[VerificationResult], dict[str, list[Misplaced]]]:
     """The ids of the jobs ``filters`` select, in listing order, and — without a filter — the
-    verified orphans, all read in one snapshot."""
+    verified orphans and the event rows no read of their job's log returns, all read in one
+    snapshot."""
     unfiltered = not filters.status and filters.namespace is None and filters.plan_name is None
     with collector_paused(), store.snapshot(lenient_text=lenient_text) as snap:
         # only the ids are read: a job row edited outside the store is listed (and fails its
         # checks); one query, streamed
         job_ids = list(snap.iter_job_ids(filters))
         orphans = orphan_results(snap, trusted_keys=trusted_keys) if unfiltered else []
-    return job_ids, orphans
+        misplaced = misplaced_events(snap) if unfiltered else {}
+    return job_ids, orphans, misplaced
 
 
 def render_all(total: int, failed: list[VerificationResult]) -> None:

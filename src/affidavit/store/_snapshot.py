@@ -152,6 +152,20 @@ class SqlSnapshot(ABC):
             self.stream_in_key_order(sql, params, batch),
         )
 
+    def iter_misplaced_events(
+        self, *, batch: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, int, int, str | None]]:
+        """``(job_id, version, position, holder)`` of every event row of a job that has a job
+        row but that no read of the job's log returns: on SQLite a row whose ``seq`` is not in
+        its job's range (``holder``: the job whose range it is in, ``None`` for none), put
+        there by hand. Ordered by job id and position; empty on PostgreSQL, whose logs are
+        read by ``(job_id, version)``. One pass over the events table."""
+        sql = self.log_sql.misplaced
+        if sql is None:
+            return iter(())
+        self.plan_freely()
+        return cast("Iterator[tuple[str, int, int, str | None]]", self.stream(sql, (), batch))
+
     def iter_events(self, job_id: str, *, batch: int = DEFAULT_BATCH) -> Iterator[StoredEvent]:
         for row in self.stream_in_key_order(self.log_sql.events, (job_id,), batch):
             yield checked_event(row)

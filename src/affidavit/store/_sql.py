@@ -69,6 +69,10 @@ class LogSql:
     rows: str  # (version, event_id, type, payload, chain_hash) of the whole log; (job_id,)
     events: str  # (job_id, version, event_id, type, payload, chain_hash) likewise; (job_id,)
     position: str = "version"  # the events column a log is read in order of
+    # (job_id, version, position, the job whose log the position is in or NULL) of every event
+    # row of a job (with a job row) that lies outside that job's log as `events` reads it, by
+    # job id and position; None where a job's rows are its log by construction
+    misplaced: str | None = None
 
 
 def job_row_select(output: str = "j.output", error: str = "j.error") -> str:

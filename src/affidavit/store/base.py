@@ -548,6 +548,13 @@ class Snapshot(Protocol):
         :meth:`iter_orphans`, each log in log order."""
         ...
 
+    def iter_misplaced_events(
+        self, *, batch: int = ...
+    ) -> Iterator[tuple[str, int, int, str | None]]:
+        """``(job_id, version, position, holder)`` of every event row of a job that no read of
+        the job's log returns (see :meth:`SqlSnapshot.iter_misplaced_events`)."""
+        ...
+
     def iter_events(self, job_id: str, *, batch: int = ...) -> Iterator[StoredEvent]:
         """The job's whole log in version order, streamed ``batch`` rows at a time (memory
         does not grow with the log). ``recorded_at`` is not read."""

@@ -80,6 +80,14 @@ BY_RANGE = LogSql(
     rows=f"SELECT version, event_id, type, payload, chain_hash FROM events WHERE {_LOG}",
     events=f"SELECT job_id, version, event_id, type, payload, chain_hash FROM events WHERE {_LOG}",
     position="seq",
+    # one pass over the events table, each row's job looked up by its id and the job whose
+    # range holds it by number (both indexed); rows of no job row are orphans, read elsewhere
+    misplaced=(
+        "SELECT e.job_id, e.version, e.seq, h.job_id FROM events e "
+        "JOIN jobs o ON o.job_id = e.job_id LEFT JOIN jobs h ON h.number = e.seq >> 32 "
+        f"WHERE e.seq NOT BETWEEN (o.number << 32) + 1 AND (o.number << 32) + {MAX_VERSION} "
+        "ORDER BY e.job_id, e.seq"
+    ),
 )
 # the append guard: (the job's attempt id, its number, whether the row before the first new one
 # is in its log)
@@ -547,6 +555,10 @@ class SqliteStore(SqlStore):
             self._uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
             if not os.access(parent, os.W_OK) and not Path(path + "-wal").exists():
                 self._uri += "&immutable=1"
+        # (a read-only store removes the -wal and -shm files its reads made: see close)
+        self._made_sidecars = read_only and not any(
+            Path(path + suffix).exists() for suffix in ("-wal", "-shm")
+        )
         self._write_lock = threading.RLock()
         self._in_write = False
         # One writer connection, whose `synchronous` level is switched when a transaction needs
@@ -563,9 +575,13 @@ class SqliteStore(SqlStore):
         self._readers_lock = threading.Lock()
         self._closed = False
         if read_only:
-            self.check_schema()
-            if not self._has_job_numbers():  # a copy made before migration 6, read as it is
-                self.log_sql = BY_JOB_ID
+            try:
+                self.check_schema()
+                if not self._has_job_numbers():  # a copy made before migration 6, read as it is
+                    self.log_sql = BY_JOB_ID
+            except BaseException:
+                self.close()  # (its connections, and the -wal and -shm files reading made)
+                raise
         elif migrate:
             self.migrate()
 
@@ -724,6 +740,29 @@ class SqliteStore(SqlStore):
                 conn.close()
             self._readers.clear()
             self._idle_snapshots.clear()
+        if self._made_sidecars:
+            self._made_sidecars = False
+            self._remove_sidecars()
+
+    def _remove_sidecars(self) -> None:
+        """Leave no -wal and -shm files beside a database this read-only store found without
+        them. Reading a WAL database makes them; SQLite removes them when the last connection
+        closes, but only a connection that may write does so. So one that may write, and
+        writes nothing, is opened and closed: SQLite removes the files only when no other
+        connection has the database open (it must hold the exclusive lock to). A -wal file
+        holding frames (a writer that came meanwhile) is left to its writer: closing would
+        checkpoint them, which is a write."""
+        wal = Path(self.path + "-wal")
+        try:
+            if not wal.exists() or wal.stat().st_size or not os.access(self.path, os.W_OK):
+                return
+            conn = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
+            try:
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            finally:
+                conn.close()
+        except (OSError, apsw.Error):
+            pass  # (a database that cannot be read: the files stay, as before)
 
 
 _DML = ("INSERT", "UPDATE", "DELETE", "REPLACE")

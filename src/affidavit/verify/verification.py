@@ -183,6 +183,35 @@ def orphan_results(
     return [_orphan_result(snap, orphan_id, folds[orphan_id], keys) for orphan_id in found]
 
 
+Misplaced = tuple[str, int, int, "str | None"]  # see Snapshot.iter_misplaced_events
+
+
+def misplaced_events(snap: Snapshot) -> dict[str, list[Misplaced]]:
+    """The event rows of each job that no read of its log returns (on SQLite, rows whose
+    position lies outside the job's range: put there by hand), by job id — read in ``snap`` in
+    one pass over the events table, as ``affidavit verify --all`` does."""
+    found: dict[str, list[Misplaced]] = {}
+    for row in snap.iter_misplaced_events():
+        found.setdefault(row[0], []).append(row)
+    return found
+
+
+def with_misplaced(result: VerificationResult, rows: list[Misplaced]) -> VerificationResult:
+    """``result`` failing its replay proof (invariant ``position``) for ``rows``, event rows of
+    its job that no read of its log returns — unless it already fails there."""
+    if not rows or not result.replay_proof_result.ok:
+        return result
+    _, version, position, holder = rows[0]
+    where = f"in job {holder}'s log" if holder is not None else "in no job's log"
+    more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
+    error = (
+        f"position: the events table holds a row of this job that no read of its log returns: "
+        f"version {version} at position {position}, {where}{more}; it was put there outside "
+        "affidavit"
+    )
+    return replace(result, replay_proof_result=ReplayProof(False, _text(error), "position", None))
+
+
 def _orphan_fold(job_id: str, held: list[str]) -> LogFold:
     """A fold whose first violation is the missing job row: what the result reports first.
     (An id read leniently from SQLite text that is not UTF-8 is reported escaped.)"""
