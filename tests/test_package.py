@@ -27,6 +27,7 @@ def test_public_api() -> None:
         [
             "AffidavitError",
             "Agent",
+            "AgentContext",
             "AgentNotFound",
             "AuthorizationError",
             "CanonicalizationError",
@@ -77,6 +78,7 @@ def test_public_api() -> None:
             "WaitTimeout",
             "VerificationResult",
             "__version__",
+            "agent",
             "canonical",
             "canonical_sha256",
             "chain_root",

@@ -35,6 +35,7 @@ from affidavit.core.events import EventType
 from affidavit.core.lazy import lazy_exports
 from affidavit.core.plan import Plan
 from affidavit.core.seal import PublicKey, Seal
+from affidavit.runtime.agent import AgentContext, agent
 from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
 from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
 from affidavit.runtime.runtime import Runtime
@@ -89,6 +90,7 @@ __getattr__ = lazy_exports("affidavit", _LAZY, globals())
 __all__ = [
     "AffidavitError",
     "Agent",
+    "AgentContext",
     "AgentNotFound",
     "AuthorizationError",
     "CanonicalizationError",
@@ -139,6 +141,7 @@ __all__ = [
     "VerificationResult",
     "WaitTimeout",
     "__version__",
+    "agent",
     "canonical",
     "canonical_sha256",
     "chain_root",

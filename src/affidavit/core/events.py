@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 class EventType(StrEnum):
     JOB_CREATED = "job_created"
     PLAN_GENERATED = "plan_generated"
+    AGENT_STARTED = "agent_started"
+    STEP_CALLED = "step_called"
     NODE_STARTED = "node_started"
     TOOL_INVOCATION_STARTED = "tool_invocation_started"
     TOOL_INVOCATION_FINISHED = "tool_invocation_finished"

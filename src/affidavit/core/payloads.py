@@ -27,6 +27,7 @@ class JobCreated(_Payload):
     namespace: str
     submitted_by: str | None
     idempotency_key: str | None
+    kind: Literal["agent"] | None = None  # absent on plan jobs
 
 
 class RetrySettings(BaseModel):
@@ -46,6 +47,25 @@ class PlanGenerated(_Payload):
     task_graph: dict[str, Any]
     plan_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     policy: PolicySettings
+
+
+class AgentPolicySettings(PolicySettings):
+    max_concurrency: int = Field(ge=1)
+
+
+class AgentStarted(_Payload):
+    agent: str
+    agent_version: str
+    agent_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    policy: AgentPolicySettings
+
+
+class StepCalled(_StepPayload):
+    seq: int = Field(ge=0)
+    kind: Literal["tool", "pure", "wait", "approval", "sleep", "now", "uuid", "random", "patched"]
+    tool_name: str | None
+    args: dict[str, Any]
+    args_hash: str = Field(pattern=r"^[0-9a-f]{16}$")
 
 
 class NodeStarted(_StepPayload):
@@ -100,9 +120,10 @@ class NodeFinished(_StepPayload):
 
 class JobWaiting(_Payload):
     node_id: str
-    wait_type: Literal["signal", "approval"]
+    wait_type: Literal["signal", "approval", "timer"]
     correlation_key: str
     reason: str
+    wake_at: str | None = Field(default=None, pattern=_RFC3339_MICRO)  # timers and timeouts
 
 
 class WaitCompleted(_Payload):
@@ -137,7 +158,7 @@ class StepCompensated(_StepPayload):
 
 
 class JobCompleted(_Payload):
-    output: dict[str, Any]
+    output: Any  # a plan job's: an object (sink node id -> output); an agent's: its return
 
 
 class JobFailed(_Payload):
@@ -153,6 +174,8 @@ class JobCancelled(_Payload):
 PAYLOAD_MODELS: dict[EventType, type[_Payload]] = {
     EventType.JOB_CREATED: JobCreated,
     EventType.PLAN_GENERATED: PlanGenerated,
+    EventType.AGENT_STARTED: AgentStarted,
+    EventType.STEP_CALLED: StepCalled,
     EventType.NODE_STARTED: NodeStarted,
     EventType.TOOL_INVOCATION_STARTED: ToolInvocationStarted,
     EventType.TOOL_INVOCATION_FINISHED: ToolInvocationFinished,

@@ -20,6 +20,9 @@ POINTS = frozenset(
         "tool.after_commit",
         "pure.after_execute",
         "job.before_complete",
+        "agent.replay_step",
+        "wait.after_record",
+        "sleep.after_record",
     }
 )
 

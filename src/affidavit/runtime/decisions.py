@@ -35,6 +35,7 @@ DECISIONS_BY_REASON: dict[str, tuple[str, ...]] = {
     "in_flight": ("retry", "accept_result", "fail"),
     "replay_verification": ("continue", "fail"),
     "crash_loop": ("retry", "fail"),
+    "nondeterministic": ("retry", "fail"),
 }
 RESUME_DECISIONS = ("retry", "accept_result", "continue", "fail")
 
@@ -82,6 +83,10 @@ def signal_job(
             )
         if job.terminal:
             raise SignalRejected(f"job {job_id} is {job.status}; it takes no more signals")
+        if wait.get("wait_type") == "timer":
+            raise SignalRejected(
+                f"the wait {key!r} of job {job_id} is a timer (ctx.sleep): it ends on its own"
+            )
         if wait.get("wait_type") == "approval":
             _check_approval(payload, key)
         tx.append(

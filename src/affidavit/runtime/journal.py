@@ -255,8 +255,8 @@ class Journal:
         self,
         reason: str,
         *,
-        node_id: str,
-        step_id: str,
+        node_id: str | None,
+        step_id: str | None,
         detail: dict[str, Any],
         idempotency_key: str | None = None,
     ) -> Stop:

@@ -68,7 +68,11 @@ class Recovery:
         self.metrics = metrics
 
     def count_recovery(
-        self, events: list[StoredEvent], limit: int, next_node: str | None, last_node: str
+        self,
+        events: list[StoredEvent],
+        limit: int,
+        next_node: str | None,
+        last_node: str | None,
     ) -> None:
         """This run recovers a job whose run before ended without finishing or handing it
         back: count it — one more in a row when no node finished since the recovery before
@@ -89,7 +93,7 @@ class Recovery:
             raise self.journal.park(
                 "crash_loop",
                 node_id=named,
-                step_id=self.steps.spec(named).step_id,
+                step_id=self.steps.spec(named).step_id if named is not None else None,
                 detail={
                     "recoveries": count,
                     "max_recoveries": limit,

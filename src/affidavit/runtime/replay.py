@@ -28,6 +28,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from affidavit.core.agent_steps import (
+    NODE_TYPE_OF_KIND,
+    agent_hash,
+    agent_node_id,
+    agent_step_id,
+)
 from affidavit.core.errors import AffidavitError, ReplayError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, FAILED_RESULT_TYPES
 from affidavit.core.plan import Plan
@@ -69,6 +75,9 @@ class ReplayContext:
 
     job_id: str | None = None
     input: Any = None
+    kind: str = "plan"  # or "agent": a job whose steps an agent function decides as it runs
+    agent: dict[str, Any] | None = None  # an agent job's agent_started payload
+    agent_steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> step_called
     namespace: str | None = None
     task_graph: dict[str, Any] | None = None
     plan_hash: str | None = None
@@ -162,12 +171,15 @@ class ReplayContextBuilder:
     def __init__(self) -> None:
         self.ctx = ReplayContext()
         self._plan: Plan | None = None  # parsed from plan_generated; see :attr:`plan`
+        self._agent_nodes: dict[str, str] = {}  # agent job: node id -> node type
         self._completed_at: dict[str, int] = {}  # node id -> version it completed at
         self._committed_nodes: set[str] = set()  # tool nodes with a committed invocation
         self._version = 0
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "job_created": self._job_created,
             "plan_generated": self._plan_generated,
+            "agent_started": self._agent_started,
+            "step_called": self._step_called,
             "node_started": self._node_started,
             "tool_invocation_started": self._invocation_started,
             "tool_invocation_finished": self._invocation_finished,
@@ -203,6 +215,11 @@ class ReplayContextBuilder:
         """The plan of ``plan_generated``, parsed (``None`` before it)."""
         return self._plan
 
+    @property
+    def agent(self) -> dict[str, Any] | None:
+        """An agent job's ``agent_started`` payload (``None`` for a plan job, or before it)."""
+        return self.ctx.agent
+
     def add(self, event: StoredEvent, payload: Any = None) -> None:
         """Fold one more event (the next version) into :attr:`ctx`; ``payload``, when given,
         is ``event.payload`` already decoded by the caller.
@@ -223,7 +240,11 @@ class ReplayContextBuilder:
             self._fail(f"unknown event type {event.type!r}")
         if event.version == 1 and event.type != "job_created":
             self._fail("the log does not start with job_created")
-        if event.type not in ("job_created", "plan_generated") and self._plan is None:
+        if (
+            event.type not in ("job_created", "plan_generated", "agent_started")
+            and self._plan is None
+            and self.ctx.agent is None
+        ):
             self._fail(f"{event.type} before plan_generated")
         ctx.event_count += 1
         ctx.job_id = event.job_id
@@ -241,13 +262,16 @@ class ReplayContextBuilder:
 
     def _step(self, p: dict[str, Any], *kinds: str) -> str:
         """The event's node id, checked against the plan (type and step id)."""
-        assert self._plan is not None
         node_id = p["node_id"]
-        node = self._plan.by_id.get(node_id)
-        if node is None:
-            self._fail(f"node {node_id!r} is not in the plan")
-        if kinds and node.type not in kinds:
-            self._fail(f"node {node_id!r} is a {node.type} node, not {' or '.join(kinds)}")
+        node_type = self._node_type(node_id)
+        if node_type is None:
+            self._fail(
+                f"node {node_id!r} is not in the plan"
+                if self._plan is not None
+                else f"node {node_id!r} was not called (no step_called before it)"
+            )
+        if kinds and node_type not in kinds:
+            self._fail(f"node {node_id!r} is a {node_type} node, not {' or '.join(kinds)}")
         if "step_id" in p and p["step_id"] != self.ctx.step_ids[node_id]:
             self._fail(
                 f"step id {p['step_id']!r} of node {node_id!r} is not the plan's "
@@ -255,13 +279,20 @@ class ReplayContextBuilder:
             )
         return str(node_id)
 
+    def _node_type(self, node_id: Any) -> str | None:
+        if self._plan is not None:
+            node = self._plan.by_id.get(node_id)
+            return None if node is None else node.type
+        return self._agent_nodes.get(node_id)
+
     def _check_ready(self, node_id: str, what: str) -> None:
-        assert self._plan is not None
         if node_id in self._completed_at:
             self._fail(
                 f"node {node_id!r} {what} again after it completed at event "
                 f"{self._completed_at[node_id]}"
             )
+        if self._plan is None:
+            return  # an agent job's calls depend on nothing recorded: the code decided
         for dep in self._plan.node(node_id).depends_on:
             if dep not in self._completed_at:
                 self._fail(f"node {node_id!r} {what} before its dependency {dep!r} completed")
@@ -276,8 +307,8 @@ class ReplayContextBuilder:
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
         ctx = self.ctx
-        if self._plan is not None:
-            self._fail("a second plan_generated")
+        if self._plan is not None or ctx.agent is not None:
+            self._fail("a second plan_generated, or one in an agent job")
         try:
             self._plan = Plan.of_recorded_graph(p["task_graph"], p.get("plan_hash"))
         except AffidavitError as exc:
@@ -287,6 +318,38 @@ class ReplayContextBuilder:
         ctx.plan_hash = p.get("plan_hash")
         ctx.policy = p.get("policy")
         ctx.step_ids = self._plan.step_ids(ctx.job_id)
+
+    def _agent_started(self, p: dict[str, Any]) -> None:
+        ctx = self.ctx
+        if self._plan is not None or ctx.agent is not None:
+            self._fail("a second agent_started, or one in a plan job")
+        if not isinstance(p["agent"], str) or not isinstance(p["agent_version"], str):
+            self._fail("agent_started names no agent and version")
+        if p.get("agent_hash") != agent_hash(p["agent"], p["agent_version"]):
+            self._fail("agent_started's agent_hash is not the hash of its agent and version")
+        ctx.kind = "agent"
+        ctx.agent = p
+        ctx.policy = p.get("policy")
+
+    def _step_called(self, p: dict[str, Any]) -> None:
+        ctx = self.ctx
+        if ctx.agent is None:
+            self._fail("step_called in a plan job")
+        assert ctx.job_id is not None
+        seq, kind = p["seq"], p["kind"]
+        if type(seq) is not int or seq != len(ctx.agent_steps):
+            self._fail(f"step_called with seq {seq!r}; the next is {len(ctx.agent_steps)}")
+        if kind not in NODE_TYPE_OF_KIND:
+            self._fail(f"step_called of unknown kind {kind!r}")
+        node_id = agent_node_id(seq)
+        if p["node_id"] != node_id:
+            self._fail(f"step_called {seq} names node {p['node_id']!r}, not {node_id!r}")
+        step = agent_step_id(ctx.job_id, seq, kind)
+        if p["step_id"] != step:
+            self._fail(f"step id {p['step_id']!r} of call {seq} is not {step!r}")
+        ctx.agent_steps[seq] = p
+        ctx.step_ids[node_id] = step
+        self._agent_nodes[node_id] = NODE_TYPE_OF_KIND[kind]
 
     def _node_started(self, p: dict[str, Any]) -> None:
         ctx = self.ctx

@@ -109,6 +109,10 @@ class JobRunner:
         for event in events:
             builder.add(event)
         replay = builder.ctx
+        if builder.agent is not None:
+            from affidavit.runtime.agent_runner import run_agent_job
+
+            return run_agent_job(self, claim, events, replay, builder.agent)
         if builder.plan is None:
             raise AffidavitError(f"job {claim.job_id} has no plan_generated event")
         plan = builder.plan

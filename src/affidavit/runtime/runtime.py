@@ -9,6 +9,7 @@ from typing import Any
 from affidavit.core.config import DEFAULT_NAMESPACE, database_url
 from affidavit.core.errors import PlanError
 from affidavit.core.plan import Plan
+from affidavit.runtime.agent import Agent
 from affidavit.runtime.confirm import ResourceVerifier
 from affidavit.runtime.decisions import (
     RESUME_DECISIONS,
@@ -18,11 +19,10 @@ from affidavit.runtime.decisions import (
     signal_job,
 )
 from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.replay import ReplayContextBuilder
 from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
 from affidavit.runtime.sealing import Sealer, SigningKey
-from affidavit.runtime.submit import check_plan, missing_tools, submit_job
+from affidavit.runtime.submit import check_plan, submit_agent_job, submit_job
 from affidavit.runtime.waiting import wait_for_job
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, Store, open_store
@@ -55,7 +55,7 @@ class Runtime:
         self,
         db_url: str | None = None,
         *,
-        tools: ToolRegistry | Iterable[Tool] | None = None,
+        tools: ToolRegistry | Iterable[Tool | Agent] | None = None,
         store: Store | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         worker_id: str | None = None,
@@ -129,7 +129,7 @@ class Runtime:
 
     def submit(
         self,
-        plan: Plan | Mapping[str, Any] | str | Path,
+        plan: Plan | Agent | Mapping[str, Any] | str | Path,
         input: Any = None,
         *,
         idempotency_key: str | None = None,
@@ -139,8 +139,26 @@ class Runtime:
     ) -> JobRecord:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
         Nothing is written unless the plan, its tools and the input are all valid. See
-        :func:`~affidavit.runtime.submit.submit_job`."""
+        :func:`~affidavit.runtime.submit.submit_job`.
+
+        ``plan`` may also be an agent (:func:`affidavit.agent`) or the name of a registered
+        one: the job runs that agent function with ``input`` as its keyword arguments (see
+        :func:`~affidavit.runtime.submit.submit_agent_job`)."""
         self._check_open()
+        if isinstance(plan, Agent) or (
+            isinstance(plan, str) and self.tools.get_agent(plan) is not None
+        ):
+            job, _ = submit_agent_job(
+                self.store,
+                plan,
+                input,
+                tools=self.tools,
+                idempotency_key=idempotency_key,
+                namespace=namespace,
+                submitted_by=submitted_by,
+                replay_verification=replay_verification,
+            )
+            return job
         job, _ = submit_job(
             self.store,
             plan,
@@ -177,11 +195,7 @@ class Runtime:
         """
         self._check_open()
         if self.worker.run_once(job_id) == "unrunnable":
-            builder = ReplayContextBuilder()
-            for event in self.store.list_events(job_id):
-                builder.add(event)
-            assert builder.plan is not None  # the run found it
-            missing = missing_tools(builder.plan, self.tools, builder.ctx.completed_nodes)
+            missing = self.worker.last_missing
             raise PlanError(
                 f"job {job_id} needs {', '.join(missing)}, which are not registered here",
                 hint="Load the module that defines them with --tools.",

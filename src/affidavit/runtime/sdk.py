@@ -20,6 +20,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigError
 
 if TYPE_CHECKING:
+    from affidavit.runtime.agent import Agent
     from affidavit.runtime.confirm import ResourceVerifier
 
 
@@ -175,12 +176,16 @@ class ToolRegistry:
     :class:`~affidavit.runtime.Runtime` can also be given its own."""
 
     def __init__(
-        self, tools: Iterable[Tool] = (), verifiers: Iterable[ResourceVerifier] = ()
+        self, tools: Iterable[Tool | Agent] = (), verifiers: Iterable[ResourceVerifier] = ()
     ) -> None:
         self._tools: dict[str, Tool] = {}
+        self._agents: dict[str, Agent] = {}
         self._verifiers: dict[str, list[ResourceVerifier]] = {}
         for t in tools:
-            self.add(t)
+            if isinstance(t, Tool):
+                self.add(t)
+            else:
+                self.add_agent(t)
         for v in verifiers:
             self.add_verifier(v)
 
@@ -210,6 +215,30 @@ class ToolRegistry:
         if existing is None:
             self._tools[t.name] = t
 
+    def add_agent(self, a: Agent) -> None:
+        """Register an agent (:func:`affidavit.agent`). The same agent again is a no-op;
+        another one under its name is refused.
+
+        Raises:
+            ToolError: the name is taken by a different agent.
+        """
+        existing = self._agents.get(a.name)
+        if existing is not None and existing is not a:
+            if existing.fn is a.fn and existing.version == a.version:
+                return
+            raise ToolError(
+                f"agent {a.name!r} is registered twice",
+                hint="Agent names must be unique within a registry.",
+            )
+        self._agents[a.name] = a
+
+    def get_agent(self, name: str) -> Agent | None:
+        """The agent registered under ``name``."""
+        return self._agents.get(name)
+
+    def agent_names(self) -> list[str]:
+        return sorted(self._agents)
+
     def add_verifier(self, verifier: ResourceVerifier) -> None:
         """Register a :class:`~affidavit.runtime.confirm.ResourceVerifier` for the resource
         types it names (confirmation replay asks it about those types)."""
@@ -232,7 +261,7 @@ class ToolRegistry:
 
     def with_verifiers(self, verifiers: Iterable[ResourceVerifier]) -> ToolRegistry:
         """A registry with this one's tools and verifiers plus ``verifiers``."""
-        copy = ToolRegistry(self._tools.values())
+        copy = ToolRegistry([*self._tools.values(), *self._agents.values()])
         for listed in self._verifiers.values():
             for v in listed:
                 copy.add_verifier(v)

@@ -5,15 +5,18 @@ The service function behind ``Runtime.submit``, ``affidavit submit|run`` and ``P
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from affidavit.core.agent_steps import agent_hash
 from affidavit.core.canonical import canonical, canonical_nested
 from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
+from affidavit.runtime.agent import Agent
 from affidavit.runtime.args import check_input_references
 from affidavit.runtime.confirm import REPLAY_VERIFICATION_MODES
 from affidavit.runtime.sdk import ToolRegistry
@@ -192,3 +195,123 @@ def _same_submission(store: Store, job: JobRecord, plan_hash: str, job_input: An
             f"idempotency key {job.idempotency_key!r} names job {job.job_id}, submitted with "
             f"another {' and '.join(differs)}"
         )
+
+
+def resolve_agent(agent: Agent | str, tools: ToolRegistry) -> Agent:
+    """The agent ``agent`` names (an :class:`~affidavit.runtime.agent.Agent`, or the name of
+    one registered in ``tools``).
+
+    Raises:
+        PlanError: no agent of that name is registered.
+    """
+    if isinstance(agent, Agent):
+        return agent
+    found = tools.get_agent(agent)
+    if found is None:
+        known = ", ".join(tools.agent_names()) or "none"
+        raise PlanError(
+            f"agent {agent!r} is not registered",
+            hint=f"Registered agents: {known}. Load the module that defines it with --tools.",
+        )
+    return found
+
+
+def submit_agent_job(
+    store: Store,
+    agent: Agent | str,
+    input: Any = None,
+    *,
+    tools: ToolRegistry,
+    idempotency_key: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    submitted_by: str | None = None,
+    replay_verification: str | None = None,
+) -> tuple[JobRecord, bool]:
+    """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
+    ``agent_started`` with the agent's name, version and policy. The input is the agent
+    function's keyword arguments (a JSON object). Same idempotency rules as
+    :func:`submit_job` (the same key with another agent, version or input is a conflict).
+
+    Raises:
+        PlanError: the agent is not registered, or the input does not fit its parameters.
+        IdempotencyConflict, ConfigError, CanonicalizationError: as :func:`submit_job`.
+    """
+    check_idempotency_key(idempotency_key)
+    found = resolve_agent(agent, tools)
+    job_input = {} if input is None else input
+    canonical_nested(job_input)
+    if not isinstance(job_input, dict):
+        raise PlanError(
+            f"the input of agent {found.name!r} must be a JSON object (its keyword arguments), "
+            f"not {type(job_input).__name__}"
+        )
+    try:
+        inspect.signature(found.fn).bind(None, **job_input)
+    except TypeError as exc:
+        raise PlanError(
+            f"the input does not fit agent {found.name!r}: {exc}",
+            hint="The input's fields are the agent function's keyword arguments after ctx.",
+        ) from None
+    except ValueError:
+        pass  # no signature to read: the run will say
+    policy = found.policy()
+    if replay_verification is not None:
+        if replay_verification not in REPLAY_VERIFICATION_MODES:
+            raise ConfigError(
+                f"unknown replay_verification mode {replay_verification!r}",
+                hint=f"Use one of: {', '.join(REPLAY_VERIFICATION_MODES)}.",
+            )
+        policy["replay_verification"] = replay_verification
+    identity = agent_hash(found.name, found.version)
+    at = utc_now()
+    job, created = store.create_job(
+        namespace=namespace,
+        plan_name=found.name,
+        idempotency_key=idempotency_key,
+        submitted_by=submitted_by,
+        events=[
+            NewEvent(
+                "job_created",
+                {
+                    "at": at,
+                    "input": job_input,
+                    "plan_name": found.name,
+                    "namespace": namespace,
+                    "submitted_by": submitted_by,
+                    "idempotency_key": idempotency_key,
+                    "kind": "agent",
+                },
+            ),
+            NewEvent(
+                "agent_started",
+                {
+                    "at": at,
+                    "agent": found.name,
+                    "agent_version": found.version,
+                    "agent_hash": identity,
+                    "policy": policy,
+                },
+            ),
+        ],
+    )
+    if not created:
+        first = store.list_events(job.job_id, limit=2)
+        recorded = {e.type: e.payload for e in first}
+        started = recorded.get("agent_started", {})
+        differs = [
+            what
+            for what, same in (
+                ("agent or version", started.get("agent_hash") == identity),
+                (
+                    "input",
+                    canonical(recorded.get("job_created", {}).get("input")) == canonical(job_input),
+                ),
+            )
+            if not same
+        ]
+        if differs:
+            raise IdempotencyConflict(
+                f"idempotency key {job.idempotency_key!r} names job {job.job_id}, submitted "
+                f"with another {' and '.join(differs)}"
+            )
+    return job, created

@@ -181,6 +181,8 @@ class Worker:
         # it (insertion-ordered, the oldest forgotten past _MAX_SKIPPED)
         self._cannot_run: dict[str, None] = {}
         self._clock_checked = False  # see check_clock
+        # what the last job handed back as unrunnable needed (tools, an agent's version)
+        self.last_missing: list[str] = []
 
     def request_stop(self) -> None:
         """Stop gracefully: claim nothing more, and end every running job at its next step
@@ -289,6 +291,7 @@ class Worker:
                 if status != "unrunnable":
                     self.jobs_run += 1
         if status == "unrunnable":
+            self.last_missing = list(runner.missing_tools)
             # nothing was written: hand the job back at once, for a worker with these tools
             log.warning(
                 "worker %s: job %s needs %s, which this worker does not have (--tools); "

@@ -26,9 +26,12 @@ _LEDGER_INSERT = (
 )
 # The same insert, failing on an existing key (the transaction with it): see send_presumed_new.
 _LEDGER_INSERT_NEW = _LEDGER_INSERT.removesuffix(" ON CONFLICT DO NOTHING")
+# A waiting job with a lease expiry is a timer (an agent's sleep, or a wait's timeout): it is
+# runnable once that time has passed, without a signal.
 RUNNABLE = (
     "(j.status = 'pending' OR (j.status = 'running' AND "
-    "(j.lease_expires_at IS NULL OR j.lease_expires_at < ?)))"
+    "(j.lease_expires_at IS NULL OR j.lease_expires_at < ?)) OR "
+    "(j.status = 'waiting' AND j.lease_expires_at < ?))"
 )
 
 
@@ -204,7 +207,7 @@ class LedgerOps:
             "SELECT j.job_id, j.status, j.lease_owner, j.recoveries, j.recovery_progress "
             f"FROM jobs j WHERE {RUNNABLE}"
         )
-        params: list[Any] = [now]
+        params: list[Any] = [now, now]
         if job_id is not None:
             sql += " AND j.job_id = ?"
             params.append(job_id)

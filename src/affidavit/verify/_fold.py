@@ -70,7 +70,9 @@ from affidavit.runtime.decisions import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 
-_KNOWN_TYPES = frozenset(t.value for t in EventType)
+# (the events of agent jobs, agent_started and step_called, are not folded here yet: a log
+# holding them is reported as an unknown event type)
+_KNOWN_TYPES = frozenset(t.value for t in EventType) - {"agent_started", "step_called"}
 _OUTCOMES = frozenset({"success", "failure", "timeout", "lost"})
 _NOT_RUNNING = ("pending", "parked", "waiting")
 _sha256 = hashlib.sha256

@@ -1,0 +1,275 @@
+"""Agent jobs written as code: ``@affidavit.agent`` and the :class:`AgentContext` it receives.
+
+An agent is a function ``fn(ctx, **input)`` (``def`` or ``async def``) whose every
+``ctx.call``, ``ctx.wait``, ``ctx.approval``, ``ctx.sleep``, ``ctx.now/uuid/random`` and
+``ctx.patched`` records one step, numbered in program order. Recovery runs the function again
+from the top: recorded steps return their recorded results without executing, the first
+unrecorded one continues the job, and a call that differs from its record parks the job as
+``nondeterministic``. See docs/runtime.md ("Agent jobs").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from affidavit.runtime.sdk import Tool, ToolError, registry
+
+#: How many calls of one agent job run at once unless the agent says otherwise.
+DEFAULT_MAX_CONCURRENCY = 8
+_MAX_NAME = 200
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, eq=False)
+class Agent:
+    """A registered agent function. ``version`` is recorded with every job it runs; a worker
+    with another version of the agent does not run (or recover) the job."""
+
+    name: str
+    fn: Callable[..., Any]
+    version: str
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    in_flight: str = "park"
+    retry: dict[str, Any] = field(
+        default_factory=lambda: {"max_attempts": 3, "backoff_seconds": 1.0}
+    )
+    replay_verification: str = "strict"
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the function is an ``async def`` (its ``ctx`` calls are awaited)."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    def policy(self) -> dict[str, Any]:
+        """The policy recorded in ``agent_started``."""
+        return {
+            "in_flight": self.in_flight,
+            "replay_verification": self.replay_verification,
+            "retry": dict(self.retry),
+            "max_concurrency": self.max_concurrency,
+        }
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def source_version(fn: Callable[..., Any]) -> str:
+    """The default version of an agent: the first 16 hex characters of the SHA-256 of its
+    module's source (of the function's own source when the module's cannot be read), so that
+    a worker running changed code does not silently recover jobs recorded by the old code."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    source: str | None = None
+    for obj in (module, fn):
+        if obj is None:
+            continue
+        try:
+            source = inspect.getsource(obj)
+            break
+        except (OSError, TypeError):
+            continue
+    if source is None:
+        raise ToolError(
+            f"the source of agent function {getattr(fn, '__name__', fn)!r} cannot be read "
+            "to derive its version",
+            hint="Pass version=... to @affidavit.agent.",
+        )
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def agent(
+    name: str,
+    *,
+    version: str | None = None,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    in_flight: str = "park",
+    retry: dict[str, Any] | None = None,
+    replay_verification: str = "strict",
+) -> Callable[[Callable[..., Any]], Agent]:
+    """Register an agent function under ``name`` (in the module-level registry, which
+    ``--tools`` modules fill). ``version`` defaults to a hash of the agent module's source.
+    ``max_concurrency`` bounds the calls of one job that run at once; ``in_flight``,
+    ``retry`` and ``replay_verification`` are the job's policy, as a plan's.
+
+    Raises:
+        ToolError: a bad name or option, or another agent under ``name``.
+    """
+    if not isinstance(name, str) or not name or len(name) > _MAX_NAME or not name.isprintable():
+        raise ToolError(f"agent name {name!r} must be printable text of 1 to {_MAX_NAME} chars")
+    if version is not None and (not isinstance(version, str) or not version):
+        raise ToolError(f"agent {name!r}: version must be non-empty text, not {version!r}")
+    if type(max_concurrency) is not int or max_concurrency < 1:
+        raise ToolError(f"agent {name!r}: max_concurrency must be an integer ≥ 1")
+    if in_flight not in ("park", "fail"):
+        raise ToolError(f"agent {name!r}: in_flight must be 'park' or 'fail', not {in_flight!r}")
+    if replay_verification not in ("strict", "warn", "human"):
+        raise ToolError(
+            f"agent {name!r}: replay_verification must be strict, warn or human, "
+            f"not {replay_verification!r}"
+        )
+    policy_retry = {"max_attempts": 3, "backoff_seconds": 1.0, **(retry or {})}
+    attempts, backoff = policy_retry["max_attempts"], policy_retry["backoff_seconds"]
+    if type(attempts) is not int or attempts < 1 or not isinstance(backoff, int | float):
+        raise ToolError(f"agent {name!r}: retry needs max_attempts ≥ 1 and backoff_seconds")
+
+    def register(fn: Callable[..., Any]) -> Agent:
+        if not callable(fn):
+            raise ToolError(f"@agent({name!r}) decorates {fn!r}, which is not a function")
+        made = Agent(
+            name,
+            fn,
+            version if version is not None else source_version(fn),
+            max_concurrency,
+            in_flight,
+            {"max_attempts": attempts, "backoff_seconds": float(backoff)},
+            replay_verification,
+        )
+        registry.add_agent(made)
+        return made
+
+    return register
+
+
+class StepHandle(Protocol):
+    """A call started with :meth:`AgentContext.start`: :meth:`result` waits for it."""
+
+    def result(self) -> Any: ...
+
+
+class _Backend(Protocol):
+    """What an :class:`AgentContext` asks of the run that executes its job."""
+
+    job_id: str
+    input: Any
+
+    def call(self, target: Tool | str, args: dict[str, Any], *, start: bool) -> Any: ...
+
+    def gather(self, handles: Iterable[Any]) -> list[Any]: ...
+
+    def wait(
+        self, kind: str, key: str, args: dict[str, Any], timeout: float | None, *, start: bool
+    ) -> Any: ...
+
+    def sleep(self, seconds: float, *, start: bool) -> Any: ...
+
+    def value(self, kind: str, args: dict[str, Any], make: Callable[[], Any]) -> Any: ...
+
+    def patched(self, patch_id: str) -> bool: ...
+
+
+class AgentContext:
+    """What an agent function is given: its job's identity and input, and the calls that
+    record steps. Every method that records takes the next sequence number in program order.
+
+    In an ``async def`` agent, :meth:`call`, :meth:`wait`, :meth:`approval` and :meth:`sleep`
+    return awaitables (``await ctx.call(...)``; ``asyncio.gather`` runs calls concurrently);
+    in a plain ``def`` agent they return the value, and :meth:`start` / :meth:`gather` run
+    calls concurrently. :meth:`now`, :meth:`uuid`, :meth:`random` and :meth:`patched` return
+    their value in both.
+
+    A step that fails for good (after its retries), a park, a wait and a lost lease end the
+    function's run by raising an exception it must not catch (a :class:`BaseException`, as
+    ``KeyboardInterrupt`` is): the job fails, waits or parks as a plan job would.
+    """
+
+    __slots__ = ("_async", "_backend")
+
+    def __init__(self, backend: _Backend, *, is_async: bool) -> None:
+        self._backend = backend
+        self._async = is_async
+
+    @property
+    def job_id(self) -> str:
+        """The job's id."""
+        return self._backend.job_id
+
+    @property
+    def input(self) -> Any:
+        """The job's input, as submitted (the agent function's keyword arguments)."""
+        return self._backend.input
+
+    def call(self, tool: Tool | str, /, **args: Any) -> Any:
+        """Call a ``@tool`` or ``@pure`` function (the object or its registered name) with
+        ``args`` as one step: a tool through the invocation ledger (at most once, reconciled
+        or parked when caught in flight), a pure function once (its output recorded). On
+        recovery a recorded call returns its recorded result without running. Returns the
+        result as recorded (JSON values), or an awaitable of it in an async agent.
+
+        Raises:
+            BaseException subclass: the step failed for good, or the job parked or must stop.
+        """
+        if self._async:
+            return self._backend.call(tool, args, start=True)
+        return self._backend.call(tool, args, start=False)
+
+    def start(self, tool: Tool | str, /, **args: Any) -> StepHandle:
+        """Start :meth:`call` without waiting for it (plain ``def`` agents): the step takes
+        its sequence number now and runs concurrently, at most the agent's
+        ``max_concurrency`` at once; ``handle.result()`` (or :meth:`gather`) waits for it."""
+        if self._async:
+            raise TypeError("ctx.start is for def agents; an async agent awaits ctx.call")
+        handle: StepHandle = self._backend.call(tool, args, start=True)
+        return handle
+
+    def gather(self, *calls: StepHandle) -> list[Any]:
+        """The results of calls started with :meth:`start`, in the order given, once all have
+        finished (a failure is raised after every one of them has recorded its outcome)."""
+        if self._async:
+            raise TypeError("ctx.gather is for def agents; an async agent uses asyncio.gather")
+        return self._backend.gather(calls)
+
+    def wait(self, key: str, timeout_seconds: float | None = None) -> Any:
+        """Wait for the signal ``key`` (``affidavit signal JOB --key KEY``) and return its
+        payload. The job waits without a worker; with ``timeout_seconds``, a job not
+        signalled by then continues and the wait returns ``None``. A key is used once per job."""
+        args: dict[str, Any] = {"key": key}
+        if timeout_seconds is not None:
+            args["timeout_seconds"] = timeout_seconds
+        return self._backend.wait("wait", key, args, timeout_seconds, start=self._async)
+
+    def approval(self, key: str, payload: Any = None) -> Any:
+        """Ask a person to approve (signal ``key``, as an approval node): returns the answer's
+        payload; an answer with ``"approved": false`` fails the job."""
+        args: dict[str, Any] = {"key": key}
+        if payload is not None:
+            args["payload"] = payload
+        return self._backend.wait("approval", key, args, None, start=self._async)
+
+    def sleep(self, seconds: float) -> Any:
+        """A durable timer: the job waits ``seconds`` without a worker (none holds it while it
+        sleeps) and continues on whichever worker claims it after."""
+        return self._backend.sleep(seconds, start=self._async)
+
+    def now(self) -> float:
+        """The time (seconds since the epoch), recorded: a recovery gets the same value."""
+        import time
+
+        return float(self._backend.value("now", {}, time.time))
+
+    def uuid(self) -> str:
+        """A random UUID (text), recorded."""
+        import uuid
+
+        return str(self._backend.value("uuid", {}, lambda: str(uuid.uuid4())))
+
+    def random(self) -> float:
+        """A random number in [0, 1), recorded."""
+        import random
+
+        return float(self._backend.value("random", {}, random.random))
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new code path marked ``patch_id``: ``True`` in jobs
+        that reach this point with the new code (recorded), ``False`` in a job whose record
+        was made by code without the patch here (it keeps the old path)."""
+        return self._backend.patched(patch_id)
+
+
+def agents_in(items: Iterable[Any]) -> list[Agent]:
+    """The :class:`Agent` objects among ``items``."""
+    return [i for i in items if isinstance(i, Agent)]
