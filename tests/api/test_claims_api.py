@@ -133,6 +133,7 @@ def test_agent_reads_per_namespace(api: Api, agents: ClaimService) -> None:
 def test_metrics_count_claim_verdicts(api: Api, agents: ClaimService) -> None:
     with api.client("agent_a") as c:
         assert c.post("/api/claims/verify", json=claim(command="false")).status_code == 200
+    with api.client("admin") as c:
         text = c.get("/metrics").text
     sample = 'affidavit_claim_verifications{claim_type="test_result",verdict="inaccurate"}'
     line = next(ln for ln in text.splitlines() if ln.startswith(sample))

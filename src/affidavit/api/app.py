@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
+import anyio
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -16,7 +18,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from affidavit.api import claims, decisions, errors, jobs, keys, ui
-from affidavit.api.deps import Observer, Service, ServiceDep, unique_json_keys
+from affidavit.api.deps import Admin, Service, ServiceDep, unique_json_keys
+from affidavit.api.limits import DEFAULT_MAX_BODY, BodyGuard, ClaimLimits, ClaimSlots
 from affidavit.api.models import ErrorBody, Health
 from affidavit.api.ratelimit import Limiter, RateLimit
 from affidavit.claims.sandbox import SandboxConfig
@@ -25,6 +28,7 @@ from affidavit.runtime.sdk import ToolRegistry
 from affidavit.store import JOB_STATUSES, Store
 
 DEFAULT_RATE_LIMIT = RateLimit(1200, 60.0)
+HEALTH_TIMEOUT_S = 5.0
 
 
 class _StoreCollector(Collector):
@@ -63,11 +67,15 @@ def create_app(
     tools: ToolRegistry | None = None,
     rate_limit: RateLimit | None = DEFAULT_RATE_LIMIT,
     claims_sandbox: SandboxConfig | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    claim_limits: ClaimLimits | None = None,
 ) -> FastAPI:
     """The API over ``store``. ``tools``: check submitted plans against these registered tools
     (``None``: workers check them when they run the job). ``rate_limit``: per API key
     (``None``: unlimited). ``claims_sandbox``: how claim commands run (``None``: the default,
-    in bubblewrap; without it claims are refused)."""
+    in bubblewrap; without it claims are refused). ``max_body_bytes``: the largest request body
+    (413 beyond). ``claim_limits``: claims running at once, in all and per agent, and their
+    longest timeout (docs/api.md, limits)."""
     from affidavit import __version__  # the package root, imported late (it imports every layer)
 
     app = FastAPI(
@@ -78,7 +86,11 @@ def create_app(
         dependencies=[Depends(unique_json_keys)],
     )
     app.state.service = Service(
-        store, tools, Limiter(rate_limit) if rate_limit else None, claims_sandbox
+        store,
+        tools,
+        Limiter(rate_limit) if rate_limit else None,
+        claims_sandbox,
+        ClaimSlots(claim_limits or ClaimLimits()),
     )
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_StoreCollector(store))
@@ -109,16 +121,34 @@ def create_app(
         )
         return response
 
+    # Outermost: authenticate and cap a body before anything reads it.
+    app.add_middleware(BodyGuard, store=store, max_body=max_body_bytes)
+    # /health answers on threads of its own: never behind requests that hold the others.
+    health_threads = anyio.CapacityLimiter(2)
+
     @app.get(
         "/health",
         response_model=Health,
         tags=["service"],
         responses={503: {"model": Health}},
     )
-    def health(svc: ServiceDep) -> JSONResponse:
-        """Is the database reachable? No key needed."""
+    async def health(svc: ServiceDep) -> JSONResponse:
+        """Is the database reachable? No key needed; answers within a few seconds whatever
+        else the server is doing."""
         try:
-            svc.store.schema_version()
+            with anyio.fail_after(HEALTH_TIMEOUT_S):
+                await anyio.to_thread.run_sync(
+                    svc.store.schema_version, limiter=health_threads, abandon_on_cancel=True
+                )
+        except TimeoutError:
+            return JSONResponse(
+                {
+                    "status": "unavailable",
+                    "database": f"no answer within {HEALTH_TIMEOUT_S:g} s",
+                    "backend": svc.store.backend,
+                },
+                status_code=503,
+            )
         except StoreError as exc:
             return JSONResponse(
                 {"status": "unavailable", "database": exc.message, "backend": svc.store.backend},
@@ -130,10 +160,15 @@ def create_app(
         "/metrics",
         tags=["service"],
         response_class=Response,
-        responses={200: {"content": {"text/plain": {}}}, 401: {"model": ErrorBody}},
+        responses={
+            200: {"content": {"text/plain": {}}},
+            401: {"model": ErrorBody},
+            403: {"model": ErrorBody},
+        },
     )
-    def metrics(caller: Observer) -> Response:
-        """Prometheus text: jobs by status, ledger rows by status, request latencies."""
+    def metrics(caller: Admin) -> Response:
+        """Prometheus text: jobs by status, ledger rows by status, request latencies. Counts of
+        every namespace: admin keys only."""
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     return app

@@ -10,11 +10,11 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from affidavit.api.auth import Caller
-from affidavit.api.deps import AgentRole, Observer, ServiceDep
+from affidavit.api.deps import AgentRole, Observer, Service, ServiceDep
 from affidavit.api.jobs import ERRORS
 from affidavit.claims import ClaimService
 from affidavit.claims.model import Agent, ClaimType
-from affidavit.core.errors import AgentNotFound
+from affidavit.core.errors import AgentNotFound, ValidationError
 
 router = APIRouter(tags=["claims"], responses=ERRORS)
 
@@ -75,20 +75,40 @@ def _visible_agent(service: ClaimService, caller: Caller, agent_id: str) -> Agen
 
 
 @router.post("/api/claims/verify", response_model=ClaimVerdict)
-def verify_claim(body: VerifyClaim, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
+async def verify_claim(body: VerifyClaim, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
     """Judge the claim by running its command; the caller's agent is the verifier. A refused
-    claim (self-verification, role, namespace, allow-list, malformed) runs nothing: 403/422."""
+    claim (self-verification, role, namespace, allow-list, malformed) runs nothing: 403/422;
+    no free claim slot: 429 (the agent's) or 503 (the server's), with Retry-After."""
     service = ClaimService(svc.store, sandbox=svc.sandbox)
-    _visible_agent(service, caller, body.agent_id)
-    result = service.verify_claim(
-        body.agent_id,
-        body.claim_type,
-        body.claim,
-        body.command,
-        caller.agent_id,
-        timeout_s=body.timeout_s,
-    )
-    return result.to_dict()
+    timeout = claim_timeout(svc, service, body.timeout_s)
+
+    def run() -> dict[str, Any]:
+        _visible_agent(service, caller, body.agent_id)
+        return service.verify_claim(
+            body.agent_id,
+            body.claim_type,
+            body.claim,
+            body.command,
+            caller.agent_id,
+            timeout_s=timeout,
+        ).to_dict()
+
+    return await svc.claims.run(caller.agent_id, run)
+
+
+def claim_timeout(svc: Service, service: ClaimService, asked: float | None) -> float:
+    """The claim's timeout: what it asks for (at most the operator's cap), else the default.
+
+    Raises:
+        ValidationError: it asks for more than the cap.
+    """
+    cap = svc.claims.limits.max_timeout_s
+    if asked is not None and asked > cap:
+        raise ValidationError(
+            f"timeout_s {asked:g} is above this server's limit of {cap:g} seconds",
+            hint="Ask for a shorter timeout; the operator sets the cap (--claim-max-timeout).",
+        )
+    return min(asked if asked is not None else service.sandbox.timeout_s, cap)
 
 
 @router.get("/api/agents/{agent_id}/trust", response_model=AgentTrust)

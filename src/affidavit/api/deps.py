@@ -4,13 +4,14 @@ sufficient role)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 from fastapi.exceptions import RequestValidationError
 
 from affidavit.api.auth import Caller, Forbidden, authenticate
+from affidavit.api.limits import ClaimLimits, ClaimSlots
 from affidavit.api.ratelimit import Limiter
 from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.canonical import DuplicateKeyError, loads_unique
@@ -28,6 +29,7 @@ class Service:
     tools: ToolRegistry | None
     limiter: Limiter | None
     sandbox: SandboxConfig | None = None  # claim commands (None: the default, bubblewrap)
+    claims: ClaimSlots = field(default_factory=lambda: ClaimSlots(ClaimLimits()))
 
 
 def service(request: Request) -> Service:

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from affidavit.api.auth import Forbidden, Unauthorized
+from affidavit.api.limits import ClaimsBusy, PayloadTooLarge
 from affidavit.api.ratelimit import RateLimited
 from affidavit.claims.bwrap import SandboxUnavailable
 from affidavit.core.errors import (
@@ -41,6 +42,7 @@ STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),
     (SandboxUnavailable, 503),
+    (PayloadTooLarge, 413),
     (SelfVerificationError, 403),
     (AuthorizationError, 403),
     (ValidationError, 422),
@@ -67,6 +69,8 @@ STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
 
 
 def status_for(exc: AffidavitError) -> int:
+    if isinstance(exc, ClaimsBusy):  # the agent's own cap, or the server's
+        return 429 if exc.per_agent else 503
     for cls, status in STATUS:
         if isinstance(exc, cls):
             return status
@@ -90,7 +94,7 @@ def install(app: FastAPI) -> None:
         headers: dict[str, str] = {}
         if isinstance(exc, Unauthorized):
             headers["WWW-Authenticate"] = "Bearer"
-        if isinstance(exc, RateLimited):
+        if isinstance(exc, RateLimited | ClaimsBusy):
             headers["Retry-After"] = str(max(1, round(exc.retry_after + 0.5)))
         body = error_body(exc.code, exc.message, exc.hint)
         return JSONResponse(body, status_code=status_for(exc), headers=headers)

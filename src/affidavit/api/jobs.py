@@ -39,7 +39,7 @@ from affidavit.verify import verify_job
 from affidavit.verify.verification import check_trusted_keys, seal_document
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 422, 429, 503)
+    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 503)
 }
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 

@@ -8,6 +8,13 @@ import typer
 from rich.table import Table
 
 from affidavit.api.auth import ROLES, create_api_key, revoke_api_key
+from affidavit.api.limits import (
+    DEFAULT_CLAIM_CONCURRENCY,
+    DEFAULT_CLAIM_MAX_TIMEOUT_S,
+    DEFAULT_CLAIM_PER_AGENT,
+    DEFAULT_MAX_BODY,
+    ClaimLimits,
+)
 from affidavit.claims.bwrap import OPT_OUT_FLAG, PACKAGE, find_bwrap
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
@@ -95,6 +102,18 @@ def serve(
             "server's own user and files in reach. Only when every claim's command is trusted.",
         ),
     ] = False,
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1, help="Largest request body in bytes (413 beyond).")
+    ] = DEFAULT_MAX_BODY,
+    claim_concurrency: Annotated[
+        int, typer.Option(min=1, help="Claims running at once, in all (503 beyond).")
+    ] = DEFAULT_CLAIM_CONCURRENCY,
+    claim_concurrency_per_agent: Annotated[
+        int, typer.Option(min=1, help="Claims running at once per verifying agent (429 beyond).")
+    ] = DEFAULT_CLAIM_PER_AGENT,
+    claim_max_timeout: Annotated[
+        float, typer.Option(min=0.001, help="Longest timeout a claim may ask for, in seconds.")
+    ] = DEFAULT_CLAIM_MAX_TIMEOUT_S,
     db: DbOption = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) until Ctrl-C.
@@ -132,7 +151,14 @@ def serve(
         )
     try:
         app = create_app(
-            store, tools=registry if tools else None, rate_limit=limit, claims_sandbox=sandbox
+            store,
+            tools=registry if tools else None,
+            rate_limit=limit,
+            claims_sandbox=sandbox,
+            max_body_bytes=max_body_bytes,
+            claim_limits=ClaimLimits(
+                claim_concurrency, claim_concurrency_per_agent, claim_max_timeout
+            ),
         )
         output.err.print(f"affidavit API on http://{host}:{port} ({store.backend}); docs at /docs")
         uvicorn.run(app, host=host, port=port, log_level="warning")
