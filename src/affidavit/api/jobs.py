@@ -32,7 +32,7 @@ from affidavit.api.models import (
 )
 from affidavit.packs import export_archive
 from affidavit.runtime.decisions import cancel_job, resume_job, signal_job
-from affidavit.runtime.submit import submit_job
+from affidavit.runtime.submit import submit_job, valid_traceparent
 from affidavit.runtime.trace import job_trace
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.verify import verify_job
@@ -68,6 +68,13 @@ def submit(
             max_length=200,
         ),
     ] = None,
+    traceparent: Annotated[
+        str | None,
+        Header(
+            description="A W3C trace context: recorded with the job, whose spans join that "
+            "trace. A malformed one is ignored, as W3C Trace Context says.",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Validate and enqueue a job in the caller's namespace (201); with an `Idempotency-Key`
     already used there, the existing job (200). Nothing is written for an invalid plan or
@@ -84,6 +91,7 @@ def submit(
         namespace=namespace,
         submitted_by=caller.agent_id,
         replay_verification=body.replay_verification,
+        traceparent=traceparent if valid_traceparent(traceparent) else None,
     )
     if not created:
         response.status_code = 200

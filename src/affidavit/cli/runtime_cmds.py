@@ -248,7 +248,7 @@ def open_runtime(
     outage_limit = outage if math.isfinite(outage) else None
     url = database_url(db)
     store = open_store_waiting(url, max_outage_seconds=outage_limit) if wait_for_store else None
-    return Runtime(
+    rt = Runtime(
         url,
         store=store,
         lease_seconds=lease_seconds(lease),
@@ -257,6 +257,13 @@ def open_runtime(
         max_recoveries=max_recoveries(recoveries),
         max_outage_seconds=outage_limit,
     )
+    from affidavit.integrations.otel import enabled_by_env
+
+    if enabled_by_env():  # OTEL_* configures spans of the jobs this process runs
+        from affidavit.integrations.otel import instrument_from_env
+
+        instrument_from_env(rt)
+    return rt
 
 
 def job_doc(job: JobRecord) -> dict[str, Any]:
@@ -491,9 +498,14 @@ def worker(
                     f"worker {rt.worker.worker_id} on {rt.store.backend}"
                     + (" (until idle)" if until_idle else " (Ctrl-C to stop)")
                 )
-                rt.worker.on_job = lambda job_id, status, seconds: output.err.print(
-                    job_line(job_id, status, seconds), highlight=False
-                )
+                traced = rt.worker.on_job  # (spans, when OTEL_* configures them)
+
+                def on_job(job_id: str, status: str, seconds: float) -> None:
+                    output.err.print(job_line(job_id, status, seconds), highlight=False)
+                    if traced is not None:
+                        traced(job_id, status, seconds)
+
+                rt.worker.on_job = on_job
             try:
                 with graceful_stop(rt.worker, quiet=as_json):
                     jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)

@@ -21,6 +21,10 @@ class _StepPayload(_Payload):
     step_id: str
 
 
+# A W3C trace context ``traceparent`` (version 00): the trace the job was submitted in.
+TRACEPARENT = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+
+
 class JobCreated(_Payload):
     input: Any
     plan_name: str | None
@@ -28,6 +32,7 @@ class JobCreated(_Payload):
     submitted_by: str | None
     idempotency_key: str | None
     kind: Literal["agent"] | None = None  # absent on plan jobs
+    traceparent: str | None = Field(None, pattern=TRACEPARENT)
 
 
 class RetrySettings(BaseModel):

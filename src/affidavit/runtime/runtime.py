@@ -136,6 +136,7 @@ class Runtime:
         namespace: str = DEFAULT_NAMESPACE,
         submitted_by: str | None = None,
         replay_verification: str | None = None,
+        traceparent: str | None = None,
     ) -> JobRecord:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
         Nothing is written unless the plan, its tools and the input are all valid. See
@@ -157,6 +158,7 @@ class Runtime:
                 namespace=namespace,
                 submitted_by=submitted_by,
                 replay_verification=replay_verification,
+                traceparent=traceparent,
             )
             return job
         job, _ = submit_job(
@@ -168,6 +170,7 @@ class Runtime:
             namespace=namespace,
             submitted_by=submitted_by,
             replay_verification=replay_verification,
+            traceparent=traceparent,
         )
         return job
 

@@ -6,6 +6,7 @@ The service function behind ``Runtime.submit``, ``affidavit submit|run`` and ``P
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from affidavit.core.canonical import canonical, canonical_nested
 from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import utc_now
+from affidavit.core.payloads import TRACEPARENT
 from affidavit.core.plan import Plan
 from affidavit.runtime.agent import Agent
 from affidavit.runtime.args import check_input_references
@@ -101,6 +103,7 @@ def submit_job(
     namespace: str = DEFAULT_NAMESPACE,
     submitted_by: str | None = None,
     replay_verification: str | None = None,
+    traceparent: str | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
     (per namespace) returns the existing job and ``created=False``. Nothing is written unless
@@ -108,17 +111,20 @@ def submit_job(
     job) and the input are all valid.
 
     ``replay_verification`` (``strict`` | ``warn`` | ``human``) overrides the plan's mode for
-    this job; the effective policy is recorded in ``plan_generated``.
+    this job; the effective policy is recorded in ``plan_generated``. ``traceparent`` (a W3C
+    trace context, e.g. an HTTP request's header) is recorded in ``job_created``, so that the
+    job's spans join the trace it was submitted in.
 
     Raises:
         PlanError: the plan is invalid or uses a tool that is not registered.
         IdempotencyConflict: ``idempotency_key`` names a job with another plan or input.
         ArgsResolutionError: an ``${input...}`` reference names a field the input lacks.
-        ConfigError: an unknown ``replay_verification`` mode, or an idempotency key that is not
-            non-empty text (see :func:`check_idempotency_key`).
+        ConfigError: an unknown ``replay_verification`` mode, an idempotency key that is not
+            non-empty text (see :func:`check_idempotency_key`), or a malformed ``traceparent``.
         CanonicalizationError: the input is not JSON that can be recorded.
     """
     check_idempotency_key(idempotency_key)
+    check_traceparent(traceparent)
     if isinstance(plan, Plan):
         parsed = plan
     elif isinstance(plan, Mapping):
@@ -139,23 +145,23 @@ def submit_job(
     canonical_nested(job_input)  # rejects non-JSON input with its path, before anything is written
     check_input_references(parsed, job_input)
     at = utc_now()
+    created_payload: dict[str, Any] = {
+        "at": at,
+        "input": job_input,
+        "plan_name": parsed.name,
+        "namespace": namespace,
+        "submitted_by": submitted_by,
+        "idempotency_key": idempotency_key,
+    }
+    if traceparent is not None:
+        created_payload["traceparent"] = traceparent
     job, created = store.create_job(
         namespace=namespace,
         plan_name=parsed.name,
         idempotency_key=idempotency_key,
         submitted_by=submitted_by,
         events=[
-            NewEvent(
-                "job_created",
-                {
-                    "at": at,
-                    "input": job_input,
-                    "plan_name": parsed.name,
-                    "namespace": namespace,
-                    "submitted_by": submitted_by,
-                    "idempotency_key": idempotency_key,
-                },
-            ),
+            NewEvent("job_created", created_payload),
             NewEvent(
                 "plan_generated",
                 {
@@ -170,6 +176,23 @@ def submit_job(
     if not created:
         _same_submission(store, job, parsed.plan_hash, job_input)
     return job, created
+
+
+def check_traceparent(traceparent: str | None) -> None:
+    """Raises :class:`ConfigError` for a ``traceparent`` that is given and malformed."""
+    if traceparent is not None and not valid_traceparent(traceparent):
+        raise ConfigError(
+            f"malformed traceparent {traceparent!r}",
+            hint="A W3C trace context: 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>.",
+        )
+
+
+def valid_traceparent(value: object) -> bool:
+    """``value`` is a W3C ``traceparent`` of version 00 (lower-case hex, ids not all zero)."""
+    if not isinstance(value, str) or re.fullmatch(TRACEPARENT, value) is None:
+        return False
+    _, trace_id, span_id, _ = value.split("-")
+    return trace_id != "0" * 32 and span_id != "0" * 16
 
 
 def _same_submission(store: Store, job: JobRecord, plan_hash: str, job_input: Any) -> None:
@@ -226,6 +249,7 @@ def submit_agent_job(
     namespace: str = DEFAULT_NAMESPACE,
     submitted_by: str | None = None,
     replay_verification: str | None = None,
+    traceparent: str | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
     ``agent_started`` with the agent's name, version and policy. The input is the agent
@@ -237,6 +261,7 @@ def submit_agent_job(
         IdempotencyConflict, ConfigError, CanonicalizationError: as :func:`submit_job`.
     """
     check_idempotency_key(idempotency_key)
+    check_traceparent(traceparent)
     found = resolve_agent(agent, tools)
     job_input = {} if input is None else input
     canonical_nested(job_input)
@@ -280,7 +305,8 @@ def submit_agent_job(
                     "submitted_by": submitted_by,
                     "idempotency_key": idempotency_key,
                     "kind": "agent",
-                },
+                }
+                | ({} if traceparent is None else {"traceparent": traceparent}),
             ),
             NewEvent(
                 "agent_started",
