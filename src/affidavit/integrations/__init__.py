@@ -3,7 +3,9 @@
 - :mod:`affidavit.integrations.mcp` (``affidavit[mcp]``): MCP servers' tools as affidavit tools
   through the ledger, and ``affidavit mcp``, which serves affidavit's operations to agents;
 - :mod:`affidavit.integrations.otel` (``affidavit[otel]``): OpenTelemetry spans for jobs, steps
-  and tool calls.
+  and tool calls;
+- :mod:`affidavit.integrations.pydantic_ai` (``affidavit[pydantic-ai]``): a Pydantic AI agent as
+  a durable agent job (``AffidavitAgent``).
 
 Nothing here is imported by ``import affidavit``.
 """

@@ -1,0 +1,263 @@
+"""A Pydantic AI agent (the real library, a scripted ``FunctionModel``) run as an affidavit agent
+job on both backends: every model request a recorded pure step, every tool call a tool step
+through the ledger; killed between a file write and its record, recovered by another worker
+process with the file written once and the model not asked again for a recorded turn; an
+approval of a deferred tool call from the CLI resumes the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.models.test import TestModel
+
+import affidavit
+from affidavit import ConfigError, Runtime, ToolRegistry
+from affidavit.integrations.pydantic_ai import AffidavitAgent
+from tests.integrations import pydai_tools as pt
+
+TOOLS = Path(pt.__file__)
+SRC = str(Path(affidavit.__file__).resolve().parents[1])
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200", **(env or {})}
+    full.pop("AFFIDAVIT_DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "affidavit", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.fixture
+def side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "side.jsonl"
+    monkeypatch.setenv("PYDAI_SIDE", str(path))
+    return path
+
+
+@pytest.fixture
+def rt(store_url: str) -> Any:
+    with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as runtime:
+        yield runtime
+
+
+def step_calls(rt: Runtime, job_id: str) -> list[dict[str, Any]]:
+    return [e.payload for e in rt.store.list_events(job_id) if e.type == "step_called"]
+
+
+def worker(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``affidavit worker --until-idle`` with the agent's tools file, a short lease."""
+    return cli("worker", "--tools", str(TOOLS), "--until-idle", "--lease-seconds", "1",
+               "--db", url, env=env)  # fmt: skip
+
+
+def run_until_done(url: str, job_id: str, env: dict[str, str]) -> dict[str, Any]:
+    """Workers (subprocesses) until the job ends or waits: a dead worker's lease must expire
+    before another can take the job, so this polls, bounded."""
+    deadline = time.monotonic() + 120
+    while True:
+        ran = worker(url, env)
+        assert ran.returncode == 0, ran.stderr
+        shown = json.loads(cli("jobs", "show", job_id, "--db", url, "--json").stdout)
+        if shown["status"] not in ("pending", "running") or time.monotonic() > deadline:
+            return dict(shown)
+        time.sleep(0.2)
+
+
+def test_steps_recorded_once_each(rt: Runtime, side: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    job = rt.submit("support", {"prompt": f"write hello to {out}"})
+    done = rt.run_job(job.job_id)
+    assert done.status == "completed", done.error
+    assert done.output == {"output": f"wrote 'hello' to {out}"}
+    calls = step_calls(rt, job.job_id)
+    assert [(c["kind"], c["tool_name"]) for c in calls] == [
+        ("pure", "support.model_request"),
+        ("tool", "support.call_tool"),
+        ("pure", "support.model_request"),
+        ("tool", "pydai_write_file"),
+        ("pure", "support.model_request"),
+    ]
+    assert calls[1]["args"] == {"tool": "lookup", "args": {"q": "hello"}, "call_id": "call-1"}
+    assert calls[3]["args"] == {"path": str(out), "text": "hello"}
+    assert [c["args"]["turn"] for c in calls if c["kind"] == "pure"] == [0, 1, 2]
+    # the model's answers are the recorded outputs, as ModelMessagesTypeAdapter JSON
+    finished = {
+        e.payload["node_id"]: e.payload
+        for e in rt.store.list_events(job.job_id)
+        if e.type == "node_finished"
+    }
+    first = finished["#0"]["output"]
+    assert first["kind"] == "response" and first["parts"][0]["tool_name"] == "lookup"
+    assert out.read_text().count("hello") == 1
+    assert [line["kind"] for line in pt.read_side(side)] == ["model", "lookup", "model", "model"]
+
+
+def test_killed_after_the_write_recovers_on_another_worker_once(
+    store_url: str, side: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.txt"
+    with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
+        job_id = rt.submit("support", {"prompt": f"write hello to {out}"}).job_id
+    env = {"PYDAI_SIDE": str(side)}
+    # the second tool execution is the file write: killed after it, before its record
+    killed = worker(store_url, {**env, "AFFIDAVIT_CRASH_AT": "tool.after_execute:2"})
+    assert killed.returncode == -9, killed.stderr
+    assert out.read_text().count("hello") == 1  # the effect happened, its record did not
+    first_pid = {line["pid"] for line in pt.read_side(side)}
+    shown = run_until_done(store_url, job_id, env)
+    assert shown["status"] == "completed", shown
+    assert out.read_text().count("hello") == 1  # reconciled, never written again
+    lines = pt.read_side(side)
+    # the model was asked once per turn across both processes: the recovery asked only turn 2
+    assert sorted(line["turn"] for line in lines if line["kind"] == "model") == [0, 1, 2]
+    recovered = [line for line in lines if line["pid"] not in first_pid]
+    assert [(line["kind"], line.get("turn")) for line in recovered] == [("model", 2)]
+    assert sum(1 for line in lines if line["kind"] == "lookup") == 1
+
+
+def test_plain_tool_caught_in_flight_parks(store_url: str, side: Path, tmp_path: Path) -> None:
+    """A tool without a reconcile hook caught between its effect and its record gets the
+    agent's in-flight policy (park): it is not run again on recovery."""
+    out = tmp_path / "out.txt"
+    with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
+        job_id = rt.submit("support", {"prompt": f"write hello to {out}"}).job_id
+    env = {"PYDAI_SIDE": str(side)}
+    killed = worker(store_url, {**env, "AFFIDAVIT_CRASH_AT": "tool.after_execute:1"})
+    assert killed.returncode == -9, killed.stderr
+    shown = run_until_done(store_url, job_id, env)
+    assert shown["status"] == "parked", shown
+    assert sum(1 for line in pt.read_side(side) if line["kind"] == "lookup") == 1
+    assert not out.exists()
+
+
+def test_approval_from_the_cli_resumes_the_job(store_url: str, side: Path) -> None:
+    with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
+        job_id = rt.submit("support", {"prompt": "mail ops@example.com"}).job_id
+    env = {"PYDAI_SIDE": str(side)}
+    shown = run_until_done(store_url, job_id, env)
+    assert shown["status"] == "waiting", shown
+    assert not [line for line in pt.read_side(side) if line["kind"] == "mail"]
+    key = "approve:send_mail:call-mail"
+    with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
+        approval = [c for c in step_calls(rt, job_id) if c["kind"] == "approval"]
+    # the person approves this call with these exact arguments
+    assert approval[0]["args"] == {
+        "key": key,
+        "payload": {
+            "agent": "support",
+            "tool": "send_mail",
+            "args": {"to": "ops@example.com"},
+            "tool_call_id": "call-mail",
+        },
+    }
+    signalled = cli("signal", job_id, "--key", key, "--payload", '{"approved": true}',
+                    "--db", store_url)  # fmt: skip
+    assert signalled.returncode == 0, signalled.stderr
+    shown = run_until_done(store_url, job_id, env)
+    assert shown["status"] == "completed", shown
+    mails = [line for line in pt.read_side(side) if line["kind"] == "mail"]
+    assert [m["to"] for m in mails] == ["ops@example.com"]
+    models = [line["turn"] for line in pt.read_side(side) if line["kind"] == "model"]
+    assert models == [0, 1]  # the recovery after the approval did not ask turn 0 again
+    with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
+        assert rt.store.get_job(job_id).output == {"output": "mailed: ['sent to ops@example.com']"}
+
+
+def test_a_denied_call_fails_the_job_and_never_runs(store_url: str, side: Path) -> None:
+    with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
+        job_id = rt.submit("support", {"prompt": "mail ops@example.com"}).job_id
+        assert rt.run_job(job_id).status == "waiting"
+        rt.signal(job_id, "approve:send_mail:call-mail", {"approved": False})
+        assert rt.run_job(job_id).status == "failed"
+    assert not [line for line in pt.read_side(side) if line["kind"] == "mail"]
+
+
+def test_bad_construction_is_refused() -> None:
+    with pytest.raises(Exception, match="needs a name"):
+        AffidavitAgent(Agent(TestModel()))
+    with pytest.raises(Exception, match="needs a model"):
+        AffidavitAgent(Agent(name="modelless"), name="modelless")
+    with pytest.raises(ConfigError, match=r"@affidavit\.tool"):
+        AffidavitAgent(Agent(TestModel()), name="wrong_tools", tools=[pt.lookup])  # type: ignore[list-item]
+
+
+def test_outside_a_job_it_is_the_wrapped_agent() -> None:
+    """Not in a job, the wrapper runs the wrapped agent as Pydantic AI does (not durable)."""
+    seen: list[int] = []
+    plain = Agent(TestModel(), name="pydai_plain")
+
+    @plain.tool_plain
+    def count(n: int) -> int:
+        seen.append(n)
+        return n
+
+    wrapper = AffidavitAgent(plain, name="pydai_plain", version="1")
+    result = wrapper.run_sync("hi")
+    assert seen == [0]  # TestModel calls each tool once with generated arguments
+    assert result.output == '{"count":0}'
+
+
+def test_an_mcp_servers_tools_go_through_the_ledger(store_url: str, tmp_path: Path) -> None:
+    """Pydantic AI's own MCPToolset (a real MCP server subprocess over stdio) inside the
+    wrapper: each tools/call is one tool step of the ledger, made once."""
+    pytest.importorskip("fastmcp", reason="pydantic_ai's MCPToolset needs fastmcp (dev extra)")
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    out, files_side = tmp_path / "mcp-out.txt", tmp_path / "files-side.jsonl"
+    server = Path(__file__).with_name("mcp_files_server.py")
+    asked: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = sum(1 for m in messages if isinstance(m, ModelResponse))
+        asked.append(turn)
+        if turn == 0:
+            args = {"path": str(out), "text": "via mcp"}
+            return ModelResponse(parts=[ToolCallPart("write_file", args, tool_call_id="m-1")])
+        return ModelResponse(parts=[TextPart("written")])
+
+    transport = StdioTransport(sys.executable, [str(server)], env={"FILES_SIDE": str(files_side)})
+    name = f"pydai_mcp_{tmp_path.name[-12:]}"
+    agent = Agent(FunctionModel(model), toolsets=[MCPToolset(transport, id="files")])
+    wrapper = AffidavitAgent(agent, name=name, version="1")
+    with Runtime(store_url, tools=ToolRegistry(wrapper.registrations)) as rt:
+        job_id = rt.submit(name, {"prompt": "save it"}).job_id
+        done = rt.run_job(job_id)
+        assert done.status == "completed", done.error
+        assert done.output == {"output": "written"}
+        tool_steps = [c for c in step_calls(rt, job_id) if c["kind"] == "tool"]
+        assert [(c["tool_name"], c["args"]["tool"]) for c in tool_steps] == [
+            (f"{name}.call_tool", "write_file")
+        ]
+        assert rt.store.get_job(job_id).status == "completed"
+    assert out.read_text().splitlines() == ["via mcp"]
+    assert [json.loads(x)["kind"] for x in files_side.read_text().splitlines()] == ["write"]
+    assert asked == [0, 1]
+
+
+def test_without_pydantic_ai_the_import_error_says_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['pydantic_ai'] = None\n"
+        "try:\n    import affidavit.integrations.pydantic_ai\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )  # fmt: skip
+    assert "pip install 'affidavit[pydantic-ai]'" in proc.stdout, proc.stdout + proc.stderr
