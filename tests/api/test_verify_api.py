@@ -214,3 +214,19 @@ def test_seal_endpoint(api: Api) -> None:
         edited = c.get(f"/api/jobs/{done}/seal")
         assert edited.status_code == 200
         assert edited.json()["seal"] is None and "malformed" in edited.json()["error"]
+
+
+def test_trace_names_the_wait_type_and_an_answered_approval(api: Api) -> None:
+    """As `jobs show` and `jobs trace`: each open wait with its `wait_type`; an approval that
+    was given has state `approved` (its outcome stays `pure`)."""
+    job_id = api.waiting_job()
+    with api.client("observer_a") as c:
+        trace = c.get(f"/api/jobs/{job_id}/trace").json()
+    assert trace["waiting_for"] == [
+        {"node_id": "ok", "wait_type": "approval", "correlation_key": f"{job_id}:ok"}
+    ]
+    finished = finished_job(api)
+    with api.client("observer_a") as c:
+        nodes = {n["id"]: n for n in c.get(f"/api/jobs/{finished}/trace").json()["nodes"]}
+    assert (nodes["ok"]["state"], nodes["ok"]["outcome"]) == ("approved", "pure")
+    assert nodes["a"]["state"] == "side_effect_committed"

@@ -5,6 +5,7 @@ tools then runs it. Real worker processes, both backends."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,14 @@ def test_a_worker_without_the_tools_hands_the_job_back(store_url: str, tmp_path:
     assert json_of(bare) == {"jobs_run": 0}  # claimed once, handed back, not claimed again
     assert "needs tool 'stamp'" in bare.stderr and job_id in bare.stderr
     shown = json_of(cli("jobs", "show", job_id, "--db", store_url, "--json"))
-    assert shown["event_count"] == 2 and shown["status"] in ("pending", "running")
+    assert shown["event_count"] == 2 and shown["status"] == "pending"  # as it was claimed
     assert shown["lease_owner"] is None  # handed back: no worker holds it
+    listed = cli("jobs", "list", "--status", "running", "--db", store_url, "--json")
+    assert json_of(listed) == []  # not listed as running with nobody running it
+    assert isinstance(shown["lease_expires_at"], float)  # JSON: Unix time, as documented
+    human = cli("jobs", "show", job_id, "--db", store_url).stdout
+    [lease] = [line.split() for line in human.splitlines() if "lease_expires_at" in line]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", lease[1]), lease
 
     full = cli("worker", "--until-idle", "--tools", str(tools), "--db", store_url, "--json")
     assert full.returncode == 0, full.stderr

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+from pathlib import Path
+
 from rich.panel import Panel
 from rich.table import Table
 
@@ -60,9 +64,26 @@ def render(result: DemoResult) -> None:
         out.print(f"[yellow]note:[/] {note}")
     out.print(f"\ndatabase: {result.database}")
     out.print(f"shop, payments ledger and outbox: {result.directory}/shop")
-    out.print(f"look: affidavit jobs events {result.jobs[-1].job_id} --db {result.database}")
+    command = f"{shell_command()} jobs events {result.jobs[-1].job_id} --db {result.database}"
+    out.print(f"look: {command}", markup=False, highlight=False, soft_wrap=True)
     verdict = "[bold green]ok[/]" if result.ok else "[bold red]NOT ok[/]"
     out.print(f"demo {verdict} in {result.seconds:.1f} s")
+
+
+def shell_command() -> str:
+    """How the user's shell reaches this ``affidavit``: ``affidavit`` when that is on the PATH
+    and is this one; else its path — relative to the working directory inside it (as
+    ``.venv/bin/affidavit`` after ``make demo``, whose virtual environment is not activated)."""
+    here = Path(sys.executable).parent / "affidavit"  # (not resolved: a venv's python links out)
+    if not here.is_file():
+        return f"{sys.executable} -m affidavit"
+    found = shutil.which("affidavit")
+    if found is not None and Path(found).resolve() == here.resolve():
+        return "affidavit"
+    try:
+        return str(here.relative_to(Path.cwd()))
+    except ValueError:
+        return str(here)
 
 
 def _count(n: int) -> str:

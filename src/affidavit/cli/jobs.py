@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -118,6 +119,9 @@ def show_job(
     cut: list[tuple[str, int]] = []
     for key, value in doc.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if key == "lease_expires_at" and isinstance(value, int | float):  # (Unix time in JSON)
+            text = datetime.fromtimestamp(value, UTC).isoformat(timespec="microseconds")
+            text = text.replace("+00:00", "Z")
         shown, was_cut = output.cut(text)
         if was_cut:
             cut.append((key, len(text)))
@@ -253,8 +257,8 @@ def job_trace_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Each node of the job's plan with its state (pure, side_effect_committed, compensated,
-    in_flight, waiting, parked, running, failed, pending, skipped), outcome, attempts and
-    duration.
+    in_flight, waiting, approved, signalled, parked, running, failed, pending, skipped),
+    outcome, attempts and duration.
 
     Exit codes: 0 shown; 2 no such job; 3 a log that cannot be read (replay_error: an event row
     changed outside affidavit, named by job and version) or store error.

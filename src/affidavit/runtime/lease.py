@@ -85,7 +85,11 @@ class Lease:
         keep_owner = untouched and self._claim.recovered
         with self._store.transaction(durable=False) as tx:
             released = tx.release_lease(
-                self._claim.job_id, self._claim.attempt_id, self._clock(), keep_owner=keep_owner
+                self._claim.job_id,
+                self._claim.attempt_id,
+                self._clock(),
+                keep_owner=keep_owner,
+                untouched=untouched,
             )
         self.lost.set()  # from here on this claim acts on nothing
         return released

@@ -37,6 +37,11 @@ NODE_STATES = (
 )
 
 
+# The state of a finished wait or approval node: a person answered it (its outcome, the world
+# semantics of the step, is `pure`, which on its own reads as a computation).
+_ANSWERED = {"signal": "signalled", "approval": "approved"}
+
+
 def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     """The job, its nodes in plan order with state, outcome, attempts, timings, and the waits,
     park and confirmation warnings in force.
@@ -106,6 +111,11 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         and parked_node in replay.completed_nodes
     )
     signalled = {w["node_id"] for w in replay.completed_waits.values()}
+    answered = {  # node id -> its state once a person answered its wait
+        w["node_id"]: _ANSWERED[w["wait_type"]]
+        for k, w in replay.waits.items()
+        if k in replay.completed_waits and w.get("wait_type") in _ANSWERED
+    }
     completed = replay.completed_nodes
     graph = replay.task_graph or {"nodes": []}
     nodes = []
@@ -115,6 +125,8 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         outcome = finished["result_type"] if finished else None
         if parked_node == node_id and job.status == "parked" and not loop_after_steps:
             state = "parked"  # the step a person must decide about, whatever it did before
+        elif node_id in answered and outcome == "pure":
+            state = answered[node_id]  # (its world outcome stays `pure`: no side effect)
         elif node_id in completed:
             state = str(outcome)
         elif node_id in pending_nodes:
@@ -157,7 +169,10 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         "plan_hash": replay.plan_hash,
         "policy": replay.policy,
         "nodes": nodes,
-        "waiting_for": [{"node_id": n, "correlation_key": k} for n, k in open_waits.items()]
+        "waiting_for": [
+            {"node_id": n, "wait_type": replay.waits[k]["wait_type"], "correlation_key": k}
+            for n, k in open_waits.items()
+        ]
         if job.status == "waiting"
         else [],
         "parked": park_doc(replay),

@@ -250,14 +250,25 @@ class LedgerOps:
         return bool(rows)
 
     def release_lease(
-        self, job_id: str, attempt_id: str, at: float, *, keep_owner: bool = False
+        self,
+        job_id: str,
+        attempt_id: str,
+        at: float,
+        *,
+        keep_owner: bool = False,
+        untouched: bool = False,
     ) -> bool:
         """Give the lease of ``attempt_id`` back: it expires at ``at`` (now) and names no
         owner, so any worker claims the job at once (with a new attempt id); ``False`` if the
         attempt no longer holds it. The attempt id stays until then: the job's writes are still
         fenced against everyone else. ``keep_owner``: the owner stays, so that the next claim
-        is a recovery as this one was (a run that did nothing hands a recovered job back)."""
+        is a recovery as this one was (a run that did nothing hands a recovered job back).
+        ``untouched`` (the run did nothing) without ``keep_owner``: the job is ``pending``
+        again, as it was claimed — not ``running`` with nobody running it; a claim treats the
+        two alike (neither is a recovery)."""
         owner = "" if keep_owner else ", lease_owner = NULL"
+        if untouched and not keep_owner:
+            owner += ", status = 'pending'"
         rows = self.query(
             f"UPDATE jobs SET lease_expires_at = ?{owner} WHERE job_id = ? "
             "AND attempt_id = ? AND status = 'running' RETURNING job_id",

@@ -469,10 +469,17 @@ class Transaction(Protocol):
         ...
 
     def release_lease(
-        self, job_id: str, attempt_id: str, at: float, *, keep_owner: bool = False
+        self,
+        job_id: str,
+        attempt_id: str,
+        at: float,
+        *,
+        keep_owner: bool = False,
+        untouched: bool = False,
     ) -> bool:
         """Give ``attempt_id``'s lease back (it expires at ``at``, no owner unless
-        ``keep_owner``); ``False`` if the attempt no longer holds it."""
+        ``keep_owner``; ``untouched`` without ``keep_owner``: the job is ``pending`` again);
+        ``False`` if the attempt no longer holds it."""
         ...
 
     # API keys of the HTTP API.

@@ -7,12 +7,13 @@ const COLORS = {
   pure: "var(--pure)", side_effect_committed: "var(--committed)", compensated: "var(--compensated)",
   in_flight: "var(--in_flight)", waiting: "var(--waiting)", parked: "var(--parked)",
   running: "var(--running)", failed: "var(--failed)", pending: "var(--pending)",
-  skipped: "var(--skipped)",
+  skipped: "var(--skipped)", approved: "var(--pure)", signalled: "var(--pure)",
 };
 const LABELS = {
   pure: "pure", side_effect_committed: "side effect committed", compensated: "compensated",
   in_flight: "in flight", waiting: "waiting", parked: "parked", running: "running",
-  failed: "failed", pending: "pending", skipped: "skipped",
+  failed: "failed", pending: "pending", skipped: "skipped", approved: "approved",
+  signalled: "signalled",
 };
 const SVG = "http://www.w3.org/2000/svg";
 
