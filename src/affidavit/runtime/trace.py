@@ -29,6 +29,8 @@ NODE_STATES = (
     "compensated",
     "in_flight",
     "waiting",
+    "approved",
+    "signalled",
     "parked",
     "running",
     "failed",
