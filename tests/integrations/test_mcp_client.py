@@ -25,6 +25,8 @@ import pytest
 from affidavit import ConfigError, Runtime, ToolRegistry, verify_job
 from affidavit.integrations.mcp import load_servers
 from affidavit.packs import export_pack, verify_pack
+from tests.integrations.mcp_agent import archiver
+from tests.packs.helpers import assay_verify
 from tests.runtime.helpers import assert_log_sound, ledger_rows, wait_lease_expired
 
 HERE = Path(__file__).parent
@@ -146,7 +148,12 @@ def _worker(url: str) -> list[str]:
 
 
 def _crash_and_recover(
-    store_url: str, tmp_path: Path, tools: dict[str, Any], how: str, tool: str = "write_file"
+    store_url: str,
+    tmp_path: Path,
+    tools: dict[str, Any],
+    how: str,
+    tool: str = "write_file",
+    as_agent: bool = False,
 ) -> tuple[Runtime, str]:
     """Submit, kill a worker process ``how`` (a crash point, or SIGKILL inside the call),
     recover in another worker process; return the runtime (open) and the job id."""
@@ -157,7 +164,11 @@ def _crash_and_recover(
     load_servers(config, registry=reg)
     out = tmp_path / "out.txt"
     rt = Runtime(store_url, tools=reg)
-    job_id = rt.submit(plan(tool), {"path": str(out)}).job_id
+    if as_agent:
+        reg.add_agent(archiver)
+        job_id = rt.submit(archiver, {"path": str(out), "text": "hello"}).job_id
+    else:
+        job_id = rt.submit(plan(tool), {"path": str(out)}).job_id
     if how == "inside_call":
         proc = subprocess.Popen(_worker(store_url), env=_worker_env(config_file))
         end = time.monotonic() + 120
@@ -202,6 +213,24 @@ def test_killed_worker_recovers_with_reconcile_effect_once(
         pack = tmp_path / "pack"
         export_pack(rt.store, job_id, pack)
         assert verify_pack(pack).verdict == "MATCH"
+        code, receipt, _ = assay_verify(pack, tmp_path / "assay-out")
+        assert (code, receipt.get("verdict")) == (0, "MATCH"), receipt
+
+
+@pytest.mark.parametrize("how", ["tool.after_execute", "inside_call"])
+def test_agent_with_an_mcp_tool_killed_and_recovered_effect_once(
+    store_url: str, tmp_path: Path, how: str
+) -> None:
+    rt, job_id = _crash_and_recover(store_url, tmp_path, RECONCILED, how, as_agent=True)
+    with rt:
+        job = rt.get_job(job_id)
+        assert job.status == "completed", job.error
+        [line] = writes(tmp_path)
+        assert job.output == {"written": line["result"], "lines": ["hello"]}
+        assert (tmp_path / "out.txt").read_text() == "hello\n"
+        [row] = ledger_rows(rt.store, job_id)
+        assert row.status == "committed" and row.tool_name == "mcp:files/write_file"
+        assert_log_sound(rt.store, job_id)
 
 
 def test_killed_worker_with_an_idempotent_server_repeats_the_key(

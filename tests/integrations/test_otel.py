@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from affidavit import ConfigError, Runtime, Tool, ToolContext, ToolRegistry
+from affidavit import AgentContext, ConfigError, Runtime, Tool, ToolContext, ToolRegistry, agent
 from affidavit.api.app import create_app
 from affidavit.api.auth import create_api_key
 from affidavit.integrations.otel import enabled_by_env, instrument
@@ -43,13 +43,12 @@ def _think(ctx: ToolContext, x: Any) -> dict[str, Any]:
     return {"thought": x}
 
 
-TOOLS = ToolRegistry(
-    [
-        Tool("otel_pay", _pay, "tool"),
-        Tool("otel_refuse", _refuse, "tool"),
-        Tool("otel_think", _think, "pure"),
-    ]
-)
+TOOL_LIST = [
+    Tool("otel_pay", _pay, "tool"),
+    Tool("otel_refuse", _refuse, "tool"),
+    Tool("otel_think", _think, "pure"),
+]
+TOOLS = ToolRegistry(TOOL_LIST)
 PLAN = {
     "name": "otel-pay",
     "nodes": [
@@ -64,7 +63,7 @@ def traced_runtime(url: str) -> tuple[Runtime, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    rt = Runtime(url, tools=TOOLS)
+    rt = Runtime(url, tools=ToolRegistry(TOOL_LIST))  # its own: a test adds an agent
     instrument(rt, provider)
     return rt, exporter
 
@@ -133,6 +132,31 @@ def test_a_failed_tool_call_is_an_error_span_and_no_parent_is_a_new_trace(
     job_span = spans["affidavit.job otel-refuse"]
     assert job_span.status.status_code == StatusCode.ERROR
     assert job_span.parent is None
+
+
+@agent("otel_payer", version="1")
+def payer(ctx: AgentContext, amount: int) -> dict[str, Any]:
+    paid = ctx.call("otel_pay", amount=amount)
+    return {"thought": ctx.call("otel_think", x=paid)}
+
+
+def test_an_agent_job_is_invoke_agent(store_url: str) -> None:
+    rt, exporter = traced_runtime(store_url)
+    with rt:
+        rt.tools.add_agent(payer)
+        job = rt.submit(payer, {"amount": 2}, traceparent=PARENT)
+        assert rt.run_job(job.job_id).status == "completed"
+        [row] = ledger_rows(rt.store, job.job_id)
+    spans = by_name(exporter.get_finished_spans())
+    job_span = spans["invoke_agent otel_payer"]
+    assert job_span.attributes["gen_ai.operation.name"] == "invoke_agent"  # type: ignore[index]
+    assert job_span.attributes["gen_ai.agent.name"] == "otel_payer"  # type: ignore[index]
+    assert format(job_span.context.trace_id, "032x") == TRACE_ID
+    call = spans["execute_tool otel_pay"]
+    assert call.attributes["gen_ai.tool.call.id"] == row.step_id  # type: ignore[index]
+    # steps are named by their node id: #0, #1 in program order
+    assert {"affidavit.step #0", "affidavit.step #1"} <= set(spans)
+    assert call.parent.span_id == spans["affidavit.step #0"].context.span_id  # type: ignore[union-attr]
 
 
 def test_a_waiting_job_has_no_spans_until_it_finishes(store_url: str) -> None:
