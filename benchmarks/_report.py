@@ -170,6 +170,10 @@ MEASURES = {
     "bench_api": (
         "Requests per second over loopback HTTP against a bare FastAPI app served the same way."
     ),
+    "bench_integrations": (
+        "What affidavit adds to each model request and tool call of a Pydantic AI agent"
+        " (AffidavitAgent), next to the same agent alone and under DBOSAgent."
+    ),
     "bench_packs": (
         "Exporting and verifying a proof pack of a 10,000-step job, against assay's verifier and"
         " against reading and hashing every file of the pack."
