@@ -207,6 +207,7 @@ def test_verify_claim(world: World, transport: str) -> None:
         ("agent_b", {}, "agent_not_found"),  # another namespace's claimant is unknown
         ("agent_a", {"agent_id": "bot-a"}, "self_verification"),
         ("agent_a", {"command": "sh -c true"}, "command_not_allowed"),
+        ("agent_a", {"timeout_s": 500}, "invalid_input"),  # above the HTTP API's cap (120 s)
     ],
 )
 def test_verify_claim_refused(

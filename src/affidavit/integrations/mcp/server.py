@@ -30,6 +30,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from affidavit.api.auth import Caller, Forbidden, Unauthorized, authenticate
+from affidavit.api.limits import ClaimLimits, ClaimSlots
 from affidavit.claims import ClaimService, SandboxConfig
 from affidavit.claims.model import Agent, ClaimType
 from affidavit.core.errors import AffidavitError, AgentNotFound, JobNotFound, ValidationError
@@ -170,16 +171,19 @@ def build_server(
     api_key: str | None = None,
     name: str = "affidavit",
     claims_sandbox: SandboxConfig | None = None,
+    claim_limits: ClaimLimits | None = None,
 ) -> MCPServer:
     """An MCP server (the SDK's ``MCPServer``) whose tools call affidavit's services on
     ``store``. ``api_key``: the key every call on a transport without headers (stdio) acts
     with; over HTTP each request's ``Authorization`` header is used instead.
 
     ``claims_sandbox``: how claim commands run (``None``: the default, bubblewrap), as
-    ``create_app``'s. Run it with ``server.run("stdio")`` or serve
-    ``server.streamable_http_app()``.
+    ``create_app``'s; ``claim_limits``: how many claims run at once (in all and per verifying
+    agent) and the longest timeout one may ask for, as the HTTP API's. Run it with
+    ``server.run("stdio")`` or serve ``server.streamable_http_app()``.
     """
     calls = _Calls(store, api_key)
+    slots = ClaimSlots(claim_limits or ClaimLimits())
     server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS)
 
     @server.tool(
@@ -287,16 +291,29 @@ def build_server(
         ctx: Context,
         timeout_s: Annotated[float | None, Field(gt=0, le=600)] = None,
     ) -> dict[str, Any]:
+        caller = await calls.run(lambda: calls.caller(ctx, "agent"))
+        service = ClaimService(store, sandbox=claims_sandbox)
+        cap = slots.limits.max_timeout_s
+        if timeout_s is not None and timeout_s > cap:
+            raise _error(
+                ValidationError(
+                    f"timeout_s {timeout_s:g} is above this server's limit of {cap:g} seconds",
+                    hint="Ask for a shorter timeout.",
+                )
+            )
+        timeout = min(timeout_s if timeout_s is not None else service.sandbox.timeout_s, cap)
+
         def work() -> dict[str, Any]:
-            caller = calls.caller(ctx, "agent")
-            service = ClaimService(store, sandbox=claims_sandbox)
             calls.visible_agent(service, caller, agent_id)
             result = service.verify_claim(
-                agent_id, claim_type, claim, command, caller.agent_id, timeout_s=timeout_s
+                agent_id, claim_type, claim, command, caller.agent_id, timeout_s=timeout
             )
             return result.to_dict()
 
-        return await calls.run(work)
+        try:  # at most the HTTP API's number of claims at once, in all and per verifier
+            return await slots.run(caller.agent_id, work)
+        except AffidavitError as exc:
+            raise _error(exc) from exc
 
     @server.tool(
         name="get_trust",
