@@ -57,6 +57,24 @@ def step_calls(rt: Runtime, job_id: str) -> list[dict[str, Any]]:
     return [e.payload for e in rt.store.list_events(job_id) if e.type == "step_called"]
 
 
+def submit(url: str, tools: Path, job_input: dict[str, Any], env: dict[str, str]) -> str:
+    """Submit an agent job from another process that loads ``tools`` (its agent's version)."""
+    code = (
+        "import json, sys\n"
+        "from affidavit import Runtime, load_tools\n"
+        "load_tools(sys.argv[1])\n"
+        "with Runtime(sys.argv[2]) as rt:\n"
+        "    print(rt.submit('support', json.loads(sys.argv[3])).job_id)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tools), url, json.dumps(job_input)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": SRC, **env},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
 def worker(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``affidavit worker --until-idle`` with the agent's tools file, a short lease."""
     return cli("worker", "--tools", str(TOOLS), "--until-idle", "--lease-seconds", "1",
@@ -261,3 +279,31 @@ def test_without_pydantic_ai_the_import_error_says_what_to_install() -> None:
         env={**os.environ, "PYTHONPATH": SRC},
     )  # fmt: skip
     assert "pip install 'affidavit[pydantic-ai]'" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_recovery_asking_about_another_conversation_parks(
+    store_url: str, side: Path, tmp_path: Path
+) -> None:
+    """The same agent version with other instructions would ask the model about another
+    conversation than the one recorded: the job parks as nondeterministic, the model unasked."""
+    source = TOOLS.read_text()
+    pinned = source.replace('name="support", tools=', 'name="support", version="pinned", tools=')
+    assert pinned != source
+    before, after = tmp_path / "before" / "support.py", tmp_path / "after" / "support.py"
+    for path, text in ((before, pinned), (after, pinned.replace("Be brief.", "Be verbose."))):
+        path.parent.mkdir()
+        path.write_text(text)
+    env = {"PYDAI_SIDE": str(side)}
+    job_id = submit(store_url, before, {"prompt": "mail ops@example.com"}, env)
+    ran = cli("worker", "--tools", str(before), "--until-idle", "--db", store_url, env=env)
+    assert ran.returncode == 0, ran.stderr
+    key = "approve:send_mail:call-mail"
+    assert cli("signal", job_id, "--key", key, "--payload", '{"approved": true}',
+               "--db", store_url).returncode == 0  # fmt: skip
+    ran = cli("worker", "--tools", str(after), "--until-idle", "--db", store_url, env=env)
+    assert ran.returncode == 0, ran.stderr
+    shown = json.loads(cli("jobs", "show", job_id, "--db", store_url, "--json").stdout)
+    assert shown["status"] == "parked", shown
+    assert "nondeterministic" in json.dumps(shown), shown
+    assert [line["turn"] for line in pt.read_side(side) if line["kind"] == "model"] == [0]
+    assert not [line for line in pt.read_side(side) if line["kind"] == "mail"]
