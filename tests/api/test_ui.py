@@ -175,3 +175,27 @@ def test_bad_key_shows_the_error_and_forgets_it(browser: Any, api: Api) -> None:
     assert "invalid or revoked API key" in page.inner_text("#error")
     assert page.evaluate("sessionStorage.getItem('affidavit.key')") is None
     page.close()
+
+
+def test_swagger_ui_at_docs_renders_with_no_network_but_the_servers(browser: Any, api: Api) -> None:
+    """/docs is Swagger UI from files the server serves itself: a browser that may reach
+    nothing but the API server renders every operation of /openapi.json."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    elsewhere: list[str] = []
+
+    def only_the_server(route: Any) -> None:
+        if route.request.url.startswith(api.url):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_server)
+    page.goto(api.url + "/docs")
+    page.wait_for_selector(".opblock-summary-path", timeout=30_000)
+    paths = page.locator(".opblock-summary-path").all_inner_texts()
+    assert any("/api/jobs/{job_id}/verify" in p.replace("\u200b", "") for p in paths), paths
+    assert elsewhere == []  # nothing fetched from a CDN
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "docs-offline.png"))
+    page.close()

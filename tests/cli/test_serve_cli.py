@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -84,3 +85,36 @@ def test_serve_answers_on_loopback(store_url: str) -> None:
 def test_serve_refuses_a_bad_rate_limit(store_url: str) -> None:
     r = cli("serve", "--rate-limit", "fast", "--db", store_url)
     assert r.returncode == 3 and "invalid rate limit" in r.stderr
+
+
+def test_serve_on_a_port_in_use_says_so_before_anything_else(tmp_path: Path) -> None:
+    """The socket is bound before the database is opened or a banner printed: a port in use
+    is one error (exit 3), and no database file is created."""
+    db = tmp_path / "new.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = cli("serve", "--port", str(port), "--db", f"sqlite:///{db}")
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert "affidavit API on" not in r.stderr and "Traceback" not in r.stderr
+    assert not db.exists()
+
+
+def test_serve_announces_the_port_it_bound(store_url: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "affidavit", "serve", "--port", "0", "--db", store_url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        banner = proc.stderr.readline()
+        while banner and not banner.startswith("affidavit API on"):  # (a warning before it)
+            banner = proc.stderr.readline()
+        assert banner.startswith("affidavit API on http://127.0.0.1:"), banner
+        port = int(banner.split("127.0.0.1:", 1)[1].split(" ", 1)[0])
+        assert port > 0 and httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)

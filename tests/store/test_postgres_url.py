@@ -89,6 +89,9 @@ def test_unreachable_server_is_a_clear_store_error() -> None:
     with pytest.raises(StoreError, match="cannot connect") as info:
         open_store("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=1")
     assert "secret" not in info.value.message
+    # the cause, not only libpq's advice on the line after it
+    assert "port 1 failed: Connection refused" in info.value.message
+    assert info.value.message.rstrip().endswith("accepting TCP/IP connections?")
 
 
 def test_pool_size_parameter_bounds_the_pool(pg_schema: str) -> None:

@@ -84,6 +84,7 @@ def create_app(
         description="Durable AI-agent jobs with at-most-once side effects and verifiable "
         "records. Authenticate with `Authorization: Bearer <key>` (`affidavit apikeys create`).",
         dependencies=[Depends(unique_json_keys)],
+        docs_url=None,  # served by ui.install from local files: FastAPI's page loads a CDN
     )
     app.state.service = Service(
         store,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Annotated
 
 import typer
@@ -20,6 +22,7 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.runtime_cmds import ToolsOption
 from affidavit.core.config import database_url
+from affidavit.core.errors import ConfigError
 
 apikeys_app = typer.Typer(help="API keys of the HTTP API.", no_args_is_help=True)
 
@@ -134,7 +137,14 @@ def serve(
         limit = None if rate_limit.strip().lower() == "off" else RateLimit.parse(rate_limit)
         for spec in tools or []:
             load_tools(spec)
-        store = open_store(database_url(db))
+        # the socket is bound first: a port in use is an error before anything is opened or
+        # announced (not a banner followed by one)
+        sock = _listen(host, port)
+        try:
+            store = open_store(database_url(db))
+        except BaseException:
+            sock.close()
+            raise
     sandbox = None
     if insecure_claims_without_sandbox:
         from affidavit.claims.sandbox import SandboxConfig
@@ -160,10 +170,34 @@ def serve(
                 claim_concurrency, claim_concurrency_per_agent, claim_max_timeout
             ),
         )
-        output.err.print(f"affidavit API on http://{host}:{port} ({store.backend}); docs at /docs")
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        output.err.print(
+            f"affidavit API on http://{shown}:{bound} ({store.backend}); docs at /docs",
+            markup=False,
+        )
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         store.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host``:``port`` (0: any free port).
+
+    Raises:
+        ConfigError: it cannot be bound (the port is in use, the address is not this host's).
+    """
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {reason}",
+            hint="Choose another --port (or stop what listens there), or another --host.",
+        ) from None
 
 
 def register(app: typer.Typer) -> None:

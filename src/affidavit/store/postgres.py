@@ -495,7 +495,10 @@ class PostgresStore(SqlStore):
         try:
             psycopg.connect(conninfo, connect_timeout=max(1, int(connect_timeout_s))).close()
         except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            # every line of libpq's message: the cause ("Connection refused") is on one, its
+            # advice (an indented "Is the server running ...?") on the next
+            reason = " ".join(x.strip() for x in str(exc).splitlines() if x.strip())
+            reason = reason or type(exc).__name__
             # a server that is down, starting or shutting down may be back soon (a worker
             # waits for it); a refused login or a missing database is not
             kind = StoreUnavailable if connect_may_pass(exc) else StoreError
