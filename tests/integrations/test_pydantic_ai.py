@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
@@ -307,3 +308,39 @@ def test_a_recovery_asking_about_another_conversation_parks(
     assert "nondeterministic" in json.dumps(shown), shown
     assert [line["turn"] for line in pt.read_side(side) if line["kind"] == "model"] == [0]
     assert not [line for line in pt.read_side(side) if line["kind"] == "mail"]
+
+
+def test_approval_over_the_http_api_names_the_call_and_resumes(store_url: str, side: Path) -> None:
+    """The API's decision context shows the person the exact call (tool and arguments); an
+    approval signalled over HTTP lets any worker continue the job."""
+    from affidavit.api.app import create_app
+    from affidavit.api.ratelimit import RateLimit
+    from affidavit.store import open_store
+    from tests.api.conftest import Server, make_keys
+
+    tools = ToolRegistry(pt.support.registrations)
+    store = open_store(store_url)
+    keys = make_keys(store)
+    app = create_app(store, tools=tools, rate_limit=RateLimit(100_000, 1))
+    try:
+        with Server(app) as url, Runtime(store_url, tools=tools) as rt:
+            job_id = rt.submit("support", {"prompt": "mail ops@example.com"}, namespace="a").job_id
+            assert rt.run_job(job_id).status == "waiting"
+            headers = {"Authorization": keys["agent_a"]}
+            with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
+                [wait] = c.get(f"/api/jobs/{job_id}/decisions").json()["waits"]
+                assert wait["wait_type"] == "approval"
+                assert wait["correlation_key"] == "approve:send_mail:call-mail"
+                assert wait["payload"]["tool"] == "send_mail"
+                assert wait["payload"]["args"] == {"to": "ops@example.com"}
+                body = {"key": wait["correlation_key"], "payload": {"approved": True}}
+                signalled = c.post(f"/api/jobs/{job_id}/signal", json=body)
+                assert signalled.status_code == 200, signalled.text
+            done = rt.run_job(job_id)
+            assert done.status == "completed", done.error
+            assert done.output == {"output": "mailed: ['sent to ops@example.com']"}
+    finally:
+        store.close()
+    assert [line["to"] for line in pt.read_side(side) if line["kind"] == "mail"] == [
+        "ops@example.com"
+    ]

@@ -34,7 +34,8 @@ def decision_context(store: Store, job_id: str) -> dict[str, Any]:
     ``waits`` (empty unless the job is waiting): each open wait's ``node_id``, ``wait_type``
     (``approval`` or ``signal``), ``correlation_key`` (what a signal names), ``since``, and
     ``payload`` — the node's ``args`` resolved, what the plan attached for the person to see
-    (``None`` when it attached nothing).
+    (``None`` when it attached nothing); for an agent job, the payload its ``ctx.approval``
+    call recorded (a park's ``args``: the call's recorded args).
 
     Raises:
         JobNotFound: no such job.
@@ -54,6 +55,7 @@ def decision_context(store: Store, job_id: str) -> dict[str, Any]:
         ledger = {row.idempotency_key: row for row in snap.ledger_list(job_id)}
     replay = builder.ctx
     nodes = {n["id"]: n for n in (replay.task_graph or {"nodes": []})["nodes"]}
+    nodes.update(_agent_nodes(replay))
     park = _park(job_id, replay, nodes, ledger) if job.status == "parked" else None
     waits = (
         [
@@ -73,11 +75,29 @@ def decision_context(store: Store, job_id: str) -> dict[str, Any]:
     }
 
 
+def _agent_nodes(replay: ReplayContext) -> dict[str, dict[str, Any]]:
+    """An agent job's recorded calls as the nodes a decision names. Their args are the values
+    recorded as called (an approval's: its payload), never references to resolve."""
+    out: dict[str, dict[str, Any]] = {}
+    for called in replay.agent_steps.values():
+        kind, node_id = called.get("kind"), str(called.get("node_id"))
+        recorded = called.get("args")
+        args: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+        if kind in ("wait", "approval"):
+            out[node_id] = {"id": node_id, "type": kind, "recorded_args": args.get("payload")}
+        elif kind in ("tool", "pure"):
+            tool = called.get("tool_name")
+            out[node_id] = {"id": node_id, "type": kind, "tool": tool, "recorded_args": args}
+    return out
+
+
 def _resolved(replay: ReplayContext, node: Mapping[str, Any] | None) -> tuple[Any, str | None]:
     """The node's args resolved against the job input and the outputs recorded so far, or
     why they cannot be (an upstream output it names is not recorded)."""
     if node is None:
         return None, "the step is not a node of the job's plan"
+    if "recorded_args" in node:  # an agent job's call
+        return node["recorded_args"], None
     args = node.get("args")
     if not args:
         return ({} if node.get("type") in ("tool", "pure") else None), None
