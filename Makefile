@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_packs.py
 	$(BIN)/python benchmarks/bench_claims.py
 	$(BIN)/python benchmarks/bench_api.py
+	$(BIN)/python benchmarks/bench_mcp.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache affidavit.db affidavit.db-wal affidavit.db-shm

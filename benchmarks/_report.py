@@ -174,6 +174,10 @@ MEASURES = {
         "What affidavit adds to each model request and tool call of a Pydantic AI agent"
         " (AffidavitAgent), next to the same agent alone and under DBOSAgent."
     ),
+    "bench_mcp": (
+        "What affidavit adds to each MCP tool call (one ledgered tool step) over the bare MCP"
+        " client, next to the same call as a DBOS step."
+    ),
     "bench_packs": (
         "Exporting and verifying a proof pack of a 10,000-step job, against assay's verifier and"
         " against reading and hashing every file of the pack."
