@@ -202,3 +202,12 @@ def test_malformed_tlog_proofs_rejected(mangle: object) -> None:
     assert callable(mangle)
     with pytest.raises(NoteError):
         TlogProof.parse(mangle(text))
+
+
+def test_vkeys_with_plus_in_their_base64() -> None:
+    # transparency-dev/formats' note tests: a type 0x01 key whose base64 holds a '+', and a
+    # cosigner key (type 0x04)
+    plus = parse_vkey("TEST+7997405c+AQcC+FTVKf0jlTdHDY3rbevmnKxxPjigCXlVtGe6RIr6")
+    assert plus.vkey() == "TEST+7997405c+AQcC+FTVKf0jlTdHDY3rbevmnKxxPjigCXlVtGe6RIr6"
+    cosigner = parse_vkey("remora.n621.de+da77ade7+BOvN63jn/bLvkieywe8R6UYAtVtNbZpXh34x7onlmtw2")
+    assert cosigner.sig_type == COSIGNATURE_V1

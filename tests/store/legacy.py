@@ -49,6 +49,21 @@ _UNDO_9_POSTGRES = [
     "DROP FUNCTION affidavit_append_guard(TEXT, TEXT, BIGINT, TEXT)",
     "DELETE FROM affidavit_schema_migrations WHERE version = 9",
 ]
+# the transparency log's tables (migration 10, both backends)
+_UNDO_10 = [
+    *(
+        f"DROP TABLE {t}"
+        for t in (
+            "tlog_queue",
+            "tlog_leaves",
+            "tlog_nodes",
+            "tlog_checkpoints",
+            "tlog_cosignatures",
+            "tlog_state",
+        )
+    ),
+    "DELETE FROM affidavit_schema_migrations WHERE version = 10",
+]
 _UNDO_7 = [
     "ALTER TABLE jobs DROP COLUMN recoveries",
     "ALTER TABLE jobs DROP COLUMN recovery_progress",
@@ -61,7 +76,7 @@ def undo_migration_6(url: str) -> None:
     later migrations undone first)."""
     raw = RawDb(url)
     later = () if url.startswith("sqlite:///") else tuple(_UNDO_9_POSTGRES)
-    for statement in (*later, *_UNDO_8, *_UNDO_7):
+    for statement in (*_UNDO_10, *later, *_UNDO_8, *_UNDO_7):
         raw.execute(statement)
     for statement in _SQLITE if url.startswith("sqlite:///") else _POSTGRES:
         raw.execute(statement)

@@ -15,7 +15,15 @@ from typing import Annotated
 import typer
 
 from affidavit import __version__
-from affidavit.cli import mcp_cmds, output, pack_cmds, runtime_cmds, serve_cmds, verify_cmds
+from affidavit.cli import (
+    log_cmds,
+    mcp_cmds,
+    output,
+    pack_cmds,
+    runtime_cmds,
+    serve_cmds,
+    verify_cmds,
+)
 from affidavit.cli.claims_cmds import agents_app, claims_app, trust_app
 from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.cli.jobs import jobs_app
@@ -43,6 +51,7 @@ verify_cmds.register(app)
 pack_cmds.register(app)
 serve_cmds.register(app)
 mcp_cmds.register(app)
+log_cmds.register(app)
 
 
 def _version(value: bool) -> None:

@@ -22,6 +22,7 @@ import typer
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job, state
+from affidavit.cli.log_cmds import background_sequencer
 from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, job_line, status_markup
 from affidavit.core.canonical import canonical, loads_unique
@@ -507,7 +508,7 @@ def worker(
 
                 rt.worker.on_job = on_job
             try:
-                with graceful_stop(rt.worker, quiet=as_json):
+                with background_sequencer(rt.store), graceful_stop(rt.worker, quiet=as_json):
                     jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
                 if until_idle and not as_json:
                     note = held_elsewhere_note(rt.store.list_jobs(HELD_ELSEWHERE), time.time())

@@ -20,6 +20,7 @@ from affidavit.api.limits import (
 from affidavit.claims.bwrap import OPT_OUT_FLAG, PACKAGE, find_bwrap
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.log_cmds import background_sequencer
 from affidavit.cli.runtime_cmds import ToolsOption
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
@@ -177,7 +178,8 @@ def serve(
             markup=False,
         )
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        server.run(sockets=[sock])
+        with background_sequencer(store, final=False):
+            server.run(sockets=[sock])
     finally:
         sock.close()
         store.close()

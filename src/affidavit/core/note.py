@@ -188,7 +188,7 @@ def parse_vkey(text: str) -> Verifier:
     Raises:
         NoteError: malformed, an unsupported type, or a key id that does not match.
     """
-    parts = text.strip().split("+")
+    parts = text.strip().split("+", 2)
     if len(parts) != 3:
         raise NoteError(f"vkey {text[:80]!r} is not name+keyid+key")
     name, hex_id, material = parts

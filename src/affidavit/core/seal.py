@@ -191,3 +191,31 @@ def check_signature(seal: Seal, public_raw: bytes) -> str:
     except InvalidSignature:
         return f"seal signature does not verify with key {seal.key_id}"
     return ""
+
+
+LOG_LEAF_TYPE = "affidavit.seal/v1"
+
+
+def seal_sha256(seal: Seal) -> str:
+    """hex SHA-256 of JCS(the seal as :meth:`Seal.to_dict` writes it, signature included)."""
+    return hashlib.sha256(canonical(seal.to_dict())).hexdigest()
+
+
+def log_leaf(seal: Seal) -> bytes:
+    """The transparency-log leaf of a seal (its bytes are what the tree hashes, with the RFC
+    6962 leaf prefix): JCS of the job id, the sealed length and chain head, the key id and the
+    seal's hash.
+
+    ``{"type": "affidavit.seal/v1", "job_id", "event_count", "event_chain_root_hash",
+    "key_id", "seal_sha256"}``
+    """
+    return canonical(
+        {
+            "type": LOG_LEAF_TYPE,
+            "job_id": seal.job_id,
+            "event_count": seal.event_count,
+            "event_chain_root_hash": seal.event_chain_root_hash,
+            "key_id": seal.key_id,
+            "seal_sha256": seal_sha256(seal),
+        }
+    )

@@ -23,6 +23,7 @@ POINTS = frozenset(
         "agent.replay_step",
         "wait.after_record",
         "sleep.after_record",
+        "log.before_integrate",
     }
 )
 

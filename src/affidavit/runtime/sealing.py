@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from affidavit.core.errors import AffidavitError, ConfigError, JobNotFound
 from affidavit.core.events import utc_now
-from affidavit.core.seal import PublicKey, Seal, sign_seal
+from affidavit.core.seal import PublicKey, Seal, log_leaf, sign_seal
 from affidavit.store import TERMINAL_STATUSES, Store, Transaction
 
 KEY_ENV = "AFFIDAVIT_SIGNING_KEY"
@@ -225,7 +226,10 @@ class Sealer:
             head = (job.version, job.head_hash or "")
         seal = key.seal(job_id, *head)
         tx.key_register(key.public, created_at=seal.sealed_at)
-        tx.seal_insert(seal)
+        if tx.seal_insert(seal):
+            # the seal's transparency-log leaf, queued with it: a crash before the sequencer
+            # integrates it loses nothing
+            tx.tlog_enqueue(job_id, log_leaf(seal), time.time())
         return seal
 
     def seal_job(self, store: Store, job_id: str) -> Seal | None:

@@ -23,6 +23,7 @@ from affidavit.store._sql import (
     job_from_row,
     jobs_where,
 )
+from affidavit.store._tlog import TlogReads
 from affidavit.store.base import (
     JobFilter,
     JobRecord,
@@ -54,7 +55,7 @@ _NO_JOB_ROW = "NOT EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = {t}.job_id){onl
 ORPHAN_TABLES = (("events", "events"), ("tool_invocations", "ledger rows"), ("seals", "seal"))
 
 
-class SqlSnapshot(ABC):
+class SqlSnapshot(TlogReads, ABC):
     """The :class:`~affidavit.store.base.Snapshot` reads over two backend primitives."""
 
     # (the whole log is read without recorded_at: informational, not covered by the chain, and
@@ -76,7 +77,7 @@ class SqlSnapshot(ABC):
         backend's planner would sort such rows, it is told to walk the key instead."""
         return self.stream(sql, params, batch)
 
-    def plan_freely(self) -> None:  # noqa: B027 (a hook: most backends have nothing to undo)
+    def plan_freely(self) -> None:
         """Before a listing of jobs: undo what :meth:`stream_in_key_order` told the planner."""
 
     def get_job(self, job_id: str) -> JobRecord | None:

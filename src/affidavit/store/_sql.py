@@ -35,6 +35,7 @@ from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._ledger import LedgerOps
 from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, SealOps, key_from_row, seal_from_row
+from affidavit.store._tlog import TlogWrites
 from affidavit.store.base import (
     JOB_STATUSES,
     Encoded,
@@ -291,7 +292,7 @@ def chain_events(
     return stored
 
 
-class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, ABC):
+class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
     placeholders."""

@@ -8,7 +8,7 @@ write events and ledger rows together. Backends: :mod:`affidavit.store.sqlite` a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -17,7 +17,9 @@ from affidavit.core.canonical import parse
 from affidavit.core.errors import UnreadableEventError
 
 if TYPE_CHECKING:
+    from affidavit.core.merkle import Node
     from affidavit.core.seal import PublicKey, Seal
+    from affidavit.store._tlog import LogLeaf, QueuedLeaf, TlogState
     from affidavit.store.migrations import Migration
 
 T = TypeVar("T")
@@ -275,7 +277,63 @@ class JobFilter:
     before: str | None = None
 
 
-class Transaction(Protocol):
+class TlogReader(Protocol):
+    """Reads of the transparency log of seals (see affidavit.store._tlog)."""
+
+    def tlog_state(self) -> TlogState: ...
+
+    def tlog_nodes(self, nodes: Iterable[Node]) -> dict[Node, bytes]: ...
+
+    def tlog_node_range(self, level: int, start: int, count: int) -> list[bytes]: ...
+
+    def tlog_leaf_of(self, job_id: str) -> LogLeaf | None: ...
+
+    def tlog_leaves(self, start: int, end: int) -> list[LogLeaf]: ...
+
+    def tlog_queued_for(self, job_id: str) -> bool: ...
+
+    def tlog_queue_length(self) -> int: ...
+
+    def tlog_checkpoint(self, size: int | None = None) -> tuple[int, str] | None: ...
+
+    def tlog_cosigned_sizes(self, min_size: int) -> list[int]: ...
+
+    def tlog_cosignatures(self, size: int) -> list[str]: ...
+
+
+class TlogWriter(TlogReader, Protocol):
+    """Writes of the transparency log of seals (see affidavit.store._tlog)."""
+
+    def tlog_enqueue(self, job_id: str, leaf: bytes, queued_at: float) -> None: ...
+
+    def tlog_take_lease(self, owner: str, now: float, until: float) -> bool: ...
+
+    def tlog_release_lease(self, owner: str) -> None: ...
+
+    def tlog_set_origin(self, origin: str) -> None: ...
+
+    def tlog_queue_batch(self, limit: int) -> list[QueuedLeaf]: ...
+
+    def tlog_commit_batch(
+        self,
+        *,
+        owner: str,
+        old_size: int,
+        batch: Sequence[QueuedLeaf],
+        nodes: dict[Node, bytes],
+        checkpoint: str,
+        now: float,
+        created_at: str,
+    ) -> bool: ...
+
+    def tlog_store_checkpoint(self, size: int, note: str, created_at: str) -> None: ...
+
+    def tlog_add_cosignature(
+        self, size: int, name: str, key_id: str, line: str, added_at: str
+    ) -> bool: ...
+
+
+class Transaction(TlogWriter, Protocol):
     """Writes that commit or roll back together. Obtained from :meth:`Store.transaction`."""
 
     def append(
@@ -517,7 +575,7 @@ class Transaction(Protocol):
     def keys_list(self) -> list[PublicKey]: ...
 
 
-class Snapshot(Protocol):
+class Snapshot(TlogReader, Protocol):
     """A consistent, read-only view of the database (one read transaction), obtained from
     :meth:`Store.snapshot`. Every read sees the same moment, even while workers write."""
 
