@@ -17,7 +17,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from affidavit import CompensatableError, RetryableError, ToolContext, ToolRegistry, pure, tool
+from affidavit import (
+    AgentContext,
+    CompensatableError,
+    RetryableError,
+    ToolContext,
+    ToolRegistry,
+    agent,
+    pure,
+    tool,
+)
 
 
 def record(side: str, **fields: Any) -> None:
@@ -50,6 +59,8 @@ def counts(side: str | Path, kind: str) -> Counter[tuple[str, str]]:
 
 def _charge(ctx: ToolContext, side: str, amount: int) -> dict[str, Any]:
     record(side, kind="charge", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    if os.environ.get("AFFIDAVIT_TEST_KILL_IN_TOOL") == "1":  # dies inside the tool, after acting
+        os.kill(os.getpid(), signal.SIGKILL)
     return {"charge_id": ctx.external_key, "amount": amount}
 
 
@@ -151,8 +162,39 @@ def tally(ctx: ToolContext, side: str) -> dict[str, Any]:
     return _TALLY
 
 
+def _crash_agent(
+    ctx: AgentContext,
+    side: str,
+    amount: int,
+    tool_name: str = "crash_charge",
+    wait: bool = False,
+    sleep: float | None = None,
+) -> dict[str, Any]:
+    """The charge plan as an agent: charge → [wait | sleep] → compute → charge."""
+    charged = ctx.call(tool_name, side=side, amount=amount)
+    if wait:
+        ctx.wait("go")
+    if sleep is not None:
+        ctx.sleep(sleep)
+    computed = ctx.call(compute, side=side, charged=charged)
+    return {"charge2": ctx.call(tool_name, side=side, amount=computed["amount"])}
+
+
+crash_agent = agent("crash_agent", version="1", retry={"max_attempts": 3, "backoff_seconds": 0})(
+    _crash_agent
+)
+crash_agent_fail = agent(
+    "crash_agent_fail",
+    version="1",
+    in_flight="fail",
+    retry={"max_attempts": 3, "backoff_seconds": 0},
+)(_crash_agent)
+
+
 REGISTRY = ToolRegistry(
     [
+        crash_agent,
+        crash_agent_fail,
         charge,
         charge_no_reconcile,
         slow_charge,
