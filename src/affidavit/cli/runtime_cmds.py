@@ -30,6 +30,7 @@ from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
 from affidavit.core.inputs import read_limited_text
 from affidavit.core.plan import Plan
+from affidavit.runtime.agent import Agent
 from affidavit.runtime.args import check_input_references
 from affidavit.runtime.decisions import (
     RESUME_DECISIONS,
@@ -41,7 +42,12 @@ from affidavit.runtime.decisions import (
 from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.runtime import Runtime
 from affidavit.runtime.sdk import load_tools, registry
-from affidavit.runtime.submit import check_idempotency_key, check_plan
+from affidavit.runtime.submit import (
+    check_agent_input,
+    check_idempotency_key,
+    check_plan,
+    resolve_agent,
+)
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker, open_store_waiting
 from affidavit.store import JobFilter, JobRecord
 
@@ -205,19 +211,35 @@ def parse_json_arg(text: str | None, what: str) -> Any:
 
 
 def prepared_job(
-    plan: Path,
+    plan: Path | None,
     tools: list[str] | None,
     input: str | None,
     lease: float | None = None,
     idempotency_key: str | None = None,
-) -> tuple[Plan, Any]:
-    """The plan, checked against the tools, the job input and the idempotency key —
-    everything a submission needs, validated before the database is opened, so that a refused
-    command creates and writes nothing (not even a new database file or schema)."""
+    agent: str | None = None,
+) -> tuple[Plan | Agent, Any]:
+    """The plan (or the agent, with ``--agent``), checked against the tools, the job input
+    and the idempotency key — everything a submission needs, validated before the database is
+    opened, so that a refused command creates and writes nothing (not even a new database
+    file or schema)."""
     check_idempotency_key(idempotency_key)
+    if (plan is None) == (agent is None):
+        raise ConfigError(
+            "give a plan file or --agent NAME"
+            if plan is None
+            else "give a plan or --agent, not both",
+            hint="`affidavit run plan.yaml --tools mytools` or "
+            "`affidavit run --agent NAME --tools mytools`.",
+        )
     for spec in tools or []:
         load_tools(spec)
     lease_seconds(lease)
+    if agent is not None:
+        found = resolve_agent(agent, registry)
+        agent_input = parse_json_arg(input, "--input")
+        check_agent_input(found, {} if agent_input is None else agent_input)
+        return found, agent_input
+    assert plan is not None
     parsed = Plan.from_file(plan, max_bytes=state.max_input_bytes)
     check_plan(parsed, registry)
     job_input = parse_json_arg(input, "--input")
@@ -321,8 +343,22 @@ def show_job(job: JobRecord, decisions: dict[str, Any] | None = None) -> None:
             output.err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+AgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="Run the agent registered under this name (by @affidavit.agent in a --tools "
+        "module) instead of a plan; --input holds its keyword arguments.",
+        show_default=False,
+    ),
+]
+
+
 def run(
-    plan: Annotated[Path, typer.Argument(help="Plan file (.yaml, .yml or .json).")],
+    plan: Annotated[
+        Path | None, typer.Argument(help="Plan file (.yaml, .yml or .json); or use --agent.")
+    ] = None,
+    agent: AgentOption = None,
     tools: ToolsOption = None,
     input: InputOption = None,
     idempotency_key: Annotated[
@@ -346,7 +382,7 @@ def run(
     a signal (130 Ctrl-C, 143 SIGTERM).
     """
     with command(as_json):
-        parsed, job_input = prepared_job(plan, tools, input, lease, idempotency_key)
+        parsed, job_input = prepared_job(plan, tools, input, lease, idempotency_key, agent)
         max_recoveries(recoveries)  # a bad environment variable submits nothing
         rt = open_runtime(db, None, lease, step_concurrency, store_retry, recoveries)
         try:
@@ -405,7 +441,10 @@ def run(
 
 
 def submit(
-    plan: Annotated[Path, typer.Argument(help="Plan file (.yaml, .yml or .json).")],
+    plan: Annotated[
+        Path | None, typer.Argument(help="Plan file (.yaml, .yml or .json); or use --agent.")
+    ] = None,
+    agent: AgentOption = None,
     tools: ToolsOption = None,
     input: InputOption = None,
     idempotency_key: Annotated[
@@ -421,7 +460,9 @@ def submit(
     unknown tool, bad input or store error (nothing is written).
     """
     with command(as_json):
-        parsed, job_input = prepared_job(plan, tools, input, idempotency_key=idempotency_key)
+        parsed, job_input = prepared_job(
+            plan, tools, input, idempotency_key=idempotency_key, agent=agent
+        )
         rt = open_runtime(db, None, None)  # the tools are loaded
         try:
             job = rt.submit(

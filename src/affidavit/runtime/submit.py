@@ -239,6 +239,30 @@ def resolve_agent(agent: Agent | str, tools: ToolRegistry) -> Agent:
     return found
 
 
+def check_agent_input(agent: Agent, job_input: Any) -> None:
+    """``job_input`` can be recorded and fits the agent function's keyword parameters.
+
+    Raises:
+        PlanError: it is not a JSON object, or does not fit the parameters.
+        CanonicalizationError: it is not JSON that can be recorded.
+    """
+    canonical_nested(job_input)
+    if not isinstance(job_input, dict):
+        raise PlanError(
+            f"the input of agent {agent.name!r} must be a JSON object (its keyword arguments), "
+            f"not {type(job_input).__name__}"
+        )
+    try:
+        inspect.signature(agent.fn).bind(None, **job_input)
+    except TypeError as exc:
+        raise PlanError(
+            f"the input does not fit agent {agent.name!r}: {exc}",
+            hint="The input's fields are the agent function's keyword arguments after ctx.",
+        ) from None
+    except ValueError:
+        pass  # no signature to read: the run will say
+
+
 def submit_agent_job(
     store: Store,
     agent: Agent | str,
@@ -264,21 +288,7 @@ def submit_agent_job(
     check_traceparent(traceparent)
     found = resolve_agent(agent, tools)
     job_input = {} if input is None else input
-    canonical_nested(job_input)
-    if not isinstance(job_input, dict):
-        raise PlanError(
-            f"the input of agent {found.name!r} must be a JSON object (its keyword arguments), "
-            f"not {type(job_input).__name__}"
-        )
-    try:
-        inspect.signature(found.fn).bind(None, **job_input)
-    except TypeError as exc:
-        raise PlanError(
-            f"the input does not fit agent {found.name!r}: {exc}",
-            hint="The input's fields are the agent function's keyword arguments after ctx.",
-        ) from None
-    except ValueError:
-        pass  # no signature to read: the run will say
+    check_agent_input(found, job_input)
     policy = found.policy()
     if replay_verification is not None:
         if replay_verification not in REPLAY_VERIFICATION_MODES:
