@@ -32,7 +32,8 @@ from affidavit.api.models import (
 )
 from affidavit.packs import export_archive
 from affidavit.runtime.decisions import cancel_job, resume_job, signal_job
-from affidavit.runtime.submit import submit_job, valid_traceparent
+from affidavit.runtime.sdk import registry
+from affidavit.runtime.submit import submit_agent_job, submit_job, valid_traceparent
 from affidavit.runtime.trace import job_trace
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.verify import verify_job
@@ -82,6 +83,21 @@ def submit(
     namespace = check_namespace(body.namespace or caller.namespace)
     if namespace != caller.namespace and caller.role != "admin":
         raise Forbidden(f"only an admin may submit into namespace {namespace!r}")
+    if body.agent is not None:
+        job, created = submit_agent_job(
+            svc.store,
+            body.agent,
+            body.input,
+            tools=svc.tools if svc.tools is not None else registry,
+            idempotency_key=idempotency_key,
+            namespace=namespace,
+            submitted_by=caller.agent_id,
+            replay_verification=body.replay_verification,
+        )
+        if not created:
+            response.status_code = 200
+        return job.to_dict()
+    assert body.plan is not None  # (the body's validator)
     job, created = submit_job(
         svc.store,
         body.plan,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 
 class _Body(BaseModel):
@@ -12,7 +12,15 @@ class _Body(BaseModel):
 
 
 class SubmitJob(_Body):
-    plan: dict[str, Any] = Field(description="The task graph with its settings (docs/plans.md).")
+    plan: dict[str, Any] | None = Field(
+        default=None, description="The task graph with its settings (docs/plans.md)."
+    )
+    agent: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Instead of a plan: the name of an agent registered in the server "
+        "(@affidavit.agent in its --tools module); `input` holds its keyword arguments.",
+    )
     input: Any = Field(default=None, description="The job input (JSON).")
     replay_verification: Literal["strict", "warn", "human"] | None = Field(
         default=None, description="Overrides the plan's mode for this job."
@@ -20,6 +28,12 @@ class SubmitJob(_Body):
     namespace: str | None = Field(
         default=None, description="Only an admin may submit into another namespace."
     )
+
+    @model_validator(mode="after")
+    def _plan_or_agent(self) -> SubmitJob:
+        if (self.plan is None) == (self.agent is None):
+            raise ValueError("give exactly one of `plan` and `agent`")
+        return self
 
 
 class Signal(_Body):
