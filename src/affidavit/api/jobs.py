@@ -93,6 +93,7 @@ def submit(
             namespace=namespace,
             submitted_by=caller.agent_id,
             replay_verification=body.replay_verification,
+            traceparent=traceparent if valid_traceparent(traceparent) else None,
         )
         if not created:
             response.status_code = 200
