@@ -155,6 +155,10 @@ MEASURES = {
         "`Store.append` (canonicalize, lock, read the head, fence, chain, insert; one transaction)"
         " against plain INSERTs of the same rows into the same table at the same durability."
     ),
+    "bench_agents": (
+        "Agent jobs: tool steps per second of an agent calling a tool in a loop, and the time a"
+        " killed agent takes to its next new step, against DBOS Transact in the same run."
+    ),
     "bench_steps": (
         "Durable tool steps per second: affidavit against DBOS Transact running the same work in"
         " the same run, and against the commit floor (the bare commits the protocol needs)."

@@ -7,6 +7,11 @@
 (4) A worker in this process reclaims job 2 when its lease expires; the refund tool's
     ``reconcile`` finds the payment by its idempotency key, so it is recorded, not repeated.
 (5) The real world is counted: refunds in the payments ledger and e-mails in the outbox.
+(5a) The same refund runs as an agent (``refund.refund_agent``: a scripted decision function
+    picks each next tool, no network): order A-1003 cleanly; order A-1004 in a child process
+    killed right after the payment, as job 2 was, then recovered — the function runs again
+    from the top, its recorded calls return their recorded results without executing, and
+    ``reconcile`` finds the payment. The counts show one refund and one e-mail per order.
 (6) Every job's hash chain is recomputed from the stored bytes and every job is verified
     (Verification Mode: proofs, stored chain, seal); then a copy of the database is tampered
     with (a refund amount changed): the recomputation pins the edit to its event and
@@ -46,16 +51,18 @@ class DemoJob:
     events: list[StoredEvent]
     chain: ChainCheck
     verification: VerificationResult  # Verification Mode: the four proofs, stored chain, seal
+    agent: bool = False  # run as an agent (refund.refund_agent), not as the plan
 
 
 @dataclass
 class DemoResult:
     directory: str
     database: str
-    jobs: list[DemoJob]
+    jobs: list[DemoJob]  # plan jobs, then agent jobs (``agent``)
     refunds: Counter[str]
     emails: Counter[str]
     child_returncode: int
+    agent_child_returncode: int
     tampered_version: int
     tamper_check: ChainCheck
     tamper_verification: VerificationResult
@@ -69,6 +76,7 @@ class DemoResult:
             and all(self.refunds[j.order_id] == 1 for j in self.jobs)
             and all(self.emails[j.order_id] == 1 for j in self.jobs)
             and self.child_returncode == -9
+            and self.agent_child_returncode == -9
             and not self.tamper_check.ok
             and self.tamper_check.first_bad_version == self.tampered_version
             and not self.tamper_verification.ok
@@ -85,6 +93,7 @@ class DemoResult:
                     "job_id": j.job_id,
                     "status": j.status,
                     "crashed_and_recovered": j.crashed,
+                    "kind": "agent" if j.agent else "plan",
                     "event_count": len(j.events),
                     "event_chain_root_hash": j.chain.root,
                     "chain_ok": j.chain.ok,
@@ -96,7 +105,11 @@ class DemoResult:
                 }
                 for j in self.jobs
             ],
-            "crash": {"point": CRASH_AT, "child_returncode": self.child_returncode},
+            "crash": {
+                "point": CRASH_AT,
+                "child_returncode": self.child_returncode,
+                "agent_child_returncode": self.agent_child_returncode,
+            },
             "tamper": {
                 "edited_version": self.tampered_version,
                 "detected": not self.tamper_check.ok,
@@ -160,6 +173,54 @@ def _tamper_export(
         events, public_keys=keys, seal=seal, ledger=ledger, status=job.status, job_id=job.job_id
     )
     return _check(events), verification
+
+
+# The agent's run that dies between paying and recording the payment (crash point as for job 2:
+# the 2nd tool to return is issue_refund; the scripted model and decide_refund are pure steps).
+_AGENT_CHILD = """
+import json, sys
+from affidavit.examples import refund
+from affidavit.runtime.runtime import Runtime
+url, job_input, key, lease = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+with Runtime(url, tools=refund.TOOLS, lease_seconds=lease) as rt:
+    rt.run_job(rt.submit(refund.refund_agent, job_input, idempotency_key=key).job_id)
+"""
+
+
+def _agent_runs(
+    url: str, root: Path, data_dir: Path, lease_seconds: float
+) -> tuple[int, list[DemoJob]]:
+    """Step (5a): the refund as an agent, order A-1003 cleanly, order A-1004 killed after the
+    payment and recovered here. Returns the killed child's exit code and the two jobs."""
+    crash_key = f"agent-refund-A-1004-{root.name}"
+    with Runtime(url, tools=refund.TOOLS, lease_seconds=lease_seconds) as rt:
+        clean = rt.submit(refund.refund_agent, {"order_id": "A-1003", "data_dir": str(data_dir)})
+        rt.run_job(clean.job_id)
+    env = {**os.environ, "AFFIDAVIT_CRASH_AT": CRASH_AT}
+    env.pop("AFFIDAVIT_DATABASE_URL", None)
+    crashed_input = {"order_id": "A-1004", "data_dir": str(data_dir)}
+    child = subprocess.run(
+        [sys.executable, "-c", _AGENT_CHILD, url, json.dumps(crashed_input), crash_key,
+         str(lease_seconds)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    with Runtime(url, tools=refund.TOOLS, lease_seconds=lease_seconds) as rt:
+        crashed = rt.submit(refund.refund_agent, crashed_input, idempotency_key=crash_key)
+        deadline = time.monotonic() + 30
+        while not rt.run_job(crashed.job_id).terminal and time.monotonic() < deadline:
+            time.sleep(0.1)  # the killed run's lease has not expired yet
+        jobs = []
+        for order_id, job_id, was_killed in (
+            ("A-1003", clean.job_id, False),
+            ("A-1004", crashed.job_id, True),
+        ):
+            events = rt.store.list_events(job_id)
+            status = rt.get_job(job_id).status
+            check, verified = _check(events), verify_job(rt.store, job_id)
+            jobs.append(
+                DemoJob(order_id, job_id, status, was_killed, events, check, verified, True)
+            )
+    return child.returncode, jobs
 
 
 def run_demo(
@@ -227,6 +288,10 @@ def run_demo(
                 )
             )
 
+    # (5a) the refund as an agent: one clean, one killed after the payment and recovered
+    agent_code, agent_jobs = _agent_runs(url, root, data_dir, lease_seconds)
+    jobs += agent_jobs
+
     # (5) the real world
     refunds, emails = _count_world(data_dir)
 
@@ -243,6 +308,8 @@ def run_demo(
         tampered = _tamper_export(url, jobs[0], target, forged)
     tamper_check, tamper_verification = tampered
     notes = [] if child.returncode == -9 else [f"child exited {child.returncode}: {child.stderr}"]
+    if agent_code != -9:
+        notes.append(f"the agent's child exited {agent_code}")
     return DemoResult(
         directory=str(root),
         database=url,
@@ -250,6 +317,7 @@ def run_demo(
         refunds=refunds,
         emails=emails,
         child_returncode=child.returncode,
+        agent_child_returncode=agent_code,
         tampered_version=target.version,
         tamper_check=tamper_check,
         tamper_verification=tamper_verification,

@@ -227,7 +227,9 @@ def test_demo(tmp_path: Path) -> None:
     assert summary["tamper"]["verified"] is False
     assert summary["directory"].startswith(str(tmp_path))
     jobs = summary["jobs"]
-    assert [j["crashed_and_recovered"] for j in jobs] == [False, True]
+    assert [j["crashed_and_recovered"] for j in jobs] == [False, True, False, True]
+    assert [j["kind"] for j in jobs] == ["plan", "plan", "agent", "agent"]
+    assert summary["crash"]["agent_child_returncode"] == -9
     for job in jobs:  # the real world: exactly one refund and one e-mail per order
         assert (job["status"], job["refunds_paid"], job["emails_sent"]) == ("completed", 1, 1)
         assert job["chain_ok"] and job["verified"] and job["seal_key_id"]
@@ -236,6 +238,22 @@ def test_demo(tmp_path: Path) -> None:
     )
     finished = [e["payload"] for e in events if e["type"] == "tool_invocation_finished"]
     assert any(p["node_id"] == "refund" and p["catch_up"] for p in finished)
+    # the agent killed after the payment: recovered by reconcile (a catch-up), the refund once
+    agent_events = json_of(
+        cli("jobs", "events", jobs[3]["job_id"], "--db", summary["database"], "--json")
+    )
+    called = {
+        e["payload"]["node_id"]: e["payload"]["tool_name"]
+        for e in agent_events
+        if e["type"] == "step_called"
+    }
+    caught_up = [
+        called[e["payload"]["node_id"]]
+        for e in agent_events
+        if e["type"] == "tool_invocation_finished" and e["payload"]["catch_up"]
+    ]
+    assert caught_up == ["issue_refund"]
+    assert list(called.values()).count("issue_refund") == 1
     human = cli("demo", env={"TMPDIR": str(tmp_path)})
     assert human.returncode == 0
     assert "demo ok" in human.stdout

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from affidavit.core.agent_steps import AGENT_KINDS, agent_hash, agent_node_id, agent_step_id
 from affidavit.core.canonical import canonical
 from affidavit.core.chain import chain_root, execution_hash
-from affidavit.core.plan import Plan, idempotency_key
+from affidavit.core.plan import Plan, args_hash, external_key, idempotency_key
 from affidavit.store import NewEvent, Store
 
 VECTORS: dict[str, Any] = json.loads(
@@ -64,3 +65,45 @@ def test_vector_chain_changes_with_any_event(bad_root_event: int) -> None:
     eid, etype, payload = events[bad_root_event]
     events[bad_root_event] = (eid, etype, payload.replace(b"}", b',"x":1}'))
     assert chain_root(events) != VECTORS["chain"]["root"]
+
+
+# --- agent jobs ---------------------------------------------------------------------------------
+
+AGENT: dict[str, Any] = VECTORS["agent"]
+
+
+def test_agent_hash() -> None:
+    identity = {"agent": AGENT["agent"], "version": AGENT["version"]}
+    assert canonical(identity).decode() == AGENT["identity_jcs"]
+    assert agent_hash(AGENT["agent"], AGENT["version"]) == AGENT["agent_hash"]
+
+
+@pytest.mark.parametrize(("seq", "kind", "node_id", "expected"), AGENT["steps"])
+def test_agent_step_ids(seq: int, kind: str, node_id: str, expected: str) -> None:
+    assert agent_node_id(seq) == node_id
+    assert agent_step_id(AGENT["job_id"], seq, kind) == expected
+
+
+def test_agent_step_id_depends_on_every_part() -> None:
+    seq, kind, _, expected = AGENT["steps"][0]
+    assert agent_step_id(AGENT["job_id"] + "x", seq, kind) != expected
+    assert agent_step_id(AGENT["job_id"], seq + 1, kind) != expected
+    assert agent_step_id(AGENT["job_id"], seq, "pure") != expected
+    assert set(AGENT_KINDS) >= {kind for _, kind, _, _ in AGENT["steps"]}
+
+
+def test_agent_tool_call_keys() -> None:
+    call = AGENT["tool_call"]
+    step = agent_step_id(AGENT["job_id"], call["seq"], "tool")
+    assert args_hash(call["args"]) == call["args_hash"]
+    assert (
+        idempotency_key(AGENT["job_id"], step, call["tool"], call["args"])
+        == (call["idempotency_key"])
+    )
+    assert external_key(AGENT["job_id"], step, None) == call["external_key"]
+
+
+def test_agent_execution_hash() -> None:
+    v = AGENT["execution_hash"]
+    pairs = [tuple(pair) for pair in v["finished"]]
+    assert execution_hash(AGENT["agent_hash"], pairs) == v["expected"]

@@ -24,6 +24,7 @@ from affidavit import Runtime
 from affidavit.core.canonical import canonical
 from affidavit.examples import refund
 from affidavit.verify._fold import LogFold
+from tests.verify.agent_log import refund_agent_log
 from tests.verify.helpers import Event, Log, refund_job, rows, synthetic_log
 
 _DELETE = object()
@@ -62,7 +63,7 @@ STEP_FIELDS = {
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Log]]:
-    """The synthetic log and a real refund job's log."""
+    """The synthetic log, a real refund job's log and an agent job's log."""
     tmp = tmp_path_factory.mktemp("fast_path")
     with Runtime(f"sqlite:///{tmp / 'a.db'}", tools=refund.TOOLS, signing_key=tmp / "k") as rt:
         job_id = refund_job(rt, tmp / "shop")
@@ -70,7 +71,9 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Log]]:
             {"type": e.type, "payload": orjson.loads(e.payload_bytes)}
             for e in rt.store.list_events(job_id)
         ]
-    yield [synthetic_log(), (job_id, real)]
+    agent = refund_agent_log()
+    recorded = [{"type": t, "payload": p} for t, p in agent.events]
+    yield [synthetic_log(), (job_id, real), (agent.job_id, recorded)]
 
 
 def values(events: list[Event], field: str) -> list[Any]:
@@ -156,6 +159,7 @@ def outcome(fold: LogFold) -> dict[str, Any]:
         "success": fold.success,
         "started": fold.started,
         "waits": (fold.waits, fold.answered, fold.parked),
+        "agent": (fold.next_seq, fold.failed_nodes, fold.wait_payloads),
     }
 
 

@@ -129,10 +129,18 @@ class TraceNode(BaseModel):
     error: Any = None
     idempotency_key: str | None = None
     correlation_key: str | None = None
+    # an agent job's step: its sequence number, when it was called, its arguments' hash, and
+    # its waits (correlation key, wait type, since, wake_at, answered_at, signalled_by)
+    seq: int | None = None
+    called_at: str | None = None
+    args_hash: str | None = None
+    waits: list[dict[str, Any]] | None = None
 
 
 class Trace(BaseModel):
     job: Job
+    kind: Literal["agent"] | None = None  # an agent job: nodes are its steps, in seq order
+    agent: dict[str, Any] | None = None  # name, version, agent_hash, policy
     plan_hash: str | None
     policy: dict[str, Any] | None
     nodes: list[TraceNode]

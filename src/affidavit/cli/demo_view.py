@@ -20,7 +20,8 @@ def render(result: DemoResult) -> None:
         jobs.add_row(
             j.order_id,
             j.job_id,
-            f"killed at {CRASH_AT}, recovered" if j.crashed else "clean",
+            ("agent, " if j.agent else "")
+            + (f"killed at {CRASH_AT}, recovered" if j.crashed else "clean"),
             f"[green]{j.status}[/]" if j.status == "completed" else f"[red]{j.status}[/]",
             _count(result.refunds[j.order_id]),
             _count(result.emails[j.order_id]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -250,6 +250,45 @@ def _event_row(e: StoredEvent) -> tuple[str, str, str, str, str]:
     return str(e.version), e.type, e.event_id, e.chain_hash[:16] + "…", payload
 
 
+def _plan_rows(doc: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    headers = ("node", "type", "state", "attempts", "duration ms", "depends on")
+    rows: list[tuple[str, ...]] = [
+        (
+            n["id"],
+            n["type"],
+            n["state"],
+            str(n["attempts"]),
+            "" if n["duration_ms"] is None else f"{n['duration_ms']:.1f}",
+            ", ".join(n["depends_on"]),
+        )
+        for n in doc["nodes"]
+    ]
+    return headers, rows
+
+
+def _agent_rows(doc: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """An agent job's steps in sequence order: kind, tool, state, attempts, duration, waits."""
+    headers = ("step", "kind", "tool", "state", "attempts", "duration ms", "waits")
+    rows: list[tuple[str, ...]] = [
+        (
+            n["id"],
+            n["type"],
+            n["tool"] or "",
+            n["state"],
+            str(n["attempts"]),
+            "" if n["duration_ms"] is None else f"{n['duration_ms']:.1f}",
+            ", ".join(_wait_text(w) for w in n.get("waits") or []),
+        )
+        for n in doc["nodes"]
+    ]
+    return headers, rows
+
+
+def _wait_text(wait: dict[str, Any]) -> str:
+    answered = f" by {wait.get('signalled_by')}" if "answered_at" in wait else " (open)"
+    return f"{wait.get('wait_type')} {wait.get('correlation_key')}{answered}"
+
+
 @jobs_app.command("trace")
 def job_trace_cmd(
     job_id: Annotated[str, typer.Argument(help="The job id.")],
@@ -258,7 +297,8 @@ def job_trace_cmd(
 ) -> None:
     """Each node of the job's plan with its state (pure, side_effect_committed, compensated,
     in_flight, waiting, approved, signalled, parked, running, failed, pending, skipped),
-    outcome, attempts and duration.
+    outcome, attempts and duration; for an agent job, each recorded step in sequence order
+    with its kind, tool, state, attempts, duration and waits.
 
     Exit codes: 0 shown; 2 no such job; 3 a log that cannot be read (replay_error: an event row
     changed outside affidavit, named by job and version) or store error.
@@ -270,18 +310,7 @@ def job_trace_cmd(
         return
     job = doc["job"]
     output.out.print(f"job {job['job_id']}: [bold]{job['status']}[/] ({doc['event_count']} events)")
-    headers = ("node", "type", "state", "attempts", "duration ms", "depends on")
-    rows = [
-        (
-            n["id"],
-            n["type"],
-            n["state"],
-            str(n["attempts"]),
-            "" if n["duration_ms"] is None else f"{n['duration_ms']:.1f}",
-            ", ".join(n["depends_on"]),
-        )
-        for n in doc["nodes"]
-    ]
+    headers, rows = _agent_rows(doc) if doc.get("kind") == "agent" else _plan_rows(doc)
     if len(rows) > output.RICH_TABLE_ROWS:
         output.plain_table(headers, rows)
         return

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from affidavit.runtime.agent import AgentContext, agent
 from affidavit.runtime.sdk import ToolContext, ToolRegistry, pure, tool
 
 PLAN: dict[str, Any] = {
@@ -63,6 +64,7 @@ ORDERS = {
     "A-1001": {"customer": "ada@example.com", "total": 4200, "currency": "EUR", "damaged": True},
     "A-1002": {"customer": "grace@example.com", "total": 1999, "currency": "EUR", "damaged": False},
     "A-1003": {"customer": "alan@example.com", "total": 8800, "currency": "EUR", "damaged": True},
+    "A-1004": {"customer": "edsger@example.com", "total": 1250, "currency": "EUR", "damaged": True},
 }
 
 
@@ -166,4 +168,47 @@ def _find_email(
     return {"message_id": message_id, "file": path.name}
 
 
-TOOLS = ToolRegistry([lookup_order, decide_refund, issue_refund, email_customer])
+# --- the same refund as an agent: code that decides its next tool as it runs ------------------
+
+# What the stand-in model does, in order; a real agent would ask an LLM (a pure step too).
+_SCRIPT = ("lookup_order", "decide_refund", "issue_refund", "email_customer")
+
+
+@pure("scripted_model")
+def scripted_model(ctx: ToolContext, order_id: str, done: list[str]) -> dict[str, Any]:
+    """A scripted decision function in place of a model (no network): given the tools called so
+    far, the next one to call, or ``"finish"``. Recorded like any pure step, so a recovery
+    replays its answers instead of asking again."""
+    for name in _SCRIPT:
+        if name not in done:
+            return {"next": name, "why": f"{order_id}: {name} has not run yet"}
+    return {"next": "finish", "why": f"{order_id}: refunded and told the customer"}
+
+
+@agent("shop_refund_agent", version="1")
+def refund_agent(ctx: AgentContext, order_id: str, data_dir: str) -> dict[str, Any]:
+    """The refund as an agent: it asks the (scripted) model for its next tool until it is told
+    to finish, and calls what it is told with what it learned so far."""
+    seen: dict[str, Any] = {}
+    while True:
+        choice = ctx.call(scripted_model, order_id=order_id, done=sorted(seen))
+        step = choice["next"]
+        if step == "finish":
+            return {"order_id": order_id, "refund": seen["issue_refund"]}
+        if step == "lookup_order":
+            seen[step] = ctx.call(lookup_order, data_dir=data_dir, order_id=order_id)
+        elif step == "decide_refund":
+            seen[step] = ctx.call(decide_refund, order=seen["lookup_order"])
+        elif step == "issue_refund":
+            amount = seen["decide_refund"]["amount"]
+            seen[step] = ctx.call(issue_refund, data_dir=data_dir, order_id=order_id, amount=amount)
+        else:
+            seen[step] = ctx.call(
+                email_customer, data_dir=data_dir, order=seen["lookup_order"],
+                refund=seen["issue_refund"],
+            )  # fmt: skip
+
+
+TOOLS = ToolRegistry(
+    [lookup_order, decide_refund, issue_refund, email_customer, scripted_model, refund_agent]
+)

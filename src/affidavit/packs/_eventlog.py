@@ -234,6 +234,7 @@ def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, st
     job_input: Any = None
     status, output, error = "pending", None, None
     step_of: dict[str, str] = {}
+    called: dict[str, tuple[int, str]] = {}  # an agent job's steps: node -> (seq, step id)
     finished: dict[str, dict[str, Any]] = {}
     succeeded: dict[str, Any] = {}
     committed: dict[str, Any] = {}
@@ -248,6 +249,8 @@ def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, st
                 succeeded[p["idempotency_key"]] = p.get("result")
             elif kind == "command_committed":
                 committed.setdefault(p["node_id"], succeeded.get(p["idempotency_key"]))
+            elif kind == "step_called":
+                called[p["node_id"]] = (p["seq"], p["step_id"])
             elif kind == "job_created":
                 job_input = p.get("input")
             elif kind == "job_completed":
@@ -275,6 +278,9 @@ def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, st
         if status == "completed"
         else {"claim_type": "job_output", "status": status, "error": error},
     }
+    for node_id, (seq, sid) in called.items():  # the pack names an agent step by its seq too
+        if node_id in step_of and type(seq) is int and isinstance(sid, str):
+            step_of[node_id] = F.agent_pack_step_id(seq, sid, len(called))
     for node_id, sid in step_of.items():
         done = finished.get(node_id)
         if done is None:  # started, never finished

@@ -39,6 +39,15 @@ LEDGER = "affidavit.ledger/v0"
 LOAD_STEP_ID = "load_input"
 EMIT_STEP_ID = "emit_output"
 
+
+def agent_pack_step_id(seq: int, step_id: str, steps: int) -> str:
+    """The pack's step id of an agent job's step number ``seq`` (of ``steps`` recorded):
+    ``seq`` zero-padded (to 6 digits, or as many as the last seq has), ``-`` and the step id.
+    The steps depend on the input only, so the DAG order — ids sorted — is sequence order."""
+    width = max(6, len(str(max(steps - 1, 0))))
+    return f"{seq:0{width}d}-{step_id}"
+
+
 # Top-level receipt keys left out of stored lines and receipt hashes (assay's v0 exclusion set).
 RECEIPT_EXCLUDED = frozenset(
     {"signatures", "signature", "cose_signature", "receipt_hash", "anchor"}

@@ -25,6 +25,7 @@ from affidavit.core.canonical import canonical, has_exponent_number
 from affidavit.core.errors import AffidavitError, ConfigError
 from affidavit.core.events import utc_now
 from affidavit.packs import _format as F
+from affidavit.runtime.agent_trace import AgentOutcome, agent_trace_of, is_agent_log
 from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.sealing import SigningKey, default_key_path
 from affidavit.runtime.trace import trace_of
@@ -121,7 +122,11 @@ def export_pack(
         signing_key = SigningKey.load(path)
 
     events = store.list_events(job_id)
-    trace, log = trace_of(job, events)  # one read and one replay of the log serve the pack
+    log: ReplayContext | AgentOutcome
+    if is_agent_log(events):  # one step per recorded call, in sequence order
+        trace, log = agent_trace_of(job, events)
+    else:
+        trace, log = trace_of(job, events)  # one read and one replay of the log serve the pack
     with store.snapshot() as snap:
         ledger = snap.ledger_list(job_id)
     seal = store.get_seal(job_id)
@@ -215,7 +220,7 @@ def _event_lines(job_id: str, events: Sequence[StoredEvent]) -> bytes:
 def _build(
     job: Any,
     trace: dict[str, Any],
-    log: ReplayContext,
+    log: ReplayContext | AgentOutcome,
     events: list[Any],
     ledger: list[Any],
     seal: Any,
@@ -230,13 +235,22 @@ def _build(
     files[f"{F.INPUTS_DIR}/{F.INPUT_REF}"] = input_bytes
 
     nodes: list[dict[str, Any]] = trace["nodes"]
-    step_of = {n["id"]: str(n["step_id"]) for n in nodes}
+    if trace.get("kind") == "agent":
+        # an agent job's steps depend on the input only (none blocks another: the agent may
+        # have caught a failure and gone on); its output on every step that passed
+        step_of = {
+            n["id"]: F.agent_pack_step_id(n["seq"], str(n["step_id"]), len(nodes)) for n in nodes
+        }
+        sinks = [step_of[n["id"]] for n in nodes if _passes(n)]
+    else:
+        step_of = {n["id"]: str(n["step_id"]) for n in nodes}
     node_by_step = {step_of[n["id"]]: n for n in nodes}
     deps_of: dict[str, list[str]] = {
         step_of[n["id"]]: [step_of[d] for d in n["depends_on"]] for n in nodes
     }
-    has_children = {d for ds in deps_of.values() for d in ds}
-    sinks = sorted(s for s in deps_of if s not in has_children)
+    if trace.get("kind") != "agent":
+        has_children = {d for ds in deps_of.values() for d in ds}
+        sinks = sorted(s for s in deps_of if s not in has_children)
 
     # --- the episode contract ------------------------------------------------------------------
     tool_versions = {"affidavit": _affidavit_version()}
@@ -325,7 +339,7 @@ def _build(
             ts = n.get("finished_at") or n.get("started_at") or ended_at
             if blocked:
                 st, ts = "SKIPPED", ended_at
-            elif n["state"] in COMPLETED_STATES and "output" in n:
+            elif _passes(n):
                 st, trace_value = "PASS", n["output"]
                 duration = _ms(n.get("duration_ms"))
             elif n.get("started_at") is not None:
@@ -545,6 +559,11 @@ def _build(
     files[F.MANIFEST] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     files[F.SIGNATURE] = signature
     return _Built(files, attestation_sha256, exponent_steps)
+
+
+def _passes(node: dict[str, Any]) -> bool:
+    """Whether a traced node is a PASS step: completed, with its output recorded."""
+    return node["state"] in COMPLETED_STATES and "output" in node
 
 
 def _result_hash(result: Any) -> str | None:

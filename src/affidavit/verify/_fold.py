@@ -50,6 +50,21 @@ with the version of the first event that violates it:
      submitter and idempotency key (those of ``job_created``), its output (of a completed job)
      and error (of a failed one), which no other job has;
 (11) ``ledger``: the ledger rows agree with the log (also reported by the ledger proof).
+
+An agent job (``job_created`` with ``"kind": "agent"``) has no plan: ``agent_started`` takes
+``plan_generated``'s place (its ``agent_hash`` recomputes from the agent's name and version and
+enters the execution hash in place of the plan hash), and each ``step_called`` adds one node —
+``#seq`` of the recorded kind, with no dependencies, its step id recomputed (FORMATS "Agent
+jobs") — before any event of that node. On top of the invariants above:
+
+(12) ``sequence``: the steps are numbered 0, 1, 2, … in log order, without gaps or repeats,
+     each named ``#seq``; a step's ``args_hash`` is its arguments' and a tool step names a
+     tool; a tool step invokes its tool with the idempotency key and ``args_hash`` its
+     ``step_called`` implies (so a recorded call cannot be altered without its invocations);
+     a wait, approval or sleep step finishes only after its wait was answered (a sleep by
+     ``signalled_by: "timer"``, not before its ``wake_at``), a wait or approval with the
+     signal's payload as its output; a completed job finished every step it called (a step
+     whose failure the agent caught finished as a failure).
 """
 
 from __future__ import annotations
@@ -58,21 +73,24 @@ import binascii
 import hashlib
 import sys
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from affidavit.core.agent_steps import AGENT_KINDS, agent_hash, agent_node_id, agent_step_id
 from affidavit.core.canonical import canonical_of_parsed, canonical_sha256
 from affidavit.core.chain import GENESIS
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, RESULT_TYPES, EventType
+from affidavit.core.plan import idempotency_key_of
 from affidavit.runtime.decisions import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 
 # (the events of agent jobs, agent_started and step_called, are not folded here yet: a log
 # holding them is reported as an unknown event type)
-_KNOWN_TYPES = frozenset(t.value for t in EventType) - {"agent_started", "step_called"}
+_KNOWN_TYPES = frozenset(t.value for t in EventType)
 _OUTCOMES = frozenset({"success", "failure", "timeout", "lost"})
 _NOT_RUNNING = ("pending", "parked", "waiting")
 _sha256 = hashlib.sha256
@@ -95,9 +113,11 @@ _FAST_KINDS = {
 }
 _NOWHERE = object()
 _NO_START = (None, None, None, None, None)  # what a key not started yet was started with
-_WAIT_KINDS = ("wait", "approval")
+_WAIT_KINDS = ("wait", "approval", "sleep")  # (sleep: an agent's durable timer)
 # the wait_type of a job_waiting, by the type of the node that waits (FORMATS.md §3)
-_WAIT_TYPE = {"wait": "signal", "approval": "approval"}
+_WAIT_TYPE = {"wait": "signal", "approval": "approval", "sleep": "timer"}
+_NO_DEPS: list[str] = []  # an agent step's dependencies (never mutated)
+_CALLED_KINDS = ("tool", "pure")  # the agent step kinds that name a tool
 # the result types a node of any type may finish with; the others are a tool node's
 # (side_effect_committed, compensatable_failure, compensated) or another node's (pure)
 _ANY_NODE_FAILS = frozenset({"retryable_failure", "permanent_failure"})
@@ -123,6 +143,17 @@ def _same_json(a: Any, b: Any) -> bool:
         return canonical_of_parsed(a) == canonical_of_parsed(b)
     except (AffidavitError, RecursionError):
         return False
+
+
+def _instant(text: str) -> datetime:
+    """An RFC 3339 time with its offset (``Z`` or ``±hh:mm``), as an aware datetime."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise _Violation("payload", f"{text!r} is not an RFC 3339 time") from None
+    if moment.tzinfo is None:
+        raise _Violation("payload", f"{text!r} has no UTC offset")
+    return moment
 
 
 class _Violation(Exception):
@@ -219,6 +250,16 @@ class LogFold:
         self.terminal_version: int | None = None
         self.terminal_payload: dict[str, Any] | None = None  # of job_completed or job_failed
         self.created_payload: dict[str, Any] | None = None  # of job_created
+        # agent jobs: whether agent_started was read, the next step number, a tool step's
+        # (idempotency key, args_hash) as its step_called implies them, the nodes whose latest
+        # node_finished is a failure, and what answered each wait step (correlation key -> wake_at
+        # of a timer; node -> payload of the wait_completed that answered it)
+        self.agent = False
+        self.next_seq = 0
+        self.agent_keys: dict[str, tuple[str, str]] = {}
+        self.failed_nodes: set[str] = set()
+        self.timers: dict[str, tuple[str, bool]] = {}  # key -> (wake_at, a timer only)
+        self.wait_payloads: dict[str, Any] = {}
         # findings
         self.replay_error: tuple[str, int | None, str] | None = None
         self.ledger_errors: list[str] = []
@@ -240,6 +281,8 @@ class LogFold:
             "job_completed": self._job_completed,
             "job_failed": self._job_failed,
             "job_cancelled": self._job_cancelled,
+            "agent_started": self._agent_started,
+            "step_called": self._step_called,
         }
         assert set(self._dispatch) == _KNOWN_TYPES
         self._version = 0
@@ -306,6 +349,7 @@ class LogFold:
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
         steps, node_type, deps, tools = self._fast_steps, self.node_type, self.deps, self.tools
         terminal, exec_update = self.terminal_version, self._exec_update()
+        agent_keys, failed_nodes = self.agent_keys, self.failed_nodes
         take = iter(parsed).__next__ if parsed is not None else None
         try:
             for version, event_id, event_type, payload, stored_hash in rows:
@@ -372,6 +416,7 @@ class LogFold:
                                         prior is _NO_START
                                         or prior[1:4] == (node_id, tool_name, hashed)
                                     )
+                                    and agent_keys.get(node_id, (key, hashed)) == (key, hashed)
                                 ):
                                     invocation_ids.add(invocation)
                                     open_invocations[invocation] = key
@@ -442,6 +487,8 @@ class LogFold:
                                     if result_type in completing:
                                         completed.add(node_id)
                                         committed_nodes.discard(node_id)
+                                    else:
+                                        failed_nodes.add(node_id)
                                     continue
                         except Exception:  # the handler checks the event again and reports it
                             pass
@@ -496,6 +543,10 @@ class LogFold:
         if not self.has_plan:
             raise _Violation("plan", "a step event before plan_generated")
         if expected is None:
+            if self.agent:
+                raise _Violation(
+                    "node_in_plan", f"node {node_id!r} is not a step (no step_called before it)"
+                )
             raise _Violation("node_in_plan", f"node {node_id!r} is not in the plan")
         raise _Violation(
             "node_in_plan", f"step id {step_id!r} of node {node_id!r} is not {expected!r}"
@@ -545,6 +596,8 @@ class LogFold:
         self.created_payload = p
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
+        if self.agent:
+            raise _Violation("plan", "plan_generated in an agent job")
         if self._exec is not None:
             raise _Violation("plan", "a second plan_generated")
         if self._version == 1:  # reported first; the plan is still read, for the hashes
@@ -588,6 +641,106 @@ class LogFold:
         }
         if "plan_hash" in p and not isinstance(recorded, str):  # (absent: recomputed, §5)
             raise _Violation("plan", "plan_hash is present but not a string")
+        if (self.created_payload or {}).get("kind") == "agent":
+            raise _Violation("plan", "plan_generated in a job created as an agent job")
+
+    # --- agent jobs -----------------------------------------------------------------------------
+
+    def _agent_started(self, p: dict[str, Any]) -> None:
+        if self._exec is not None:
+            what = "a second agent_started" if self.agent else "agent_started in a plan job"
+            raise _Violation("plan", what)
+        if self._version == 1:  # reported first; the identity is still read, for the hashes
+            self.violate("plan", 1, "agent_started: the log does not start with job_created")
+        name, version, recorded = p.get("agent"), p.get("agent_version"), p.get("agent_hash")
+        computed: str | None = None
+        if type(name) is str and type(version) is str:
+            try:
+                computed = agent_hash(name, version)
+            except AffidavitError:  # (not Unicode text)
+                computed = None
+        # The execution hash follows FORMATS "Agent jobs" even when the identity is broken.
+        self.plan_hash = recorded if isinstance(recorded, str) else (computed or "")
+        self._exec = _sha256(self.plan_hash.encode())
+        for node_id, result_type in self._finished_before_plan:
+            self._exec.update(f"{node_id}:{result_type}\n".encode())
+        self._finished_before_plan.clear()
+        if computed is None:
+            raise _Violation("plan", "agent_started: agent and agent_version must be text")
+        if recorded != computed:
+            raise _Violation(
+                "plan", f"agent_hash {recorded!r} is not the hash of the agent's name and version"
+            )
+        if (self.created_payload or {}).get("kind") != "agent":
+            raise _Violation("plan", "agent_started in a job not created as an agent job")
+        self.agent = True
+        self.has_plan = True
+
+    def _step_called(self, p: dict[str, Any]) -> None:
+        if not self.agent:
+            raise _Violation("plan", "step_called before agent_started (or in a plan job)")
+        seq, kind, node_id = p.get("seq"), p.get("kind"), p.get("node_id")
+        if type(seq) is not int or seq != self.next_seq:
+            raise _Violation(
+                "sequence", f"step_called with seq {seq!r}; the next step is {self.next_seq}"
+            )
+        if kind not in AGENT_KINDS:
+            raise _Violation("payload", f"unknown step kind {kind!r}")
+        if node_id != agent_node_id(seq):
+            raise _Violation(
+                "sequence", f"step {seq} is named {node_id!r}, not {agent_node_id(seq)!r}"
+            )
+        step = agent_step_id(self.job_id, seq, kind)
+        if p.get("step_id") != step:
+            raise _Violation(
+                "node_in_plan", f"step id {p.get('step_id')!r} of step {node_id} is not {step!r}"
+            )
+        tool_name, args = p.get("tool_name"), p.get("args")
+        if kind in _CALLED_KINDS and (type(tool_name) is not str or not tool_name):
+            raise _Violation("payload", f"a {kind} step names no tool")
+        if kind not in _CALLED_KINDS and tool_name is not None:
+            raise _Violation("payload", f"a {kind} step names tool {tool_name!r}")
+        if type(args) is not dict:
+            raise _Violation("payload", "the step's args are not an object")
+        try:
+            args_jcs = canonical_of_parsed(args)
+        except AffidavitError as exc:
+            raise _Violation("payload", f"the step's args: {exc.message}") from None
+        hashed = _sha256(args_jcs).hexdigest()[:16]
+        if p.get("args_hash") != hashed:
+            raise _Violation("sequence", f"step {node_id}: args_hash is not its args' hash")
+        self.next_seq += 1
+        self.steps[node_id] = step
+        self.node_type[node_id] = kind
+        self.deps[node_id] = _NO_DEPS
+        if kind == "tool":
+            self.tools[node_id] = tool_name
+            self.agent_keys[node_id] = (
+                idempotency_key_of(self.job_id, step, str(tool_name), args_jcs),
+                hashed,
+            )
+        if kind not in _WAIT_KINDS:  # (a wait step's events all go to their handlers)
+            self._fast_steps[node_id] = step
+
+    def _finished_agent_wait(self, node_id: str, kind: str, p: dict[str, Any]) -> None:
+        """A wait, approval or sleep step of an agent job completes only once its wait was
+        answered, a wait or approval with the signal's payload as its output."""
+        if node_id not in self.wait_payloads:
+            raise _Violation(
+                "sequence", f"{kind} step {node_id} finished before its wait was answered"
+            )
+        if kind != "sleep" and not _same_json(p.get("output"), self.wait_payloads[node_id]):
+            raise _Violation(
+                "sequence", f"the output of {kind} step {node_id} is not its signal's payload"
+            )
+
+    def _agent_completed(self) -> None:
+        """A completed agent job finished every step it called."""
+        for node_id in self.steps:
+            if node_id not in self.completed and node_id not in self.failed_nodes:
+                raise _Violation(
+                    "after_terminal", f"job completed but step {node_id} never finished"
+                )
 
     def _node_started(self, p: dict[str, Any]) -> None:
         node_id = p["node_id"]
@@ -642,6 +795,13 @@ class LogFold:
             raise _Violation(
                 "node_in_plan",
                 f"node {node_id!r} invoked tool {tool_name!r}; its tool is {self.tools[node_id]!r}",
+            )
+        implied = self.agent_keys.get(node_id)
+        if implied is not None and implied != (key, p.get("args_hash")):
+            raise _Violation(
+                "sequence",
+                f"step {node_id} invoked key {key[:16]}… with args_hash {p.get('args_hash')!r}; "
+                f"its step_called implies key {implied[0][:16]}… and {implied[1]!r}",
             )
         if key in self.committed:
             self.ledger_error(f"key {key[:16]}… executed again after its commit")
@@ -817,12 +977,16 @@ class LogFold:
                 "commit_evidence",
                 f"node {node_id!r} finished as compensated without a step_compensated",
             )
+        if self.agent and kind in _WAIT_KINDS and result_type in COMPLETED_RESULT_TYPES:
+            self._finished_agent_wait(node_id, kind, p)
         if result_type in COMPLETED_RESULT_TYPES:
             self.completed.add(node_id)
             self.committed_nodes.discard(node_id)
             self.compensations.discard(node_id)
             if node_id not in self._fast_steps and kind == "pure":  # a pure sink
                 self._outputs[node_id] = p.get("output")
+        else:
+            self.failed_nodes.add(node_id)
 
     def _step_compensated(self, p: dict[str, Any]) -> None:
         node_id = self._tool_step(p)
@@ -846,6 +1010,9 @@ class LogFold:
         key = _str(p, "correlation_key")
         if key in self.waits:
             raise _Violation("closing_rule", f"a second job_waiting for correlation key {key!r}")
+        if wait_type == "timer" or (self.agent and p.get("wake_at") is not None):
+            # a durable timer (an agent's sleep), or an agent's wait with a timeout
+            self.timers[key] = (_str(p, "wake_at"), wait_type == "timer")
         self.waits[key] = node_id
         self.log_status = "waiting"
 
@@ -861,7 +1028,29 @@ class LogFold:
                 "closing_rule",
                 f"wait_completed names node {p.get('node_id')!r}; the wait is {waiting!r}'s",
             )
+        timer = self.timers.get(key)
+        by_timer = p.get("signalled_by") == "timer"
+        if timer is not None and timer[1] and not by_timer:
+            raise _Violation(
+                "closing_rule",
+                f"the timer {key!r} was answered by {p.get('signalled_by')!r}, not the timer",
+            )
+        if self.agent and by_timer:
+            if timer is None:
+                raise _Violation(
+                    "closing_rule", f"the wait {key!r} has no timeout, yet the timer answered it"
+                )
+            if _instant(_str(p, "at")) < _instant(timer[0]):
+                raise _Violation("closing_rule", f"the timer {key!r} fired before {timer[0]}")
+            if not timer[1] and p.get("payload") is not None:
+                raise _Violation(
+                    "closing_rule", f"the wait {key!r} timed out but holds a signal's payload"
+                )
+        elif timer is not None and timer[1] and _instant(_str(p, "at")) < _instant(timer[0]):
+            raise _Violation("closing_rule", f"the timer {key!r} fired before {timer[0]}")
         self.answered.add(key)
+        if self.agent:
+            self.wait_payloads[waiting] = p.get("payload")
         if waiting in self.sinks:
             self.signals[waiting] = p.get("payload")
         self.log_status = "running"
@@ -929,6 +1118,9 @@ class LogFold:
     def _job_completed(self, p: dict[str, Any]) -> None:
         self.terminal_payload = p
         self._terminal("completed")
+        if self.agent:  # (its output is the agent function's return: any JSON value)
+            self._agent_completed()
+            return
         if not self.completed.issuperset(self.order):
             missing = next(n for n in self.order if n not in self.completed)
             raise _Violation(
@@ -1011,7 +1203,10 @@ class LogFold:
         if self.count == 0:
             self.violate("plan", None, "the log is empty")
         elif not self.has_plan:
-            self.violate("plan", None, "the log has no plan_generated event")
+            if (self.created_payload or {}).get("kind") == "agent":
+                self.violate("plan", None, "the agent job's log has no agent_started event")
+            else:
+                self.violate("plan", None, "the log has no plan_generated event")
         uncommitted = next(iter(self.success.values()), None)  # (in log order: the first)
         if uncommitted is not None:
             self.violate(

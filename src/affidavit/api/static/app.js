@@ -241,7 +241,8 @@ async function renderJob(content, jobId, onDecided) {
   const panel = await decisionPanel(jobId, onDecided);
   if (panel) slot.append(panel);
   content.append(slot);
-  content.append(el("h2", { text: "Task graph" }), legend(), el("div", { class: "card" },
+  if (trace.kind === "agent") content.append(...agentCalls(trace));
+  else content.append(el("h2", { text: "Task graph" }), legend(), el("div", { class: "card" },
     dag(trace.nodes)));
   content.append(el("h2", { text: "Timeline" }), el("div", { class: "card" }, timeline(trace)));
   const nodes = el("table", { id: "nodes" });
@@ -321,6 +322,34 @@ async function showJob(content, jobId) {
     window.setTimeout(tick, REFRESH_MS);
   };
   window.setTimeout(tick, REFRESH_MS);
+}
+
+// --- agent jobs: the sequence of recorded calls (no task graph to draw) ---------------------------
+
+function waitText(w) {
+  const answered = w.answered_at ? ` answered by ${w.signalled_by}` : " (open)";
+  const wake = w.wake_at ? ` until ${w.wake_at}` : "";
+  return `${w.wait_type} ${w.correlation_key}${wake}${answered}`;
+}
+
+function agentCalls(trace) {
+  const agent = trace.agent || {};
+  const table = el("table", { id: "agent-calls" });
+  table.append(el("tr", {}, ...["seq", "kind", "tool", "state", "attempts", "duration", "waits"]
+    .map((h) => el("th", { text: h }))));
+  for (const n of trace.nodes) {
+    const state = el("td", { class: "state", text: LABELS[n.state] || n.state });
+    state.style.borderLeft = `6px solid ${COLORS[n.state] || "var(--pending)"}`;
+    table.append(el("tr", { "data-seq": String(n.seq), "data-state": n.state },
+      el("td", { text: String(n.seq) }), el("td", { text: n.type }),
+      el("td", { text: n.tool || "" }), state, el("td", { text: String(n.attempts) }),
+      el("td", { text: n.duration_ms === null ? "" : `${n.duration_ms.toFixed(1)} ms` }),
+      el("td", { text: (n.waits || []).map(waitText).join("; ") })));
+  }
+  const title = `Agent ${agent.name || ""} version ${agent.version || ""} — `
+    + `${trace.nodes.length} recorded calls`;
+  return [el("h2", { text: "Agent calls" }), legend(),
+    el("div", { class: "card" }, el("p", { text: title }), table)];
 }
 
 // --- start ----------------------------------------------------------------------------------------
