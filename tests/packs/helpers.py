@@ -73,3 +73,25 @@ def assay_verify(pack: Path, out: Path) -> tuple[int, dict[str, Any], dict[str, 
     result = json.loads(result_path.read_text())
     details = json.loads((out / "rce_replay_details.json").read_text())
     return proc.returncode, result, details
+
+
+def resign(pack: Path) -> None:
+    """Re-hash every file the pack's manifest lists and sign the manifest again with this
+    test's seal key — what the holder of the key could do after editing a file of the pack
+    (phase 5 must still catch an edited log: the job's seal does not move with it)."""
+    import base64
+
+    from affidavit.core.canonical import canonical
+    from affidavit.packs import _format as F
+    from affidavit.runtime.sealing import SigningKey
+
+    key = SigningKey.load(Path(os.environ["AFFIDAVIT_SIGNING_KEY"]))
+    manifest = json.loads((pack / F.MANIFEST).read_text())
+    for entry in manifest["files"]:
+        data = (pack / entry["path"]).read_bytes()
+        entry.update(sha256=F.sha256_hex(data), bytes=len(data))
+    unsigned = {k: v for k, v in manifest.items() if k not in F.MANIFEST_UNSIGNED}
+    signature = key.private.sign(canonical(unsigned))
+    manifest["signature"] = base64.b64encode(signature).decode("ascii")
+    (pack / F.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    (pack / F.SIGNATURE).write_bytes(signature)

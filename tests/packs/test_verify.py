@@ -19,7 +19,7 @@ from affidavit.core.canonical import canonical
 from affidavit.packs import _format as F
 from affidavit.packs import export_pack, verify_pack
 from affidavit.packs.verify import result_errors
-from tests.packs.helpers import JOB_KINDS, assay_verify, run_job
+from tests.packs.helpers import JOB_KINDS, assay_verify, resign, run_job
 
 runner = CliRunner()
 
@@ -83,7 +83,7 @@ def test_every_file_flipped_or_removed_is_integrity_fail(
             assert result_errors(verdict.receipt) == []
 
 
-def test_edited_event_log_fails_in_phase_5(
+def test_edited_event_log_fails_for_both_verifiers_and_in_phase_5_when_resigned(
     make_runtime: Callable[..., Any], tmp_path: Path
 ) -> None:
     pack = _export(make_runtime, tmp_path)
@@ -93,11 +93,18 @@ def test_edited_event_log_fails_in_phase_5(
     lines[0] = canonical(event).decode()
     (pack / F.EVENTS).write_text("\n".join(lines) + "\n")
     verdict = verify_pack(pack)
-    assert (verdict.verdict, verdict.phase) == ("INTEGRITY_FAIL", 5)
-    assert any(e.startswith(F.EVENTS) for e in verdict.errors)
-    # assay does not read events.ndjson: to it the pack still matches (our extension)
-    code, receipt, _ = assay_verify(pack, tmp_path / "assay-out")
-    assert (code, receipt["verdict"]) == (0, "MATCH")
+    assert (verdict.verdict, verdict.phase) == ("INTEGRITY_FAIL", 2)
+    assert f"{F.EVENTS}: sha256 does not match the manifest" in verdict.errors
+    # the manifest lists the log among its hash-covered files: assay's verifier, which reads
+    # nothing else of it, catches the edit too
+    code, receipt, details = assay_verify(pack, tmp_path / "assay-out")
+    assert (code, receipt["verdict"]) == (2, "INTEGRITY_FAIL")
+    assert any("events.ndjson" in e for e in details["errors"]), details
+    # re-hashed and re-signed by the key's holder: the job's seal in the log does not move
+    resign(pack)
+    resigned = verify_pack(pack)
+    assert (resigned.verdict, resigned.phase) == ("INTEGRITY_FAIL", 5)
+    assert any(e.startswith(F.EVENTS) for e in resigned.errors)
 
 
 def _rewrite_receipts(pack: Path, receipts: list[dict[str, Any]]) -> None:

@@ -32,7 +32,7 @@ from affidavit.packs._files import PlainFiles, read, safe_path
 from affidavit.packs._state import Fail, State
 from affidavit.packs.verify import PackVerdict, verify_pack
 from tests.packs import assay_packs
-from tests.packs.helpers import assay_verify, run_job
+from tests.packs.helpers import assay_verify, resign, run_job
 from tests.packs.test_fuzz import WRONG, _apply, _files, mutations
 
 LIMIT = State(Path(".")).max_file_bytes  # the default bound of a file of a pack
@@ -549,6 +549,11 @@ def test_doubles_beyond_2_53_in_the_log_match(
 
     events = pack / F.EVENTS
     events.write_bytes(events.read_bytes().replace(b"1700000000000000000", b"1700000000000000256"))
+    assert (_same_with_and_without(pack).verdict, _same_with_and_without(pack).phase) == (
+        "INTEGRITY_FAIL",
+        2,  # the manifest's hash of the log
+    )
+    resign(pack)
     edited = _same_with_and_without(pack)
     assert (edited.verdict, edited.phase) == ("INTEGRITY_FAIL", 5)
 

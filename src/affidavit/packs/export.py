@@ -537,9 +537,11 @@ def _build(
         "claim_set_id": attestation["claim_set_id"],
         "claim_set_hash": attestation["claim_set_hash"],
         "receipt_count_expected": len(receipts),
+        # the event log among the hash-covered files: assay's verifier checks the SHA-256 of
+        # every file listed here (it reads nothing else of events.ndjson), ours re-verifies it
         "files": [
             {"path": name, "sha256": F.sha256_hex(files[name]), "bytes": len(files[name])}
-            for name in F.HASHED_KERNEL_FILES
+            for name in (*F.HASHED_KERNEL_FILES, F.EVENTS)
         ],
         "expected_files": list(F.KERNEL_FILES),
         "signer_id": signing_key.key_id,
