@@ -5,6 +5,7 @@ counted in :data:`CALLS` (in-process tests) — the crash tests use crash_tools'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -51,6 +52,28 @@ def flaky(ctx: ToolContext, n: int) -> dict[str, Any]:
 def decline(ctx: ToolContext) -> dict[str, Any]:
     CALLS["decline"] += 1
     raise ValueError("card declined")
+
+
+@tool("ag_cancel_own_job")
+def cancel_own_job(ctx: ToolContext, db: str) -> dict[str, Any]:
+    """Cancels the job that calls it (a person cancelling it meanwhile): its record is fenced."""
+    from affidavit.runtime.decisions import cancel_job
+    from affidavit.store import open_store
+
+    store = open_store(db)
+    try:
+        cancel_job(store, ctx.job_id, reason="cancelled while a tool ran", by="tester")
+    finally:
+        store.close()
+    return {"cancelled": True}
+
+
+@agent("stubborn_agent", version="1")
+def stubborn_agent(ctx: AgentContext, db: str) -> Any:
+    with contextlib.suppress(Exception):  # whatever this catches, the run does not go on
+        ctx.call(cancel_own_job, db=db)
+    ctx.call(decide_refund, order={"total": 1})  # a pure step would run before its write
+    return "went on"
 
 
 @agent("refund_agent", version="1", retry={"max_attempts": 3, "backoff_seconds": 0})
@@ -118,7 +141,7 @@ def raising_agent(ctx: AgentContext) -> Any:
     raise RuntimeError("the agent's own bug")
 
 
-TOOLS = [lookup_order, decide_refund, issue_refund, send_email, flaky, decline]
+TOOLS = [lookup_order, decide_refund, issue_refund, send_email, flaky, decline, cancel_own_job]
 AGENTS = [
     refund_agent,
     fanout_agent,
@@ -129,6 +152,7 @@ AGENTS = [
     retry_agent,
     failing_agent,
     raising_agent,
+    stubborn_agent,
 ]
 
 

@@ -311,3 +311,13 @@ def test_crash_loop_and_cancel_apply_to_agent_jobs(rt: Runtime) -> None:
     rt.worker.lease_seconds = 30
     assert rt.run_until_idle() == 1
     assert rt.get_job(job2.job_id).status == "completed"
+
+
+def test_a_run_fenced_off_ends_even_if_the_agent_catches_everything(
+    rt: Runtime, store_url: str
+) -> None:
+    job = rt.submit("stubborn_agent", {"db": store_url})
+    assert rt.worker.run_once(job.job_id) == "lost"
+    assert rt.get_job(job.job_id).status == "cancelled"
+    assert "decide" not in at.CALLS  # the agent did not go on after its record was refused
+    assert_log_sound(rt.store, job.job_id)

@@ -31,7 +31,7 @@ from affidavit.core.agent_steps import (
     call_signature,
 )
 from affidavit.core.canonical import canonical
-from affidavit.core.errors import AffidavitError, FencedError
+from affidavit.core.errors import AffidavitError, FencedError, StoreError
 from affidavit.runtime import crash
 from affidavit.runtime.agent import Agent, AgentContext
 from affidavit.runtime.recovery import Recovery
@@ -52,7 +52,7 @@ class AgentInterrupt(BaseException):
     (a step failed for good) or the run must stop. A :class:`BaseException`, so that the
     agent's own ``except Exception`` does not swallow it."""
 
-    def __init__(self, cause: Stop | StepFailed) -> None:
+    def __init__(self, cause: Stop | StepFailed | StoreError) -> None:
         super().__init__(str(cause))
         self.cause = cause
 
@@ -228,9 +228,19 @@ class AgentRun:
         if isinstance(cause, StepFailed):
             self.journal.fail_job(cause.node_id, cause.error)
             return "failed"
+        if isinstance(cause, StoreError):  # the run ends as a plan run's would: with the error
+            raise cause
         return cause.status
 
-    def _interrupted(self, cause: Stop | StepFailed) -> AgentInterrupt:
+    def _end(self, exc: Stop | StepFailed | StoreError) -> AgentInterrupt:
+        """What a failed write or step inside a ``ctx`` call does to the run: a write fenced
+        off ends it as ``lost``; anything else as itself (never an exception the agent's own
+        code could catch and carry on after)."""
+        if isinstance(exc, FencedError):
+            return self._interrupted(Stop("lost"))
+        return self._interrupted(exc)
+
+    def _interrupted(self, cause: Stop | StepFailed | StoreError) -> AgentInterrupt:
         """Record what ends the run (the first cause wins, a step's own outcome over a
         worker's stop) and tell the steps still running to start no new try."""
         with self._lock:
@@ -331,8 +341,8 @@ class AgentRun:
                 step_id=str(recorded["step_id"]),
                 detail={"seq": seq, "recorded": was, "called": called, "message": message},
             )
-        except Stop as other:  # (a lost lease while parking)
-            stop = other
+        except (Stop, StoreError) as exc:  # (a lost lease while parking)
+            return self._end(exc)
         return self._interrupted(stop)
 
     # --- the AgentContext backend -------------------------------------------------------------
@@ -371,8 +381,8 @@ class AgentRun:
     def _write_or_interrupt(self, *items: Item) -> None:
         try:
             self.journal.write(*items, fast=True)
-        except Stop as stop:
-            raise self._interrupted(stop) from None
+        except (Stop, StoreError) as exc:
+            raise self._end(exc) from None
 
     def _submit(self, fn: Callable[[], Any]) -> Future[Any]:
         if self._pool is None:
@@ -396,8 +406,8 @@ class AgentRun:
             if spec.kind == "tool":
                 return self.executor.run_tool(spec, args, args_jcs, prelude=prelude)
             return self.executor.run_pure(spec, args, prelude=prelude)
-        except (Stop, StepFailed) as exc:
-            raise self._interrupted(exc) from None
+        except (Stop, StepFailed, StoreError) as exc:
+            raise self._end(exc) from None
 
     def gather(self, handles: Iterable[Any]) -> list[Any]:
         listed = list(handles)
@@ -470,7 +480,11 @@ class AgentRun:
         if recorded is not None and key not in self.replay.completed_waits:
             due = self._fire_timer(spec, key, recorded)
             if due is not None:  # claimed before its timer (another host's clock): wait on
-                raise self._interrupted(self.journal.wait(wake_at=due))
+                try:
+                    stopped = self.journal.wait(wake_at=due)
+                except (Stop, StoreError) as exc:
+                    raise self._end(exc) from None
+                raise self._interrupted(stopped)
         try:
             return self.executor.run_wait(
                 spec,
@@ -487,8 +501,8 @@ class AgentRun:
                     "sleep.after_record" if wait_type == "timer" else "wait.after_record"
                 )
             raise self._interrupted(stop) from None
-        except StepFailed as failed:
-            raise self._interrupted(failed) from None
+        except (StepFailed, StoreError) as exc:
+            raise self._end(exc) from None
 
     def _fire_timer(self, spec: StepSpec, key: str, recorded: dict[str, Any]) -> float | None:
         """A recorded wait with a ``wake_at`` that has passed (a sleep, or a wait's timeout)
@@ -541,8 +555,8 @@ class AgentRun:
         items: list[Item] = [self._plain(called)] if called else []
         try:
             self.journal.write(*items, ("node_finished", finished))
-        except Stop as stop:
-            raise self._interrupted(stop) from None
+        except (Stop, StoreError) as exc:
+            raise self._end(exc) from None
         return value
 
     def patched(self, patch_id: str) -> bool:
