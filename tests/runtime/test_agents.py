@@ -321,3 +321,33 @@ def test_a_run_fenced_off_ends_even_if_the_agent_catches_everything(
     assert rt.get_job(job.job_id).status == "cancelled"
     assert "decide" not in at.CALLS  # the agent did not go on after its record was refused
     assert_log_sound(rt.store, job.job_id)
+
+
+def test_nondeterministic_park_resumed_with_retry_after_the_fix(store_url: str) -> None:
+    at.CALLS.clear()
+
+    def v1(ctx: AgentContext) -> Any:
+        ctx.call(at.send_email, to="a@x")
+        ctx.wait("go")
+        return "v1"
+
+    def bad(ctx: AgentContext) -> Any:
+        ctx.call(at.lookup_order, order_id="Z")  # another tool at call 0
+        ctx.wait("go")
+        return "bad"
+
+    with Runtime(store_url, tools=ToolRegistry([*at.TOOLS, Agent("fix", v1, "1")])) as rt:
+        job_id = rt.submit("fix", {}).job_id
+        assert rt.run_job(job_id).status == "waiting"
+        rt.signal(job_id, "go", {})
+    with Runtime(store_url, tools=ToolRegistry([*at.TOOLS, Agent("fix", bad, "1")])) as rt:
+        assert rt.run_job(job_id).status == "parked"
+        parked = of_type(rt.store.list_events(job_id), "job_parked")[-1]
+        assert parked["detail"]["called"]["tool_name"] == "ag_lookup_order"
+        assert parked["detail"]["recorded"]["tool_name"] == "ag_send_email"
+        rt.resume(job_id, "retry", by="tester")
+    with Runtime(store_url, tools=ToolRegistry([*at.TOOLS, Agent("fix", v1, "1")])) as rt:
+        done = rt.run_job(job_id)
+        assert done.status == "completed" and done.output == "v1"
+        assert at.CALLS == {"email": 1}  # the recorded call was not made again
+        assert_log_sound(rt.store, job_id)
