@@ -231,6 +231,12 @@ def test_agent_with_an_mcp_tool_killed_and_recovered_effect_once(
         [row] = ledger_rows(rt.store, job_id)
         assert row.status == "committed" and row.tool_name == "mcp:files/write_file"
         assert_log_sound(rt.store, job_id)
+        assert verify_job(rt.store, job_id).ok
+        pack = tmp_path / "pack"
+        export_pack(rt.store, job_id, pack)
+        assert verify_pack(pack).verdict == "MATCH"
+        code, receipt, _ = assay_verify(pack, tmp_path / "assay-out")
+        assert (code, receipt.get("verdict")) == (0, "MATCH"), receipt
 
 
 def test_killed_worker_with_an_idempotent_server_repeats_the_key(
