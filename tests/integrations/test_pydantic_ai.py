@@ -23,6 +23,7 @@ import affidavit
 from affidavit import ConfigError, Runtime, ToolRegistry
 from affidavit.integrations.pydantic_ai import AffidavitAgent
 from tests.integrations import pydai_tools as pt
+from tests.packs.helpers import assay_verify
 
 TOOLS = Path(pt.__file__)
 SRC = str(Path(affidavit.__file__).resolve().parents[1])
@@ -122,6 +123,7 @@ def test_steps_recorded_once_each(rt: Runtime, side: Path, tmp_path: Path) -> No
     assert first["kind"] == "response" and first["parts"][0]["tool_name"] == "lookup"
     assert out.read_text().count("hello") == 1
     assert [line["kind"] for line in pt.read_side(side)] == ["model", "lookup", "model", "model"]
+    assert affidavit.verify_job(rt.store, job.job_id).ok
 
 
 def test_killed_after_the_write_recovers_on_another_worker_once(
@@ -145,6 +147,16 @@ def test_killed_after_the_write_recovers_on_another_worker_once(
     recovered = [line for line in lines if line["pid"] not in first_pid]
     assert [(line["kind"], line.get("turn")) for line in recovered] == [("model", 2)]
     assert sum(1 for line in lines if line["kind"] == "lookup") == 1
+    verified = cli("verify", job_id, "--db", store_url, "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert json.loads(verified.stdout)["ok"] is True
+    pack = tmp_path / "pack"
+    exported = cli("pack", "export", job_id, str(pack), "--db", store_url)
+    assert exported.returncode == 0, exported.stderr
+    code, receipt, details = assay_verify(pack, tmp_path / "assay-out")
+    assert (receipt.get("verdict"), code) == ("MATCH", 0), details or receipt
+    ours = cli("pack", "verify", str(pack), "--out-dir", str(tmp_path / "ours"), "--json")
+    assert ours.returncode == 0 and json.loads(ours.stdout)["verdict"] == "MATCH", ours.stdout
 
 
 def test_plain_tool_caught_in_flight_parks(store_url: str, side: Path, tmp_path: Path) -> None:
@@ -193,6 +205,7 @@ def test_approval_from_the_cli_resumes_the_job(store_url: str, side: Path) -> No
     assert models == [0, 1]  # the recovery after the approval did not ask turn 0 again
     with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
         assert rt.store.get_job(job_id).output == {"output": "mailed: ['sent to ops@example.com']"}
+        assert affidavit.verify_job(rt.store, job_id).ok
 
 
 def test_a_denied_call_fails_the_job_and_never_runs(store_url: str, side: Path) -> None:
@@ -264,6 +277,7 @@ def test_an_mcp_servers_tools_go_through_the_ledger(store_url: str, tmp_path: Pa
             (f"{name}.call_tool", "write_file")
         ]
         assert rt.store.get_job(job_id).status == "completed"
+        assert affidavit.verify_job(rt.store, job_id).ok
     assert out.read_text().splitlines() == ["via mcp"]
     assert [json.loads(x)["kind"] for x in files_side.read_text().splitlines()] == ["write"]
     assert asked == [0, 1]
@@ -344,3 +358,19 @@ def test_approval_over_the_http_api_names_the_call_and_resumes(store_url: str, s
     assert [line["to"] for line in pt.read_side(side) if line["kind"] == "mail"] == [
         "ops@example.com"
     ]
+
+
+def test_affidavit_run_with_the_agent_prints_its_output(
+    store_url: str, side: Path, tmp_path: Path
+) -> None:
+    """``affidavit run --agent support --tools FILE --input '{"prompt": ...}'``: the job's output
+    holds the agent's."""
+    out = tmp_path / "out.txt"
+    ran = cli("run", "--agent", "support", "--tools", str(TOOLS),
+              "--input", json.dumps({"prompt": f"write hi to {out}"}),
+              "--db", store_url, "--json", env={"PYDAI_SIDE": str(side)})  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    shown = json.loads(ran.stdout)
+    assert shown["status"] == "completed", shown
+    assert shown["output"] == {"output": f"wrote 'hi' to {out}"}
+    assert out.read_text().splitlines()[0].startswith("hi ")
