@@ -100,6 +100,15 @@ async def async_agent(ctx: AgentContext, n: int) -> dict[str, Any]:
     return {"order": order["order_id"], "sent": [s["sent"] for s in sent]}
 
 
+@agent("async_wait_agent", version="1", retry={"max_attempts": 1, "backoff_seconds": 0})
+async def async_wait_agent(ctx: AgentContext, fail: bool = False) -> Any:
+    first = await ctx.call(send_email, to="async-before@x")
+    got = await ctx.wait("async-go")
+    if fail:
+        await asyncio.gather(ctx.call(send_email, to="par@x"), ctx.call(decline))
+    return {"first": first["sent"], "got": got}
+
+
 @agent("values_agent", version="1")
 def values_agent(ctx: AgentContext) -> dict[str, Any]:
     return {"now": ctx.now(), "uuid": ctx.uuid(), "random": ctx.random(), "job": ctx.job_id}
@@ -146,6 +155,7 @@ AGENTS = [
     refund_agent,
     fanout_agent,
     async_agent,
+    async_wait_agent,
     values_agent,
     wait_agent,
     sleep_agent,

@@ -351,3 +351,25 @@ def test_nondeterministic_park_resumed_with_retry_after_the_fix(store_url: str) 
         assert done.status == "completed" and done.output == "v1"
         assert at.CALLS == {"email": 1}  # the recorded call was not made again
         assert_log_sound(rt.store, job_id)
+
+
+def test_async_agent_waits_recovers_and_fails_like_a_sync_one(rt: Runtime) -> None:
+    ok = rt.submit("async_wait_agent", {}).job_id
+    bad = rt.submit("async_wait_agent", {"fail": True}).job_id
+    for job_id in (ok, bad):
+        assert rt.run_job(job_id).status == "waiting"
+        rt.signal(job_id, "async-go", {"n": 1})
+    done = rt.run_job(ok)
+    assert done.status == "completed" and done.output == {
+        "first": "async-before@x",
+        "got": {"n": 1},
+    }
+    failed = rt.run_job(bad)
+    assert failed.status == "failed" and failed.error["message"] == "card declined"
+    # each job's first call ran once; the concurrent call next to the failing one recorded
+    # its outcome before the job failed
+    assert at.CALLS == {"email": 3, "decline": 1}
+    for job_id in (ok, bad):
+        assert_log_sound(rt.store, job_id)
+    events = rt.store.list_events(bad)
+    assert [c["kind"] for c in calls(events)] == ["tool", "wait", "tool", "tool"]
