@@ -23,6 +23,7 @@ from affidavit.cli import (
     runtime_cmds,
     serve_cmds,
     verify_cmds,
+    witness_cmds,
 )
 from affidavit.cli.claims_cmds import agents_app, claims_app, trust_app
 from affidavit.cli.common import DbOption, JsonOption, command, state
@@ -52,6 +53,7 @@ pack_cmds.register(app)
 serve_cmds.register(app)
 mcp_cmds.register(app)
 log_cmds.register(app)
+witness_cmds.register(app)
 
 
 def _version(value: bool) -> None:

@@ -23,18 +23,23 @@ from affidavit.tlog._log import (
 )
 from affidavit.tlog._sequencer import Integrated, Sequencer
 from affidavit.tlog._verify import ProofCheck, check_proof, parse_leaf
+from affidavit.tlog._witness import ForkDetected, StepResult, Witness, WitnessError
 
 __all__ = [
     "LOG_KEY_ENV",
     "LOG_ORIGIN_ENV",
+    "ForkDetected",
     "Integrated",
     "LogError",
     "LogKey",
     "NotInLog",
     "ProofCheck",
     "Sequencer",
+    "StepResult",
     "TilePath",
     "TransparencyLog",
+    "Witness",
+    "WitnessError",
     "check_proof",
     "configured_origin",
     "default_log_key_path",
