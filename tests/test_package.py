@@ -15,10 +15,12 @@ ALLOWED = {
     "store": {"core"},
     "runtime": {"core", "store"},
     "verify": {"core", "store", "runtime"},
-    "packs": {"core", "store", "runtime", "verify"},
+    # the transparency log: beside verify (packs carry its proofs)
+    "tlog": {"core", "store", "runtime"},
+    "packs": {"core", "store", "runtime", "verify", "tlog"},
     "claims": {"core", "store", "runtime", "verify"},
     # the API serves every layer below it; the package root only for its version
-    "api": {"core", "store", "runtime", "verify", "packs", "claims", "affidavit"},
+    "api": {"core", "store", "runtime", "verify", "tlog", "packs", "claims", "affidavit"},
 }
 
 
