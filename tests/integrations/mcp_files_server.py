@@ -89,6 +89,12 @@ def read_file(path: str) -> dict[str, Any]:
 
 
 @server.tool()
+def big(n: int) -> dict[str, Any]:
+    """An answer of n characters."""
+    return {"text": "x" * n}
+
+
+@server.tool()
 def fail(reason: str) -> str:
     """Always fails."""
     raise ValueError(reason)

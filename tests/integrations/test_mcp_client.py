@@ -83,6 +83,7 @@ def test_a_call_is_one_ledgered_step(store_url: str, tmp_path: Path) -> None:
     reg = ToolRegistry()
     names = load_servers(servers_config(tmp_path, RECONCILED), registry=reg)
     assert names == [
+        "mcp:files/big",
         "mcp:files/fail",
         "mcp:files/find_write",
         "mcp:files/read_file",
@@ -121,6 +122,19 @@ def test_a_tool_error_fails_the_step_without_committing(store_url: str, tmp_path
         assert "answered with an error" in json.dumps(job.error)
         [row] = ledger_rows(rt.store, job.job_id)
         assert row.status == "failed"
+
+
+def test_an_answer_over_the_cap_fails_the_step(store_url: str, tmp_path: Path) -> None:
+    reg = ToolRegistry()
+    load_servers(servers_config(tmp_path, {"big": {"kind": "pure"}}), registry=reg)
+    huge = {
+        "name": "mcp-big",
+        "nodes": [{"id": "b", "type": "pure", "tool": "mcp:files/big", "args": {"n": 9 << 20}}],
+    }
+    with Runtime(store_url, tools=reg) as rt:
+        job = rt.run_job(rt.submit(huge, {}).job_id)
+        assert job.status == "failed"
+        assert "more than 8388608" in json.dumps(job.error)
 
 
 def _worker_env(config_file: Path, crash: str | None = None) -> dict[str, str]:

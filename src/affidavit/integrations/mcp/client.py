@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -227,7 +228,7 @@ def _answer(result: CallToolResult, name: str) -> Any:
                 b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in result.content
             ]
         }
-    size = len(str(answer))
+    size = len(json.dumps(answer, ensure_ascii=False).encode())
     if size > MAX_RESULT_BYTES:
         raise McpToolError(f"MCP tool {name} answered {size} bytes, more than {MAX_RESULT_BYTES}")
     return answer
