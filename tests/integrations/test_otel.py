@@ -25,7 +25,9 @@ from affidavit.api.auth import create_api_key
 from affidavit.integrations.otel import enabled_by_env, instrument
 from affidavit.store import open_store
 from tests.api.conftest import Server
-from tests.runtime.helpers import ledger_rows
+from tests.runtime.crash_tools import REGISTRY as CRASH_REGISTRY
+from tests.runtime.crash_tools import charge_plan
+from tests.runtime.helpers import ledger_rows, run_driver, wait_lease_expired
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -293,3 +295,33 @@ def test_off_by_default_opentelemetry_is_not_imported(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("CLEAN")
+
+
+def test_a_recovered_job_has_the_catch_up_call_and_no_dangling_step(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A worker killed after the tool acted; the recovering runtime reconciles the call. The
+    dead attempt's call span is closed by the catch-up finish; every step span is closed."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with Runtime(store_url, tools=CRASH_REGISTRY, lease_seconds=5) as rt:
+        instrument(rt, provider)
+        job_id = rt.submit(charge_plan(), {"side": str(tmp_path / "side"), "amount": 3}).job_id
+        crashed = run_driver(
+            store_url, "--job", job_id, "--lease", "0.5", crash="tool.after_execute"
+        )
+        assert crashed.returncode == -9
+        assert exporter.get_finished_spans() == ()  # the dead run emitted nothing
+        wait_lease_expired(rt.store, job_id)
+        rt.run_until_idle()
+        assert rt.get_job(job_id).status == "completed"
+    spans = exporter.get_finished_spans()
+    calls = [s for s in spans if s.name == "execute_tool crash_charge"]
+    assert len(calls) == 2  # charge1 (caught up) and charge2
+    caught = [s for s in calls if s.attributes["affidavit.tool.catch_up"]]  # type: ignore[index]
+    assert len(caught) == 1 and caught[0].status.status_code != StatusCode.ERROR
+    steps = [s for s in spans if s.name.startswith("affidavit.step ")]
+    assert all(s.status.status_code != StatusCode.ERROR for s in steps), [
+        (s.name, s.status.description) for s in steps
+    ]

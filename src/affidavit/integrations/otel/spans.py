@@ -123,6 +123,9 @@ def emit_job_spans(store: Store, job_id: str, tracer: Tracer) -> int:
             count += 1
         elif event.type == "node_finished" and isinstance(node, str):
             span_or_none = steps.pop((node, p.get("attempt")), None)
+            if span_or_none is None:  # finished by a later attempt: close the node's open one
+                open_keys = [k for k in steps if k[0] == node]
+                span_or_none = steps.pop(open_keys[-1]) if open_keys else None
             if span_or_none is not None:
                 result_type = str(p.get("result_type"))
                 span_or_none.set_attributes(
