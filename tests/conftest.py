@@ -24,6 +24,11 @@ BACKENDS = ["sqlite", "postgresql"]
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", help="also run long soak tests")
+    parser.addoption(
+        "--chaos-long",
+        action="store_true",
+        help="run the chaos suite (tests/chaos) in its long form instead of the bounded one",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,15 +1,15 @@
 """Tools for the chaos suite, loaded by real ``affidavit worker`` processes (``--tools``).
 
-Each effectful tool records its effect as one row of ``world.effects`` in the PostgreSQL
-database the jobs run on (a table of the test's own, beside affidavit's), keyed by the
+Each effectful tool records its effect as one row of ``effects`` in a PostgreSQL database of
+the world (``CHAOS_WORLD_URL``: a schema of the test's own on a server the test does not
+restart, so that an effect is never held up by the jobs' database being away), keyed by the
 external key the runtime gives the call (``affidavit:<job>:<step>:<attempt>``), as a payment
 API keyed by an idempotency key would: a call repeated by the same attempt (a retry after a
 lost reply) finds its row; a second attempt — a re-execution after a crash, which the runtime
 must never make once the effect is recorded — writes a second row for the same step, which
 the test counts. ``reconcile`` looks the dead attempt's key up in the same table.
 
-While the database is restarting a tool waits for it (up to ``WORLD_WAIT`` seconds) instead of
-failing the step.
+A world database that is unavailable fails the call as retryable.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ import psycopg
 
 from affidavit import RetryableError, ToolContext, pure, tool
 
-WORLD_WAIT = 60.0
 SCHEMA = """
-CREATE SCHEMA IF NOT EXISTS world;
-CREATE TABLE IF NOT EXISTS world.effects (
+CREATE TABLE IF NOT EXISTS effects (
     ext_key TEXT PRIMARY KEY,
     job_id TEXT NOT NULL,
     node_id TEXT NOT NULL,
@@ -36,27 +34,28 @@ CREATE TABLE IF NOT EXISTS world.effects (
 """
 
 
-def world_url() -> str:
-    return os.environ["CHAOS_WORLD_URL"]
+def world_connect() -> psycopg.Connection[Any]:
+    """An autocommit connection to the world (``CHAOS_WORLD_URL``, with ``schema=NAME``)."""
+    base, _, schema = os.environ["CHAOS_WORLD_URL"].partition("?schema=")
+    conn = psycopg.connect(base, autocommit=True, connect_timeout=5)
+    if schema:
+        conn.execute(f'SET search_path TO "{schema}"')
+    return conn
 
 
 def _with_world(action: Any) -> Any:
-    """Run ``action(conn)`` on a fresh autocommit connection, waiting out a restart."""
-    deadline = time.monotonic() + WORLD_WAIT
-    while True:
-        try:
-            with psycopg.connect(world_url(), autocommit=True, connect_timeout=3) as conn:
-                return action(conn)
-        except psycopg.OperationalError as exc:
-            if time.monotonic() > deadline:
-                raise RetryableError(f"the world database is unavailable: {exc}") from exc
-            time.sleep(0.2)
+    """Run ``action(conn)`` on a fresh connection to the world."""
+    try:
+        with world_connect() as conn:
+            return action(conn)
+    except psycopg.OperationalError as exc:
+        raise RetryableError(f"the world database is unavailable: {exc}") from exc
 
 
 def _effect(ctx: ToolContext, kind: str, delay: float) -> dict[str, Any]:
     def insert(conn: psycopg.Connection[Any]) -> None:
         conn.execute(
-            "INSERT INTO world.effects (ext_key, job_id, node_id, kind, pid) "
+            "INSERT INTO effects (ext_key, job_id, node_id, kind, pid) "
             "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (ext_key) DO NOTHING",
             (ctx.external_key, ctx.job_id, ctx.node_id, kind, os.getpid()),
         )
@@ -69,7 +68,7 @@ def _effect(ctx: ToolContext, kind: str, delay: float) -> dict[str, Any]:
 def _lookup(ctx: ToolContext, kind: str) -> dict[str, Any] | None:
     def find(conn: psycopg.Connection[Any]) -> Any:
         return conn.execute(
-            "SELECT 1 FROM world.effects WHERE ext_key = %s", (ctx.external_key,)
+            "SELECT 1 FROM effects WHERE ext_key = %s", (ctx.external_key,)
         ).fetchone()
 
     return {"ref": ctx.external_key, "kind": kind} if _with_world(find) else None

@@ -108,7 +108,7 @@ def test_a_worker_started_while_the_server_is_down_waits_and_runs_the_job(
     with Runtime(url) as rt:
         assert rt.store.get_job(job_id).status == "completed"
     with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT node_id FROM world.effects ORDER BY node_id").fetchall()
+        rows = conn.execute("SELECT node_id FROM effects ORDER BY node_id").fetchall()
     assert rows == [("charge",), ("notify",)]
 
 

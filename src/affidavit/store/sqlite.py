@@ -367,7 +367,19 @@ def store_error(message: str, exc: BaseException) -> StoreError:
     text = f"{message}: {_describe(exc)}"
     if primary == apsw.SQLITE_FULL:
         return StoreUnavailable(text, hint=FULL_DISK_HINT)
+    if primary == apsw.SQLITE_READONLY:
+        # the file, its directory or its filesystem became read-only (a remount after disk
+        # errors, an operator's chmod): may pass once it is writable again, as a full disk
+        return StoreUnavailable(text, hint=READ_ONLY_HINT)
     return (StoreUnavailable if primary in _TRANSIENT else StoreError)(text)
+
+
+READ_ONLY_HINT = (
+    "The database file, its directory or its filesystem is read-only (a remount after disk "
+    "errors, a permission change): make it writable again for the user running affidavit. "
+    "Nothing recorded is lost; a job whose run gave up meanwhile is taken up again by a worker "
+    "once its lease expires."
+)
 
 
 def _describe(exc: BaseException) -> str:
