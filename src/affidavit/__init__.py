@@ -35,6 +35,7 @@ from affidavit.core.events import EventType
 from affidavit.core.lazy import lazy_exports
 from affidavit.core.plan import Plan
 from affidavit.core.seal import PublicKey, Seal
+from affidavit.core.signing import SigningKey
 from affidavit.runtime.agent import AgentContext, agent
 from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
 from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
@@ -52,7 +53,6 @@ from affidavit.runtime.sdk import (
     register_verifier,
     tool,
 )
-from affidavit.runtime.sealing import SigningKey
 from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
 from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
 

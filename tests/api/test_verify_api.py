@@ -6,6 +6,7 @@ from typing import Any
 
 from affidavit import verify_events, verify_job
 from affidavit.runtime.sealing import SigningKey
+from affidavit.verify import verify_one
 from tests.api.conftest import WAITING_PLAN, Api
 from tests.runtime.helpers import ledger_rows
 from tests.verify.helpers import RawDb
@@ -230,3 +231,21 @@ def test_trace_names_the_wait_type_and_an_answered_approval(api: Api) -> None:
         nodes = {n["id"]: n for n in c.get(f"/api/jobs/{finished}/trace").json()["nodes"]}
     assert (nodes["ok"]["state"], nodes["ok"]["outcome"]) == ("approved", "pure")
     assert nodes["a"]["state"] == "side_effect_committed"
+
+
+def test_verify_endpoint_reports_an_orphan_as_the_cli_does(api: Api) -> None:
+    """A job whose job row was deleted, its events, ledger rows and seal left: the API gives
+    the same failing result as ``affidavit verify`` (``verify_one``) — to an admin, since such
+    records name no namespace; to anyone else it is not found, as an id nothing holds."""
+    job_id = finished_job(api)
+    RawDb(api.store.url).execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+    with api.client("admin") as c:
+        response = c.get(f"/api/jobs/{job_id}/verify")
+        assert response.status_code == 200, response.text
+        doc = response.json()
+        assert doc == verify_one(api.store, job_id).to_dict()
+        assert doc["ok"] is False
+        assert "no job row" in doc["replay_proof_result"]["error"]
+        assert c.get("/api/jobs/no-such-job/verify").status_code == 404
+    with api.client("observer_a") as c:
+        assert c.get(f"/api/jobs/{job_id}/verify").status_code == 404

@@ -11,7 +11,8 @@ key is the one the job's ledger recorded), and ``affidavit verify --all`` finds 
 The counts are printed.
 
 The bounded run (the default suite) is 60 jobs with about two restarts, a freeze and a kill
-every 2–4 s; ``--chaos-long`` runs 240 jobs with four restarts, three freezes and a kill every 2–6 s.
+every 2–4 s; ``--chaos-long`` runs 240 jobs with four restarts, three freezes and a kill
+every 2–6 s.
 """
 
 from __future__ import annotations

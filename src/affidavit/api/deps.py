@@ -93,6 +93,25 @@ def visible_job(store: Store, caller: Caller, job_id: str) -> JobRecord:
     return job
 
 
+def check_verifiable(store: Store, caller: Caller, job_id: str) -> None:
+    """:func:`check_visible` for verification, which also reports what is left of a job whose
+    job row is gone (see :func:`~affidavit.verify.verify_one`): such records name no namespace,
+    so only an admin (who sees every namespace) may have them verified.
+
+    Raises:
+        JobNotFound: no such job, one of another namespace, or no job row and not an admin.
+    """
+    if unmatchable(job_id):  # no job can have it
+        raise JobNotFound(job_id)
+    with store.snapshot(lenient_text=True) as snap:
+        row = snap.job_row(job_id)
+    if row is None:
+        if not caller.has("admin"):
+            raise JobNotFound(job_id)
+    elif not caller.sees(row["namespace"]):
+        raise JobNotFound(job_id)
+
+
 def check_visible(store: Store, caller: Caller, job_id: str) -> None:
     """:func:`visible_job` reading only what it needs: for verification, whose job row may
     have been edited outside the store (an output that is not JSON must get a verdict, not a

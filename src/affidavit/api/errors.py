@@ -10,71 +10,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from affidavit.api.auth import Forbidden, Unauthorized
-from affidavit.api.limits import ClaimsBusy, PayloadTooLarge
+from affidavit.api.auth import Unauthorized
+from affidavit.api.limits import ClaimsBusy
 from affidavit.api.ratelimit import RateLimited
-from affidavit.claims.bwrap import SandboxUnavailable
-from affidavit.core.errors import (
-    AffidavitError,
-    AgentExistsError,
-    AuthorizationError,
-    CanonicalizationError,
-    ConfigError,
-    ConflictError,
-    IdempotencyConflict,
-    InvalidEventError,
-    NotFound,
-    PlanError,
-    ReplayError,
-    SelfVerificationError,
-    SignalPayloadError,
-    SignalRejected,
-    StoreError,
-    TamperedRecordError,
-    ValidationError,
-)
-from affidavit.packs import PackError, PackExistsError, UnfinishedJobError
-from affidavit.runtime.args import ArgsResolutionError
-from affidavit.runtime.decisions import InvalidStateError
-
-# First match wins: subclasses before their bases (ConflictError is a StoreError).
-STATUS: tuple[tuple[type[AffidavitError], int], ...] = (
-    (Unauthorized, 401),
-    (Forbidden, 403),
-    (SandboxUnavailable, 503),
-    (PayloadTooLarge, 413),
-    (SelfVerificationError, 403),
-    (AuthorizationError, 403),
-    (ValidationError, 422),
-    (AgentExistsError, 409),
-    (NotFound, 404),
-    (RateLimited, 429),
-    (ConflictError, 409),
-    (IdempotencyConflict, 409),
-    (InvalidStateError, 409),
-    (SignalRejected, 409),
-    (ReplayError, 409),
-    (TamperedRecordError, 409),  # a row changed outside affidavit: as a log that does not replay
-    (UnfinishedJobError, 409),
-    (PackExistsError, 409),
-    (PackError, 409),  # the job's record does not verify: it refuses a pack as its state would
-    (PlanError, 422),
-    (ArgsResolutionError, 422),
-    (CanonicalizationError, 422),
-    (SignalPayloadError, 422),
-    (InvalidEventError, 422),
-    (ConfigError, 422),
-    (StoreError, 503),
-)
+from affidavit.core.errors import AffidavitError
 
 
 def status_for(exc: AffidavitError) -> int:
-    if isinstance(exc, ClaimsBusy):  # the agent's own cap, or the server's
-        return 429 if exc.per_agent else 503
-    for cls, status in STATUS:
-        if isinstance(exc, cls):
-            return status
-    return 400
+    """The HTTP status of ``exc``: its class's ``http_status`` (see :mod:`affidavit.core.errors`),
+    the same attribute the CLI's exit code comes beside."""
+    return exc.http_status
 
 
 # What FastAPI says of a body that its JSON parser could not read for a reason other than bad

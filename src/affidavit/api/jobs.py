@@ -13,6 +13,7 @@ from affidavit.api.deps import (
     AgentRole,
     Observer,
     ServiceDep,
+    check_verifiable,
     check_visible,
     visible_job,
 )
@@ -36,7 +37,7 @@ from affidavit.runtime.sdk import registry
 from affidavit.runtime.submit import submit_agent_job, submit_job, valid_traceparent
 from affidavit.runtime.trace import job_trace
 from affidavit.store import JOB_STATUSES, JobFilter
-from affidavit.verify import verify_job
+from affidavit.verify import verify_one
 from affidavit.verify.verification import check_trusted_keys, seal_document
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -199,11 +200,14 @@ def verify(
 ) -> dict[str, Any]:
     """Verification Mode (read-only, any status): execution hash, event chain root, ledger
     proof, replay proof, stored chain, seal. 200 whatever the verdict (see `ok`); 404 for an
-    unknown job or one of another namespace; 422 for a `trusted_key` that is no key."""
+    unknown job or one of another namespace; 422 for a `trusted_key` that is no key. A job id
+    whose job row is gone but whose events, ledger rows or seal remain gets the result of
+    those (failing, `orphan`), as `affidavit verify` reports it — for an admin key only: such
+    records name no namespace."""
     if trusted_key:
         check_trusted_keys(svc.store, trusted_key)  # a bad key is an error, job or not
-    check_visible(svc.store, caller, job_id)
-    return verify_job(svc.store, job_id, trusted_keys=trusted_key or None).to_dict()
+    check_verifiable(svc.store, caller, job_id)
+    return verify_one(svc.store, job_id, trusted_keys=trusted_key or None).to_dict()
 
 
 @router.get("/{job_id}/seal", response_model=JobSeal)

@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 class PayloadTooLarge(AffidavitError):
     code = "payload_too_large"
+    http_status = 413
     default_hint = "Send a smaller request body; the server's limit is set by --max-body-bytes."
 
 
@@ -45,12 +46,15 @@ class ClaimsBusy(AffidavitError):
     """No claim slot is free: the agent's own (429) or the server's (503)."""
 
     code = "claims_busy"
+    http_status = 503
     default_hint = "Retry after the number of seconds in the Retry-After header."
 
     def __init__(self, message: str, *, retry_after: float, per_agent: bool) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.per_agent = per_agent
+        if per_agent:  # the agent's own cap: too many requests of its own
+            self.http_status = 429
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from affidavit.core.errors import AffidavitError, ConfigError
 
 class RateLimited(AffidavitError):
     code = "rate_limited"
+    http_status = 429
     default_hint = "Slow down; retry after the number of seconds in the Retry-After header."
 
     def __init__(self, retry_after: float) -> None:

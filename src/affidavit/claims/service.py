@@ -41,7 +41,7 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.core.ids import uuid7
-from affidavit.runtime.sealing import default_key_path
+from affidavit.core.signing import default_key_path
 from affidavit.store import Store, Transaction
 
 MAX_HISTORY = 1000

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from affidavit.runtime.decisions import DECISIONS_BY_REASON
+from affidavit.core.parks import DECISIONS_BY_REASON
 from affidavit.runtime.replay import build_from_events
 from affidavit.runtime.trace import park_doc
 from affidavit.store import JobRecord, Store

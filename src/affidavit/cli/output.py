@@ -15,10 +15,6 @@ from rich.markup import escape
 
 from affidavit.core.errors import (
     AffidavitError,
-    ClaimRejected,
-    NotFound,
-    SignalRejected,
-    VerificationError,
 )
 
 # Piped or redirected (no terminal, no $COLUMNS), tables are laid out 200 columns wide rather
@@ -53,13 +49,9 @@ def emit_json(document: Any) -> None:
 
 
 def exit_code_for(exc: AffidavitError) -> int:
-    if isinstance(exc, NotFound):
-        return EXIT_NOT_FOUND
-    if isinstance(exc, ClaimRejected):
-        return EXIT_REFUSED
-    if isinstance(exc, VerificationError | SignalRejected):
-        return EXIT_FAILED
-    return EXIT_USAGE_OR_STORE
+    """The exit code of ``exc``: its class's ``exit_code`` (see :mod:`affidavit.core.errors`),
+    the same attribute the HTTP status comes beside."""
+    return exc.exit_code
 
 
 def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoReturn:

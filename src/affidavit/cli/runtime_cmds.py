@@ -29,11 +29,11 @@ from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
 from affidavit.core.inputs import read_limited_text
+from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
 from affidavit.runtime.agent import Agent
 from affidavit.runtime.args import check_input_references
 from affidavit.runtime.decisions import (
-    RESUME_DECISIONS,
     InvalidStateError,
     cancel_job,
     resume_job,

@@ -18,18 +18,11 @@ from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
-from affidavit.core.collector import collector_paused
-from affidavit.core.errors import ConfigError, JobNotFound
-from affidavit.runtime.sealing import KEY_ENV, Sealer, SigningKey
+from affidavit.core.errors import ConfigError
+from affidavit.core.signing import KEY_ENV, SigningKey
+from affidavit.runtime.sealing import Sealer
 from affidavit.store import JOB_STATUSES, JobFilter, Store
-from affidavit.verify import VerificationResult, verify_job, verify_orphans
-from affidavit.verify.verification import (
-    Misplaced,
-    check_trusted_keys,
-    misplaced_events,
-    orphan_results,
-    with_misplaced,
-)
+from affidavit.verify import VerificationResult, verify_all, verify_one
 
 keys_app = typer.Typer(help="The key that signs job seals.", no_args_is_help=True)
 
@@ -107,7 +100,7 @@ def verify(
                     tempfile.TemporaryFile("w+", encoding="utf-8") if as_json else nullcontext()
                 ) as spooled:
                     spool = _ResultSpool(spooled) if spooled is not None else None
-                    total, failed = verify_all(
+                    total, failed = verify_all_shown(
                         store,
                         filters,
                         trusted_key or None,
@@ -117,7 +110,7 @@ def verify(
                     if spool is not None:
                         spool.emit(total, failed)
             else:
-                result = _verify_one(store, job_id, trusted_key or None)
+                result = verify_one(store, job_id, trusted_keys=trusted_key or None)
     if job_id is None:
         if not as_json:
             render_all(total, failed)
@@ -130,22 +123,6 @@ def verify(
         render(result)
     if not result.ok:
         raise typer.Exit(output.EXIT_FAILED)
-
-
-def _verify_one(store: Store, job_id: str, trusted_keys: list[str] | None) -> VerificationResult:
-    """``verify_job``; for a job id without a job row, its records left behind (failing), if
-    the database holds any.
-
-    Raises:
-        JobNotFound: nothing in the database names ``job_id``.
-    """
-    try:
-        return verify_job(store, job_id, trusted_keys=trusted_keys)
-    except JobNotFound:
-        orphans = verify_orphans(store, job_id=job_id, trusted_keys=trusted_keys)
-        if not orphans:
-            raise
-        return orphans[0]
 
 
 def _check_selection(
@@ -165,7 +142,7 @@ def _check_selection(
             raise ConfigError(f"unknown status {s!r}", hint=f"Statuses: {', '.join(JOB_STATUSES)}.")
 
 
-def verify_all(
+def verify_all_shown(
     store: Store,
     filters: JobFilter,
     trusted_keys: list[str] | None,
@@ -173,22 +150,7 @@ def verify_all(
     show_progress: bool,
     each: Callable[[VerificationResult], object] | None = None,
 ) -> tuple[int, list[VerificationResult]]:
-    """Verify every job that matches ``filters`` (its limit and offset are ignored) when the
-    call starts, newest first; a progress bar on stderr while it runs. Without a filter (no
-    status, namespace or plan name), then every job id that has events, ledger rows or a seal
-    but no job row (see :func:`~affidavit.verify.verify_orphans`), read in the same snapshot
-    as the job ids: each fails. A filter selects jobs by their row, which those have not.
-
-    Returns the number of results and the failed ones, in that order; ``each``, when given,
-    takes every result (the orphans' last) as it comes, so that memory holds the job ids and
-    the failures, not a result per job."""
-    if trusted_keys:
-        check_trusted_keys(store, trusted_keys)  # a bad key is an error even with no job
-    # (text the database cannot decode among the orphans' records: read again, as verify_job)
-    job_ids, orphans, misplaced = store.with_text_fallback(
-        lambda lenient: _listing(store, filters, trusted_keys, lenient_text=lenient)
-    )
-    failed: list[VerificationResult] = []
+    """:func:`~affidavit.verify.verify_all` with a progress bar on stderr while it runs."""
     with Progress(
         TextColumn("verifying"),
         BarColumn(),
@@ -199,21 +161,18 @@ def verify_all(
         transient=True,
         disable=not show_progress,
     ) as bar:
-        task = bar.add_task("verify", total=len(job_ids))
-        for job_id in job_ids:
-            result = verify_job(store, job_id, trusted_keys=trusted_keys)
-            if job_id in misplaced:
-                result = with_misplaced(result, misplaced[job_id])
+        task = bar.add_task("verify", total=None)
+
+        def started(count: int) -> None:
+            bar.update(task, total=count)
+
+        def shown(result: VerificationResult) -> None:
             if each is not None:
                 each(result)
-            if not result.ok:
-                failed.append(result)
-            bar.advance(task)
-    for orphan in orphans:  # (each fails)
-        if each is not None:
-            each(orphan)
-        failed.append(orphan)
-    return len(job_ids) + len(orphans), failed
+            if not result.orphan:
+                bar.advance(task)
+
+        return verify_all(store, filters, trusted_keys=trusted_keys, started=started, each=shown)
 
 
 class _ResultSpool:
@@ -250,22 +209,6 @@ class _ResultSpool:
         shutil.copyfileobj(self._file, sys.stdout)
         sys.stdout.write("\n  ]\n}\n")
         sys.stdout.flush()
-
-
-def _listing(
-    store: Store, filters: JobFilter, trusted_keys: list[str] | None, *, lenient_text: bool
-) -> tuple[list[str], list[VerificationResult], dict[str, list[Misplaced]]]:
-    """The ids of the jobs ``filters`` select, in listing order, and — without a filter — the
-    verified orphans and the event rows no read of their job's log returns, all read in one
-    snapshot."""
-    unfiltered = not filters.status and filters.namespace is None and filters.plan_name is None
-    with collector_paused(), store.snapshot(lenient_text=lenient_text) as snap:
-        # only the ids are read: a job row edited outside the store is listed (and fails its
-        # checks); one query, streamed
-        job_ids = list(snap.iter_job_ids(filters))
-        orphans = orphan_results(snap, trusted_keys=trusted_keys) if unfiltered else []
-        misplaced = misplaced_events(snap) if unfiltered else {}
-    return job_ids, orphans, misplaced
 
 
 def render_all(total: int, failed: list[VerificationResult]) -> None:

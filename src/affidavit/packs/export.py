@@ -24,10 +24,10 @@ import orjson
 from affidavit.core.canonical import canonical, has_exponent_number
 from affidavit.core.errors import AffidavitError, ConfigError
 from affidavit.core.events import utc_now
+from affidavit.core.signing import SigningKey, default_key_path
 from affidavit.packs import _format as F
 from affidavit.runtime.agent_trace import AgentOutcome, agent_trace_of, is_agent_log
 from affidavit.runtime.replay import ReplayContext
-from affidavit.runtime.sealing import SigningKey, default_key_path
 from affidavit.runtime.trace import trace_of
 from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.verify import verify_events
@@ -39,6 +39,7 @@ class PackError(AffidavitError):
     """A pack cannot be exported (the job is unfinished, the target exists, ...)."""
 
     code = "pack_error"
+    http_status = 409
     default_hint = "See docs/packs.md."
 
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from affidavit.core.errors import JobNotFound, ReplayError
+from affidavit.core.parks import DECISIONS_BY_REASON
 from affidavit.core.plan import external_key
 from affidavit.runtime.args import ArgsResolutionError, resolve
-from affidavit.runtime.decisions import DECISIONS_BY_REASON
 from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
 from affidavit.store import LedgerRow, Store
 

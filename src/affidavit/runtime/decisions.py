@@ -19,6 +19,7 @@ from affidavit.core.errors import (
     SignalRejected,
 )
 from affidavit.core.events import utc_now
+from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.runtime.replay import ReplayContext, build_from_events
 from affidavit.runtime.run_base import close_open_invocations
 from affidavit.runtime.sealing import Sealer
@@ -27,17 +28,8 @@ from affidavit.store import JobRecord, NewEvent, Store, Transaction
 
 class InvalidStateError(AffidavitError):
     code = "invalid_state"
+    http_status = 409
     default_hint = "Check the job's status with `affidavit jobs show JOB`."
-
-
-# Which decisions resolve which kind of park.
-DECISIONS_BY_REASON: dict[str, tuple[str, ...]] = {
-    "in_flight": ("retry", "accept_result", "fail"),
-    "replay_verification": ("continue", "fail"),
-    "crash_loop": ("retry", "fail"),
-    "nondeterministic": ("retry", "fail"),
-}
-RESUME_DECISIONS = ("retry", "accept_result", "continue", "fail")
 
 
 def _locked(tx: Transaction, job_id: str) -> tuple[JobRecord, ReplayContext]:

@@ -8,11 +8,12 @@ from typing import Any
 
 from affidavit.core.config import DEFAULT_NAMESPACE, database_url
 from affidavit.core.errors import PlanError
+from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
+from affidavit.core.signing import SigningKey
 from affidavit.runtime.agent import Agent
 from affidavit.runtime.confirm import ResourceVerifier
 from affidavit.runtime.decisions import (
-    RESUME_DECISIONS,
     InvalidStateError,
     cancel_job,
     resume_job,
@@ -21,7 +22,7 @@ from affidavit.runtime.decisions import (
 from affidavit.runtime.metrics import RuntimeMetrics
 from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime.sdk import Tool, ToolRegistry, registry
-from affidavit.runtime.sealing import Sealer, SigningKey
+from affidavit.runtime.sealing import Sealer
 from affidavit.runtime.submit import check_plan, submit_agent_job, submit_job
 from affidavit.runtime.waiting import wait_for_job
 from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker

@@ -1,18 +1,6 @@
-"""The signing key and the seal a job gets when it reaches a terminal state.
+"""The seal a job gets when it reaches a terminal state, signed by a :class:`Sealer`.
 
-Where the key lives (first match):
-
-1. an explicit path (``Runtime(signing_key=...)``) or ``$AFFIDAVIT_SIGNING_KEY``;
-2. SQLite: ``affidavit-signing.key`` in the directory of the database file;
-3. PostgreSQL: ``$XDG_DATA_HOME/affidavit/affidavit-signing.key`` (default
-   ``~/.local/share/affidavit/``). Team deployments set ``$AFFIDAVIT_SIGNING_KEY`` on every
-   worker (one key shared through a secret store, or one per machine: every public key is
-   recorded in the database, so all of them verify).
-
-The file is a PKCS#8 PEM Ed25519 private key with mode 0600, created on first use (exclusively:
-two processes starting at once end up with the same key). A key file readable by group or others
-is refused, as ssh does. Private keys never enter the database; public keys do, and stay after a
-rotation so that old seals keep verifying.
+The key and where it lives: :mod:`affidavit.core.signing` (its names are re-exported here).
 
 Crash safety: the seal is written in the same transaction as the job's terminal event (see
 :meth:`Sealer.seal_txn`), so a terminal job without a seal is not a state a crash can leave
@@ -22,160 +10,32 @@ behind. Jobs that finished before seals existed can be sealed afterwards with
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-    load_pem_private_key,
-)
-
-from affidavit.core.errors import AffidavitError, ConfigError, JobNotFound
+from affidavit.core.errors import AffidavitError, JobNotFound
 from affidavit.core.events import utc_now
-from affidavit.core.seal import PublicKey, Seal, log_leaf, sign_seal
+from affidavit.core.seal import Seal, log_leaf
+from affidavit.core.signing import (
+    KEY_ENV,
+    KEY_FILE_NAME,
+    SigningKey,
+    SigningKeyError,
+    default_key_path,
+    install_key_file,
+    stage_key_file,
+)
 from affidavit.store import TERMINAL_STATUSES, Store, Transaction
 
-KEY_ENV = "AFFIDAVIT_SIGNING_KEY"
-KEY_FILE_NAME = "affidavit-signing.key"
-
-
-class SigningKeyError(ConfigError):
-    code = "signing_key_error"
-    default_hint = (
-        f"Point ${KEY_ENV} at a readable Ed25519 key file with mode 0600, or remove the variable "
-        "to use the default location."
-    )
-
-
-def default_key_path(db_url: str) -> Path:
-    """Where the signing key for the database at ``db_url`` lives (see the module docs)."""
-    explicit = os.environ.get(KEY_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    if db_url.startswith("sqlite:///"):
-        db_path = db_url[len("sqlite:///") :].split("?", 1)[0]
-        return Path(db_path).expanduser().resolve().parent / KEY_FILE_NAME
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "affidavit" / KEY_FILE_NAME
-
-
-@dataclass(frozen=True, slots=True)
-class SigningKey:
-    """An Ed25519 private key (and the file it came from)."""
-
-    private: Ed25519PrivateKey
-    path: Path | None = None
-
-    @classmethod
-    def generate(cls) -> SigningKey:
-        return cls(Ed25519PrivateKey.generate())
-
-    @property
-    def public_raw(self) -> bytes:
-        return self.private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-    @property
-    def public(self) -> PublicKey:
-        return PublicKey.from_raw(self.public_raw)
-
-    @property
-    def key_id(self) -> str:
-        return self.public.key_id
-
-    def pem(self) -> bytes:
-        return self.private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-
-    def seal(self, job_id: str, event_count: int, event_chain_root_hash: str) -> Seal:
-        """Sign a seal now."""
-        return sign_seal(
-            self.private,
-            job_id=job_id,
-            event_count=event_count,
-            event_chain_root_hash=event_chain_root_hash,
-            sealed_at=utc_now(),
-        )
-
-    # --- files ----------------------------------------------------------------------------------
-
-    @classmethod
-    def load(cls, path: Path) -> SigningKey:
-        """Read a key file.
-
-        Raises:
-            SigningKeyError: missing, readable by others, unreadable, or not an Ed25519 key.
-        """
-        try:
-            mode = path.stat().st_mode
-            if mode & 0o077:
-                raise SigningKeyError(
-                    f"signing key {str(path)!r} is accessible by group or others "
-                    f"(mode {mode & 0o777:04o})",
-                    hint=f"Restrict it: chmod 600 {path}",
-                )
-            data = path.read_bytes()
-        except OSError as exc:
-            raise SigningKeyError(f"cannot read signing key {str(path)!r}: {exc}") from exc
-        try:
-            private = load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise SigningKeyError(
-                f"{str(path)!r} is not an unencrypted PEM private key: {exc}"
-            ) from exc
-        if not isinstance(private, Ed25519PrivateKey):
-            raise SigningKeyError(f"{str(path)!r} holds a {type(private).__name__}, not Ed25519")
-        return cls(private, path)
-
-    @classmethod
-    def load_or_create(cls, path: Path) -> SigningKey:
-        """Load the key at ``path``, creating it (mode 0600) if there is none. Concurrent
-        creators agree on one key: the file appears atomically and only once."""
-        if not path.exists():
-            new = cls.generate()
-            try:
-                _write_exclusive(path, new.pem())
-            except FileExistsError:
-                pass  # another process won the race: use its key
-            except OSError as exc:
-                raise SigningKeyError(f"cannot create signing key {str(path)!r}: {exc}") from exc
-        return cls.load(path)
-
-
-def _write_temp(path: Path, data: bytes) -> Path:
-    """``data`` in a new 0600 file next to ``path``, synced."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return tmp
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_exclusive(path: Path, data: bytes) -> None:
-    """Create ``path`` with ``data`` atomically; ``FileExistsError`` if it exists."""
-    tmp = _write_temp(path, data)
-    try:
-        os.link(tmp, path)  # atomic, and fails if someone else created it first
-    finally:
-        tmp.unlink()
-    _sync_dir(path.parent)
+__all__ = [
+    "KEY_ENV",
+    "KEY_FILE_NAME",
+    "Sealer",
+    "SigningKey",
+    "SigningKeyError",
+    "default_key_path",
+]
 
 
 class Sealer:
@@ -263,10 +123,7 @@ class Sealer:
         with self._lock:
             old = SigningKey.load(self.path) if self.path.exists() else None
             new = SigningKey.generate()
-            try:
-                tmp = _write_temp(self.path, new.pem())
-            except OSError as exc:
-                raise SigningKeyError(f"cannot write a new key next to {self.path}: {exc}") from exc
+            staged = stage_key_file(self.path, new)
             try:
                 # The new public key is recorded before anything can sign with it.
                 with store.transaction(durable=True) as tx:
@@ -275,17 +132,10 @@ class Sealer:
                         tx.key_register(old.public, created_at=now)
                         tx.key_retire(old.key_id, retired_at=now)
                     tx.key_register(new.public, created_at=now)
-                if old is not None:
-                    archive = self.path.with_name(f"{self.path.name}.retired-{old.key_id}")
-                    if not archive.exists():
-                        os.link(self.path, archive)
-                os.replace(tmp, self.path)
-                _sync_dir(self.path.parent)
-            except OSError as exc:
-                raise SigningKeyError(f"cannot replace {self.path}: {exc}") from exc
+                install_key_file(self.path, staged, old)
             finally:
-                if tmp.exists():
-                    tmp.unlink()
+                if staged.exists():
+                    staged.unlink()
             self._key = SigningKey(new.private, self.path)
             return old, self._key
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from affidavit.core.errors import ConfigError
 from affidavit.core.note import ED25519, NoteError, NoteSigner, Verifier, check_key_name
-from affidavit.runtime.sealing import SigningKey, default_key_path
+from affidavit.core.signing import SigningKey, default_key_path
 
 LOG_KEY_ENV = "AFFIDAVIT_LOG_KEY"
 LOG_ORIGIN_ENV = "AFFIDAVIT_LOG_ORIGIN"

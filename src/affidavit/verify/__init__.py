@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from affidavit.verify._batch import verify_all, verify_one
 from affidavit.verify.result import (
     Check,
     LedgerProof,
@@ -19,7 +20,9 @@ __all__ = [
     "SealCheck",
     "StoredChainCheck",
     "VerificationResult",
+    "verify_all",
     "verify_events",
     "verify_job",
+    "verify_one",
     "verify_orphans",
 ]

@@ -83,8 +83,8 @@ from affidavit.core.canonical import canonical_of_parsed, canonical_sha256
 from affidavit.core.chain import GENESIS
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, RESULT_TYPES, EventType
+from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.core.plan import idempotency_key_of
-from affidavit.runtime.decisions import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 

@@ -1,0 +1,201 @@
+"""The Ed25519 key that signs seals and proof packs, and where it lives (first match):
+
+1. an explicit path (``Runtime(signing_key=...)``) or ``$AFFIDAVIT_SIGNING_KEY``;
+2. SQLite: ``affidavit-signing.key`` in the directory of the database file;
+3. PostgreSQL: ``$XDG_DATA_HOME/affidavit/affidavit-signing.key`` (default
+   ``~/.local/share/affidavit/``). Team deployments set ``$AFFIDAVIT_SIGNING_KEY`` on every
+   worker (one key shared through a secret store, or one per machine: every public key is
+   recorded in the database, so all of them verify).
+
+The file is a PKCS#8 PEM Ed25519 private key with mode 0600, created on first use (exclusively:
+two processes starting at once end up with the same key). A key file readable by group or others
+is refused, as ssh does. Private keys never enter the database; public keys do, and stay after a
+rotation so that old seals keep verifying. The runtime's :class:`~affidavit.runtime.sealing.Sealer`
+signs with it; packs and the CLI read it from here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+    load_pem_private_key,
+)
+
+from affidavit.core.errors import ConfigError
+from affidavit.core.events import utc_now
+from affidavit.core.seal import PublicKey, Seal, sign_seal
+
+KEY_ENV = "AFFIDAVIT_SIGNING_KEY"
+KEY_FILE_NAME = "affidavit-signing.key"
+
+
+class SigningKeyError(ConfigError):
+    code = "signing_key_error"
+    default_hint = (
+        f"Point ${KEY_ENV} at a readable Ed25519 key file with mode 0600, or remove the variable "
+        "to use the default location."
+    )
+
+
+def default_key_path(db_url: str) -> Path:
+    """Where the signing key for the database at ``db_url`` lives (see the module docs)."""
+    explicit = os.environ.get(KEY_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    if db_url.startswith("sqlite:///"):
+        db_path = db_url[len("sqlite:///") :].split("?", 1)[0]
+        return Path(db_path).expanduser().resolve().parent / KEY_FILE_NAME
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "affidavit" / KEY_FILE_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    """An Ed25519 private key (and the file it came from)."""
+
+    private: Ed25519PrivateKey
+    path: Path | None = None
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        return cls(Ed25519PrivateKey.generate())
+
+    @property
+    def public_raw(self) -> bytes:
+        return self.private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+    @property
+    def public(self) -> PublicKey:
+        return PublicKey.from_raw(self.public_raw)
+
+    @property
+    def key_id(self) -> str:
+        return self.public.key_id
+
+    def pem(self) -> bytes:
+        return self.private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+
+    def seal(self, job_id: str, event_count: int, event_chain_root_hash: str) -> Seal:
+        """Sign a seal now."""
+        return sign_seal(
+            self.private,
+            job_id=job_id,
+            event_count=event_count,
+            event_chain_root_hash=event_chain_root_hash,
+            sealed_at=utc_now(),
+        )
+
+    # --- files ----------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: Path) -> SigningKey:
+        """Read a key file.
+
+        Raises:
+            SigningKeyError: missing, readable by others, unreadable, or not an Ed25519 key.
+        """
+        try:
+            mode = path.stat().st_mode
+            if mode & 0o077:
+                raise SigningKeyError(
+                    f"signing key {str(path)!r} is accessible by group or others "
+                    f"(mode {mode & 0o777:04o})",
+                    hint=f"Restrict it: chmod 600 {path}",
+                )
+            data = path.read_bytes()
+        except OSError as exc:
+            raise SigningKeyError(f"cannot read signing key {str(path)!r}: {exc}") from exc
+        try:
+            private = load_pem_private_key(data, password=None)
+        except (ValueError, TypeError) as exc:
+            raise SigningKeyError(
+                f"{str(path)!r} is not an unencrypted PEM private key: {exc}"
+            ) from exc
+        if not isinstance(private, Ed25519PrivateKey):
+            raise SigningKeyError(f"{str(path)!r} holds a {type(private).__name__}, not Ed25519")
+        return cls(private, path)
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> SigningKey:
+        """Load the key at ``path``, creating it (mode 0600) if there is none. Concurrent
+        creators agree on one key: the file appears atomically and only once."""
+        if not path.exists():
+            new = cls.generate()
+            try:
+                _write_exclusive(path, new.pem())
+            except FileExistsError:
+                pass  # another process won the race: use its key
+            except OSError as exc:
+                raise SigningKeyError(f"cannot create signing key {str(path)!r}: {exc}") from exc
+        return cls.load(path)
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    """``data`` in a new 0600 file next to ``path``, synced."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_exclusive(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data`` atomically; ``FileExistsError`` if it exists."""
+    tmp = _write_temp(path, data)
+    try:
+        os.link(tmp, path)  # atomic, and fails if someone else created it first
+    finally:
+        tmp.unlink()
+    _sync_dir(path.parent)
+
+
+def stage_key_file(path: Path, key: SigningKey) -> Path:
+    """Write ``key`` to a temporary file beside ``path`` (mode 0600, synced), for
+    :func:`install_key_file` to move into place: the first half of a key rotation.
+
+    Raises:
+        SigningKeyError: the file cannot be written.
+    """
+    try:
+        return _write_temp(path, key.pem())
+    except OSError as exc:
+        raise SigningKeyError(f"cannot write a new key next to {path}: {exc}") from exc
+
+
+def install_key_file(path: Path, staged: Path, retired: SigningKey | None) -> None:
+    """Replace the key file ``path`` with ``staged`` (from :func:`stage_key_file`), keeping the
+    retired key's file beside it as ``<name>.retired-<key_id>``; the directory is synced.
+
+    Raises:
+        SigningKeyError: the files cannot be linked or replaced.
+    """
+    try:
+        if retired is not None:
+            archive = path.with_name(f"{path.name}.retired-{retired.key_id}")
+            if not archive.exists():
+                os.link(path, archive)
+        os.replace(staged, path)
+        _sync_dir(path.parent)
+    except OSError as exc:
+        raise SigningKeyError(f"cannot replace {path}: {exc}") from exc
