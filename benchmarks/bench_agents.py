@@ -299,7 +299,10 @@ Throughput: one agent calling one trivial tool {sizes.steps:,} times (each a dur
 against one `@DBOS.workflow` calling one trivial `@DBOS.step` {sizes.steps:,} times; run time
 only, each in a fresh process. Recovery: killed (SIGKILL) after {sizes.recovery_half:,} of
 {2 * sizes.recovery_half:,} steps; time from the start of the recovering run to the first step
-that was not recorded (affidavit replays the recorded calls without executing them).
+that was not recorded (affidavit replays the recorded calls without executing them; DBOS's
+time starts at `DBOS.launch()`, which opens its system database and starts the recovery).
+Few repetitions on a heavily loaded shared machine: the PostgreSQL throughput in
+particular moves a lot between runs (an earlier short run here: 2.9×, 200 steps).
 
 {table}
 """
