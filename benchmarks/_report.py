@@ -182,6 +182,10 @@ MEASURES = {
         "What affidavit adds to each MCP tool call (one ledgered tool step) over the bare MCP"
         " client, next to the same call as a DBOS step."
     ),
+    "bench_startup": (
+        "What an `affidavit` call pays before it does anything: `--version`, the package import"
+        " and a real command, against the bare interpreter."
+    ),
     "bench_packs": (
         "Exporting and verifying a proof pack of a 10,000-step job, against assay's verifier and"
         " against reading and hashing every file of the pack."

@@ -150,7 +150,7 @@ def markdown(r: dict[str, Any], machine: str, reps: int) -> str:
         + "\n\n"
         + markdown_table(["goal", "measured", "met"], goals, "lrl")
         + "\n\nPhase 5 (our extension) re-verifies the job's whole event log, ledger and seal "
-        "from `events.ndjson`; assay does not read that file.\n"
+        "from `events.ndjson`; assay checks only its SHA-256 (the manifest lists it).\n"
     )
 
 

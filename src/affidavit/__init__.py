@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
-from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
 from affidavit.core.errors import (
     AffidavitError,
     AgentNotFound,
@@ -31,30 +29,7 @@ from affidavit.core.errors import (
     VerificationError,
     WaitTimeout,
 )
-from affidavit.core.events import EventType
 from affidavit.core.lazy import lazy_exports
-from affidavit.core.plan import Plan
-from affidavit.core.seal import PublicKey, Seal
-from affidavit.core.signing import SigningKey
-from affidavit.runtime.agent import AgentContext, agent
-from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
-from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
-from affidavit.runtime.runtime import Runtime
-from affidavit.runtime.sdk import (
-    CompensatableError,
-    RetryableError,
-    StateChange,
-    Tool,
-    ToolCallError,
-    ToolContext,
-    ToolRegistry,
-    load_tools,
-    pure,
-    register_verifier,
-    tool,
-)
-from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
-from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
 
 if TYPE_CHECKING:
     from affidavit.claims import (
@@ -65,23 +40,94 @@ if TYPE_CHECKING:
         TrustPolicy,
         VerificationResult,
     )
+    from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
+    from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
+    from affidavit.core.events import EventType
+    from affidavit.core.plan import Plan
+    from affidavit.core.seal import PublicKey, Seal
+    from affidavit.core.signing import SigningKey
+    from affidavit.runtime.agent import AgentContext, agent
+    from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
+    from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
+    from affidavit.runtime.runtime import Runtime
+    from affidavit.runtime.sdk import (
+        CompensatableError,
+        RetryableError,
+        StateChange,
+        Tool,
+        ToolCallError,
+        ToolContext,
+        ToolRegistry,
+        load_tools,
+        pure,
+        register_verifier,
+        tool,
+    )
+    from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
+    from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
     from affidavit.verify import verify_events, verify_job
 
 __version__ = "0.1.0"
 
-# Claim verification and Verification Mode are imported on first use: a program that only runs
-# jobs (a worker, a short-lived `affidavit run`) does not pay for them at start-up.
-_LAZY = {
-    name: "affidavit.claims"
-    for name in (
-        "Agent",
-        "ClaimService",
-        "ClaimType",
-        "SandboxConfig",
-        "TrustPolicy",
-        "VerificationResult",
-    )
-} | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
+# Every name but the errors is imported on first use: a program pays at start-up only for the
+# layers it uses (`affidavit --version` for none; a worker not for claims or verification).
+_LAZY = (
+    {
+        name: "affidavit.claims"
+        for name in (
+            "Agent",
+            "ClaimService",
+            "ClaimType",
+            "SandboxConfig",
+            "TrustPolicy",
+            "VerificationResult",
+        )
+    }
+    | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
+    | {
+        "AgentContext": "affidavit.runtime.agent",
+        "CompensatableError": "affidavit.runtime.sdk",
+        "Confirmation": "affidavit.runtime.confirm",
+        "ConfirmationContext": "affidavit.runtime.confirm",
+        "EventType": "affidavit.core.events",
+        "FileVerifier": "affidavit.runtime.verifiers",
+        "HttpVerifier": "affidavit.runtime.verifiers",
+        "JobFilter": "affidavit.store",
+        "JobRecord": "affidavit.store",
+        "NewEvent": "affidavit.store",
+        "Plan": "affidavit.core.plan",
+        "PublicKey": "affidavit.core.seal",
+        "ReplayContext": "affidavit.runtime.replay",
+        "ReplayContextBuilder": "affidavit.runtime.replay",
+        "ResourceVerifier": "affidavit.runtime.confirm",
+        "RetryableError": "affidavit.runtime.sdk",
+        "Runtime": "affidavit.runtime.runtime",
+        "Seal": "affidavit.core.seal",
+        "SigningKey": "affidavit.core.signing",
+        "SqlRowVerifier": "affidavit.runtime.verifiers",
+        "StateChange": "affidavit.runtime.sdk",
+        "Store": "affidavit.store",
+        "StoredEvent": "affidavit.store",
+        "Tool": "affidavit.runtime.sdk",
+        "ToolCallError": "affidavit.runtime.sdk",
+        "ToolContext": "affidavit.runtime.sdk",
+        "ToolRegistry": "affidavit.runtime.sdk",
+        "agent": "affidavit.runtime.agent",
+        "canonical": "affidavit.core.canonical",
+        "canonical_sha256": "affidavit.core.canonical",
+        "chain_root": "affidavit.core.chain",
+        "check_stored_chain": "affidavit.core.chain",
+        "execution_hash": "affidavit.core.chain",
+        "load_tools": "affidavit.runtime.sdk",
+        "open_store": "affidavit.store",
+        "pure": "affidavit.runtime.sdk",
+        "record_file": "affidavit.runtime.verifiers",
+        "register_verifier": "affidavit.runtime.sdk",
+        "sha256_hex": "affidavit.core.canonical",
+        "sha256_prefixed": "affidavit.core.canonical",
+        "tool": "affidavit.runtime.sdk",
+    }
+)
 
 
 __getattr__ = lazy_exports("affidavit", _LAZY, globals())

@@ -1,5 +1,5 @@
 """``python -m affidavit`` runs the CLI."""
 
-from affidavit.cli.main import main
+from affidavit.cli.launch import main
 
 main()
