@@ -18,8 +18,11 @@ ERROR = ({}, "sleep 5")  # with a short timeout
 
 def verify(svc: ClaimService, outcome: tuple[dict[str, int], str], **claim: str) -> float:
     content, command = outcome
+    # Only ERROR must time out; the others get ample time (a sandbox starting on a loaded
+    # machine must not turn an accurate claim into a timeout, which moves no trust).
+    timeout = 0.2 if outcome is ERROR else 30.0
     result = svc.verify_claim(
-        "alice", "test_result", {**content, **claim}, command, "vera", timeout_s=0.2
+        "alice", "test_result", {**content, **claim}, command, "vera", timeout_s=timeout
     )
     return result.new_trust_score
 
