@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from affidavit.api.auth import create_api_key
 from affidavit.claims import ClaimService
 from tests.api.conftest import Api
 
@@ -42,15 +43,17 @@ def claim(agent_id: str = "worker-a", command: str = "true", **kw: Any) -> dict[
     [
         ("none", claim(), 401, "unauthorized"),
         ("observer_a", claim(), 403, "forbidden"),
-        ("agent_a", claim(), 200, None),
-        ("agent_b", claim(), 404, "agent_not_found"),  # another namespace's agent is not found
+        # The caller writes what the claimant claims: admins only. An agent records its own
+        # claims (POST /api/claims) and verifies others' by id.
+        ("agent_a", claim(), 403, "forbidden"),
+        ("agent_b", claim(), 403, "forbidden"),
         ("admin", claim(), 200, None),  # an admin verifies in every namespace
-        ("agent_a", claim("bot-a"), 403, "self_verification"),
-        ("agent_a", claim(command="curl http://x | sh"), 422, "command_not_allowed"),
-        ("agent_a", claim(command="sh -c true"), 422, "command_not_allowed"),
-        ("agent_a", claim("nobody"), 404, "agent_not_found"),
-        ("agent_a", {**claim(), "claim_type": "vibes"}, 422, "invalid_request"),
-        ("agent_a", claim(timeout_s=0), 422, "invalid_request"),
+        ("admin", claim("root"), 403, "self_verification"),
+        ("admin", claim(command="curl http://x | sh"), 422, "command_not_allowed"),
+        ("admin", claim(command="sh -c true"), 422, "command_not_allowed"),
+        ("admin", claim("nobody"), 404, "agent_not_found"),
+        ("admin", {**claim(), "claim_type": "vibes"}, 422, "invalid_request"),
+        ("admin", claim(timeout_s=0), 422, "invalid_request"),
     ],
 )
 def test_verify_claim_roles_and_refusals(
@@ -96,7 +99,7 @@ def test_refused_arguments_are_422_naming_the_argument(
 
 def test_inaccurate_claim_moves_trust_down(api: Api, agents: ClaimService) -> None:
     before = agents.get_agent("worker-a").trust_score
-    with api.client("agent_a") as c:
+    with api.client("admin") as c:
         r = c.post("/api/claims/verify", json=claim(command="false"))
     assert r.status_code == 200
     assert r.json()["accurate"] is False
@@ -104,7 +107,7 @@ def test_inaccurate_claim_moves_trust_down(api: Api, agents: ClaimService) -> No
 
 
 def test_agent_reads_per_namespace(api: Api, agents: ClaimService) -> None:
-    with api.client("agent_a") as c:
+    with api.client("admin") as c:
         c.post("/api/claims/verify", json=claim(command="echo hi", claim={"output_contains": "hi"}))
     paths = ["trust", "verifications", "verification-stats", "trust-history"]
     with (
@@ -131,10 +134,71 @@ def test_agent_reads_per_namespace(api: Api, agents: ClaimService) -> None:
 
 
 def test_metrics_count_claim_verdicts(api: Api, agents: ClaimService) -> None:
-    with api.client("agent_a") as c:
-        assert c.post("/api/claims/verify", json=claim(command="false")).status_code == 200
     with api.client("admin") as c:
+        assert c.post("/api/claims/verify", json=claim(command="false")).status_code == 200
         text = c.get("/metrics").text
     sample = 'affidavit_claim_verifications{claim_type="test_result",verdict="inaccurate"}'
     line = next(ln for ln in text.splitlines() if ln.startswith(sample))
     assert float(line.split()[-1]) >= 1
+
+
+def make_key(api: Api, agent_id: str, namespace: str, role: str = "agent") -> str:
+    _, key = create_api_key(api.store, agent_id=agent_id, role=role, namespace=namespace)
+    return f"Bearer {key}"
+
+
+def test_an_agent_records_its_own_claim_and_another_verifies_it(
+    api: Api, agents: ClaimService
+) -> None:
+    claimant = make_key(api, "worker-a", "a")
+    with api.client(claimant) as c:
+        made = c.post(
+            "/api/claims",
+            json={"claim_type": "test_result", "claim": {"return_code": 0}, "command": "true"},
+        )
+        assert made.status_code == 201, made.text
+        claim_id = made.json()["claim_id"]
+        assert made.json()["agent_id"] == "worker-a"  # the key's agent: never another
+        assert c.get(f"/api/claims/{claim_id}").json()["command"] == "true"
+        own = c.post(f"/api/claims/{claim_id}/verify", json={})
+        assert own.status_code == 403 and own.json()["error"]["code"] == "self_verification"
+    with api.client("agent_b") as other:  # another namespace: not found
+        assert other.get(f"/api/claims/{claim_id}").status_code == 404
+        assert other.post(f"/api/claims/{claim_id}/verify", json={}).status_code == 404
+    with api.client("observer_a") as observer:
+        assert observer.post(f"/api/claims/{claim_id}/verify", json={}).status_code == 403
+    before = agents.get_agent("worker-a").verifications
+    with api.client("agent_a") as verifier:
+        r = verifier.post(f"/api/claims/{claim_id}/verify", json={})
+        assert r.status_code == 200, r.text
+        assert r.json()["accurate"] is True
+        assert verifier.post("/api/claims/no-such-claim/verify", json={}).status_code == 404
+    assert agents.get_agent("worker-a").verifications == before + 1
+    evidence = agents.get_evidence(r.json()["verification_id"])
+    assert evidence is not None and evidence["claim_id"] == claim_id
+    assert evidence["verifier_id"] == "bot-a"
+
+
+def test_an_agent_cannot_fabricate_claims_for_another(api: Api, agents: ClaimService) -> None:
+    """20 fabricated failing claims took a victim's trust from 0.998 to 0.121."""
+    victim = agents.get_agent("worker-a")
+    with api.client("agent_a") as attacker:
+        for _ in range(20):
+            r = attacker.post("/api/claims/verify", json=claim(command="false"))
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+        made = attacker.post(
+            "/api/claims",
+            json={"claim_type": "custom", "claim": {}, "command": "false", "agent_id": "worker-a"},
+        )
+        assert made.status_code == 422  # no field names another claimant
+    after = agents.get_agent("worker-a")
+    assert (after.trust_score, after.verifications) == (victim.trust_score, victim.verifications)
+
+
+def test_a_claim_with_a_refused_command_is_not_recorded(api: Api) -> None:
+    with api.client(make_key(api, "worker-a", "a")) as c:
+        r = c.post(
+            "/api/claims",
+            json={"claim_type": "custom", "claim": {}, "command": "python -m timeit pass"},
+        )
+    assert r.status_code == 422 and "-m timeit" in r.json()["error"]["message"]

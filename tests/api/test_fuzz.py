@@ -33,8 +33,12 @@ def test_api_fuzz(api: Api) -> None:
         # Claim verification runs allow-listed programs; fuzzing it with a key that may verify
         # would run whatever arguments the fuzzer makes up (sleep 1e9, pip uninstall -y ...),
         # so it is fuzzed with keys that are refused before anything runs.
-        runs_commands = operation.path == "/api/claims/verify"
-        callers = ("observer_a", "none") if runs_commands else ("admin", "agent_a", "none")
+        runs_commands = operation.path in ("/api/claims/verify", "/api/claims/{claim_id}/verify")
+        callers = (
+            ("observer_a", "agent_a", "none") if operation.path == "/api/claims/verify"
+            else ("observer_a", "none") if runs_commands
+            else ("admin", "agent_a", "none")
+        )  # fmt: skip
         for who in callers:
             fuzz(api, operation, {} if who == "none" else {"Authorization": api.keys[who]})
 

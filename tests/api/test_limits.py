@@ -184,12 +184,18 @@ def test_health_answers_while_45_claims_are_sent(guarded: Api) -> None:
 
 def test_the_global_claim_cap_is_503(guarded: Api) -> None:
     seconds = f"{8 + uuid.uuid4().int % 1000 / 1000:.3f}"
+    body = claim_body(seconds)
+    made = ClaimService(guarded.store).make_claim(
+        "worker-a", "custom", body["claim"], body["command"]
+    )
     started = threading.Barrier(5)
 
     def post(who: str) -> Any:
         started.wait()
-        with guarded.client(who) as c:  # root and bot-a both verify worker-a
-            return c.post("/api/claims/verify", json=claim_body(seconds))
+        with guarded.client(who) as c:  # root and bot-a both verify worker-a's claim
+            if who == "admin":
+                return c.post("/api/claims/verify", json=body)
+            return c.post(f"/api/claims/{made.claim_id}/verify", json={"timeout_s": 30})
 
     with ThreadPoolExecutor(5) as pool:
         answers = list(pool.map(post, ["admin", "admin", "agent_a", "agent_a", "agent_a"]))

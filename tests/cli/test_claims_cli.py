@@ -167,6 +167,26 @@ def test_refused_arguments_exit_5_naming_the_argument(store_url: str, tmp_path: 
     assert json_of(cli("claims", "history", "alice", "--db", store_url, "--json")) == []
 
 
+def test_claims_make_then_verify_by_id(store_url: str) -> None:
+    setup_agents(store_url)
+    made = cli(
+        "claims", "make", "--agent", "alice", "--type", "custom", "--claim",
+        '{"output_contains": "ok"}', "--command", "echo ok", "--db", store_url, "--json",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    claim_id = json_of(made)["claim_id"]
+    own = cli("claims", "verify", "--id", claim_id, "--verifier", "alice", "--db", store_url)
+    assert own.returncode == 5 and "cannot verify its own claim" in own.stderr
+    both = cli("claims", "verify", "--id", claim_id, "--agent", "alice", "--verifier", "vera",
+               "--db", store_url)  # fmt: skip
+    assert both.returncode == 3 and "--id, or all of" in both.stderr
+    result = cli("claims", "verify", "--id", claim_id, "--verifier", "vera", "--db", store_url)
+    assert result.returncode == 0, result.stderr
+    assert "accurate" in result.stdout and "trust of alice" in result.stdout
+    missing = cli("claims", "verify", "--id", "nope", "--verifier", "vera", "--db", store_url)
+    assert missing.returncode == 2
+
+
 def test_recorded_text_is_shown_as_recorded(store_url: str) -> None:
     """A command holding brackets is shown whole, not read as Rich markup (which dropped
     ``[a-z]`` and ``[bold]`` from the evidence table); stats lists the last verifications."""

@@ -81,6 +81,7 @@ def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wor
         ("observer_a", "watcher-a", "observer", "a"),
         ("agent_a", "bot-a", "agent", "a"),
         ("agent_b", "bot-b", "agent", "b"),
+        ("admin", "root", "admin", "ops"),
     ]:
         _, keys[name] = create_api_key(store, agent_id=agent, role=role, namespace=ns)
     service = ClaimService(store)
@@ -89,6 +90,7 @@ def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wor
         ("bot-a", "a", "agent"),
         ("bot-b", "b", "agent"),
         ("worker-a", "a", "agent"),
+        ("root", "ops", "admin"),
     ]:
         service.add_agent(agent_id, namespace=namespace, role=role)
     with Runtime(db_url, tools=TOOLS, signing_key=key_file) as rt:
@@ -190,11 +192,12 @@ CLAIM = {"agent_id": "worker-a", "claim_type": "test_result", "claim": {"return_
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_verify_claim(world: World, transport: str) -> None:
     before = _verifications(world)
-    verdict = call(world, transport, "agent_a", "verify_claim", **CLAIM, command="true")
+    # The caller writes what the claimant claims: admins only (agents verify recorded claims).
+    verdict = call(world, transport, "admin", "verify_claim", **CLAIM, command="true")
     assert verdict["accurate"] is True and verdict["decided_by"] == "return_code"
     assert verdict["actual"]["return_code"] == 0
     assert _verifications(world) == before + 1
-    inaccurate = call(world, transport, "agent_a", "verify_claim", **CLAIM, command="false")
+    inaccurate = call(world, transport, "admin", "verify_claim", **CLAIM, command="false")
     assert inaccurate["accurate"] is False
     assert _verifications(world) == before + 2
 
@@ -203,11 +206,12 @@ def test_verify_claim(world: World, transport: str) -> None:
 @pytest.mark.parametrize(
     ("key", "args", "code"),
     [
-        ("observer_a", {}, "forbidden"),  # the role is below `agent`: nothing runs
-        ("agent_b", {}, "agent_not_found"),  # another namespace's claimant is unknown
-        ("agent_a", {"agent_id": "bot-a"}, "self_verification"),
-        ("agent_a", {"command": "sh -c true"}, "command_not_allowed"),
-        ("agent_a", {"timeout_s": 500}, "invalid_input"),  # above the HTTP API's cap (120 s)
+        ("observer_a", {}, "forbidden"),  # the role is below `admin`: nothing runs
+        ("agent_a", {}, "forbidden"),  # an agent may not write what another claimed
+        ("agent_b", {}, "forbidden"),
+        ("admin", {"agent_id": "root"}, "self_verification"),
+        ("admin", {"command": "sh -c true"}, "command_not_allowed"),
+        ("admin", {"timeout_s": 500}, "invalid_input"),  # above the HTTP API's cap (120 s)
     ],
 )
 def test_verify_claim_refused(

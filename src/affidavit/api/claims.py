@@ -10,9 +10,10 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from affidavit.api.auth import Caller
-from affidavit.api.deps import AgentRole, Observer, Service, ServiceDep
+from affidavit.api.deps import Admin, AgentRole, Observer, Service, ServiceDep
 from affidavit.api.jobs import ERRORS
 from affidavit.claims import ClaimService
+from affidavit.claims.made import Claim, ClaimNotFound
 from affidavit.claims.model import Agent, ClaimType
 from affidavit.core.errors import AgentNotFound, ValidationError
 
@@ -74,11 +75,81 @@ def _visible_agent(service: ClaimService, caller: Caller, agent_id: str) -> Agen
     return agent
 
 
+class MakeClaim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    claim_type: ClaimType
+    claim: dict[str, Any] = Field(
+        description="What the caller's agent claims: return_code, output_contains, metrics "
+        "(+ tolerance, parser), exact_match, pattern_id (docs/claims.md)."
+    )
+    command: str = Field(
+        description="The check that proves it (allow-listed, no shell).", min_length=1
+    )
+
+
+class MadeClaim(BaseModel):
+    claim_id: str
+    agent_id: str
+    namespace: str
+    claim_type: str
+    claim: dict[str, Any]
+    command: str
+    created_at: str
+
+
+class VerifyMadeClaim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: float | None = Field(default=None, gt=0, le=600)
+
+
+def _visible_claim(service: ClaimService, caller: Caller, claim_id: str) -> Claim:
+    claim = service.get_claim(claim_id)
+    if not caller.sees(claim.namespace):
+        raise ClaimNotFound(f"claim {claim_id!r} not found")
+    return claim
+
+
+@router.post("/api/claims", response_model=MadeClaim, status_code=201)
+def make_claim(body: MakeClaim, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
+    """Record a claim of the caller's own agent (the key's `--agent`, registered with
+    `affidavit agents add`) and the command that checks it → its `claim_id`. Nothing runs
+    until another agent verifies it (`POST /api/claims/{id}/verify`)."""
+    service = ClaimService(svc.store, sandbox=svc.sandbox)
+    return service.make_claim(caller.agent_id, body.claim_type, body.claim, body.command).to_dict()
+
+
+@router.get("/api/claims/{claim_id}", response_model=MadeClaim)
+def get_claim(claim_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+    """A recorded claim (another namespace's is not found)."""
+    service = ClaimService(svc.store, sandbox=svc.sandbox)
+    return _visible_claim(service, caller, claim_id).to_dict()
+
+
+@router.post("/api/claims/{claim_id}/verify", response_model=ClaimVerdict)
+async def verify_made_claim(
+    claim_id: str, body: VerifyMadeClaim, svc: ServiceDep, caller: AgentRole
+) -> dict[str, Any]:
+    """Judge a recorded claim by running its command; the caller's agent is the verifier
+    (never the claimant: 403; of the claimant's namespace unless admin). No free claim slot:
+    429 (the agent's) or 503 (the server's), with Retry-After."""
+    service = ClaimService(svc.store, sandbox=svc.sandbox)
+    timeout = claim_timeout(svc, service, body.timeout_s)
+
+    def run() -> dict[str, Any]:
+        _visible_claim(service, caller, claim_id)
+        return service.verify_made_claim(claim_id, caller.agent_id, timeout_s=timeout).to_dict()
+
+    return await svc.claims.run(caller.agent_id, run)
+
+
 @router.post("/api/claims/verify", response_model=ClaimVerdict)
-async def verify_claim(body: VerifyClaim, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
-    """Judge the claim by running its command; the caller's agent is the verifier. A refused
-    claim (self-verification, role, namespace, allow-list, malformed) runs nothing: 403/422;
-    no free claim slot: 429 (the agent's) or 503 (the server's), with Retry-After."""
+async def verify_claim(body: VerifyClaim, svc: ServiceDep, caller: Admin) -> dict[str, Any]:
+    """Admins only: judge a claim whose content the caller supplies for `agent_id` (an agent
+    records its own claims with `POST /api/claims`; a plain agent key gets 403 here, so no
+    agent can write what another claimed). A refused claim runs nothing: 403/422; no free
+    claim slot: 429 or 503, with Retry-After."""
     service = ClaimService(svc.store, sandbox=svc.sandbox)
     timeout = claim_timeout(svc, service, body.timeout_s)
 

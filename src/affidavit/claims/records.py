@@ -237,6 +237,21 @@ def verdict_counts(tx: Transaction, agent_id: str) -> list[tuple[str, str, int]]
     return [(r[0], r[1], int(r[2])) for r in rows]
 
 
+def evidence_rows(tx: Transaction, agent_id: str) -> list[tuple[str, str, bytes, str]]:
+    """Every ``(verification_id, evidence_id, evidence bytes, verdict)`` of the agent, oldest
+    first."""
+    rows = tx.query(
+        "SELECT verification_id, evidence_id, evidence, verdict FROM claim_verifications "
+        "WHERE agent_id = ? ORDER BY seq",
+        (agent_id,),
+    )
+    out = []
+    for r in rows:
+        evidence_id, body = _evidence(agent_id, (r[1], r[2]))
+        out.append((str(r[0]), evidence_id, body, str(r[3])))
+    return out
+
+
 def recent(tx: Transaction, agent_id: str, limit: int) -> list[tuple[Any, ...]]:
     rows = tx.query(
         "SELECT verification_id, claim_type, verdict, decided_by, verified_at "

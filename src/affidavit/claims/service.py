@@ -10,9 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from affidavit.claims import records
+from affidavit.claims import evidence, made, records
 from affidavit.claims.bwrap import require_bwrap
 from affidavit.claims.compare import ClaimRules, Judgement, judge, parse_claim
+from affidavit.claims.made import Claim, ClaimNotFound
 from affidavit.claims.model import (
     ACCESS_LEVELS,
     VERIFIER_ROLES,
@@ -177,8 +178,12 @@ class ClaimService:
         verifier_id: str,
         *,
         timeout_s: float | None = None,
+        claim_id: str | None = None,
     ) -> VerificationResult:
         """Judge ``agent_id``'s claim by running ``command`` on behalf of ``verifier_id``.
+        (Served to agents only for a claim the claimant recorded itself: see
+        :meth:`verify_made_claim`; this form, whose caller supplies the claim, is the
+        operator's and an admin's.)
 
         The checks, in order — each refusal raises before anything runs or is written:
 
@@ -236,7 +241,7 @@ class ClaimService:
         run = run_command(cmd, self.sandbox, timeout_s=timeout_s)
         verdict = judge(rules, run)
         # (9)
-        return self._record(claimant, verifier_id, kind, rules, run, verdict, timeout_s)
+        return self._record(claimant, verifier_id, kind, rules, run, verdict, timeout_s, claim_id)
 
     def _record(
         self,
@@ -247,10 +252,11 @@ class ClaimService:
         run: RunResult,
         verdict: Judgement,
         timeout_s: float | None,
+        claim_id: str | None,
     ) -> VerificationResult:
         verification_id = str(uuid7())
         verified_at = utc_now()
-        evidence: dict[str, Any] = {
+        record: dict[str, Any] = {
             "verification_id": verification_id,
             "agent_id": claimant.agent_id,
             "namespace": claimant.namespace,
@@ -274,7 +280,9 @@ class ClaimService:
             "verifier_id": verifier_id,
             "verified_at": verified_at,
         }
-        body = canonical(evidence)
+        if claim_id is not None:  # the claim its agent recorded
+            record["claim_id"] = claim_id
+        body = canonical(record)
         evidence_id = sha256_hex(body)
         judged = verdict.verdict != "error"
         with self._tx(durable=True) as tx:
@@ -340,6 +348,70 @@ class ClaimService:
             propagation_result=change.propagation,
         )
 
+    # --- claims made by their own agent ------------------------------------------------------
+
+    def make_claim(
+        self,
+        agent_id: str,
+        claim_type: ClaimType | str,
+        claim_content: Mapping[str, Any],
+        command: str,
+    ) -> Claim:
+        """Record ``agent_id``'s own claim and the command that checks it; nothing runs yet.
+
+        Raises:
+            AgentNotFound: no such agent.
+            ValidationError: unknown claim type, malformed claim, or a command that would be
+                refused (:class:`CommandNotAllowed`) — nothing is written.
+        """
+        kind = _claim_type(claim_type)
+        rules = parse_claim(claim_content)
+        parse_command(command, self.sandbox)
+        with self._tx(durable=True) as tx:
+            agent = records.get_agent(tx, agent_id)
+            if agent is None:
+                raise AgentNotFound(agent_id)
+            claim = Claim(
+                str(uuid7()),
+                agent.agent_id,
+                agent.namespace,
+                kind.value,
+                dict(rules.content),
+                command,
+                utc_now(),
+            )
+            made.insert(tx, claim)
+        return claim
+
+    def get_claim(self, claim_id: str) -> Claim:
+        """Raises :class:`ClaimNotFound`."""
+        with self._tx() as tx:
+            claim = made.get(tx, claim_id)
+        if claim is None:
+            raise ClaimNotFound(f"claim {claim_id!r} not found")
+        return claim
+
+    def verify_made_claim(
+        self, claim_id: str, verifier_id: str, *, timeout_s: float | None = None
+    ) -> VerificationResult:
+        """Verify the claim its agent recorded (:meth:`make_claim`) on behalf of
+        ``verifier_id``, with the checks and the record of :meth:`verify_claim`; the evidence
+        names the ``claim_id``.
+
+        Raises:
+            ClaimNotFound: no such claim; and everything :meth:`verify_claim` raises.
+        """
+        claim = self.get_claim(claim_id)
+        return self.verify_claim(
+            claim.agent_id,
+            claim.claim_type,
+            claim.claim,
+            claim.command,
+            verifier_id,
+            timeout_s=timeout_s,
+            claim_id=claim.claim_id,
+        )
+
     # --- reading ----------------------------------------------------------------------------
 
     def get_evidence(self, verification_id: str) -> dict[str, Any] | None:
@@ -350,7 +422,9 @@ class ClaimService:
         if found is None:
             return None
         evidence_id, body = found
-        return {"evidence_id": evidence_id, **_evidence_doc(None, evidence_id, body)}
+        doc = _evidence_doc(None, evidence_id, body)
+        evidence.check_body(records.evidence_name(None, evidence_id), evidence_id, body)
+        return {"evidence_id": evidence_id, **doc}
 
     def get_verification_history(
         self, agent_id: str, claim_type: ClaimType | str | None = None, limit: int = 100
@@ -368,10 +442,20 @@ class ClaimService:
             if records.get_agent(tx, agent_id) is None:
                 raise AgentNotFound(agent_id)
             rows = records.history(tx, agent_id, kind, limit)
-        return [
-            {"evidence_id": evidence_id, **_evidence_doc(agent_id, evidence_id, body)}
-            for evidence_id, body in rows
-        ]
+            expected = evidence.logged(records.trust_log(tx, agent_id))
+        out = []
+        for evidence_id, body in rows:
+            where = records.evidence_name(agent_id, evidence_id)
+            doc = _evidence_doc(agent_id, evidence_id, body)
+            entry = expected.get(str(doc.get("verification_id")))
+            problem = evidence.row_problem(
+                str(doc.get("verification_id")), evidence_id, body, str(doc.get("verdict")),
+                doc, entry,
+            )  # fmt: skip
+            if problem is not None:
+                raise TamperedRecordError(where, problem)
+            out.append({"evidence_id": evidence_id, **doc})
+        return out
 
     def get_verification_statistics(self, agent_id: str) -> dict[str, Any]:
         """Totals, accuracy (accurate / judged; ``error`` verdicts are counted apart), the
@@ -430,9 +514,10 @@ class ClaimService:
             return records.trust_log(tx, agent_id)
 
     def check_trust_log(self, agent_id: str) -> dict[str, Any]:
-        """Recompute the agent's trust chain and check that its last entry's score is the
-        agent's current score: ``{"ok", "entries", "first_bad_version", "root",
-        "score_matches"}``.
+        """Recompute the agent's trust chain, check that its last entry's score is the
+        agent's current score, and that every evidence record matches its id and its trust
+        log entry (:mod:`affidavit.claims.evidence`): ``{"ok", "entries",
+        "first_bad_version", "root", "score_matches", "evidence_ok", "evidence_problems"}``.
 
         Raises:
             AgentNotFound: no such agent.
@@ -442,6 +527,12 @@ class ClaimService:
             if agent is None:
                 raise AgentNotFound(agent_id)
             entries = records.trust_log(tx, agent_id)
+            rows = records.evidence_rows(tx, agent_id)
+        problems = evidence.cross_check(
+            agent_id,
+            [(v, e, b, d, _evidence_doc(agent_id, e, b)) for v, e, b, d in rows],
+            entries,
+        )
         chain: ChainCheck = check_stored_chain(
             (e.version, e.entry_id, e.type, e.payload_bytes, e.chain_hash) for e in entries
         )
@@ -449,11 +540,13 @@ class ClaimService:
         score = last.get("score_after", last.get("trust_score"))
         matches = score == agent.trust_score
         return {
-            "ok": chain.ok and matches,
+            "ok": chain.ok and matches and not problems,
             "entries": chain.event_count,
             "first_bad_version": chain.first_bad_version,
             "root": chain.root,
             "score_matches": matches,
+            "evidence_ok": not problems,
+            "evidence_problems": problems,
         }
 
 

@@ -21,7 +21,6 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.runtime_cmds import parse_json_arg
 from affidavit.core.errors import ConfigError, InvalidClaim, ValidationError
-from affidavit.core.inputs import InputTooLarge
 
 if TYPE_CHECKING:
     from affidavit.claims import ClaimService, SandboxConfig
@@ -143,15 +142,60 @@ def show_agent(
 # --- claims -----------------------------------------------------------------------------------
 
 
-@claims_app.command("verify")
-def verify(
+@claims_app.command("make")
+def make(
     agent: Annotated[str, typer.Option("--agent", help="The agent making the claim.")],
     claim_type: Annotated[str, typer.Option("--type", help=f"One of: {CLAIM_TYPES}.")],
     claim: Annotated[str, typer.Option("--claim", help="The claim: a JSON object, or @file.json.")],
     cmd: Annotated[
-        str, typer.Option("--command", help="The check to run (allow-listed, no shell).")
+        str, typer.Option("--command", help="The check that proves it (allow-listed, no shell).")
     ],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Record an agent's own claim and the command that checks it; print its claim id. Another
+    agent verifies it later with `affidavit claims verify --id CLAIM_ID --verifier AGENT`.
+
+    With --json: {"claim_id", "agent_id", "namespace", "claim_type", "claim", "command",
+    "created_at"}.
+
+    Exit codes: 0 recorded; 2 agent not found; 3 usage or store error; 5 refused (malformed
+    claim, command not allowed: nothing was written).
+    """
+    with command(as_json):
+        try:
+            content = parse_json_arg(claim, "--claim")
+        except ConfigError as exc:
+            raise InvalidClaim(exc.message) from None
+        with opened(db) as store:
+            made = _service(store).make_claim(agent, claim_type, content, cmd)
+    if as_json:
+        output.emit_json(made.to_dict())
+    else:
+        output.err.print(f"claim of {made.agent_id} recorded; verify it by id:")
+        output.out.print(made.claim_id)
+
+
+@claims_app.command("verify")
+def verify(
     verifier: Annotated[str, typer.Option("--verifier", help="The verifying agent.")],
+    claim_id: Annotated[
+        str | None, typer.Option("--id", help="A claim its agent recorded (`claims make`).")
+    ] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Without --id: the agent making the claim.")
+    ] = None,
+    claim_type: Annotated[
+        str | None, typer.Option("--type", help=f"Without --id: one of {CLAIM_TYPES}.")
+    ] = None,
+    claim: Annotated[
+        str | None,
+        typer.Option("--claim", help="Without --id: the claim, a JSON object or @file.json."),
+    ] = None,
+    cmd: Annotated[
+        str | None,
+        typer.Option("--command", help="Without --id: the check to run (allow-listed, no shell)."),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Seconds before the check is killed.")
     ] = None,
@@ -164,29 +208,43 @@ def verify(
     as_json: JsonOption = False,
 ) -> None:
     """Verify a claim by running the check in a bubblewrap sandbox; record the evidence and
-    move the agent's trust.
+    move the agent's trust. Either a recorded claim (--id), or one given whole (--agent,
+    --type, --claim, --command: the operator's form).
 
     With --json: {"accurate", "verdict", "decided_by", "claim", "actual", "verification_id",
     "evidence_id", "new_trust_score", "propagation"}.
 
-    Exit codes: 0 accurate; 1 inaccurate or not judged (timeout, spawn error); 2 agent not
-    found; 3 usage or store error; 5 refused (nothing ran or was written).
+    Exit codes: 0 accurate; 1 inaccurate or not judged (timeout, spawn error); 2 agent or
+    claim not found; 3 usage or store error; 5 refused (nothing ran or was written).
     """
     with command(as_json):
-        try:
-            content = parse_json_arg(claim, "--claim")
-        except ConfigError as exc:  # (a file too large keeps its hint: how to raise the limit)
-            hint = exc.hint if isinstance(exc, InputTooLarge) else None
-            raise InvalidClaim(exc.message, hint=hint) from None
+        whole = (agent, claim_type, claim, cmd)
+        if (claim_id is None) == (None in whole) or (claim_id is not None and any(whole)):
+            raise ConfigError(
+                "give --id, or all of --agent, --type, --claim and --command",
+                hint="`affidavit claims make` records a claim and prints its id.",
+            )
         if timeout is not None and not timeout > 0:
             raise ValidationError(f"--timeout must be positive, not {timeout}")
         from affidavit.claims.sandbox import SandboxConfig
 
         sandbox = SandboxConfig(project_dir=project_dir, isolation="none" if insecure else "bwrap")
-        with opened(db) as store:
-            result = _service(store, sandbox).verify_claim(
-                agent, claim_type, content, cmd, verifier, timeout_s=timeout
-            )
+        if claim_id is not None:
+            with opened(db) as store:
+                svc = _service(store, sandbox)
+                agent = svc.get_claim(claim_id).agent_id
+                result = svc.verify_made_claim(claim_id, verifier, timeout_s=timeout)
+        else:
+            assert agent is not None and claim_type is not None and claim is not None
+            assert cmd is not None
+            try:
+                content = parse_json_arg(claim, "--claim")
+            except ConfigError as exc:
+                raise InvalidClaim(exc.message) from None
+            with opened(db) as store:
+                result = _service(store, sandbox).verify_claim(
+                    agent, claim_type, content, cmd, verifier, timeout_s=timeout
+                )
     if as_json:
         output.emit_json(result.to_dict())
     else:

@@ -86,8 +86,11 @@ def verify(
     that matches the filters when the command starts. A job id whose job row is gone but whose
     events, ledger rows or seal remain is reported as failing (no job row), not as unknown.
 
-    Exit codes: 0 every check holds (with --all: for every job, also when there is none);
-    1 some check failed; 2 no such job; 3 usage or store error.
+    With --all, also every agent's trust log and evidence (each evidence body against its id
+    and its trust log entry).
+
+    Exit codes: 0 every check holds (with --all: for every job and agent, also when there is
+    none); 1 some check failed; 2 no such job; 3 usage or store error.
     """
     with command(as_json):
         _check_selection(job_id, all_jobs, status, namespace)
@@ -107,14 +110,16 @@ def verify(
                         show_progress=not as_json,
                         each=spool.add if spool is not None else None,
                     )
+                    agents, bad_agents = verify_trust_logs(store, namespace)
                     if spool is not None:
-                        spool.emit(total, failed)
+                        spool.emit(total, failed, agents, bad_agents)
             else:
                 result = verify_one(store, job_id, trusted_keys=trusted_key or None)
     if job_id is None:
         if not as_json:
             render_all(total, failed)
-        if failed:
+            render_trust_logs(agents, bad_agents)
+        if failed or bad_agents:
             raise typer.Exit(output.EXIT_FAILED)
         return
     if as_json:
@@ -191,13 +196,21 @@ class _ResultSpool:
         self._file.write((",\n" if self._count else "") + "    " + item.replace("\n", "\n    "))
         self._count += 1
 
-    def emit(self, total: int, failed: list[VerificationResult]) -> None:
+    def emit(
+        self,
+        total: int,
+        failed: list[VerificationResult],
+        agents: int = 0,
+        bad_agents: dict[str, list[str]] | None = None,
+    ) -> None:
         head = {
             "jobs": total,
             "verified": total - len(failed),
             "failed": len(failed),
             "failed_jobs": [r.job_id for r in failed],
             "orphans": [r.job_id for r in failed if r.orphan],
+            "agents": agents,
+            "failed_agents": bad_agents or {},
             "results": [],
         }
         if not self._count:
@@ -209,6 +222,49 @@ class _ResultSpool:
         shutil.copyfileobj(self._file, sys.stdout)
         sys.stdout.write("\n  ]\n}\n")
         sys.stdout.flush()
+
+
+def verify_trust_logs(store: Store, namespace: str | None) -> tuple[int, dict[str, list[str]]]:
+    """Check every agent's trust log and evidence (of ``namespace``, or all): the number of
+    agents and, by agent id, the problems of those that fail."""
+    from affidavit.claims.service import ClaimService
+    from affidavit.core.errors import TamperedRecordError
+
+    service = ClaimService(store)
+    bad: dict[str, list[str]] = {}
+    agents = service.list_agents(namespace)
+    for agent in agents:
+        try:
+            check = service.check_trust_log(agent.agent_id)
+        except TamperedRecordError as exc:
+            bad[agent.agent_id] = [exc.message]
+            continue
+        if not check["ok"]:
+            problems = list(check["evidence_problems"])
+            if check["first_bad_version"] is not None:
+                problems.insert(0, f"trust log entry {check['first_bad_version']} does not chain")
+            if not check["score_matches"]:
+                problems.append("the agent's score is not its trust log's last score")
+            bad[agent.agent_id] = problems
+    return len(agents), bad
+
+
+def render_trust_logs(agents: int, bad: dict[str, list[str]]) -> None:
+    if not agents:
+        return
+    if not bad:
+        output.out.print(f"[green]verified[/]: the trust logs and evidence of all {agents} agents")
+        return
+    table = Table(title="agents NOT verified", title_justify="left")
+    table.add_column("agent", no_wrap=True)
+    table.add_column("problem", overflow="fold")
+    for agent_id, problems in bad.items():
+        for i, problem in enumerate(problems):
+            table.add_row(escape(agent_id) if i == 0 else "", escape(problem))
+    output.out.print(table)
+    output.out.print(
+        f"[bold red]NOT verified[/]: the trust log or evidence of {len(bad)} of {agents} agents"
+    )
 
 
 def render_all(total: int, failed: list[VerificationResult]) -> None:

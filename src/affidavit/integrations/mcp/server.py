@@ -274,8 +274,9 @@ def build_server(
         name="verify_claim",
         description="Judge another agent's claim by running its check (allow-listed command, "
         "no shell, sandboxed); the caller's agent is the verifier, the evidence is recorded "
-        "and the claimant's trust moves on it. Role: agent, in the claimant's namespace "
-        "(admins: any).",
+        "and the claimant's trust moves on it. The caller supplies what the claimant claims, "
+        "so this is for admin keys only (agents record their own claims over HTTP, "
+        "POST /api/claims, and verify each other's by id).",
     )
     async def verify_claim_tool(
         agent_id: Annotated[str, Field(min_length=1, max_length=128, description="The claimant.")],
@@ -291,7 +292,7 @@ def build_server(
         ctx: Context,
         timeout_s: Annotated[float | None, Field(gt=0, le=600)] = None,
     ) -> dict[str, Any]:
-        caller = await calls.run(lambda: calls.caller(ctx, "agent"))
+        caller = await calls.run(lambda: calls.caller(ctx, "admin"))
         service = ClaimService(store, sandbox=claims_sandbox)
         cap = slots.limits.max_timeout_s
         if timeout_s is not None and timeout_s > cap:

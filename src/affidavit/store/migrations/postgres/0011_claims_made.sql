@@ -1,0 +1,17 @@
+-- older schema readable
+-- Claims recorded by the agent that makes them (POST /api/claims, `affidavit claims make`),
+-- verified later by another agent by id. Rows are never changed or deleted.
+CREATE TABLE claims (
+    claim_id    TEXT PRIMARY KEY,
+    agent_id    TEXT NOT NULL REFERENCES agents (agent_id),
+    namespace   TEXT NOT NULL,
+    claim_type  TEXT NOT NULL,
+    content     BYTEA NOT NULL,
+    command     TEXT NOT NULL,
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX claims_agent ON claims (agent_id, created_at);
+CREATE TRIGGER claims_immutable BEFORE UPDATE OR DELETE ON claims
+    FOR EACH ROW EXECUTE FUNCTION claims_refuse_change();
+CREATE TRIGGER claims_no_truncate BEFORE TRUNCATE ON claims
+    FOR EACH STATEMENT EXECUTE FUNCTION claims_refuse_change();
