@@ -4,13 +4,15 @@ For each backend (SQLite in a fresh temporary file, PostgreSQL in a fresh schema
 afterwards) it times, interleaved in one run:
 
 * bare: ``subprocess.run(["true"])`` — the cost of spawning the command alone;
-* sandbox: the sandbox running ``true`` (allow-list, scrubbed environment, rlimits, new
-  session, capped capture, scratch directory) without any database work;
+* sandbox: the bubblewrap sandbox running ``true`` (argument policy, new namespaces, read-only
+  binds, private /tmp, scrubbed environment, rlimits, capped capture) without database work;
+* unsandboxed: the same with ``isolation="none"`` (the operator's opt-out: a plain child);
 * verify: ``ClaimService.verify_claim`` with the command ``true`` — sandbox, judging, the
   evidence record, the trust update and the trust-log append, durable commit included.
 
-It reports p50 and p95 of each and the overhead of ``verify`` beyond the bare spawn, against the
-goal p95 overhead ≤ 15 ms on SQLite, and writes its section of ``docs/PERFORMANCE.md``.
+It reports p50 and p95 of each, the sandbox's cost beyond the bare spawn (goal: p95 ≤ 25 ms) and
+the overhead of ``verify`` beyond the bare spawn, and writes its section of
+``docs/PERFORMANCE.md``.
 
 Usage (from the repository root)::
 
@@ -55,7 +57,7 @@ from benchmarks._report import (
 
 SECTION = "bench_claims"
 DEFAULT_PG_URL = "postgresql://root@127.0.0.1:5432/test"
-GOAL_P95_OVERHEAD_MS = 15.0
+GOAL_SANDBOX_P95_MS = 25.0
 WARMUP = 20
 LABELS = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
@@ -75,6 +77,7 @@ def percentile(values: list[float], q: float) -> float:
 class Timings:
     bare: list[float]
     sandbox: list[float]
+    unsandboxed: list[float]
     verify: list[float]
 
     def p(self, series: list[float], q: float) -> float:
@@ -87,6 +90,10 @@ class Timings:
     @property
     def overhead_p95(self) -> float:
         return self.p(self.verify, 0.95) - self.p(self.bare, 0.95)
+
+    @property
+    def sandbox_p95(self) -> float:
+        return self.p(self.sandbox, 0.95) - self.p(self.bare, 0.95)
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -117,10 +124,12 @@ def measure(url: str, runs: int) -> Timings:
         svc.add_agent("claimant", namespace="bench")
         svc.add_agent("verifier", namespace="bench")
         config = SandboxConfig()
+        plain = SandboxConfig(isolation="none")
         command = parse_command("true", config)
         cases: dict[str, Callable[[], object]] = {
             "bare": lambda: subprocess.run(["true"], check=True),
             "sandbox": lambda: run_command(command, config),
+            "unsandboxed": lambda: run_command(command, plain),
             "verify": lambda: svc.verify_claim(
                 "claimant", "test_result", {"return_code": 0}, "true", "verifier"
             ),
@@ -135,7 +144,7 @@ def measure(url: str, runs: int) -> Timings:
                 order.reverse()  # neither case always runs first
             for name, fn in order:
                 series[name].append(timed(fn))
-        return Timings(series["bare"], series["sandbox"], series["verify"])
+        return Timings(series["bare"], series["sandbox"], series["unsandboxed"], series["verify"])
     finally:
         store.close()
 
@@ -163,22 +172,25 @@ def main() -> None:
     headers = [
         "backend",
         "bare `true` p50 / p95",
-        "sandbox p50 / p95",
+        "unsandboxed p50 / p95",
+        "bubblewrap sandbox p50 / p95",
+        "sandbox beyond bare, p95",
         "`verify_claim` p50 / p95",
-        "overhead p50 / p95",
-        "goal met (SQLite p95 ≤ 15 ms)",
+        "`verify_claim` beyond bare p50 / p95",
+        "goal met (sandbox p95 ≤ bare + 25 ms)",
     ]
     rows = []
     for backend, t in results.items():
-        goal = yes_no(t.overhead_p95 <= GOAL_P95_OVERHEAD_MS) if backend == "sqlite" else "—"
         rows.append(
             [
                 LABELS[backend],
                 f"{t.p(t.bare, 0.5):.2f} / {t.p(t.bare, 0.95):.2f} ms",
+                f"{t.p(t.unsandboxed, 0.5):.2f} / {t.p(t.unsandboxed, 0.95):.2f} ms",
                 f"{t.p(t.sandbox, 0.5):.2f} / {t.p(t.sandbox, 0.95):.2f} ms",
+                f"{t.sandbox_p95:.2f} ms",
                 f"{t.p(t.verify, 0.5):.2f} / {t.p(t.verify, 0.95):.2f} ms",
                 f"{t.overhead_p50:.2f} / {t.overhead_p95:.2f} ms",
-                goal,
+                yes_no(t.sandbox_p95 <= GOAL_SANDBOX_P95_MS),
             ]
         )
     table = Table(*headers)
@@ -199,20 +211,22 @@ def main() -> None:
         + f"- Benchmark runtime: {elapsed:.0f} s; {steal_text(steal)}\n\n"
         f"Each case runs {args.runs} times after {WARMUP} warm-up runs, interleaved (the order "
         'alternates every round). Bare = `subprocess.run(["true"])`. Sandbox = the claim '
-        "sandbox running `true` (allow-list, scrubbed environment, CPU/memory/file-size "
-        "limits set in the child, new session, capped capture of both streams, scratch "
-        "directory created and removed) with no database work. `verify_claim` = the whole "
+        "sandbox running `true` in bubblewrap (argument policy; new user, pid, network, IPC "
+        "and UTS namespaces; read-only binds of the system and interpreter; private `/tmp`; "
+        "scrubbed environment; CPU/memory/file-size/process limits; capped capture of both "
+        'streams) with no database work; unsandboxed = the same with `isolation="none"` '
+        "(a plain child in a scratch directory). `verify_claim` = the whole "
         'service call with claim `{"return_code": 0}`: the agent checks, the sandboxed run, '
         "judging, the evidence record, the trust update under the agent's row lock and the "
         "trust-log append, committed durably (SQLite `synchronous=FULL`, PostgreSQL "
         "`synchronous_commit=on`). Overhead = `verify_claim` minus bare, at the same "
         "percentile.\n\n"
-        + markdown_table(headers, rows, "lrrrrl")
+        + markdown_table(headers, rows, "lrrrrrrl")
         + f"\nLimits were set through {spawn_path}. The sandbox's cost over a bare spawn is "
-        "mostly that extra step before the program's `exec` (limits must be in place before "
-        "the program runs, so that nothing it starts escapes them), the scratch directory, "
-        "and reading both pipes; the rest of `verify_claim`'s overhead is the durable commit "
-        "of the evidence and the trust update.\n"
+        "bubblewrap's: creating the namespaces and mounts, its init process, and the "
+        "namespace's teardown; the rest of `verify_claim`'s overhead is the durable commit "
+        "of the evidence and the trust update. The machine is shared with other work while "
+        "this runs (see the steal share above).\n"
     )
     write_section(SECTION, body)
     console.print(f"wrote the {SECTION} section of docs/PERFORMANCE.md")
