@@ -1,8 +1,8 @@
 """A database as the release before migration 6 left it: its schema (migration 5) and its data.
 
-Made from a current database by undoing migrations 9 (PostgreSQL's only), 8, 7 and 6 in SQL,
-so that the data in it is what the runtime really writes; the tests then check what this version
-does with such a database (upgrade it, or read it read-only).
+Made from a current database by undoing migrations 11, 10, 9 (PostgreSQL's only), 8, 7 and 6
+in SQL, so that the data in it is what the runtime really writes; the tests then check what this
+version does with such a database (upgrade it, or read it read-only).
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ _UNDO_10 = [
     ),
     "DELETE FROM affidavit_schema_migrations WHERE version = 10",
 ]
+# the recorded claims (migration 11, both backends)
+_UNDO_11 = [
+    "DROP TABLE claims",
+    "DELETE FROM affidavit_schema_migrations WHERE version = 11",
+]
 _UNDO_7 = [
     "ALTER TABLE jobs DROP COLUMN recoveries",
     "ALTER TABLE jobs DROP COLUMN recovery_progress",
@@ -76,7 +81,7 @@ def undo_migration_6(url: str) -> None:
     later migrations undone first)."""
     raw = RawDb(url)
     later = () if url.startswith("sqlite:///") else tuple(_UNDO_9_POSTGRES)
-    for statement in (*_UNDO_10, *later, *_UNDO_8, *_UNDO_7):
+    for statement in (*_UNDO_11, *_UNDO_10, *later, *_UNDO_8, *_UNDO_7):
         raw.execute(statement)
     for statement in _SQLITE if url.startswith("sqlite:///") else _POSTGRES:
         raw.execute(statement)
