@@ -39,6 +39,7 @@ T = TypeVar("T")
 class PayloadTooLarge(AffidavitError):
     code = "payload_too_large"
     http_status = 413
+    http_status = 413
     default_hint = "Send a smaller request body; the server's limit is set by --max-body-bytes."
 
 
@@ -53,6 +54,7 @@ class ClaimsBusy(AffidavitError):
         super().__init__(message)
         self.retry_after = retry_after
         self.per_agent = per_agent
+        self.http_status = 429 if per_agent else 503  # the agent's own cap, or the server's
         if per_agent:  # the agent's own cap: too many requests of its own
             self.http_status = 429
 

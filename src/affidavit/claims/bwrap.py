@@ -55,6 +55,7 @@ class SandboxUnavailable(ClaimRejected):
 
     code = "sandbox_unavailable"
     http_status = 503
+    http_status = 503
     default_hint = (
         f"Install the `{PACKAGE}` package (Debian/Ubuntu: apt-get install {PACKAGE}). Only if "
         "every claim's command is trusted, run without the sandbox: "
