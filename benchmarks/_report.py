@@ -168,8 +168,8 @@ MEASURES = {
         " hash chain, the least any verification must do."
     ),
     "bench_claims": (
-        "What a claim costs beyond spawning its command: the sandbox, judging, the evidence"
-        " record and the trust update, committed durably."
+        "What a claim costs beyond spawning its command: the bubblewrap sandbox (against an"
+        " unsandboxed run), judging, the evidence record and the trust update, committed durably."
     ),
     "bench_api": (
         "Requests per second over loopback HTTP against a bare FastAPI app served the same way."
