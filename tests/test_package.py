@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import affidavit
 
 SRC = Path(affidavit.__file__).parent
@@ -36,6 +38,7 @@ def test_public_api() -> None:
             "ClaimRejected",
             "ClaimService",
             "ClaimType",
+            "ClaimVerdict",
             "CommandNotAllowed",
             "CompensatableError",
             "ConfigError",
@@ -78,7 +81,6 @@ def test_public_api() -> None:
             "ValidationError",
             "VerificationError",
             "WaitTimeout",
-            "VerificationResult",
             "__version__",
             "agent",
             "canonical",
@@ -174,3 +176,32 @@ def test_the_cli_starts_without_packs_or_the_claim_service() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert out == ["[]"]
+
+
+def test_the_claims_verdicts_old_name_is_a_deprecated_alias() -> None:
+    """``VerificationResult`` was the claims verdict's name (a job's verification result has
+    the same name in ``affidavit.verify``): kept for one release, warning on each use."""
+    from affidavit import claims
+
+    for package in (affidavit, claims):
+        with pytest.warns(DeprecationWarning, match="ClaimVerdict"):
+            old = package.VerificationResult
+        assert old is claims.ClaimVerdict
+        assert "VerificationResult" not in package.__all__
+    assert affidavit.ClaimVerdict is claims.ClaimVerdict
+
+
+def test_the_runtime_facade() -> None:
+    """``affidavit.runtime`` exports its public surface by name (imported on first use); each
+    name is the object its defining module holds."""
+    import importlib
+
+    import affidavit.runtime as runtime
+
+    assert set(runtime.__all__) == set(runtime._LAZY)
+    for name in runtime.__all__:
+        module = importlib.import_module(runtime._LAZY[name])
+        assert getattr(runtime, name) is getattr(module, name)
+    assert runtime.Runtime is affidavit.Runtime and runtime.tool is affidavit.tool
+    with pytest.raises(AttributeError):
+        _ = runtime.no_such_name

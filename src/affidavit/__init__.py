@@ -6,7 +6,7 @@ The public API is what this module exports (``__all__``); everything else is int
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from affidavit.core.errors import (
     AffidavitError,
@@ -36,9 +36,9 @@ if TYPE_CHECKING:
         Agent,
         ClaimService,
         ClaimType,
+        ClaimVerdict,
         SandboxConfig,
         TrustPolicy,
-        VerificationResult,
     )
     from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
     from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
@@ -80,7 +80,7 @@ _LAZY = (
             "ClaimType",
             "SandboxConfig",
             "TrustPolicy",
-            "VerificationResult",
+            "ClaimVerdict",
         )
     }
     | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
@@ -130,7 +130,16 @@ _LAZY = (
 )
 
 
-__getattr__ = lazy_exports("affidavit", _LAZY, globals())
+_lazy = lazy_exports("affidavit", _LAZY, globals())
+
+
+def __getattr__(name: str) -> Any:
+    # ``affidavit.VerificationResult``: the claims verdict's old name, kept for one release
+    if name == "VerificationResult":
+        from affidavit.claims import deprecated_name
+
+        return deprecated_name("affidavit", name)
+    return _lazy(name)
 
 
 __all__ = [
@@ -143,6 +152,7 @@ __all__ = [
     "ClaimRejected",
     "ClaimService",
     "ClaimType",
+    "ClaimVerdict",
     "CommandNotAllowed",
     "CompensatableError",
     "ConfigError",
@@ -184,7 +194,6 @@ __all__ = [
     "TrustPolicy",
     "ValidationError",
     "VerificationError",
-    "VerificationResult",
     "WaitTimeout",
     "__version__",
     "agent",

@@ -3,9 +3,10 @@ score each agent's trust on that evidence alone (docs/claims.md)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import warnings
+from typing import TYPE_CHECKING, Any
 
-from affidavit.claims.model import Agent, ClaimType, Pattern, Role, TrustEntry, VerificationResult
+from affidavit.claims.model import Agent, ClaimType, ClaimVerdict, Pattern, Role, TrustEntry
 from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -23,7 +24,29 @@ _LAZY = {
 }
 
 
-__getattr__ = lazy_exports("affidavit.claims", _LAZY, globals())
+_lazy = lazy_exports("affidavit.claims", _LAZY, globals())
+
+# Names kept for one release after a rename (old name -> new name): each use warns.
+DEPRECATED = {"VerificationResult": "ClaimVerdict"}
+
+
+def deprecated_name(package: str, name: str) -> Any:
+    """The object an old name of ``package`` stands for (see :data:`DEPRECATED`), with a
+    ``DeprecationWarning`` naming the new one."""
+    new = DEPRECATED[name]
+    warnings.warn(
+        f"{package}.{name} is deprecated and will be removed in the next release: use "
+        f"{package}.{new} (a claim's verdict; affidavit.verify.VerificationResult is a job's)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return globals()[new]
+
+
+def __getattr__(name: str) -> Any:
+    if name in DEPRECATED:
+        return deprecated_name("affidavit.claims", name)
+    return _lazy(name)
 
 
 __all__ = [
@@ -31,10 +54,10 @@ __all__ = [
     "Agent",
     "ClaimService",
     "ClaimType",
+    "ClaimVerdict",
     "Pattern",
     "Role",
     "SandboxConfig",
     "TrustEntry",
     "TrustPolicy",
-    "VerificationResult",
 ]

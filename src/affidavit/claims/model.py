@@ -132,7 +132,7 @@ class Pattern:
 
 
 @dataclass(frozen=True, slots=True)
-class VerificationResult:
+class ClaimVerdict:
     """What :meth:`ClaimService.verify_claim` returns."""
 
     claim: dict[str, Any]

@@ -19,10 +19,10 @@ from affidavit.claims.model import (
     VERIFIER_ROLES,
     Agent,
     ClaimType,
+    ClaimVerdict,
     Pattern,
     Role,
     TrustEntry,
-    VerificationResult,
     check_ident,
     claim_type,
     role,
@@ -179,7 +179,7 @@ class ClaimService:
         *,
         timeout_s: float | None = None,
         claim_id: str | None = None,
-    ) -> VerificationResult:
+    ) -> ClaimVerdict:
         """Judge ``agent_id``'s claim by running ``command`` on behalf of ``verifier_id``.
         (Served to agents only for a claim the claimant recorded itself: see
         :meth:`verify_made_claim`; this form, whose caller supplies the claim, is the
@@ -253,7 +253,7 @@ class ClaimService:
         verdict: Judgement,
         timeout_s: float | None,
         claim_id: str | None,
-    ) -> VerificationResult:
+    ) -> ClaimVerdict:
         verification_id = str(uuid7())
         verified_at = utc_now()
         record: dict[str, Any] = {
@@ -337,7 +337,7 @@ class ClaimService:
                     "score_after": change.after,
                 },
             )
-        return VerificationResult(
+        return ClaimVerdict(
             claim=dict(rules.content),
             actual=verdict.actual,
             verdict=verdict.verdict,
@@ -393,7 +393,7 @@ class ClaimService:
 
     def verify_made_claim(
         self, claim_id: str, verifier_id: str, *, timeout_s: float | None = None
-    ) -> VerificationResult:
+    ) -> ClaimVerdict:
         """Verify the claim its agent recorded (:meth:`make_claim`) on behalf of
         ``verifier_id``, with the checks and the record of :meth:`verify_claim`; the evidence
         names the ``claim_id``.
