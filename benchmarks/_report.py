@@ -151,6 +151,10 @@ def _markers(name: str) -> tuple[str, str]:
 
 # What each benchmark measures, in a sentence or two: the report's line under its title.
 MEASURES = {
+    "bench_log": (
+        "The transparency log: queued seals integrated per second by the sequencer, a job's"
+        " tlog-proof generated and verified at a large tree, and seal → integrated latency."
+    ),
     "bench_append": (
         "`Store.append` (canonicalize, lock, read the head, fence, chain, insert; one transaction)"
         " against plain INSERTs of the same rows into the same table at the same durability."
