@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened, state
+from affidavit.cli.log_cmds import read_vkey
 from affidavit.core.errors import ConfigError
 from affidavit.core.inputs import read_limited
 from affidavit.core.seal import unb64
@@ -95,11 +96,30 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    log_key: Annotated[
+        str | None,
+        typer.Option(
+            "--log-key",
+            help="Also check the job's transparency-log proof (log.tlog-proof) against this "
+            "log vkey (text or file): the log's signature and the inclusion of the pack's seal.",
+            show_default=False,
+        ),
+    ] = None,
+    witness_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--witness-key",
+            help="With --log-key: a witness's cosigner vkey that must have cosigned the "
+            "proof's checkpoint; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a proof pack offline (RCE v0.1 phases 1-4, and the job's event log, seal and
-    ledger when the pack carries them). A JSON file of the pack giving a key twice in one
-    object is INTEGRITY_FAIL (readers would disagree on its value).
+    ledger when the pack carries them; with --log-key, its transparency-log proof). A JSON file
+    of the pack giving a key twice in one object is INTEGRITY_FAIL (readers would disagree on
+    its value).
 
     Exit codes: 0 MATCH; 1 DIVERGE; 2 INTEGRITY_FAIL; 3 usage error, no such pack directory,
     or OUT_DIR exists without --overwrite.
@@ -114,7 +134,15 @@ def verify(
                 f"{str(out_dir)!r} already exists", hint="Remove it first or pass --overwrite."
             )
         keys = [_load_key(k) for k in trusted_key] if trusted_key else None
-        verdict = verify_pack(pack_dir, trusted_keys=keys, max_file_bytes=max_file_bytes)
+        if witness_key and not log_key:
+            raise ConfigError("--witness-key needs --log-key")
+        verdict = verify_pack(
+            pack_dir,
+            trusted_keys=keys,
+            max_file_bytes=max_file_bytes,
+            log_key=read_vkey(log_key) if log_key else None,
+            witness_keys=[read_vkey(w) for w in witness_key or []],
+        )
         receipt_path, details_path = write_verdict(verdict, out_dir, pretty=pretty)
     document = {
         "command": "rce-verify",

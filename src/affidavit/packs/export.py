@@ -8,6 +8,7 @@ public key checks both the job's seal and the pack.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import tempfile
@@ -26,10 +27,12 @@ from affidavit.core.errors import AffidavitError, ConfigError
 from affidavit.core.events import utc_now
 from affidavit.core.signing import SigningKey, default_key_path
 from affidavit.packs import _format as F
+from affidavit.packs._tlog import TLOG_PROOF
 from affidavit.runtime.agent_trace import AgentOutcome, agent_trace_of, is_agent_log
 from affidavit.runtime.replay import ReplayContext
 from affidavit.runtime.trace import trace_of
 from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
+from affidavit.tlog import LogError, NotInLog, TransparencyLog
 from affidavit.verify import verify_events
 
 COMPLETED_STATES = frozenset({"pure", "side_effect_committed", "compensated"})
@@ -142,6 +145,9 @@ def export_pack(
         )
     assert seal is not None  # a verified terminal job has a seal
     built = _build(job, trace, log, events, ledger, seal, keys, check, signing_key)
+    # the job's transparency-log proof, when its seal is in the log (see packs._tlog)
+    with contextlib.suppress(NotInLog, LogError):
+        built.files[TLOG_PROOF] = TransparencyLog(store).job_proof(job_id).encode().encode()
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".affidavit-pack-"))

@@ -17,7 +17,7 @@ import binascii
 import json
 import platform
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -28,6 +28,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.collector import collector_paused
 from affidavit.core.config import pack_max_file_bytes
 from affidavit.core.errors import AffidavitError
+from affidavit.core.note import Verifier
 from affidavit.core.seal import PublicKey
 from affidavit.packs import _format as F
 from affidavit.packs._contract import check_contract
@@ -45,6 +46,7 @@ from affidavit.packs._state import (
     Fail,
     State,
 )
+from affidavit.packs._tlog import check_log_proof
 
 __all__ = [
     "DIVERGE",
@@ -175,6 +177,9 @@ def verify_pack(
     trusted_keys: Iterable[bytes | str] | None = None,
     now: datetime | None = None,
     max_file_bytes: int | None = None,
+    log_key: Verifier | None = None,
+    witness_keys: Sequence[Verifier] = (),
+    min_witnesses: int | None = None,
 ) -> PackVerdict:
     """Verify the pack directory at ``path`` (phases 1–5 of PACK-FORMAT.md). Never raises on a
     malformed pack.
@@ -185,12 +190,16 @@ def verify_pack(
     may hold (default ``$AFFIDAVIT_PACK_MAX_FILE_BYTES``, else 256 MiB); a larger one is an
     integrity failure, found by its size before it is read.
 
+    ``log_key`` adds a phase checking the job's transparency-log proof (``log.tlog-proof``): the
+    log's signature, ``witness_keys``' cosignatures (all of them, unless ``min_witnesses``) and
+    the inclusion of the pack's seal; any failure is INTEGRITY_FAIL.
+
     Raises:
         ConfigError: ``max_file_bytes`` (or its variable) is not a positive whole number.
     """
     limit = pack_max_file_bytes(max_file_bytes)
     with collector_paused():  # hundreds of thousands of parsed objects, no cycles
-        return _verify(Path(path), trusted_keys, now, limit)
+        return _verify(Path(path), trusted_keys, now, limit, (log_key, witness_keys, min_witnesses))
 
 
 def _verify(
@@ -198,6 +207,7 @@ def _verify(
     trusted_keys: Iterable[bytes | str] | None,
     now: datetime | None,
     max_file_bytes: int,
+    log_check: tuple[Verifier | None, Sequence[Verifier], int | None] = (None, (), None),
 ) -> PackVerdict:
     st = State(path, max_file_bytes=max_file_bytes)
     trusted = None if trusted_keys is None else {_raw_key(k) for k in trusted_keys}
@@ -247,6 +257,9 @@ def _verify(
     replayed, divergent = compare(steps, by_id, traces)
     details["divergent_steps"] = divergent
     details["affidavit"] = check_event_log(st, traces, trusted)
+    log_key, witness_keys, min_witnesses = log_check
+    if log_key is not None:
+        details["transparency_log"] = check_log_proof(st, log_key, witness_keys, min_witnesses)
     if st.errors:
         return done(INTEGRITY_FAIL, 5, parents)
     verdict = DIVERGE if divergent else MATCH
