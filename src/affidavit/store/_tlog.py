@@ -103,7 +103,9 @@ class TlogReads:
         """The job's latest leaf in the tree (``None`` if none is integrated yet)."""
         rows = self.query(
             "SELECT idx, job_id, leaf, queued_at, integrated_at FROM tlog_leaves "
-            "WHERE job_id = ? ORDER BY idx DESC LIMIT 1",
+            # (idx + 0: the job_id index finds its few rows; ordering by the bare key could
+            # walk the whole primary key backwards instead, as PostgreSQL's planner may choose)
+            "WHERE job_id = ? ORDER BY idx + 0 DESC LIMIT 1",
             (job_id,),
         )
         return _leaf(rows[0]) if rows else None
