@@ -36,8 +36,9 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 from rich.console import Console
 
+from affidavit import SigningKey
 from affidavit.packs import export_pack, verify_pack
-from affidavit.runtime.sealing import Sealer, SigningKey
+from affidavit.runtime import Sealer
 from affidavit.store import open_store
 from benchmarks._report import describe_machine, markdown_table, median, write_section, yes_no
 from benchmarks.bench_verify import build_job

@@ -51,12 +51,13 @@ from rich.table import Table
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from affidavit import SigningKey
 from affidavit.core.canonical import canonical_sha256
 from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id
 from affidavit.core.plan import Plan, args_hash, idempotency_key
-from affidavit.runtime.sealing import Sealer, SigningKey
+from affidavit.runtime import Sealer
 from affidavit.store import NewEvent, Store, connect_raw, open_store
 from affidavit.verify import verify_job
 from benchmarks._report import (
