@@ -76,6 +76,8 @@ def test_a_rewritten_evidence_body_is_reported(store_url: str, with_id: bool) ->
     assert json_of(history)["error"]["code"] == "record_tampered"
     human = cli("claims", "history", "alice", "--db", store_url)
     assert human.returncode == 1 and "accurate" not in human.stdout
+    stats = cli("claims", "stats", "alice", "--db", store_url, "--json")
+    assert stats.returncode == 1 and json_of(stats)["error"]["code"] == "record_tampered"
 
     every = cli("verify", "--all", "--db", store_url, "--json")
     assert every.returncode == 1

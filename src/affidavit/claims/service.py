@@ -459,10 +459,12 @@ class ClaimService:
 
     def get_verification_statistics(self, agent_id: str) -> dict[str, Any]:
         """Totals, accuracy (accurate / judged; ``error`` verdicts are counted apart), the
-        same by claim type, and the last 10 verifications.
+        same by claim type, and the last 10 verifications — counted from verdicts that verify
+        against their evidence and the trust log.
 
         Raises:
             AgentNotFound: no such agent.
+            TamperedRecordError: an evidence record does not match its id or its trust log entry.
         """
         with self._tx() as tx:
             agent = records.get_agent(tx, agent_id)
@@ -470,6 +472,14 @@ class ClaimService:
                 raise AgentNotFound(agent_id)
             counts = records.verdict_counts(tx, agent_id)
             latest = records.recent(tx, agent_id, RECENT)
+            rows = records.evidence_rows(tx, agent_id)
+            entries = records.trust_log(tx, agent_id)
+        problems = evidence.cross_check(
+            agent_id, [(v, e, b, d, _evidence_doc(agent_id, e, b)) for v, e, b, d in rows], entries
+        )
+        if problems:
+            where, _, problem = problems[0].rpartition(": ")
+            raise TamperedRecordError(where, problem)
         by_type: dict[str, dict[str, Any]] = {}
         for kind, verdict, n in counts:
             entry = by_type.setdefault(
