@@ -220,7 +220,9 @@ def test_events_pages_and_trace(api: Api) -> None:
         trace = c.get(f"/api/jobs/{job_id}/trace").json()
     states = {n["id"]: n["state"] for n in trace["nodes"]}
     assert states == {"a": "side_effect_committed", "ok": "waiting", "t": "pending"}
-    assert trace["waiting_for"] == [{"node_id": "ok", "correlation_key": f"{job_id}:ok"}]
+    assert trace["waiting_for"] == [
+        {"node_id": "ok", "wait_type": "approval", "correlation_key": f"{job_id}:ok"}
+    ]
     a = trace["nodes"][0]
     assert a["attempts"] == 1 and a["output"] == {"did": "a", "args": {"x": 1}}
 

@@ -12,14 +12,19 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, Field
 
 from affidavit.api.deps import Admin, Observer, ServiceDep, check_visible
 from affidavit.api.models import ErrorBody
 from affidavit.tlog import TransparencyLog, parse_tile_path
 
-router = APIRouter(tags=["transparency log"], responses={400: {"model": ErrorBody}})
+router = APIRouter(
+    tags=["transparency log"],
+    responses={code: {"model": ErrorBody} for code in (400, 404, 503)},
+)
+# Tree sizes are 64-bit (C2SP tlog-checkpoint); anything larger is refused before it is used.
+_MAX_SIZE = 2**63 - 1
 
 _TEXT = "text/plain; charset=utf-8"
 _IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable"}
@@ -45,7 +50,7 @@ def checkpoint(svc: ServiceDep) -> Response:
 
 
 @router.get("/log/checkpoint/{size}", response_class=Response)
-def checkpoint_at(size: int, svc: ServiceDep) -> Response:
+def checkpoint_at(size: Annotated[int, Path(ge=0, le=_MAX_SIZE)], svc: ServiceDep) -> Response:
     """The checkpoint the log signed at ``size`` (with its cosignatures)."""
     return Response(TransparencyLog(svc.store).checkpoint(size), media_type=_TEXT)
 
@@ -61,8 +66,8 @@ def tile(path: str, svc: ServiceDep) -> Response:
 @router.get("/log/consistency", response_model=Consistency)
 def consistency(
     svc: ServiceDep,
-    old: Annotated[int, Query(ge=1)],
-    new: Annotated[int, Query(ge=1)],
+    old: Annotated[int, Query(ge=1, le=_MAX_SIZE)],
+    new: Annotated[int, Query(ge=1, le=_MAX_SIZE)],
 ) -> dict[str, Any]:
     """The consistency proof from tree size ``old`` to ``new`` (what a witness checks)."""
     hashes = TransparencyLog(svc.store).consistency(old, new)
@@ -73,7 +78,7 @@ def consistency(
     }
 
 
-@router.post("/log/cosignatures", responses={401: {"model": ErrorBody}})
+@router.post("/log/cosignatures", responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}})
 def add_cosignature(body: CosignatureIn, svc: ServiceDep, caller: Admin) -> dict[str, Any]:
     """Store a witness's cosignature of one of this log's checkpoints; it is served with that
     checkpoint from then on and travels in the proofs against it."""
@@ -81,7 +86,11 @@ def add_cosignature(body: CosignatureIn, svc: ServiceDep, caller: Admin) -> dict
     return {"added": added}
 
 
-@router.get("/api/jobs/{job_id}/log-proof", response_class=Response)
+@router.get(
+    "/api/jobs/{job_id}/log-proof",
+    response_class=Response,
+    responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}},
+)
 def job_log_proof(job_id: str, svc: ServiceDep, caller: Observer) -> Response:
     """The job's ``c2sp.org/tlog-proof@v1``; 404 for an unknown job, one of another namespace,
     or one not in the log yet."""
