@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +110,10 @@ def test_a_database_made_read_only_mid_run_loses_nothing_and_the_job_resumes(
     assert died.returncode == -signal.SIGKILL, died.stderr
     assert counts(side, "charge") == Counter({(job_id, f"s{k}"): 1 for k in range(FREEZE_AT + 1)})
 
+    # The dead worker's 1 s lease runs out first, so the next worker must write to claim the
+    # job. (Not read through a store: closing one would checkpoint away the -wal file the dead
+    # worker left, and the database would then fail to open at all on the read-only mount.)
+    time.sleep(2.0)
     _remount(mount, "ro")
     before = {p.name: p.read_bytes() for p in mount.iterdir()}
     refused = _worker(url)

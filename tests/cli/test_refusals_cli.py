@@ -246,7 +246,8 @@ def test_demo_runs_on_a_given_database(pg_schema: str, tmp_path: Path) -> None:
     summary = json_of(result)
     assert summary["ok"] and summary["database"] == url
     assert summary["tamper"]["detected"] and summary["tamper"]["verified"] is False
-    assert [j["crashed_and_recovered"] for j in summary["jobs"]] == [False, True]
+    # the refund as a plan, then as an agent: each once cleanly, once killed and recovered
+    assert [j["crashed_and_recovered"] for j in summary["jobs"]] == [False, True, False, True]
     # the jobs stay in the given database, and verify there
     for job in summary["jobs"]:
         verified = cli("verify", job["job_id"], "--db", url, "--json")

@@ -21,6 +21,7 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.runtime_cmds import parse_json_arg
 from affidavit.core.errors import ConfigError, InvalidClaim, ValidationError
+from affidavit.core.inputs import InputTooLarge
 
 if TYPE_CHECKING:
     from affidavit.claims import ClaimService, SandboxConfig
@@ -166,7 +167,7 @@ def make(
         try:
             content = parse_json_arg(claim, "--claim")
         except ConfigError as exc:
-            raise InvalidClaim(exc.message) from None
+            raise _claim_error(exc) from None
         with opened(db) as store:
             made = _service(store).make_claim(agent, claim_type, content, cmd)
     if as_json:
@@ -240,7 +241,7 @@ def verify(
             try:
                 content = parse_json_arg(claim, "--claim")
             except ConfigError as exc:
-                raise InvalidClaim(exc.message) from None
+                raise _claim_error(exc) from None
             with opened(db) as store:
                 result = _service(store, sandbox).verify_claim(
                     agent, claim_type, content, cmd, verifier, timeout_s=timeout
@@ -420,3 +421,9 @@ def trust_history(
         output.out.print(f"trust log {verdict}; root {check['root']}")
     if not check["ok"]:
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def _claim_error(exc: ConfigError) -> InvalidClaim:
+    """A --claim argument that could not be read, as a refused claim; a file over the input
+    limit keeps the hint that says how to raise it."""
+    return InvalidClaim(exc.message, hint=exc.hint if isinstance(exc, InputTooLarge) else None)
