@@ -35,13 +35,16 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from affidavit import Runtime, ToolRegistry, tool
+from affidavit import Runtime, Tool, ToolRegistry
 from benchmarks._report import median, pg_conninfo
 
 CONCURRENCY = 4
 GOAL_VS_DBOS_PG = 3.0  # tool steps/s ≥ 3 × DBOS on the same PostgreSQL server, whole process
 CHILD_TIMEOUT_S = 900
 TOOL_NAME = "bench_pg.noop"
+
+# the submitter's copy of the tool (not registered process-wide: each repetition reuses it)
+_NOOP = Tool(TOOL_NAME, lambda ctx, i, prev=None: i, "tool")
 
 TOOLS_MODULE = f'''\
 """The benchmark's one tool, for `affidavit worker --tools`."""
@@ -175,9 +178,8 @@ def run_affidavit(url: str, jobs: int, steps: int, tmp: Path) -> tuple[float, fl
     per-tool-step p50 in ms (from ``tool_invocation_started`` to ``node_finished``)."""
     tools = tmp / "bench_pg_tools.py"
     tools.write_text(TOOLS_MODULE, encoding="utf-8")
-    noop = tool(TOOL_NAME)(lambda ctx, i, prev=None: i)
     with _schema(url) as store_url:
-        with Runtime(store_url, tools=ToolRegistry([noop])) as rt:
+        with Runtime(store_url, tools=ToolRegistry([_NOOP])) as rt:
             plan = _chain_plan(steps)
             for _ in range(jobs):
                 rt.submit(plan, {})
