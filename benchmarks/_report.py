@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import platform
+import secrets
 import sqlite3
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -337,3 +339,40 @@ def pg_server_version(url: str) -> str:
             "Start the server or pass --pg-url; to benchmark SQLite only, use --backend sqlite."
         ) from exc
     return str(row[0]) if row else "unknown"
+
+
+@contextmanager
+def pg_fresh_schema(url: str, prefix: str) -> Iterator[str]:
+    """``url`` in a fresh schema (``prefix`` + random), dropped afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    conninfo = pg_conninfo(url)
+    schema = f"{prefix}_{secrets.token_hex(4)}"
+    sep = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{sep}schema={schema}"
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextmanager
+def pg_fresh_database(url: str, prefix: str) -> Iterator[str]:
+    """A fresh database on ``url``'s server (``prefix`` + random), dropped afterwards: for a
+    baseline (DBOS) that keeps its tables in a database of its own."""
+    import psycopg
+    from psycopg import sql
+
+    conninfo = pg_conninfo(url)
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    base = url.split("?")[0].rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

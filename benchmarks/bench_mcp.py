@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
@@ -39,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks._report import (
     describe_machine,
     markdown_table,
-    pg_conninfo,
+    pg_fresh_database,
     pg_server_version,
     write_section,
 )
@@ -134,25 +131,6 @@ def _pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-@contextmanager
-def _pg_database(url: str) -> Iterator[str]:
-    import psycopg
-    from psycopg import sql
-
-    conninfo = pg_conninfo(url)
-    name = f"bench_mcp_{secrets.token_hex(4)}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    base = url.split("?")[0].rsplit("/", 1)[0]
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=500)
@@ -174,7 +152,7 @@ def main() -> None:
                 if kind == "sqlite":
                     times = _child(engine, f"sqlite:///{tmp / f'{engine}.db'}", ns.calls, tmp)
                 else:
-                    with _pg_database(ns.pg_url) as url:
+                    with pg_fresh_database(ns.pg_url, "bench_mcp") as url:
                         times = _child(engine, url, ns.calls, tmp)
                 rows.append((engine, label, times))
 

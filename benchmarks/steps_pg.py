@@ -19,15 +19,13 @@ The shape users with several hosts run: ``JOBS`` jobs of ``STEPS`` trivial chain
 from __future__ import annotations
 
 import json
-import secrets
 import statistics
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +34,7 @@ import psycopg
 from psycopg import sql
 
 from affidavit import Runtime, Tool, ToolRegistry
-from benchmarks._report import median, pg_conninfo
+from benchmarks._report import median, pg_conninfo, pg_fresh_database, pg_fresh_schema
 
 CONCURRENCY = 4
 GOAL_VS_DBOS_PG = 3.0  # tool steps/s ≥ 3 × DBOS on the same PostgreSQL server, whole process
@@ -123,35 +121,6 @@ class PgComparison:
         return median(self.affidavit) / median(self.dbos)
 
 
-@contextmanager
-def _schema(url: str) -> Iterator[str]:
-    conninfo = pg_conninfo(url)
-    schema = f"bench_pg_{secrets.token_hex(4)}"
-    sep = "&" if "?" in url else "?"
-    try:
-        yield f"{url}{sep}schema={schema}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
-@contextmanager
-def _database(url: str) -> Iterator[str]:
-    """A fresh database on the same server (DBOS keeps its tables in their own database)."""
-    conninfo = pg_conninfo(url)
-    name = f"bench_dbos_{secrets.token_hex(4)}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    base = url.split("?")[0].rsplit("/", 1)[0]
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 def _chain_plan(steps: int) -> dict[str, object]:
     nodes: list[dict[str, object]] = [
         {"id": "s0", "type": "tool", "tool": TOOL_NAME, "args": {"i": 0}}
@@ -178,7 +147,7 @@ def run_affidavit(url: str, jobs: int, steps: int, tmp: Path) -> tuple[float, fl
     per-tool-step p50 in ms (from ``tool_invocation_started`` to ``node_finished``)."""
     tools = tmp / "bench_pg_tools.py"
     tools.write_text(TOOLS_MODULE, encoding="utf-8")
-    with _schema(url) as store_url:
+    with pg_fresh_schema(url, "bench_pg") as store_url:
         with Runtime(store_url, tools=ToolRegistry([_NOOP])) as rt:
             plan = _chain_plan(steps)
             for _ in range(jobs):
@@ -249,7 +218,7 @@ def run_dbos(url: str, jobs: int, steps: int, tmp: Path) -> float:
     """steps/s of one DBOS process running ``jobs`` workflows from 4 threads (spawn to exit)."""
     script = tmp / "child_dbos_pg.py"
     script.write_text(DBOS_PG_CHILD, encoding="utf-8")
-    with _database(url) as db_url:
+    with pg_fresh_database(url, "bench_dbos") as db_url:
         start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, str(script), db_url, str(jobs), str(steps), "wf", str(CONCURRENCY)],
@@ -310,7 +279,7 @@ def run_floor(url: str, jobs: int, steps: int) -> tuple[float, float]:
     """The protocol's writes as plain SQL from ``CONCURRENCY`` connections (threads), as many
     jobs each: per step T1 (ledger insert + 2 events, synced) and T2 (ledger update + 3 events,
     written), each one pipelined round trip; steps/s and the per-step p50 in ms."""
-    with _schema(url) as store_url:
+    with pg_fresh_schema(url, "bench_pg") as store_url:
         with _connect(store_url) as conn:
             schema = store_url.partition("?schema=")[2]
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
