@@ -38,7 +38,7 @@ import pytest
 from affidavit import Runtime
 from affidavit.store import JobFilter
 from tests.chaos import tools as chaos_tools
-from tests.conftest import PG_URL, drop_schema, pg_available, with_schema
+from tests.conftest import PG_URL, REQUIRE_PG, drop_schema, pg_available, with_schema
 from tests.pg_cluster import PrivateCluster, private_cluster_or_skip
 
 pytestmark = pytest.mark.chaos
@@ -84,6 +84,8 @@ def cluster() -> Iterator[PrivateCluster]:
 def world() -> Iterator[str]:
     """A schema of the test's own on the shared server (never restarted) holding the effects."""
     if not pg_available():
+        if REQUIRE_PG:  # CI: PostgreSQL is required, never skipped
+            pytest.fail(f"the world database (PostgreSQL at {PG_URL}) is unreachable")
         pytest.skip(f"the world database (PostgreSQL at {PG_URL}) is unreachable")
     schema = f"chaos_{uuid.uuid4().hex[:12]}"
     url = with_schema(PG_URL, schema)

@@ -82,9 +82,10 @@ class LedgerOps:
     SENDS_PRESUMED_NEW = False
 
     def send_presumed_new(self, sql: str, params: Sequence[Any]) -> None:
-        """Send ``sql`` (an insert that fails on an existing key) without waiting for it; only
-        where :attr:`SENDS_PRESUMED_NEW`."""
-        raise NotImplementedError("this backend answers every ledger insert")
+        """Send ``sql`` (an insert that fails on an existing key). Called only where
+        :attr:`SENDS_PRESUMED_NEW`; such a backend sends it without waiting for its answer and
+        raises :class:`~affidavit.core.errors.LedgerRowExists` for a row already there."""
+        self.execute(sql, params)
 
     # --- ledger -------------------------------------------------------------------------------
 
