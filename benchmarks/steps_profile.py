@@ -106,8 +106,8 @@ def _cum_from(
     return total
 
 
-RUNNER = "affidavit/runtime/runner.py"
-EXECUTOR = "affidavit/runtime/step_executor.py"
+RUNNER = "affidavit/runtime/_runner.py"
+EXECUTOR = "affidavit/runtime/_step_executor.py"
 PLAN = "affidavit/core/plan.py"
 SQL = "affidavit/store/_sql.py"
 LEDGER = "affidavit/store/_ledger.py"
@@ -131,9 +131,9 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
         lambda s: _cum(
             s,
             _any(
-                function_matcher("claim", "affidavit/runtime/worker.py"),
+                function_matcher("claim", "affidavit/runtime/_worker.py"),
                 function_matcher("list_events", SQL),
-                function_matcher("build_from_events", "affidavit/runtime/replay.py"),
+                function_matcher("build_from_events", "affidavit/runtime/_replay.py"),
             ),
         ),
     ),

@@ -205,3 +205,27 @@ def test_the_runtime_facade() -> None:
     assert runtime.Runtime is affidavit.Runtime and runtime.tool is affidavit.tool
     with pytest.raises(AttributeError):
         _ = runtime.no_such_name
+
+
+def test_no_package_imports_another_packages_private_modules() -> None:
+    """``affidavit.runtime``, ``affidavit.verify``, ``affidavit.packs``, ``affidavit.tlog`` and
+    ``affidavit.store`` are used through their facades: a module outside a package never imports
+    one of its ``_``-prefixed modules (the top-level ``affidavit`` facade aside)."""
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path == SRC / "__init__.py":
+            continue
+        rel = path.relative_to(SRC).parts
+        home = rel[0] if len(rel) > 1 else None
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules: list[str] = []
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module]
+            for module in modules:
+                parts = module.split(".")
+                private = len(parts) > 2 and parts[2].startswith("_")
+                if parts[0] == "affidavit" and private and parts[1] != home:
+                    offenders.append(f"{path.relative_to(SRC)}: {module}")
+    assert offenders == []

@@ -46,11 +46,11 @@ if TYPE_CHECKING:
     from affidavit.core.plan import Plan
     from affidavit.core.seal import PublicKey, Seal
     from affidavit.core.signing import SigningKey
-    from affidavit.runtime.agent import AgentContext, agent
-    from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
-    from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
-    from affidavit.runtime.runtime import Runtime
-    from affidavit.runtime.sdk import (
+    from affidavit.runtime._agent import AgentContext, agent
+    from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
+    from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
+    from affidavit.runtime._runtime import Runtime
+    from affidavit.runtime._sdk import (
         CompensatableError,
         RetryableError,
         StateChange,
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
         register_verifier,
         tool,
     )
-    from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
+    from affidavit.runtime._verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
     from affidavit.store import JobFilter, JobRecord, NewEvent, Store, StoredEvent, open_store
     from affidavit.verify import verify_events, verify_job
 
@@ -85,47 +85,47 @@ _LAZY = (
     }
     | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
     | {
-        "AgentContext": "affidavit.runtime.agent",
-        "CompensatableError": "affidavit.runtime.sdk",
-        "Confirmation": "affidavit.runtime.confirm",
-        "ConfirmationContext": "affidavit.runtime.confirm",
+        "AgentContext": "affidavit.runtime._agent",
+        "CompensatableError": "affidavit.runtime._sdk",
+        "Confirmation": "affidavit.runtime._confirm",
+        "ConfirmationContext": "affidavit.runtime._confirm",
         "EventType": "affidavit.core.events",
-        "FileVerifier": "affidavit.runtime.verifiers",
-        "HttpVerifier": "affidavit.runtime.verifiers",
+        "FileVerifier": "affidavit.runtime._verifiers",
+        "HttpVerifier": "affidavit.runtime._verifiers",
         "JobFilter": "affidavit.store",
         "JobRecord": "affidavit.store",
         "NewEvent": "affidavit.store",
         "Plan": "affidavit.core.plan",
         "PublicKey": "affidavit.core.seal",
-        "ReplayContext": "affidavit.runtime.replay",
-        "ReplayContextBuilder": "affidavit.runtime.replay",
-        "ResourceVerifier": "affidavit.runtime.confirm",
-        "RetryableError": "affidavit.runtime.sdk",
-        "Runtime": "affidavit.runtime.runtime",
+        "ReplayContext": "affidavit.runtime._replay",
+        "ReplayContextBuilder": "affidavit.runtime._replay",
+        "ResourceVerifier": "affidavit.runtime._confirm",
+        "RetryableError": "affidavit.runtime._sdk",
+        "Runtime": "affidavit.runtime._runtime",
         "Seal": "affidavit.core.seal",
         "SigningKey": "affidavit.core.signing",
-        "SqlRowVerifier": "affidavit.runtime.verifiers",
-        "StateChange": "affidavit.runtime.sdk",
+        "SqlRowVerifier": "affidavit.runtime._verifiers",
+        "StateChange": "affidavit.runtime._sdk",
         "Store": "affidavit.store",
         "StoredEvent": "affidavit.store",
-        "Tool": "affidavit.runtime.sdk",
-        "ToolCallError": "affidavit.runtime.sdk",
-        "ToolContext": "affidavit.runtime.sdk",
-        "ToolRegistry": "affidavit.runtime.sdk",
-        "agent": "affidavit.runtime.agent",
+        "Tool": "affidavit.runtime._sdk",
+        "ToolCallError": "affidavit.runtime._sdk",
+        "ToolContext": "affidavit.runtime._sdk",
+        "ToolRegistry": "affidavit.runtime._sdk",
+        "agent": "affidavit.runtime._agent",
         "canonical": "affidavit.core.canonical",
         "canonical_sha256": "affidavit.core.canonical",
         "chain_root": "affidavit.core.chain",
         "check_stored_chain": "affidavit.core.chain",
         "execution_hash": "affidavit.core.chain",
-        "load_tools": "affidavit.runtime.sdk",
+        "load_tools": "affidavit.runtime._sdk",
         "open_store": "affidavit.store",
-        "pure": "affidavit.runtime.sdk",
-        "record_file": "affidavit.runtime.verifiers",
-        "register_verifier": "affidavit.runtime.sdk",
+        "pure": "affidavit.runtime._sdk",
+        "record_file": "affidavit.runtime._verifiers",
+        "register_verifier": "affidavit.runtime._sdk",
         "sha256_hex": "affidavit.core.canonical",
         "sha256_prefixed": "affidavit.core.canonical",
-        "tool": "affidavit.runtime.sdk",
+        "tool": "affidavit.runtime._sdk",
     }
 )
 

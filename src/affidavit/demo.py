@@ -34,7 +34,7 @@ from typing import Any
 
 from affidavit.core.chain import ChainCheck, check_stored_chain
 from affidavit.examples import refund
-from affidavit.runtime.runtime import Runtime
+from affidavit.runtime import Runtime
 from affidavit.store import StoredEvent, connect_raw, open_store
 from affidavit.verify import VerificationResult, verify_events, verify_job
 
@@ -180,7 +180,7 @@ def _tamper_export(
 _AGENT_CHILD = """
 import json, sys
 from affidavit.examples import refund
-from affidavit.runtime.runtime import Runtime
+from affidavit.runtime._runtime import Runtime
 url, job_input, key, lease = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 with Runtime(url, tools=refund.TOOLS, lease_seconds=lease) as rt:
     rt.run_job(rt.submit(refund.refund_agent, job_input, idempotency_key=key).job_id)

@@ -299,7 +299,7 @@ def test_help_states_the_defaults_and_choices_the_docs_state() -> None:
     from typer.testing import CliRunner
 
     from affidavit.cli.main import app
-    from affidavit.runtime.trace import NODE_STATES
+    from affidavit.runtime._trace import NODE_STATES
 
     def help_of(*words: str) -> str:
         result = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "2000"})

@@ -13,7 +13,7 @@ from tests.cli.test_cli import cli, json_of
 TOOLS = """
 from pathlib import Path
 from affidavit import pure, register_verifier, tool
-from affidavit.runtime.verifiers import FileVerifier, record_file
+from affidavit.runtime._verifiers import FileVerifier, record_file
 
 register_verifier(FileVerifier())
 

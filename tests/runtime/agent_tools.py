@@ -57,7 +57,7 @@ def decline(ctx: ToolContext) -> dict[str, Any]:
 @tool("ag_cancel_own_job")
 def cancel_own_job(ctx: ToolContext, db: str) -> dict[str, Any]:
     """Cancels the job that calls it (a person cancelling it meanwhile): its record is fenced."""
-    from affidavit.runtime.decisions import cancel_job
+    from affidavit.runtime._decisions import cancel_job
     from affidavit.store import open_store
 
     store = open_store(db)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project root: `tests.…`
 
-from affidavit.runtime.worker import Worker
+from affidavit.runtime._worker import Worker
 from affidavit.store import JobFilter, open_store
 from tests.runtime.crash_tools import REGISTRY
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from affidavit import Runtime
-from affidavit.runtime.decisions import cancel_job
+from affidavit.runtime._decisions import cancel_job
 from affidavit.verify import verify_job
 from tests.runtime.crash_tools import REGISTRY, counts
 from tests.runtime.helpers import assert_log_sound, of_type, spawn_driver

@@ -110,7 +110,7 @@ UNAVAILABLE_AT_START = """
 import sys
 from affidavit import ToolRegistry
 from affidavit.core.errors import ClockSkewError, StoreUnavailable
-from affidavit.runtime.worker import Worker
+from affidavit.runtime._worker import Worker
 from affidavit.store import open_store
 
 store = open_store(sys.argv[1])

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime.crash as crash_module
+import affidavit.runtime._crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import ConfigError
-from affidavit.runtime.confirm import Confirmation, ConfirmationContext
-from affidavit.runtime.decisions import InvalidStateError
-from affidavit.runtime.sdk import StateChange
+from affidavit.runtime._confirm import Confirmation, ConfirmationContext
+from affidavit.runtime._decisions import InvalidStateError
+from affidavit.runtime._sdk import StateChange
 from tests.runtime.helpers import (
     Calls,
     SimulatedCrash,

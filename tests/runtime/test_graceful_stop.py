@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from affidavit import RetryableError, Runtime, Tool, ToolContext, ToolRegistry
-from affidavit.runtime.worker import Worker
+from affidavit.runtime._worker import Worker
 from affidavit.verify import verify_job
 from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
 

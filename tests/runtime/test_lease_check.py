@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from affidavit import Runtime, ToolRegistry, tool
-from affidavit.runtime import crash as crash_module
-from affidavit.runtime.runner import JobRunner
-from affidavit.runtime.worker import Worker
+from affidavit.runtime import _crash as crash_module
+from affidavit.runtime._runner import JobRunner
+from affidavit.runtime._worker import Worker
 
 calls: list[str] = []
 

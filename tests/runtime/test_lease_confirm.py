@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from affidavit import Runtime, StoreError, StoreUnavailable
-from affidavit.runtime.lease import Lease
-from affidavit.runtime.worker import Worker
+from affidavit.runtime._lease import Lease
+from affidavit.runtime._worker import Worker
 from tests.runtime.crash_tools import REGISTRY, read_side
 from tests.runtime.helpers import (
     assert_log_sound,

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from affidavit import FencedError, Runtime, StoreError, Tool, ToolContext, ToolRegistry
-from affidavit.runtime.worker import Worker
+from affidavit.runtime._worker import Worker
 from affidavit.store import Store
 from affidavit.store.postgres import split_url
 from tests.conftest import PG_URL, with_schema

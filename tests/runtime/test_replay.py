@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import affidavit.runtime.crash as crash_module
+import affidavit.runtime._crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import ReplayError
-from affidavit.runtime.replay import ReplayContextBuilder, build_from_events
+from affidavit.runtime._replay import ReplayContextBuilder, build_from_events
 from affidavit.store import StoredEvent
 from tests.runtime.helpers import SimulatedCrash, assert_log_sound, node, plan
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime.crash as crash_module
+import affidavit.runtime._crash as crash_module
 from affidavit import (
     CanonicalizationError,
     CompensatableError,
@@ -29,13 +29,13 @@ from affidavit import (
 )
 from affidavit.core.errors import ConfigError, IdempotencyConflict
 from affidavit.core.plan import Plan, idempotency_key
-from affidavit.runtime.args import ArgsResolutionError
-from affidavit.runtime.journal import Journal, RunControl
-from affidavit.runtime.replay import build_from_events
-from affidavit.runtime.runtime import InvalidStateError
-from affidavit.runtime.sdk import ToolError
-from affidavit.runtime.trace import job_trace
-from affidavit.runtime.worker import Worker
+from affidavit.runtime._args import ArgsResolutionError
+from affidavit.runtime._journal import Journal, RunControl
+from affidavit.runtime._replay import build_from_events
+from affidavit.runtime._runtime import InvalidStateError
+from affidavit.runtime._sdk import ToolError
+from affidavit.runtime._trace import job_trace
+from affidavit.runtime._worker import Worker
 from affidavit.store import JobFilter
 from affidavit.verify import verify_job
 from tests.runtime.helpers import (

@@ -9,7 +9,7 @@ import pytest
 
 import affidavit
 from affidavit import ConfigError, ToolContext
-from affidavit.runtime.sdk import Tool, ToolError, registry
+from affidavit.runtime._sdk import Tool, ToolError, registry
 
 _names = itertools.count()
 

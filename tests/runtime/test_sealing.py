@@ -1,4 +1,4 @@
-"""Signing keys and the seal written with a job's terminal event (runtime/sealing.py)."""
+"""Signing keys and the seal written with a job's terminal event (runtime/_sealing.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from affidavit import Runtime, verify_job
-from affidavit.runtime.sealing import (
+from affidavit.runtime._sealing import (
     KEY_ENV,
     Sealer,
     SigningKey,

@@ -17,7 +17,7 @@ from affidavit.core.errors import (
     SignalPayloadError,
     SignalRejected,
 )
-from affidavit.runtime.decisions import signal_job
+from affidavit.runtime._decisions import signal_job
 from tests.runtime.helpers import Calls, assert_log_sound, node, of_type, plan
 
 APPROVAL = plan(

@@ -27,7 +27,7 @@ import pytest
 
 from affidavit import RetryableError, Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import StoreError, StoreUnavailable
-from affidavit.runtime.worker import Worker
+from affidavit.runtime._worker import Worker
 from affidavit.store import Store, open_store
 from affidavit.store.sqlite import SqliteStore, connect_raw
 from affidavit.verify import verify_job

@@ -14,15 +14,15 @@ import pytest
 
 from affidavit import ToolContext, ToolRegistry
 from affidavit.core.errors import ConfigError
-from affidavit.runtime.confirm import (
+from affidavit.runtime._confirm import (
     Confirmation,
     ConfirmationContext,
     Mismatch,
     ResourceVerifier,
     confirm_changes,
 )
-from affidavit.runtime.sdk import StateChange, ToolError
-from affidavit.runtime.verifiers import (
+from affidavit.runtime._sdk import StateChange, ToolError
+from affidavit.runtime._verifiers import (
     FileVerifier,
     HttpVerifier,
     SqlRowVerifier,

@@ -12,7 +12,7 @@ import pytest
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import JobNotFound, WaitTimeout
-from affidavit.runtime.worker import Worker
+from affidavit.runtime._worker import Worker
 from affidavit.store import JobRecord, open_store
 from tests.runtime.helpers import node, plan
 

@@ -19,7 +19,7 @@ import pytest
 
 from affidavit import Runtime
 from affidavit.core.errors import StoreError, StoreUnavailable
-from affidavit.runtime.worker import open_store_waiting
+from affidavit.runtime._worker import open_store_waiting
 from affidavit.store import open_store
 from tests.chaos import tools as chaos_tools
 from tests.conftest import PG_URL, pg_available

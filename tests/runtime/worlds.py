@@ -19,8 +19,8 @@ import httpx
 import psycopg
 
 from affidavit import ToolContext
-from affidavit.runtime.confirm import ResourceVerifier
-from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
+from affidavit.runtime._confirm import ResourceVerifier
+from affidavit.runtime._verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
 from affidavit.store.postgres import split_url
 from affidavit.store.sqlite import connect_raw
 

@@ -12,7 +12,7 @@ from affidavit.core.checkpoint import Checkpoint, TlogProof
 from affidavit.core.merkle import MemoryTree, leaf_hash, verify_consistency, verify_inclusion
 from affidavit.core.note import open_note
 from affidavit.core.seal import log_leaf
-from affidavit.runtime.sealing import Sealer
+from affidavit.runtime._sealing import Sealer
 from affidavit.store import Store
 from affidavit.tlog import NotInLog, Sequencer, TransparencyLog, check_proof, parse_tile_path
 from affidavit.tlog._log import tile_path

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from affidavit.core.seal import log_leaf
-from affidavit.runtime.sealing import Sealer
+from affidavit.runtime._sealing import Sealer
 from affidavit.store import open_store
 from affidavit.tlog import LogKey, Sequencer, default_log_key_path
 from tests.cli.test_cli import cli, json_of

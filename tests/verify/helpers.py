@@ -18,7 +18,7 @@ from affidavit.core.canonical import canonical_sha256
 from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.examples import refund
-from affidavit.runtime import crash as crash_module
+from affidavit.runtime import _crash as crash_module
 from affidavit.store.postgres import split_url
 from affidavit.store.sqlite import connect_raw
 from tests.runtime.helpers import wait_lease_expired

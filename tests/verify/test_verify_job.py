@@ -23,8 +23,8 @@ from affidavit import (
     verify_job,
 )
 from affidavit.core.canonical import canonical, parse
-from affidavit.runtime.replay import build_from_events
-from affidavit.runtime.sdk import CompensatableError, RetryableError
+from affidavit.runtime._replay import build_from_events
+from affidavit.runtime._sdk import CompensatableError, RetryableError
 from affidavit.verify._fold import LogFold
 from affidavit.verify.verification import seal_document
 from tests.cli.test_cli import cli, json_of

@@ -25,7 +25,7 @@ from affidavit.api.models import ErrorBody, Health
 from affidavit.api.ratelimit import Limiter, RateLimit
 from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.errors import StoreError
-from affidavit.runtime.sdk import ToolRegistry
+from affidavit.runtime import ToolRegistry
 from affidavit.store import JOB_STATUSES, Store
 
 DEFAULT_RATE_LIMIT = RateLimit(1200, 60.0)

@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from affidavit.api.deps import Observer, ServiceDep, visible_job
 from affidavit.api.jobs import ERRORS
 from affidavit.api.models import Decisions
-from affidavit.runtime.decision_context import decision_context
+from affidavit.runtime import decision_context
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 

@@ -16,7 +16,7 @@ from affidavit.api.ratelimit import Limiter
 from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.canonical import DuplicateKeyError, loads_unique
 from affidavit.core.errors import JobNotFound
-from affidavit.runtime.sdk import ToolRegistry
+from affidavit.runtime import ToolRegistry
 from affidavit.store import JobRecord, Store, unmatchable
 
 

@@ -32,10 +32,16 @@ from affidavit.api.models import (
     Verification,
 )
 from affidavit.packs import export_archive
-from affidavit.runtime.decisions import cancel_job, resume_job, signal_job
-from affidavit.runtime.sdk import registry
-from affidavit.runtime.submit import submit_agent_job, submit_job, valid_traceparent
-from affidavit.runtime.trace import job_trace
+from affidavit.runtime import (
+    cancel_job,
+    job_trace,
+    registry,
+    resume_job,
+    signal_job,
+    submit_agent_job,
+    submit_job,
+    valid_traceparent,
+)
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.verify import verify_one
 from affidavit.verify.verification import check_trusted_keys, seal_document

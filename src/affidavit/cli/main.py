@@ -134,7 +134,7 @@ def db_clock(
     Exit codes: 0 the clock is close enough (or nothing to check); 1 it is too far off;
     3 usage or store error.
     """
-    from affidavit.runtime.worker import allowed_clock_offset, clock_problem
+    from affidavit.runtime import allowed_clock_offset, clock_problem
 
     with command(as_json):
         lease_seconds = runtime_cmds.lease_seconds(lease)

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit.core.parks import DECISIONS_BY_REASON
-from affidavit.runtime.replay import build_from_events
-from affidavit.runtime.trace import park_doc
+from affidavit.runtime import build_from_events, park_doc
 from affidavit.store import JobRecord, Store
 
 
 def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
     """``{"waiting_for": [{"node_id", "wait_type", "correlation_key"}]}`` for a waiting job,
-    ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.runtime.trace.park_doc`),
+    ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.runtime._trace.park_doc`),
     ``{}`` otherwise — read from the job's log."""
     if job.status not in ("waiting", "parked"):
         return {}

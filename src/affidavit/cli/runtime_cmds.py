@@ -31,24 +31,26 @@ from affidavit.core.errors import ConfigError
 from affidavit.core.inputs import read_limited_text
 from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
-from affidavit.runtime.agent import Agent
-from affidavit.runtime.args import check_input_references
-from affidavit.runtime.decisions import (
+from affidavit.runtime import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_RECOVERIES,
+    DEFAULT_STORE_RETRY_SECONDS,
+    Agent,
     InvalidStateError,
+    Runtime,
+    Worker,
     cancel_job,
+    check_agent_input,
+    check_idempotency_key,
+    check_input_references,
+    check_plan,
+    load_tools,
+    open_store_waiting,
+    registry,
+    resolve_agent,
     resume_job,
     signal_job,
 )
-from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
-from affidavit.runtime.runtime import Runtime
-from affidavit.runtime.sdk import load_tools, registry
-from affidavit.runtime.submit import (
-    check_agent_input,
-    check_idempotency_key,
-    check_plan,
-    resolve_agent,
-)
-from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker, open_store_waiting
 from affidavit.store import JobFilter, JobRecord
 
 EXIT_WAITING = 4
@@ -616,7 +618,7 @@ def graceful_stop(
     what: str = "the steps that are running; their jobs are handed back to other workers",
 ) -> Iterator[Interrupted]:
     """While the block runs, the first SIGINT (Ctrl-C) or SIGTERM asks ``worker`` to stop
-    gracefully (:meth:`~affidavit.runtime.worker.Worker.request_stop`); a second one raises
+    gracefully (:meth:`~affidavit.runtime._worker.Worker.request_stop`); a second one raises
     :class:`KeyboardInterrupt` at once. The previous handlers are restored afterwards."""
     seen = Interrupted()
 

@@ -20,7 +20,7 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.errors import ConfigError
 from affidavit.core.signing import KEY_ENV, SigningKey
-from affidavit.runtime.sealing import Sealer
+from affidavit.runtime import Sealer
 from affidavit.store import JOB_STATUSES, JobFilter, Store
 from affidavit.verify import VerificationResult, verify_all, verify_one
 

@@ -20,8 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from affidavit.runtime.agent import AgentContext, agent
-from affidavit.runtime.sdk import ToolContext, ToolRegistry, pure, tool
+from affidavit.runtime import AgentContext, ToolContext, ToolRegistry, agent, pure, tool
 
 PLAN: dict[str, Any] = {
     "name": "refund-order",

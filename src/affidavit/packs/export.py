@@ -28,9 +28,7 @@ from affidavit.core.events import utc_now
 from affidavit.core.signing import SigningKey, default_key_path
 from affidavit.packs import _format as F
 from affidavit.packs._tlog import TLOG_PROOF
-from affidavit.runtime.agent_trace import AgentOutcome, agent_trace_of, is_agent_log
-from affidavit.runtime.replay import ReplayContext
-from affidavit.runtime.trace import trace_of
+from affidavit.runtime import AgentOutcome, ReplayContext, agent_trace_of, is_agent_log, trace_of
 from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.tlog import LogError, NotInLog, TransparencyLog
 from affidavit.verify import verify_events
@@ -97,7 +95,7 @@ def export_pack(
     """Export the finished job ``job_id`` as a signed pack at ``out_dir``.
 
     ``signing_key`` defaults to the runtime's seal key for this database (see
-    :func:`affidavit.runtime.sealing.default_key_path`).
+    :func:`affidavit.runtime._sealing.default_key_path`).
 
     Raises:
         JobNotFound: no such job.

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING
 from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from affidavit.runtime.agent import Agent, AgentContext
-    from affidavit.runtime.confirm import Confirmation, ConfirmationContext, ResourceVerifier
-    from affidavit.runtime.decisions import (
-        InvalidStateError,
-        cancel_job,
-        resume_job,
-        signal_job,
-    )
-    from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder, build_from_events
-    from affidavit.runtime.runtime import Runtime
-    from affidavit.runtime.sdk import (
+    from affidavit.runtime._agent import Agent, AgentContext, agent
+    from affidavit.runtime._agent_trace import AgentOutcome, agent_trace_of, is_agent_log
+    from affidavit.runtime._args import check_input_references
+    from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
+    from affidavit.runtime._crash import crash_point
+    from affidavit.runtime._decision_context import decision_context
+    from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
+    from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder, build_from_events
+    from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
+    from affidavit.runtime._runtime import Runtime
+    from affidavit.runtime._sdk import (
         CompensatableError,
         RetryableError,
         StateChange,
@@ -35,57 +35,105 @@ if TYPE_CHECKING:
         load_tools,
         pure,
         register_verifier,
+        registry,
         tool,
     )
-    from affidavit.runtime.sealing import Sealer
-    from affidavit.runtime.trace import trace_of
-    from affidavit.runtime.verifiers import FileVerifier, HttpVerifier, SqlRowVerifier, record_file
-    from affidavit.runtime.waiting import wait_for_job
-    from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker, open_store_waiting
+    from affidavit.runtime._sealing import Sealer, SigningKey
+    from affidavit.runtime._submit import (
+        check_agent_input,
+        check_idempotency_key,
+        check_plan,
+        resolve_agent,
+        submit_agent_job,
+        submit_job,
+        valid_traceparent,
+    )
+    from affidavit.runtime._trace import job_trace, park_doc, trace_of
+    from affidavit.runtime._verifiers import (
+        FileVerifier,
+        HttpVerifier,
+        SqlRowVerifier,
+        record_file,
+    )
+    from affidavit.runtime._waiting import SETTLED_STATUSES, wait_for_job
+    from affidavit.runtime._worker import (
+        DEFAULT_LEASE_SECONDS,
+        Worker,
+        allowed_clock_offset,
+        clock_problem,
+        open_store_waiting,
+    )
 
 _LAZY = {
-    "Agent": "affidavit.runtime.agent",
-    "AgentContext": "affidavit.runtime.agent",
-    "Confirmation": "affidavit.runtime.confirm",
-    "ConfirmationContext": "affidavit.runtime.confirm",
-    "ResourceVerifier": "affidavit.runtime.confirm",
-    "InvalidStateError": "affidavit.runtime.decisions",
-    "cancel_job": "affidavit.runtime.decisions",
-    "resume_job": "affidavit.runtime.decisions",
-    "signal_job": "affidavit.runtime.decisions",
-    "ReplayContext": "affidavit.runtime.replay",
-    "ReplayContextBuilder": "affidavit.runtime.replay",
-    "build_from_events": "affidavit.runtime.replay",
-    "Runtime": "affidavit.runtime.runtime",
-    "CompensatableError": "affidavit.runtime.sdk",
-    "RetryableError": "affidavit.runtime.sdk",
-    "StateChange": "affidavit.runtime.sdk",
-    "Tool": "affidavit.runtime.sdk",
-    "ToolCallError": "affidavit.runtime.sdk",
-    "ToolContext": "affidavit.runtime.sdk",
-    "ToolRegistry": "affidavit.runtime.sdk",
-    "load_tools": "affidavit.runtime.sdk",
-    "pure": "affidavit.runtime.sdk",
-    "register_verifier": "affidavit.runtime.sdk",
-    "tool": "affidavit.runtime.sdk",
-    "Sealer": "affidavit.runtime.sealing",
-    "trace_of": "affidavit.runtime.trace",
-    "FileVerifier": "affidavit.runtime.verifiers",
-    "HttpVerifier": "affidavit.runtime.verifiers",
-    "SqlRowVerifier": "affidavit.runtime.verifiers",
-    "record_file": "affidavit.runtime.verifiers",
-    "wait_for_job": "affidavit.runtime.waiting",
-    "DEFAULT_LEASE_SECONDS": "affidavit.runtime.worker",
-    "Worker": "affidavit.runtime.worker",
-    "open_store_waiting": "affidavit.runtime.worker",
+    "Agent": "affidavit.runtime._agent",
+    "AgentContext": "affidavit.runtime._agent",
+    "agent": "affidavit.runtime._agent",
+    "AgentOutcome": "affidavit.runtime._agent_trace",
+    "agent_trace_of": "affidavit.runtime._agent_trace",
+    "is_agent_log": "affidavit.runtime._agent_trace",
+    "check_input_references": "affidavit.runtime._args",
+    "Confirmation": "affidavit.runtime._confirm",
+    "ConfirmationContext": "affidavit.runtime._confirm",
+    "ResourceVerifier": "affidavit.runtime._confirm",
+    "crash_point": "affidavit.runtime._crash",
+    "decision_context": "affidavit.runtime._decision_context",
+    "InvalidStateError": "affidavit.runtime._decisions",
+    "cancel_job": "affidavit.runtime._decisions",
+    "resume_job": "affidavit.runtime._decisions",
+    "signal_job": "affidavit.runtime._decisions",
+    "ReplayContext": "affidavit.runtime._replay",
+    "ReplayContextBuilder": "affidavit.runtime._replay",
+    "build_from_events": "affidavit.runtime._replay",
+    "DEFAULT_MAX_RECOVERIES": "affidavit.runtime._run_base",
+    "DEFAULT_STORE_RETRY_SECONDS": "affidavit.runtime._run_base",
+    "Runtime": "affidavit.runtime._runtime",
+    "CompensatableError": "affidavit.runtime._sdk",
+    "RetryableError": "affidavit.runtime._sdk",
+    "StateChange": "affidavit.runtime._sdk",
+    "Tool": "affidavit.runtime._sdk",
+    "ToolCallError": "affidavit.runtime._sdk",
+    "ToolContext": "affidavit.runtime._sdk",
+    "ToolRegistry": "affidavit.runtime._sdk",
+    "load_tools": "affidavit.runtime._sdk",
+    "pure": "affidavit.runtime._sdk",
+    "register_verifier": "affidavit.runtime._sdk",
+    "registry": "affidavit.runtime._sdk",
+    "tool": "affidavit.runtime._sdk",
+    "Sealer": "affidavit.runtime._sealing",
+    "SigningKey": "affidavit.runtime._sealing",
+    "check_agent_input": "affidavit.runtime._submit",
+    "check_idempotency_key": "affidavit.runtime._submit",
+    "check_plan": "affidavit.runtime._submit",
+    "resolve_agent": "affidavit.runtime._submit",
+    "submit_agent_job": "affidavit.runtime._submit",
+    "submit_job": "affidavit.runtime._submit",
+    "valid_traceparent": "affidavit.runtime._submit",
+    "job_trace": "affidavit.runtime._trace",
+    "park_doc": "affidavit.runtime._trace",
+    "trace_of": "affidavit.runtime._trace",
+    "FileVerifier": "affidavit.runtime._verifiers",
+    "HttpVerifier": "affidavit.runtime._verifiers",
+    "SqlRowVerifier": "affidavit.runtime._verifiers",
+    "record_file": "affidavit.runtime._verifiers",
+    "SETTLED_STATUSES": "affidavit.runtime._waiting",
+    "wait_for_job": "affidavit.runtime._waiting",
+    "DEFAULT_LEASE_SECONDS": "affidavit.runtime._worker",
+    "Worker": "affidavit.runtime._worker",
+    "allowed_clock_offset": "affidavit.runtime._worker",
+    "clock_problem": "affidavit.runtime._worker",
+    "open_store_waiting": "affidavit.runtime._worker",
 }
 
 __getattr__ = lazy_exports("affidavit.runtime", _LAZY, globals())
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_MAX_RECOVERIES",
+    "DEFAULT_STORE_RETRY_SECONDS",
+    "SETTLED_STATUSES",
     "Agent",
     "AgentContext",
+    "AgentOutcome",
     "CompensatableError",
     "Confirmation",
     "ConfirmationContext",
@@ -98,6 +146,7 @@ __all__ = [
     "RetryableError",
     "Runtime",
     "Sealer",
+    "SigningKey",
     "SqlRowVerifier",
     "StateChange",
     "Tool",
@@ -105,16 +154,34 @@ __all__ = [
     "ToolContext",
     "ToolRegistry",
     "Worker",
+    "agent",
+    "agent_trace_of",
+    "allowed_clock_offset",
     "build_from_events",
     "cancel_job",
+    "check_agent_input",
+    "check_idempotency_key",
+    "check_input_references",
+    "check_plan",
+    "clock_problem",
+    "crash_point",
+    "decision_context",
+    "is_agent_log",
+    "job_trace",
     "load_tools",
     "open_store_waiting",
+    "park_doc",
     "pure",
     "record_file",
     "register_verifier",
+    "registry",
+    "resolve_agent",
     "resume_job",
     "signal_job",
+    "submit_agent_job",
+    "submit_job",
     "tool",
     "trace_of",
+    "valid_traceparent",
     "wait_for_job",
 ]

@@ -25,7 +25,7 @@ from affidavit.core.errors import ConfigError, StoreError
 from affidavit.core.events import utc_now
 from affidavit.core.merkle import leaf_hash, new_nodes, root_from, root_nodes
 from affidavit.core.note import NoteSigner, sign_note
-from affidavit.runtime.crash import crash_point
+from affidavit.runtime import crash_point
 from affidavit.store import Store
 from affidavit.tlog._keys import LogKey, configured_origin
 

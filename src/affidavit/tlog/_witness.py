@@ -34,7 +34,7 @@ from affidavit.core.checkpoint import Checkpoint, open_checkpoint
 from affidavit.core.errors import AffidavitError, VerificationError
 from affidavit.core.merkle import ProofError, verify_consistency
 from affidavit.core.note import COSIGNATURE_V1, Note, NoteError, NoteSigner, Verifier
-from affidavit.runtime.sealing import SigningKey
+from affidavit.runtime import SigningKey
 
 KEY_FILE = "witness.key"
 STATE_FILE = "state.json"

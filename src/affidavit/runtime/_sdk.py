@@ -20,8 +20,8 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigError
 
 if TYPE_CHECKING:
-    from affidavit.runtime.agent import Agent
-    from affidavit.runtime.confirm import ResourceVerifier
+    from affidavit.runtime._agent import Agent
+    from affidavit.runtime._confirm import ResourceVerifier
 
 
 class RetryableError(Exception):
@@ -240,7 +240,7 @@ class ToolRegistry:
         return sorted(self._agents)
 
     def add_verifier(self, verifier: ResourceVerifier) -> None:
-        """Register a :class:`~affidavit.runtime.confirm.ResourceVerifier` for the resource
+        """Register a :class:`~affidavit.runtime._confirm.ResourceVerifier` for the resource
         types it names (confirmation replay asks it about those types)."""
         types = getattr(verifier, "resource_types", None)
         if not types or not callable(getattr(verifier, "verify", None)):

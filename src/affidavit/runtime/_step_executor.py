@@ -1,7 +1,7 @@
 """One step of a job: the tool-step protocol of ARCHITECTURE.md, for plan and agent jobs alike.
 
 For a tool step (every write fenced by the claim's attempt id, through the run's
-:class:`~affidavit.runtime.journal.Journal`):
+:class:`~affidavit.runtime._journal.Journal`):
 
 (1) T1, durable: acquire the ledger row for the idempotency key (an insert only one attempt can
     win) and append ``node_started`` + ``tool_invocation_started``;
@@ -33,11 +33,11 @@ from affidavit.core.canonical import canonical, sha256_hex
 from affidavit.core.errors import LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
-from affidavit.runtime import crash
-from affidavit.runtime.journal import Journal, RunControl
-from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.replay import ReplayContext
-from affidavit.runtime.run_base import (
+from affidavit.runtime import _crash as crash
+from affidavit.runtime._journal import Journal, RunControl
+from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._replay import ReplayContext
+from affidavit.runtime._run_base import (
     Item,
     StepFailed,
     Stop,
@@ -49,7 +49,7 @@ from affidavit.runtime.run_base import (
     recorded,
     unfit_call,
 )
-from affidavit.runtime.sdk import (
+from affidavit.runtime._sdk import (
     CompensatableError,
     RetryableError,
     Tool,

@@ -22,8 +22,8 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids
-from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.run_base import (
+from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._run_base import (
     DEFAULT_STORE_RETRY_SECONDS,
     Claim,
     Item,
@@ -35,7 +35,7 @@ from affidavit.runtime.run_base import (
     open_closings,
     step_payload,
 )
-from affidavit.runtime.sealing import Sealer
+from affidavit.runtime._sealing import Sealer
 from affidavit.store import Store, Transaction
 
 T = TypeVar("T")
@@ -88,7 +88,7 @@ class RunControl:
 
     def confirm_lease(self) -> None:
         """Before the run acts on the world (calls a tool or a compensation): stop unless the
-        lease is surely still this run's (:meth:`~affidavit.runtime.lease.Lease.confirm`).
+        lease is surely still this run's (:meth:`~affidavit.runtime._lease.Lease.confirm`).
         While the database is unavailable for the renewal this needs, ask again, so that an
         outage right after T1 does not leave an invocation open that never ran.
 
@@ -218,7 +218,7 @@ class Journal:
         self, tx: Transaction, *items: Item, fast: bool = False, ids: list[str] | None = None
     ) -> None:
         """Append events (``at`` added). ``fast``: every payload is one the runtime built for a
-        step (see :func:`~affidavit.runtime.run_base.step_payload`); otherwise each is
+        step (see :func:`~affidavit.runtime._run_base.step_payload`); otherwise each is
         canonicalized in full. ``ids``: the events' ids, made by the caller together with
         other ids it needs; new ones otherwise."""
         at = utc_now()
@@ -320,7 +320,7 @@ class Journal:
     def close_open(self, tx: Transaction, keep: str | None = None) -> None:
         """In a transaction that ends the job: close every invocation still open (one a dead
         attempt started and this run never resolved); see
-        :func:`~affidavit.runtime.run_base.open_closings`. ``keep``: a key the caller closes
+        :func:`~affidavit.runtime._run_base.open_closings`. ``keep``: a key the caller closes
         itself."""
         error = {
             "type": "lost",

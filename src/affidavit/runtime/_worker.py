@@ -18,17 +18,17 @@ from collections.abc import Callable
 
 from affidavit.core.errors import ClockSkewError, StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
-from affidavit.runtime.lease import Lease
-from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.run_base import (
+from affidavit.runtime._lease import Lease
+from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._run_base import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_STORE_RETRY_SECONDS,
     Claim,
     StopAwareSleep,
 )
-from affidavit.runtime.runner import JobRunner
-from affidavit.runtime.sdk import ToolRegistry
-from affidavit.runtime.sealing import Sealer
+from affidavit.runtime._runner import JobRunner
+from affidavit.runtime._sdk import ToolRegistry
+from affidavit.runtime._sealing import Sealer
 from affidavit.store import ClockOffset, Store, open_store
 
 DEFAULT_LEASE_SECONDS = 15.0
@@ -247,7 +247,7 @@ class Worker:
 
     def run_claim(self, claim: Claim) -> str:
         """Run a claimed job while a heartbeat thread keeps its lease alive; the run confirms
-        the lease before every tool call (:class:`~affidavit.runtime.lease.Lease`)."""
+        the lease before every tool call (:class:`~affidavit.runtime._lease.Lease`)."""
         expires_at = claim.lease_expires_at
         lease = Lease(
             self.store,

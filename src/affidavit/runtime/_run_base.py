@@ -1,8 +1,8 @@
 """What every run shares: the claim, how a run ends early (:class:`Stop`, :class:`StepFailed`),
 waits through a database outage, and the small encoders and checks of step events.
 
-The writes themselves go through :class:`~affidavit.runtime.journal.Journal`; one step through
-:class:`~affidavit.runtime.step_executor.StepExecutor`.
+The writes themselves go through :class:`~affidavit.runtime._journal.Journal`; one step through
+:class:`~affidavit.runtime._step_executor.StepExecutor`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import orjson
 
 from affidavit.core.canonical import canonical_nested, parse
 from affidavit.core.errors import CanonicalizationError, StoreUnavailable
-from affidavit.runtime.sdk import Tool, ToolCallError, ToolContext
+from affidavit.runtime._sdk import Tool, ToolCallError, ToolContext
 from affidavit.store import Transaction
 
 # How long a run keeps trying a write while the database is unavailable (a restart, a

@@ -1,6 +1,6 @@
 """Counters a runtime keeps about itself, in Prometheus' text format.
 
-One :class:`RuntimeMetrics` per :class:`~affidavit.runtime.runtime.Runtime` (no process-wide
+One :class:`RuntimeMetrics` per :class:`~affidavit.runtime._runtime.Runtime` (no process-wide
 state). Counting is a dictionary update under a lock; ``prometheus_client`` is imported only to
 render the exposition text (``render()``, served at ``/metrics``), so a worker that is never
 scraped does not pay for importing it.

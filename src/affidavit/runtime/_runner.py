@@ -1,8 +1,8 @@
 """Runs claimed jobs: reads the log, rebuilds the job's state, and hands each step to the
-step executor (:mod:`affidavit.runtime.step_executor`, the tool-step protocol) in the job's
+step executor (:mod:`affidavit.runtime._step_executor`, the tool-step protocol) in the job's
 order — a plan's canonical topological order here, an agent function's program order in
-:mod:`affidavit.runtime.agent_runner`. What to do about the past first (recorded failures,
-confirmation replay, invocations left open, crash loops) is :mod:`affidavit.runtime.recovery`'s.
+:mod:`affidavit.runtime._agent_runner`. What to do about the past first (recorded failures,
+confirmation replay, invocations left open, crash loops) is :mod:`affidavit.runtime._recovery`'s.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import Any
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError, StoreUnavailable
 from affidavit.core.plan import Node, Plan
-from affidavit.runtime import crash
-from affidavit.runtime.args import resolve
-from affidavit.runtime.journal import Journal, RunControl
-from affidavit.runtime.lease import Lease
-from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.recovery import Recovery
-from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
-from affidavit.runtime.run_base import (
+from affidavit.runtime import _crash as crash
+from affidavit.runtime._args import resolve
+from affidavit.runtime._journal import Journal, RunControl
+from affidavit.runtime._lease import Lease
+from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._recovery import Recovery
+from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
+from affidavit.runtime._run_base import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_STORE_RETRY_SECONDS,
     Claim,
@@ -35,10 +35,10 @@ from affidavit.runtime.run_base import (
     check_lease,
     log,
 )
-from affidavit.runtime.sdk import ToolRegistry
-from affidavit.runtime.sealing import Sealer
-from affidavit.runtime.step_executor import StepExecutor, StepPolicy, StepSpec
-from affidavit.runtime.submit import missing_tools
+from affidavit.runtime._sdk import ToolRegistry
+from affidavit.runtime._sealing import Sealer
+from affidavit.runtime._step_executor import StepExecutor, StepPolicy, StepSpec
+from affidavit.runtime._submit import missing_tools
 from affidavit.store import Store, StoredEvent
 
 
@@ -110,7 +110,7 @@ class JobRunner:
             builder.add(event)
         replay = builder.ctx
         if builder.agent is not None:
-            from affidavit.runtime.agent_runner import run_agent_job
+            from affidavit.runtime._agent_runner import run_agent_job
 
             return run_agent_job(self, claim, events, replay, builder.agent)
         if builder.plan is None:
@@ -195,7 +195,7 @@ class JobRunner:
 
 class PlanRun:
     """One run of a plan job: decides which node runs next and asks the step executor to run
-    it. The steps it knows (:class:`~affidavit.runtime.recovery.StepSource`) are the plan's."""
+    it. The steps it knows (:class:`~affidavit.runtime._recovery.StepSource`) are the plan's."""
 
     def __init__(self, parts: RunParts, plan: Plan, replay: ReplayContext) -> None:
         self.parts = parts

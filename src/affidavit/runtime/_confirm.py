@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from affidavit.runtime.sdk import StateChange
+from affidavit.runtime._sdk import StateChange
 
 REPLAY_VERIFICATION_MODES = ("strict", "warn", "human")
 

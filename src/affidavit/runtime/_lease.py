@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from affidavit.core.errors import StoreError, StoreUnavailable
-from affidavit.runtime.run_base import Claim
+from affidavit.runtime._run_base import Claim
 from affidavit.store import Store
 
 

@@ -20,9 +20,9 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
-from affidavit.runtime.replay import ReplayContext, build_from_events
-from affidavit.runtime.run_base import close_open_invocations
-from affidavit.runtime.sealing import Sealer
+from affidavit.runtime._replay import ReplayContext, build_from_events
+from affidavit.runtime._run_base import close_open_invocations
+from affidavit.runtime._sealing import Sealer
 from affidavit.store import JobRecord, NewEvent, Store, Transaction
 
 
@@ -156,7 +156,7 @@ def resume_job(
     - ``fail``: the job fails.
 
     A job failed here is sealed in the same transaction, with ``sealer`` (default: the key
-    file for this store, see :mod:`affidavit.runtime.sealing`).
+    file for this store, see :mod:`affidavit.runtime._sealing`).
 
     ``park_version`` pins the decision to one park: the version of its ``job_parked`` event
     (``parked.version`` in ``jobs show`` and the trace; unique in the job's log). The decision
@@ -336,7 +336,7 @@ def _close_parked(
 def _closing_events(
     tx: Transaction, job_id: str, at: str, error: dict[str, Any], *, skip: str | None = None
 ) -> list[NewEvent]:
-    """:func:`~affidavit.runtime.run_base.close_open_invocations` as events stamped ``at``."""
+    """:func:`~affidavit.runtime._run_base.close_open_invocations` as events stamped ``at``."""
     return [
         NewEvent(event_type, {"at": at, **payload})
         for event_type, payload in close_open_invocations(tx, job_id, error, skip=skip)

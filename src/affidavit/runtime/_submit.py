@@ -18,10 +18,10 @@ from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import utc_now
 from affidavit.core.payloads import TRACEPARENT
 from affidavit.core.plan import Plan
-from affidavit.runtime.agent import Agent
-from affidavit.runtime.args import check_input_references
-from affidavit.runtime.confirm import REPLAY_VERIFICATION_MODES
-from affidavit.runtime.sdk import ToolRegistry
+from affidavit.runtime._agent import Agent
+from affidavit.runtime._args import check_input_references
+from affidavit.runtime._confirm import REPLAY_VERIFICATION_MODES
+from affidavit.runtime._sdk import ToolRegistry
 from affidavit.store import JobRecord, NewEvent, Store
 
 
@@ -221,7 +221,7 @@ def _same_submission(store: Store, job: JobRecord, plan_hash: str, job_input: An
 
 
 def resolve_agent(agent: Agent | str, tools: ToolRegistry) -> Agent:
-    """The agent ``agent`` names (an :class:`~affidavit.runtime.agent.Agent`, or the name of
+    """The agent ``agent`` names (an :class:`~affidavit.runtime._agent.Agent`, or the name of
     one registered in ``tools``).
 
     Raises:

@@ -32,17 +32,17 @@ from affidavit.core.agent_steps import (
 )
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError, StoreError
-from affidavit.runtime import crash
-from affidavit.runtime.agent import Agent, AgentContext
-from affidavit.runtime.recovery import Recovery
-from affidavit.runtime.replay import ReplayContext
-from affidavit.runtime.run_base import Claim, Item, StepFailed, Stop, error_dict, log
-from affidavit.runtime.sdk import Tool
-from affidavit.runtime.step_executor import StepSpec
+from affidavit.runtime import _crash as crash
+from affidavit.runtime._agent import Agent, AgentContext
+from affidavit.runtime._recovery import Recovery
+from affidavit.runtime._replay import ReplayContext
+from affidavit.runtime._run_base import Claim, Item, StepFailed, Stop, error_dict, log
+from affidavit.runtime._sdk import Tool
+from affidavit.runtime._step_executor import StepSpec
 from affidavit.store import StoredEvent
 
 if TYPE_CHECKING:
-    from affidavit.runtime.runner import JobRunner, RunParts
+    from affidavit.runtime._runner import JobRunner, RunParts
 
 _MAX_WAIT_KEY = 200
 
@@ -110,7 +110,7 @@ def run_agent_job(
 
 class AgentRun:
     """One run of one agent job; the backend of the :class:`AgentContext` it gives the
-    function, and the :class:`~affidavit.runtime.recovery.StepSource` of its recorded steps."""
+    function, and the :class:`~affidavit.runtime._recovery.StepSource` of its recorded steps."""
 
     def __init__(
         self, parts: RunParts, agent: Agent, replay: ReplayContext, kinds: dict[str, str]

@@ -12,7 +12,7 @@ import logging
 import time
 
 from affidavit.core.errors import StoreUnavailable, WaitTimeout
-from affidavit.runtime.run_base import DEFAULT_STORE_RETRY_SECONDS
+from affidavit.runtime._run_base import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.store import JobRecord, Store
 
 log = logging.getLogger(__name__)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from affidavit.runtime.confirm import ConfirmationContext, Mismatch, confirm_changes
-from affidavit.runtime.journal import Journal
-from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.replay import ReplayContext
-from affidavit.runtime.run_base import StepFailed, Stop
-from affidavit.runtime.sdk import ToolRegistry
-from affidavit.runtime.step_executor import StepExecutor, StepPolicy, StepSpec
+from affidavit.runtime._confirm import ConfirmationContext, Mismatch, confirm_changes
+from affidavit.runtime._journal import Journal
+from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._replay import ReplayContext
+from affidavit.runtime._run_base import StepFailed, Stop
+from affidavit.runtime._sdk import ToolRegistry
+from affidavit.runtime._step_executor import StepExecutor, StepPolicy, StepSpec
 from affidavit.store import LedgerRow, StoredEvent, Transaction
 
 
@@ -149,7 +149,7 @@ class Recovery:
         return None
 
     def confirm_recorded(self, completed: set[str]) -> None:
-        """Confirmation replay (see :mod:`affidavit.runtime.confirm`): before the recorded
+        """Confirmation replay (see :mod:`affidavit.runtime._confirm`): before the recorded
         results of committed tool steps are injected, ask the verifiers registered for the
         resources those steps changed. Returns when the world matches (or a mismatch is only
         warned about); parks or fails the job otherwise (raising :class:`Stop`)."""

@@ -11,21 +11,21 @@ from affidavit.core.errors import PlanError
 from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
 from affidavit.core.signing import SigningKey
-from affidavit.runtime.agent import Agent
-from affidavit.runtime.confirm import ResourceVerifier
-from affidavit.runtime.decisions import (
+from affidavit.runtime._agent import Agent
+from affidavit.runtime._confirm import ResourceVerifier
+from affidavit.runtime._decisions import (
     InvalidStateError,
     cancel_job,
     resume_job,
     signal_job,
 )
-from affidavit.runtime.metrics import RuntimeMetrics
-from affidavit.runtime.run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
-from affidavit.runtime.sdk import Tool, ToolRegistry, registry
-from affidavit.runtime.sealing import Sealer
-from affidavit.runtime.submit import check_plan, submit_agent_job, submit_job
-from affidavit.runtime.waiting import wait_for_job
-from affidavit.runtime.worker import DEFAULT_LEASE_SECONDS, Worker
+from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
+from affidavit.runtime._sdk import Tool, ToolRegistry, registry
+from affidavit.runtime._sealing import Sealer
+from affidavit.runtime._submit import check_plan, submit_agent_job, submit_job
+from affidavit.runtime._waiting import wait_for_job
+from affidavit.runtime._worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, Store, open_store
 
 __all__ = ["RESUME_DECISIONS", "InvalidStateError", "Runtime"]
@@ -37,7 +37,7 @@ class Runtime:
     ``Runtime("sqlite:///./affidavit.db", tools=[...], verifiers=[...])``; ``tools`` defaults
     to every tool (and resource verifier) registered in the module-level registry;
     ``signing_key`` (a :class:`SigningKey` or a key file path) signs the seal of every job that
-    finishes, by default the key file of :func:`~affidavit.runtime.sealing.default_key_path`
+    finishes, by default the key file of :func:`~affidavit.runtime._sealing.default_key_path`
     (created on first use);
     ``verifiers`` adds resource verifiers for confirmation replay. ``step_concurrency`` runs up
     to that many independent nodes of a job at once (default 1: one node at a time).
@@ -141,11 +141,11 @@ class Runtime:
     ) -> JobRecord:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
         Nothing is written unless the plan, its tools and the input are all valid. See
-        :func:`~affidavit.runtime.submit.submit_job`.
+        :func:`~affidavit.runtime._submit.submit_job`.
 
         ``plan`` may also be an agent (:func:`affidavit.agent`) or the name of a registered
         one: the job runs that agent function with ``input`` as its keyword arguments (see
-        :func:`~affidavit.runtime.submit.submit_agent_job`)."""
+        :func:`~affidavit.runtime._submit.submit_agent_job`)."""
         self._check_open()
         if isinstance(plan, Agent) or (
             isinstance(plan, str) and self.tools.get_agent(plan) is not None
@@ -215,7 +215,7 @@ class Runtime:
     ) -> JobRecord:
         """Wait until a job that workers run elsewhere is settled — finished (``completed``,
         ``failed``, ``cancelled``) or needing a person (``waiting``, ``parked``) — and return
-        it. See :func:`~affidavit.runtime.waiting.wait_for_job`.
+        it. See :func:`~affidavit.runtime._waiting.wait_for_job`.
 
         Raises:
             JobNotFound: no such job.
@@ -232,21 +232,21 @@ class Runtime:
             store_retry_seconds=self.worker.store_retry_seconds,
         )
 
-    # --- human decisions (the service functions of :mod:`affidavit.runtime.decisions`) ---------
+    # --- human decisions (the service functions of :mod:`affidavit.runtime._decisions`) ---------
 
     def signal(
         self, job_id: str, key: str, payload: Any = None, *, by: str | None = None
     ) -> JobRecord:
         """Complete the wait whose correlation key is ``key`` with ``payload``; the job becomes
         runnable. A repeated signal returns the job and writes nothing. See
-        :func:`~affidavit.runtime.decisions.signal_job`."""
+        :func:`~affidavit.runtime._decisions.signal_job`."""
         self._check_open()
         job, _ = signal_job(self.store, job_id, key, payload, by=by)
         return job
 
     def cancel(self, job_id: str, *, reason: str | None = None, by: str | None = None) -> JobRecord:
         """Cancel a job that is not finished; open invocations are closed as ``lost``. See
-        :func:`~affidavit.runtime.decisions.cancel_job`."""
+        :func:`~affidavit.runtime._decisions.cancel_job`."""
         self._check_open()
         return cancel_job(self.store, job_id, reason=reason, by=by, sealer=self.sealer)
 
@@ -264,8 +264,8 @@ class Runtime:
         invocation, ``continue`` / ``fail`` after a confirmation mismatch, ``retry`` / ``fail``
         for a crash loop. With ``park_version`` (the version of the ``job_parked`` event the
         decision is about), a job parked again since is refused with
-        :class:`~affidavit.runtime.decisions.InvalidStateError` and nothing is written. See
-        :func:`~affidavit.runtime.decisions.resume_job`."""
+        :class:`~affidavit.runtime._decisions.InvalidStateError` and nothing is written. See
+        :func:`~affidavit.runtime._decisions.resume_job`."""
         self._check_open()
         return resume_job(
             self.store,

@@ -15,8 +15,8 @@ from typing import Any
 from affidavit.core.errors import JobNotFound, ReplayError
 from affidavit.core.parks import DECISIONS_BY_REASON
 from affidavit.core.plan import external_key
-from affidavit.runtime.args import ArgsResolutionError, resolve
-from affidavit.runtime.replay import ReplayContext, ReplayContextBuilder
+from affidavit.runtime._args import ArgsResolutionError, resolve
+from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
 from affidavit.store import LedgerRow, Store
 
 

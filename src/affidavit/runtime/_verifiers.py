@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from affidavit.core.errors import ConfigError
-from affidavit.runtime.confirm import Confirmation, ConfirmationContext
-from affidavit.runtime.sdk import StateChange, ToolContext
+from affidavit.runtime._confirm import Confirmation, ConfirmationContext
+from affidavit.runtime._sdk import StateChange, ToolContext
 from affidavit.store import postgres_conninfo
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from affidavit.runtime.sdk import Tool, ToolError, registry
+from affidavit.runtime._sdk import Tool, ToolError, registry
 
 #: How many calls of one agent job run at once unless the agent says otherwise.
 DEFAULT_MAX_CONCURRENCY = 8
