@@ -40,6 +40,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/python benchmarks/bench_append.py
 	$(BIN)/python benchmarks/bench_steps.py
 	$(BIN)/python benchmarks/bench_verify.py

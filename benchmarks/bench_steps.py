@@ -49,6 +49,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks._report import (
     PERFORMANCE_MD,
     Machine,
+    byte_compile_affidavit,
     cpu_ticks,
     describe_machine,
     fmt_rate,
@@ -444,12 +445,14 @@ def markdown(
                 "Floor: the statements of T1 (ledger insert + 2 events, `synchronous_commit=on`) "
                 f"and T2 (ledger update + 3 events, not waited for) per step as plain SQL from "
                 f"{CONCURRENCY} connections, each "
-                "transaction one pipelined round trip; no hashing, no runtime around them.",
+                "transaction one message of statements (one round trip, values bound on the "
+                "client, the events one multi-row insert) as the store sends them; no hashing, "
+                "no runtime around them.",
                 "Round trips per tool step in affidavit: two, the minimum (T1 must be durable "
                 "before the tool acts, T2 comes after it). T1: the ledger insert, presumed new, "
                 "goes unanswered with the started events and the commit; T2: the closing events "
                 "and the ledger row with the commit. Both appends are checked on the server by "
-                "`affidavit_append_guard` in the batch that carries the commit.",
+                "`affidavit_append_guard` in the message that carries the commit.",
                 "Per-step p50: affidavit, from a step's `tool_invocation_started` to its "
                 "`node_finished` (the two timestamps in the log; T1's commit, the tool, T2's "
                 "writes); floor, T1 + T2 timed around the two round trips.",
@@ -531,6 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "CPU and disk, so the numbers will be noisy[/yellow]"
         )
 
+    byte_compile_affidavit()
     started = time.perf_counter()
     ticks = cpu_ticks()
     results = measure(sizes, args.pg_url if pg_version is not None else None)

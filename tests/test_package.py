@@ -161,7 +161,7 @@ def test_running_jobs_does_not_import_claims_or_verification() -> None:
 
 
 def test_the_cli_starts_without_packs_or_the_claim_service() -> None:
-    """Every `affidavit` command imports the whole command tree; the pack codecs (with their
+    """Help for the whole program imports the whole command tree; the pack codecs (with their
     schemas) and the claim service load only in the commands that use them."""
     import subprocess
     import sys
@@ -170,6 +170,7 @@ def test_the_cli_starts_without_packs_or_the_claim_service() -> None:
     code = (
         "import sys\n"
         "import affidavit.cli.main\n"
+        "affidavit.cli.main.load_commands()\n"
         f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
     )
     out = subprocess.run(
@@ -229,3 +230,47 @@ def test_no_package_imports_another_packages_private_modules() -> None:
                 if parts[0] == "affidavit" and private and parts[1] != home:
                     offenders.append(f"{path.relative_to(SRC)}: {module}")
     assert offenders == []
+
+
+def test_a_command_loads_only_its_own_module() -> None:
+    """`affidavit worker` registers the runtime's commands alone: not the server, the claims,
+    the packs, the witness (with its HTTP client) or the verifier's commands."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from affidavit.cli.main import load_commands\n"
+        "app = load_commands(['--max-input-bytes', '9', 'worker', '--help'])\n"
+        "names = sorted(c.name for c in app.registered_commands if c.name)\n"
+        "print(names)\n"
+        "print(sorted(m for m in ('affidavit.api', 'affidavit.claims', 'affidavit.packs',"
+        " 'affidavit.cli.verify_cmds', 'affidavit.cli.serve_cmds', 'httpx') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out == ["['cancel', 'demo', 'resume', 'run', 'signal', 'submit', 'worker']", "[]"]
+
+
+def test_every_command_is_found_where_the_table_says() -> None:
+    """COMMAND_MODULES names every top-level command but the program's own (``db``,
+    ``demo``), and loading by a name registers that name."""
+    import typer
+
+    from affidavit.cli import main
+
+    def top_level(app: typer.Typer) -> set[str]:
+        commands = {c.name for c in app.registered_commands if c.name}
+        return commands | {g.name for g in app.registered_groups if g.name}
+
+    everything = top_level(main.load_commands())
+    assert everything == set(main.COMMAND_MODULES) | {"db", "demo"}
+    for name, source in main.COMMAND_MODULES.items():
+        module, _, group = source.partition(":")
+        fresh = typer.Typer()
+        if group:
+            assert group.removesuffix("_app") == name
+        else:
+            __import__(f"affidavit.cli.{module}", fromlist=["register"]).register(fresh)
+            assert name in top_level(fresh), (name, source)

@@ -278,8 +278,9 @@ def test_help_wraps_at_the_terminal_not_at_the_docstring_line_breaks() -> None:
 
     from typer.testing import CliRunner
 
-    from affidavit.cli.main import app
+    from affidavit.cli.main import load_commands
 
+    app = load_commands()
     commands = _commands(app)
     assert len(commands) > 20
     runner = CliRunner()
@@ -298,8 +299,10 @@ def test_help_states_the_defaults_and_choices_the_docs_state() -> None:
     park `resume` resolves, where the signing key lives on PostgreSQL."""
     from typer.testing import CliRunner
 
-    from affidavit.cli.main import app
+    from affidavit.cli.main import load_commands
     from affidavit.runtime._trace import NODE_STATES
+
+    app = load_commands()
 
     def help_of(*words: str) -> str:
         result = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "2000"})

@@ -14,12 +14,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from typer.testing import CliRunner
 
 from affidavit import Tool, ToolContext, ToolRegistry
-from affidavit.cli.main import app
+from affidavit.cli.main import load_commands
 from affidavit.core.canonical import canonical
 from affidavit.packs import PackExistsError, UnfinishedJobError, export_pack, verify_pack
 from affidavit.packs import _format as F
 from tests.cli.test_cli import cli
 from tests.packs.helpers import JOB_KINDS, assay_verify, run_job, tools
+
+app = load_commands()  # every command
 
 
 @pytest.mark.parametrize("kind", JOB_KINDS)

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from affidavit.cli.main import app
+from affidavit.cli.main import load_commands
 from affidavit.core.canonical import canonical
 from affidavit.packs import _format as F
 from affidavit.packs import export_pack, verify_pack
 from affidavit.packs.verify import result_errors
 from tests.packs.helpers import JOB_KINDS, assay_verify, resign, run_job
+
+app = load_commands()  # every command
 
 runner = CliRunner()
 

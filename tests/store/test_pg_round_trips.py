@@ -1,5 +1,5 @@
-"""Round trips of the PostgreSQL store's write transactions (psycopg pipeline mode; each
-synchronization of the pipeline before the commit is one round trip more than the commit's),
+"""Round trips of the PostgreSQL store's write transactions (each a message of statements
+sent with psycopg's client-side binding; each one before the commit's is one more round trip),
 and the server-side checks that let an append by a writer that knows the head go with its
 commit (``affidavit_append_guard``, migration 9)."""
 
@@ -27,15 +27,15 @@ def pg_store(pg_schema: str) -> Iterator[Store]:
 
 @pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the pipeline's synchronizations before a commit (the real ones still happen)."""
+    """Counts the messages the transactions send, each one round trip (they are still sent)."""
     count = [0]
-    real = psycopg.Pipeline.sync
+    real = psycopg.ClientCursor.execute
 
-    def sync(self: psycopg.Pipeline) -> None:
+    def execute(self: psycopg.ClientCursor[Any], *args: Any, **kwargs: Any) -> Any:
         count[0] += 1
-        real(self)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(psycopg.Pipeline, "sync", sync)
+    monkeypatch.setattr(psycopg.ClientCursor, "execute", execute)
     return count
 
 
@@ -73,7 +73,7 @@ def _counted(store: Store, syncs: list[int], body: Callable[[Any], Any]) -> tupl
     before = syncs[0]
     with store.transaction() as tx:
         out = body(tx)
-    return syncs[0] - before, out
+    return syncs[0] - before - 1, out  # (the commit's is the last)
 
 
 def test_a_tool_step_takes_three_round_trips(pg_store: Store, syncs: list[int]) -> None:

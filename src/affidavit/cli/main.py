@@ -8,26 +8,17 @@ Exit codes: 0 success; 1 a check failed; 2 not found; 3 usage or store error;
 from __future__ import annotations
 
 import errno
+import importlib
 import inspect
 import sys
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import typer
 
 from affidavit import __version__
-from affidavit.cli import (
-    log_cmds,
-    mcp_cmds,
-    output,
-    pack_cmds,
-    runtime_cmds,
-    serve_cmds,
-    verify_cmds,
-    witness_cmds,
-)
-from affidavit.cli.claims_cmds import agents_app, claims_app, trust_app
+from affidavit.cli import output, runtime_cmds
 from affidavit.cli.common import DbOption, JsonOption, command, state
-from affidavit.cli.jobs import jobs_app
 from affidavit.core.config import database_url
 from affidavit.core.errors import ClockSkewError, ConfigError
 from affidavit.store import open_store
@@ -43,17 +34,72 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-app.add_typer(jobs_app, name="jobs")
-app.add_typer(agents_app, name="agents")
-app.add_typer(claims_app, name="claims")
-app.add_typer(trust_app, name="trust")
-runtime_cmds.register(app)
-verify_cmds.register(app)
-pack_cmds.register(app)
-serve_cmds.register(app)
-mcp_cmds.register(app)
-log_cmds.register(app)
-witness_cmds.register(app)
+
+# Where each top-level command is defined, beyond this module's own (``db``, ``demo``): a
+# command line that names one of them loads that module's commands alone, so `affidavit worker`
+# does not import the server, the packs, the transparency log's witness or the claims. Help for
+# the whole program (and anything not named here) loads them all. A module ending in ``_app``
+# is a group added under its name; any other has a ``register(app)``.
+COMMAND_MODULES: dict[str, str] = {
+    "run": "runtime_cmds",
+    "submit": "runtime_cmds",
+    "worker": "runtime_cmds",
+    "signal": "runtime_cmds",
+    "resume": "runtime_cmds",
+    "cancel": "runtime_cmds",
+    "verify": "verify_cmds",
+    "keys": "verify_cmds",
+    "pack": "pack_cmds",
+    "rce-verify": "pack_cmds",
+    "serve": "serve_cmds",
+    "apikeys": "serve_cmds",
+    "mcp": "mcp_cmds",
+    "log": "log_cmds",
+    "witness": "witness_cmds",
+    "jobs": "jobs:jobs_app",
+    "agents": "claims_cmds:agents_app",
+    "claims": "claims_cmds:claims_app",
+    "trust": "claims_cmds:trust_app",
+}
+_registered: set[str] = set()
+
+
+def _register(source: str) -> None:
+    """Add the commands of ``source`` (a value of :data:`COMMAND_MODULES`) to :data:`app`."""
+    if source in _registered:
+        return
+    _registered.add(source)
+    module_name, _, group = source.partition(":")
+    module: Any = importlib.import_module(f"affidavit.cli.{module_name}")
+    if group:
+        app.add_typer(getattr(module, group), name=group.removesuffix("_app"))
+    else:
+        module.register(app)
+
+
+def load_commands(args: Sequence[str] = ()) -> typer.Typer:
+    """:data:`app` with the commands ``args`` may run: the named command's module alone when
+    the first word of ``args`` names one, else every command."""
+    named = _command_word(args)
+    sources = [COMMAND_MODULES[named]] if named in COMMAND_MODULES else COMMAND_MODULES.values()
+    for source in sources:
+        _register(source)
+    _reflow_help(app)
+    return app
+
+
+_ROOT_OPTIONS_WITH_VALUE = ("--max-input-bytes",)
+
+
+def _command_word(args: Sequence[str]) -> str | None:
+    """The first word of a command line that is not one of the program's own options."""
+    words = iter(args)
+    for word in words:
+        if word in _ROOT_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def _version(value: bool) -> None:
@@ -244,9 +290,6 @@ def _reflow_help(group: typer.Typer) -> None:
             _reflow_help(sub.typer_instance)
 
 
-_reflow_help(app)
-
-
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
@@ -258,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: runs the app and maps usage errors to exit code 3."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        code = app(args=args, standalone_mode=False)
+        code = load_commands(args)(args=args, standalone_mode=False)
     except SystemExit as exc:
         if exc.code == 1 and _broken_pipe(exc.__context__):
             # Click's exit for a reader that closed stdout early (`| head`): 1 means "failed"

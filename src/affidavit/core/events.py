@@ -18,6 +18,9 @@ from affidavit.core.errors import InvalidEventError
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+# A W3C trace context ``traceparent`` (version 00): the trace the job was submitted in.
+TRACEPARENT = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+
 
 class EventType(StrEnum):
     JOB_CREATED = "job_created"

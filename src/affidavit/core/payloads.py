@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from affidavit.core.events import EventType, ResultType
+from affidavit.core.events import TRACEPARENT, EventType, ResultType
 
 _RFC3339_MICRO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 
@@ -19,10 +19,6 @@ class _Payload(BaseModel):
 class _StepPayload(_Payload):
     node_id: str
     step_id: str
-
-
-# A W3C trace context ``traceparent`` (version 00): the trace the job was submitted in.
-TRACEPARENT = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 
 
 class JobCreated(_Payload):

@@ -15,8 +15,7 @@ from affidavit.core.agent_steps import agent_hash
 from affidavit.core.canonical import canonical, canonical_nested
 from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
-from affidavit.core.events import utc_now
-from affidavit.core.payloads import TRACEPARENT
+from affidavit.core.events import TRACEPARENT, utc_now
 from affidavit.core.plan import Plan
 from affidavit.runtime._agent import Agent
 from affidavit.runtime._args import check_input_references

@@ -69,14 +69,13 @@ class SealOps:
         rows = self.query(SEAL_SELECT, (job_id,))
         return seal_from_row(rows[0]) if rows else None
 
-    def key_register(self, key: PublicKey, *, created_at: str) -> bool:
-        """Record a public key; ``False`` if its key id is already known."""
-        rows = self.query(
+    def key_register(self, key: PublicKey, *, created_at: str) -> None:
+        """Record a public key (a key id already known is left as it is)."""
+        self.execute(
             "INSERT INTO signing_keys (key_id, algorithm, public_key, created_at, retired_at) "
-            "VALUES (?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING RETURNING key_id",
+            "VALUES (?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
             (key.key_id, ALGORITHM, b64(key.public_key), created_at),
         )
-        return bool(rows)
 
     def key_retire(self, key_id: str, *, retired_at: str) -> None:
         """Mark a key retired: it signs nothing new, and still verifies what it signed."""

@@ -566,8 +566,9 @@ class Transaction(TlogWriter, Protocol):
 
     def seal_get(self, job_id: str) -> Seal | None: ...
 
-    def key_register(self, key: PublicKey, *, created_at: str) -> bool:
-        """Record a public key; ``False`` if its key id is already known."""
+    def key_register(self, key: PublicKey, *, created_at: str) -> None:
+        """Record a public key (a key id already known is left as it is). Nothing to wait
+        for: a backend may send it with the next round trip."""
         ...
 
     def key_retire(self, key_id: str, *, retired_at: str) -> None: ...
