@@ -1,6 +1,6 @@
 """A database as the release before migration 6 left it: its schema (migration 5) and its data.
 
-Made from a current database by undoing migrations 11, 10, 9 (PostgreSQL's only), 8, 7 and 6
+Made from a current database by undoing migrations 12, 11, 10, 9 (PostgreSQL's only), 8, 7 and 6
 in SQL, so that the data in it is what the runtime really writes; the tests then check what this
 version does with such a database (upgrade it, or read it read-only).
 """
@@ -8,7 +8,7 @@ version does with such a database (upgrade it, or read it read-only).
 from __future__ import annotations
 
 from affidavit.store import migrations
-from tests.verify.helpers import RawDb
+from tests.verify.helpers import RawDb, reseal_v1
 
 
 def _events_table_of_migration_1() -> str:
@@ -76,9 +76,28 @@ _UNDO_7 = [
 ]
 
 
+# seals v2 (migration 12, both backends): every seal re-signed as v1 first (see undo_migration_12)
+_UNDO_12 = [
+    "ALTER TABLE seals DROP COLUMN version",
+    "ALTER TABLE seals DROP COLUMN events_root",
+    "DELETE FROM affidavit_schema_migrations WHERE version = 12",
+]
+
+
+def undo_migration_12(url: str) -> None:
+    """Turn the database at ``url`` back into a version-11 one: its seals as that release
+    signed them (v1: no events root), the two seal columns gone."""
+    raw = RawDb(url)
+    for (job_id,) in raw.rows("SELECT job_id FROM seals WHERE version = 2"):
+        reseal_v1(url, job_id)
+    for statement in _UNDO_12:
+        raw.execute(statement)
+
+
 def undo_migration_6(url: str) -> None:
     """Turn the database at ``url`` (closed by every store) back into a version-5 one (the
     later migrations undone first)."""
+    undo_migration_12(url)
     raw = RawDb(url)
     later = () if url.startswith("sqlite:///") else tuple(_UNDO_9_POSTGRES)
     for statement in (*_UNDO_11, *_UNDO_10, *later, *_UNDO_8, *_UNDO_7):

@@ -313,3 +313,27 @@ def rows(events: list[Event]) -> list[tuple[int, str, str, bytes, str]]:
         head = chain_next(head, event_id, e["type"], data)
         out.append((version, event_id, e["type"], data, head.hex()))
     return out
+
+
+def reseal_v1(url: str, job_id: str) -> None:
+    """Turn the job's seal into the v1 seal a release before seal v2 would have written (the
+    same head and length, signed with the store's own key, no events root), and its queued
+    transparency-log leaf with it when it is not integrated yet."""
+    from affidavit.core.seal import log_leaf, sign_seal
+    from affidavit.core.signing import SigningKey, default_key_path
+
+    raw = RawDb(url)
+    [(count, root, sealed_at)] = raw.rows(
+        "SELECT event_count, event_chain_root_hash, sealed_at FROM seals WHERE job_id = ?",
+        (job_id,),
+    )
+    key = SigningKey.load(default_key_path(url))
+    seal = sign_seal(
+        key.private, job_id=job_id, event_count=count, event_chain_root_hash=root,
+        sealed_at=sealed_at,
+    )  # fmt: skip
+    raw.execute(
+        "UPDATE seals SET version = 1, events_root = NULL, signature = ? WHERE job_id = ?",
+        (seal.signature, job_id),
+    )
+    raw.execute("UPDATE tlog_queue SET leaf = ? WHERE job_id = ?", (log_leaf(seal), job_id))

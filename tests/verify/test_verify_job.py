@@ -82,16 +82,27 @@ def test_completed_job_verifies_and_matches_a_hand_computed_chain(
     )
     assert doc["execution_hash"] == hashlib.sha256(text.encode()).hexdigest()
 
-    # The seal by hand: Ed25519 over JCS of the five fields, with the recorded public key.
+    # The seal by hand: Ed25519 over JCS of the v2 fields, with the recorded public key; the
+    # events root is RFC 6962's MTH over the raw chain hashes (defined recursively here).
     seal = rt.store.get_seal(job_id)
-    assert seal is not None
+    assert seal is not None and seal.version == 2
     [key] = [k for k in rt.store.signing_keys() if k.key_id == seal.key_id]
     assert seal.key_id == hashlib.sha256(key.public_key).hexdigest()[:16]
+
+    def mth(leaves: list[bytes]) -> bytes:
+        if len(leaves) == 1:
+            return hashlib.sha256(b"\x00" + leaves[0]).digest()
+        k = 1 << ((len(leaves) - 1).bit_length() - 1)
+        return hashlib.sha256(b"\x01" + mth(leaves[:k]) + mth(leaves[k:])).digest()
+
+    assert seal.events_root == mth([bytes.fromhex(r[4]) for r in rows]).hex()
     message = canonical(
         {
+            "version": 2,
             "job_id": job_id,
             "event_count": len(rows),
             "event_chain_root_hash": head.hex(),
+            "events_root": seal.events_root,
             "sealed_at": seal.sealed_at,
             "key_id": seal.key_id,
         }

@@ -56,6 +56,7 @@ COMMAND_MODULES: dict[str, str] = {
     "mcp": "mcp_cmds",
     "log": "log_cmds",
     "witness": "witness_cmds",
+    "disclose": "disclose_cmds",
     "jobs": "jobs:jobs_app",
     "agents": "claims_cmds:agents_app",
     "claims": "claims_cmds:claims_app",

@@ -1,8 +1,16 @@
 """Seals: an Ed25519 signature over a finished job's chain head and length.
 
-    message   = JCS({"job_id", "event_count", "event_chain_root_hash", "sealed_at", "key_id"})
-    signature = Ed25519(private key, message)
-    key_id    = first 16 hex chars of hex(SHA-256(raw 32-byte public key))
+    message v1 = JCS({"job_id", "event_count", "event_chain_root_hash", "sealed_at", "key_id"})
+    message v2 = JCS({"version": 2, "job_id", "event_count", "event_chain_root_hash",
+                      "events_root", "sealed_at", "key_id"})
+    signature  = Ed25519(private key, message)
+    key_id     = first 16 hex chars of hex(SHA-256(raw 32-byte public key))
+    events_root = hex(RFC 6962 Merkle root over the leaves H_1 .. H_n), each leaf the raw 32-byte
+                  chain hash of one event in version order (see :func:`events_root`)
+
+A v2 seal also commits to a Merkle tree over the job's events, so that one event can be shown
+with an inclusion proof against the sealed root without the others (``affidavit disclose``).
+New seals are v2; v1 seals (no ``version`` field) keep verifying as they always did.
 
 A bare hash chain detects edits, insertions, deletions and reordering inside the log, but not a
 truncated tail or a log re-chained from scratch: whoever can write the database can recompute
@@ -16,7 +24,8 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +33,21 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from affidavit.core.canonical import canonical
+from affidavit.core.merkle import MemoryTree
 
 ALGORITHM = "ed25519"
 PUBLIC_KEY_BYTES = 32
+SEAL_VERSIONS = (1, 2)
+SEAL_VERSION = 2  # what new seals are
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def events_root(chain_hashes: Sequence[bytes]) -> str:
+    """hex RFC 6962 root of the tree whose leaves are the events' raw chain hashes H_1 .. H_n
+    (leaf hash ``SHA-256(0x00 ‖ H_i)``; the empty tree's root for no events)."""
+    tree = MemoryTree()
+    tree.append(chain_hashes)
+    return tree.root().hex()
 
 
 def key_id_for(public_raw: bytes) -> str:
@@ -89,15 +110,24 @@ class Seal:
     key_id: str
     signature: str  # base64 of the raw 64-byte Ed25519 signature
     algorithm: str = ALGORITHM
+    version: int = 1
+    events_root: str | None = None  # v2: hex Merkle root over the events' chain hashes
 
     def message(self) -> bytes:
         """The exact bytes that are signed."""
         return seal_message(
-            self.job_id, self.event_count, self.event_chain_root_hash, self.sealed_at, self.key_id
+            self.job_id,
+            self.event_count,
+            self.event_chain_root_hash,
+            self.sealed_at,
+            self.key_id,
+            events_root=self.events_root if self.version >= 2 else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The seal as JSON; a v1 seal exactly as before v2 existed (no ``version``), so that its
+        hash, and so its transparency-log leaf, are unchanged."""
+        doc: dict[str, Any] = {
             "job_id": self.job_id,
             "event_count": self.event_count,
             "event_chain_root_hash": self.event_chain_root_hash,
@@ -106,6 +136,10 @@ class Seal:
             "algorithm": self.algorithm,
             "signature": self.signature,
         }
+        if self.version != 1:
+            doc["version"] = self.version
+            doc["events_root"] = self.events_root
+        return doc
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Seal:
@@ -123,6 +157,8 @@ class Seal:
                 key_id=data["key_id"],
                 signature=data["signature"],
                 algorithm=data.get("algorithm", ALGORITHM),
+                version=data.get("version", 1),
+                events_root=data.get("events_root"),
             )
         except KeyError as exc:
             raise ValueError(f"seal lacks {exc.args[0]!r}") from None
@@ -131,22 +167,41 @@ class Seal:
                 raise ValueError(f"seal field {name!r} must be a string")
         if type(seal.event_count) is not int:
             raise ValueError("seal field 'event_count' must be an integer")
+        if type(seal.version) is not int or seal.version not in SEAL_VERSIONS:
+            raise ValueError(f"unknown seal version {seal.version!r}")
+        if seal.version == 1 and "version" in data:
+            raise ValueError("a v1 seal has no 'version' field")
+        if seal.version == 1 and seal.events_root is not None:
+            raise ValueError("a v1 seal has no 'events_root'")
+        if seal.version >= 2 and not (
+            isinstance(seal.events_root, str) and _HEX64.match(seal.events_root)
+        ):
+            raise ValueError("seal field 'events_root' must be 64 lowercase hex digits")
         return seal
 
 
 def seal_message(
-    job_id: str, event_count: int, event_chain_root_hash: str, sealed_at: str, key_id: str
+    job_id: str,
+    event_count: int,
+    event_chain_root_hash: str,
+    sealed_at: str,
+    key_id: str,
+    *,
+    events_root: str | None = None,
 ) -> bytes:
-    """JCS of the five sealed fields."""
-    return canonical(
-        {
-            "job_id": job_id,
-            "event_count": event_count,
-            "event_chain_root_hash": event_chain_root_hash,
-            "sealed_at": sealed_at,
-            "key_id": key_id,
-        }
-    )
+    """JCS of the sealed fields: the five of v1, or with ``events_root`` those of v2 (which
+    add ``"version": 2`` and ``events_root``)."""
+    fields: dict[str, Any] = {
+        "job_id": job_id,
+        "event_count": event_count,
+        "event_chain_root_hash": event_chain_root_hash,
+        "sealed_at": sealed_at,
+        "key_id": key_id,
+    }
+    if events_root is not None:
+        fields["version"] = 2
+        fields["events_root"] = events_root
+    return canonical(fields)
 
 
 def sign_seal(
@@ -156,13 +211,17 @@ def sign_seal(
     event_count: int,
     event_chain_root_hash: str,
     sealed_at: str,
+    events_root: str | None = None,
 ) -> Seal:
-    """Sign a seal with ``private_key``; its key id is derived from the public half."""
+    """Sign a seal with ``private_key``; its key id is derived from the public half. With
+    ``events_root`` (hex, from :func:`events_root`) a v2 seal, else a v1 seal."""
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
     public_raw = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     key_id = key_id_for(public_raw)
-    message = seal_message(job_id, event_count, event_chain_root_hash, sealed_at, key_id)
+    message = seal_message(
+        job_id, event_count, event_chain_root_hash, sealed_at, key_id, events_root=events_root
+    )
     return Seal(
         job_id=job_id,
         event_count=event_count,
@@ -170,6 +229,8 @@ def sign_seal(
         sealed_at=sealed_at,
         key_id=key_id,
         signature=b64(private_key.sign(message)),
+        version=1 if events_root is None else 2,
+        events_root=events_root,
     )
 
 
@@ -197,7 +258,8 @@ LOG_LEAF_TYPE = "affidavit.seal/v1"
 
 
 def seal_sha256(seal: Seal) -> str:
-    """hex SHA-256 of JCS(the seal as :meth:`Seal.to_dict` writes it, signature included)."""
+    """hex SHA-256 of JCS(the seal as :meth:`Seal.to_dict` writes it, signature included; a v2
+    seal's ``version`` and ``events_root`` with it)."""
     return hashlib.sha256(canonical(seal.to_dict())).hexdigest()
 
 

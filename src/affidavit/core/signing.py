@@ -84,14 +84,22 @@ class SigningKey:
     def pem(self) -> bytes:
         return self.private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
-    def seal(self, job_id: str, event_count: int, event_chain_root_hash: str) -> Seal:
-        """Sign a seal now."""
+    def seal(
+        self,
+        job_id: str,
+        event_count: int,
+        event_chain_root_hash: str,
+        events_root: str | None = None,
+    ) -> Seal:
+        """Sign a seal now: v2 with ``events_root`` (see :func:`affidavit.core.seal.events_root`),
+        else v1."""
         return sign_seal(
             self.private,
             job_id=job_id,
             event_count=event_count,
             event_chain_root_hash=event_chain_root_hash,
             sealed_at=utc_now(),
+            events_root=events_root,
         )
 
     # --- files ----------------------------------------------------------------------------------

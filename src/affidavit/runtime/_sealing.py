@@ -16,7 +16,7 @@ from pathlib import Path
 
 from affidavit.core.errors import AffidavitError, JobNotFound
 from affidavit.core.events import utc_now
-from affidavit.core.seal import Seal, log_leaf
+from affidavit.core.seal import Seal, events_root, log_leaf
 from affidavit.core.signing import (
     KEY_ENV,
     KEY_FILE_NAME,
@@ -84,7 +84,15 @@ class Sealer:
             if job is None:
                 raise JobNotFound(job_id)
             head = (job.version, job.head_hash or "")
-        seal = key.seal(job_id, *head)
+        # a v2 seal: the Merkle root over the events' chain hashes, as this transaction sees them
+        hashes = tx.seal_chain_hashes(job_id)
+        if len(hashes) != head[0] or (hashes and hashes[-1].hex() != head[1]):
+            raise AffidavitError(
+                f"job {job_id}'s log changed under its seal: {len(hashes)} events read, "
+                f"{head[0]} expected",
+                hint="",
+            )
+        seal = key.seal(job_id, head[0], head[1], events_root(hashes))
         tx.key_register(key.public, created_at=seal.sealed_at)
         if tx.seal_insert(seal):
             # the seal's transparency-log leaf, queued with it: a crash before the sequencer

@@ -8,12 +8,24 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from affidavit.core.seal import ALGORITHM, PublicKey, Seal, b64, unb64
 
-SEAL_COLUMNS = "job_id, event_count, event_chain_root_hash, sealed_at, key_id, algorithm, signature"
+if TYPE_CHECKING:
+    from affidavit.store._sql import LogSql
+
+SEAL_COLUMNS = (
+    "job_id, event_count, event_chain_root_hash, sealed_at, key_id, algorithm, signature, "
+    "version, events_root"
+)
 SEAL_SELECT = f"SELECT {SEAL_COLUMNS} FROM seals WHERE job_id = ?"
+# a copy made before migration 12 (read as it is by a read-only store): every seal is v1
+LEGACY_SEAL_SELECT = (
+    "SELECT job_id, event_count, event_chain_root_hash, sealed_at, key_id, algorithm, "
+    "signature, 1, NULL FROM seals WHERE job_id = ?"
+)
+SEALS_V2_MIGRATION = 12
 KEYS_SELECT = (
     "SELECT key_id, public_key, created_at, retired_at FROM signing_keys "
     "WHERE algorithm = 'ed25519' ORDER BY created_at, key_id"
@@ -27,7 +39,12 @@ def seal_from_row(row: Sequence[Any]) -> Seal:
         ValueError: a column holds another type than its field's (a row edited outside the
             store; SQLite keeps whatever a column is given): the message names the field.
     """
-    return Seal.from_dict(dict(zip(SEAL_COLUMNS.split(", "), row, strict=True)))
+    fields = dict(zip(SEAL_COLUMNS.split(", "), row, strict=True))
+    if fields["version"] == 1:  # (a v1 seal's JSON has neither field)
+        del fields["version"]
+        if fields["events_root"] is None:
+            del fields["events_root"]
+    return Seal.from_dict(fields)
 
 
 def key_from_row(row: Sequence[Any]) -> PublicKey:
@@ -42,6 +59,8 @@ def key_from_row(row: Sequence[Any]) -> PublicKey:
 class SealOps:
     """Seal and key statements; relies on the transaction primitives."""
 
+    log_sql: LogSql
+
     @abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
 
@@ -51,7 +70,7 @@ class SealOps:
     def seal_insert(self, seal: Seal) -> bool:
         """Store a job's seal; ``False`` (and nothing written) if the job already has one."""
         rows = self.query(
-            f"INSERT INTO seals ({SEAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO seals ({SEAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT DO NOTHING RETURNING job_id",
             (
                 seal.job_id,
@@ -61,9 +80,17 @@ class SealOps:
                 seal.key_id,
                 seal.algorithm,
                 seal.signature,
+                seal.version,
+                seal.events_root,
             ),
         )
         return bool(rows)
+
+    def seal_chain_hashes(self, job_id: str) -> list[bytes]:
+        """The raw stored chain hashes of the job's events in version order, as this transaction
+        sees them: the leaves of a v2 seal's ``events_root``."""
+        rows = self.query(self.log_sql.hashes, (job_id,))
+        return [bytes.fromhex(r[0]) for r in rows]
 
     def seal_get(self, job_id: str) -> Seal | None:
         rows = self.query(SEAL_SELECT, (job_id,))

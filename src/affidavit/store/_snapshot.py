@@ -61,6 +61,7 @@ class SqlSnapshot(TlogReads, ABC):
     # (the whole log is read without recorded_at: informational, not covered by the chain, and
     # costly to convert per row)
     log_sql = BY_JOB_ID
+    seal_select = SEAL_SELECT  # (LEGACY_SEAL_SELECT on a copy made before migration 12)
 
     @abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -201,7 +202,7 @@ class SqlSnapshot(TlogReads, ABC):
             yield _ledger_from_row(row)
 
     def seal_get(self, job_id: str) -> Seal | None:
-        rows = self.query(SEAL_SELECT, (job_id,))
+        rows = self.query(self.seal_select, (job_id,))
         return seal_from_row(rows[0]) if rows else None
 
     def keys_list(self) -> list[PublicKey]:

@@ -34,7 +34,15 @@ from affidavit.core.seal import PublicKey, Seal
 from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._ledger import LedgerOps
-from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, SealOps, key_from_row, seal_from_row
+from affidavit.store._seals import (
+    KEYS_SELECT,
+    LEGACY_SEAL_SELECT,
+    SEAL_SELECT,
+    SEALS_V2_MIGRATION,
+    SealOps,
+    key_from_row,
+    seal_from_row,
+)
 from affidavit.store._tlog import TlogWrites
 from affidavit.store.base import (
     JOB_STATUSES,
@@ -69,6 +77,7 @@ class LogSql:
     after: str  # EVENT_COLUMNS after a version, in version order; (job_id, after_version)
     rows: str  # (version, event_id, type, payload, chain_hash) of the whole log; (job_id,)
     events: str  # (job_id, version, event_id, type, payload, chain_hash) likewise; (job_id,)
+    hashes: str  # (chain_hash,) of the whole log in order; (job_id,)
     position: str = "version"  # the events column a log is read in order of
     # (job_id, version, position, the job whose log the position is in or NULL) of every event
     # row of a job (with a job row) that lies outside that job's log as `events` reads it, by
@@ -98,6 +107,7 @@ BY_JOB_ID = LogSql(
     "WHERE job_id = ? ORDER BY version",
     events="SELECT job_id, version, event_id, type, payload, chain_hash FROM events "
     "WHERE job_id = ? ORDER BY version",
+    hashes="SELECT chain_hash FROM events WHERE job_id = ? ORDER BY version",
 )
 EVENT_INSERT = (
     "INSERT INTO events (job_id, version, event_id, type, payload, chain_hash) "
@@ -607,6 +617,7 @@ class SqlStore(ApiKeyReads, ABC):
     url: str
     backend: str
     log_sql = BY_JOB_ID
+    seal_select = SEAL_SELECT  # (LEGACY_SEAL_SELECT on a copy made before migration 12)
 
     @abstractmethod
     def _reader(self) -> AbstractContextManager[Cursor]: ...
@@ -657,6 +668,8 @@ class SqlStore(ApiKeyReads, ABC):
             int(r[0]) for r in self._read_rows(f"SELECT version FROM {migrations.VERSION_TABLE}")
         ]
         pending = migrations.pending(name, applied, known)  # (raises for a newer schema)
+        if any(m.version == SEALS_V2_MIGRATION for m in pending):
+            self.seal_select = LEGACY_SEAL_SELECT  # (seals have no version column yet)
         if not all(m.older_schema_readable for m in pending):
             raise MigrationError(
                 f"the database schema is at version {max(applied)}, older than this "
@@ -767,7 +780,7 @@ class SqlStore(ApiKeyReads, ABC):
 
     def get_seal(self, job_id: str) -> Seal | None:
         with self._reader() as cur:
-            cur.execute(self._q(SEAL_SELECT), (job_id,))
+            cur.execute(self._q(self.seal_select), (job_id,))
             row = cur.fetchone()
         return seal_from_row(row) if row is not None else None
 

@@ -566,6 +566,11 @@ class Transaction(TlogWriter, Protocol):
 
     def seal_get(self, job_id: str) -> Seal | None: ...
 
+    def seal_chain_hashes(self, job_id: str) -> list[bytes]:
+        """The raw stored chain hashes of the job's events in version order (the leaves of a v2
+        seal's ``events_root``)."""
+        ...
+
     def key_register(self, key: PublicKey, *, created_at: str) -> None:
         """Record a public key (a key id already known is left as it is). Nothing to wait
         for: a backend may send it with the next round trip."""

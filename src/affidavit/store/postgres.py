@@ -678,6 +678,7 @@ class PostgresStore(SqlStore):
                 f"SET LOCAL idle_in_transaction_session_timeout = 0; {IN_KEY_ORDER}"
             )
             snap = PostgresSnapshot(conn)
+            snap.seal_select = self.seal_select
             try:
                 yield snap
             finally:

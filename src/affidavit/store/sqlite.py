@@ -79,6 +79,7 @@ BY_RANGE = LogSql(
     ),
     rows=f"SELECT version, event_id, type, payload, chain_hash FROM events WHERE {_LOG}",
     events=f"SELECT job_id, version, event_id, type, payload, chain_hash FROM events WHERE {_LOG}",
+    hashes=f"SELECT chain_hash FROM events WHERE {_LOG}",
     position="seq",
     # one pass over the events table, each row's job looked up by its id and the job whose
     # range holds it by number (both indexed); rows of no job row are orphans, read elsewhere
@@ -671,6 +672,7 @@ class SqliteStore(SqlStore):
                 conn.execute("PRAGMA query_only = 1")
             conn.execute("BEGIN")
             snap = SqliteSnapshot(conn, self.log_sql, lenient_text)
+            snap.seal_select = self.seal_select
             yield snap
         except READ_ERRORS as exc:
             raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc

@@ -1,5 +1,6 @@
 """The transparency log of seals: a store-wide RFC 6962 Merkle tree whose leaves are job seals,
-published as C2SP checkpoints, served as tlog-tiles, cosigned by witnesses.
+published as C2SP checkpoints, served as tlog-tiles, cosigned by witnesses; and selective
+disclosure of one step of a sealed job against its v2 seal.
 
 See docs/transparency.md. Each name is imported on first use: the sequencer a worker runs does
 not load the witness and its HTTP client.
@@ -12,6 +13,17 @@ from typing import TYPE_CHECKING
 from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from affidavit.tlog._disclose import (
+        DISCLOSURE_TYPE,
+        MAX_DISCLOSURE_BYTES,
+        DisclosureCheck,
+        NotDisclosable,
+        StepNotFound,
+        build_disclosure,
+        disclose,
+        encode_disclosure,
+        verify_disclosure,
+    )
     from affidavit.tlog._keys import (
         LOG_KEY_ENV,
         LOG_ORIGIN_ENV,
@@ -32,6 +44,15 @@ if TYPE_CHECKING:
     from affidavit.tlog._witness import ForkDetected, StepResult, Witness, WitnessError
 
 _LAZY = {
+    "DISCLOSURE_TYPE": "affidavit.tlog._disclose",
+    "MAX_DISCLOSURE_BYTES": "affidavit.tlog._disclose",
+    "DisclosureCheck": "affidavit.tlog._disclose",
+    "NotDisclosable": "affidavit.tlog._disclose",
+    "StepNotFound": "affidavit.tlog._disclose",
+    "build_disclosure": "affidavit.tlog._disclose",
+    "disclose": "affidavit.tlog._disclose",
+    "encode_disclosure": "affidavit.tlog._disclose",
+    "verify_disclosure": "affidavit.tlog._disclose",
     "LOG_KEY_ENV": "affidavit.tlog._keys",
     "LOG_ORIGIN_ENV": "affidavit.tlog._keys",
     "LogKey": "affidavit.tlog._keys",
@@ -57,15 +78,20 @@ _LAZY = {
 __getattr__ = lazy_exports("affidavit.tlog", _LAZY, globals())
 
 __all__ = [
+    "DISCLOSURE_TYPE",
     "LOG_KEY_ENV",
     "LOG_ORIGIN_ENV",
+    "MAX_DISCLOSURE_BYTES",
+    "DisclosureCheck",
     "ForkDetected",
     "Integrated",
     "LogError",
     "LogKey",
+    "NotDisclosable",
     "NotInLog",
     "ProofCheck",
     "Sequencer",
+    "StepNotFound",
     "StepResult",
     "TilePath",
     "TransparencyLog",
@@ -73,8 +99,12 @@ __all__ = [
     "WitnessError",
     "check_proof",
     "configured_origin",
+    "build_disclosure",
     "default_log_key_path",
+    "disclose",
+    "encode_disclosure",
     "parse_leaf",
     "parse_tile_path",
     "tile_path",
+    "verify_disclosure",
 ]

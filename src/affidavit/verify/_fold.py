@@ -205,6 +205,7 @@ class LogFold:
         self.head = GENESIS
         self.count = 0
         self.first_bad_version: int | None = None
+        self.heads: list[bytes] = []  # every recomputed H_i: the leaves of a v2 seal's events_root
         # execution hash
         self.plan_hash: str | None = None
         self._exec: Any = None
@@ -339,7 +340,7 @@ class LogFold:
             binascii.b2a_base64,
             b"".join,
         )
-        known = self._known
+        known, keep_head = self._known, self.heads.append
         # state the handlers mutate in place (never rebound)
         completed, committed, committed_nodes = self.completed, self.committed, self.committed_nodes
         invocation_ids, started, success = self.invocation_ids, self.started, self.success
@@ -374,6 +375,7 @@ class LogFold:
                     first_bad = count if first_bad is None else first_bad
                     entry = known.get(event_type) if readable is not None else None
                     kind, payload = (-1, b"") if entry is None else (entry[1], readable or b"")
+                keep_head(head)
                 if first_bad is None and (version != count or stored_hash != head.hex()):
                     first_bad = count
                 if terminal is not None:

@@ -30,7 +30,14 @@ from affidavit.core.errors import (
     JobNotFound,
     VerificationError,
 )
-from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, check_signature, unb64
+from affidavit.core.seal import (
+    PUBLIC_KEY_BYTES,
+    PublicKey,
+    Seal,
+    check_signature,
+    events_root,
+    unb64,
+)
 from affidavit.store import (
     TERMINAL_STATUSES,
     LedgerColumns,
@@ -677,6 +684,8 @@ def _check_seal(
         error = f"the seal covers {seal.event_count} events, the log has {fold.count}"
     if not error and seal.event_chain_root_hash != fold.root:
         error = "the seal's chain root does not match the log (re-chained or altered)"
+    if not error and seal.version >= 2 and seal.events_root != events_root(fold.heads):
+        error = "the seal's events_root does not match the log's events (v2 seal altered)"
     if not error and not terminal:
         error = "a seal on a job that is not terminal"
     return SealCheck(True, not error, seal.key_id, seal.event_count, error)
