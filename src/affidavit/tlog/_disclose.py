@@ -128,26 +128,53 @@ def disclose(store: Store, job_id: str, selector: str) -> dict[str, Any]:
             hint="Jobs sealed by this version (seal v2) can be; share this job whole, as a "
             "proof pack (`affidavit pack export`).",
         )
-    hashes = [bytes.fromhex(e.chain_hash) for e in events]
+    return build_disclosure(seal, events, selector, _tlog_proof(store, job_id))
+
+
+def build_disclosure(
+    seal: Seal, events: Sequence[StoredEvent], selector: str, tlog_proof: str | None
+) -> dict[str, Any]:
+    """The disclosure document of the events ``selector`` names among ``events`` (the job's
+    whole log, in version order), sealed by the v2 ``seal``.
+
+    Raises:
+        StepNotFound: nothing matches ``selector``, or too much does.
+        VerificationError: the log does not match the seal, or a chosen event its chain hash.
+    """
+    job_id = seal.job_id
+    altered = VerificationError(
+        f"job {job_id}'s stored log does not match its seal's events root",
+        hint=f"Run `affidavit verify {job_id}` to see what was altered.",
+    )
+    if [e.version for e in events] != list(range(1, len(events) + 1)):
+        raise altered
+    try:
+        hashes = [bytes.fromhex(e.chain_hash) for e in events]
+    except ValueError:
+        raise altered from None
     tree = MemoryTree()
     tree.append(hashes)
     if len(events) != seal.event_count or tree.root().hex() != seal.events_root:
-        raise VerificationError(
-            f"job {job_id}'s stored log does not match its seal's events root",
-            hint=f"Run `affidavit verify {job_id}` to see what was altered.",
-        )
+        raise altered
     chosen = [e for e in events if selects(selector, e.type, e.payload, e.version)]
     if not chosen:
         raise StepNotFound(f"job {job_id} has no step or event {selector!r}")
     if len(chosen) > MAX_EVENTS:
         raise StepNotFound(f"{selector!r} selects {len(chosen)} events (at most {MAX_EVENTS})")
+    for e in chosen:
+        previous = hashes[e.version - 2] if e.version > 1 else GENESIS
+        if chain_next(previous, e.event_id, e.type, e.payload_bytes) != hashes[e.version - 1]:
+            raise VerificationError(
+                f"job {job_id}'s event {e.version} does not match its chain hash",
+                hint=f"Run `affidavit verify {job_id}` to see what was altered.",
+            )
     return {
         "type": DISCLOSURE_TYPE,
         "job_id": job_id,
         "selector": selector,
         "seal": seal.to_dict(),
         "events": [_disclosed(e, hashes, tree) for e in chosen],
-        "tlog_proof": _tlog_proof(store, job_id),
+        "tlog_proof": tlog_proof,
     }
 
 
