@@ -168,6 +168,10 @@ MEASURES = {
         "The transparency log: queued seals integrated per second by the sequencer, a job's"
         " tlog-proof generated and verified at a large tree, and seal → integrated latency."
     ),
+    "bench_disclose": (
+        "Selective disclosure: what seal v2 (events_root) adds to sealing a 50-event job, and"
+        " one step's disclosure file made and verified per second."
+    ),
     "bench_append": (
         "`Store.append` (canonicalize, lock, read the head, fence, chain, insert; one transaction)"
         " against plain INSERTs of the same rows into the same table at the same durability."

@@ -18,6 +18,7 @@ from affidavit.core.merkle import (
     ProofError,
     leaf_hash,
     node_hash,
+    root_of,
     verify_consistency,
     verify_inclusion,
 )
@@ -160,3 +161,11 @@ def test_reference_roots_small_trees() -> None:
             verify_inclusion(leaf_hash(leaves[i]), i, n, tree.inclusion_proof(i), tree.root())
         for m in range(1, n + 1):
             verify_consistency(m, n, tree.consistency_proof(m), tree.root(m), tree.root())
+
+
+def test_root_of_equals_the_stored_tree_at_every_size() -> None:
+    leaves = [i.to_bytes(4, "big") for i in range(300)]
+    tree = MemoryTree()
+    for n in range(0, 300):
+        assert root_of(leaves[:n]) == tree.root(), n
+        tree.append([leaves[n]])

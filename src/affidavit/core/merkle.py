@@ -44,6 +44,20 @@ def node_hash(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(NODE_PREFIX + left + right).digest()
 
 
+def root_of(leaves: Sequence[bytes]) -> bytes:
+    """``MTH`` of ``leaves`` (leaf bytes), computed level by level: adjacent pairs are hashed
+    and an unpaired last node rises unchanged, which builds RFC 6962's left-balanced tree."""
+    if not leaves:
+        return EMPTY_ROOT
+    level = [leaf_hash(x) for x in leaves]
+    while len(level) > 1:
+        paired = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) & 1:
+            paired.append(level[-1])
+        level = paired
+    return level[0]
+
+
 def _split(n: int) -> int:
     """The largest power of two smaller than ``n`` (n > 1)."""
     return 1 << ((n - 1).bit_length() - 1)

@@ -33,7 +33,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from affidavit.core.canonical import canonical
-from affidavit.core.merkle import MemoryTree
+from affidavit.core.merkle import root_of
 
 ALGORITHM = "ed25519"
 PUBLIC_KEY_BYTES = 32
@@ -45,9 +45,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 def events_root(chain_hashes: Sequence[bytes]) -> str:
     """hex RFC 6962 root of the tree whose leaves are the events' raw chain hashes H_1 .. H_n
     (leaf hash ``SHA-256(0x00 ‖ H_i)``; the empty tree's root for no events)."""
-    tree = MemoryTree()
-    tree.append(chain_hashes)
-    return tree.root().hex()
+    return root_of(chain_hashes).hex()
 
 
 def key_id_for(public_raw: bytes) -> str:
