@@ -12,6 +12,7 @@ import pytest
 from affidavit import Runtime, SigningKey, verify_job
 from affidavit.core.canonical import canonical, canonical_sha256, parse
 from affidavit.core.ids import new_event_id
+from affidavit.core.seal import events_root
 from affidavit.packs import export_pack, verify_pack
 from affidavit.runtime._sealing import default_key_path
 from affidavit.verify import VerificationResult
@@ -348,16 +349,26 @@ def test_seal_by_a_key_added_to_the_database_fails_a_pinned_pack(
     raw.rewrite_log(job_id, events)
     forged = verify_job(rt.store, job_id)
     forger = SigningKey.generate()
-    seal = forger.seal(job_id, forged.stored_chain.event_count, forged.event_chain_root_hash)
+    hashes = [bytes.fromhex(row[4]) for row in raw.events(job_id)]
+    seal = forger.seal(
+        job_id, forged.stored_chain.event_count, forged.event_chain_root_hash, events_root(hashes)
+    )
     raw.execute(
         "INSERT INTO signing_keys (key_id, algorithm, public_key, created_at) "
         "VALUES (?, 'ed25519', ?, ?)",
         (forger.key_id, forger.public.public_key_b64, seal.sealed_at),
     )
     raw.execute(
-        "UPDATE seals SET key_id = ?, signature = ?, sealed_at = ?, event_chain_root_hash = ? "
-        "WHERE job_id = ?",
-        (seal.key_id, seal.signature, seal.sealed_at, seal.event_chain_root_hash, job_id),
+        "UPDATE seals SET key_id = ?, signature = ?, sealed_at = ?, event_chain_root_hash = ?, "
+        "events_root = ? WHERE job_id = ?",
+        (
+            seal.key_id,
+            seal.signature,
+            seal.sealed_at,
+            seal.event_chain_root_hash,
+            seal.events_root,
+            job_id,
+        ),
     )
     runtime_key = SigningKey.load(default_key_path(rt.store.url))
     assert not verify_job(rt.store, job_id, trusted_keys=[runtime_key.public_raw]).ok
