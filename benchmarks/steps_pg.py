@@ -177,7 +177,7 @@ def run_affidavit(url: str, jobs: int, steps: int, tmp: Path) -> tuple[float, fl
 
 def _connect(store_url: str) -> psycopg.Connection[tuple[object, ...]]:
     base, _, query = store_url.partition("?schema=")
-    conn = psycopg.connect(pg_conninfo(base))
+    conn = psycopg.connect(pg_conninfo(base), autocommit=True)
     conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(query)))
     return conn
 
@@ -250,7 +250,6 @@ def _floor_jobs(store_url: str, jobs: range, steps: int, spans: list[float]) -> 
     payload = b"x" * 256
     chain = b"h" * 32
     with _connect(store_url) as conn:
-        conn.autocommit = True
         cursor = psycopg.ClientCursor(conn)
         ledger_insert = "INSERT INTO ledger VALUES (%s, %s, 'started', NULL)"
         ledger_update = (

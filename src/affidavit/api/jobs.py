@@ -216,7 +216,7 @@ def verify(
     return verify_one(svc.store, job_id, trusted_keys=trusted_key or None).to_dict()
 
 
-@router.get("/{job_id}/seal", response_model=JobSeal)
+@router.get("/{job_id}/seal", response_model=JobSeal, response_model_exclude_unset=True)
 def seal(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     """The job's seal, for verifying its log offline with `verify_events` (with the events of
     `/events` and a key of `/api/keys`); `seal` is null when the job has none. 404 for an

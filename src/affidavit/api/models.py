@@ -213,6 +213,14 @@ class SealRecord(BaseModel):
     key_id: str
     algorithm: str
     signature: str = Field(description="Base64 of the Ed25519 signature.")
+    version: int | None = Field(
+        default=None, description="2 for a seal that also signs `events_root`; absent on v1."
+    )
+    events_root: str | None = Field(
+        default=None,
+        description="v2: the RFC 6962 root over the job's events' chain hashes (hex); absent "
+        "on v1 (docs/formats.md).",
+    )
 
 
 class JobSeal(BaseModel):

@@ -224,7 +224,11 @@ class Worker:
         now = time.time()
         with self._count_lock:
             skip = () if job_id is not None else tuple(self._cannot_run)
-        with self.store.transaction(durable=True) as tx:
+        # Not waited to disk: nothing acts on a claim alone. The run's first durable commit
+        # (T1 before any tool acts, or the job's end) makes it durable first, the log being
+        # ordered; a claim lost with the database's last moments leaves the job claimable
+        # again, and the run's writes under it fenced off (their attempt is not the job's).
+        with self.store.transaction(durable=False) as tx:
             claimed = tx.claim(
                 owner=self.worker_id,
                 attempt_id=attempt,
