@@ -33,6 +33,16 @@ DbOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+# (pack verify, disclose verify: the witnesses a transparency-log proof must carry)
+WitnessKeysOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--witness-key",
+        help="With --log-key: a witness's cosigner vkey that must have cosigned the "
+        "proof's checkpoint; repeatable.",
+        show_default=False,
+    ),
+]
 
 
 @contextmanager

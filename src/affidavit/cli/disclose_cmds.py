@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from affidavit.cli import output
-from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.common import DbOption, JsonOption, WitnessKeysOption, command, opened
 from affidavit.cli.log_cmds import read_vkey
 from affidavit.cli.pack_cmds import _load_key
 from affidavit.core.errors import ConfigError
@@ -105,15 +105,7 @@ def verify(
             show_default=False,
         ),
     ] = None,
-    witness_key: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--witness-key",
-            help="With --log-key: a witness's cosigner vkey that must have cosigned the "
-            "proof's checkpoint; repeatable.",
-            show_default=False,
-        ),
-    ] = None,
+    witness_key: WitnessKeysOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a disclosure file offline: the seal's signature, each event's chain hash and

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from affidavit.cli import output
-from affidavit.cli.common import DbOption, JsonOption, command, opened, state
+from affidavit.cli.common import DbOption, JsonOption, WitnessKeysOption, command, opened, state
 from affidavit.cli.log_cmds import read_vkey
 from affidavit.core.errors import ConfigError
 from affidavit.core.inputs import read_limited
@@ -105,15 +105,7 @@ def verify(
             show_default=False,
         ),
     ] = None,
-    witness_key: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--witness-key",
-            help="With --log-key: a witness's cosigner vkey that must have cosigned the "
-            "proof's checkpoint; repeatable.",
-            show_default=False,
-        ),
-    ] = None,
+    witness_key: WitnessKeysOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a proof pack offline (RCE v0.1 phases 1-4, and the job's event log, seal and
