@@ -293,7 +293,7 @@ def test_a_worker_frozen_inside_a_transaction_does_not_hold_its_job_forever(
             "args": {"side": "${input.side}", "amount": i},
             **({"depends_on": [f"s{i - 1:03}"]} if i else {}),
         }
-        for i in range(400)
+        for i in range(2000)  # (long enough for a freeze to land in a transaction)
     ]
     with Runtime(url, tools=REGISTRY, lease_seconds=30) as rt:
         job_id = rt.submit({"nodes": steps}, {"side": str(side)}).job_id

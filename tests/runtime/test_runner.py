@@ -1729,7 +1729,8 @@ def test_a_transaction_that_does_not_commit_leaves_the_runs_version_and_head(
     store_url: str, calls: Calls
 ) -> None:
     """The run chains from the head it holds; a transaction rolled back after an append must
-    not move it, or the next append would leave a gap the store cannot see."""
+    not move it, or the next append would leave a gap the store cannot see. Nor the chain
+    hashes it keeps for the job's seal."""
     registry = ToolRegistry([charge_tool(calls)])
     rt = Runtime(store_url, tools=registry, lease_seconds=30)
     try:
@@ -1738,11 +1739,11 @@ def test_a_transaction_that_does_not_commit_leaves_the_runs_version_and_head(
         assert claim is not None
         events = rt.store.list_events(job_id)
         replay = build_from_events(events)
+        hashes = [bytes.fromhex(e.chain_hash) for e in events]
         journal = Journal(
             rt.store,
             claim,
-            len(events),
-            bytes.fromhex(events[-1].chain_hash),
+            list(hashes),
             control=RunControl(job_id),
             metrics=rt.worker.metrics,
             sealer=rt.worker.sealer,
@@ -1756,9 +1757,12 @@ def test_a_transaction_that_does_not_commit_leaves_the_runs_version_and_head(
             assert journal.version == before[0] + 1
             raise RuntimeError("after the append")
         assert (journal.version, journal.head) == before
+        assert journal._hashes == hashes
         assert len(rt.store.list_events(job_id)) == len(events)
         journal.write(("node_started", started), fast=True)
         assert journal.version == len(events) + 1
         assert journal.head == bytes.fromhex(rt.store.get_job(job_id).head_hash or "")
+        stored = [bytes.fromhex(e.chain_hash) for e in rt.store.list_events(job_id)]
+        assert journal._hashes == stored
     finally:
         rt.close()

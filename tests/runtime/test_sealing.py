@@ -26,9 +26,17 @@ from affidavit.runtime._sealing import (
     default_key_path,
 )
 from affidavit.store import Transaction
+from affidavit.store._seals import SealOps
 from affidavit.verify.repair import seal_unsealed
 from tests.runtime.helpers import wait_lease_expired
-from tests.verify.helpers import LEASE, TWO_CHARGES, RawDb, SimulatedCrash, tools
+from tests.verify.helpers import (
+    CHARGE_THEN_APPROVAL,
+    LEASE,
+    TWO_CHARGES,
+    RawDb,
+    SimulatedCrash,
+    tools,
+)
 
 
 def test_default_key_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -151,6 +159,30 @@ def test_terminal_event_and_seal_commit_together(
         assert rt.get_job(job_id).status == "completed"
         result = verify_job(rt.store, job_id)
         assert result.ok and result.seal.present
+
+
+def test_a_run_seals_with_the_chain_hashes_it_read_and_wrote(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run knows every chain hash of its job's log — those it read when it started and
+    those it appended — and seals with them, without reading the log back; the seal's events
+    root is the stored log's."""
+    with Runtime(store_url, tools=tools()) as rt:
+        job_id = rt.submit(CHARGE_THEN_APPROVAL).job_id
+        rt.run_until_idle()  # charges, then waits: the second run starts from a stored log
+        rt.signal(job_id, f"{job_id}:ok", {"approved": True})
+
+        def unread(self: SealOps, job_id: str) -> list[bytes]:
+            raise AssertionError("a run read its log's chain hashes back to seal it")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(SealOps, "seal_chain_hashes", unread)
+            rt.run_until_idle()
+        assert rt.get_job(job_id).status == "completed"
+        result = verify_job(rt.store, job_id)
+        assert result.ok and result.seal.present
+        seal = rt.store.get_seal(job_id)
+        assert seal is not None and seal.version == 2
 
 
 @pytest.fixture

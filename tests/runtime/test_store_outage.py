@@ -123,6 +123,11 @@ class FlakyStore:
     def transaction(self, *, durable: bool = True) -> _FlakyTransaction:
         return _FlakyTransaction(self, durable)
 
+    def claim(self, **kwargs: Any) -> Any:  # (a transaction of its own)
+        if self.down.is_set():
+            raise StoreUnavailable("test: the database is down")
+        return self.store.claim(**kwargs)
+
     def list_events(self, job_id: str, **kwargs: Any) -> Any:
         if self.read_failures > 0:
             self.read_failures -= 1
@@ -146,7 +151,7 @@ def failure_record(recorded: Recorded) -> bool:
 
 
 def completion(recorded: Recorded) -> bool:
-    return any(n == "update_job" and kw.get("status") == "completed" for n, kw in recorded)
+    return any(n == "set_status" and kw.get("status") == "completed" for n, kw in recorded)
 
 
 # --- tools and fixtures ------------------------------------------------------------------------

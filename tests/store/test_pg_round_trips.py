@@ -14,6 +14,7 @@ import pytest
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import ConflictError, FencedError, JobNotFound, LedgerRowExists
 from affidavit.core.ids import new_attempt_id, new_event_ids
+from affidavit.runtime._sealing import SigningKey
 from affidavit.store import NewEvent, Store, open_store
 from tests.conftest import PG_URL, with_schema
 
@@ -188,3 +189,53 @@ def test_a_status_change_reads_the_locked_job_in_one_round_trip(
     with pytest.raises(FencedError), pg_store.transaction() as tx:
         tx.update_job(job_id, status="completed", fence="another")
     assert pg_store.get_job(job_id).status == "running"
+
+
+def test_a_claim_is_one_round_trip_with_its_commit(pg_store: Store, syncs: list[int]) -> None:
+    """A worker's claim (``Store.claim``) locks, leases and reads back the job in one
+    statement, sent with its commit: one round trip, also when there is nothing to claim."""
+    job, _ = pg_store.create_job(events=[NewEvent("job_created", {})])
+    before = syncs[0]
+    claimed = pg_store.claim(owner="w", attempt_id="a1", now=1.0, lease_seconds=10)
+    assert syncs[0] - before == 1 and claimed is not None and claimed.job_id == job.job_id
+    assert pg_store.get_job(job.job_id).attempt_id == "a1"  # committed
+    before = syncs[0]
+    assert pg_store.claim(owner="w", attempt_id="a2", now=2.0, lease_seconds=10) is None
+    assert syncs[0] - before == 1
+
+
+def test_nothing_is_sent_after_a_read_that_carried_the_commit(pg_store: Store) -> None:
+    job_id, attempt, _ = _leased_job(pg_store)
+    with (
+        pytest.raises(RuntimeError, match="after the transaction's commit"),
+        pg_store.transaction() as tx,
+    ):
+        tx.commit_with_next_read()  # (a claim's: its read is the last statement)
+        tx.get_job(job_id)
+        tx.set_status(job_id, status="completed", fence=attempt)
+    assert pg_store.get_job(job_id).status == "pending"
+
+
+def test_a_runs_last_transaction_is_one_round_trip(pg_store: Store, syncs: list[int]) -> None:
+    """The job's end as a run writes it — the terminal event, the status, the seal with its
+    key and its log leaf — goes in one message with the commit; the leaf is queued only for
+    the seal that is stored."""
+    job_id, attempt, head = _leased_job(pg_store)
+    key = SigningKey.generate()
+
+    def end(tx: Any) -> None:
+        hashes = tx.append_known_head(
+            job_id, _encoded(1), expected_version=1, fence=attempt, head=head
+        )
+        tx.set_status(job_id, status="completed", fence=attempt, output={"ok": True})
+        seal = key.seal(job_id, 2, hashes[-1].hex())
+        tx.key_register(key.public, created_at=seal.sealed_at)
+        tx.seal_insert(seal, leaf=b"leaf", queued_at=1.0)
+
+    before_commit, _ = _counted(pg_store, syncs, end)
+    assert before_commit == 0
+    job = pg_store.get_job(job_id)
+    assert (job.status, job.version, job.output) == ("completed", 2, {"ok": True})
+    assert pg_store.get_seal(job_id) is not None
+    with pg_store.transaction() as tx:
+        assert [q.leaf for q in tx.tlog_queue_batch(5)] == [b"leaf"]

@@ -113,8 +113,8 @@ def test_seals_and_keys_round_trip(store: Store) -> None:
     with store.transaction() as tx:
         tx.key_register(key.public, created_at="2026-01-01T00:00:00.000000Z")
         tx.key_register(key.public, created_at="later")  # already known: left as it is
-        assert tx.seal_insert(seal)
-        assert not tx.seal_insert(key.seal(job_id, 99, "x"))  # one seal per job
+        tx.seal_insert(seal)
+        tx.seal_insert(key.seal(job_id, 99, "x"))  # one seal per job: the first is kept
     assert store.get_seal(job_id) == seal
     [recorded] = store.signing_keys()
     assert recorded == PublicKey(
@@ -125,6 +125,21 @@ def test_seals_and_keys_round_trip(store: Store) -> None:
     assert store.signing_keys()[0].retired_at == "2026-02-01T00:00:00.000000Z"
     with store.snapshot() as snap:
         assert snap.seal_get(job_id) == seal and snap.keys_list() == store.signing_keys()
+
+
+def test_a_seals_log_leaf_is_queued_only_if_that_seal_is_the_one_stored(store: Store) -> None:
+    """``seal_insert(..., leaf=)`` queues the leaf in the seal's transaction when the seal is
+    stored, and queues nothing when the job already had a seal (which it keeps)."""
+    job_id = make_job(store, 2)
+    key = SigningKey.generate()
+    first, second = key.seal(job_id, 2, "a"), key.seal(job_id, 2, "b")
+    with store.transaction() as tx:
+        tx.seal_insert(first, leaf=b"leaf-1", queued_at=1.0)
+    with store.transaction() as tx:
+        tx.seal_insert(second, leaf=b"leaf-2", queued_at=2.0)
+        queued = tx.tlog_queue_batch(10)
+    assert store.get_seal(job_id) == first
+    assert [(q.job_id, q.leaf, q.queued_at) for q in queued] == [(job_id, b"leaf-1", 1.0)]
 
 
 def test_each_snapshot_begins_anew_whatever_the_one_before_did(

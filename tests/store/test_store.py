@@ -157,12 +157,12 @@ def test_append_after_a_known_head(store: Store) -> None:
     assert chain_ok(store, job_id)
 
 
-def test_append_known_head_returns_the_new_head_and_refuses_as_append_encoded(
+def test_append_known_head_returns_the_new_hashes_and_refuses_as_append_encoded(
     store: Store,
 ) -> None:
     """``append_known_head`` (a run's appends) writes what ``append_encoded`` writes and
-    returns the raw hash of the new last event; it is refused in the same cases (fenced, a log
-    that moved, an unknown job), nothing written; no events leave the head as it was."""
+    returns the new events' raw chain hashes; it is refused in the same cases (fenced, a log
+    that moved, an unknown job), nothing written; no events return none."""
     job_id = make_job(store)
     attempt = new_attempt_id()
     with store.transaction() as tx:
@@ -171,19 +171,20 @@ def test_append_known_head_returns_the_new_head_and_refuses_as_append_encoded(
     for count in (1, 3, 2):
         version = store.get_job(job_id).version
         with store.transaction() as tx:
-            new_head = tx.append_known_head(
+            hashes = tx.append_known_head(
                 job_id, _encoded(*range(count)), expected_version=version, fence=attempt, head=head
             )
         events = store.list_events(job_id)
         assert len(events) == version + count
-        assert new_head == bytes.fromhex(events[-1].chain_hash) != head
-        head = new_head
+        assert hashes == [bytes.fromhex(e.chain_hash) for e in events[version:]]
+        assert hashes[-1] != head
+        head = hashes[-1]
     assert chain_ok(store, job_id)
     version = store.get_job(job_id).version
     with store.transaction() as tx:
         assert (
             tx.append_known_head(job_id, [], expected_version=version, fence=attempt, head=head)
-            == head
+            == []
         )
     refusals: list[tuple[type[Exception], dict[str, Any]]] = [
         (FencedError, {"expected_version": version, "fence": "another", "head": head}),
@@ -612,17 +613,28 @@ def test_a_locked_read_sees_what_the_lock_holder_committed(store_url: str, store
     assert seen == ["waiting"]
 
 
-def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(store: Store) -> None:
+@pytest.mark.parametrize("via", ["transaction", "store"])
+def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(
+    store: Store, via: str
+) -> None:
     """A claim that finds the lease expired with its owner (the run before neither finished
     nor handed the job back) is a recovery and returns the count its runtime recorded; a
-    pending job or a handed-back one starts the count again."""
+    pending job or a handed-back one starts the count again. The same in a transaction and as
+    a transaction of its own (``Store.claim``, a worker's)."""
     job_id = make_job(store)
     now = time.time()
 
     def claim(at: float, attempt: str) -> Claimed:
-        with store.transaction() as tx:
-            claimed = tx.claim(owner=attempt, attempt_id=attempt, now=at, lease_seconds=10)
+        kw: dict[str, Any] = {"owner": attempt, "attempt_id": attempt, "now": at}
+        if via == "store":
+            claimed = store.claim(**kw, lease_seconds=10)
+        else:
+            with store.transaction() as tx:
+                claimed = tx.claim(**kw, lease_seconds=10)
         assert claimed is not None
+        job = store.get_job(job_id)
+        assert (job.status, job.attempt_id, job.lease_owner) == ("running", attempt, attempt)
+        assert job.lease_expires_at == pytest.approx(at + 10)
         return claimed
 
     assert claim(now, "a1") == Claimed(job_id)  # pending
@@ -640,6 +652,23 @@ def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(store: St
         # handed back untouched (a worker without the job's tools): still a recovery
         assert tx.release_lease(job_id, "a5", now + 36, keep_owner=True)
     assert claim(now + 37, "a6") == Claimed(job_id, True, 2, 7)
+
+
+def test_a_run_sets_its_jobs_status_under_its_fence(store: Store) -> None:
+    """``set_status`` (a run's, after its fenced append) records the status and the output or
+    error; under an attempt that no longer holds the lease it changes nothing."""
+    job_id = make_job(store)
+    now = time.time()
+    assert store.claim(owner="w", attempt_id="a1", now=now, lease_seconds=10) == Claimed(job_id)
+    with store.transaction() as tx:
+        tx.set_status(job_id, status="completed", fence="another", output={"r": 0})
+    assert store.get_job(job_id).status == "running"
+    with store.transaction() as tx:
+        tx.set_status(job_id, status="completed", fence="a1", output={"r": 1})
+    job = store.get_job(job_id)
+    assert (job.status, job.output, job.error) == ("completed", {"r": 1}, None)
+    with pytest.raises(ConfigError), store.transaction() as tx:
+        tx.set_status(job_id, status="finished", fence="a1")
 
 
 def test_lease_claim_heartbeat_and_release_are_fenced(store: Store) -> None:

@@ -109,12 +109,14 @@ def test_witness_cosigns_and_catches_a_rewritten_log(
     store = open_store(store_url)
     try:
         Sealer.for_store(store).seal_job(store, jobs[0])
-        with store.transaction() as tx:
-            tx.execute("DELETE FROM tlog_queue")
-            for job in jobs:
-                seal = tx.seal_get(job)
-                assert seal is not None
-                tx.tlog_enqueue(job, log_leaf(seal), time.time())
+        raw.execute("DELETE FROM tlog_queue")
+        for job in jobs:
+            seal = store.get_seal(job)
+            assert seal is not None
+            raw.execute(
+                "INSERT INTO tlog_queue (job_id, leaf, queued_at) VALUES (?, ?, ?)",
+                (job, log_leaf(seal), time.time()),
+            )
         Sequencer(store, LogKey(default_log_key_path(store_url)), origin=ORIGIN).integrate()
     finally:
         store.close()

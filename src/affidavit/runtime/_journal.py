@@ -121,8 +121,7 @@ class Journal:
         self,
         store: Store,
         claim: Claim,
-        version: int,
-        head: bytes,
+        hashes: list[bytes],
         *,
         control: RunControl,
         metrics: RuntimeMetrics,
@@ -131,8 +130,11 @@ class Journal:
     ) -> None:
         self.store = store
         self.claim = claim
-        self.version = version
-        self.head = head  # raw H_version
+        self.version = len(hashes)
+        self.head = hashes[-1] if hashes else b""  # raw H_version
+        # every event's raw chain hash (H_1 .. H_version), the leaves of the job's seal; None
+        # once unknown (after a commit reported as failed had landed: the seal reads them)
+        self._hashes: list[bytes] | None = hashes
         self.control = control
         self.metrics = metrics
         self.sealer = sealer  # signs the seal in the transaction of the terminal event
@@ -191,7 +193,7 @@ class Journal:
                             landed = tx.head(job_id) == (version, head)
                         unknown = None
                         if landed:
-                            self.version, self.head = version, head
+                            self.version, self.head, self._hashes = version, head, None
                             for node_type, result_type in steps:
                                 self.metrics.steps.inc(node_type, result_type)
                             self.metrics.store_retries.inc("landed")
@@ -229,14 +231,18 @@ class Journal:
                 ids if ids is not None else new_event_ids(len(items)), items, strict=True
             )
         ]
-        self.head = tx.append_known_head(
+        hashes = tx.append_known_head(
             self.claim.job_id,
             encoded,
             expected_version=self.version,
             fence=self.claim.attempt_id,
             head=self.head,
         )
-        self.version += len(encoded)
+        if hashes:
+            self.head = hashes[-1]
+            self.version += len(hashes)
+            if self._hashes is not None:
+                self._hashes += hashes
         for event_type, payload in items:
             if event_type == "node_finished":  # counted when the transaction commits
                 node_type = self._node_type(payload["node_id"])
@@ -269,7 +275,7 @@ class Journal:
 
         def write(tx: Transaction) -> None:
             self.append(tx, ("job_parked", parked))
-            tx.update_job(self.claim.job_id, status="parked", fence=self.claim.attempt_id)
+            tx.set_status(self.claim.job_id, status="parked", fence=self.claim.attempt_id)
             tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
 
         self.tx_retrying(True, write)
@@ -283,7 +289,7 @@ class Journal:
 
         def write(tx: Transaction) -> None:
             self.append(tx, *items)
-            tx.update_job(self.claim.job_id, status="waiting", fence=self.claim.attempt_id)
+            tx.set_status(self.claim.job_id, status="waiting", fence=self.claim.attempt_id)
             tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=wake_at)
 
         self.tx_retrying(True, write)
@@ -294,11 +300,10 @@ class Journal:
 
         def write(tx: Transaction) -> None:
             self.append(tx, ("job_completed", {"output": output}))
-            tx.update_job(
+            tx.set_status(
                 self.claim.job_id, status="completed", output=output, fence=self.claim.attempt_id
             )
-            # (the log as the run leaves it: job_completed is its last event)
-            self.sealer.seal_txn(tx, self.claim.job_id, head=(self.version, self.head.hex()))
+            self.seal(tx)
 
         self.tx_retrying(True, write)
 
@@ -309,13 +314,26 @@ class Journal:
         def write(tx: Transaction) -> None:
             self.close_open(tx)
             self.append(tx, ("job_failed", {"error": error, "node_id": node_id}))
-            tx.update_job(
+            tx.set_status(
                 self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
             )
-            # (the log as the run leaves it: job_failed is its last event)
-            self.sealer.seal_txn(tx, self.claim.job_id, head=(self.version, self.head.hex()))
+            self.seal(tx)
 
         self.tx_retrying(True, write)
+
+    def seal(self, tx: Transaction) -> None:
+        """Seal the job in ``tx``, which appended its terminal event: the log as the run
+        leaves it, whose head and chain hashes the journal knows."""
+        self.sealer.seal_txn(
+            tx, self.claim.job_id, head=(self.version, self.head.hex()), hashes=self._hashes
+        )
+
+    def restore(self, version: int, head: bytes) -> None:
+        """Go back to the log at ``(version, head)``: what a transaction that did not commit
+        leaves."""
+        self.version, self.head = version, head
+        if self._hashes is not None:
+            del self._hashes[version:]
 
     def close_open(self, tx: Transaction, keep: str | None = None) -> None:
         """In a transaction that ends the job: close every invocation still open (one a dead
@@ -364,14 +382,14 @@ class _JournalTransaction:
         try:
             self._inner.__exit__(exc_type, exc, tb)
             if exc is not None:
-                j.version, j.head = self._saved
+                j.restore(*self._saved)
             else:
                 for node_type, result_type in j._finished_steps:
                     j.metrics.steps.inc(node_type, result_type)
         except BaseException:
             if (j.version, j.head) != self._saved:  # the commit failed after appends
                 j._attempted = (j.version, j.head, tuple(j._finished_steps))
-            j.version, j.head = self._saved
+            j.restore(*self._saved)
             raise
         finally:
             j._finished_steps.clear()

@@ -112,3 +112,86 @@ class Lease:
             raise
         except StoreError:
             return False  # not known to be ours: do not act
+
+
+class Heartbeats:
+    """Keeps the leases of a worker's runs alive: one helper thread per run in progress, which
+    renews the run's lease every ``interval`` seconds. A helper whose run ended serves the next
+    one, so a worker does not start (and join) a thread per job; one idle for
+    :attr:`idle_seconds` ends."""
+
+    idle_seconds = 10.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Heartbeat] = []
+
+    def keep(self, lease: Lease, interval: float) -> _Heartbeat:
+        """Start renewing ``lease``; :meth:`_Heartbeat.stop` ends it (and must be called)."""
+        while True:
+            with self._lock:
+                helper = self._idle.pop() if self._idle else None
+            if helper is None:
+                helper = _Heartbeat(self)
+            if helper.serve(lease, interval):
+                return helper
+            # (it had just ended, idle: take another)
+
+    def _idle_again(self, helper: _Heartbeat) -> None:
+        with self._lock:
+            self._idle.append(helper)
+
+
+class _Heartbeat:
+    """One helper thread of :class:`Heartbeats`. It renews under its condition's lock, so
+    :meth:`stop` returns only when no renewal of the run's lease is under way, and none
+    starts after it: a lease the run gives back right after is not extended again."""
+
+    def __init__(self, pool: Heartbeats) -> None:
+        self._pool = pool
+        self._cond = threading.Condition()
+        self._lease: Lease | None = None
+        self._interval = 0.0
+        self._due = 0.0
+        self._ended = False
+        threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
+
+    def serve(self, lease: Lease, interval: float) -> bool:
+        """Renew ``lease`` from ``interval`` seconds on; ``False`` if this helper has ended."""
+        with self._cond:
+            if self._ended:
+                return False
+            self._lease, self._interval = lease, interval
+            self._due = time.monotonic() + interval
+            self._cond.notify()
+            return True
+
+    def stop(self) -> None:
+        """Stop renewing the lease (waiting for a renewal under way) and wait for the next run."""
+        with self._cond:
+            self._lease = None
+            self._cond.notify()
+        self._pool._idle_again(self)
+
+    def _beat(self) -> None:
+        with self._cond:
+            while True:
+                lease = self._lease
+                if lease is None:
+                    if not self._cond.wait(self._pool.idle_seconds) and self._lease is None:
+                        self._ended = True
+                        return
+                    continue
+                remaining = self._due - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                try:
+                    if not lease.renew():
+                        self._lease = None  # lost: the run stops before its next tool call
+                except StoreError:
+                    pass  # a transient failure: try again; fencing still protects writes
+                # the next one an interval after this one ended: a renewal that takes longer
+                # than the interval (a database that does not answer) is still followed by a
+                # wait, in which stop() gets the lock
+                self._due = time.monotonic() + self._interval

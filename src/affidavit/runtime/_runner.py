@@ -157,8 +157,7 @@ class JobRunner:
         journal = Journal(
             self.store,
             claim,
-            len(events),
-            bytes.fromhex(events[-1].chain_hash) if events else b"",
+            [bytes.fromhex(event.chain_hash) for event in events],
             control=control,
             metrics=self.metrics,
             sealer=self.sealer,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from affidavit.core.errors import AffidavitError, JobNotFound
@@ -66,14 +67,23 @@ class Sealer:
             return self._key
 
     def seal_txn(
-        self, tx: Transaction, job_id: str, *, head: tuple[int, str] | None = None
+        self,
+        tx: Transaction,
+        job_id: str,
+        *,
+        head: tuple[int, str] | None = None,
+        hashes: Sequence[bytes] | None = None,
     ) -> Seal:
         """Seal ``job_id`` inside ``tx``, the transaction that appended its terminal event: the
-        seal covers the log as this transaction leaves it. Registers the public key too.
+        seal covers the log as this transaction leaves it. Registers the public key too, and
+        queues the seal's transparency-log leaf with it (a crash before the sequencer
+        integrates it loses nothing).
 
         ``head``: the log's last version and chain hash (hex) as this transaction leaves it,
         when the caller knows them because it appended the last event itself (a run); read
-        from the job otherwise.
+        from the job otherwise. ``hashes``: every event's raw chain hash, in order, when the
+        caller knows them too (a run that read the log and appended the rest); read
+        otherwise.
 
         Raises:
             JobNotFound: no such job.
@@ -85,7 +95,8 @@ class Sealer:
                 raise JobNotFound(job_id)
             head = (job.version, job.head_hash or "")
         # a v2 seal: the Merkle root over the events' chain hashes, as this transaction sees them
-        hashes = tx.seal_chain_hashes(job_id)
+        if hashes is None:
+            hashes = tx.seal_chain_hashes(job_id)
         if len(hashes) != head[0] or (hashes and hashes[-1].hex() != head[1]):
             raise AffidavitError(
                 f"job {job_id}'s log changed under its seal: {len(hashes)} events read, "
@@ -94,10 +105,7 @@ class Sealer:
             )
         seal = key.seal(job_id, head[0], head[1], events_root(hashes))
         tx.key_register(key.public, created_at=seal.sealed_at)
-        if tx.seal_insert(seal):
-            # the seal's transparency-log leaf, queued with it: a crash before the sequencer
-            # integrates it loses nothing
-            tx.tlog_enqueue(job_id, log_leaf(seal), time.time())
+        tx.seal_insert(seal, leaf=log_leaf(seal), queued_at=time.time())
         return seal
 
     def seal_job(self, store: Store, job_id: str) -> Seal | None:

@@ -575,8 +575,8 @@ class StepExecutor:
                 ("job_failed", {"error": error, "node_id": node_id}),
             )
             tx.ledger_finish(job_id, key, status="failed", error=error)
-            tx.update_job(job_id, status="failed", error=error, fence=self.journal.claim.attempt_id)
-            self.journal.sealer.seal_txn(tx, job_id)
+            tx.set_status(job_id, status="failed", error=error, fence=self.journal.claim.attempt_id)
+            self.journal.seal(tx)
 
         self.journal.tx_retrying(True, fail)
         raise Stop("failed")

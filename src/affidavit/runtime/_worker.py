@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from affidavit.core.errors import ClockSkewError, StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
-from affidavit.runtime._lease import Lease
+from affidavit.runtime._lease import Heartbeats, Lease
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._run_base import (
     DEFAULT_MAX_RECOVERIES,
@@ -176,6 +176,7 @@ class Worker:
         # stopping worker (see request_stop)
         self.on_job = on_job
         self._count_lock = threading.Lock()
+        self._heartbeats = Heartbeats()
         self.jobs_run = 0
         # jobs this worker handed back because it lacks tools they need: not claimed again by
         # it (insertion-ordered, the oldest forgotten past _MAX_SKIPPED)
@@ -228,15 +229,14 @@ class Worker:
         # (T1 before any tool acts, or the job's end) makes it durable first, the log being
         # ordered; a claim lost with the database's last moments leaves the job claimable
         # again, and the run's writes under it fenced off (their attempt is not the job's).
-        with self.store.transaction(durable=False) as tx:
-            claimed = tx.claim(
-                owner=self.worker_id,
-                attempt_id=attempt,
-                now=now,
-                lease_seconds=self.lease_seconds,
-                job_id=job_id,
-                skip=skip,
-            )
+        claimed = self.store.claim(
+            owner=self.worker_id,
+            attempt_id=attempt,
+            now=now,
+            lease_seconds=self.lease_seconds,
+            job_id=job_id,
+            skip=skip,
+        )
         if not claimed:
             return None
         return Claim(
@@ -259,17 +259,6 @@ class Worker:
             self.lease_seconds,
             expires_at if expires_at is not None else time.time(),  # unknown: renew first
         )
-        done = threading.Event()
-
-        def beat() -> None:
-            interval = self.lease_seconds / 3
-            while not done.wait(interval):
-                try:
-                    if not lease.renew():
-                        return  # lost: the run stops before its next tool call or write
-                except StoreError:
-                    continue  # a transient failure: try again; fencing still protects writes
-
         runner = JobRunner(
             self.store,
             self.tools,
@@ -282,15 +271,13 @@ class Worker:
             store_retry_seconds=self.store_retry_seconds,
             max_recoveries=self.max_recoveries,
         )
-        heart = threading.Thread(target=beat, name=f"heartbeat-{claim.job_id}", daemon=True)
-        heart.start()
+        heart = self._heartbeats.keep(lease, self.lease_seconds / 3)
         started = time.perf_counter()
         status = "error"
         try:
             status = runner.run(claim)
         finally:
-            done.set()
-            heart.join()
+            heart.stop()
             with self._count_lock:
                 if status != "unrunnable":
                     self.jobs_run += 1

@@ -35,6 +35,32 @@ RUNNABLE = (
 )
 
 
+def runnable_jobs(now: float, job_id: str | None, skip: Collection[str]) -> tuple[str, list[Any]]:
+    """The query for the first runnable job a claim takes (``job_id``: only that one; never
+    one of ``skip``), and its parameters; a claim adds its row lock."""
+    sql = (
+        "SELECT j.job_id, j.status, j.lease_owner, j.recoveries, j.recovery_progress "
+        f"FROM jobs j WHERE {RUNNABLE}"
+    )
+    params: list[Any] = [now, now]
+    if job_id is not None:
+        sql += " AND j.job_id = ?"
+        params.append(job_id)
+    if skip:
+        sql += f" AND j.job_id NOT IN ({', '.join('?' * len(skip))})"
+        params.extend(skip)
+    return sql + " ORDER BY j.created_at, j.job_id LIMIT 1", params
+
+
+def claimed_from_row(row: Sequence[Any]) -> Claimed:
+    """The claim of a row :func:`runnable_jobs` read (as it was before the claim): a running
+    job with an owner is a recovery, which keeps the count of the recoveries before it."""
+    job_id, status, lease_owner, recoveries, progress = row
+    if status == "running" and lease_owner is not None:
+        return Claimed(job_id, True, int(recoveries), progress)
+    return Claimed(job_id)
+
+
 def _ledger_from_row(row: Sequence[Any]) -> LedgerRow:
     return LedgerRow(
         job_id=row[0],
@@ -204,32 +230,18 @@ class LedgerOps:
         attempt; ``None`` if there is none. Concurrent claimers never get the same job.
         ``skip``: jobs not to claim (ones this worker cannot run). A job whose lease expired
         with an owner (its run did not hand it back) is ``recovered`` (see :class:`Claimed`)."""
-        sql = (
-            "SELECT j.job_id, j.status, j.lease_owner, j.recoveries, j.recovery_progress "
-            f"FROM jobs j WHERE {RUNNABLE}"
-        )
-        params: list[Any] = [now, now]
-        if job_id is not None:
-            sql += " AND j.job_id = ?"
-            params.append(job_id)
-        if skip:
-            sql += f" AND j.job_id NOT IN ({', '.join('?' * len(skip))})"
-            params.extend(skip)
-        sql += " ORDER BY j.created_at, j.job_id LIMIT 1" + self.SKIP_LOCKED
-        rows = self.query(sql, params)
+        candidates, params = runnable_jobs(now, job_id, skip)
+        rows = self.query(candidates + self.SKIP_LOCKED, params)
         if not rows:
             return None
-        claimed, status, lease_owner, recoveries, progress = rows[0]
-        recovered = status == "running" and lease_owner is not None
-        reset = "" if recovered else ", recoveries = 0, recovery_progress = NULL"
+        claimed = claimed_from_row(rows[0])
+        reset = "" if claimed.recovered else ", recoveries = 0, recovery_progress = NULL"
         self.execute(
             "UPDATE jobs SET status = 'running', attempt_id = ?, lease_owner = ?, "
             f"lease_expires_at = ?, updated_at = ?{reset} WHERE job_id = ?",
-            (attempt_id, owner, now + lease_seconds, utc_now(), claimed),
+            (attempt_id, owner, now + lease_seconds, utc_now(), claimed.job_id),
         )
-        if not recovered:
-            return Claimed(claimed)
-        return Claimed(claimed, True, int(recoveries), progress)
+        return claimed
 
     def set_recoveries(self, job_id: str, attempt_id: str, count: int, progress: int) -> None:
         """Record, fenced by ``attempt_id``, that this claim is the ``count``-th recovery in a

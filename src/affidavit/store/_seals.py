@@ -67,11 +67,12 @@ class SealOps:
     @abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
-    def seal_insert(self, seal: Seal) -> bool:
-        """Store a job's seal; ``False`` (and nothing written) if the job already has one."""
-        rows = self.query(
+    def seal_insert(self, seal: Seal, *, leaf: bytes | None = None, queued_at: float = 0.0) -> None:
+        """Store a job's seal (one it already has is kept) and queue ``leaf`` if this seal is
+        the one stored: the queue's insert asks the server, so nothing is read back here."""
+        self.execute(
             f"INSERT INTO seals ({SEAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT DO NOTHING RETURNING job_id",
+            "ON CONFLICT DO NOTHING",
             (
                 seal.job_id,
                 seal.event_count,
@@ -84,7 +85,12 @@ class SealOps:
                 seal.events_root,
             ),
         )
-        return bool(rows)
+        if leaf is not None:
+            self.execute(
+                "INSERT INTO tlog_queue (job_id, leaf, queued_at) SELECT ?, ?, ? WHERE EXISTS "
+                "(SELECT 1 FROM seals WHERE job_id = ? AND signature = ?)",
+                (seal.job_id, leaf, queued_at, seal.job_id, seal.signature),
+            )
 
     def seal_chain_hashes(self, job_id: str) -> list[bytes]:
         """The raw stored chain hashes of the job's events in version order, as this transaction

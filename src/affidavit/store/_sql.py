@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -46,6 +46,7 @@ from affidavit.store._seals import (
 from affidavit.store._tlog import TlogWrites
 from affidavit.store.base import (
     JOB_STATUSES,
+    Claimed,
     Encoded,
     JobFilter,
     JobRecord,
@@ -327,6 +328,11 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run one row-returning statement (after any deferred writes) and return its rows."""
 
+    def commit_with_next_read(self) -> None:
+        """Let the next read carry the commit, for a transaction whose last statement is a
+        read: nothing may follow it. A backend whose commit is a round trip of its own sends
+        both together (PostgreSQL); by default the commit stays where it is."""
+
     @abstractmethod
     def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:
         """Lock the job against other appenders, then read its head; return
@@ -413,15 +419,14 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
         expected_version: int,
         fence: str | None,
         head: bytes,
-    ) -> bytes:
+    ) -> list[bytes]:
         """:meth:`append_encoded` with ``head`` (a writer that knows it), returning only the new
-        head: the raw chain hash of event ``expected_version + len(encoded)`` (``head`` itself
-        for no events) — what a run keeps of an append. A backend may write the rows without
-        building an event object per row (SQLite does)."""
+        events' raw chain hashes — what a run keeps of an append. A backend may write the rows
+        without building an event object per row (SQLite does)."""
         stored = self.append_encoded(
             job_id, encoded, expected_version=expected_version, fence=fence, head=head
         )
-        return bytes.fromhex(stored[-1].chain_hash) if stored else head
+        return [bytes.fromhex(event.chain_hash) for event in stored]
 
     def head(self, job_id: str) -> tuple[int, bytes]:
         """The job's last version and its raw chain hash (``0, b""`` for an empty log), read
@@ -518,11 +523,7 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
         out = canonical(output).decode() if output is not None else None
         err = canonical(error).decode() if error is not None else None
         now = utc_now()
-        self.execute(
-            "UPDATE jobs SET status = ?, output = COALESCE(?, output), "
-            "error = COALESCE(?, error), updated_at = ? WHERE job_id = ?",
-            (new_status, out, err, now, job_id),
-        )
+        self.execute(_STATUS_UPDATE, (new_status, out, err, now, job_id))
         return replace(
             current,
             status=new_status,
@@ -538,6 +539,21 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
             else (),
         )
 
+    def set_status(
+        self, job_id: str, *, status: str, fence: str, output: Any = None, error: Any = None
+    ) -> None:
+        self.execute(
+            _STATUS_UPDATE + " AND attempt_id = ?",
+            (
+                _check_status(status),
+                canonical(output).decode() if output is not None else None,
+                canonical(error).decode() if error is not None else None,
+                utc_now(),
+                job_id,
+                fence,
+            ),
+        )
+
     def set_lease(
         self, job_id: str, *, attempt_id: str | None, owner: str | None, expires_at: float | None
     ) -> None:
@@ -546,6 +562,12 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
             "WHERE job_id = ?",
             (attempt_id, owner, expires_at, job_id),
         )
+
+
+_STATUS_UPDATE = (
+    "UPDATE jobs SET status = ?, output = COALESCE(?, output), error = COALESCE(?, error), "
+    "updated_at = ? WHERE job_id = ?"
+)
 
 
 def _check_status(status: str) -> str:
@@ -675,6 +697,27 @@ class SqlStore(ApiKeyReads, ABC):
                 f"the database schema is at version {max(applied)}, older than this "
                 f"affidavit's ({known[-1].version}); it is not migrated when opened read-only",
                 hint="Run `affidavit db migrate` with write access to the database first.",
+            )
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        attempt_id: str,
+        now: float,
+        lease_seconds: float,
+        job_id: str | None = None,
+        skip: Collection[str] = (),
+    ) -> Claimed | None:
+        with self.transaction(durable=False) as tx:
+            tx.commit_with_next_read()
+            return tx.claim(
+                owner=owner,
+                attempt_id=attempt_id,
+                now=now,
+                lease_seconds=lease_seconds,
+                job_id=job_id,
+                skip=skip,
             )
 
     def append(

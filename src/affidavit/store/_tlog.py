@@ -158,13 +158,6 @@ class TlogWrites(TlogReads):
     @abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
 
-    def tlog_enqueue(self, job_id: str, leaf: bytes, queued_at: float) -> None:
-        """Queue a seal's leaf for the sequencer (in the seal's own transaction)."""
-        self.execute(
-            "INSERT INTO tlog_queue (job_id, leaf, queued_at) VALUES (?, ?, ?)",
-            (job_id, leaf, queued_at),
-        )
-
     def tlog_take_lease(self, owner: str, now: float, until: float) -> bool:
         """Take (or renew) the sequencer's lease; ``False`` while another owner holds it."""
         rows = self.query(

@@ -304,8 +304,6 @@ class TlogReader(Protocol):
 class TlogWriter(TlogReader, Protocol):
     """Writes of the transparency log of seals (see affidavit.store._tlog)."""
 
-    def tlog_enqueue(self, job_id: str, leaf: bytes, queued_at: float) -> None: ...
-
     def tlog_take_lease(self, owner: str, now: float, until: float) -> bool: ...
 
     def tlog_release_lease(self, owner: str) -> None: ...
@@ -383,10 +381,10 @@ class Transaction(TlogWriter, Protocol):
         expected_version: int,
         fence: str | None,
         head: bytes,
-    ) -> bytes:
+    ) -> list[bytes]:
         """:meth:`append_encoded` with ``head`` (a writer that knows it), returning only the new
-        head: the raw chain hash of event ``expected_version + len(encoded)`` (``head`` itself
-        for no events) — what a run keeps of an append.
+        events' raw chain hashes, in order (the last is the new head; none for no events) —
+        what a run keeps of an append.
 
         Raises:
             JobNotFound, FencedError, ConflictError: as :meth:`append`.
@@ -434,6 +432,15 @@ class Transaction(TlogWriter, Protocol):
         fence: str | None = None,
     ) -> JobRecord:
         """Change a job's status (and record its output or error), fenced like ``append``."""
+        ...
+
+    def set_status(
+        self, job_id: str, *, status: str, fence: str, output: Any = None, error: Any = None
+    ) -> None:
+        """:meth:`update_job` for the writer holding the job's lease under ``fence`` that has
+        appended in this transaction (a run): that append locked the job and checked the
+        fence, so nothing is read back — on PostgreSQL the update travels with the commit.
+        The update names ``fence`` too, and changes nothing under another attempt."""
         ...
 
     def set_lease(
@@ -560,8 +567,11 @@ class Transaction(TlogWriter, Protocol):
 
     # Seals and their public keys.
 
-    def seal_insert(self, seal: Seal) -> bool:
-        """Store a job's seal; ``False`` (nothing written) if the job already has one."""
+    def seal_insert(self, seal: Seal, *, leaf: bytes | None = None, queued_at: float = 0.0) -> None:
+        """Store a job's seal; a job that already has one keeps it, nothing written. ``leaf``:
+        the seal's transparency-log leaf, queued for the sequencer (at ``queued_at``) in the
+        same transaction if this seal is the one stored. Nothing is read back: on PostgreSQL
+        both travel with the commit."""
         ...
 
     def seal_get(self, job_id: str) -> Seal | None: ...
@@ -693,6 +703,21 @@ class Store(Protocol):
         durable: bool = True,
     ) -> list[StoredEvent]:
         """:meth:`Transaction.append` in a transaction of its own."""
+        ...
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        attempt_id: str,
+        now: float,
+        lease_seconds: float,
+        job_id: str | None = None,
+        skip: Collection[str] = (),
+    ) -> Claimed | None:
+        """:meth:`Transaction.claim` in a transaction of its own, not waited to disk: nothing
+        acts on a claim alone, and the claimer's first durable commit covers it. On
+        PostgreSQL one round trip."""
         ...
 
     def create_job(

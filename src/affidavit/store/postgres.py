@@ -19,7 +19,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 from urllib.parse import parse_qsl, quote, urlencode
@@ -38,6 +38,7 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
+from affidavit.store._ledger import claimed_from_row, runnable_jobs
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
     FULL_DISK_HINT,
@@ -51,7 +52,7 @@ from affidavit.store._sql import (
     head_moved,
     job_from_row,
 )
-from affidavit.store.base import ClockOffset, Encoded, JobRecord, StoredEvent
+from affidavit.store.base import Claimed, ClockOffset, Encoded, JobRecord, StoredEvent
 from affidavit.store.migrations import Migration
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
@@ -101,6 +102,9 @@ class PostgresTransaction(SqlTransaction):
         # (job id, lock row, head row) read with a ledger insert, for the append that follows;
         # dropped by any other statement, which could be a write that moves the head
         self._locked: tuple[str, Any, Any] | None = None
+        # the next read carries the commit (commit_with_next_read); then it has been sent
+        self._commit_with_read = False
+        self._committed = False
 
     def _bound(self, sql: str, params: Sequence[Any]) -> str:
         if not params:
@@ -111,20 +115,37 @@ class PostgresTransaction(SqlTransaction):
         return _pyformat(sql) % tuple(literals)
 
     def _send(self, reads: Sequence[str]) -> list[list[Any]]:
-        """One round trip: the queued statements, then ``reads``; the rows of each read."""
+        """One round trip: the queued statements, then ``reads`` (then the commit, if it goes
+        with them: :meth:`commit_with_next_read`); the rows of each read."""
+        if self._committed:
+            raise RuntimeError("a statement after the transaction's commit")
         statements = [*self._pending, *reads]
         self._pending = []
+        if self._commit_with_read:
+            statements.append("COMMIT")
+            self._committed = True
         cursor = self._cursor
         cursor.execute(";\n".join(statements))
-        # one result per statement, in order: the reads' are the last ones
+        # one result per statement, in order: the reads' are the last ones (before the commit)
         results: list[list[Any]] = []
         while True:
             results.append(cursor.fetchall() if cursor.description is not None else [])
             if not cursor.nextset():
-                return results[len(results) - len(reads) :]
+                end = len(results) - self._committed
+                return results[end - len(reads) : end]
+
+    def commit_with_next_read(self) -> None:
+        """Send the commit with the next read, in its round trip: for a transaction whose last
+        statement is a read (a claim). Nothing may follow that read."""
+        self._commit_with_read = True
 
     def commit(self) -> None:
-        """The queued statements and the commit, in one round trip."""
+        """The queued statements and the commit, in one round trip (none if a read carried the
+        commit already)."""
+        if self._committed:
+            if self._pending:
+                raise RuntimeError("a statement after the transaction's commit")
+            return
         statements = [*self._pending, "COMMIT"]
         self._pending = []
         self._cursor.execute(";\n".join(statements))
@@ -147,6 +168,26 @@ class PostgresTransaction(SqlTransaction):
         self._locked = None
         (rows,) = self._send([self._bound(sql, params)])
         return rows
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        attempt_id: str,
+        now: float,
+        lease_seconds: float,
+        job_id: str | None = None,
+        skip: Collection[str] = (),
+    ) -> Claimed | None:
+        # One statement, one round trip: the first runnable job is locked (skipping rows other
+        # claimers hold) and leased, and returned as it was before (claimed_from_row); a
+        # recovery keeps its count, any other claim starts it again.
+        candidates, params = runnable_jobs(now, job_id, skip)
+        rows = self.query(
+            f"WITH c AS ({candidates}{self.SKIP_LOCKED}) {_CLAIM_UPDATE}",
+            [*params, attempt_id, owner, now + lease_seconds, utc_now()],
+        )
+        return claimed_from_row(rows[0]) if rows else None
 
     def list_events(self, job_id: str) -> list[StoredEvent]:
         # in key order (see IN_KEY_ORDER); the settings travel with the read, no round trip
@@ -218,12 +259,23 @@ class PostgresTransaction(SqlTransaction):
         return [self._bound(LOCK_JOB, (job_id,)), self._bound(HEAD_SELECT, (job_id,))]
 
 
+_RECOVERY = "c.status = 'running' AND c.lease_owner IS NOT NULL"  # (as claimed_from_row)
+_CLAIM_UPDATE = (
+    "UPDATE jobs SET status = 'running', attempt_id = ?, lease_owner = ?, lease_expires_at = ?, "
+    f"updated_at = ?, recoveries = CASE WHEN {_RECOVERY} THEN c.recoveries ELSE 0 END, "
+    f"recovery_progress = CASE WHEN {_RECOVERY} THEN c.recovery_progress END "
+    "FROM c WHERE jobs.job_id = c.job_id "
+    "RETURNING c.job_id, c.status, c.lease_owner, c.recoveries, c.recovery_progress"
+)
+
+
 def _literal(value: Any) -> str | None:
     """``value`` as an SQL literal, exactly as psycopg's client-side binding writes it, for the
-    types the store's statements bind most (text, integers, bytes, booleans, NULL); ``None``
-    for any other value (and for text holding NUL, which PostgreSQL refuses): psycopg binds
-    the statement then. A tool step binds about forty values; this is several times faster
-    than going through psycopg's adapters for each.
+    types the store's statements bind most (text, integers, finite floats, bytes, booleans,
+    NULL); ``None`` for any other value (and for text holding NUL, which PostgreSQL refuses,
+    and for an infinite or NaN float): psycopg binds the statement then. A tool step binds
+    about forty values; this is several times faster than going through psycopg's adapters
+    for each.
 
     Text is quoted by doubling its quotes; text holding a backslash is written as an escape
     string (``E'...'``) with the backslashes doubled too, and bytes as an escape string of
@@ -242,6 +294,12 @@ def _literal(value: Any) -> str | None:
     if kind is int:
         number: int = value
         return str(number) if number >= 0 else f" {number}"
+    if kind is float:
+        real: float = value
+        if not math.isfinite(real):
+            return None
+        written = repr(real)
+        return " " + written if written.startswith("-") else written  # (-0.0 too)
     if kind is bytes:
         data: bytes = value
         return "E'\\\\x" + data.hex() + "'::bytea"

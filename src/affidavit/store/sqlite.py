@@ -193,7 +193,7 @@ class SqliteTransaction(SqlTransaction):
         expected_version: int,
         fence: str | None,
         head: bytes,
-    ) -> bytes:
+    ) -> list[bytes]:
         # (a run's appends: no event object per row)
         number = self._guard(job_id, expected_version, fence)
         return self._write(job_id, expected_version, head, encoded, number, None)[1]
@@ -226,21 +226,23 @@ class SqliteTransaction(SqlTransaction):
         encoded: Sequence[Encoded],
         number: int,
         stored: list[StoredEvent] | None,
-    ) -> tuple[list[StoredEvent], bytes]:
+    ) -> tuple[list[StoredEvent], list[bytes]]:
         """Chain ``encoded`` onto the head ``(version, head)`` of the job numbered ``number``
         and insert the rows; return them (appended to ``stored``; none kept when it is
-        ``None``) and the new head. The chain and the INSERT's parameters are made in one pass
-        (:func:`~affidavit.store._sql.chain_events` computes the same hashes)."""
+        ``None``) and their raw chain hashes. The chain and the INSERT's parameters are made in
+        one pass (:func:`~affidavit.store._sql.chain_events` computes the same hashes)."""
         count = len(encoded)
         if not count:
-            return stored or [], head
+            return stored or [], []
         _check_size(job_id, version + count)
         base, first = number << 32, version
         params: list[Any] = []
         recorded = _recorded_at()
+        hashes: list[bytes] = []
         for event_id, event_type, payload in encoded:
             version += 1
             head = chain_next(head, event_id, event_type, payload)
+            hashes.append(head)
             hash_hex = head.hex()
             params += (base + version, job_id, version, event_id, event_type, payload)
             params += (hash_hex, recorded)
@@ -249,7 +251,7 @@ class SqliteTransaction(SqlTransaction):
         span = (base + first + 1, base + version)
         if count <= _CHUNK:
             self._insert(job_id, first, count, params, span)
-            return stored or [], head
+            return stored or [], hashes
         # several statements: all of them or none, even if the caller goes on after an error
         width = len(params) // count
         self._cur.execute("SAVEPOINT affidavit_append")
@@ -263,7 +265,7 @@ class SqliteTransaction(SqlTransaction):
             raise
         finally:
             self._cur.execute("RELEASE affidavit_append")
-        return stored or [], head
+        return stored or [], hashes
 
     def _insert(
         self,
