@@ -292,8 +292,8 @@ def report(results: dict[str, dict[str, Any]], sizes: Sizes, pg_version: str | N
     return f"""## bench_agents
 
 {machine.markdown()}- DBOS Transact {dbos_version}; {sizes.reps} repetition(s) per case, medians
-  shown; the machine was shared with other work (load average above), so absolute numbers are noisy;
-  the ratios compare runs seconds apart.
+  shown; the ratios compare runs seconds apart (on a shared machine, see the load average above,
+  absolute numbers are noisy).
 
 Throughput: one agent calling one trivial tool {sizes.steps:,} times (each a durable tool step)
 against one `@DBOS.workflow` calling one trivial `@DBOS.step` {sizes.steps:,} times; run time
@@ -301,8 +301,6 @@ only, each in a fresh process. Recovery: killed (SIGKILL) after {sizes.recovery_
 {2 * sizes.recovery_half:,} steps; time from the start of the recovering run to the first step
 that was not recorded (affidavit replays the recorded calls without executing them; DBOS's
 time starts at `DBOS.launch()`, which opens its system database and starts the recovery).
-Few repetitions on a heavily loaded shared machine: the PostgreSQL throughput in
-particular moves a lot between runs (an earlier short run here: 2.9×, 200 steps).
 
 {table}
 """
