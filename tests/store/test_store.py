@@ -654,6 +654,35 @@ def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(
     assert claim(now + 37, "a6") == Claimed(job_id, True, 2, 7)
 
 
+def test_concurrent_claims_take_each_job_once(store: Store) -> None:
+    """Eight claimers at once (``Store.claim``, each its own transaction): every job is taken
+    by exactly one of them, and each claim leases the job it returns."""
+    jobs = {make_job(store) for _ in range(24)}
+    now = time.time()
+    taken: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def claimer(k: int) -> None:
+        n = 0
+        while True:
+            attempt = f"a{k}-{n}"
+            claimed = store.claim(owner=f"w{k}", attempt_id=attempt, now=now, lease_seconds=60)
+            if claimed is None:
+                return
+            with lock:
+                taken.append((claimed.job_id, attempt))
+            n += 1
+
+    threads = [threading.Thread(target=claimer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(job for job, _ in taken) == sorted(jobs)
+    for job_id, attempt in taken:
+        assert store.get_job(job_id).attempt_id == attempt
+
+
 def test_a_run_sets_its_jobs_status_under_its_fence(store: Store) -> None:
     """``set_status`` (a run's, after its fenced append) records the status and the output or
     error; under an attempt that no longer holds the lease it changes nothing."""
