@@ -1,10 +1,13 @@
 """Round trips of the PostgreSQL store's write transactions (each a message of statements
 sent with psycopg's client-side binding; each one before the commit's is one more round trip),
-and the server-side checks that let an append by a writer that knows the head go with its
-commit (``affidavit_append_guard``, migration 9)."""
+the server-side checks that let an append by a writer that knows the head go with its
+commit (``affidavit_append_guard``, migration 9), and the hot statements prepared once per
+connection (a ``PREPARE`` is a round trip of its own, the first time a connection sends that
+statement; the counts below are of the other messages)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,7 +15,13 @@ import psycopg
 import pytest
 
 from affidavit.core.canonical import canonical
-from affidavit.core.errors import ConflictError, FencedError, JobNotFound, LedgerRowExists
+from affidavit.core.errors import (
+    ConflictError,
+    FencedError,
+    JobNotFound,
+    LedgerRowExists,
+    StoreError,
+)
 from affidavit.core.ids import new_attempt_id, new_event_ids
 from affidavit.runtime._sealing import SigningKey
 from affidavit.store import NewEvent, Store, open_store
@@ -27,17 +36,37 @@ def pg_store(pg_schema: str) -> Iterator[Store]:
 
 
 @pytest.fixture
-def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the messages the transactions send, each one round trip (they are still sent)."""
-    count = [0]
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every message the transactions send, each one round trip (they are still sent)."""
+    messages: list[str] = []
     real = psycopg.ClientCursor.execute
 
-    def execute(self: psycopg.ClientCursor[Any], *args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        return real(self, *args, **kwargs)
+    def execute(self: psycopg.ClientCursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        messages.append(str(query))
+        return real(self, query, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.ClientCursor, "execute", execute)
-    return count
+    return messages
+
+
+class _Syncs(list[int]):
+    """``[n]``: the messages sent so far, those that prepare a statement left out."""
+
+    def __init__(self, sent: list[str]) -> None:
+        super().__init__([0])
+        self._sent = sent
+
+    def __getitem__(self, index: Any) -> Any:
+        return sum(not m.startswith("PREPARE ") for m in self._sent)
+
+
+@pytest.fixture
+def syncs(sent: list[str]) -> list[int]:
+    return _Syncs(sent)
+
+
+def _prepares(sent: list[str]) -> list[str]:
+    return [m for m in sent if m.startswith("PREPARE ")]
 
 
 def _encoded(n: int) -> list[tuple[str, str, bytes]]:
@@ -239,3 +268,150 @@ def test_a_runs_last_transaction_is_one_round_trip(pg_store: Store, syncs: list[
     assert pg_store.get_seal(job_id) is not None
     with pg_store.transaction() as tx:
         assert [q.leaf for q in tx.tlog_queue_batch(5)] == [b"leaf"]
+
+
+def _tool_step(store: Store, job_id: str, attempt: str, head: bytes, key: str) -> bytes:
+    """One tool step as a run writes it (T1 presumed new, then T2); the new head."""
+    version = store.get_job(job_id).version
+    with store.transaction() as tx:
+        assert tx.ledger_insert(
+            presumed_new=True,
+            job_id=job_id,
+            key=key,
+            node_id="n",
+            step_id="s",
+            tool_name="t",
+            args_hash="a",
+            invocation_id="i",
+            attempt_id=attempt,
+        )
+        head = tx.append_known_head(
+            job_id, _encoded(2), expected_version=version, fence=attempt, head=head
+        )[-1]
+    with store.transaction() as tx:
+        head = tx.append_known_head(
+            job_id, _encoded(3), expected_version=version + 2, fence=attempt, head=head
+        )[-1]
+        tx.ledger_finish(job_id, key, status="committed", result={"key": key})
+    return bytes(head)
+
+
+@pytest.fixture
+def one_connection(pg_schema: str) -> Iterator[Store]:
+    store = open_store(with_schema(PG_URL, pg_schema) + "&pool_size=1")
+    yield store
+    store.close()
+
+
+def test_a_connection_prepares_a_tool_steps_statements_once(
+    one_connection: Store, sent: list[str]
+) -> None:
+    """The statements of T1 and T2 are prepared by the first step a connection writes and
+    only executed by name after that: later steps send no PREPARE, and their messages hold
+    EXECUTEs, not the statements' text."""
+    store = one_connection
+    job_id, attempt, head = _leased_job(store)
+    del sent[:]
+    head = _tool_step(store, job_id, attempt, head, "k0")
+    first = _prepares(sent)
+    assert len(first) == 5, first  # ledger insert, guard, 2-row and 3-row events, finish
+    del sent[:]
+    for n in range(1, 4):
+        head = _tool_step(store, job_id, attempt, head, f"k{n}")
+    assert _prepares(sent) == []
+    writes = [m for m in sent if m.startswith("BEGIN")]
+    assert len(writes) == 6 and all("INSERT INTO" not in m for m in writes)
+    assert all(m.count("EXECUTE affidavit_") in (3, 4) for m in writes)
+    assert store.get_job(job_id).version == 1 + 4 * 5
+    with store.transaction() as tx:
+        row = tx.ledger_get(job_id, "k3")
+    assert row is not None and (row.status, row.result) == ("committed", {"key": "k3"})
+
+
+def test_prepared_statements_outlive_a_rolled_back_transaction(
+    one_connection: Store, sent: list[str]
+) -> None:
+    """A refused transaction is rolled back on the connection that prepared the statements:
+    they stay prepared (a rollback does not undo a PREPARE, and psycopg, which would drop
+    every prepared statement after a rollback, prepares nothing on the store's
+    connections), so the next step executes them without preparing them again."""
+    store = one_connection
+    job_id, attempt, head = _leased_job(store)
+    head = _tool_step(store, job_id, attempt, head, "k0")
+    with pytest.raises(FencedError), store.transaction() as tx:
+        tx.append_known_head(job_id, _encoded(2), expected_version=6, fence="other", head=head)
+        tx.ledger_finish(job_id, "k0", status="failed", error={"no": 1})
+    with store.transaction() as tx:
+        _insert_key(tx, job_id, attempt)
+    with pytest.raises(LedgerRowExists), store.transaction() as tx:  # (a unique violation)
+        _insert_key(tx, job_id, attempt, presumed_new=True)
+        tx.ledger_finish(job_id, "k", status="failed", error={"no": 1})
+    del sent[:]
+    _tool_step(store, job_id, attempt, head, "k1")
+    assert _prepares(sent) == [] and store.get_job(job_id).version == 11
+
+
+def test_a_new_connection_prepares_again(one_connection: Store, sent: list[str]) -> None:
+    """A session the server ended takes its prepared statements with it: the connection that
+    replaces it prepares them anew, and the run goes on."""
+    store = one_connection
+    job_id, attempt, head = _leased_job(store)
+    head = _tool_step(store, job_id, attempt, head, "k0")
+    with store.transaction() as tx:  # (the pool's one connection)
+        (pid,) = tx.query("SELECT pg_backend_pid()")[0]
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+    with contextlib.suppress(StoreError):  # (the pool may find the broken one first)
+        store.get_job(job_id)
+    del sent[:]
+    _tool_step(store, job_id, attempt, head, "k1")
+    assert len(_prepares(sent)) >= 5 and store.get_job(job_id).version == 11
+
+
+def test_values_read_back_the_same_through_prepared_and_plain_statements(
+    pg_schema: str,
+) -> None:
+    """A ledger row written through a prepared statement (the values as EXECUTE's
+    arguments) reads back as the one written with the statement's text (prepare=off)."""
+    hostile = "it's \\ a 'quoted' \n value; DROP TABLE jobs; -- é \U0001f600"
+    rows = []
+    for prepare in ("on", "off"):
+        store = open_store(with_schema(PG_URL, pg_schema) + f"&prepare={prepare}")
+        try:
+            job_id, attempt, head = _leased_job(store)
+            with store.transaction() as tx:
+                tx.ledger_insert(
+                    presumed_new=True,
+                    job_id=job_id,
+                    key=hostile,
+                    node_id=hostile,
+                    step_id="s",
+                    tool_name="t",
+                    args_hash="a",
+                    invocation_id="i",
+                    attempt_id=attempt,
+                )
+                tx.append_known_head(
+                    job_id, _encoded(7), expected_version=1, fence=attempt, head=head
+                )
+                tx.ledger_finish(
+                    job_id, hostile, status="committed", result={"v": hostile, "n": -1.5}
+                )
+            with store.transaction() as tx:
+                row = tx.ledger_get(job_id, hostile)
+            assert row is not None
+            rows.append((row.node_id, row.status, row.result, store.get_job(job_id).version))
+        finally:
+            store.close()
+    assert rows[0] == rows[1] == (hostile, "committed", {"v": hostile, "n": -1.5}, 8)
+
+
+def test_prepare_off_sends_every_statement_as_text(pg_schema: str, sent: list[str]) -> None:
+    """Behind a connection pooler in transaction mode (``prepare=off``) nothing is prepared."""
+    store = open_store(with_schema(PG_URL, pg_schema) + "&prepare=off")
+    try:
+        job_id, attempt, head = _leased_job(store)
+        _tool_step(store, job_id, attempt, head, "k0")
+    finally:
+        store.close()
+    assert _prepares(sent) == [] and not any("EXECUTE" in m for m in sent)

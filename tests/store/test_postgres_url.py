@@ -16,6 +16,7 @@ from affidavit.store.postgres import (
     PostgresStore,
     pool_size_of,
     pool_timeout_of,
+    prepare_of,
     redact,
     split_url,
 )
@@ -186,3 +187,19 @@ def test_a_bad_pool_timeout_is_refused_before_connecting(value: str) -> None:
     with pytest.raises(ConfigError, match="invalid pool_timeout") as info:
         open_store(url)
     assert "positive number of seconds" in (info.value.hint or "")
+
+
+def test_prepare_parameter_is_ours_and_checked() -> None:
+    """``prepare`` never reaches libpq; it is on unless the URL says off, and anything else
+    is refused with what to give instead."""
+    assert split_url("postgresql://u@h/db?prepare=off&sslmode=disable") == (
+        "postgresql://u@h/db?sslmode=disable",
+        None,
+    )
+    assert prepare_of("postgresql://u@h/db") is True
+    assert prepare_of("postgresql://u@h/db?prepare=on") is True
+    assert prepare_of("postgresql://u@h/db?prepare=off") is False
+    for bad in ("prepare=no", "prepare=", "prepare=on&prepare=off"):
+        with pytest.raises(ConfigError, match="invalid prepare") as info:
+            prepare_of(f"postgresql://u@h/db?{bad}")
+        assert "transaction mode" in (info.value.hint or "")

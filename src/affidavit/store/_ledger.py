@@ -25,7 +25,12 @@ _LEDGER_INSERT = (
     "ON CONFLICT DO NOTHING"
 )
 # The same insert, failing on an existing key (the transaction with it): see send_presumed_new.
-_LEDGER_INSERT_NEW = _LEDGER_INSERT.removesuffix(" ON CONFLICT DO NOTHING")
+LEDGER_INSERT_NEW = _LEDGER_INSERT.removesuffix(" ON CONFLICT DO NOTHING")
+# T2's end of the row: committed with its result, or failed with its error
+LEDGER_FINISH = (
+    "UPDATE tool_invocations SET status = ?, result = ?, error = ?, updated_at = ? "
+    "WHERE job_id = ? AND idempotency_key = ? AND status <> 'committed'"
+)
 # A waiting job with a lease expiry is a timer (an agent's sleep, or a wait's timeout): it is
 # runnable once that time has passed, without a signal.
 RUNNABLE = (
@@ -171,7 +176,7 @@ class LedgerOps:
             now,
         )
         if presumed_new and self.SENDS_PRESUMED_NEW:
-            self.send_presumed_new(_LEDGER_INSERT_NEW, params)
+            self.send_presumed_new(LEDGER_INSERT_NEW, params)
             return True
         return self.inserted_before_append(_LEDGER_INSERT, params, job_id)
 
@@ -202,8 +207,7 @@ class LedgerOps:
         if result_jcs is None and result is not None:
             result_jcs = canonical(result)
         self.execute(
-            "UPDATE tool_invocations SET status = ?, result = ?, error = ?, updated_at = ? "
-            "WHERE job_id = ? AND idempotency_key = ? AND status <> 'committed'",
+            LEDGER_FINISH,
             (
                 status,
                 result_jcs.decode() if result_jcs is not None else None,

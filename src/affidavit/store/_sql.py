@@ -543,7 +543,7 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
         self, job_id: str, *, status: str, fence: str, output: Any = None, error: Any = None
     ) -> None:
         self.execute(
-            _STATUS_UPDATE + " AND attempt_id = ?",
+            STATUS_UPDATE_FENCED,
             (
                 _check_status(status),
                 canonical(output).decode() if output is not None else None,
@@ -568,6 +568,7 @@ _STATUS_UPDATE = (
     "UPDATE jobs SET status = ?, output = COALESCE(?, output), error = COALESCE(?, error), "
     "updated_at = ? WHERE job_id = ?"
 )
+STATUS_UPDATE_FENCED = _STATUS_UPDATE + " AND attempt_id = ?"  # a run's end of its job
 
 
 def _check_status(status: str) -> str:

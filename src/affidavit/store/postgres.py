@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -38,12 +39,19 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
-from affidavit.store._ledger import claimed_from_row, runnable_jobs
+from affidavit.store._ledger import (
+    LEDGER_FINISH,
+    LEDGER_INSERT_NEW,
+    claimed_from_row,
+    runnable_jobs,
+)
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
+    EVENT_INSERT,
     FULL_DISK_HINT,
     HEAD_SELECT,
     LOCK_JOB,
+    STATUS_UPDATE_FENCED,
     Cursor,
     SqlStore,
     SqlTransaction,
@@ -72,6 +80,15 @@ def _pyformat(query: str) -> str:
     return query.replace("?", "%s")
 
 
+class _Connection(psycopg.Connection[Any]):
+    """A connection of the store's pool: it knows the names of the statements it has
+    prepared (see :meth:`PostgresTransaction._executed`), which live as long as its session."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prepared: set[str] = set()
+
+
 class PostgresTransaction(SqlTransaction):
     """Sends its statements in as few round trips as the reads allow: writes are queued, bound
     on the client, and travel as one message (the simple-query protocol, several statements
@@ -88,13 +105,20 @@ class PostgresTransaction(SqlTransaction):
     (psycopg's quoting rules), any other through psycopg's :class:`~psycopg.ClientCursor`.
     That costs a fraction of the per-statement overhead of the extended protocol's
     bind/execute messages: a tool step's two transactions take less than half the client CPU
-    time they took in psycopg's pipeline mode with prepared statements."""
+    time they took in psycopg's pipeline mode with prepared statements. The statements of a
+    claim, a tool step and a job's end (:data:`_PREPARED_STATEMENTS`) are prepared on the
+    server all the same: once per connection, with ``PREPARE`` (a round trip of its own, the
+    first time the connection sends one), then sent as ``EXECUTE name(literals)`` in the
+    messages above, so the server parses and plans each once per connection instead of once
+    per message (:meth:`_executed`)."""
 
     FOR_UPDATE = " FOR UPDATE"
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 
-    def __init__(self, conn: psycopg.Connection[Any], *, durable: bool) -> None:
+    def __init__(self, conn: _Connection, *, durable: bool, prepare: bool = True) -> None:
         self._cursor = psycopg.ClientCursor(conn)
+        # the names this connection has prepared; None: it prepares nothing (prepare_of)
+        self._prepared = conn.prepared if prepare else None
         # statements not sent yet: they open the next message
         self._pending: list[str] = ["BEGIN"]
         if not durable:
@@ -112,7 +136,22 @@ class PostgresTransaction(SqlTransaction):
         literals = [_literal(value) for value in params]
         if None in literals:  # a value of another type: psycopg quotes them all
             return self._cursor.mogrify(_pyformat(sql), params)
+        if self._prepared is not None and sql in _PREPARED_STATEMENTS:
+            return self._executed(sql, 1, cast(list[str], literals))
         return _pyformat(sql) % tuple(literals)
+
+    def _executed(self, sql: str, rows: int, literals: list[str]) -> str:
+        """``EXECUTE`` of ``sql`` (with ``rows`` rows, for an ``INSERT ... VALUES``) with
+        ``literals`` for its parameters; prepared first if this connection has not prepared
+        it yet. The ``PREPARE`` is a round trip of its own, sent now (before what is queued;
+        prepared statements are not transactional), and counted as done only once the server
+        has answered it, so a connection's set of names is never ahead of the server's."""
+        name = _statement_name(sql, rows)
+        prepared = cast(set[str], self._prepared)
+        if name not in prepared:
+            self._cursor.execute(f"PREPARE {name} AS {_numbered(sql, rows)}")
+            prepared.add(name)
+        return f"EXECUTE {name}({', '.join(literals)})"
 
     def _send(self, reads: Sequence[str]) -> list[list[Any]]:
         """One round trip: the queued statements, then ``reads`` (then the commit, if it goes
@@ -161,6 +200,13 @@ class PostgresTransaction(SqlTransaction):
         if values is None:
             self._pending.extend(bound(sql, row) for row in rows)
         elif rows:  # one INSERT of every row: one statement for the server to parse and plan
+            prepared = self._prepared is not None and sql in _PREPARED_STATEMENTS
+            if prepared and len(rows) <= _PREPARED_ROWS_MAX:
+                literals = [_literal(value) for row in rows for value in row]
+                if None not in literals:
+                    executed = self._executed(sql, len(rows), cast(list[str], literals))
+                    self._pending.append(executed)
+                    return
             head = sql[: len(sql) - len(values)]
             self._pending.append(head + ", ".join(bound(values, row) for row in rows))
 
@@ -184,7 +230,7 @@ class PostgresTransaction(SqlTransaction):
         # recovery keeps its count, any other claim starts it again.
         candidates, params = runnable_jobs(now, job_id, skip)
         rows = self.query(
-            f"WITH c AS ({candidates}{self.SKIP_LOCKED}) {_CLAIM_UPDATE}",
+            _claim_statement(candidates),
             [*params, attempt_id, owner, now + lease_seconds, utc_now()],
         )
         return claimed_from_row(rows[0]) if rows else None
@@ -269,6 +315,10 @@ _CLAIM_UPDATE = (
 )
 
 
+def _claim_statement(candidates: str) -> str:
+    return f"WITH c AS ({candidates}{PostgresTransaction.SKIP_LOCKED}) {_CLAIM_UPDATE}"
+
+
 def _literal(value: Any) -> str | None:
     """``value`` as an SQL literal, exactly as psycopg's client-side binding writes it, for the
     types the store's statements bind most (text, integers, finite floats, bytes, booleans,
@@ -328,6 +378,48 @@ def _first(rows: list[Any]) -> Any:
 
 
 _APPEND_GUARD = "SELECT affidavit_append_guard(?, ?, ?::bigint, ?)"
+
+# The statements sent per claim, per tool step (T1 and T2) and per job's end, prepared once per
+# connection (see PostgresTransaction._executed). Each names its tables and columns, so a
+# migration that adds a column does not change what a prepared one returns.
+_PREPARED_STATEMENTS = frozenset(
+    {
+        _claim_statement(runnable_jobs(0.0, None, ())[0]),  # (the next job, any)
+        LEDGER_INSERT_NEW,
+        LOCK_JOB,
+        HEAD_SELECT,
+        _APPEND_GUARD,
+        EVENT_INSERT,
+        LEDGER_FINISH,
+        STATUS_UPDATE_FENCED,
+    }
+)
+# A multi-row insert is one prepared statement per number of rows, up to this many (a tool
+# step appends 2 or 3 events at a time); a longer one is sent as it is.
+_PREPARED_ROWS_MAX = 8
+
+
+@functools.lru_cache(maxsize=64)
+def _statement_name(sql: str, rows: int) -> str:
+    """The name a connection prepares ``sql`` under (``rows``: of its VALUES): from its text,
+    so the same statement has the same name on every connection and in every process."""
+    return f"affidavit_{hashlib.sha256(sql.encode()).hexdigest()[:16]}_{rows}"
+
+
+@functools.lru_cache(maxsize=64)
+def _numbered(sql: str, rows: int) -> str:
+    """``sql`` with its ``?`` placeholders numbered ``$1``, ``$2``, ... for ``PREPARE``,
+    with ``rows`` rows when it is an ``INSERT ... VALUES (?, ...)`` (else ``rows`` is 1)."""
+    values = _single_row_values(sql)
+    if rows > 1 and values is not None:
+        sql = sql[: len(sql) - len(values)] + ", ".join([values] * rows)
+    pieces = sql.split("?")
+    numbered = [pieces[0]]
+    for number, piece in enumerate(pieces[1:], start=1):
+        numbered.append(f"${number}{piece}")
+    return "".join(numbered)
+
+
 # SQLSTATEs of affidavit_append_guard's refusals (migration 9)
 _GUARD_STATES = frozenset({"AFJ01", "AFJ02", "AFJ03", "AFJ04"})
 
@@ -486,7 +578,7 @@ class PostgresSnapshot(SqlSnapshot):
 
 
 # The URL parameters that are ours, not libpq's: removed before the URL reaches libpq.
-OWN_PARAMETERS = ("schema", "pool_size", "pool_timeout")
+OWN_PARAMETERS = ("schema", "pool_size", "pool_timeout", "prepare")
 DEFAULT_POOL_SIZE = 10
 MAX_POOL_SIZE = 1000
 # How long an operation waits for a connection of the pool, in seconds: while the server is
@@ -497,7 +589,7 @@ DEFAULT_POOL_TIMEOUT = 10.0
 
 def split_url(url: str) -> tuple[str, str | None]:
     """Return (libpq conninfo URL, schema) after removing our parameters (``schema``,
-    ``pool_size``, ``pool_timeout``)."""
+    ``pool_size``, ``pool_timeout``, ``prepare``)."""
     base, _, query = url.partition("?")
     params = parse_qsl(query, keep_blank_values=True)
     schema = None
@@ -564,6 +656,28 @@ def pool_timeout_of(url: str) -> float:
             f"operation waits for a connection; the default is {DEFAULT_POOL_TIMEOUT:g}).",
         )
     return seconds
+
+
+def prepare_of(url: str) -> bool:
+    """Whether a store opened on ``url`` prepares its hot statements on the server (see
+    :meth:`PostgresTransaction._executed`): the URL's ``prepare`` (``on`` or ``off``), else
+    on. Off is for a connection pooler in transaction mode, which may give each transaction
+    another server session than the one that prepared a statement.
+
+    Raises:
+        ConfigError: ``prepare`` is given but is neither ``on`` nor ``off`` (or is given twice).
+    """
+    values = _url_values(url, "prepare")
+    if not values:
+        return True
+    if len(values) > 1 or values[0] not in ("on", "off"):
+        shown = ", ".join(repr(v) for v in values)
+        raise ConfigError(
+            f"invalid prepare {shown} in the database URL",
+            hint="Give prepare once, as on (the default) or off (behind a connection pooler "
+            "in transaction mode).",
+        )
+    return values[0] == "on"
 
 
 def store_error(message: str, exc: psycopg.Error) -> StoreError:
@@ -638,6 +752,7 @@ class PostgresStore(SqlStore):
         # (the URL's pool_size, else 10; checked before anything connects)
         self.pool_size = max_size if max_size is not None else pool_size_of(url)
         self.pool_timeout = pool_timeout_of(url)
+        self.prepare = prepare_of(url)
         # One direct connection first: it fails fast with libpq's own reason (refused, bad
         # password, no such database), where a pool would keep retrying until its timeout.
         try:
@@ -657,10 +772,13 @@ class PostgresStore(SqlStore):
             ) from None
         self._pool = ConnectionPool(
             conninfo,
+            connection_class=_Connection,
             min_size=min(min_size, self.pool_size),
             max_size=self.pool_size,
             timeout=self.pool_timeout,
-            kwargs={"autocommit": True},
+            # psycopg prepares nothing itself: it would also drop every prepared statement of
+            # the session (DEALLOCATE ALL) after a rollback, the store's own included
+            kwargs={"autocommit": True, "prepare_threshold": None},
             configure=self._configure,
             open=False,
             name="affidavit",
@@ -715,7 +833,7 @@ class PostgresStore(SqlStore):
         try:
             with self._pool.connection() as conn:
                 try:
-                    tx = PostgresTransaction(conn, durable=durable)
+                    tx = PostgresTransaction(conn, durable=durable, prepare=self.prepare)
                     yield tx
                     tx.commit()
                 except BaseException:
