@@ -4,6 +4,7 @@ application (every command and the layers below them) is imported; everything el
 
 from __future__ import annotations
 
+import gc
 import sys
 
 
@@ -16,4 +17,12 @@ def main() -> None:
         raise SystemExit(0)
     from affidavit.cli.main import main as run
 
-    run()
+    try:
+        run()
+    finally:
+        # The command is done and the process ends: its objects (tens of thousands, most of
+        # them the modules' own) are moved out of the collector's reach, so the interpreter's
+        # shutdown does not walk them all once more — ~50 ms of a worker's or a CLI command's
+        # exit. Files and connections are closed by the commands themselves; atexit handlers
+        # (an OpenTelemetry exporter's flush) and the flush of stdout and stderr run as before.
+        gc.freeze()

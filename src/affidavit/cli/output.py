@@ -6,22 +6,41 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
-from rich.cells import cell_len
-from rich.console import Console
-from rich.markup import escape
 
 from affidavit.core.errors import (
     AffidavitError,
 )
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    out: Console  # human output (stdout)
+    err: Console  # notes, progress and errors (stderr)
+
 # Piped or redirected (no terminal, no $COLUMNS), tables are laid out 200 columns wide rather
 # than Rich's 80, so that ids and hashes come out whole for the next program to read.
 _PIPE_WIDTH = 200 if not sys.stdout.isatty() and "COLUMNS" not in os.environ else None
-out = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def __getattr__(name: str) -> Any:
+    """``out`` and ``err``, the Rich consoles, made on first use: a command run with
+    ``--json`` prints through neither, and does not import Rich (~20 ms of its start)."""
+    if name not in ("out", "err"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made: Console | None = globals().get(name)
+    if made is not None:
+        return made
+    from rich.console import Console
+
+    if name == "out":
+        console = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
+    else:
+        console = Console(stderr=True, highlight=False, soft_wrap=True)
+    globals()[name] = console
+    return console
 
 # Rich lays a table out whole before it prints a line of it, at about a quarter of a millisecond
 # a row (seconds for a long log): a table of more rows is printed as plain aligned columns.
@@ -60,11 +79,14 @@ def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoRetu
         emit_json({"error": exc.to_dict()})
     else:
         # (a message quotes what it was given — a job id, a path — never to be read as markup)
-        err.print(f"[bold red]error:[/] {escape(exc.message)}", markup=True, highlight=False)
+        from rich.markup import escape
+
+        stderr = __getattr__("err")
+        stderr.print(f"[bold red]error:[/] {escape(exc.message)}", markup=True, highlight=False)
         if exc.hint:
-            err.print(f"[dim]hint:[/] {escape(exc.hint)}")
+            stderr.print(f"[dim]hint:[/] {escape(exc.hint)}")
     if verbose:
-        err.print_exception(show_locals=False)
+        __getattr__("err").print_exception(show_locals=False)
     raise typer.Exit(exit_code_for(exc))
 
 
@@ -77,8 +99,8 @@ def cut(text: str, limit: int = SHOWN_CHARS) -> tuple[str, bool]:
 
 def cut_note(what: str, length: int, rerun: str) -> None:
     """Say on stderr that ``what`` (``length`` characters) was cut, and how to see it whole."""
-    out.file.flush()  # (so that the two streams, when merged, stay in order)
-    err.print(
+    __getattr__("out").file.flush()  # (so that the two streams, when merged, stay in order)
+    __getattr__("err").print(
         f"({what} cut at {SHOWN_CHARS:,} of {length:,} characters; `{rerun}` prints it whole)",
         markup=False,
         highlight=False,
@@ -100,7 +122,7 @@ def plain_columns(
         return "  ".join((*padded[: len(shown) - 1], shown[-1])).rstrip() + "\n"
 
     write(line(headers))
-    write(line(["-" * w for w in widths[: len(headers) - 1]] + ["-" * cell_len(headers[-1])]))
+    write(line(["-" * w for w in widths[: len(headers) - 1]] + ["-" * _cells(headers[-1])]))
     for row in rows:
         write(line(row))
     sys.stdout.flush()
@@ -108,7 +130,7 @@ def plain_columns(
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """:func:`plain_columns` with each column as wide as its widest cell."""
-    widths = [cell_len(h) for h in headers]
+    widths = [_cells(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
             width = _cells(_shown(cell))
@@ -126,4 +148,6 @@ def _cells(text: str) -> int:
     """Terminal cells ``text`` takes (ASCII, also cut with "…": one a character)."""
     if text.isascii() or (text[-1] == "…" and text[:-1].isascii()):
         return len(text)
+    from rich.cells import cell_len
+
     return cell_len(text)

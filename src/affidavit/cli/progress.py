@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import threading
 from types import TracebackType
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING, Any
 
 from affidavit.core.errors import AffidavitError, ReplayError, StoreError
 from affidavit.store import Store, StoredEvent
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def escape(text: str) -> str:
+    """Rich's markup escape, imported on first use (a ``--json`` command imports no Rich)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 # result type of node_finished -> (mark, colour, words)
 _OUTCOMES = {
