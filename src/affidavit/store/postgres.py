@@ -22,6 +22,7 @@ import re
 import time
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, cast
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -47,6 +48,7 @@ from affidavit.store._ledger import (
 )
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
+    EVENT_COLUMNS,
     EVENT_INSERT,
     FULL_DISK_HINT,
     HEAD_SELECT,
@@ -56,6 +58,7 @@ from affidavit.store._sql import (
     SqlStore,
     SqlTransaction,
     conflict,
+    event_from_row,
     fenced,
     head_moved,
     job_from_row,
@@ -224,16 +227,28 @@ class PostgresTransaction(SqlTransaction):
         lease_seconds: float,
         job_id: str | None = None,
         skip: Collection[str] = (),
+        with_log: bool = False,
     ) -> Claimed | None:
         # One statement, one round trip: the first runnable job is locked (skipping rows other
         # claimers hold) and leased, and returned as it was before (claimed_from_row); a
-        # recovery keeps its count, any other claim starts it again.
+        # recovery keeps its count, any other claim starts it again. The statement also notes
+        # the job's id for the rest of the transaction, where the log read that may follow it
+        # in the message finds it: a statement of its own, so it sees everything committed
+        # before the claim took the job's lock (and nobody appends while the claim holds it).
         candidates, params = runnable_jobs(now, job_id, skip)
-        rows = self.query(
+        self._locked = None
+        claim = self._bound(
             _claim_statement(candidates),
             [*params, attempt_id, owner, now + lease_seconds, utc_now()],
         )
-        return claimed_from_row(rows[0]) if rows else None
+        if not with_log:
+            (rows,) = self._send([claim])
+            return claimed_from_row(rows[0][:5]) if rows else None
+        rows, _, log = self._send([claim, IN_KEY_ORDER, _CLAIMED_LOG])
+        if not rows:
+            return None
+        claimed = claimed_from_row(rows[0][:5])
+        return replace(claimed, log=tuple(event_from_row(row) for row in log))
 
     def list_events(self, job_id: str) -> list[StoredEvent]:
         # in key order (see IN_KEY_ORDER); the settings travel with the read, no round trip
@@ -311,7 +326,13 @@ _CLAIM_UPDATE = (
     f"updated_at = ?, recoveries = CASE WHEN {_RECOVERY} THEN c.recoveries ELSE 0 END, "
     f"recovery_progress = CASE WHEN {_RECOVERY} THEN c.recovery_progress END "
     "FROM c WHERE jobs.job_id = c.job_id "
-    "RETURNING c.job_id, c.status, c.lease_owner, c.recoveries, c.recovery_progress"
+    "RETURNING c.job_id, c.status, c.lease_owner, c.recoveries, c.recovery_progress, "
+    "set_config('affidavit.claimed', c.job_id, true)"
+)
+# The log of the job the claim before it in the transaction took (see claim)
+_CLAIMED_LOG = (
+    f"SELECT {EVENT_COLUMNS} FROM events "
+    "WHERE job_id = current_setting('affidavit.claimed', true) ORDER BY version"
 )
 
 
@@ -831,21 +852,25 @@ class PostgresStore(SqlStore):
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[SqlTransaction]:
         try:
-            with self._pool.connection() as conn:
-                try:
-                    tx = PostgresTransaction(conn, durable=durable, prepare=self.prepare)
-                    yield tx
-                    tx.commit()
-                except BaseException:
-                    # Nothing was sent yet (IDLE), or the transaction is open or refused: it
-                    # is rolled back; a connection that cannot even do that is not given back
-                    # (the pool opens a new one, and the transaction ends with it).
-                    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                        try:
-                            conn.execute("ROLLBACK")
-                        except psycopg.Error:
-                            conn.close()
-                    raise
+            # (getconn/putconn rather than the pool's context manager, whose commit of the
+            # connection at the end has nothing to do here: the transaction sends its own)
+            conn = self._pool.getconn()
+            try:
+                tx = PostgresTransaction(conn, durable=durable, prepare=self.prepare)
+                yield tx
+                tx.commit()
+            except BaseException:
+                # Nothing was sent yet (IDLE), or the transaction is open or refused: it is
+                # rolled back; a connection that cannot even do that is not given back (the
+                # pool opens a new one, and the transaction ends with it).
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except psycopg.Error:
+                        conn.close()
+                raise
+            finally:
+                self._pool.putconn(conn)
         except psycopg.Error as exc:
             refused = guard_refusal(exc) or ledger_row_exists(exc)
             if refused is not None:  # a write fenced off, or a log that moved: nothing written
