@@ -119,6 +119,8 @@ class FlakyStore:
         # called after each write transaction that committed, with the calls made on it
         self.on_commit: Callable[[Recorded], None] | None = None
         self.read_failures = 0  # the next reads of a log that fail
+        self.claim_error: Exception | None = None  # what every claim raises, if set
+        self.claims_refused = 0
 
     def transaction(self, *, durable: bool = True) -> _FlakyTransaction:
         return _FlakyTransaction(self, durable)
@@ -126,7 +128,11 @@ class FlakyStore:
     def claim(self, **kwargs: Any) -> Any:  # (a transaction of its own)
         if self.down.is_set():
             raise StoreUnavailable("test: the database is down")
-        return self.store.claim(**kwargs)
+        if self.claim_error is not None:
+            self.claims_refused += 1
+            raise self.claim_error
+        # the log is read by the run, as on SQLite (so read_failures apply on both backends)
+        return self.store.claim(**{**kwargs, "with_log": False})
 
     def list_events(self, job_id: str, **kwargs: Any) -> Any:
         if self.read_failures > 0:
@@ -744,3 +750,21 @@ def test_waiting_for_a_job_rides_out_an_outage(pg_database: str, retry: float) -
         else:
             waiter.join(30)
             assert len(outcome) == 1 and isinstance(outcome[0], StoreUnavailable)
+
+
+def test_a_claim_that_keeps_failing_stops_the_worker_instead_of_spinning(
+    real_store: Store, calls: Calls
+) -> None:
+    """A claim refused by the database for a reason that will not pass (not an outage) would
+    fail the same way at once if tried again: the worker stops with that error rather than
+    trying in a busy loop (each of its claim loops tries once), and nothing runs."""
+    flaky = FlakyStore(real_store)
+    rt = runtime_on(flaky, charge_tool(calls), email_tool(calls))
+    job_id = rt.submit(FLOW, {}).job_id
+    flaky.claim_error = StoreError("test: permission denied for table jobs")
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="permission denied"):
+        rt.worker.run(until_idle=True, concurrency=3)
+    assert time.monotonic() - started < 5
+    assert 1 <= flaky.claims_refused <= 3
+    assert calls.count() == 0 and rt.get_job(job_id).status == "pending"

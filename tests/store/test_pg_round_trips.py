@@ -233,6 +233,27 @@ def test_a_claim_is_one_round_trip_with_its_commit(pg_store: Store, syncs: list[
     assert syncs[0] - before == 1
 
 
+def test_a_claim_reads_the_log_in_its_round_trip(pg_store: Store, syncs: list[int]) -> None:
+    """With ``with_log`` (a worker's claim), the job's log comes back in the claim's message:
+    still one round trip, and the run reads nothing before its first step. With nothing to
+    claim the message still goes (once), and reads no job's log."""
+    job, _ = pg_store.create_job(events=[NewEvent("job_created", {})])
+    pg_store.append(job.job_id, [NewEvent("node_started", {})], expected_version=1)
+    before = syncs[0]
+    claimed = pg_store.claim(
+        owner="w", attempt_id="a1", now=1.0, lease_seconds=10, with_log=True
+    )
+    assert syncs[0] - before == 1
+    assert claimed is not None and claimed.log is not None
+    assert [e.type for e in claimed.log] == ["job_created", "node_started"]
+    before = syncs[0]
+    assert (
+        pg_store.claim(owner="w", attempt_id="a2", now=2.0, lease_seconds=10, with_log=True)
+        is None
+    )
+    assert syncs[0] - before == 1
+
+
 def test_nothing_is_sent_after_a_read_that_carried_the_commit(pg_store: Store) -> None:
     job_id, attempt, _ = _leased_job(pg_store)
     with (

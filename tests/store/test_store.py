@@ -654,6 +654,37 @@ def test_a_claim_says_whether_it_recovers_the_job_and_what_was_counted(
     assert claim(now + 37, "a6") == Claimed(job_id, True, 2, 7)
 
 
+def test_a_claim_with_log_returns_the_log_the_claim_saw(store: Store) -> None:
+    """``Store.claim(with_log=True)``: where the backend reads the log with the claim
+    (PostgreSQL) it is the claimed job's whole log, as read after the claim took it — also
+    for a recovery, whose log another run wrote — and never another job's; where it does not
+    (SQLite) it is ``None`` and the claimer reads the log itself. Without ``with_log``, never."""
+    first = make_job(store)
+    second = make_job(store)
+    store.append(first, [ev(1), ev(2)], expected_version=0)
+    now = time.time()
+    claimed = store.claim(owner="w", attempt_id="a1", now=now, lease_seconds=10, with_log=True)
+    assert claimed is not None and claimed.job_id == first
+    if store.backend == "sqlite":
+        assert claimed.log is None
+    else:
+        assert claimed.log is not None
+        assert list(claimed.log) == store.list_events(first)
+        assert [e.version for e in claimed.log] == [1, 2]
+    # the other job, without the log; then the first again, recovered after its lease ran out
+    plain = store.claim(owner="w", attempt_id="a2", now=now, lease_seconds=10)
+    assert plain is not None and (plain.job_id, plain.log) == (second, None)
+    store.append(first, [ev(3)], expected_version=2, fence="a1")
+    again = store.claim(
+        owner="w", attempt_id="a3", now=now + 11, lease_seconds=10, with_log=True
+    )
+    assert again is not None and (again.job_id, again.recovered) == (first, True)
+    if store.backend != "sqlite":
+        assert again.log is not None and [e.version for e in again.log] == [1, 2, 3]
+        assert list(again.log) == store.list_events(first)
+    assert store.claim(owner="w", attempt_id="a4", now=now, lease_seconds=10, with_log=True) is None
+
+
 def test_concurrent_claims_take_each_job_once(store: Store) -> None:
     """Eight claimers at once (``Store.claim``, each its own transaction): every job is taken
     by exactly one of them, and each claim leases the job it returns."""

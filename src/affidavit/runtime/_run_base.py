@@ -21,7 +21,7 @@ import orjson
 from affidavit.core.canonical import canonical_nested, parse
 from affidavit.core.errors import CanonicalizationError, StoreUnavailable
 from affidavit.runtime._sdk import Tool, ToolCallError, ToolContext
-from affidavit.store import Transaction
+from affidavit.store import StoredEvent, Transaction
 
 # How long a run keeps trying a write while the database is unavailable (a restart, a
 # failover, a lock held past the busy timeout), and the waits between tries.
@@ -94,6 +94,9 @@ class Claim:
     recovered: bool = False
     recoveries: int = 0
     progress: int | None = None
+    # the job's log as the claim read it, if it did (affidavit.store.Claimed.log): the run
+    # starts from it instead of reading it again
+    log: tuple[StoredEvent, ...] | None = None
 
 
 class StepFailed(Exception):

@@ -179,7 +179,9 @@ class JobRunner:
     def _read_log(self, claim: Claim) -> list[StoredEvent]:
         """The job's log, read again while the database is unavailable (for up to
         ``store_retry_seconds``, as the run's writes are): a run that gave up here would
-        leave the job claimed until its lease expired."""
+        leave the job claimed until its lease expired. (Not read again if the claim read it.)"""
+        if claim.log is not None:
+            return list(claim.log)
         outage: Outage | None = None
         while True:
             try:

@@ -236,6 +236,7 @@ class Worker:
             lease_seconds=self.lease_seconds,
             job_id=job_id,
             skip=skip,
+            with_log=True,
         )
         if not claimed:
             return None
@@ -247,6 +248,7 @@ class Worker:
             claimed.recovered,
             claimed.recoveries,
             claimed.progress,
+            claimed.log,
         )
 
     def run_claim(self, claim: Claim) -> str:
@@ -365,6 +367,7 @@ class Worker:
         refused: list[ClockSkewError] = []
 
         gave_up: list[StoreUnavailable] = []  # the failure a loop gave up on, if one did
+        claim_failed: list[Exception] = []  # what a claim raised, other than an outage
 
         def loop() -> None:
             outage_wait = 0.0  # while the database is unavailable: the wait before trying again
@@ -384,7 +387,11 @@ class Worker:
                     and time.monotonic() - outage_since >= limit
                 )
 
-            while not stop.is_set() and not self._stopping.is_set() and not gave_up and not refused:
+            while (
+                not stop.is_set()
+                and not self._stopping.is_set()
+                and not (gave_up or refused or claim_failed)
+            ):
                 claim: Claim | None = None
                 try:
                     claim = None if self._stopping.is_set() else self.claim()
@@ -423,7 +430,13 @@ class Worker:
                     )
                     self._stopping.wait(outage_wait)
                     continue
-                except Exception:
+                except Exception as exc:
+                    if claim is None:
+                        # The claim itself (or the look at a job left behind) failed, and not
+                        # because the database is away: trying again at once would only fail
+                        # the same way, in a busy loop. The worker stops with the error.
+                        claim_failed.append(exc)
+                        return
                     # A job whose run raised unexpectedly keeps its lease until it expires and
                     # is then run again (by this loop too, as one whose run gave up: not idle
                     # meanwhile; parked as crash_loop if it keeps happening); this loop goes on
@@ -451,6 +464,8 @@ class Worker:
             t.join()
         if refused:
             raise refused[0]
+        if claim_failed:
+            raise claim_failed[0]
         if gave_up:
             first = gave_up[0]
             raise StoreUnavailable(

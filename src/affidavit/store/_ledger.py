@@ -229,11 +229,14 @@ class LedgerOps:
         lease_seconds: float,
         job_id: str | None = None,
         skip: Collection[str] = (),
+        with_log: bool = False,
     ) -> Claimed | None:
         """Claim one runnable job — pending, or running with an expired lease — for a new
         attempt; ``None`` if there is none. Concurrent claimers never get the same job.
         ``skip``: jobs not to claim (ones this worker cannot run). A job whose lease expired
-        with an owner (its run did not hand it back) is ``recovered`` (see :class:`Claimed`)."""
+        with an owner (its run did not hand it back) is ``recovered`` (see :class:`Claimed`).
+        ``with_log`` is not read here (SQLite: a read after the claim costs no round trip, and
+        its transaction holds the database's one write lock)."""
         candidates, params = runnable_jobs(now, job_id, skip)
         rows = self.query(candidates + self.SKIP_LOCKED, params)
         if not rows:

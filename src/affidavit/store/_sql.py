@@ -709,6 +709,7 @@ class SqlStore(ApiKeyReads, ABC):
         lease_seconds: float,
         job_id: str | None = None,
         skip: Collection[str] = (),
+        with_log: bool = False,
     ) -> Claimed | None:
         with self.transaction(durable=False) as tx:
             tx.commit_with_next_read()
@@ -719,6 +720,7 @@ class SqlStore(ApiKeyReads, ABC):
                 lease_seconds=lease_seconds,
                 job_id=job_id,
                 skip=skip,
+                with_log=with_log,
             )
 
     def append(

@@ -151,12 +151,16 @@ class Claimed:
     """A job :meth:`Transaction.claim` took. ``recovered``: its lease had expired with an owner
     (the run before neither finished nor handed it back: killed, out of memory, exited inside
     a step, frozen). Then ``recoveries`` and ``progress`` are what the runs before recorded
-    (see :meth:`Transaction.set_recoveries`); for any other claim they start again (0, None)."""
+    (see :meth:`Transaction.set_recoveries`); for any other claim they start again (0, None).
+    ``log``: the job's whole log, read after the claim took the job, in its transaction, when
+    the claim was asked for it (``with_log``) and the backend reads it in the claim's round
+    trip (PostgreSQL); else ``None``, and the claimer reads the log itself."""
 
     job_id: str
     recovered: bool = False
     recoveries: int = 0
     progress: int | None = None
+    log: tuple[StoredEvent, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,11 +521,13 @@ class Transaction(TlogWriter, Protocol):
         lease_seconds: float,
         job_id: str | None = None,
         skip: Collection[str] = (),
+        with_log: bool = False,
     ) -> Claimed | None:
         """Claim one runnable job — pending, or running with an expired lease — for a new
         attempt; ``None`` if there is none. Concurrent claimers never get the same job.
         ``skip``: jobs not to claim. A job whose lease expired with an owner is ``recovered``
-        (see :class:`Claimed`)."""
+        (see :class:`Claimed`). ``with_log``: read the job's log with the claim where that
+        costs no round trip of its own (see :attr:`Claimed.log`)."""
         ...
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool:
@@ -714,10 +720,11 @@ class Store(Protocol):
         lease_seconds: float,
         job_id: str | None = None,
         skip: Collection[str] = (),
+        with_log: bool = False,
     ) -> Claimed | None:
         """:meth:`Transaction.claim` in a transaction of its own, not waited to disk: nothing
         acts on a claim alone, and the claimer's first durable commit covers it. On
-        PostgreSQL one round trip."""
+        PostgreSQL one round trip, the job's log included when ``with_log``."""
         ...
 
     def create_job(
