@@ -240,16 +240,13 @@ def test_a_claim_reads_the_log_in_its_round_trip(pg_store: Store, syncs: list[in
     job, _ = pg_store.create_job(events=[NewEvent("job_created", {})])
     pg_store.append(job.job_id, [NewEvent("node_started", {})], expected_version=1)
     before = syncs[0]
-    claimed = pg_store.claim(
-        owner="w", attempt_id="a1", now=1.0, lease_seconds=10, with_log=True
-    )
+    claimed = pg_store.claim(owner="w", attempt_id="a1", now=1.0, lease_seconds=10, with_log=True)
     assert syncs[0] - before == 1
     assert claimed is not None and claimed.log is not None
     assert [e.type for e in claimed.log] == ["job_created", "node_started"]
     before = syncs[0]
     assert (
-        pg_store.claim(owner="w", attempt_id="a2", now=2.0, lease_seconds=10, with_log=True)
-        is None
+        pg_store.claim(owner="w", attempt_id="a2", now=2.0, lease_seconds=10, with_log=True) is None
     )
     assert syncs[0] - before == 1
 

@@ -675,9 +675,7 @@ def test_a_claim_with_log_returns_the_log_the_claim_saw(store: Store) -> None:
     plain = store.claim(owner="w", attempt_id="a2", now=now, lease_seconds=10)
     assert plain is not None and (plain.job_id, plain.log) == (second, None)
     store.append(first, [ev(3)], expected_version=2, fence="a1")
-    again = store.claim(
-        owner="w", attempt_id="a3", now=now + 11, lease_seconds=10, with_log=True
-    )
+    again = store.claim(owner="w", attempt_id="a3", now=now + 11, lease_seconds=10, with_log=True)
     assert again is not None and (again.job_id, again.recovered) == (first, True)
     if store.backend != "sqlite":
         assert again.log is not None and [e.version for e in again.log] == [1, 2, 3]

@@ -42,6 +42,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = console
     return console
 
+
 # Rich lays a table out whole before it prints a line of it, at about a quarter of a millisecond
 # a row (seconds for a long log): a table of more rows is printed as plain aligned columns.
 RICH_TABLE_ROWS = 1_000

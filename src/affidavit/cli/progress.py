@@ -25,6 +25,7 @@ def escape(text: str) -> str:
 
     return rich_escape(text)
 
+
 # result type of node_finished -> (mark, colour, words)
 _OUTCOMES = {
     "pure": ("✓", "green", "done"),
