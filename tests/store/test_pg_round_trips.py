@@ -433,3 +433,22 @@ def test_prepare_off_sends_every_statement_as_text(pg_schema: str, sent: list[st
     finally:
         store.close()
     assert _prepares(sent) == [] and not any("EXECUTE" in m for m in sent)
+
+
+def test_claims_on_one_connection_each_read_their_own_jobs_log(one_connection: Store) -> None:
+    """The claim's log read is prepared once and run for job after job on one connection
+    (past the executions after which the server keeps a generic plan): each claim returns its
+    own job's log, whole."""
+    store = one_connection
+    jobs = []
+    for n in range(8):
+        job, _ = store.create_job(events=[NewEvent("job_created", {"n": n})])
+        store.append(job.job_id, [NewEvent("node_started", {})] * (n % 3), expected_version=1)
+        jobs.append(job.job_id)
+    for n, job_id in enumerate(jobs):
+        claimed = store.claim(
+            owner="w", attempt_id=f"a{n}", now=1.0, lease_seconds=10, with_log=True
+        )
+        assert claimed is not None and claimed.job_id == job_id and claimed.log is not None
+        assert list(claimed.log) == store.list_events(job_id)
+        assert len(claimed.log) == 1 + n % 3 and claimed.log[0].payload == {"n": n}

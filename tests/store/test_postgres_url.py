@@ -86,6 +86,22 @@ def test_libpq_options_with_spaces_reach_the_server(pg_schema: str) -> None:
         store.close()
 
 
+def test_sessions_are_configured_with_the_stores_settings(pg_schema: str) -> None:
+    """Every pooled session (configured in one message): durable commits, no JIT, the
+    schema first on the search path, and the store's idle-in-transaction bound where the
+    server sets none."""
+    store = open_store(f"{PG_URL}?schema={pg_schema}", connections=3)
+    try:
+        with store.transaction() as tx:
+            shown = tx.query(
+                "SELECT current_setting('synchronous_commit'), current_setting('jit'), "
+                "current_schema(), current_setting('idle_in_transaction_session_timeout')"
+            )
+        assert shown == [("on", "off", pg_schema, "10s")]
+    finally:
+        store.close()
+
+
 def test_unreachable_server_is_a_clear_store_error() -> None:
     with pytest.raises(StoreError, match="cannot connect") as info:
         open_store("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=1")
@@ -203,3 +219,18 @@ def test_prepare_parameter_is_ours_and_checked() -> None:
         with pytest.raises(ConfigError, match="invalid prepare") as info:
             prepare_of(f"postgresql://u@h/db?{bad}")
         assert "transaction mode" in (info.value.hint or "")
+
+
+def test_a_store_opens_the_connections_it_is_asked_for_before_it_returns(
+    pg_schema: str,
+) -> None:
+    """``open_store(connections=N)`` (a worker: one per job it runs at once, plus two) has N
+    connections open when it returns, so no first job waits for one; never more than the
+    URL's ``pool_size``."""
+    for asked, pool_size, held in ((6, 10, 6), (12, 3, 3)):
+        store = open_store(f"{PG_URL}?schema={pg_schema}&pool_size={pool_size}", connections=asked)
+        try:
+            assert isinstance(store, PostgresStore)
+            assert store._pool.get_stats()["pool_size"] == held
+        finally:
+            store.close()

@@ -260,10 +260,13 @@ def open_runtime(
     max_outage: float | None = None,
     *,
     wait_for_store: bool = False,
+    jobs_at_once: int = 1,
 ) -> Runtime:
     """The runtime the commands run on. ``wait_for_store`` (a worker): a database that is
     unavailable when it starts is waited for, as a worker waits for it later
-    (``--max-outage-seconds`` bounds both), instead of failing at once."""
+    (``--max-outage-seconds`` bounds both), instead of failing at once; it runs up to
+    ``jobs_at_once`` jobs at once, and opens a connection for each, one for their heartbeats
+    and one for the log's sequencer from the start."""
     for spec in tools or []:
         load_tools(spec)
     retry = seconds_setting(
@@ -272,7 +275,11 @@ def open_runtime(
     outage = seconds_setting(max_outage, "AFFIDAVIT_MAX_OUTAGE_SECONDS", math.inf, zero_ok=True)
     outage_limit = outage if math.isfinite(outage) else None
     url = database_url(db)
-    store = open_store_waiting(url, max_outage_seconds=outage_limit) if wait_for_store else None
+    store = (
+        open_store_waiting(url, max_outage_seconds=outage_limit, connections=jobs_at_once + 2)
+        if wait_for_store
+        else None
+    )
     rt = Runtime(
         url,
         store=store,
@@ -529,6 +536,7 @@ def worker(
             recoveries,
             max_outage,
             wait_for_store=True,
+            jobs_at_once=concurrency,
         )
         try:
             if metrics_port is not None:

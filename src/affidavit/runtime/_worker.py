@@ -50,12 +50,14 @@ def open_store_waiting(
     max_outage_seconds: float | None = None,
     stop: threading.Event | None = None,
     worker_id: str = "",
+    connections: int = 1,
 ) -> Store:
     """Open (connect, pool, migrations) the database at ``url`` as a worker starts: while it
     is unavailable — down, restarting, refusing connections, ending sessions mid-migration —
     wait and try again as a worker's claim loops do (0.5 s, doubling, up to 5 s between
     tries), until it is back or, with ``max_outage_seconds``, until it has been unavailable
     that long. A migration that a restart cut off was rolled back and is applied again.
+    ``connections``: as :func:`~affidavit.store.open_store`'s.
 
     Raises:
         StoreUnavailable: still unavailable after ``max_outage_seconds``, or ``stop`` was set
@@ -70,7 +72,7 @@ def open_store_waiting(
     wait = 0.0
     while True:
         try:
-            store = open_store(url)
+            store = open_store(url, connections=connections)
         except StoreUnavailable as exc:
             now = time.monotonic()
             limit = max_outage_seconds

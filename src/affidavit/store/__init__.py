@@ -54,8 +54,14 @@ __all__ = [
 ]
 
 
-def open_store(url: str, *, migrate: bool = True, read_only: bool = False) -> Store:
+def open_store(
+    url: str, *, migrate: bool = True, read_only: bool = False, connections: int = 1
+) -> Store:
     """Open the database at ``url`` and (by default) apply pending migrations.
+
+    ``connections``: how many connections a PostgreSQL store opens before it returns (more
+    are opened when needed, up to the URL's ``pool_size``): a worker running N jobs at once
+    opens N + 2 so that none of its first jobs waits for one. SQLite ignores it.
 
     ``read_only``: change nothing — no database is created, no migration applied, and every
     write fails (SQLite connections with ``mode=ro``; PostgreSQL sessions with
@@ -84,7 +90,7 @@ def open_store(url: str, *, migrate: bool = True, read_only: bool = False) -> St
     if url.startswith(("postgresql://", "postgres://")):
         from affidavit.store.postgres import PostgresStore
 
-        return PostgresStore(url, migrate=migrate, read_only=read_only)
+        return PostgresStore(url, migrate=migrate, read_only=read_only, min_size=connections)
     shown = url.split("://", 1)[0] + "://…" if "://" in url else repr(url)
     raise UnsupportedDatabaseURL(
         f"unsupported database URL {shown}; supported: {', '.join(SUPPORTED_SCHEMES)}"

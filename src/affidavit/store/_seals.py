@@ -56,6 +56,22 @@ def key_from_row(row: Sequence[Any]) -> PublicKey:
     return PublicKey(key_id=row[0], public_key=raw, created_at=row[2], retired_at=row[3])
 
 
+# A job's end stores its seal, its key and its log leaf (each statement a constant: see
+# affidavit.store.postgres._PREPARED_STATEMENTS)
+SEAL_INSERT = (
+    f"INSERT INTO seals ({SEAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+# the leaf is queued only if the seal stored is the one given (not one stored before it)
+LEAF_QUEUE_INSERT = (
+    "INSERT INTO tlog_queue (job_id, leaf, queued_at) SELECT ?, ?, ? WHERE EXISTS "
+    "(SELECT 1 FROM seals WHERE job_id = ? AND signature = ?)"
+)
+KEY_INSERT = (
+    "INSERT INTO signing_keys (key_id, algorithm, public_key, created_at, retired_at) "
+    "VALUES (?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING"
+)
+
+
 class SealOps:
     """Seal and key statements; relies on the transaction primitives."""
 
@@ -71,8 +87,7 @@ class SealOps:
         """Store a job's seal (one it already has is kept) and queue ``leaf`` if this seal is
         the one stored: the queue's insert asks the server, so nothing is read back here."""
         self.execute(
-            f"INSERT INTO seals ({SEAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT DO NOTHING",
+            SEAL_INSERT,
             (
                 seal.job_id,
                 seal.event_count,
@@ -87,8 +102,7 @@ class SealOps:
         )
         if leaf is not None:
             self.execute(
-                "INSERT INTO tlog_queue (job_id, leaf, queued_at) SELECT ?, ?, ? WHERE EXISTS "
-                "(SELECT 1 FROM seals WHERE job_id = ? AND signature = ?)",
+                LEAF_QUEUE_INSERT,
                 (seal.job_id, leaf, queued_at, seal.job_id, seal.signature),
             )
 
@@ -105,8 +119,7 @@ class SealOps:
     def key_register(self, key: PublicKey, *, created_at: str) -> None:
         """Record a public key (a key id already known is left as it is)."""
         self.execute(
-            "INSERT INTO signing_keys (key_id, algorithm, public_key, created_at, retired_at) "
-            "VALUES (?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
+            KEY_INSERT,
             (key.key_id, ALGORITHM, b64(key.public_key), created_at),
         )
 

@@ -46,6 +46,7 @@ from affidavit.store._ledger import (
     claimed_from_row,
     runnable_jobs,
 )
+from affidavit.store._seals import KEY_INSERT, LEAF_QUEUE_INSERT, SEAL_INSERT
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
     EVENT_COLUMNS,
@@ -154,7 +155,7 @@ class PostgresTransaction(SqlTransaction):
         if name not in prepared:
             self._cursor.execute(f"PREPARE {name} AS {_numbered(sql, rows)}")
             prepared.add(name)
-        return f"EXECUTE {name}({', '.join(literals)})"
+        return f"EXECUTE {name}({', '.join(literals)})" if literals else f"EXECUTE {name}"
 
     def _send(self, reads: Sequence[str]) -> list[list[Any]]:
         """One round trip: the queued statements, then ``reads`` (then the commit, if it goes
@@ -244,7 +245,10 @@ class PostgresTransaction(SqlTransaction):
         if not with_log:
             (rows,) = self._send([claim])
             return claimed_from_row(rows[0][:5]) if rows else None
-        rows, _, log = self._send([claim, IN_KEY_ORDER, _CLAIMED_LOG])
+        read_log = (
+            self._executed(_CLAIMED_LOG, 1, []) if self._prepared is not None else _CLAIMED_LOG
+        )
+        rows, _, log = self._send([claim, IN_KEY_ORDER, read_log])
         if not rows:
             return None
         claimed = claimed_from_row(rows[0][:5])
@@ -413,6 +417,10 @@ _PREPARED_STATEMENTS = frozenset(
         EVENT_INSERT,
         LEDGER_FINISH,
         STATUS_UPDATE_FENCED,
+        KEY_INSERT,
+        SEAL_INSERT,
+        LEAF_QUEUE_INSERT,
+        _CLAIMED_LOG,
     }
 )
 # A multi-row insert is one prepared statement per number of rows, up to this many (a tool
@@ -824,15 +832,20 @@ class PostgresStore(SqlStore):
             raise
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute(SESSION_SETTINGS)
-        if self._idle_timeout_ms:
-            shown = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
-            if shown is not None and shown[0] == "0":
-                conn.execute(f"SET idle_in_transaction_session_timeout = {self._idle_timeout_ms}")
+        # one message, one round trip (a new connection of the pool is configured before use)
+        settings = [SESSION_SETTINGS]
+        if self._idle_timeout_ms:  # (unless the role, the database or the URL set one)
+            settings.append(
+                "SELECT set_config('idle_in_transaction_session_timeout', "
+                f"'{self._idle_timeout_ms}', false) "
+                "WHERE current_setting('idle_in_transaction_session_timeout') = '0'"
+            )
         if self.read_only:
-            conn.execute("SET default_transaction_read_only = on")
+            settings.append("SET default_transaction_read_only = on")
         if self.schema:
-            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+            path = sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema))
+            settings.append(path.as_string(conn))
+        psycopg.ClientCursor(conn).execute("; ".join(settings))
 
     def _q(self, query: str) -> str:
         return _pyformat(query)
