@@ -86,11 +86,18 @@ def _pyformat(query: str) -> str:
 
 class _Connection(psycopg.Connection[Any]):
     """A connection of the store's pool: it knows the names of the statements it has
-    prepared (see :meth:`PostgresTransaction._executed`), which live as long as its session."""
+    prepared (see :meth:`PostgresTransaction._executed`), which live as long as its session,
+    and keeps the one cursor its write transactions send through (one at a time)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.prepared: set[str] = set()
+        self._writes: psycopg.ClientCursor[Any] | None = None
+
+    def writes(self) -> psycopg.ClientCursor[Any]:
+        if self._writes is None:
+            self._writes = psycopg.ClientCursor(self)
+        return self._writes
 
 
 class PostgresTransaction(SqlTransaction):
@@ -120,7 +127,7 @@ class PostgresTransaction(SqlTransaction):
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, conn: _Connection, *, durable: bool, prepare: bool = True) -> None:
-        self._cursor = psycopg.ClientCursor(conn)
+        self._cursor = conn.writes()
         # the names this connection has prepared; None: it prepares nothing (prepare_of)
         self._prepared = conn.prepared if prepare else None
         # statements not sent yet: they open the next message
