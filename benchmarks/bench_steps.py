@@ -452,7 +452,11 @@ def markdown(
                 "before the tool acts, T2 comes after it). T1: the ledger insert, presumed new, "
                 "goes unanswered with the started events and the commit; T2: the closing events "
                 "and the ledger row with the commit. Both appends are checked on the server by "
-                "`affidavit_append_guard` in the message that carries the commit.",
+                "`affidavit_append_guard` in the message that carries the commit. Per job of N "
+                "steps: 2N + 2 (the claim brings the job's log back; the job's end, with its "
+                "seal, is one message). The statements in those messages are prepared once per "
+                "connection and sent as `EXECUTE` with their values as literals; the worker "
+                "opens a connection per job slot before its first claim.",
                 "Per-step p50: affidavit, from a step's `tool_invocation_started` to its "
                 "`node_finished` (the two timestamps in the log; T1's commit, the tool, T2's "
                 "writes); floor, T1 + T2 timed around the two round trips.",
