@@ -82,14 +82,22 @@ def _leased_job(store: Store) -> tuple[str, str, bytes]:
     return job.job_id, attempt, bytes.fromhex(store.list_events(job.job_id)[-1].chain_hash)
 
 
-def _insert_key(tx: Any, job_id: str, attempt: str, presumed_new: bool = False) -> bool:
-    """T1's ledger insert of the key ``k``; whether it won."""
+def _insert_key(
+    tx: Any,
+    job_id: str,
+    attempt: str,
+    presumed_new: bool = False,
+    *,
+    key: str = "k",
+    node_id: str = "n",
+) -> bool:
+    """T1's ledger insert of ``key`` (``k``); whether it won."""
     return bool(
         tx.ledger_insert(
             presumed_new=presumed_new,
             job_id=job_id,
-            key="k",
-            node_id="n",
+            key=key,
+            node_id=node_id,
             step_id="s",
             tool_name="t",
             args_hash="a",
@@ -292,17 +300,7 @@ def _tool_step(store: Store, job_id: str, attempt: str, head: bytes, key: str) -
     """One tool step as a run writes it (T1 presumed new, then T2); the new head."""
     version = store.get_job(job_id).version
     with store.transaction() as tx:
-        assert tx.ledger_insert(
-            presumed_new=True,
-            job_id=job_id,
-            key=key,
-            node_id="n",
-            step_id="s",
-            tool_name="t",
-            args_hash="a",
-            invocation_id="i",
-            attempt_id=attempt,
-        )
+        assert _insert_key(tx, job_id, attempt, presumed_new=True, key=key)
         head = tx.append_known_head(
             job_id, _encoded(2), expected_version=version, fence=attempt, head=head
         )[-1]
@@ -398,17 +396,7 @@ def test_values_read_back_the_same_through_prepared_and_plain_statements(
         try:
             job_id, attempt, head = _leased_job(store)
             with store.transaction() as tx:
-                tx.ledger_insert(
-                    presumed_new=True,
-                    job_id=job_id,
-                    key=hostile,
-                    node_id=hostile,
-                    step_id="s",
-                    tool_name="t",
-                    args_hash="a",
-                    invocation_id="i",
-                    attempt_id=attempt,
-                )
+                _insert_key(tx, job_id, attempt, True, key=hostile, node_id=hostile)
                 tx.append_known_head(
                     job_id, _encoded(7), expected_version=1, fence=attempt, head=head
                 )
