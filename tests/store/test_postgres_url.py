@@ -227,6 +227,8 @@ def test_a_store_opens_the_connections_it_is_asked_for_before_it_returns(
     """``open_store(connections=N)`` (a worker: one per job it runs at once, plus two) has N
     connections open when it returns, so no first job waits for one; never more than the
     URL's ``pool_size``."""
+    with pytest.raises(ConfigError, match="connections must be at least 1"):
+        open_store(f"{PG_URL}?schema={pg_schema}", connections=0)
     for asked, pool_size, held in ((6, 10, 6), (12, 3, 3)):
         store = open_store(f"{PG_URL}?schema={pg_schema}&pool_size={pool_size}", connections=asked)
         try:

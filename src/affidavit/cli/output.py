@@ -30,17 +30,28 @@ def __getattr__(name: str) -> Any:
     ``--json`` prints through neither, and does not import Rich (~20 ms of its start)."""
     if name not in ("out", "err"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    made: Console | None = globals().get(name)
-    if made is not None:
-        return made
-    from rich.console import Console
+    return _console(name)
 
-    if name == "out":
-        console = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
-    else:
-        console = Console(stderr=True, highlight=False, soft_wrap=True)
-    globals()[name] = console
-    return console
+
+def _console(name: str) -> Console:
+    """The console ``out`` or ``err``, made (and kept as the module's attribute) if needed."""
+    made: Console | None = globals().get(name)
+    if made is None:
+        from rich.console import Console
+
+        if name == "out":
+            made = Console(highlight=False, soft_wrap=True, width=_PIPE_WIDTH)
+        else:
+            made = Console(stderr=True, highlight=False, soft_wrap=True)
+        globals()[name] = made
+    return made
+
+
+def escape(text: str) -> str:
+    """Rich's markup escape (Rich imported on first use)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 # Rich lays a table out whole before it prints a line of it, at about a quarter of a millisecond
@@ -80,14 +91,12 @@ def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoRetu
         emit_json({"error": exc.to_dict()})
     else:
         # (a message quotes what it was given — a job id, a path — never to be read as markup)
-        from rich.markup import escape
-
-        stderr = __getattr__("err")
+        stderr = _console("err")
         stderr.print(f"[bold red]error:[/] {escape(exc.message)}", markup=True, highlight=False)
         if exc.hint:
             stderr.print(f"[dim]hint:[/] {escape(exc.hint)}")
     if verbose:
-        __getattr__("err").print_exception(show_locals=False)
+        _console("err").print_exception(show_locals=False)
     raise typer.Exit(exit_code_for(exc))
 
 
@@ -100,8 +109,8 @@ def cut(text: str, limit: int = SHOWN_CHARS) -> tuple[str, bool]:
 
 def cut_note(what: str, length: int, rerun: str) -> None:
     """Say on stderr that ``what`` (``length`` characters) was cut, and how to see it whole."""
-    __getattr__("out").file.flush()  # (so that the two streams, when merged, stay in order)
-    __getattr__("err").print(
+    _console("out").file.flush()  # (so that the two streams, when merged, stay in order)
+    _console("err").print(
         f"({what} cut at {SHOWN_CHARS:,} of {length:,} characters; `{rerun}` prints it whole)",
         markup=False,
         highlight=False,

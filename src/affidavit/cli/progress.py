@@ -12,18 +12,12 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from affidavit.cli.output import escape
 from affidavit.core.errors import AffidavitError, ReplayError, StoreError
 from affidavit.store import Store, StoredEvent
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-
-def escape(text: str) -> str:
-    """Rich's markup escape, imported on first use (a ``--json`` command imports no Rich)."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
 
 
 # result type of node_finished -> (mark, colour, words)

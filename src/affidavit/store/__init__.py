@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from affidavit.core.errors import UnsupportedDatabaseURL
+from affidavit.core.errors import ConfigError, UnsupportedDatabaseURL
 from affidavit.store.base import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
@@ -74,8 +74,14 @@ def open_store(
 
     Raises:
         UnsupportedDatabaseURL: any other scheme.
+        ConfigError: ``connections`` is below 1.
         StoreError: the database cannot be opened or reached.
     """
+    if connections < 1:
+        raise ConfigError(
+            f"connections must be at least 1, not {connections}",
+            hint="Give how many connections to open at once (a worker: its jobs at once + 2).",
+        )
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///") :].split("?", 1)[0]
         if not path or path == ":memory:":

@@ -245,17 +245,17 @@ class PostgresTransaction(SqlTransaction):
         # before the claim took the job's lock (and nobody appends while the claim holds it).
         candidates, params = runnable_jobs(now, job_id, skip)
         self._locked = None
-        claim = self._bound(
+        statement = self._bound(
             _claim_statement(candidates),
             [*params, attempt_id, owner, now + lease_seconds, utc_now()],
         )
         if not with_log:
-            (rows,) = self._send([claim])
+            (rows,) = self._send([statement])
             return claimed_from_row(rows[0][:5]) if rows else None
         read_log = (
             self._executed(_CLAIMED_LOG, 1, []) if self._prepared is not None else _CLAIMED_LOG
         )
-        rows, _, log = self._send([claim, IN_KEY_ORDER, read_log])
+        rows, _, log = self._send([statement, IN_KEY_ORDER, read_log])
         if not rows:
             return None
         claimed = claimed_from_row(rows[0][:5])
