@@ -136,6 +136,35 @@ def test_stop_hands_the_job_back_after_the_running_step(open_runtime: Any, calls
     assert verify_job(rt.store, job_id).ok
 
 
+def test_a_job_claimed_with_the_last_ones_end_is_handed_back_untouched(
+    open_runtime: Any, calls: Calls
+) -> None:
+    """On PostgreSQL a worker's next claim travels with the transaction that ends its job; a
+    worker asked to stop right after that end gives the job it took back untouched — pending,
+    no owner, not a recovery — for any worker to run at once. (On SQLite the worker claims
+    after the end, and a stopping worker claims nothing: the job was never taken.)"""
+    tools = (charge_tool(calls),)
+    rt = open_runtime(*tools)
+    first = rt.submit(plan(node("c", "charge")), {}).job_id
+    second = rt.submit(plan(node("c", "charge")), {}).job_id
+    submitted = rt.get_job(second).version
+    rt.worker.on_job = lambda job, status, seconds: rt.worker.request_stop()
+    assert rt.worker.run() == 1
+    assert rt.get_job(first).status == "completed"
+    job = rt.get_job(second)
+    assert (job.status, job.lease_owner, job.version) == ("pending", None, submitted)
+    # taken with the first job's end (its attempt id stays, fencing nothing: nobody runs it)
+    assert (job.attempt_id is not None) == (rt.store.backend == "postgresql")
+    assert calls.count(name="charge") == 1
+
+    ended: list[tuple[str, str]] = []
+    other = second_worker(rt, ToolRegistry(tools))
+    other.on_job = lambda job, status, seconds: ended.append((job, status))
+    assert other.run(until_idle=True) == 1
+    assert ended == [(second, "completed")] and calls.count(name="charge") == 2
+    assert verify_job(rt.store, second).ok
+
+
 @pytest.mark.parametrize("step_concurrency", [1, 2])
 def test_stop_ends_a_retry_backoff_and_the_next_worker_counts_on(
     open_runtime: Any, calls: Calls, step_concurrency: int

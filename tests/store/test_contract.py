@@ -30,6 +30,7 @@ def test_the_public_names_of_the_store() -> None:
             "LedgerColumns",
             "LedgerRow",
             "NewEvent",
+            "NextClaim",
             "Snapshot",
             "Store",
             "StoredEvent",

@@ -24,7 +24,9 @@ from affidavit.core.errors import (
 )
 from affidavit.core.ids import new_attempt_id, new_event_ids
 from affidavit.runtime._sealing import SigningKey
-from affidavit.store import NewEvent, Store, open_store
+from affidavit import Runtime, Tool, ToolRegistry
+from affidavit.store import NewEvent, NextClaim, Store, open_store
+from affidavit.store.postgres import _CLAIMED_LOG, _statement_name
 from tests.conftest import PG_URL, with_schema
 
 
@@ -294,6 +296,95 @@ def test_a_runs_last_transaction_is_one_round_trip(pg_store: Store, syncs: list[
     assert pg_store.get_seal(job_id) is not None
     with pg_store.transaction() as tx:
         assert [q.leaf for q in tx.tlog_queue_batch(5)] == [b"leaf"]
+
+
+def test_a_claim_sent_with_a_commit_costs_no_round_trip(
+    pg_store: Store, syncs: list[int]
+) -> None:
+    """A run's last transaction carries the worker's next claim (``claim_after_commit``): the
+    claim and its log read go in the commit's message, after the commit — still one round
+    trip — and take the next job in a transaction of their own."""
+    job_id, attempt, head = _leased_job(pg_store)
+    waiting, _ = pg_store.create_job(events=[NewEvent("job_created", {"n": 2})])
+    request = NextClaim("w", "a-next", 5.0, 10, with_log=True)
+
+    def end(tx: Any) -> None:
+        tx.append_known_head(job_id, _encoded(1), expected_version=1, fence=attempt, head=head)
+        tx.set_status(job_id, status="completed", fence=attempt)
+        tx.claim_after_commit(request)
+
+    before_commit, _ = _counted(pg_store, syncs, end)
+    assert before_commit == 0
+    assert pg_store.get_job(job_id).status == "completed"
+    assert request.made and request.claimed is not None
+    assert request.claimed.job_id == waiting.job_id
+    assert request.claimed.log is not None
+    assert list(request.claimed.log) == pg_store.list_events(waiting.job_id)
+    assert pg_store.get_job(waiting.job_id).attempt_id == "a-next"
+
+
+def test_a_transaction_the_server_refuses_claims_nothing(pg_store: Store) -> None:
+    """The append's fence is checked on the server, in the message that carries the claim: a
+    refused append skips the rest of the message, the claim included."""
+    job_id, _, head = _leased_job(pg_store)
+    waiting, _ = pg_store.create_job(events=[NewEvent("job_created", {})])
+    request = NextClaim("w", "a-next", 5.0, 10, with_log=True)
+    with pytest.raises(FencedError), pg_store.transaction() as tx:
+        tx.append_known_head(job_id, _encoded(1), expected_version=1, fence="other", head=head)
+        tx.claim_after_commit(request)
+    assert request.sent and not request.made
+    assert pg_store.get_job(waiting.job_id).attempt_id is None
+    assert pg_store.get_job(job_id).version == 1
+
+
+def test_a_claim_that_fails_after_the_commit_leaves_the_commit(
+    one_connection: Store, pg_schema: str
+) -> None:
+    """A claim the server refuses (here a trigger that rejects its owner) after the commit
+    succeeded: the commit stands, the claim is not made (the worker claims the usual way),
+    and the connection is clean for what comes next."""
+    store = one_connection
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(
+            f'SET search_path TO "{pg_schema}";'
+            "CREATE FUNCTION refuse_owner() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.lease_owner = 'refused' THEN RAISE EXCEPTION 'owner refused'; END IF; "
+            "RETURN NEW; END $$;"
+            "CREATE TRIGGER refuse_owner BEFORE UPDATE ON jobs "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_owner()"
+        )
+    job_id, attempt, head = _leased_job(store)
+    waiting, _ = store.create_job(events=[NewEvent("job_created", {})])
+    request = NextClaim("refused", "a-next", 5.0, 10, with_log=True)
+    with store.transaction() as tx:
+        tx.append_known_head(job_id, _encoded(1), expected_version=1, fence=attempt, head=head)
+        tx.set_status(job_id, status="completed", fence=attempt)
+        tx.claim_after_commit(request)
+    assert request.sent and not request.made
+    job = store.get_job(job_id)
+    assert (job.status, job.version) == ("completed", 2)
+    assert store.get_job(waiting.job_id).attempt_id is None
+    claimed = store.claim(owner="w", attempt_id="a2", now=5.0, lease_seconds=10, with_log=True)
+    assert claimed is not None and claimed.job_id == waiting.job_id
+
+
+def test_a_workers_claims_ride_on_its_jobs_ends(pg_schema: str, sent: list[str]) -> None:
+    """A worker running job after job sends each next claim with the transaction that ends
+    the job before: one claim of its own (the first), the others in the job ends' messages,
+    the last of them finding nothing (the worker is idle then)."""
+    url = with_schema(PG_URL, pg_schema)
+    with Runtime(url, tools=ToolRegistry([Tool("noop", lambda ctx: {"ok": True}, "tool")])) as rt:
+        jobs = [
+            rt.submit({"name": "one", "nodes": [{"id": "a", "type": "tool", "tool": "noop"}]}, {})
+            for _ in range(4)
+        ]
+        del sent[:]
+        assert rt.worker.run(until_idle=True) == 4
+        assert all(rt.get_job(job.job_id).status == "completed" for job in jobs)
+    read_log = f"EXECUTE {_statement_name(_CLAIMED_LOG, 1)}"  # (every claim of a worker's)
+    claims = [m for m in sent if read_log in m]
+    carried = [m for m in claims if "affidavit.committed" in m]
+    assert (len(claims), len(carried)) == (5, 4)
 
 
 def _tool_step(store: Store, job_id: str, attempt: str, head: bytes, key: str) -> bytes:

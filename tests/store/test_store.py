@@ -24,7 +24,15 @@ from affidavit.core.errors import (
     UnsupportedDatabaseURL,
 )
 from affidavit.core.ids import new_attempt_id
-from affidavit.store import Claimed, JobFilter, NewEvent, Store, migrations, open_store
+from affidavit.store import (
+    Claimed,
+    JobFilter,
+    NewEvent,
+    NextClaim,
+    Store,
+    migrations,
+    open_store,
+)
 from tests.verify.helpers import RawDb
 
 
@@ -681,6 +689,52 @@ def test_a_claim_with_log_returns_the_log_the_claim_saw(store: Store) -> None:
         assert again.log is not None and [e.version for e in again.log] == [1, 2, 3]
         assert list(again.log) == store.list_events(first)
     assert store.claim(owner="w", attempt_id="a4", now=now, lease_seconds=10, with_log=True) is None
+
+
+def test_a_claim_after_commit_runs_only_once_the_commit_did(store: Store) -> None:
+    """``Transaction.claim_after_commit``: where the backend sends the claim with the commit
+    (PostgreSQL) it is made once the transaction committed — the job it takes leased to the
+    request's attempt, its log read with it — and not made when the transaction is refused;
+    a request is sent once. Elsewhere (SQLite) nothing is done: the claimer claims itself."""
+    ending = make_job(store)
+    waiting = make_job(store)
+    store.append(waiting, [ev(1)], expected_version=0)
+    now = time.time()
+    first = store.claim(owner="w", attempt_id="a1", now=now, lease_seconds=10)
+    assert first is not None and first.job_id == ending
+
+    refused = NextClaim("w", "a2", now, 10, with_log=True)
+    with pytest.raises(FencedError), store.transaction() as tx:
+        tx.claim_after_commit(refused)
+        tx.update_job(ending, status="completed", fence="not-a1")
+    assert not refused.made and refused.claimed is None
+    assert store.get_job(waiting).attempt_id is None  # the claim never ran
+
+    request = NextClaim("w", "a3", now, 10, with_log=True)
+    with store.transaction() as tx:
+        tx.update_job(ending, status="completed", fence="a1")
+        tx.claim_after_commit(request)
+    assert store.get_job(ending).status == "completed"
+    if store.backend == "sqlite":
+        assert not request.sent and not request.made
+        assert store.get_job(waiting).attempt_id is None
+        return
+    assert request.sent and request.made and request.claimed is not None
+    assert request.claimed.job_id == waiting and not request.claimed.recovered
+    assert request.claimed.log is not None
+    assert list(request.claimed.log) == store.list_events(waiting)
+    job = store.get_job(waiting)
+    assert (job.status, job.attempt_id, job.lease_owner) == ("running", "a3", "w")
+    assert job.lease_expires_at == pytest.approx(now + 10)
+
+    with store.transaction() as tx:  # sent already: not again
+        tx.claim_after_commit(request)
+        tx.update_job(waiting, status="completed", fence="a3")
+    assert request.claimed.job_id == waiting
+    nothing = NextClaim("w", "a4", now, 10)
+    with store.transaction() as tx:
+        tx.claim_after_commit(nothing)
+    assert nothing.made and nothing.claimed is None  # made: nothing was runnable
 
 
 def test_concurrent_claims_take_each_job_once(store: Store) -> None:

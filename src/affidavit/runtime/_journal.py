@@ -13,6 +13,7 @@ step executor they share.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -277,6 +278,7 @@ class Journal:
             self.append(tx, ("job_parked", parked))
             tx.set_status(self.claim.job_id, status="parked", fence=self.claim.attempt_id)
             tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
+            self._carry_next_claim(tx)
 
         self.tx_retrying(True, write)
         return Stop("parked")
@@ -291,6 +293,7 @@ class Journal:
             self.append(tx, *items)
             tx.set_status(self.claim.job_id, status="waiting", fence=self.claim.attempt_id)
             tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=wake_at)
+            self._carry_next_claim(tx)
 
         self.tx_retrying(True, write)
         return Stop("waiting")
@@ -304,6 +307,7 @@ class Journal:
                 self.claim.job_id, status="completed", output=output, fence=self.claim.attempt_id
             )
             self.seal(tx)
+            self._carry_next_claim(tx)
 
         self.tx_retrying(True, write)
 
@@ -318,8 +322,19 @@ class Journal:
                 self.claim.job_id, status="failed", error=error, fence=self.claim.attempt_id
             )
             self.seal(tx)
+            self._carry_next_claim(tx)
 
         self.tx_retrying(True, write)
+
+    def _carry_next_claim(self, tx: Transaction) -> None:
+        """In a transaction that ends the job's run: the worker's next claim goes with it
+        (:meth:`~affidavit.store.Transaction.claim_after_commit`), its lease counted from
+        now. Sent once: a transaction tried again does not carry it; nor is it sent while
+        the worker stops (nothing more is claimed then)."""
+        request = self.claim.next_claim
+        if request is not None and not request.sent and not self.control.ending_now():
+            request.now = time.time()
+            tx.claim_after_commit(request)
 
     def seal(self, tx: Transaction) -> None:
         """Seal the job in ``tx``, which appended its terminal event: the log as the run

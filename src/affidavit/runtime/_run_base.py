@@ -21,7 +21,7 @@ import orjson
 from affidavit.core.canonical import canonical_nested, parse
 from affidavit.core.errors import CanonicalizationError, StoreUnavailable
 from affidavit.runtime._sdk import Tool, ToolCallError, ToolContext
-from affidavit.store import StoredEvent, Transaction
+from affidavit.store import NextClaim, StoredEvent, Transaction
 
 # How long a run keeps trying a write while the database is unavailable (a restart, a
 # failover, a lock held past the busy timeout), and the waits between tries.
@@ -90,13 +90,16 @@ class Claim:
     worker_id: str
     lease_expires_at: float | None = None  # as the claim wrote it (seconds since the epoch)
     # the lease had expired with an owner, and what the recoveries before recorded (see
-    # affidavit.store._ledger.Claimed)
+    # affidavit.store.Claimed)
     recovered: bool = False
     recoveries: int = 0
     progress: int | None = None
     # the job's log as the claim read it, if it did (affidavit.store.Claimed.log): the run
     # starts from it instead of reading it again
     log: tuple[StoredEvent, ...] | None = None
+    # the worker's next claim, sent with the transaction that ends this job (see
+    # affidavit.store.NextClaim): no round trip of its own where the store allows
+    next_claim: NextClaim | None = None
 
 
 class StepFailed(Exception):

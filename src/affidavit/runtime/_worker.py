@@ -9,6 +9,7 @@ number of workers on any number of machines share one database.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -29,7 +30,7 @@ from affidavit.runtime._run_base import (
 from affidavit.runtime._runner import JobRunner
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.runtime._sealing import Sealer
-from affidavit.store import ClockOffset, Store, open_store
+from affidavit.store import Claimed, ClockOffset, NextClaim, Store, open_store
 
 DEFAULT_LEASE_SECONDS = 15.0
 # Waits of a claim loop between tries while the database is unavailable.
@@ -240,6 +241,9 @@ class Worker:
             skip=skip,
             with_log=True,
         )
+        return self._claim_of(claimed, attempt, now)
+
+    def _claim_of(self, claimed: Claimed | None, attempt: str, now: float) -> Claim | None:
         if not claimed:
             return None
         return Claim(
@@ -252,6 +256,32 @@ class Worker:
             claimed.progress,
             claimed.log,
         )
+
+    def _next_claim(self) -> NextClaim:
+        """The claim a run sends with the transaction that ends its job (see
+        :class:`~affidavit.store.NextClaim`), as :meth:`claim` would make it then."""
+        with self._count_lock:
+            skip = tuple(self._cannot_run)
+        return NextClaim(
+            self.worker_id, new_attempt_id(), time.time(), self.lease_seconds, skip, True
+        )
+
+    def _carried(self, request: NextClaim | None) -> tuple[bool, Claim | None]:
+        """Whether ``request`` was made with the last run's end, and the claim it made."""
+        if request is None or not request.made:
+            return False, None
+        return True, self._claim_of(request.claimed, request.attempt_id, request.now)
+
+    def _hand_back(self, claim: Claim) -> None:
+        """Give back, untouched, a job claimed with the last run's end that this loop will
+        not run (the worker stops)."""
+        lease = Lease(self.store, claim, self.lease_seconds, time.time())
+        try:
+            lease.release(untouched=True)
+        except StoreError:
+            log.warning(
+                "worker %s: job %s keeps its lease until it expires", self.worker_id, claim.job_id
+            )
 
     def run_claim(self, claim: Claim) -> str:
         """Run a claimed job while a heartbeat thread keeps its lease alive; the run confirms
@@ -389,71 +419,87 @@ class Worker:
                     and time.monotonic() - outage_since >= limit
                 )
 
-            while (
-                not stop.is_set()
-                and not self._stopping.is_set()
-                and not (gave_up or refused or claim_failed)
-            ):
-                claim: Claim | None = None
-                try:
-                    claim = None if self._stopping.is_set() else self.claim()
-                    if claim is None and left is not None:
-                        if self._still_leased(*left):  # not idle: wait for it
-                            if last_error is not None and past_limit():
-                                gave_up.append(last_error)
-                                return
-                            self._stopping.wait(self.poll_seconds)
-                            continue
-                        left = None  # taken up again (by anyone), or ended
-                    ran = self.run_claim(claim) if claim is not None else None
-                except ClockSkewError as exc:
-                    refused.append(exc)
-                    return
-                except StoreUnavailable as exc:
-                    # A restart or failover of the database: no traceback, and no busy loop.
-                    # A job whose run gave up keeps its lease until it expires and is then
-                    # reclaimed, its open invocation resolved as after a crash.
-                    now = time.monotonic()
-                    outage_since = now if outage_since is None else outage_since
-                    last_error = exc
-                    if claim is not None:  # its run gave up
-                        left = (claim.job_id, claim.attempt_id)
-                    if past_limit():
-                        gave_up.append(exc)
+            # the claim the last run sent with its job's end (see _next_claim)
+            carried: NextClaim | None = None
+            try:
+                while (
+                    not stop.is_set()
+                    and not self._stopping.is_set()
+                    and not (gave_up or refused or claim_failed)
+                ):
+                    claim: Claim | None = None
+                    try:
+                        made, claim = self._carried(carried)
+                        carried = None
+                        if not made:
+                            claim = None if self._stopping.is_set() else self.claim()
+                        if claim is None and left is not None:
+                            if self._still_leased(*left):  # not idle: wait for it
+                                if last_error is not None and past_limit():
+                                    gave_up.append(last_error)
+                                    return
+                                self._stopping.wait(self.poll_seconds)
+                                continue
+                            left = None  # taken up again (by anyone), or ended
+                        if claim is not None:
+                            carried = self._next_claim()
+                            claim = dataclasses.replace(claim, next_claim=carried)
+                        ran = self.run_claim(claim) if claim is not None else None
+                    except ClockSkewError as exc:
+                        refused.append(exc)
                         return
-                    outage_wait = min(max(2 * outage_wait, _OUTAGE_FIRST_WAIT), _OUTAGE_MAX_WAIT)
-                    if limit is not None:  # (not past the limit: give up on time)
-                        outage_wait = min(outage_wait, max(outage_since + limit - now, 0.0))
-                    log.warning(
-                        "worker %s: the database is unavailable (%s); trying again in %.1f s",
-                        self.worker_id,
-                        exc,
-                        outage_wait,
-                    )
-                    self._stopping.wait(outage_wait)
-                    continue
-                except Exception as exc:
-                    if claim is None:
-                        # The claim itself (or the look at a job left behind) failed, and not
-                        # because the database is away: trying again at once would only fail
-                        # the same way, in a busy loop. The worker stops with the error.
-                        claim_failed.append(exc)
-                        return
-                    # A job whose run raised unexpectedly keeps its lease until it expires and
-                    # is then run again (by this loop too, as one whose run gave up: not idle
-                    # meanwhile; parked as crash_loop if it keeps happening); this loop goes on
-                    # with other jobs.
-                    log.exception("worker %s: a job run failed unexpectedly", self.worker_id)
-                    if claim is not None:
-                        left = (claim.job_id, claim.attempt_id)
-                    ran = "error"
-                if outage_since is not None:
-                    log.warning("worker %s: the database is reachable again", self.worker_id)
-                outage_wait, outage_since, last_error = 0.0, None, None
-                if ran is None:
-                    if until_idle or self._stopping.is_set():
-                        return
-                    stop.wait(self.poll_seconds)
+                    except StoreUnavailable as exc:
+                        # A restart or failover of the database: no traceback, and no busy loop.
+                        # A job whose run gave up keeps its lease until it expires and is then
+                        # reclaimed, its open invocation resolved as after a crash.
+                        now = time.monotonic()
+                        outage_since = now if outage_since is None else outage_since
+                        last_error = exc
+                        if claim is not None:  # its run gave up
+                            left = (claim.job_id, claim.attempt_id)
+                        if past_limit():
+                            gave_up.append(exc)
+                            return
+                        outage_wait = min(
+                            max(2 * outage_wait, _OUTAGE_FIRST_WAIT), _OUTAGE_MAX_WAIT
+                        )
+                        if limit is not None:  # (not past the limit: give up on time)
+                            outage_wait = min(outage_wait, max(outage_since + limit - now, 0.0))
+                        log.warning(
+                            "worker %s: the database is unavailable (%s); trying again in %.1f s",
+                            self.worker_id,
+                            exc,
+                            outage_wait,
+                        )
+                        self._stopping.wait(outage_wait)
+                        continue
+                    except Exception as exc:
+                        if claim is None:
+                            # The claim itself (or the look at a job left behind) failed, and not
+                            # because the database is away: trying again at once would only fail
+                            # the same way, in a busy loop. The worker stops with the error.
+                            claim_failed.append(exc)
+                            return
+                        # A job whose run raised unexpectedly keeps its lease until it expires and
+                        # is then run again (by this loop too, as one whose run gave up: not idle
+                        # meanwhile; parked as crash_loop if it keeps happening); this loop goes on
+                        # with other jobs.
+                        log.exception("worker %s: a job run failed unexpectedly", self.worker_id)
+                        if claim is not None:
+                            left = (claim.job_id, claim.attempt_id)
+                        ran = "error"
+                    if outage_since is not None:
+                        log.warning("worker %s: the database is reachable again", self.worker_id)
+                    outage_wait, outage_since, last_error = 0.0, None, None
+                    if ran is None:
+                        if until_idle or self._stopping.is_set():
+                            return
+                        stop.wait(self.poll_seconds)
+            finally:
+                # a job claimed with the last run's end that this loop will not run
+                _, unrun = self._carried(carried)
+                if unrun is not None:
+                    self._hand_back(unrun)
 
         threads = [
             threading.Thread(target=loop, name=f"worker-{i}", daemon=True)

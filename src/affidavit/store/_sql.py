@@ -51,6 +51,7 @@ from affidavit.store.base import (
     JobFilter,
     JobRecord,
     NewEvent,
+    NextClaim,
     StoredEvent,
     T,
     checked_event,
@@ -332,6 +333,11 @@ class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
         """Let the next read carry the commit, for a transaction whose last statement is a
         read: nothing may follow it. A backend whose commit is a round trip of its own sends
         both together (PostgreSQL); by default the commit stays where it is."""
+
+    def claim_after_commit(self, request: NextClaim) -> None:
+        """See :meth:`Transaction.claim_after_commit`: by default nothing is done (the claimer
+        claims the usual way); a backend whose commit is a round trip of its own sends the
+        claim with it (PostgreSQL)."""
 
     @abstractmethod
     def _lock_and_head(self, job_id: str) -> tuple[Any, Any]:

@@ -163,6 +163,28 @@ class Claimed:
     log: tuple[StoredEvent, ...] | None = None
 
 
+@dataclass(slots=True)
+class NextClaim:
+    """A claim to make right after a transaction commits, in a transaction of its own, as
+    :meth:`Store.claim` makes one (see :meth:`Transaction.claim_after_commit`): a worker's
+    next claim, carried by the transaction that ends its current job.
+
+    The transaction fills in the outcome: ``made`` once the claim ran and committed, with the
+    job it took in ``claimed`` (``None``: nothing was runnable). ``sent`` once a transaction
+    sent it, whatever came of it: a transaction tried again does not send it a second time.
+    Not ``made`` means nothing is known of it: the claimer claims the usual way."""
+
+    owner: str
+    attempt_id: str
+    now: float
+    lease_seconds: float
+    skip: Collection[str] = ()
+    with_log: bool = False
+    sent: bool = False
+    made: bool = False
+    claimed: Claimed | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ApiKeyRow:
     """One API key of the HTTP API (only a SHA-256 of its secret is stored)."""
@@ -528,6 +550,15 @@ class Transaction(TlogWriter, Protocol):
         ``skip``: jobs not to claim. A job whose lease expired with an owner is ``recovered``
         (see :class:`Claimed`). ``with_log``: read the job's log with the claim where that
         costs no round trip of its own (see :attr:`Claimed.log`)."""
+        ...
+
+    def claim_after_commit(self, request: NextClaim) -> None:
+        """Make ``request``'s claim once this transaction has committed, in a transaction of
+        its own, where that costs no round trip of its own (PostgreSQL: it travels in the
+        commit's message, after the commit, and runs only if the commit did); elsewhere, and
+        when ``request`` was sent already, nothing is done. What came of it is in ``request``
+        after the commit (see :class:`NextClaim`). A claim that fails leaves this
+        transaction's commit as it was; a commit that fails leaves the claim unmade."""
         ...
 
     def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool:

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import itertools
 import json
+import logging
 import math
 import re
 import time
@@ -64,8 +65,17 @@ from affidavit.store._sql import (
     head_moved,
     job_from_row,
 )
-from affidavit.store.base import Claimed, ClockOffset, Encoded, JobRecord, StoredEvent
+from affidavit.store.base import (
+    Claimed,
+    ClockOffset,
+    Encoded,
+    JobRecord,
+    NextClaim,
+    StoredEvent,
+)
 from affidavit.store.migrations import Migration
+
+log = logging.getLogger("affidavit.store")
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _DIGITS = re.compile(r"[0-9]{1,6}")
@@ -140,6 +150,8 @@ class PostgresTransaction(SqlTransaction):
         # the next read carries the commit (commit_with_next_read); then it has been sent
         self._commit_with_read = False
         self._committed = False
+        # a claim sent with the commit (claim_after_commit)
+        self._after_commit: NextClaim | None = None
 
     def _bound(self, sql: str, params: Sequence[Any]) -> str:
         if not params:
@@ -191,14 +203,74 @@ class PostgresTransaction(SqlTransaction):
 
     def commit(self) -> None:
         """The queued statements and the commit, in one round trip (none if a read carried the
-        commit already)."""
+        commit already); a claim to make after it (:meth:`claim_after_commit`) goes in the
+        same message."""
         if self._committed:
             if self._pending:
                 raise RuntimeError("a statement after the transaction's commit")
             return
         statements = [*self._pending, "COMMIT"]
         self._pending = []
-        self._cursor.execute(";\n".join(statements))
+        if self._after_commit is None:
+            self._cursor.execute(";\n".join(statements))
+        else:
+            self._commit_and_claim(statements, self._after_commit)
+
+    def claim_after_commit(self, request: NextClaim) -> None:
+        if not request.sent:
+            self._after_commit = request
+
+    def _commit_and_claim(self, statements: list[str], request: NextClaim) -> None:
+        """``statements`` (ending with the commit), then ``request``'s claim in a transaction
+        of its own (not waited to disk, as :meth:`SqlStore.claim`'s), in one message. The
+        server runs the claim only if the commit succeeded (an error skips the rest of a
+        message). A failure leaves it to be told which part failed: the transaction notes a
+        session setting (``affidavit.committed``, this claim's attempt id) before its commit,
+        which stays only if the commit did — an error in the claim alone leaves the commit as
+        it was, and the claim unmade (the claimer claims the usual way)."""
+        request.sent = True
+        reads = self._claim_reads(
+            request.owner,
+            request.attempt_id,
+            request.now,
+            request.lease_seconds,
+            None,
+            request.skip,
+            request.with_log,
+        )
+        nonce = _literal(request.attempt_id)
+        cursor = self._cursor
+        try:
+            cursor.execute(
+                ";\n".join(
+                    [
+                        *statements[:-1],
+                        f"SELECT set_config('affidavit.committed', {nonce}, false)",
+                        "COMMIT",
+                        "BEGIN",
+                        "SET LOCAL synchronous_commit = off",
+                        *reads,
+                        "COMMIT",
+                    ]
+                )
+            )
+        except psycopg.Error:
+            conn = cursor.connection
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+                raise  # the connection is lost (or worse): whether the commit landed is unknown
+            conn.execute("ROLLBACK")
+            row = conn.execute("SELECT current_setting('affidavit.committed', true)").fetchone()
+            if row is None or _literal(row[0]) != nonce:
+                raise  # the transaction failed: the claim never ran
+            log.warning("the claim sent after a commit failed; the claimer claims again")
+            return
+        results: list[list[Any]] = []
+        while True:
+            results.append(cursor.fetchall() if cursor.description is not None else [])
+            if not cursor.nextset():
+                break
+        request.claimed = _claimed(results[-1 - len(reads) : -1])
+        request.made = True
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._locked = None
@@ -237,29 +309,39 @@ class PostgresTransaction(SqlTransaction):
         skip: Collection[str] = (),
         with_log: bool = False,
     ) -> Claimed | None:
-        # One statement, one round trip: the first runnable job is locked (skipping rows other
-        # claimers hold) and leased, and returned as it was before (claimed_from_row); a
-        # recovery keeps its count, any other claim starts it again. The statement also notes
-        # the job's id for the rest of the transaction, where the log read that may follow it
-        # in the message finds it: a statement of its own, so it sees everything committed
-        # before the claim took the job's lock (and nobody appends while the claim holds it).
-        candidates, params = runnable_jobs(now, job_id, skip)
         self._locked = None
+        reads = self._claim_reads(owner, attempt_id, now, lease_seconds, job_id, skip, with_log)
+        return _claimed(self._send(reads))
+
+    def _claim_reads(
+        self,
+        owner: str,
+        attempt_id: str,
+        now: float,
+        lease_seconds: float,
+        job_id: str | None,
+        skip: Collection[str],
+        with_log: bool,
+    ) -> list[str]:
+        """A claim's statements, read in one round trip (see :func:`_claimed`).
+
+        One statement claims: the first runnable job is locked (skipping rows other claimers
+        hold) and leased, and returned as it was before (claimed_from_row); a recovery keeps
+        its count, any other claim starts it again. The statement also notes the job's id for
+        the rest of the transaction, where the log read that may follow it in the message
+        finds it: a statement of its own, so it sees everything committed before the claim
+        took the job's lock (and nobody appends while the claim holds it)."""
+        candidates, params = runnable_jobs(now, job_id, skip)
         statement = self._bound(
             _claim_statement(candidates),
             [*params, attempt_id, owner, now + lease_seconds, utc_now()],
         )
         if not with_log:
-            (rows,) = self._send([statement])
-            return claimed_from_row(rows[0][:5]) if rows else None
+            return [statement]
         read_log = (
             self._executed(_CLAIMED_LOG, 1, []) if self._prepared is not None else _CLAIMED_LOG
         )
-        rows, _, log = self._send([statement, IN_KEY_ORDER, read_log])
-        if not rows:
-            return None
-        claimed = claimed_from_row(rows[0][:5])
-        return replace(claimed, log=tuple(event_from_row(row) for row in log))
+        return [statement, IN_KEY_ORDER, read_log]
 
     def list_events(self, job_id: str) -> list[StoredEvent]:
         # in key order (see IN_KEY_ORDER); the settings travel with the read, no round trip
@@ -345,6 +427,18 @@ _CLAIMED_LOG = (
     f"SELECT {EVENT_COLUMNS} FROM events "
     "WHERE job_id = current_setting('affidavit.claimed', true) ORDER BY version"
 )
+
+
+def _claimed(results: list[list[Any]]) -> Claimed | None:
+    """The job the reads of :meth:`PostgresTransaction._claim_reads` took (their results, in
+    order), with its log when they read it; ``None`` if nothing was runnable."""
+    rows = results[0]
+    if not rows:
+        return None
+    claimed = claimed_from_row(rows[0][:5])
+    if len(results) == 1:
+        return claimed
+    return replace(claimed, log=tuple(event_from_row(row) for row in results[2]))
 
 
 def _claim_statement(candidates: str) -> str:
