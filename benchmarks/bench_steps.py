@@ -453,8 +453,8 @@ def markdown(
                 "goes unanswered with the started events and the commit; T2: the closing events "
                 "and the ledger row with the commit. Both appends are checked on the server by "
                 "`affidavit_append_guard` in the message that carries the commit. Per job of N "
-                "steps: 2N + 2 (the claim brings the job's log back; the job's end, with its "
-                "seal, is one message). The statements in those messages are prepared once per "
+                "steps: 2N + 1 (the job's end, with its seal, is one message, which also carries "
+                "the worker's next claim, and that claim brings the job's log back). The statements in those messages are prepared once per "
                 "connection and sent as `EXECUTE` with their values as literals; the worker "
                 "opens a connection per job slot before its first claim.",
                 "Per-step p50: affidavit, from a step's `tool_invocation_started` to its "
