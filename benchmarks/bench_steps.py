@@ -454,9 +454,10 @@ def markdown(
                 "and the ledger row with the commit. Both appends are checked on the server by "
                 "`affidavit_append_guard` in the message that carries the commit. Per job of N "
                 "steps: 2N + 1 (the job's end, with its seal, is one message, which also carries "
-                "the worker's next claim, and that claim brings the job's log back). The statements in those messages are prepared once per "
-                "connection and sent as `EXECUTE` with their values as literals; the worker "
-                "opens a connection per job slot before its first claim.",
+                "the worker's next claim, and that claim brings the job's log back). The "
+                "statements in those messages are prepared once per connection and sent as "
+                "`EXECUTE` with their values as literals; the worker opens a connection per job "
+                "slot before its first claim.",
                 "Per-step p50: affidavit, from a step's `tool_invocation_started` to its "
                 "`node_finished` (the two timestamps in the log; T1's commit, the tool, T2's "
                 "writes); floor, T1 + T2 timed around the two round trips.",

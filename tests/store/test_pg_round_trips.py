@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from affidavit import Runtime, Tool, ToolRegistry
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import (
     ConflictError,
@@ -24,7 +25,6 @@ from affidavit.core.errors import (
 )
 from affidavit.core.ids import new_attempt_id, new_event_ids
 from affidavit.runtime._sealing import SigningKey
-from affidavit import Runtime, Tool, ToolRegistry
 from affidavit.store import NewEvent, NextClaim, Store, open_store
 from affidavit.store.postgres import _CLAIMED_LOG, _statement_name
 from tests.conftest import PG_URL, with_schema
@@ -298,9 +298,7 @@ def test_a_runs_last_transaction_is_one_round_trip(pg_store: Store, syncs: list[
         assert [q.leaf for q in tx.tlog_queue_batch(5)] == [b"leaf"]
 
 
-def test_a_claim_sent_with_a_commit_costs_no_round_trip(
-    pg_store: Store, syncs: list[int]
-) -> None:
+def test_a_claim_sent_with_a_commit_costs_no_round_trip(pg_store: Store, syncs: list[int]) -> None:
     """A run's last transaction carries the worker's next claim (``claim_after_commit``): the
     claim and its log read go in the commit's message, after the commit — still one round
     trip — and take the next job in a transaction of their own."""

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -99,7 +99,7 @@ class Claim:
     log: tuple[StoredEvent, ...] | None = None
     # the worker's next claim, sent with the transaction that ends this job (see
     # affidavit.store.NextClaim): no round trip of its own where the store allows
-    next_claim: NextClaim | None = None
+    next_claim: NextClaim | None = field(default=None, compare=False)
 
 
 class StepFailed(Exception):

@@ -188,13 +188,10 @@ class PostgresTransaction(SqlTransaction):
             self._committed = True
         cursor = self._cursor
         cursor.execute(";\n".join(statements))
-        # one result per statement, in order: the reads' are the last ones (before the commit)
-        results: list[list[Any]] = []
-        while True:
-            results.append(cursor.fetchall() if cursor.description is not None else [])
-            if not cursor.nextset():
-                end = len(results) - self._committed
-                return results[end - len(reads) : end]
+        # the reads' results are the last ones (before the commit's)
+        results = _results(cursor)
+        end = len(results) - self._committed
+        return results[end - len(reads) : end]
 
     def commit_with_next_read(self) -> None:
         """Send the commit with the next read, in its round trip: for a transaction whose last
@@ -254,21 +251,17 @@ class PostgresTransaction(SqlTransaction):
                     ]
                 )
             )
-        except psycopg.Error:
+        except psycopg.Error as exc:
             conn = cursor.connection
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
                 raise  # the connection is lost (or worse): whether the commit landed is unknown
             conn.execute("ROLLBACK")
             row = conn.execute("SELECT current_setting('affidavit.committed', true)").fetchone()
-            if row is None or _literal(row[0]) != nonce:
+            if row is None or row[0] != request.attempt_id:
                 raise  # the transaction failed: the claim never ran
-            log.warning("the claim sent after a commit failed; the claimer claims again")
+            log.warning("a claim sent after a commit failed (the claimer claims again): %s", exc)
             return
-        results: list[list[Any]] = []
-        while True:
-            results.append(cursor.fetchall() if cursor.description is not None else [])
-            if not cursor.nextset():
-                break
+        results = _results(cursor)
         request.claimed = _claimed(results[-1 - len(reads) : -1])
         request.made = True
 
@@ -427,6 +420,16 @@ _CLAIMED_LOG = (
     f"SELECT {EVENT_COLUMNS} FROM events "
     "WHERE job_id = current_setting('affidavit.claimed', true) ORDER BY version"
 )
+
+
+def _results(cursor: psycopg.ClientCursor[Any]) -> list[list[Any]]:
+    """The rows of each statement of the message ``cursor`` sent last, in order (none for a
+    statement that returns no rows)."""
+    results: list[list[Any]] = []
+    while True:
+        results.append(cursor.fetchall() if cursor.description is not None else [])
+        if not cursor.nextset():
+            return results
 
 
 def _claimed(results: list[list[Any]]) -> Claimed | None:
