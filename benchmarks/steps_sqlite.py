@@ -57,7 +57,7 @@ class Sizes:
     pg_reps: int
 
 
-SIZES = Sizes(steps=2_000, reps=5, dbos_reps=5, pg_jobs=200, pg_steps=5, pg_reps=3)
+SIZES = Sizes(steps=2_000, reps=5, dbos_reps=5, pg_jobs=200, pg_steps=5, pg_reps=5)
 QUICK_SIZES = Sizes(steps=200, reps=1, dbos_reps=1, pg_jobs=20, pg_steps=5, pg_reps=1)
 
 
