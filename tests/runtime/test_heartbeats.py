@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from affidavit import Runtime, StoreUnavailable
+from affidavit import Runtime, StoreUnavailable, Tool, ToolRegistry
 from affidavit.runtime._lease import Heartbeats, Lease
 from affidavit.runtime._worker import Worker
 from tests.runtime.crash_tools import REGISTRY, charge_plan
@@ -92,3 +92,31 @@ def test_a_helper_whose_renewals_keep_failing_still_stops(store_url: str) -> Non
     stopper.start()
     stopper.join(timeout=10)
     assert not stopper.is_alive(), "stop() is held up by failing renewals"
+
+
+def test_a_job_starts_with_its_lease_whole_however_long_the_last_one_took_to_return(
+    store_url: str,
+) -> None:
+    """On PostgreSQL a worker's next claim rides on the end of its current job, so its lease
+    runs from there; a run that takes long to return after that end (here a slow ``on_job``,
+    more than a third of the lease) has the next job's lease renewed before it starts, as a
+    heartbeat would have. The next job's tool sees a lease of nearly its whole length ahead.
+    (On SQLite the worker claims after the slow return: the same.)"""
+    seconds = 3.0
+    seen: list[float] = []
+
+    def look(ctx: Any, **_: Any) -> dict[str, Any]:
+        expires = rt.get_job(ctx.job_id).lease_expires_at
+        assert expires is not None
+        seen.append(expires - time.time())
+        return {"ok": True}
+
+    tools = ToolRegistry([Tool("look", look, "tool")])
+    plan = {"name": "look", "nodes": [{"id": "a", "type": "tool", "tool": "look"}]}
+    with Runtime(store_url, tools=tools) as rt:
+        rt.submit(plan, {})
+        rt.submit(plan, {})
+        worker = Worker(rt.store, tools, lease_seconds=seconds)
+        worker.on_job = lambda job, status, took: time.sleep(1.5) if not seen[1:] else None
+        assert worker.run(until_idle=True) == 2
+    assert len(seen) == 2 and min(seen) > seconds - 0.8, seen

@@ -366,12 +366,40 @@ def test_a_claim_that_fails_after_the_commit_leaves_the_commit(
     assert claimed is not None and claimed.job_id == waiting.job_id
 
 
-def test_a_workers_claims_ride_on_its_jobs_ends(pg_schema: str, sent: list[str]) -> None:
+def test_a_claim_after_a_read_goes_as_text_and_still_rides_on_the_commit(
+    one_connection: Store, sent: list[str]
+) -> None:
+    """A transaction that read before its commit (its BEGIN sent) carries a claim whose
+    statements its connection has not prepared as text: a PREPARE inside the transaction
+    could abort it. Still no round trip of its own."""
+    store = one_connection
+    job_id, attempt, _ = _leased_job(store)
+    waiting, _ = store.create_job(events=[NewEvent("job_created", {})])
+    request = NextClaim("w", "a-next", 5.0, 10, with_log=True)
+    del sent[:]
+    with store.transaction() as tx:
+        tx.get_job(job_id, for_update=True)  # a read: the transaction has begun
+        tx.set_status(job_id, status="completed", fence=attempt)
+        tx.claim_after_commit(request)
+    assert request.made and request.claimed is not None
+    assert request.claimed.job_id == waiting.job_id and request.claimed.log is not None
+    assert len(request.claimed.log) == 1
+    claim_prepares = [m for m in _prepares(sent) if "affidavit.claimed" in m]
+    assert claim_prepares == [] and len(sent) - len(_prepares(sent)) == 2
+    assert "affidavit.claimed" in sent[-1] and "affidavit.committed" in sent[-1]
+
+
+@pytest.mark.parametrize("step_concurrency", [1, 2])
+def test_a_workers_claims_ride_on_its_jobs_ends(
+    pg_schema: str, sent: list[str], step_concurrency: int
+) -> None:
     """A worker running job after job sends each next claim with the transaction that ends
     the job before: one claim of its own (the first), the others in the job ends' messages,
-    the last of them finding nothing (the worker is idle then)."""
+    the last of them finding nothing (the worker is idle then). Also when a job's steps may
+    run concurrently."""
     url = with_schema(PG_URL, pg_schema)
-    with Runtime(url, tools=ToolRegistry([Tool("noop", lambda ctx: {"ok": True}, "tool")])) as rt:
+    tools = ToolRegistry([Tool("noop", lambda ctx: {"ok": True}, "tool")])
+    with Runtime(url, tools=tools, step_concurrency=step_concurrency) as rt:
         jobs = [
             rt.submit({"name": "one", "nodes": [{"id": "a", "type": "tool", "tool": "noop"}]}, {})
             for _ in range(4)

@@ -703,10 +703,20 @@ def test_a_claim_after_commit_runs_only_once_the_commit_did(store: Store) -> Non
     first = store.claim(owner="w", attempt_id="a1", now=now, lease_seconds=10)
     assert first is not None and first.job_id == ending
 
+    # refused by a check the server makes in the commit's message (PostgreSQL), or at once
+    events = store.list_events(ending)
+    head = bytes.fromhex(events[-1].chain_hash) if events else b""
     refused = NextClaim("w", "a2", now, 10, with_log=True)
     with pytest.raises(FencedError), store.transaction() as tx:
         tx.claim_after_commit(refused)
-        tx.update_job(ending, status="completed", fence="not-a1")
+        tx.append_known_head(
+            ending,
+            [("e-refused", "node_started", b"{}")],
+            expected_version=len(events),
+            fence="not-a1",
+            head=head,
+        )
+    assert refused.sent == (store.backend == "postgresql")
     assert not refused.made and refused.claimed is None
     assert store.get_job(waiting).attempt_id is None  # the claim never ran
 

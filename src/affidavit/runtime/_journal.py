@@ -77,7 +77,11 @@ class RunControl:
 
     def ending_now(self) -> bool:
         """Whether the worker is stopping or (concurrent steps) the run is ending."""
-        return self.ending.is_set() or (self.stopping is not None and self.stopping.is_set())
+        return self.ending.is_set() or self.worker_stopping()
+
+    def worker_stopping(self) -> bool:
+        """Whether the worker is stopping (it claims nothing more)."""
+        return self.stopping is not None and self.stopping.is_set()
 
     def check_stopping(self) -> None:
         """At a step boundary (no invocation of this run open): end the run as ``released`` if
@@ -278,7 +282,6 @@ class Journal:
             self.append(tx, ("job_parked", parked))
             tx.set_status(self.claim.job_id, status="parked", fence=self.claim.attempt_id)
             tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=None)
-            self._carry_next_claim(tx)
 
         self.tx_retrying(True, write)
         return Stop("parked")
@@ -293,7 +296,6 @@ class Journal:
             self.append(tx, *items)
             tx.set_status(self.claim.job_id, status="waiting", fence=self.claim.attempt_id)
             tx.set_lease(self.claim.job_id, attempt_id=None, owner=None, expires_at=wake_at)
-            self._carry_next_claim(tx)
 
         self.tx_retrying(True, write)
         return Stop("waiting")
@@ -327,12 +329,14 @@ class Journal:
         self.tx_retrying(True, write)
 
     def _carry_next_claim(self, tx: Transaction) -> None:
-        """In a transaction that ends the job's run: the worker's next claim goes with it
-        (:meth:`~affidavit.store.Transaction.claim_after_commit`), its lease counted from
-        now. Sent once: a transaction tried again does not carry it; nor is it sent while
-        the worker stops (nothing more is claimed then)."""
+        """In the transaction that completes or fails the job: the worker's next claim goes
+        with it (:meth:`~affidavit.store.Transaction.claim_after_commit`), its lease counted
+        from now — the run returns right after that commit. (A park or a wait does not carry
+        it: an agent's calls still running may keep the run for long after them.) Sent once:
+        a transaction tried again does not carry it; nor is it sent while the worker stops
+        (nothing more is claimed then)."""
         request = self.claim.next_claim
-        if request is not None and not request.sent and not self.control.ending_now():
+        if request is not None and not request.sent and not self.control.worker_stopping():
             request.now = time.time()
             tx.claim_after_commit(request)
 

@@ -267,10 +267,26 @@ class Worker:
         )
 
     def _carried(self, request: NextClaim | None) -> tuple[bool, Claim | None]:
-        """Whether ``request`` was made with the last run's end, and the claim it made."""
+        """Whether ``request`` was made with the last run's end, and the claim it made.
+
+        Its lease runs from that end, while heartbeats start with the run: when the last run
+        took long to return after its end (an agent's calls still running when it parked, a
+        slow ``on_job``), the lease is renewed first, as a heartbeat would have renewed it; a
+        lease lost meanwhile (it ran out and another worker took the job) is no claim.
+
+        Raises:
+            StoreError: the renewal could not be written (the job is taken up again when its
+                lease runs out, as after any claim lost so).
+        """
         if request is None or not request.made:
             return False, None
-        return True, self._claim_of(request.claimed, request.attempt_id, request.now)
+        claim = self._claim_of(request.claimed, request.attempt_id, request.now)
+        if claim is None or time.time() - request.now < self.lease_seconds / 3:
+            return True, claim
+        lease = Lease(self.store, claim, self.lease_seconds, request.now + self.lease_seconds)
+        if not lease.renew():
+            return False, None  # lost: claim the usual way
+        return True, dataclasses.replace(claim, lease_expires_at=lease.expires_at)
 
     def _hand_back(self, claim: Claim) -> None:
         """Give back, untouched, a job claimed with the last run's end that this loop will
@@ -429,8 +445,8 @@ class Worker:
                 ):
                     claim: Claim | None = None
                     try:
-                        made, claim = self._carried(carried)
-                        carried = None
+                        request, carried = carried, None
+                        made, claim = self._carried(request)
                         if not made:
                             claim = None if self._stopping.is_set() else self.claim()
                         if claim is None and left is not None:
@@ -497,9 +513,10 @@ class Worker:
                         stop.wait(self.poll_seconds)
             finally:
                 # a job claimed with the last run's end that this loop will not run
-                _, unrun = self._carried(carried)
-                if unrun is not None:
-                    self._hand_back(unrun)
+                if carried is not None and carried.made:
+                    unrun = self._claim_of(carried.claimed, carried.attempt_id, carried.now)
+                    if unrun is not None:
+                        self._hand_back(unrun)
 
         threads = [
             threading.Thread(target=loop, name=f"worker-{i}", daemon=True)

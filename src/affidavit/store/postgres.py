@@ -147,6 +147,8 @@ class PostgresTransaction(SqlTransaction):
         # (job id, lock row, head row) read with a ledger insert, for the append that follows;
         # dropped by any other statement, which could be a write that moves the head
         self._locked: tuple[str, Any, Any] | None = None
+        # whether a message of this transaction (its BEGIN) has been sent
+        self._begun = False
         # the next read carries the commit (commit_with_next_read); then it has been sent
         self._commit_with_read = False
         self._committed = False
@@ -183,6 +185,7 @@ class PostgresTransaction(SqlTransaction):
             raise RuntimeError("a statement after the transaction's commit")
         statements = [*self._pending, *reads]
         self._pending = []
+        self._begun = True
         if self._commit_with_read:
             statements.append("COMMIT")
             self._committed = True
@@ -226,17 +229,31 @@ class PostgresTransaction(SqlTransaction):
         which stays only if the commit did — an error in the claim alone leaves the commit as
         it was, and the claim unmade (the claimer claims the usual way)."""
         request.sent = True
-        reads = self._claim_reads(
-            request.owner,
-            request.attempt_id,
-            request.now,
-            request.lease_seconds,
-            None,
-            request.skip,
-            request.with_log,
-        )
-        nonce = _literal(request.attempt_id)
         cursor = self._cursor
+        # The claim's statements are prepared (their PREPARE a round trip of its own) only
+        # while this transaction has sent nothing: a PREPARE the server refused inside it
+        # would abort it. Then a refused one costs the claim alone; afterwards, what is not
+        # prepared yet goes as text.
+        prepared = self._prepared
+        if self._begun:
+            self._prepared = None
+        try:
+            reads = self._claim_reads(
+                request.owner,
+                request.attempt_id,
+                request.now,
+                request.lease_seconds,
+                None,
+                request.skip,
+                request.with_log,
+            )
+        except psycopg.Error as exc:
+            log.warning("a claim to send after a commit could not be prepared: %s", exc)
+            cursor.execute(";\n".join(statements))
+            return
+        finally:
+            self._prepared = prepared
+        nonce = _literal(request.attempt_id)
         try:
             cursor.execute(
                 ";\n".join(
@@ -253,9 +270,11 @@ class PostgresTransaction(SqlTransaction):
             )
         except psycopg.Error as exc:
             conn = cursor.connection
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
-                raise  # the connection is lost (or worse): whether the commit landed is unknown
-            conn.execute("ROLLBACK")
+            status = conn.info.transaction_status
+            if status == psycopg.pq.TransactionStatus.INERROR:
+                conn.execute("ROLLBACK")
+            elif status != psycopg.pq.TransactionStatus.IDLE:
+                raise  # the connection is lost: whether the commit landed is unknown
             row = conn.execute("SELECT current_setting('affidavit.committed', true)").fetchone()
             if row is None or row[0] != request.attempt_id:
                 raise  # the transaction failed: the claim never ran
