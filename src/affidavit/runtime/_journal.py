@@ -13,7 +13,6 @@ step executor they share.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -77,11 +76,7 @@ class RunControl:
 
     def ending_now(self) -> bool:
         """Whether the worker is stopping or (concurrent steps) the run is ending."""
-        return self.ending.is_set() or self.worker_stopping()
-
-    def worker_stopping(self) -> bool:
-        """Whether the worker is stopping (it claims nothing more)."""
-        return self.stopping is not None and self.stopping.is_set()
+        return self.ending.is_set() or (self.stopping is not None and self.stopping.is_set())
 
     def check_stopping(self) -> None:
         """At a step boundary (no invocation of this run open): end the run as ``released`` if
@@ -330,14 +325,13 @@ class Journal:
 
     def _carry_next_claim(self, tx: Transaction) -> None:
         """In the transaction that completes or fails the job: the worker's next claim goes
-        with it (:meth:`~affidavit.store.Transaction.claim_after_commit`), its lease counted
-        from now — the run returns right after that commit. (A park or a wait does not carry
-        it: an agent's calls still running may keep the run for long after them.) Sent once:
-        a transaction tried again does not carry it; nor is it sent while the worker stops
-        (nothing more is claimed then)."""
-        request = self.claim.next_claim
-        if request is not None and not request.sent and not self.control.worker_stopping():
-            request.now = time.time()
+        with it (:meth:`~affidavit.store.Transaction.claim_after_commit`), made now — the run
+        returns right after that commit. (A park or a wait does not carry it: an agent's calls
+        still running may keep the run for long after them.) Sent once: a transaction tried
+        again does not carry it."""
+        make = self.claim.next_claim
+        request = make() if make is not None else None
+        if request is not None and not request.sent:
             tx.claim_after_commit(request)
 
     def seal(self, tx: Transaction) -> None:

@@ -97,9 +97,10 @@ class Claim:
     # the job's log as the claim read it, if it did (affidavit.store.Claimed.log): the run
     # starts from it instead of reading it again
     log: tuple[StoredEvent, ...] | None = None
-    # the worker's next claim, sent with the transaction that ends this job (see
-    # affidavit.store.NextClaim): no round trip of its own where the store allows
-    next_claim: NextClaim | None = field(default=None, compare=False)
+    # makes the worker's next claim when the transaction that ends this job is written, to go
+    # with it (affidavit.store.NextClaim): no round trip of its own where the store allows;
+    # None from it: no claim is wanted (the worker stops)
+    next_claim: Callable[[], NextClaim | None] | None = field(default=None, compare=False)
 
 
 class StepFailed(Exception):

@@ -259,7 +259,7 @@ class Worker:
 
     def _next_claim(self) -> NextClaim:
         """The claim a run sends with the transaction that ends its job (see
-        :class:`~affidavit.store.NextClaim`), as :meth:`claim` would make it then."""
+        :class:`~affidavit.store.NextClaim`), as :meth:`claim` would make it now."""
         with self._count_lock:
             skip = tuple(self._cannot_run)
         return NextClaim(
@@ -435,8 +435,8 @@ class Worker:
                     and time.monotonic() - outage_since >= limit
                 )
 
-            # the claim the last run sent with its job's end (see _next_claim)
-            carried: NextClaim | None = None
+            # the claim the last run sent with its job's end, if it sent one
+            carried: _NextClaims | None = None
             try:
                 while (
                     not stop.is_set()
@@ -445,7 +445,8 @@ class Worker:
                 ):
                     claim: Claim | None = None
                     try:
-                        request, carried = carried, None
+                        request = carried.request if carried is not None else None
+                        carried = None
                         made, claim = self._carried(request)
                         if not made:
                             claim = None if self._stopping.is_set() else self.claim()
@@ -458,7 +459,7 @@ class Worker:
                                 continue
                             left = None  # taken up again (by anyone), or ended
                         if claim is not None:
-                            carried = self._next_claim()
+                            carried = _NextClaims(self, stop)
                             claim = dataclasses.replace(claim, next_claim=carried)
                         ran = self.run_claim(claim) if claim is not None else None
                     except ClockSkewError as exc:
@@ -513,8 +514,9 @@ class Worker:
                         stop.wait(self.poll_seconds)
             finally:
                 # a job claimed with the last run's end that this loop will not run
-                if carried is not None and carried.made:
-                    unrun = self._claim_of(carried.claimed, carried.attempt_id, carried.now)
+                request = carried.request if carried is not None else None
+                if request is not None and request.made:
+                    unrun = self._claim_of(request.claimed, request.attempt_id, request.now)
                     if unrun is not None:
                         self._hand_back(unrun)
 
@@ -539,3 +541,22 @@ class Worker:
                 hint=first.hint,
             ) from first
         return self.jobs_run
+
+
+class _NextClaims:
+    """What a claim loop gives its run to make the loop's next claim with (``Claim.next_claim``,
+    called as the transaction that ends the job is written): the claim :meth:`Worker._next_claim`
+    makes then — the jobs to skip, the time and the attempt id as they are at that moment — or
+    none when the loop or the worker is stopping. :attr:`request`: the claim made, if one was."""
+
+    __slots__ = ("_stop", "_worker", "request")
+
+    def __init__(self, worker: Worker, stop: threading.Event) -> None:
+        self._worker = worker
+        self._stop = stop
+        self.request: NextClaim | None = None
+
+    def __call__(self) -> NextClaim | None:
+        if self.request is None and not (self._stop.is_set() or self._worker.stopping):
+            self.request = self._worker._next_claim()
+        return self.request
