@@ -328,10 +328,10 @@ class Journal:
         with it (:meth:`~affidavit.store.Transaction.claim_after_commit`), made now — the run
         returns right after that commit. (A park or a wait does not carry it: an agent's calls
         still running may keep the run for long after them.) Sent once: a transaction tried
-        again does not carry it."""
+        again does not carry it (the store sends a request once)."""
         make = self.claim.next_claim
         request = make() if make is not None else None
-        if request is not None and not request.sent:
+        if request is not None:
             tx.claim_after_commit(request)
 
     def seal(self, tx: Transaction) -> None:

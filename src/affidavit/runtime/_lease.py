@@ -48,6 +48,11 @@ class Lease:
         self._lock = threading.Lock()
 
     @property
+    def job_id(self) -> str:
+        """The job this lease is on."""
+        return self._claim.job_id
+
+    @property
     def expires_at(self) -> float:
         """Until when the database holds the lease for this claim, as last written by it."""
         with self._lock:

@@ -288,15 +288,16 @@ class Worker:
             return False, None  # lost: claim the usual way
         return True, dataclasses.replace(claim, lease_expires_at=lease.expires_at)
 
-    def _hand_back(self, claim: Claim) -> None:
-        """Give back, untouched, a job claimed with the last run's end that this loop will
-        not run (the worker stops)."""
-        lease = Lease(self.store, claim, self.lease_seconds, time.time())
+    def _hand_back(self, lease: Lease, *, untouched: bool) -> None:
+        """Give the job of ``lease`` back (see :meth:`Lease.release`); one that cannot be
+        given back keeps its lease until it expires."""
         try:
-            lease.release(untouched=True)
+            lease.release(untouched=untouched)
         except StoreError:
             log.warning(
-                "worker %s: job %s keeps its lease until it expires", self.worker_id, claim.job_id
+                "worker %s: job %s keeps its lease until it expires",
+                self.worker_id,
+                lease.job_id,
             )
 
     def run_claim(self, claim: Claim) -> str:
@@ -346,16 +347,9 @@ class Worker:
                 while len(self._cannot_run) > _MAX_SKIPPED:
                     del self._cannot_run[next(iter(self._cannot_run))]
         if status in ("released", "unrunnable"):
-            try:
-                # a job this worker cannot run is handed back as it was claimed: a recovered
-                # one stays recovered, for the worker that runs it to count
-                lease.release(untouched=status == "unrunnable")
-            except StoreError:
-                log.warning(
-                    "worker %s: job %s keeps its lease until it expires",
-                    self.worker_id,
-                    claim.job_id,
-                )
+            # a job this worker cannot run is handed back as it was claimed: a recovered one
+            # stays recovered, for the worker that runs it to count
+            self._hand_back(lease, untouched=status == "unrunnable")
         if self.on_job is not None:
             self.on_job(claim.job_id, status, time.perf_counter() - started)
         return status
@@ -517,8 +511,9 @@ class Worker:
                 request = carried.request if carried is not None else None
                 if request is not None and request.made:
                     unrun = self._claim_of(request.claimed, request.attempt_id, request.now)
-                    if unrun is not None:
-                        self._hand_back(unrun)
+                    if unrun is not None:  # claimed with the last run's end: never started
+                        lease = Lease(self.store, unrun, self.lease_seconds, time.time())
+                        self._hand_back(lease, untouched=True)
 
         threads = [
             threading.Thread(target=loop, name=f"worker-{i}", daemon=True)
