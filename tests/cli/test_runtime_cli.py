@@ -553,7 +553,9 @@ def submit_outage_job(
 
 def test_worker_rides_out_a_postgresql_outage(pg_database: str, tmp_path: Path) -> None:
     """The database goes away while a tool runs: the worker keeps trying the step's record
-    (a one-line warning, no traceback) and the job completes instead of parking."""
+    and the job completes instead of parking. The outage is a one-line warning, no traceback,
+    from whichever part of the worker meets it first: the run's write, or the log sequencer's
+    poll (then the run's write just waits for a new connection)."""
     url = PG_URL.rsplit("/", 1)[0] + f"/{pg_database}"
     job_id, tools, side = submit_outage_job(url, pg_database, tmp_path, back_after=1.5)
 

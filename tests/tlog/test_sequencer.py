@@ -3,9 +3,14 @@ checkpoints that verify, on both backends."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from affidavit.core.checkpoint import Checkpoint, TlogProof
@@ -13,9 +18,11 @@ from affidavit.core.merkle import MemoryTree, leaf_hash, verify_consistency, ver
 from affidavit.core.note import open_note
 from affidavit.core.seal import log_leaf
 from affidavit.runtime._sealing import Sealer
-from affidavit.store import Store
+from affidavit.store import Store, open_store
+from affidavit.store.sqlite import SqliteStore, connect_raw
 from affidavit.tlog import NotInLog, Sequencer, TransparencyLog, check_proof, parse_tile_path
 from affidavit.tlog._log import tile_path
+from tests.conftest import BACKENDS, PG_URL
 from tests.tlog.helpers import log_key, seal_jobs
 
 
@@ -182,3 +189,84 @@ def test_tile_paths() -> None:
     for bad in ["64/000", "0/1", "0/x1/000", "0/000.p/0", "0/000.p/256", "x/000", "0/x000"]:
         with pytest.raises(LogError):
             parse_tile_path(bad)
+
+
+@dataclass
+class Outage:
+    """A store whose database can be taken away for real and given back."""
+
+    store: Store
+    down: Callable[[], None]
+    up: Callable[[], None]
+
+
+@pytest.fixture(params=BACKENDS)
+def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
+    """SQLite: another connection holds the write lock past the store's busy timeout.
+    PostgreSQL: the database refuses connections and its sessions are ended (a database of its
+    own; each try waits 1 s for a connection)."""
+    if request.param == "sqlite":
+        path = tmp_path / "outage.db"
+        store: Store = SqliteStore(f"sqlite:///{path}", str(path), busy_timeout_s=0.05)
+        holder = connect_raw(path, autocommit=True)
+        yield Outage(
+            store,
+            down=lambda: holder.execute("BEGIN IMMEDIATE"),
+            up=lambda: holder.execute("COMMIT"),
+        )
+        holder.close()
+    else:
+        database = request.getfixturevalue("pg_database")
+        store = open_store(PG_URL.rsplit("/", 1)[0] + f"/{database}?pool_timeout=1")
+
+        def down() -> None:
+            with psycopg.connect(PG_URL, autocommit=True) as admin:
+                admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (database,),
+                )
+
+        def up() -> None:
+            with psycopg.connect(PG_URL, autocommit=True) as admin:
+                admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+        yield Outage(store, down, up)
+    store.close()
+
+
+def test_an_outage_is_one_warning_and_the_sequencer_carries_on(
+    outage: Outage, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database goes away while a worker's sequencer runs: it warns once (the tries that
+    follow are logged at debug level), says when the database is back, and integrates what
+    was queued meanwhile."""
+    store = outage.store
+    (job,) = seal_jobs(store, Sealer.for_store(store), 1)
+    outage.down()
+    unavailable = "sequencer: the database is unavailable"
+    with caplog.at_level(logging.DEBUG, logger="affidavit.tlog"):
+        thread, stop = Sequencer(store, log_key(tmp_path)).start(interval=0.05)
+        try:
+            deadline = time.monotonic() + 20
+            while sum(unavailable in r.getMessage() for r in caplog.records) < 3:
+                assert time.monotonic() < deadline, "the sequencer did not try again"
+                time.sleep(0.05)
+            outage.up()
+            while True:
+                with store.snapshot() as snap:
+                    if snap.tlog_leaf_of(job) is not None:
+                        break
+                assert time.monotonic() < deadline, "nothing integrated after the outage"
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            thread.join(10)
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("affidavit") and r.levelno >= logging.WARNING
+    ]
+    assert [m for m in warnings if unavailable in m] == warnings[:1]
+    assert warnings[1:] == ["sequencer: the database is reachable again"]
+    assert not any(r.exc_info for r in caplog.records)

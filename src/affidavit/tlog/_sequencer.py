@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from affidavit.core.checkpoint import Checkpoint
-from affidavit.core.errors import ConfigError, StoreError
+from affidavit.core.errors import ConfigError, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.merkle import leaf_hash, new_nodes, root_from, root_nodes
 from affidavit.core.note import NoteSigner, sign_note
@@ -174,11 +174,24 @@ class Sequencer:
 
     def run(self, stop: threading.Event, *, interval: float = DEFAULT_INTERVAL_S) -> None:
         """Integrate every ``interval`` seconds until ``stop`` is set (a background thread of
-        a worker or the server). Store errors are logged and retried; they never stop it."""
+        a worker or the server). Store errors are logged and retried; they never stop it. An
+        outage is one warning when it starts and one when the database is back, not one per
+        try (a worker's runs and claim loops report it the same way)."""
+        away = False  # the database was unavailable at the last try
         while not stop.is_set():
             try:
                 if self.pending():
                     self.integrate()
+                if away:
+                    away = False
+                    log.warning("sequencer: the database is reachable again")
+            except StoreUnavailable as exc:
+                (log.debug if away else log.warning)(
+                    "sequencer: the database is unavailable (%s); trying again every %g s",
+                    exc.message,
+                    interval,
+                )
+                away = True
             except StoreError as exc:
                 log.warning("sequencer: %s", exc.message)
             except Exception:
