@@ -31,6 +31,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+_soak = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _soak
+    _soak = bool(config.getoption("--soak"))
+
+
+def examples(bounded: int, soak: int) -> int:
+    """How many examples a property or fuzz test draws: ``bounded`` in the default suite,
+    ``soak`` with ``--soak`` (make test-all). Read when the test module is imported, which is
+    after the options are parsed."""
+    return soak if _soak else bounded
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--soak"):
         return

@@ -1,5 +1,6 @@
-"""The API fuzzed from its own OpenAPI schema (schemathesis, bounded): whatever a request holds,
-no server error and no response that the schema does not describe."""
+"""The API fuzzed from its own OpenAPI schema (schemathesis, bounded: 10 examples per operation
+and key, 100 with ``--soak``): whatever a request holds, no server error and no response that
+the schema does not describe."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from schemathesis.checks import (
 )
 
 from tests.api.conftest import Api
+from tests.conftest import examples
 
 CHECKS = [
     not_a_server_error,
@@ -22,7 +24,7 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
-EXAMPLES = 25  # per operation and key
+EXAMPLES = examples(10, 100)  # per operation and key
 
 
 def test_api_fuzz(api: Api) -> None:
