@@ -125,6 +125,23 @@ def pg_database() -> Iterator[str]:
     with psycopg.connect(PG_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     yield name
+    allow_connections(name)
     with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def refuse_connections(database: str) -> None:
+    """Take ``database`` (a :func:`pg_database`) away: it refuses new connections and its
+    sessions are ended, as in a restart or failover, without touching any other database."""
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (database,),
+        )
+
+
+def allow_connections(database: str) -> None:
+    """Give ``database`` back after :func:`refuse_connections`."""
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')

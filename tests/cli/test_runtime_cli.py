@@ -12,13 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from affidavit.examples import refund
 from tests.cli.test_cli import cli, cli_env, json_of
 from tests.cli.test_refusals_cli import database_exists
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, allow_connections
 
 TOOLS = "affidavit.examples.refund"
 
@@ -592,8 +591,7 @@ def test_worker_gives_up_on_an_outage_that_does_not_end(pg_database: str, tmp_pa
     assert "Traceback" not in ran.stderr
     assert side.read_text().splitlines() == ["a"]
 
-    with psycopg.connect(PG_URL, autocommit=True) as admin:  # the database is back
-        admin.execute(f'ALTER DATABASE "{pg_database}" ALLOW_CONNECTIONS true')
+    allow_connections(pg_database)  # the database is back
     again = cli("worker", "--tools", str(tools), "--until-idle", "--db", url, "--json")
     assert again.returncode == 0, again.stderr
     shown = json_of(cli("jobs", "show", job_id, "--db", url, "--json"))

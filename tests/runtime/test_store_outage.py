@@ -31,7 +31,7 @@ from affidavit.runtime._worker import Worker
 from affidavit.store import Store, open_store
 from affidavit.store.sqlite import SqliteStore, connect_raw
 from affidavit.verify import verify_job
-from tests.conftest import PG_URL
+from tests.conftest import PG_URL, allow_connections, refuse_connections
 from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
 
 # --- a store whose chosen commit fails ---------------------------------------------------------
@@ -705,18 +705,8 @@ def test_postgresql_sessions_ended_at_once_fail_one_operation_not_one_per_connec
 
 def _refuse_connections(database: str, seconds: float) -> None:
     """Make ``database`` refuse connections and end its sessions, for ``seconds``."""
-    with psycopg.connect(PG_URL, autocommit=True) as admin:
-        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-            (database,),
-        )
-
-    def back() -> None:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
-
-    threading.Timer(seconds, back).start()
+    refuse_connections(database)
+    threading.Timer(seconds, allow_connections, args=(database,)).start()
 
 
 @pytest.mark.parametrize("retry", [30.0, 0.0])

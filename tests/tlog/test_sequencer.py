@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from affidavit.core.checkpoint import Checkpoint, TlogProof
@@ -22,7 +21,7 @@ from affidavit.store import Store, open_store
 from affidavit.store.sqlite import SqliteStore, connect_raw
 from affidavit.tlog import NotInLog, Sequencer, TransparencyLog, check_proof, parse_tile_path
 from affidavit.tlog._log import tile_path
-from tests.conftest import BACKENDS, PG_URL
+from tests.conftest import BACKENDS, PG_URL, allow_connections, refuse_connections
 from tests.tlog.helpers import log_key, seal_jobs
 
 
@@ -219,19 +218,11 @@ def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
         database = request.getfixturevalue("pg_database")
         store = open_store(PG_URL.rsplit("/", 1)[0] + f"/{database}?pool_timeout=1")
 
-        def down() -> None:
-            with psycopg.connect(PG_URL, autocommit=True) as admin:
-                admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                    (database,),
-                )
-
-        def up() -> None:
-            with psycopg.connect(PG_URL, autocommit=True) as admin:
-                admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
-
-        yield Outage(store, down, up)
+        yield Outage(
+            store,
+            down=lambda: refuse_connections(database),
+            up=lambda: allow_connections(database),
+        )
     store.close()
 
 
