@@ -1,10 +1,10 @@
-# make demo | make test | make lint | make bench — each creates or reuses .venv.
+# make demo | make test | make test-fast | make lint | make bench — each creates or reuses .venv.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-all lint bench clean venv
+.PHONY: demo test test-fast test-all lint bench clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ demo: $(STAMP)
 # and where PYTHONDONTWRITEBYTECODE is set each of them would compile every module again.
 test: $(STAMP)
 	$(BIN)/python -m compileall -q src tests >/dev/null
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 -q --durations=20
+
+# The edit loop: SQLite only, no browser, no chaos suite (tests/conftest.py's --fast).
+test-fast: $(STAMP)
+	$(BIN)/python -m compileall -q src tests >/dev/null
+	$(BIN)/python -m pytest -n 2 -q --fast
 
 # Includes the long soak tests.
 test-all: $(STAMP)

@@ -29,6 +29,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="run the chaos suite (tests/chaos) in its long form instead of the bounded one",
     )
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the edit loop (make test-fast): SQLite only, no browser, no chaos suite",
+    )
 
 
 _soak = False
@@ -46,7 +51,25 @@ def examples(bounded: int, soak: int) -> int:
     return soak if _soak else bounded
 
 
+# Fixtures that bring a PostgreSQL server into a test: with --fast such tests are left out.
+_PG_FIXTURES = frozenset({"pg_schema", "pg_database", "pg_store"})
+
+
+def _left_out_by_fast(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "postgresql" in callspec.params.values():
+        return True
+    if _PG_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    return any(item.iter_markers("browser")) or any(item.iter_markers("chaos"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--fast"):
+        left_out = [item for item in items if _left_out_by_fast(item)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not _left_out_by_fast(item)]
     if config.getoption("--soak"):
         return
     skip = pytest.mark.skip(reason="soak test: run with --soak (make test-all)")

@@ -15,6 +15,8 @@ from affidavit import FileVerifier, Runtime, Tool, ToolContext, ToolRegistry, re
 from tests.api.conftest import Api
 from tests.verify.helpers import RawDb
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
     pytest.skip(

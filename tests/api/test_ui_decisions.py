@@ -25,6 +25,8 @@ from tests.api.conftest import Api
 from tests.api.test_ui import ARTIFACTS, CHROMIUM, open_page, parked_job, sync_api
 from tests.runtime.helpers import SimulatedCrash, wait_lease_expired
 
+pytestmark = pytest.mark.browser
+
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
