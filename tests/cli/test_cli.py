@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,58 @@ def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return full_env
 
 
+# Commands that ``cli`` runs in this process, through the console script's own entry point,
+# with the call's environment, working directory and standard streams: they read or write the
+# store and print, and import no user module, start no server, worker or sandbox, and reach no
+# crash point. Starting a process costs ~0.3 s, most of it imports, and the suite runs some
+# thousand of these. Everything else (run, submit, worker, signal, serve, mcp, witness, demo,
+# claims verify, ...), `--help`, and any call with a crash point set runs as a real process:
+# ``cli_process``, which a test about the process itself (exit on a signal, a crash) calls.
+IN_PROCESS: frozenset[tuple[str, ...]] = frozenset(
+    {
+        ("jobs", "show"),
+        ("jobs", "list"),
+        ("jobs", "events"),
+        ("jobs", "trace"),
+        ("verify",),
+        ("keys", "show"),
+        ("log", "verify"),
+        ("log", "proof"),
+        ("log", "checkpoint"),
+        ("log", "consistency"),
+        ("log", "key"),
+        ("disclose",),
+        ("pack", "export"),
+        ("pack", "verify"),
+        ("trust", "show"),
+        ("trust", "history"),
+        ("claims", "history"),
+        ("claims", "stats"),
+        ("db", "migrate"),
+    }
+)
+
+
+def _in_process(args: tuple[str, ...], env: dict[str, str]) -> bool:
+    if "--help" in args or any(name.startswith("AFFIDAVIT_CRASH") for name in env):
+        return False
+    return args[:1] in IN_PROCESS or args[:2] in IN_PROCESS
+
+
 def cli(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """``affidavit ARGS`` as a user runs it; its exit code, stdout and stderr."""
+    full_env = cli_env(env)
+    if _in_process(args, full_env):
+        return _run_in_process(args, full_env, cwd)
+    return cli_process(*args, env=env, cwd=cwd)
+
+
+def cli_process(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``affidavit ARGS`` in a real process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "affidavit", *args],
         capture_output=True,
@@ -38,6 +89,59 @@ def cli(
         cwd=cwd,
         timeout=120,
     )
+
+
+def _run_in_process(
+    args: tuple[str, ...], env: dict[str, str], cwd: Path | None
+) -> subprocess.CompletedProcess[str]:
+    """Run the command as ``affidavit.cli.main.main`` would in its own process: ``env`` as the
+    whole environment, ``cwd`` as the working directory, an empty stdin, stdout and stderr
+    captured as bytes decoded as UTF-8; an exception that escapes is printed as the
+    interpreter would print it, with exit code 1."""
+    from affidavit.cli import output
+    from affidavit.cli.main import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    streams = [io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="") for _ in range(2)]
+    # (the Rich consoles are made on first use and read the environment then: made anew here)
+    consoles = {name: output.__dict__.pop(name, None) for name in ("out", "err")}
+    code: int | str | None = 0
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.stdin = io.StringIO("")
+        sys.stdout, sys.stderr = streams
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+        except BaseException:  # (what the interpreter does with an uncaught exception)
+            traceback.print_exc()
+            code = 1
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for name, console in consoles.items():
+            output.__dict__.pop(name, None)
+            if console is not None:
+                output.__dict__[name] = console
+    stdout, stderr = (_read(stream) for stream in streams)
+    if isinstance(code, str):  # (SystemExit("message"): printed on stderr, exit 1)
+        stderr, code = stderr + code + "\n", 1
+    return subprocess.CompletedProcess(
+        [sys.executable, "-m", "affidavit", *args], code or 0, stdout, stderr
+    )
+
+
+def _read(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    data: bytes = stream.buffer.getvalue()  # type: ignore[attr-defined]
+    return data.decode("utf-8", errors="replace")
 
 
 def json_of(result: subprocess.CompletedProcess[str]) -> Any:
