@@ -1,0 +1,114 @@
+"""The exporter maps every trace state through the one definition of those states
+(affidavit.runtime._trace.NODE_STATE_KINDS); a state it cannot map is refused by name, never
+exported as a pack that misstates the job. Packs made by an exporter that mislabelled a
+completed step are refused with a reason that says so."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from affidavit import Runtime, ToolRegistry
+from affidavit.packs import PackError, export_pack, verify_pack
+from affidavit.packs import _format as F
+from affidavit.packs._errors import TraceStateError
+from affidavit.packs._export_steps import STATE_KIND_STEPS, node_step
+from affidavit.runtime._trace import (
+    COMPLETED_STATES,
+    NODE_STATE_KIND_NAMES,
+    NODE_STATE_KINDS,
+    NODE_STATES,
+)
+from tests.packs.scenarios import Env, build
+
+OUTPUT = {"answer": 42}
+
+
+def _node(state: str, *, started: bool = True, **extra: Any) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "id": "n",
+        "state": state,
+        "outcome": "pure" if state in COMPLETED_STATES else None,
+        "started_at": "2026-12-01T00:00:00Z" if started else None,
+        "duration_ms": 3.4,
+        **extra,
+    }
+    if state in COMPLETED_STATES:
+        node["output"] = OUTPUT
+    return node
+
+
+def test_every_state_kind_has_a_step_mapping() -> None:
+    assert set(NODE_STATE_KINDS) == set(NODE_STATES)
+    assert set(NODE_STATE_KINDS.values()) <= set(NODE_STATE_KIND_NAMES)
+    assert set(STATE_KIND_STEPS) == set(NODE_STATE_KIND_NAMES)
+    # the states a person's answer leaves are completed ones (the finding: they were not)
+    assert {"approved", "signalled"} <= COMPLETED_STATES
+
+
+@pytest.mark.parametrize("state", NODE_STATES)
+def test_every_trace_state_maps_to_a_step_status(state: str) -> None:
+    status, trace, duration = node_step(_node(state), "failed")
+    if NODE_STATE_KINDS[state] == "completed":
+        assert (status, trace, duration) == ("PASS", OUTPUT, 3)
+    else:  # failed, or ended by the job while open: what its last try recorded
+        assert (status, trace) == ("FAIL", {"outcome": None, "error": None})
+    if state != "failed":  # never started: it did not run
+        assert node_step(_node(state, started=False), "cancelled")[:2] == (
+            ("PASS", OUTPUT)
+            if NODE_STATE_KINDS[state] == "completed"
+            else ("FAIL", {"outcome": "not_run", "job_status": "cancelled"})
+        )
+
+
+def test_a_state_the_exporter_does_not_know_is_refused_by_name() -> None:
+    with pytest.raises(TraceStateError) as caught:
+        node_step(_node("teleported"), "completed")
+    assert "'teleported'" in caught.value.message
+    assert isinstance(caught.value, PackError) and caught.value.hint
+
+
+def test_a_completed_state_without_its_output_is_refused() -> None:
+    node = _node("approved")
+    del node["output"]
+    with pytest.raises(TraceStateError, match="approved without an output"):
+        node_step(node, "completed")
+
+
+@pytest.mark.parametrize("state", ["approved", "signalled"])
+def test_a_pack_that_records_an_answered_step_as_failed_is_refused_precisely(
+    store_url: str,
+    tmp_path: Path,
+    make_runtime: Callable[[ToolRegistry], Runtime],
+    monkeypatch: pytest.MonkeyPatch,
+    state: str,
+) -> None:
+    """What the exporter wrote before it knew these states: the answered node as a FAIL step
+    with trace ``{"outcome": "pure", "error": null}``. The receipts agree with themselves, so
+    only the event log can tell; the verifier says what is wrong, not just "differs"."""
+    job_id = build(Env(store_url, tmp_path, make_runtime), state, "plan")
+    store = make_runtime(ToolRegistry([])).store
+    with monkeypatch.context() as old_exporter:
+        old_exporter.setitem(NODE_STATE_KINDS, state, "failed")
+        pack = export_pack(store, job_id, tmp_path / "pack").pack_dir
+    receipts = [json.loads(line) for line in (pack / F.RECEIPTS).read_text().splitlines()]
+    # the answered node FAIL, what depends on it (the job's output too) SKIPPED
+    [answered] = [r["step_id"] for r in receipts if r.get("step_status") == "FAIL"]
+    assert receipts[-5]["step_id"] == F.EMIT_STEP_ID
+    assert receipts[-5]["step_status"] == "SKIPPED"
+    assert json.loads((pack / F.TRACES_DIR / f"{answered}.json").read_text()) == {
+        "outcome": "pure",
+        "error": None,
+    }
+    result = verify_pack(pack)
+    assert result.verdict == "INTEGRITY_FAIL"
+    reason = next(e for e in result.errors if answered in e)
+    assert "records a step that completed (pure) as failed" in reason
+    assert "export the job again" in reason
+    # exported again, as it is now: MATCH
+    again = export_pack(store, job_id, tmp_path / "again").pack_dir
+    assert verify_pack(again).verdict == "MATCH"
