@@ -23,6 +23,7 @@ from affidavit.runtime._trace import (
     NODE_STATE_KINDS,
     NODE_STATES,
 )
+from tests.packs.helpers import assay_verify
 from tests.packs.scenarios import Env, build
 
 OUTPUT = {"answer": 42}
@@ -112,3 +113,43 @@ def test_a_pack_that_records_an_answered_step_as_failed_is_refused_precisely(
     # exported again, as it is now: MATCH
     again = export_pack(store, job_id, tmp_path / "again").pack_dir
     assert verify_pack(again).verdict == "MATCH"
+
+
+def _lying(status: str, trace: Callable[[dict[str, Any]], Any]) -> Any:
+    return lambda node, job_status: (status, trace(node), 0)
+
+
+LIES = {
+    # a completed step shown as failed, with its true output (its dependents then SKIPPED)
+    "completed_as_failed": ("completed", _lying("FAIL", lambda n: n["output"])),
+    # a failed step shown as passed, with its true failure as the trace
+    "failed_as_passed": (
+        "failed",
+        _lying("PASS", lambda n: {"outcome": n.get("outcome"), "error": n.get("error")}),
+    ),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_a_signed_pack_whose_step_status_misstates_the_log_is_refused(
+    store_url: str,
+    tmp_path: Path,
+    make_runtime: Callable[[ToolRegistry], Runtime],
+    monkeypatch: pytest.MonkeyPatch,
+    lie: str,
+) -> None:
+    """Whoever holds the key can write a pack whose every receipt, hash and signature agree
+    and whose traces are what the log recorded, but whose step statuses are not the job's:
+    the statuses are bound to the log too."""
+    kind, mapping = LIES[lie]
+    job_id = build(Env(store_url, tmp_path, make_runtime), "rejected", "plan")
+    store = make_runtime(ToolRegistry([])).store
+    with monkeypatch.context() as liar:
+        liar.setitem(STATE_KIND_STEPS, kind, mapping)
+        pack = export_pack(store, job_id, tmp_path / "pack").pack_dir
+    code, receipt, _ = assay_verify(pack, tmp_path / "assay-out")
+    assert (code, receipt.get("verdict")) == (0, "MATCH")  # consistent in itself
+    result = verify_pack(pack)
+    assert result.verdict == "INTEGRITY_FAIL", result.errors
+    expected = "but the event log has the step " + ("pass" if kind == "completed" else "not pass")
+    assert any(expected in e for e in result.errors), result.errors

@@ -6,7 +6,6 @@ are bound to it."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
 from typing import Any
 
 from affidavit.core.canonical import (
@@ -21,8 +20,8 @@ from affidavit.core.seal import PUBLIC_KEY_BYTES
 from affidavit.packs import _format as F
 from affidavit.packs._files import read
 from affidavit.packs._json import loads_lines
-from affidavit.packs._log_traces import log_traces
-from affidavit.packs._state import Fail, State
+from affidavit.packs._log_traces import LogTraces, log_traces
+from affidavit.packs._state import Fail, State, payload
 from affidavit.store import StoredEvent
 from affidavit.verify.verification import verify_event_rows
 
@@ -142,7 +141,13 @@ def check_event_log(
         if log.get(name) != value:
             st.errors.append(f"{F.EVENT_LOG}: {name} does not match {F.EVENTS}")
     if result.ok:
-        _bind_traces(st, log_entries, traces)
+        try:
+            expected = log_traces(log_entries)
+        except (KeyError, TypeError, AttributeError) as exc:
+            st.errors.append(f"{F.EVENTS}: cannot be replayed ({type(exc).__name__}: {exc})")
+        else:
+            _bind_traces(st, expected, traces)
+            _bind_statuses(st, expected)
     return {"present": True, "job_verification": result.to_dict()}
 
 
@@ -227,15 +232,11 @@ def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent
     return stored
 
 
-def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, str]) -> None:
+def _bind_traces(st: State, expected: LogTraces, traces: dict[str, str]) -> None:
     """The recorded traces and the input file against the (verified) event log: a trace
-    rewritten after export is an integrity failure here, not a divergence. One pass over the
-    parsed events; the log's replay invariants were checked by ``verify_events`` already."""
-    try:
-        expected = log_traces(log)
-    except (KeyError, TypeError, AttributeError) as exc:
-        st.errors.append(f"{F.EVENTS}: cannot be replayed ({type(exc).__name__}: {exc})")
-        return
+    rewritten after export is an integrity failure here, not a divergence. ``expected``: one
+    pass over the parsed events; the log's replay invariants were checked by
+    ``verify_events`` already."""
     try:
         data = read(
             st.root / F.INPUTS_DIR / F.INPUT_REF,
@@ -265,6 +266,26 @@ def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, st
             )
         else:
             st.errors.append(f"{F.TRACES_DIR}/{sid}.json: differs from the event log")
+
+
+def _bind_statuses(st: State, expected: LogTraces) -> None:
+    """Each step's status against the (verified) event log: PASS exactly for the steps the
+    log has pass. The traces bind what a step produced; this binds what the pack says of it —
+    a step the log completed shown as FAIL (its dependents SKIPPED), or a failure shown as
+    PASS, would otherwise be a consistent, signed pack that misstates the job."""
+    for r, kind in zip(st.receipts, st.kinds, strict=True):
+        if kind != F.STEP:
+            continue
+        p = payload(r)
+        sid, status = p.get("step_id"), p.get("step_status")
+        if not isinstance(sid, str) or status == "SKIPPED":
+            continue  # (SKIPPED only after a FAIL or SKIPPED dependency: phase 3)
+        passed = expected.passed(sid)
+        if (status == "PASS") is not passed:
+            st.errors.append(
+                f"{F.STEP}[{sid}]: step_status {status} but the event log has the step "
+                + ("pass" if passed else "not pass")
+            )
 
 
 def _hash_or_none(value: Any) -> str | None:

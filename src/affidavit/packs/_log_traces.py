@@ -81,6 +81,15 @@ class LogTraces:
     def of(self, step_id: str) -> Any:
         return self.by_step.get(step_id, self.not_run)
 
+    def passed(self, step_id: str) -> bool:
+        """Whether the log has step ``step_id`` pass: the input loaded, a completed job's
+        output, a node that completed."""
+        if step_id == F.LOAD_STEP_ID:
+            return True
+        if step_id == F.EMIT_STEP_ID:
+            return bool(self.not_run["job_status"] == "completed")
+        return step_id in self.completed
+
     def mislabelled(self, step_id: str) -> Any:
         """The trace an exporter that took this completed step for a failed one recorded —
         ``{"outcome": <its result type>, "error": ...}`` — or ``None`` (not a completed step).
