@@ -80,6 +80,11 @@ def test_a_completed_state_without_its_output_is_refused() -> None:
         node_step(node, "completed")
 
 
+def _step_receipts(pack: Path) -> dict[str, dict[str, Any]]:
+    receipts = [json.loads(line) for line in (pack / F.RECEIPTS).read_text().splitlines()]
+    return {r["step_id"]: r for r in receipts if r["type"] == F.STEP}
+
+
 @pytest.mark.parametrize("state", ["approved", "signalled"])
 def test_a_pack_that_records_an_answered_step_as_failed_is_refused_precisely(
     store_url: str,
@@ -96,23 +101,56 @@ def test_a_pack_that_records_an_answered_step_as_failed_is_refused_precisely(
     with monkeypatch.context() as old_exporter:
         old_exporter.setitem(NODE_STATE_KINDS, state, "failed")
         pack = export_pack(store, job_id, tmp_path / "pack").pack_dir
-    receipts = [json.loads(line) for line in (pack / F.RECEIPTS).read_text().splitlines()]
+    steps = _step_receipts(pack)
     # the answered node FAIL, what depends on it (the job's output too) SKIPPED
-    [answered] = [r["step_id"] for r in receipts if r.get("step_status") == "FAIL"]
-    assert receipts[-5]["step_id"] == F.EMIT_STEP_ID
-    assert receipts[-5]["step_status"] == "SKIPPED"
+    [answered] = [sid for sid, r in steps.items() if r["step_status"] == "FAIL"]
+    assert steps[F.EMIT_STEP_ID]["step_status"] == "SKIPPED"
     assert json.loads((pack / F.TRACES_DIR / f"{answered}.json").read_text()) == {
         "outcome": "pure",
         "error": None,
     }
     result = verify_pack(pack)
     assert result.verdict == "INTEGRITY_FAIL"
-    reason = next(e for e in result.errors if answered in e)
+    reason = next(e for e in result.errors if f"{answered}.json" in e)
     assert "records a step that completed (pure) as failed" in reason
     assert "export the job again" in reason
     # exported again, as it is now: MATCH
     again = export_pack(store, job_id, tmp_path / "again").pack_dir
     assert verify_pack(again).verdict == "MATCH"
+
+
+@pytest.mark.parametrize("job_kind", ["plan", "agent"])
+def test_a_compensated_step_is_a_fail_and_an_old_pack_showing_it_passed_is_refused(
+    store_url: str,
+    tmp_path: Path,
+    make_runtime: Callable[[ToolRegistry], Runtime],
+    monkeypatch: pytest.MonkeyPatch,
+    job_kind: str,
+) -> None:
+    """A compensated step — its call failed, its compensation ran — is FAIL with the outcome
+    `compensated`. The exporter used to show it PASS with its (null) output; such a pack is
+    refused with that reason."""
+    job_id = build(Env(store_url, tmp_path, make_runtime), "compensated", job_kind)
+    store = make_runtime(ToolRegistry([])).store
+    pack = export_pack(store, job_id, tmp_path / "pack").pack_dir
+    steps = _step_receipts(pack)
+    [compensated] = [
+        sid for sid, r in steps.items() if r["step_status"] == "FAIL" and sid != F.EMIT_STEP_ID
+    ]
+    assert json.loads((pack / F.TRACES_DIR / f"{compensated}.json").read_text()) == {
+        "outcome": "compensated",
+        "error": None,
+    }
+    assert verify_pack(pack).verdict == "MATCH"
+    with monkeypatch.context() as old_exporter:
+        old_exporter.setitem(NODE_STATE_KINDS, "compensated", "completed")
+        old = export_pack(store, job_id, tmp_path / "old").pack_dir
+    assert _step_receipts(old)[compensated]["step_status"] == "PASS"
+    result = verify_pack(old)
+    assert result.verdict == "INTEGRITY_FAIL"
+    reason = next(e for e in result.errors if f"{compensated}.json" in e)
+    assert "records a compensated step as passed" in reason
+    assert any(f"[{compensated}]: step_status PASS but" in e for e in result.errors)
 
 
 def _lying(status: str, trace: Callable[[dict[str, Any]], Any]) -> Any:

@@ -257,12 +257,11 @@ def _bind_traces(st: State, expected: LogTraces, traces: dict[str, str]) -> None
         if observed == value_hash:
             continue
         mislabelled = expected.mislabelled(sid)
-        if mislabelled is not None and observed == _hash_or_none(mislabelled):
+        if mislabelled is not None and observed == _hash_or_none(mislabelled[0]):
             st.errors.append(
-                f"{F.TRACES_DIR}/{sid}.json: records a step that completed "
-                f"({mislabelled['outcome']}) as failed: the event log has its output. The "
-                "pack was exported by an affidavit that did not know the step's trace state "
-                "(an answered approval or wait); export the job again"
+                f"{F.TRACES_DIR}/{sid}.json: {mislabelled[1]}: the pack was exported by an "
+                "affidavit that did not know the step's trace state (an answered approval or "
+                "wait, a compensation); export the job again"
             )
         else:
             st.errors.append(f"{F.TRACES_DIR}/{sid}.json: differs from the event log")

@@ -130,10 +130,12 @@ def _ended(node: dict[str, Any], job_status: str) -> tuple[str, Any, int]:
 
 
 # Each kind of trace state (NODE_STATE_KINDS) -> the step status and trace of such a node of a
-# finished job whose dependencies passed. An "open" node of a finished job — the job ended
-# while the node was in flight, waiting or running — is a FAIL step like a failed one.
+# finished job whose dependencies passed. A compensated node ("undone": its call failed, its
+# compensation ran) is a FAIL step with the outcome `compensated`; an "open" node of a finished
+# job — the job ended while the node was in flight, waiting or running — is a FAIL step too.
 STATE_KIND_STEPS: dict[str, Callable[[dict[str, Any], str], tuple[str, Any, int]]] = {
     "completed": _completed,
+    "undone": _ended,
     "failed": _ended,
     "open": _ended,
     "not_run": _ended,

@@ -66,6 +66,11 @@ class _Read:
             self.status = "cancelled"
 
 
+# The result types of a node that make it a PASS step: it finished with its output. A
+# `compensated` node (its call failed, its compensation ran) is a FAIL step.
+PASSING_RESULT_TYPES = COMPLETED_RESULT_TYPES - {"compensated"}
+
+
 @dataclass(frozen=True, slots=True)
 class LogTraces:
     """The job's input, and the trace of each step the log names (``by_step``); a step the
@@ -74,29 +79,30 @@ class LogTraces:
     job_input: Any
     by_step: dict[str, Any]
     not_run: dict[str, Any]
-    # step id -> (result type, error) of each step that completed: what an exporter that did
-    # not know the step's trace state recorded instead of its output (see mislabelled)
-    completed: dict[str, tuple[Any, Any]]
+    passing: frozenset[str]  # the node steps the log has pass
+    # step id -> (the trace an exporter that mislabelled the step recorded, what it did): see
+    # mislabelled
+    mislabels: dict[str, tuple[Any, str]]
 
     def of(self, step_id: str) -> Any:
         return self.by_step.get(step_id, self.not_run)
 
     def passed(self, step_id: str) -> bool:
         """Whether the log has step ``step_id`` pass: the input loaded, a completed job's
-        output, a node that completed."""
+        output, a node that completed (not one compensated)."""
         if step_id == F.LOAD_STEP_ID:
             return True
         if step_id == F.EMIT_STEP_ID:
             return bool(self.not_run["job_status"] == "completed")
-        return step_id in self.completed
+        return step_id in self.passing
 
-    def mislabelled(self, step_id: str) -> Any:
-        """The trace an exporter that took this completed step for a failed one recorded —
-        ``{"outcome": <its result type>, "error": ...}`` — or ``None`` (not a completed step).
-        affidavit exported approval and wait nodes a person answered that way before their
-        trace states were mapped (docs/packs.md)."""
-        found = self.completed.get(step_id)
-        return None if found is None else {"outcome": found[0], "error": found[1]}
+    def mislabelled(self, step_id: str) -> tuple[Any, str] | None:
+        """What an exporter that mislabelled this step recorded as its trace, and what it did
+        wrong; ``None`` when no exporter did. affidavit exported approval and wait nodes a
+        person answered as failed, ``{"outcome": "pure", "error": null}``, before their trace
+        states were mapped, and compensated nodes as passed, with their output (docs/packs.md).
+        """
+        return self.mislabels.get(step_id)
 
 
 def log_traces(log: Iterable[tuple[str, Any]]) -> LogTraces:
@@ -118,15 +124,25 @@ def log_traces(log: Iterable[tuple[str, Any]]) -> LogTraces:
     for node_id, (seq, sid) in read.called.items():  # an agent step is named by its seq too
         if node_id in step_of and type(seq) is int and isinstance(sid, str):
             step_of[node_id] = F.agent_pack_step_id(seq, sid, len(read.called))
-    completed: dict[str, tuple[Any, Any]] = {}
+    passing: set[str] = set()
+    mislabels: dict[str, tuple[Any, str]] = {}
     for node_id, sid in step_of.items():
         done = read.finished.get(node_id)
         if done is None:  # started, never finished
             expected[sid] = {"outcome": None, "error": None}
-        elif done.get("result_type") in COMPLETED_RESULT_TYPES:
-            expected[sid] = done["output"] if "output" in done else read.committed.get(node_id)
-            completed[sid] = (done.get("result_type"), done.get("error"))
+            continue
+        result_type, error = done.get("result_type"), done.get("error")
+        failure = {"outcome": result_type, "error": error}
+        output = None
+        if result_type in COMPLETED_RESULT_TYPES:
+            output = done["output"] if "output" in done else read.committed.get(node_id)
+        if result_type in PASSING_RESULT_TYPES:
+            expected[sid] = output
+            passing.add(sid)
+            mislabels[sid] = (failure, f"records a step that completed ({result_type}) as failed")
         else:
-            expected[sid] = {"outcome": done.get("result_type"), "error": done.get("error")}
+            expected[sid] = failure
+            if result_type == "compensated":
+                mislabels[sid] = (output, "records a compensated step as passed")
     not_run = {"outcome": "not_run", "job_status": read.status}
-    return LogTraces(read.job_input, expected, not_run, completed)
+    return LogTraces(read.job_input, expected, not_run, frozenset(passing), mislabels)

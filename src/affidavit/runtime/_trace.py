@@ -30,13 +30,14 @@ from affidavit.store import JobRecord, Store, StoredEvent
 # Every state a node of a trace (a plan's or an agent job's) can be in, and what it says of
 # the node for readers that need less than the state — the proof pack (docs/packs.md) maps each
 # kind to a step status, so a state added here must say what it means there:
-# "completed": finished, its output recorded; "failed": its last try failed (or it started and
-# the job ended first); "open": the job is not done with it (only while the job is unfinished);
-# "not_run": never started, and the job has ended.
+# "completed": finished, its output recorded; "undone": its call failed and its compensation
+# ran; "failed": its last try failed (or it started and the job ended first); "open": the job
+# is not done with it (only while the job is unfinished); "not_run": never started, and the
+# job has ended.
 NODE_STATE_KINDS: dict[str, str] = {
     "pure": "completed",
     "side_effect_committed": "completed",
-    "compensated": "completed",
+    "compensated": "undone",
     "in_flight": "open",
     "waiting": "open",
     "approved": "completed",
@@ -48,7 +49,7 @@ NODE_STATE_KINDS: dict[str, str] = {
     "skipped": "not_run",
 }
 NODE_STATES = tuple(NODE_STATE_KINDS)
-NODE_STATE_KIND_NAMES = ("completed", "failed", "open", "not_run")
+NODE_STATE_KIND_NAMES = ("completed", "undone", "failed", "open", "not_run")
 COMPLETED_STATES = frozenset(s for s, kind in NODE_STATE_KINDS.items() if kind == "completed")
 
 
