@@ -138,9 +138,9 @@ def _crashed(env: Env, rt: Runtime, target: Any, point: str) -> str:
     return once the dead worker's lease has run out."""
     side = env.tmp / "side.jsonl"
     args: dict[str, Any] = {"side": str(side), "amount": 10}
-    if not isinstance(target, dict):
-        target, tool_name = target
-        args["tool_name"] = tool_name
+    if not isinstance(target, dict):  # an agent: (name, its arguments)
+        target, extra = target
+        args.update(extra)
     job_id = rt.submit(target, args).job_id
     proc = run_driver(env.url, "--job", job_id, "--lease", "0.5", crash=point)
     assert proc.returncode == -9, f"the worker did not die by SIGKILL: {proc}"
@@ -148,10 +148,21 @@ def _crashed(env: Env, rt: Runtime, target: Any, point: str) -> str:
     return job_id
 
 
-def _recovered(target: Any, point: str) -> Builder:
+def _recovered(target: Any, point: str, computes: int = 1) -> Builder:
+    """Killed at ``point``, recovered by the next worker; ``computes``: how often the pure
+    step really ran (twice when the crash came after it ran and before it was recorded)."""
+
     def build(env: Env) -> str:
         rt = env.crash_rt()
-        return _run(rt, _crashed(env, rt, target, point), "completed")
+        job_id = _crashed(env, rt, target, point)
+        for _ in range(5):  # a sleep's timer is due at once: the next claim fires it
+            rt.run_until_idle()
+            if rt.get_job(job_id).terminal:
+                break
+        _run(rt, job_id, "completed")
+        ran = crash_tools.counts(env.tmp / "side.jsonl", "compute")
+        assert sum(n for (job, _), n in ran.items() if job == job_id) == computes
+        return job_id
 
     return build
 
@@ -175,8 +186,9 @@ def _parked(target: Any, decision: str, status: str) -> Builder:
 
 PLAN_CRASH = crash_tools.charge_plan("crash_charge")
 PLAN_CRASH_NR = crash_tools.charge_plan("crash_charge_nr")
-AGENT_CRASH = ("crash_agent", "crash_charge")
-AGENT_CRASH_NR = ("crash_agent", "crash_charge_nr")
+AGENT_CRASH = ("crash_agent", {"tool_name": "crash_charge"})
+AGENT_CRASH_NR = ("crash_agent", {"tool_name": "crash_charge_nr"})
+AGENT_CRASH_SLEEP = ("crash_agent", {"tool_name": "crash_charge", "sleep": 0})
 
 # kind -> (plan job builder, agent job builder); None: the kind does not exist for that job
 SCENARIOS: dict[str, tuple[Builder | None, Builder | None]] = {
@@ -219,6 +231,15 @@ SCENARIOS: dict[str, tuple[Builder | None, Builder | None]] = {
         _recovered(PLAN_CRASH, "tool.after_execute"),
         _recovered(AGENT_CRASH, "tool.after_execute"),
     ),
+    "recovered_pure": (
+        _recovered(PLAN_CRASH, "pure.after_execute", computes=2),
+        _recovered(AGENT_CRASH, "pure.after_execute", computes=2),
+    ),
+    "recovered_finishing": (
+        _recovered(PLAN_CRASH, "job.before_complete"),
+        _recovered(AGENT_CRASH, "job.before_complete"),
+    ),
+    "recovered_asleep": (None, _recovered(AGENT_CRASH_SLEEP, "sleep.after_record")),
     "parked_retried": (
         _parked(PLAN_CRASH_NR, "retry", "completed"),
         _parked(AGENT_CRASH_NR, "retry", "completed"),
@@ -245,3 +266,49 @@ def build(env: Env, kind: str, job_kind: str) -> str:
     builder = SCENARIOS[kind][0 if job_kind == "plan" else 1]
     assert builder is not None
     return builder(env)
+
+
+def _has(event_type: str, **fields: Any) -> Callable[[list[Any]], bool]:
+    def found(events: list[Any]) -> bool:
+        return any(
+            e.type == event_type and all(e.payload.get(k) == v for k, v in fields.items())
+            for e in events
+        )
+
+    return found
+
+
+def _count(n: int, event_type: str, **fields: Any) -> Callable[[list[Any]], bool]:
+    def found(events: list[Any]) -> bool:
+        hits = [
+            e
+            for e in events
+            if e.type == event_type and all(e.payload.get(k) == v for k, v in fields.items())
+        ]
+        return len(hits) == n
+
+    return found
+
+
+# What each kind leaves in its job's log: the job really went that way (the crash scenarios
+# also assert that the worker died by SIGKILL at the crash point).
+SIGNS: dict[str, list[Callable[[list[Any]], bool]]] = {
+    "approved": [_has("job_waiting", wait_type="approval"), _has("wait_completed")],
+    "rejected": [_has("wait_completed"), _has("node_finished", result_type="permanent_failure")],
+    "signalled": [_has("job_waiting", wait_type="signal"), _has("wait_completed")],
+    "slept": [_has("job_waiting", wait_type="timer"), _has("wait_completed", signalled_by="timer")],
+    "wait_timed_out": [_has("wait_completed", signalled_by="timer")],
+    "retried": [_count(2, "node_finished", result_type="retryable_failure")],
+    "failed": [_has("node_finished", result_type="permanent_failure"), _has("job_failed")],
+    "compensated": [_has("step_compensated"), _has("node_finished", result_type="compensated")],
+    "cancelled_pending": [_count(0, "node_started"), _has("job_cancelled")],
+    "cancelled_waiting": [_has("job_waiting"), _has("job_cancelled")],
+    "cancelled_running": [_has("tool_invocation_finished", outcome="lost"), _has("job_cancelled")],
+    "recovered": [_has("tool_invocation_finished", catch_up=True, outcome="success")],
+    "recovered_pure": [_has("job_completed")],
+    "recovered_finishing": [_has("job_completed")],
+    "recovered_asleep": [_has("wait_completed", signalled_by="timer"), _has("job_completed")],
+    "parked_retried": [_has("job_parked", reason="in_flight"), _has("job_resumed")],
+    "parked_accepted": [_has("job_parked", reason="in_flight"), _has("job_resumed")],
+    "parked_failed": [_has("job_parked", reason="in_flight"), _has("job_failed")],
+}

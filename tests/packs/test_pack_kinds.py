@@ -18,7 +18,7 @@ from affidavit.runtime import job_trace
 from affidavit.runtime._trace import NODE_STATE_KINDS, NODE_STATES
 from tests.cli.test_cli import cli
 from tests.packs.helpers import assay_verify
-from tests.packs.scenarios import CASES, Env, build
+from tests.packs.scenarios import CASES, SIGNS, Env, build
 
 
 def _step_statuses(pack: Path) -> dict[str, str]:
@@ -37,6 +37,8 @@ def test_every_kind_of_finished_job_exports_a_pack_that_matches(
     env = Env(store_url, tmp_path, make_runtime)
     job_id = build(env, kind, job_kind)
     store = make_runtime(ToolRegistry([])).store
+    events = store.list_events(job_id)
+    assert all(sign(events) for sign in SIGNS[kind]), [sign(events) for sign in SIGNS[kind]]
     result = export_pack(store, job_id, tmp_path / "pack")
     ours = verify_pack(result.pack_dir)
     assert (ours.verdict, ours.exit_code) == ("MATCH", 0), ours.errors
