@@ -191,3 +191,30 @@ def test_a_signed_pack_whose_step_status_misstates_the_log_is_refused(
     assert result.verdict == "INTEGRITY_FAIL", result.errors
     expected = "but the event log has the step " + ("pass" if kind == "completed" else "not pass")
     assert any(expected in e for e in result.errors), result.errors
+
+
+def test_every_state_the_traces_assign_is_a_known_state() -> None:
+    """A state the plan or agent trace starts assigning without adding it to NODE_STATE_KINDS
+    would make every export of such a job refuse (TraceStateError): caught here instead. The
+    states are the strings assigned to ``state`` in the two trace modules, the
+    answered-wait states, and the completed result types a node's state is copied from."""
+    import ast
+    import inspect
+
+    from affidavit.core.events import COMPLETED_RESULT_TYPES
+    from affidavit.runtime import _agent_trace, _trace
+
+    assigned: set[str] = set()
+    for module in (_trace, _agent_trace):
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if not isinstance(node, ast.Assign):
+                continue
+            if "state" in {t.id for t in node.targets if isinstance(t, ast.Name)}:
+                values = [node.value]
+                if isinstance(node.value, ast.IfExp):  # state = "a" if ... else "b"
+                    values = [node.value.body, node.value.orelse]
+                for value in values:
+                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                        assigned.add(value.value)
+    assert {"parked", "in_flight", "waiting", "failed", "skipped", "running"} <= assigned
+    assert assigned | set(_trace._ANSWERED.values()) | COMPLETED_RESULT_TYPES <= set(NODE_STATES)
