@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from affidavit import Runtime, ToolRegistry
-from affidavit.packs import PackError, export_pack, verify_pack
+from affidavit.packs import PackError, TraceStateError, export_pack, verify_pack
 from affidavit.packs import _format as F
-from affidavit.packs._errors import TraceStateError
 from affidavit.packs._export_steps import STATE_KIND_STEPS, node_step
 from affidavit.runtime._trace import (
     COMPLETED_STATES,

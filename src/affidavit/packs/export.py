@@ -81,6 +81,8 @@ def export_pack(
         UnfinishedJobError: the job is not completed, failed or cancelled.
         PackExistsError: ``out_dir`` exists and ``overwrite`` is false.
         PackError: the job's log does not verify (a pack of it would not either).
+        TraceStateError: a node of the job's trace is in a state no step status is defined
+            for (``affidavit.runtime.NODE_STATE_KINDS``); nothing is written.
         SigningKeyError: the signing key cannot be read.
     """
     out = Path(out_dir)
