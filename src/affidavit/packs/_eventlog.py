@@ -6,7 +6,6 @@ are bound to it."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
 from typing import Any
 
 from affidavit.core.canonical import (
@@ -17,12 +16,12 @@ from affidavit.core.canonical import (
     unsafe_integers_as_doubles,
 )
 from affidavit.core.errors import AffidavitError
-from affidavit.core.events import COMPLETED_RESULT_TYPES
 from affidavit.core.seal import PUBLIC_KEY_BYTES
 from affidavit.packs import _format as F
 from affidavit.packs._files import read
 from affidavit.packs._json import loads_lines
-from affidavit.packs._state import Fail, State
+from affidavit.packs._log_traces import LogTraces, log_traces
+from affidavit.packs._state import Fail, State, payload
 from affidavit.store import StoredEvent
 from affidavit.verify.verification import verify_event_rows
 
@@ -142,7 +141,13 @@ def check_event_log(
         if log.get(name) != value:
             st.errors.append(f"{F.EVENT_LOG}: {name} does not match {F.EVENTS}")
     if result.ok:
-        _bind_traces(st, log_entries, traces)
+        try:
+            expected = log_traces(log_entries)
+        except (KeyError, TypeError, AttributeError) as exc:
+            st.errors.append(f"{F.EVENTS}: cannot be replayed ({type(exc).__name__}: {exc})")
+        else:
+            _bind_traces(st, expected, traces)
+            _bind_statuses(st, expected)
     return {"present": True, "job_verification": result.to_dict()}
 
 
@@ -227,78 +232,59 @@ def _checked_rows(st: State, events: list[Any], job_id: Any) -> list[StoredEvent
     return stored
 
 
-def _bind_traces(st: State, log: Iterable[tuple[str, Any]], traces: dict[str, str]) -> None:
+def _bind_traces(st: State, expected: LogTraces, traces: dict[str, str]) -> None:
     """The recorded traces and the input file against the (verified) event log: a trace
-    rewritten after export is an integrity failure here, not a divergence. One pass over the
-    parsed events; the log's replay invariants were checked by ``verify_events`` already."""
-    job_input: Any = None
-    status, output, error = "pending", None, None
-    step_of: dict[str, str] = {}
-    called: dict[str, tuple[int, str]] = {}  # an agent job's steps: node -> (seq, step id)
-    finished: dict[str, dict[str, Any]] = {}
-    succeeded: dict[str, Any] = {}
-    committed: dict[str, Any] = {}
-    try:
-        for kind, p in log:
-            if kind == "node_started":
-                step_of[p["node_id"]] = p["step_id"]
-            elif kind == "node_finished":
-                step_of[p["node_id"]] = p["step_id"]
-                finished[p["node_id"]] = p
-            elif kind == "tool_invocation_finished" and p.get("outcome") == "success":
-                succeeded[p["idempotency_key"]] = p.get("result")
-            elif kind == "command_committed":
-                committed.setdefault(p["node_id"], succeeded.get(p["idempotency_key"]))
-            elif kind == "step_called":
-                called[p["node_id"]] = (p["seq"], p["step_id"])
-            elif kind == "job_created":
-                job_input = p.get("input")
-            elif kind == "job_completed":
-                status, output = "completed", p.get("output")
-            elif kind == "job_failed":
-                status, error = "failed", p.get("error")
-            elif kind == "job_cancelled":
-                status = "cancelled"
-    except (KeyError, TypeError, AttributeError) as exc:
-        st.errors.append(f"{F.EVENTS}: cannot be replayed ({type(exc).__name__}: {exc})")
-        return
+    rewritten after export is an integrity failure here, not a divergence. ``expected``: one
+    pass over the parsed events; the log's replay invariants were checked by
+    ``verify_events`` already."""
     try:
         data = read(
             st.root / F.INPUTS_DIR / F.INPUT_REF,
             f"{F.INPUTS_DIR}/{F.INPUT_REF}",
             st.max_file_bytes,
         )
-        if data != canonical(job_input):
+        if data != canonical(expected.job_input):
             st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: differs from the job's input")
     except (Fail, AffidavitError) as exc:
         st.errors.append(f"{F.INPUTS_DIR}/{F.INPUT_REF}: {exc}")
-    expected: dict[str, Any] = {  # step id -> the trace the log implies
-        F.LOAD_STEP_ID: job_input,
-        F.EMIT_STEP_ID: {"claim_type": "job_output", "output": output}
-        if status == "completed"
-        else {"claim_type": "job_output", "status": status, "error": error},
-    }
-    for node_id, (seq, sid) in called.items():  # the pack names an agent step by its seq too
-        if node_id in step_of and type(seq) is int and isinstance(sid, str):
-            step_of[node_id] = F.agent_pack_step_id(seq, sid, len(called))
-    for node_id, sid in step_of.items():
-        done = finished.get(node_id)
-        if done is None:  # started, never finished
-            expected[sid] = {"outcome": None, "error": None}
-        elif done.get("result_type") in COMPLETED_RESULT_TYPES:
-            expected[sid] = done["output"] if "output" in done else committed.get(node_id)
-        else:
-            expected[sid] = {"outcome": done.get("result_type"), "error": done.get("error")}
-    not_run = {"outcome": "not_run", "job_status": status}
-    values = [expected.get(sid, not_run) for sid in traces]
+    values = [expected.of(sid) for sid in traces]
     try:
         # every payload canonicalized already, so none holds NaN or infinity
         hashes: list[str | None] = list(map(F.prefixed, canonical_parsed_all(values)))
     except (AffidavitError, RecursionError):
         hashes = list(map(_hash_or_none, values))
     for (sid, observed), value_hash in zip(traces.items(), hashes, strict=True):
-        if observed != value_hash:
+        if observed == value_hash:
+            continue
+        mislabelled = expected.mislabelled(sid)
+        if mislabelled is not None and observed == _hash_or_none(mislabelled[0]):
+            st.errors.append(
+                f"{F.TRACES_DIR}/{sid}.json: {mislabelled[1]}: the pack was exported by an "
+                "affidavit that did not know the step's trace state (an answered approval or "
+                "wait, a compensation); export the job again"
+            )
+        else:
             st.errors.append(f"{F.TRACES_DIR}/{sid}.json: differs from the event log")
+
+
+def _bind_statuses(st: State, expected: LogTraces) -> None:
+    """Each step's status against the (verified) event log: PASS exactly for the steps the
+    log has pass. The traces bind what a step produced; this binds what the pack says of it —
+    a step the log completed shown as FAIL (its dependents SKIPPED), or a failure shown as
+    PASS, would otherwise be a consistent, signed pack that misstates the job."""
+    for r, kind in zip(st.receipts, st.kinds, strict=True):
+        if kind != F.STEP:
+            continue
+        p = payload(r)
+        sid, status = p.get("step_id"), p.get("step_status")
+        if not isinstance(sid, str) or status == "SKIPPED":
+            continue  # (SKIPPED only after a FAIL or SKIPPED dependency: phase 3)
+        passed = expected.passed(sid)
+        if (status == "PASS") is not passed:
+            st.errors.append(
+                f"{F.STEP}[{sid}]: step_status {status} but the event log has the step "
+                + ("pass" if passed else "not pass")
+            )
 
 
 def _hash_or_none(value: Any) -> str | None:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
         submit_job,
         valid_traceparent,
     )
-    from affidavit.runtime._trace import job_trace, park_doc, trace_of
+    from affidavit.runtime._trace import NODE_STATE_KINDS, job_trace, park_doc, trace_of
     from affidavit.runtime._verifiers import (
         FileVerifier,
         HttpVerifier,
@@ -108,6 +108,7 @@ _LAZY = {
     "submit_agent_job": "affidavit.runtime._submit",
     "submit_job": "affidavit.runtime._submit",
     "valid_traceparent": "affidavit.runtime._submit",
+    "NODE_STATE_KINDS": "affidavit.runtime._trace",
     "job_trace": "affidavit.runtime._trace",
     "park_doc": "affidavit.runtime._trace",
     "trace_of": "affidavit.runtime._trace",
@@ -130,6 +131,7 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_MAX_RECOVERIES",
     "DEFAULT_STORE_RETRY_SECONDS",
+    "NODE_STATE_KINDS",
     "SETTLED_STATUSES",
     "Agent",
     "AgentContext",

@@ -6,6 +6,7 @@ trace page. Read-only.
 A node's ``state`` is what the trace page colours it by:
 
 - ``pure`` / ``side_effect_committed`` / ``compensated``: finished with that outcome;
+  ``approved`` / ``signalled``: an approval or wait node a person answered (its outcome `pure`);
 - ``in_flight``: a tool invocation started and never finished (a crash between T1 and T2);
 - ``waiting``: a wait or approval node the job waits on; ``parked``: the node the job is parked
   on (an in-flight invocation, a committed step the world no longer matches, the step a crash
@@ -13,6 +14,8 @@ A node's ``state`` is what the trace page colours it by:
 - ``running``: started and not finished in a running job; ``failed``: its last try failed;
 - ``pending``: not started yet, or to be finished at the next pickup (a signalled wait);
   ``skipped``: never started and the job has ended.
+
+:data:`NODE_STATE_KINDS` names them all, with what each says of a node once its job ended.
 """
 
 from __future__ import annotations
@@ -24,20 +27,30 @@ from affidavit.runtime._agent_trace import agent_trace_of, is_agent_log
 from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
 from affidavit.store import JobRecord, Store, StoredEvent
 
-NODE_STATES = (
-    "pure",
-    "side_effect_committed",
-    "compensated",
-    "in_flight",
-    "waiting",
-    "approved",
-    "signalled",
-    "parked",
-    "running",
-    "failed",
-    "pending",
-    "skipped",
-)
+# Every state a node of a trace (a plan's or an agent job's) can be in, and what it says of
+# the node for readers that need less than the state — the proof pack (docs/packs.md) maps each
+# kind to a step status, so a state added here must say what it means there:
+# "completed": finished, its output recorded; "undone": its call failed and its compensation
+# ran; "failed": its last try failed (or it started and the job ended first); "open": the job
+# is not done with it (only while the job is unfinished); "not_run": never started, and the
+# job has ended.
+NODE_STATE_KINDS: dict[str, str] = {
+    "pure": "completed",
+    "side_effect_committed": "completed",
+    "compensated": "undone",
+    "in_flight": "open",
+    "waiting": "open",
+    "approved": "completed",
+    "signalled": "completed",
+    "parked": "open",
+    "running": "open",
+    "failed": "failed",
+    "pending": "open",
+    "skipped": "not_run",
+}
+NODE_STATES = tuple(NODE_STATE_KINDS)
+NODE_STATE_KIND_NAMES = ("completed", "undone", "failed", "open", "not_run")
+COMPLETED_STATES = frozenset(s for s, kind in NODE_STATE_KINDS.items() if kind == "completed")
 
 
 # The state of a finished wait or approval node: a person answered it (its outcome, the world

@@ -1,0 +1,34 @@
+"""Why a pack cannot be exported."""
+
+from __future__ import annotations
+
+from affidavit.core.errors import AffidavitError
+
+
+class PackError(AffidavitError):
+    """A pack cannot be exported (the job is unfinished, the target exists, ...)."""
+
+    code = "pack_error"
+    http_status = 409
+    default_hint = "See docs/packs.md."
+
+
+class UnfinishedJobError(PackError):
+    code = "job_not_finished"
+    default_hint = "Only finished jobs export: wait for the job to complete or fail."
+
+
+class PackExistsError(PackError):
+    code = "pack_exists"
+    default_hint = "Choose another directory, or pass --overwrite to replace it."
+
+
+class TraceStateError(PackError):
+    """A node of the job's trace is in a state the exporter has no step status for (or in a
+    completed state without its output): a pack of it would misstate the job."""
+
+    code = "pack_trace_state"
+    default_hint = (
+        "Every trace state maps to a step status (docs/packs.md); export with the affidavit "
+        "version that ran the job."
+    )
