@@ -106,6 +106,7 @@ def test_well_formed_leaves() -> None:
     ("leaf", "reason"),
     [
         (b"\xff", "not UTF-8 JSON"),
+        (b"[" * 4000 + b"]" * 4000, "nests too deep"),
         (b"[1]", "not a JSON object"),
         (_leaf(type="other/v1"), "is not affidavit.<name>/v<N>"),
         (_leaf(job_id=""), "no job_id"),
@@ -118,3 +119,17 @@ def test_well_formed_leaves() -> None:
 def test_malformed_leaves(leaf: bytes, reason: str) -> None:
     with pytest.raises(ValueError, match=reason.replace("<", ".").replace(">", ".")):
         leaf_job_id(leaf)
+
+
+def test_a_second_auditor_on_one_state_directory_is_refused(tmp_path: Path) -> None:
+    from affidavit.tlog import AuditStateError
+
+    first = JobIndex(tmp_path / "jobs.sqlite", "o.example/log")
+    first.begin()
+    second = JobIndex(tmp_path / "jobs.sqlite", "o.example/log")
+    second._db.execute("PRAGMA busy_timeout = 0")
+    with pytest.raises(AuditStateError, match="cannot be updated"):
+        second.begin()
+    first.abort()
+    second.close()
+    first.close()

@@ -121,8 +121,8 @@ def leaf_job_id(data: bytes) -> str:
         raise ValueError(f"the leaf is {len(data)} bytes, over {MAX_LEAF_BYTES}")
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ValueError("the leaf is not UTF-8 JSON") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ValueError("the leaf is not UTF-8 JSON (or nests too deep)") from None
     if not isinstance(value, dict):
         raise ValueError("the leaf is not a JSON object")
     kind, job_id = value.get("type"), value.get("job_id")

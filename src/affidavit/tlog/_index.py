@@ -12,9 +12,12 @@ behind (a crash between the two), the next audit reads the missing entries again
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from affidavit.core.errors import AffidavitError
 
@@ -38,6 +41,27 @@ class AuditStateError(AffidavitError):
     default_hint = (
         "Move the state directory's jobs.sqlite aside: the next run rebuilds it from leaf 0."
     )
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _guarded(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """A SQLite error (a locked file: another process on the same state directory; a full
+    disk) as an :class:`AuditStateError`; SQLite's transaction leaves the index as it was."""
+
+    @functools.wraps(method)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise AuditStateError(
+                f"the job-id index cannot be updated: {exc}",
+                hint="Is another witness or monitor using this state directory?",
+            ) from exc
+
+    return run
 
 
 def job_key(job_id: str) -> bytes:
@@ -76,6 +100,7 @@ class JobIndex:
     def count(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM jobs").fetchone()[0])
 
+    @_guarded
     def begin(self) -> None:
         """Start an audit's batch (an earlier unfinished one is dropped)."""
         if self._db.in_transaction:
@@ -83,6 +108,7 @@ class JobIndex:
         self._db.execute("BEGIN IMMEDIATE")
         self._db.execute("DELETE FROM temp.batch")
 
+    @_guarded
     def add(self, key: bytes, leaf: int) -> int | None:
         """Record that leaf ``leaf`` names the job with ``key``; the index of an earlier leaf
         naming it (in the index or earlier in the batch), else ``None``."""
@@ -95,6 +121,7 @@ class JobIndex:
         row = self._db.execute("SELECT leaf FROM temp.batch WHERE key = ?", (key,)).fetchone()
         return int(row[0])
 
+    @_guarded
     def commit(self, size: int) -> None:
         """Move the batch into the index, which then covers ``[0, size)``; one atomic, durable
         commit."""
@@ -108,6 +135,7 @@ class JobIndex:
         if self._db.in_transaction:
             self._db.execute("ROLLBACK")
 
+    @_guarded
     def reset(self) -> None:
         """Forget everything (the state it covered is gone): the next audit starts at leaf 0."""
         self.abort()
