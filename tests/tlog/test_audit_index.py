@@ -108,6 +108,7 @@ def test_well_formed_leaves() -> None:
         (b"\xff", "not UTF-8 JSON"),
         (b"[" * 4000 + b"]" * 4000, "nests too deep"),
         (b"[1]", "not a JSON object"),
+        (b'{"type": "affidavit.trust/v1", "job_id": "a", "job_id": "b"}', "repeats a key"),
         (_leaf(type="other/v1"), "is not affidavit.<name>/v<N>"),
         (_leaf(job_id=""), "no job_id"),
         (_leaf(job_id=7), "no job_id"),

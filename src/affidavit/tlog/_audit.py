@@ -120,9 +120,10 @@ def leaf_job_id(data: bytes) -> str:
     if len(data) > MAX_LEAF_BYTES:
         raise ValueError(f"the leaf is {len(data)} bytes, over {MAX_LEAF_BYTES}")
     try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ValueError("the leaf is not UTF-8 JSON (or nests too deep)") from None
+        value = json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = str(exc) if isinstance(exc, _RepeatedKey) else "is not UTF-8 JSON (or nests too deep)"
+        raise ValueError(f"the leaf {why}") from None
     if not isinstance(value, dict):
         raise ValueError("the leaf is not a JSON object")
     kind, job_id = value.get("type"), value.get("job_id")
@@ -136,6 +137,19 @@ def leaf_job_id(data: bytes) -> str:
         except VerificationError as exc:
             raise ValueError(exc.message) from None
     return job_id
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: a leaf with two ``job_id`` members names
+    two jobs, depending on who reads it."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise _RepeatedKey("repeats a key in one JSON object")
+    return value
 
 
 Progress = Callable[[int, int], None]
@@ -173,6 +187,8 @@ class Audit:
         if start > size:
             raise ValueError(f"the index covers {start} leaves, the tree has {size}")
         self.index.begin()
+        if start == size:  # nothing new (the root is the one the caller verified)
+            return []
         try:
             findings = self._scan(start, checkpoint)
             if findings:

@@ -24,7 +24,7 @@ from affidavit.tlog._log import TILE_WIDTH, tile_path
 
 MAX_RESPONSE_BYTES = 1 << 20  # what any one response may be (an entry bundle is the largest)
 MAX_PROOF_HASHES = 128  # a consistency proof has at most 2 * 63
-_CHUNK = 64 * 1024
+MAX_SMALL_ANSWER = 64 * 1024  # a consistency proof, the answer to a handed-back cosignature
 
 
 class LogReadError(AffidavitError):
@@ -62,27 +62,46 @@ class LogClient:
         Raises:
             LogReadError: unreachable, not 200, over ``cap`` bytes or over the deadline.
         """
+        _, body = self.request("GET", path, cap=cap, params=params or None, ok_only=True)
+        return body
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        cap: int,
+        ok_only: bool = False,
+        **kwargs: Any,
+    ) -> tuple[int, bytes]:
+        """``(status, body)`` of a request to ``<log><path>`` (``kwargs`` as httpx takes them),
+        the body streamed and dropped past ``cap`` bytes or the deadline; with ``ok_only`` a
+        status other than 200 is an error before any of the body is read.
+
+        Raises:
+            LogReadError: unreachable, (``ok_only``) not 200, over ``cap`` or the deadline.
+        """
         url = self.log_url + path
         started = time.monotonic()
         try:
-            with self.http.stream("GET", url, params=params or None) as response:
-                if response.status_code != 200:
-                    raise LogReadError(f"GET {path}: HTTP {response.status_code} from the log")
+            with self.http.stream(method, url, **kwargs) as response:
+                if ok_only and response.status_code != 200:
+                    raise LogReadError(f"{method} {path}: HTTP {response.status_code} from the log")
                 declared = response.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > cap:
-                    raise LogReadError(_too_big(path, cap))
+                    raise LogReadError(_too_big(method, path, cap))
                 body = bytearray()
-                for chunk in response.iter_bytes(_CHUNK):
+                for chunk in response.iter_bytes():  # as it arrives: a trickle meets the deadline
                     body += chunk
                     if len(body) > cap:
-                        raise LogReadError(_too_big(path, cap))
+                        raise LogReadError(_too_big(method, path, cap))
                     if time.monotonic() - started > self.deadline:
                         raise LogReadError(
-                            f"GET {path}: the log took over {self.deadline:g} s to answer"
+                            f"{method} {path}: the log took over {self.deadline:g} s to answer"
                         )
+                return response.status_code, bytes(body)
         except httpx.HTTPError as exc:
             raise LogReadError(f"cannot read {url}: {exc}") from exc
-        return bytes(body)
 
     def checkpoint(self) -> str:
         """The latest checkpoint note (unverified)."""
@@ -94,7 +113,7 @@ class LogClient:
         Raises:
             LogReadError: no such proof in the answer.
         """
-        raw = self.get("/log/consistency", cap=64 * 1024, old=old_size, new=new_size)
+        raw = self.get("/log/consistency", cap=MAX_SMALL_ANSWER, old=old_size, new=new_size)
         try:
             doc: Any = json.loads(raw)
             hashes = doc["proof"]
@@ -142,5 +161,5 @@ class LogClient:
         self.http.close()
 
 
-def _too_big(path: str, cap: int) -> str:
-    return f"GET {path}: the log's answer is over {cap} bytes; stopped reading"
+def _too_big(method: str, path: str, cap: int) -> str:
+    return f"{method} {path}: the log's answer is over {cap} bytes; stopped reading"

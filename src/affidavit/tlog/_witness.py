@@ -50,7 +50,7 @@ from affidavit.tlog._audit import (
     write_atomic,
     write_evidence,
 )
-from affidavit.tlog._fetch import MAX_RESPONSE_BYTES, LogClient
+from affidavit.tlog._fetch import MAX_RESPONSE_BYTES, MAX_SMALL_ANSWER, LogClient, LogReadError
 from affidavit.tlog._index import INDEX_FILE, JobIndex
 
 KEY_FILE = "witness.key"
@@ -238,19 +238,16 @@ class Witness:
 
     def _hand_back(self, cosigned: str) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        body = {"checkpoint": cosigned, "witness_vkey": self.verifier.vkey()}
         try:
-            response = self.log.http.post(
-                self.log_url + "/log/cosignatures",
-                json={"checkpoint": cosigned, "witness_vkey": self.verifier.vkey()},
-                headers=headers,
+            status, answer = self.log.request(
+                "POST", "/log/cosignatures", cap=MAX_SMALL_ANSWER, json=body, headers=headers
             )
-        except httpx.HTTPError as exc:
+        except LogReadError as exc:
             raise WitnessError(f"cannot hand the cosignature back to the log: {exc}") from exc
-        if response.status_code != 200:
-            raise WitnessError(
-                f"the log refused the cosignature: HTTP {response.status_code} "
-                f"{response.text[:200]}"
-            )
+        if status != 200:
+            text = answer[:200].decode("utf-8", "replace")
+            raise WitnessError(f"the log refused the cosignature: HTTP {status} {text}")
 
     def close(self) -> None:
         if self._index is not None:
