@@ -126,3 +126,29 @@ def test_the_cli_reports_a_huge_checkpoint(tmp_path: Path, command: str) -> None
     assert done.returncode == 3, done.stdout + done.stderr
     assert "the log's answer is over 131072 bytes; stopped reading" in done.stderr
     assert sent < 64 << 20
+
+
+def test_a_trickling_answer_meets_the_deadline() -> None:
+    """A log that sends its checkpoint a byte at a time stays under every read timeout; the
+    reader's deadline still ends it, without waiting for the body to end."""
+    import time
+
+    from affidavit.tlog import LogClient
+
+    def trickle(method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
+        def slowly() -> Iterable[bytes]:
+            for _ in range(400):
+                time.sleep(0.02)
+                yield b"x"
+
+        return 200, slowly()
+
+    with serve(trickle) as served:
+        client = LogClient(served.url, deadline=1.0)
+        try:
+            with pytest.raises(LogReadError, match="took over 1 s to answer"):
+                client.checkpoint()
+        finally:
+            client.close()
+        sent = served.wait_sent("/log/checkpoint")
+    assert sent < 400, sent  # it hung up before the end
