@@ -1,6 +1,6 @@
 """Real HTTP servers on loopback for the witness and monitor tests: one answering from a Python
 function (a log that answers endless bodies), and a proxy in front of a served log that can
-hold one request until the test lets it go (to kill a witness in the middle of a step)."""
+hold a request and never pass it on (to kill a witness in the middle of a step)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ _FORWARDED = {"authorization", "content-type"}
 @dataclass
 class Proxy:
     """A pass-through to ``upstream`` that holds requests whose path matches ``hold`` until
-    ``release`` is set; ``held`` is set when one arrives."""
+    ``release`` is set, then drops them (503, not passed on); ``held`` is set when one
+    arrives."""
 
     upstream: str
     hold: str | None = None
@@ -101,6 +102,7 @@ class Proxy:
         if self.hold is not None and re.search(self.hold, path):
             self.held.set()
             self.release.wait(120)
+            return 503, []  # never passed on: its sender is gone
         response = httpx.request(
             method,
             self.upstream + path,

@@ -226,8 +226,13 @@ def test_the_index_survives_a_restart_and_a_crash(
         proc.communicate(timeout=60)
         proxy.release.set()
     assert cosigned_size(state) == 262 and indexed(state) == (262, 262)
-    restarted = witness(state, url, vkey, api_key)
-    assert restarted.returncode == 0 and json_of(restarted)["reason"] == "already cosigned"
+    assert f"— {WITNESS} " not in httpx.get(f"{url}/log/checkpoint").text
+    restarted = witness(state, url, vkey, api_key)  # hands the same cosignature back
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert json_of(restarted)["reason"] == "already cosigned; handed back"
+    assert f"— {WITNESS} " in httpx.get(f"{url}/log/checkpoint").text
+    again = witness(state, url, vkey, api_key)
+    assert json_of(again)["reason"] == "already cosigned"
 
     # (3) a crash between the state and the index: the index lags one step and catches up
     before = tmp_path / "jobs-before.sqlite"

@@ -17,7 +17,8 @@ job id in the leaves it audited, tlog/_index.py). One step (:meth:`Witness.step`
 4. write the new state durably (fsync, rename); 5. commit the audited job ids to the index;
    only then cosign;
 6. hand the cosigned note back to the log (``POST /log/cosignatures``, with an admin key)
-   so that it travels in proofs.
+   so that it travels in proofs; a witness killed before (6) hands the same cosignature back
+   at its next step, when the log serves that checkpoint without it.
 
 A fork or a failed audit is refused: nothing is cosigned, the state and the index are kept, and
 the evidence is written to the state directory: ``fork-<size>-<time>.json`` (the cosigned
@@ -204,15 +205,27 @@ class Witness:
             if index.size < new.size:  # catch the index up (an upgrade, or after a crash)
                 self._audit(new, text, cosigned=True)
                 index.commit(new.size)
+            if not any(self.verifier.matches(sig) for sig in note.signatures):
+                self._hand_back_again(note)  # killed after (4) and (5), before (6)
+                return StepResult(False, new.size, new.origin, "already cosigned; handed back")
             return StepResult(False, new.size, new.origin, "already cosigned")
         self._audit(new, text, cosigned=False)  # (3)
         now = int(time.time())
         write_state(self.state_dir / STATE_FILE, new, note.text, cosigned_at=now)  # (4)
         index.commit(new.size)  # (5)
-        signature = self.signer.sign(note.text, timestamp=now)
-        cosigned = Note(note.text, (*note.signatures, signature)).encode()
-        self._hand_back(cosigned)  # (6)
+        self._hand_back(note, now)  # (6)
         return StepResult(True, new.size, new.origin)
+
+    def _hand_back_again(self, note: Note) -> None:
+        """The cosignature of the state's checkpoint made again — the same bytes: Ed25519 is
+        deterministic and the timestamp is the one recorded — and handed back."""
+        try:
+            doc = json.loads((self.state_dir / STATE_FILE).read_text())
+            at = int(doc["cosigned_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return  # a state written before cosigned_at was recorded: nothing to repeat
+        if doc.get("checkpoint") == note.text:
+            self._hand_back(note, at)
 
     def _audit(self, checkpoint: Checkpoint, signed: str, *, cosigned: bool) -> None:
         """Audit the new entries; refuse with the evidence (the signed note ``signed``)."""
@@ -236,7 +249,9 @@ class Witness:
         }
         write_evidence(self.state_dir, "fork", evidence)
 
-    def _hand_back(self, cosigned: str) -> None:
+    def _hand_back(self, note: Note, timestamp: int) -> None:
+        signature = self.signer.sign(note.text, timestamp=timestamp)
+        cosigned = Note(note.text, (*note.signatures, signature)).encode()
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         body = {"checkpoint": cosigned, "witness_vkey": self.verifier.vkey()}
         try:
