@@ -205,8 +205,8 @@ class Witness:
             if index.size < new.size:  # catch the index up (an upgrade, or after a crash)
                 self._audit(new, text, cosigned=True)
                 index.commit(new.size)
-            if not any(self.verifier.matches(sig) for sig in note.signatures):
-                self._hand_back_again(note)  # killed after (4) and (5), before (6)
+            mine = any(self.verifier.matches(sig) for sig in note.signatures)
+            if not mine and self._hand_back_again(note):  # killed after (5), before (6)
                 return StepResult(False, new.size, new.origin, "already cosigned; handed back")
             return StepResult(False, new.size, new.origin, "already cosigned")
         self._audit(new, text, cosigned=False)  # (3)
@@ -216,16 +216,19 @@ class Witness:
         self._hand_back(note, now)  # (6)
         return StepResult(True, new.size, new.origin)
 
-    def _hand_back_again(self, note: Note) -> None:
+    def _hand_back_again(self, note: Note) -> bool:
         """The cosignature of the state's checkpoint made again — the same bytes: Ed25519 is
-        deterministic and the timestamp is the one recorded — and handed back."""
+        deterministic and the timestamp is the one recorded — and handed back; ``False`` when
+        the state does not record it (nothing handed back)."""
         try:
             doc = json.loads((self.state_dir / STATE_FILE).read_text())
             at = int(doc["cosigned_at"])
         except (OSError, ValueError, KeyError, TypeError):
-            return  # a state written before cosigned_at was recorded: nothing to repeat
-        if doc.get("checkpoint") == note.text:
-            self._hand_back(note, at)
+            return False
+        if doc.get("checkpoint") != note.text:
+            return False
+        self._hand_back(note, at)
+        return True
 
     def _audit(self, checkpoint: Checkpoint, signed: str, *, cosigned: bool) -> None:
         """Audit the new entries; refuse with the evidence (the signed note ``signed``)."""
