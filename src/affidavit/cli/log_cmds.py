@@ -1,5 +1,5 @@
 """``affidavit log ...``: the transparency log of seals (integrate, key, checkpoint, proof,
-consistency, verify)."""
+consistency, verify; ``monitor`` is in log_monitor_cmds.py)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ LogKeyOption = Annotated[
 
 
 def register(app: typer.Typer) -> None:
+    from affidavit.cli import log_monitor_cmds
+
+    log_monitor_cmds.register(log_app)
     app.add_typer(log_app, name="log")
 
 

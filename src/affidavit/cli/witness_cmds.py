@@ -16,7 +16,8 @@ from affidavit.cli.log_cmds import read_vkey
 
 witness_app = typer.Typer(
     help="A witness: follows a transparency log over HTTP, checks each checkpoint's "
-    "consistency with the last one it cosigned, cosigns it, and refuses a fork.",
+    "consistency with the last one it cosigned and audits its new entries, cosigns it, and "
+    "refuses a fork or a second leaf for a job.",
     no_args_is_help=True,
 )
 
@@ -66,14 +67,16 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Follow the log: each step fetches its checkpoint, checks it against the last one
-    cosigned (a consistency proof), cosigns it and hands the cosignature back to the log
-    (with the admin API key in $AFFIDAVIT_WITNESS_API_KEY). A fork is refused and reported,
-    with an evidence file in the state directory.
+    cosigned (a consistency proof), audits the new entries (they must hash to the signed root,
+    be well-formed leaves, and each name a job id not seen before), cosigns it and hands the
+    cosignature back to the log (with the admin API key in $AFFIDAVIT_WITNESS_API_KEY). A fork,
+    a duplicate job or a malformed leaf is refused and reported (fork_detected, duplicate_job,
+    malformed_leaf), with an evidence file in the state directory.
 
-    Exit codes: 0 done (--once) or stopped; 1 a fork was detected; 3 log unreachable, bad
-    key or state.
+    Exit codes: 0 done (--once) or stopped; 1 a fork, a duplicate job, a malformed leaf or
+    entries that do not match the signed root; 3 log unreachable, bad key or state.
     """
-    from affidavit.tlog import ForkDetected, Witness, WitnessError
+    from affidavit.tlog import LogReadError, Witness, WitnessError
 
     with command(as_json):
         witness = Witness(
@@ -87,12 +90,10 @@ def run(
             while True:
                 try:
                     result = witness.step()
-                except WitnessError as exc:
+                except (WitnessError, LogReadError) as exc:
                     if once:
                         raise
                     output.err.print(f"witness: {exc.message}", markup=False)
-                except ForkDetected:
-                    raise
                 else:
                     if as_json:
                         output.emit_json(result.to_dict())

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from affidavit.tlog._audit import AuditInterrupted, EntriesMismatch, Finding, leaf_job_id
     from affidavit.tlog._disclose import (
         DISCLOSURE_TYPE,
         MAX_DISCLOSURE_BYTES,
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
         encode_disclosure,
         verify_disclosure,
     )
+    from affidavit.tlog._fetch import LogClient, LogReadError
+    from affidavit.tlog._index import AuditStateError, JobIndex
     from affidavit.tlog._keys import (
         LOG_KEY_ENV,
         LOG_ORIGIN_ENV,
@@ -39,9 +42,17 @@ if TYPE_CHECKING:
         parse_tile_path,
         tile_path,
     )
+    from affidavit.tlog._monitor import MONITOR_PROBLEMS, Monitor
     from affidavit.tlog._sequencer import Integrated, Sequencer
     from affidavit.tlog._verify import ProofCheck, check_proof, parse_leaf
-    from affidavit.tlog._witness import ForkDetected, StepResult, Witness, WitnessError
+    from affidavit.tlog._witness import (
+        DuplicateJob,
+        ForkDetected,
+        MalformedLeaf,
+        StepResult,
+        Witness,
+        WitnessError,
+    )
 
 _LAZY = {
     "DISCLOSURE_TYPE": "affidavit.tlog._disclose",
@@ -70,6 +81,18 @@ _LAZY = {
     "check_proof": "affidavit.tlog._verify",
     "parse_leaf": "affidavit.tlog._verify",
     "ForkDetected": "affidavit.tlog._witness",
+    "DuplicateJob": "affidavit.tlog._witness",
+    "MalformedLeaf": "affidavit.tlog._witness",
+    "AuditInterrupted": "affidavit.tlog._audit",
+    "EntriesMismatch": "affidavit.tlog._audit",
+    "Finding": "affidavit.tlog._audit",
+    "leaf_job_id": "affidavit.tlog._audit",
+    "LogClient": "affidavit.tlog._fetch",
+    "LogReadError": "affidavit.tlog._fetch",
+    "AuditStateError": "affidavit.tlog._index",
+    "JobIndex": "affidavit.tlog._index",
+    "Monitor": "affidavit.tlog._monitor",
+    "MONITOR_PROBLEMS": "affidavit.tlog._monitor",
     "StepResult": "affidavit.tlog._witness",
     "Witness": "affidavit.tlog._witness",
     "WitnessError": "affidavit.tlog._witness",
@@ -82,11 +105,22 @@ __all__ = [
     "LOG_KEY_ENV",
     "LOG_ORIGIN_ENV",
     "MAX_DISCLOSURE_BYTES",
+    "MONITOR_PROBLEMS",
+    "AuditInterrupted",
+    "AuditStateError",
     "DisclosureCheck",
+    "DuplicateJob",
+    "EntriesMismatch",
+    "Finding",
     "ForkDetected",
     "Integrated",
+    "JobIndex",
+    "LogClient",
     "LogError",
     "LogKey",
+    "LogReadError",
+    "MalformedLeaf",
+    "Monitor",
     "NotDisclosable",
     "NotInLog",
     "ProofCheck",
@@ -103,6 +137,7 @@ __all__ = [
     "default_log_key_path",
     "disclose",
     "encode_disclosure",
+    "leaf_job_id",
     "parse_leaf",
     "parse_tile_path",
     "tile_path",

@@ -26,6 +26,8 @@ from affidavit.store import Store
 TILE_WIDTH = 256
 MAX_COSIGNATURES = 16
 _TILE_INDEX = re.compile(r"(?:x[0-9]{3}/)*[0-9]{3}")
+MAX_TREE_SIZE = 2**63 - 1  # tree sizes are signed 64-bit here (c2sp.org/tlog-checkpoint)
+_MAX_INDEX_CHARS = 7 * 5  # 2**63 / 256 has 17 digits: 6 groups; one more to say "too far"
 
 
 class LogError(AffidavitError):
@@ -55,16 +57,19 @@ class TilePath:
 
 
 def parse_tile_path(path: str) -> TilePath:
-    """``<L>/<N>[.p/<W>]`` or ``entries/<N>[.p/<W>]`` (the part after ``tile/``).
+    """``<L>/<N>[.p/<W>]`` or ``entries/<N>[.p/<W>]`` (the part after ``tile/``), in the spec's
+    one encoding: ``N`` in 3-digit groups, all but the last prefixed with ``x``, no group of
+    leading zeros; and a tile that a tree of at most 2**63 - 1 leaves can have (its end index
+    ``(N + 1) * 256**(L+1)`` at most 2**63 - 1, so that no index reaches the store unbounded).
 
     Raises:
-        LogError: not a tile path of the spec's form.
+        LogError: not a tile path of the spec's form, or past any tree.
     """
     width: int | None = None
     if ".p/" in path:
         path, _, w = path.partition(".p/")
         if not re.fullmatch(r"[1-9][0-9]{0,2}", w) or int(w) > 255:
-            raise LogError(f"bad partial tile width {w!r}")
+            raise LogError(f"bad partial tile width {w[:8]!r}")
         width = int(w)
     head, _, rest = path.partition("/")
     if head == "entries":
@@ -72,10 +77,14 @@ def parse_tile_path(path: str) -> TilePath:
     elif re.fullmatch(r"0|[1-9][0-9]?", head) and int(head) <= 63:
         level = int(head)
     else:
-        raise LogError(f"bad tile level {head!r}")
-    if not _TILE_INDEX.fullmatch(rest):
-        raise LogError(f"bad tile index {rest!r}")
+        raise LogError(f"bad tile level {head[:8]!r}")
+    if len(rest) > _MAX_INDEX_CHARS or not _TILE_INDEX.fullmatch(rest):
+        raise LogError(f"bad tile index {rest[:40]!r}")
     index = int(rest.replace("x", "").replace("/", ""))
+    if (index + 1) * TILE_WIDTH ** ((level or 0) + 1) > MAX_TREE_SIZE:
+        raise LogError(f"tile index {index} is past any tree of at most 2**63 - 1 leaves")
+    if tile_path(level, index, width) != f"{head}/{rest}" + (f".p/{width}" if width else ""):
+        raise LogError(f"tile index {rest[:40]!r} is not in its one encoding (leading zeros)")
     return TilePath(level, index, width)
 
 

@@ -1,28 +1,36 @@
 """A witness: a separate process with its own key that follows a log over HTTP and cosigns
 each checkpoint that extends the last one it cosigned (C2SP tlog-cosignature, Ed25519 type
-0x04).
+0x04) and whose new entries pass its audit.
 
-Its state directory holds its key (``witness.key``, mode 0600) and ``state.json`` (the last
-checkpoint it cosigned: origin, size, root, the note). One step (:meth:`Witness.step`):
+Its state directory holds its key (``witness.key``, mode 0600), ``state.json`` (the last
+checkpoint it cosigned: origin, size, root, the note) and ``jobs.sqlite`` (the index of every
+job id in the leaves it audited, tlog/_index.py). One step (:meth:`Witness.step`):
 
 1. fetch ``<log>/log/checkpoint`` and verify the log's signature with the pinned log vkey;
 2. against the state: a smaller size, or the same size with another root, is a fork; a larger
    size needs ``<log>/log/consistency?old=&new=`` to verify (RFC 9162) — else a fork;
    with no state yet the first checkpoint is trusted as it is;
-3. write the new state durably (fsync, rename) — only then cosign;
-4. hand the cosigned note back to the log (``POST /log/cosignatures``, with an admin key)
-   so that it travels in proofs.
+3. audit the new entries (tlog/_audit.py): read them and the tiles they need, check they hash
+   to the checkpoint's root, and refuse a leaf that repeats a job id seen before (in an earlier
+   cosigned tree or earlier in the batch) or that is malformed; an index that covers less than
+   the state (an upgrade, or a crash between (4) and (5)) is caught up from where it stops;
+4. write the new state durably (fsync, rename); 5. commit the audited job ids to the index;
+   only then cosign;
+6. hand the cosigned note back to the log (``POST /log/cosignatures``, with an admin key)
+   so that it travels in proofs; a witness killed before (6) hands the same cosignature back
+   at its next step, when the log serves that checkpoint without it.
 
-A fork is refused: nothing is cosigned, the state is kept, and the evidence (the cosigned
-checkpoint, the offending one, the reason) is written to ``fork-<size>-<time>.json`` in the
-state directory.
+A fork or a failed audit is refused: nothing is cosigned, the state and the index are kept, and
+the evidence is written to the state directory: ``fork-<size>-<time>.json`` (the cosigned
+checkpoint, the offending one, the reason), ``duplicate_job-<size>-<time>.json`` or
+``malformed_leaf-<size>-<time>.json`` (the signed checkpoint; per finding the leaf's index and
+bytes, the job id, and the earlier leaf's index and bytes).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,30 +40,47 @@ import httpx
 
 from affidavit.core.checkpoint import Checkpoint, open_checkpoint
 from affidavit.core.errors import AffidavitError, VerificationError
-from affidavit.core.merkle import ProofError, verify_consistency
 from affidavit.core.note import COSIGNATURE_V1, Note, NoteError, NoteSigner, Verifier
 from affidavit.runtime import SigningKey
+from affidavit.tlog._audit import (
+    Audit,
+    Finding,
+    ForkDetected,
+    findings_evidence,
+    inconsistency,
+    write_atomic,
+    write_evidence,
+)
+from affidavit.tlog._fetch import MAX_RESPONSE_BYTES, MAX_SMALL_ANSWER, LogClient, LogReadError
+from affidavit.tlog._index import INDEX_FILE, JobIndex
 
 KEY_FILE = "witness.key"
 STATE_FILE = "state.json"
-MAX_RESPONSE_BYTES = 1 << 20
+__all__ = ["MAX_RESPONSE_BYTES", "ForkDetected", "StepResult", "Witness", "WitnessError"]
 
 
 class WitnessError(AffidavitError):
-    """The witness cannot do its step (log unreachable, bad answer, bad state)."""
+    """The witness cannot do its step (bad answer, bad state)."""
 
     code = "witness_error"
     default_hint = "Check --log-url, the log's vkey and the state directory."
 
 
-class ForkDetected(VerificationError):
-    """The log showed a checkpoint inconsistent with one this witness cosigned."""
+class DuplicateJob(VerificationError):
+    """A new entry repeats a job id already in the log: the witness refuses to cosign."""
 
-    code = "fork_detected"
+    code = "duplicate_job"
     default_hint = (
-        "The log's history was rewritten: the witness refuses to cosign. Keep the evidence file "
-        "and tell whoever relies on this log."
+        "The log holds two leaves for one job: a job was rewritten and re-sealed. Keep the "
+        "evidence file in the state directory and tell whoever relies on this log."
     )
+
+
+class MalformedLeaf(VerificationError):
+    """A new entry is not a leaf of this log's format: the witness refuses to cosign."""
+
+    code = "malformed_leaf"
+    default_hint = "Keep the evidence file in the state directory and tell the log's operator."
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +101,30 @@ class StepResult:
         }
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def read_state(path: Path) -> Checkpoint | None:
+    """The checkpoint recorded in a state file (``None`` when there is none).
+
+    Raises:
+        WitnessError: the file is unreadable.
+    """
+    if not path.exists():
+        return None
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        doc = json.loads(path.read_text())
+        return Checkpoint(doc["origin"], int(doc["size"]), base64.b64decode(doc["root"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise WitnessError(f"the state {str(path)!r} is unreadable: {exc}") from exc
+
+
+def write_state(path: Path, checkpoint: Checkpoint, note: str, **extra: Any) -> None:
+    doc = {
+        "origin": checkpoint.origin,
+        "size": checkpoint.size,
+        "root": base64.b64encode(checkpoint.root).decode(),
+        "checkpoint": note,
+        **extra,
+    }
+    write_atomic(path, json.dumps(doc).encode())
 
 
 class Witness:
@@ -111,7 +146,8 @@ class Witness:
         self.log_key = log_key
         self.api_key = api_key
         self.signer = NoteSigner(name, self.key(state_dir).private, COSIGNATURE_V1)
-        self._client = client or httpx.Client(timeout=timeout)
+        self.log = LogClient(self.log_url, timeout=timeout, client=client)
+        self._index: JobIndex | None = None
 
     @staticmethod
     def key(state_dir: Path) -> SigningKey:
@@ -128,33 +164,25 @@ class Witness:
         Raises:
             WitnessError: the state file is unreadable.
         """
-        path = self.state_dir / STATE_FILE
-        if not path.exists():
-            return None
-        try:
-            doc = json.loads(path.read_text())
-            return Checkpoint(doc["origin"], int(doc["size"]), base64.b64decode(doc["root"]))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise WitnessError(f"the witness state {str(path)!r} is unreadable: {exc}") from exc
+        return read_state(self.state_dir / STATE_FILE)
 
-    def _get(self, path: str, **params: int) -> httpx.Response:
-        try:
-            response = self._client.get(self.log_url + path, params=params or None)
-        except httpx.HTTPError as exc:
-            raise WitnessError(f"cannot reach the log at {self.log_url}: {exc}") from exc
-        if response.status_code != 200 or len(response.content) > MAX_RESPONSE_BYTES:
-            raise WitnessError(f"GET {path}: HTTP {response.status_code} from the log")
-        return response
+    def index(self, origin: str) -> JobIndex:
+        if self._index is None:
+            self._index = JobIndex(self.state_dir / INDEX_FILE, origin)
+        return self._index
 
     def step(self) -> StepResult:
-        """Fetch, check and cosign the log's latest checkpoint.
+        """Fetch, check, audit and cosign the log's latest checkpoint.
 
         Raises:
             ForkDetected: the checkpoint is inconsistent with the last one cosigned (the
                 evidence file is written first).
-            WitnessError: the log is unreachable or answers nonsense.
+            DuplicateJob, MalformedLeaf: a new entry failed the audit (evidence written).
+            EntriesMismatch: the entries served do not hash to the signed root.
+            LogReadError: the log is unreachable or answers nonsense.
+            WitnessError: bad state or checkpoint.
         """
-        text = self._get("/log/checkpoint").text
+        text = self.log.checkpoint()
         try:  # (1)
             new, note, _ = open_checkpoint(text, self.log_key)
         except NoteError as exc:
@@ -163,48 +191,58 @@ class Witness:
         if old is not None:  # (2)
             if old.origin != new.origin:
                 raise WitnessError(f"the log's origin changed from {old.origin!r}")
-            reason = self._inconsistency(old, new)
+            reason = inconsistency(self.log, old, new)
             if reason:
                 self._record_fork(old, text, reason)
                 raise ForkDetected(
                     f"fork: the log's checkpoint at size {new.size} is inconsistent with the "
                     f"one cosigned at size {old.size}: {reason}"
                 )
-            if old.size == new.size:
-                return StepResult(False, new.size, new.origin, "already cosigned")
+        index = self.index(new.origin)
+        if index.size > (old.size if old else 0):
+            index.reset()  # it covers a state that is gone
+        if old is not None and old.size == new.size:
+            if index.size < new.size:  # catch the index up (an upgrade, or after a crash)
+                self._audit(new, text, cosigned=True)
+                index.commit(new.size)
+            mine = any(self.verifier.matches(sig) for sig in note.signatures)
+            if not mine and self._hand_back_again(note):  # killed after (5), before (6)
+                return StepResult(False, new.size, new.origin, "already cosigned; handed back")
+            return StepResult(False, new.size, new.origin, "already cosigned")
+        self._audit(new, text, cosigned=False)  # (3)
         now = int(time.time())
-        state = {
-            "origin": new.origin,
-            "size": new.size,
-            "root": base64.b64encode(new.root).decode(),
-            "checkpoint": note.text,
-            "cosigned_at": now,
-        }
-        _write_atomic(self.state_dir / STATE_FILE, json.dumps(state).encode())  # (3)
-        signature = self.signer.sign(note.text, timestamp=now)
-        cosigned = Note(note.text, (*note.signatures, signature)).encode()
-        self._hand_back(cosigned)  # (4)
+        write_state(self.state_dir / STATE_FILE, new, note.text, cosigned_at=now)  # (4)
+        index.commit(new.size)  # (5)
+        self._hand_back(note, now)  # (6)
         return StepResult(True, new.size, new.origin)
 
-    def _inconsistency(self, old: Checkpoint, new: Checkpoint) -> str:
-        if new.size < old.size:
-            return f"the tree shrank from {old.size} to {new.size}"
-        if new.size == old.size:
-            return "" if new.root == old.root else f"two roots for size {new.size}"
-        doc = self._get("/log/consistency", old=old.size, new=new.size).json()
+    def _hand_back_again(self, note: Note) -> bool:
+        """The cosignature of the state's checkpoint made again — the same bytes: Ed25519 is
+        deterministic and the timestamp is the one recorded — and handed back; ``False`` when
+        the state does not record it (nothing handed back)."""
         try:
-            proof = [base64.b64decode(h, validate=True) for h in doc["proof"]]
-            verify_consistency(old.size, new.size, proof, old.root, new.root)
-        except ProofError as exc:
-            return f"the consistency proof does not verify ({exc.message})"
-        except (KeyError, TypeError, ValueError):
-            return "the log answered no consistency proof"
-        return ""
+            doc = json.loads((self.state_dir / STATE_FILE).read_text())
+            at = int(doc["cosigned_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if doc.get("checkpoint") != note.text:
+            return False
+        self._hand_back(note, at)
+        return True
+
+    def _audit(self, checkpoint: Checkpoint, signed: str, *, cosigned: bool) -> None:
+        """Audit the new entries; refuse with the evidence (the signed note ``signed``)."""
+        findings = Audit(self.log, self.index(checkpoint.origin)).run(checkpoint)
+        if not findings:
+            return
+        doc = findings_evidence(checkpoint, signed, findings)
+        path = write_evidence(self.state_dir, findings[0].kind, doc)
+        raise _refusal(findings, checkpoint.size, path, cosigned=cosigned)
 
     def _record_fork(self, old: Checkpoint, offending: str, reason: str) -> None:
         evidence = {
-            "detected_at": int(time.time()),
             "reason": reason,
+            "size": old.size,
             "cosigned": {
                 "origin": old.origin,
                 "size": old.size,
@@ -212,24 +250,38 @@ class Witness:
             },
             "offending_checkpoint": offending,
         }
-        name = f"fork-{old.size}-{time.time_ns()}.json"
-        _write_atomic(self.state_dir / name, json.dumps(evidence, indent=2).encode())
+        write_evidence(self.state_dir, "fork", evidence)
 
-    def _hand_back(self, cosigned: str) -> None:
+    def _hand_back(self, note: Note, timestamp: int) -> None:
+        signature = self.signer.sign(note.text, timestamp=timestamp)
+        cosigned = Note(note.text, (*note.signatures, signature)).encode()
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        body = {"checkpoint": cosigned, "witness_vkey": self.verifier.vkey()}
         try:
-            response = self._client.post(
-                self.log_url + "/log/cosignatures",
-                json={"checkpoint": cosigned, "witness_vkey": self.verifier.vkey()},
-                headers=headers,
+            status, answer = self.log.request(
+                "POST", "/log/cosignatures", cap=MAX_SMALL_ANSWER, json=body, headers=headers
             )
-        except httpx.HTTPError as exc:
+        except LogReadError as exc:
             raise WitnessError(f"cannot hand the cosignature back to the log: {exc}") from exc
-        if response.status_code != 200:
-            raise WitnessError(
-                f"the log refused the cosignature: HTTP {response.status_code} "
-                f"{response.text[:200]}"
-            )
+        if status != 200:
+            text = answer[:200].decode("utf-8", "replace")
+            raise WitnessError(f"the log refused the cosignature: HTTP {status} {text}")
 
     def close(self) -> None:
-        self._client.close()
+        if self._index is not None:
+            self._index.close()
+        self.log.close()
+
+
+def _refusal(
+    findings: list[Finding], size: int, evidence: Path, *, cosigned: bool
+) -> VerificationError:
+    first = findings[0]
+    what = (
+        f"the checkpoint at size {size}, already cosigned before this audit, fails it"
+        if cosigned
+        else f"refused to cosign the checkpoint at size {size}"
+    )
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    cls = DuplicateJob if first.kind == DuplicateJob.code else MalformedLeaf
+    return cls(f"{what}: {first.reason}{more}; evidence in {evidence}")
