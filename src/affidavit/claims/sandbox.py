@@ -187,6 +187,7 @@ def parse_command(text: str, config: SandboxConfig) -> Command:
             allow_inline_code=config.allow_inline_code,
             allowed_modules=config.allowed_modules,
             sandboxed=config.isolation == "bwrap",
+            project=config.project_dir,
         ),
     )
     if refusal is not None:
