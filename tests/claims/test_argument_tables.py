@@ -49,6 +49,7 @@ BYPASSES = [
     ("pytest ../../etc/passwd", "../../etc/passwd"),
     ("pytest -q --maxfail=1e9", "--maxfail=1e9"),
     ("ruff check --quiet=yes .", "--quiet=yes"),
+    ("pytest --cov=../elsewhere", "--cov=../elsewhere"),
 ]
 
 
@@ -74,6 +75,8 @@ LEGITIMATE = [
     "coverage run -a --branch --data-file=/tmp/.c -m pytest -q",
     "coverage report -m --fail-under 50 --data-file=/tmp/.c",
     "pip show -f pytest",
+    "pytest --cov --cov-report=term-missing -q",
+    "pytest --cov=calc --cov-branch",
 ]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from affidavit.claims import ClaimService, sandbox
+from affidavit.claims import ClaimService, rlimits
 from affidavit.claims.sandbox import SandboxConfig, parse_command
 from affidavit.core.errors import CommandNotAllowed, ConfigError
 from affidavit.store import Store
@@ -327,8 +327,8 @@ def test_invalid_utf8_is_replaced_not_fatal(store: Store, project: Path) -> None
 def spawn(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways of setting limits in the child: util-linux's prlimit, or a preexec_fn."""
     if request.param == "preexec_fn":
-        monkeypatch.setattr(sandbox, "_prlimit", lambda: None)
-    elif sandbox._prlimit() is None:
+        monkeypatch.setattr(rlimits, "prlimit", lambda: None)
+    elif rlimits.prlimit() is None:
         pytest.skip("util-linux prlimit is not installed; the preexec_fn case covers limits")
     return str(request.param)
 

@@ -67,7 +67,15 @@ class Tail:
     check: Callable[[str, str, str, list[str], Context], Refusal | None]
 
 
-Value = Shape | Tail | None
+@dataclass(frozen=True, slots=True)
+class MaybeValue:
+    """An option whose value may be left out (argparse's ``nargs="?"``): bare when the next
+    word is an option or there is none; ``shape`` then checks ``""``."""
+
+    shape: Shape
+
+
+Value = Shape | Tail | MaybeValue | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +198,10 @@ def _one(
             return _Step(i + 1, Refusal(word, f"`{prog} {name}` takes no value"))
         return _Step(i + 1)
     shown = word
+    if isinstance(kind, MaybeValue):
+        if value is None and (i + 1 >= len(args) or args[i + 1].startswith("-")):
+            value = ""
+        kind = kind.shape
     if value is None:
         if i + 1 >= len(args):
             return _Step(i + 1, Refusal(word, f"`{prog} {name}` needs a value"))

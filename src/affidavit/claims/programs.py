@@ -19,6 +19,7 @@ from affidavit.claims.argspec import (
     TEXT,
     WARNING_FILTER,
     Context,
+    MaybeValue,
     Refusal,
     Shape,
     Spec,
@@ -117,9 +118,10 @@ def _cov_report(value: str, ctx: Context) -> str | None:
 
 
 def _cov(value: str, ctx: Context) -> str | None:
+    """``--cov[=SOURCE]``: measures a package or a path of the project."""
     if not ctx.sandboxed:
         return "writes its data file into the working directory, and there is no sandbox"
-    return either(IDENT, project_path)(value, ctx)
+    return None if value == "" else either(IDENT, project_path)(value, ctx)
 
 
 def _ini(value: str, ctx: Context) -> str | None:
@@ -202,7 +204,7 @@ PYTEST = Spec(
             "--junitxml --junit-xml --basetemp --log-file --report-log --debug --html "
             "--json-report-file",
         ),
-        "--cov": _cov,
+        "--cov": MaybeValue(_cov),
         "--cov-report": _cov_report,
         "--cov-fail-under": number,
     },
