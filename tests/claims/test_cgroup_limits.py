@@ -98,15 +98,6 @@ def test_memory_held_across_children_is_bounded_for_the_claim(store: Store, proj
     assert 0 < cgroup["peak_memory_bytes"] <= 256 << 20
 
 
-@needs_cgroup
-def test_the_leaf_is_removed_after_the_claim(store: Store, project: Path) -> None:
-    (project / "forker.py").write_text(FORKER)
-    svc = service(store, project, max_processes=16)
-    svc.verify_claim("alice", "custom", {}, "python forker.py", "vera", timeout_s=60)
-    leaves = {d: os.listdir(d) for d in {SUPPORT.memory_dir, SUPPORT.pids_dir}}
-    assert not any(n.startswith("claim-") for names in leaves.values() for n in names), leaves
-
-
 def test_without_a_cgroup_the_evidence_says_rlimits_only_and_they_still_bound(
     store: Store, project: Path
 ) -> None:
@@ -161,16 +152,19 @@ def _wait_until_serving(proc: subprocess.Popen[str], url: str) -> None:
 
 def test_support_is_decided_by_a_real_process_in_a_leaf() -> None:
     # What the start-up line and the evidence report is what the probe found: where a leaf
-    # can be made, a process really runs inside it.
+    # can be made, a process really runs inside it, and removing the leaf kills what is left
+    # in it (as after every claim) before the leaf goes.
     if not SUPPORT.kind:
         assert SUPPORT.reason
         return
-    with cgroups.Leaf.create(SUPPORT, 64 << 20, 8) as leaf:
-        proc = subprocess.Popen(["/bin/sleep", "30"], preexec_fn=leaf.join)
-        try:
-            procs = (Path(leaf.dirs[-1]) / "cgroup.procs").read_text().split()
-            assert str(proc.pid) in procs
-        finally:
-            proc.kill()
-            proc.wait()
-    assert not any(os.path.isdir(d) for d in leaf.dirs)  # emptied and removed on exit
+    leaf = cgroups.Leaf.create(SUPPORT, 64 << 20, 8)
+    proc = subprocess.Popen(["/bin/sleep", "300"], preexec_fn=leaf.join)
+    try:
+        for path in leaf.dirs:
+            assert str(proc.pid) in (Path(path) / "cgroup.procs").read_text().split()
+        leaf.remove()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        assert not any(os.path.isdir(d) for d in leaf.dirs)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -20,6 +20,7 @@ the per-process limits only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 
 _GROUP = "affidavit-claims"
 _EMPTY_WAIT_S = 2.0
+_STALE_S = 600.0  # an empty leaf this old is left over, not about to be joined
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +108,15 @@ def _v2() -> Support:
     group = os.path.join(base, _GROUP)
     try:
         os.makedirs(group, exist_ok=True)
-        if base != mount:  # the root cgroup may delegate while it holds processes
-            _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids")
+        # Only the root may delegate while it holds processes (the v2 rule): elsewhere this
+        # fails (EBUSY) while the service itself is in ``base``.
+        _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids")
         _write(os.path.join(group, "cgroup.subtree_control"), "+memory +pids")
     except OSError as exc:
-        return Support("", reason=f"cgroup v2 not delegated here ({base}: {exc.strerror})")
+        why = exc.strerror or str(exc)
+        if exc.errno == errno.EBUSY:
+            why = "the service's own cgroup holds processes, so it cannot delegate controllers"
+        return Support("", reason=f"cgroup v2 not delegated here ({base}: {why})")
     return Support("v2", group, group)
 
 
@@ -259,12 +265,15 @@ class Leaf:
 def _prune(where: Support) -> None:
     """Remove the empty leaves an earlier service left (one that could not be emptied in
     time, or a service that was killed): a leaf that still holds a process stays."""
+    now = time.time()
     for parent in {where.memory_dir, where.pids_dir}:
         with contextlib.suppress(OSError):
             for name in os.listdir(parent):
-                if name.startswith("claim-"):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(os.path.join(parent, name))
+                path = os.path.join(parent, name)
+                with contextlib.suppress(OSError):
+                    # A young leaf may be another service's, made and not yet joined.
+                    if name.startswith("claim-") and now - os.stat(path).st_mtime > _STALE_S:
+                        os.rmdir(path)
 
 
 def _counters(path: str) -> dict[str, int]:

@@ -426,7 +426,7 @@ _MYPY_FLAGS = flags(
     "--explicit-package-bases --namespace-packages --no-namespace-packages "
     "--no-site-packages --follow-untyped-imports --local-partial-types --allow-redefinition "
     "--allow-untyped-globals --no-silence-site-packages --non-interactive "
-    "--soft-error-limit --warn-incomplete-stub --sqlite-cache --skip-version-check "
+    "--warn-incomplete-stub --sqlite-cache --skip-version-check "
     "--skip-cache-mtime-checks -v --verbose -h --help -V --version"
 )
 MYPY = Spec(
@@ -434,6 +434,7 @@ MYPY = Spec(
         **_MYPY_FLAGS,
         "--python-version": pattern(r"3\.[0-9]{1,2}", "a version such as 3.11"),
         "--platform": IDENT,
+        "--soft-error-limit": integer,
         "--follow-imports": names("normal", "silent", "skip", "error"),
         **valued(project_path, "--config-file"),
         **valued(TEXT, "--exclude --always-true --always-false --enable-error-code"),
