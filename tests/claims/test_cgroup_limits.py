@@ -168,3 +168,12 @@ def test_support_is_decided_by_a_real_process_in_a_leaf() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_words_for_each_kind_of_bound() -> None:
+    none = cgroups.Support("", reason="cgroup v2 has no memory or pids controller here")
+    assert cgroups.describe(256 << 20, 64, none) == (
+        "rlimits only (cgroup v2 has no memory or pids controller here)"
+    )
+    v2 = cgroups.Support("v2", "/sys/fs/cgroup/x", "/sys/fs/cgroup/x")
+    assert cgroups.describe(256 << 20, 64, v2) == "cgroup v2 limits (memory 256 MiB, 64 pids)"

@@ -290,9 +290,10 @@ def _int(path: str) -> int:
     return int(text) if text.isdigit() else -1
 
 
-def describe(memory_bytes: int | None, pids: int | None) -> str:
-    """The start-up line's words for the limits in force on claims."""
-    where = support()
+def describe(memory_bytes: int | None, pids: int | None, where: Support | None = None) -> str:
+    """The start-up line's words for the limits in force on claims (``where``: what
+    :func:`support` found, by default)."""
+    where = where if where is not None else support()
     if where.kind and memory_bytes is not None and pids is not None:
         return f"cgroup {where.kind} limits (memory {memory_bytes >> 20} MiB, {pids} pids)"
     if where.kind:
