@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import site
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,14 +134,37 @@ class Jail:
 
 
 def interpreter_paths() -> list[str]:
-    """The running interpreter's prefixes and its import path, which the allowed Python tools
-    need wherever the installation lives (an editable install's source, a ``.pth`` file's
-    directories). The working directory (``sys.path[0]`` of ``python -m``) is not among them."""
+    """The running interpreter's prefixes and what its tools import, which the allowed Python
+    tools need wherever the installation lives: the real directory of the executable, the
+    site-packages directories and the directories their ``.pth`` files add (an editable
+    install's source). A tool in the jail starts with a fresh environment, so this is its
+    whole import path; the service's own run-time additions to ``sys.path`` are not."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths.add(os.path.dirname(os.path.dirname(_real(sys.executable))))
-    here = os.getcwd()
-    paths.update(p for p in sys.path if p and os.path.isabs(p) and _real(p) != _real(here))
+    for packages in site.getsitepackages():
+        paths.add(packages)
+        paths.update(_pth_dirs(packages))
     return sorted(p for p in paths if p and os.path.isdir(p))
+
+
+def _pth_dirs(packages: str) -> list[str]:
+    """The directories the ``.pth`` files of ``packages`` add to the import path."""
+    found: list[str] = []
+    try:
+        names = sorted(n for n in os.listdir(packages) if n.endswith(".pth"))
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(os.path.join(packages, name), encoding="utf-8") as f:
+                lines = f.read(1 << 16).splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "import ", "import\t")):
+                found.append(os.path.normpath(os.path.join(packages, line)))
+    return found
 
 
 def jail_for(search_path: str, project: str | None, scratch_bytes: int) -> Jail:
