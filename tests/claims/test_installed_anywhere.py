@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import site
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +73,9 @@ def tmp_venv(tmp_path: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     source = Path(affidavit.__file__).resolve().parent.parent
     [packages] = (venv / "lib").glob("python3*/site-packages")
-    (packages / "outer.pth").write_text("\n".join([str(source), *site.getsitepackages()]) + "\n")
+    # This interpreter's whole import path outside its base Python (however it was installed)
+    imports = [p for p in sys.path if p and os.path.isdir(p) and sys.base_prefix not in p]
+    (packages / "outer.pth").write_text("\n".join([str(source), *imports]) + "\n")
     _script(venv, "pytest", "pytest")
     _script(venv, "coverage", "coverage.cmdline")
     return venv
