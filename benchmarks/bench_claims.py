@@ -40,8 +40,9 @@ from rich.table import Table
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from affidavit.claims import ClaimService
-from affidavit.claims.sandbox import SandboxConfig, _prlimit, parse_command, run_command
+from affidavit.claims import ClaimService, cgroups
+from affidavit.claims.rlimits import prlimit
+from affidavit.claims.sandbox import SandboxConfig, parse_command, run_command
 from affidavit.store import open_store
 from benchmarks._report import (
     cpu_ticks,
@@ -200,8 +201,12 @@ def main() -> None:
     if args.no_write:
         return
     spawn_path = (
-        "util-linux `prlimit` (set the limits, then exec the program; Python spawns with `vfork`)"
-        if _prlimit() is not None
+        "a `preexec_fn` that joins the claim's cgroup leaf (Python must `fork` and run code in "
+        "the child), then util-linux `prlimit` for the per-process limits"
+        if cgroups.support().kind
+        else "util-linux `prlimit` (set the limits, then exec the program; Python spawns with "
+        "`vfork`)"
+        if prlimit() is not None
         else "a `preexec_fn` (Python must `fork` and run code in the child)"
     )
     body = (

@@ -127,3 +127,46 @@ def test_without_bubblewrap_claims_are_refused_naming_the_package(
     # The operator's explicit opt-out runs the command unsandboxed.
     unsafe = make_service(store, isolation="none")
     assert unsafe.verify_claim("alice", "custom", {}, "true", "vera").accurate
+
+
+def test_a_hard_link_to_the_key_inside_the_project_is_refused(
+    store: Store, project: Path, key_file: Path
+) -> None:
+    # The same file under another name: a path check alone would bind it.
+    os.link(key_file, project / "notes.txt")
+    svc = service(store, project)
+    with pytest.raises(SandboxUnavailable, match="hard link") as info:
+        svc.verify_claim("alice", "custom", {}, "cat notes.txt", "vera")
+    assert "notes.txt" in info.value.message
+    assert nothing_recorded(svc)
+
+
+def test_a_hard_link_to_the_database_inside_the_project_is_refused(
+    store: Store, project: Path
+) -> None:
+    if store.backend != "sqlite":
+        pytest.skip("PostgreSQL keeps no database file the service could link")
+    db = Path(store.url[len("sqlite:///") :].split("?", 1)[0])
+    (project / "deep" / "er").mkdir(parents=True)
+    os.link(db, project / "deep" / "er" / "data.bin")
+    svc = service(store, project)
+    with pytest.raises(SandboxUnavailable, match="hard link"):
+        svc.verify_claim("alice", "custom", {}, "true", "vera")
+    assert nothing_recorded(svc)
+
+
+def test_a_hard_link_to_the_key_in_a_bound_directory_is_refused(
+    store: Store, tmp_path: Path, key_file: Path
+) -> None:
+    # A search-path directory is bound but not walked: a key with a second name on its file
+    # system may be inside, and is refused.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    os.link(key_file, tools / "key-copy")
+    svc = service(store, search_path=f"{tools}:/usr/bin:/bin")
+    with pytest.raises(SandboxUnavailable, match="2 hard links"):
+        svc.verify_claim("alice", "custom", {}, f"cat {tools}/key-copy", "vera")
+    assert nothing_recorded(svc)
+    # Once the extra name is gone, claims run again.
+    (tools / "key-copy").unlink()
+    assert svc.verify_claim("alice", "custom", {}, "true", "vera").accurate

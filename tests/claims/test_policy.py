@@ -32,7 +32,7 @@ REFUSED = [
     ("pytest --junit-xml {p}", "--junit-xml {p}"),
     ("pytest --basetemp={p}", "--basetemp={p}"),
     ("python -m pytest --log-file={p}", "--log-file={p}"),
-    ("pytest -o cache_dir={p}", "cache_dir={p}"),
+    ("pytest -o cache_dir={p}", "-o cache_dir={p}"),
     ("pytest --cov-report=xml:{p}", "--cov-report=xml:{p}"),
     ("pytest --debug={p}", "--debug={p}"),
     ("ruff check --fix .", "--fix"),

@@ -26,10 +26,12 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import site
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from affidavit.claims import exposure
 from affidavit.core.errors import ClaimRejected
 
 SANDBOX_UID = 65534
@@ -99,12 +101,14 @@ class Jail:
     read_only: tuple[str, ...]
     project: str | None
     scratch_bytes: int
+    aliases: tuple[tuple[str, str], ...] = ()  # (real path, the path as named)
 
-    def check(self, protected: Iterable[str]) -> None:
-        """Refuse a jail that would show a protected path.
+    def check(self, protected: Sequence[str]) -> None:
+        """Refuse a jail that would show a protected path, by its name or by a hard link.
 
         Raises:
-            SandboxUnavailable: a bound path contains (or is) a protected path.
+            SandboxUnavailable: a bound path contains (or is) a protected path, or a file
+                the jail would show is a protected file (:mod:`affidavit.claims.exposure`).
         """
         system = [p for p in (*_SYSTEM_DIRS, *_ETC_FILES) if os.path.exists(p)]
         shown = [*system, *self.read_only, *([self.project] if self.project else [])]
@@ -119,27 +123,102 @@ class Jail:
                         "outside the project directory and the interpreter's directories "
                         "(docs/claims.md, where keys live).",
                     )
+        linked = exposure.problem(self.project, [*system, *self.read_only], protected)
+        if linked is not None:
+            raise SandboxUnavailable(
+                f"{linked}; the claim was refused and nothing ran",
+                hint="Remove the extra link (a hard link is the same file under another name) "
+                "and keep the signing key and the database off the project's file system "
+                "(docs/claims.md, where keys live).",
+            )
 
 
 def interpreter_paths() -> list[str]:
-    """The running interpreter's prefixes, which the allowed Python tools need."""
+    """The running interpreter's prefixes and what its tools import, which the allowed Python
+    tools need wherever the installation lives: the real directory of the executable, the
+    site-packages directories and the directories their ``.pth`` files add (an editable
+    install's source). A tool in the jail starts with a fresh environment, so this is its
+    whole import path; the service's own run-time additions to ``sys.path`` are not."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths.add(os.path.dirname(os.path.dirname(_real(sys.executable))))
+    for packages in site.getsitepackages():
+        paths.add(packages)
+        paths.update(_pth_dirs(packages))
     return sorted(p for p in paths if p and os.path.isdir(p))
+
+
+def _pth_dirs(packages: str) -> list[str]:
+    """The directories the ``.pth`` files of ``packages`` add to the import path."""
+    found: list[str] = []
+    try:
+        names = sorted(n for n in os.listdir(packages) if n.endswith(".pth"))
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(os.path.join(packages, name), encoding="utf-8") as f:
+                lines = f.read(1 << 16).splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "import ", "import\t")):
+                found.append(os.path.normpath(os.path.join(packages, line)))
+    return found
 
 
 def jail_for(search_path: str, project: str | None, scratch_bytes: int) -> Jail:
     """The jail of a command: system, interpreter and search-path directories (those outside
-    the system directories), and the project."""
+    the system directories), and the project. A path reached through a symlink is bound at its
+    real path and at the path as named (a shebang names the latter)."""
     extra: list[str] = []
+    aliases: list[tuple[str, str]] = []
     for path in [*interpreter_paths(), *search_path.split(os.pathsep)]:
         if not path or not os.path.isabs(path) or not os.path.isdir(path):
             continue
         real = _real(path)
+        named = os.path.normpath(path)
+        if named != real and not any(_inside(named, d) for d in ("/usr", *extra)):
+            aliases.append((real, named))
         if any(_inside(real, d) for d in ("/usr", *extra)):
             continue
-        extra.append(real)
-    return Jail(tuple(extra), project, scratch_bytes)
+        extra = [d for d in extra if not _inside(d, real)] + [real]
+    return Jail(tuple(sorted(extra)), project, scratch_bytes, tuple(aliases))
+
+
+def why_not_started(executable: str, jail: Jail) -> str:
+    """More of the reason a program found on the host could not be exec'd in the jail: a
+    script whose interpreter (its ``#!`` line) is missing or not shown there. ``""`` if none
+    is known."""
+    try:
+        with open(executable, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return ""
+    if not first.startswith(b"#!"):
+        return ""
+    words = first[2:].decode("utf-8", "replace").split()
+    interpreter = words[0] if words else ""
+    if not interpreter:
+        return "; its #! line names no interpreter"
+    if not os.path.exists(interpreter):
+        return f"; its interpreter {interpreter!r} (its #! line) does not exist"
+    shown = [*_SYSTEM_DIRS, *jail.read_only, *(d for _, d in jail.aliases)]
+    if jail.project is not None:
+        shown.append(_real(jail.project))
+    if not any(_inside(os.path.normpath(interpreter), d) for d in shown):
+        return f"; its interpreter {interpreter!r} (its #! line) is not shown in the sandbox"
+    return ""
+
+
+def _binds(jail: Jail, under_tmp: bool) -> list[str]:
+    """``--ro-bind`` words for the jail's paths inside ``/tmp`` (bound over the private
+    tmpfs, after it) or outside it (before)."""
+    out: list[str] = []
+    for source, dest in [*((p, p) for p in jail.read_only), *jail.aliases]:
+        if _inside(dest, "/tmp") == under_tmp:
+            out += ["--ro-bind", source, dest]
+    return out
 
 
 def bwrap_argv(
@@ -177,10 +256,10 @@ def bwrap_argv(
     for path in _ETC_FILES:
         if os.path.exists(path):
             out += ["--ro-bind", path, path]
-    for path in jail.read_only:
-        out += ["--ro-bind", path, path]
+    out += _binds(jail, under_tmp=False)
     out += ["--proc", "/proc", "--dev", "/dev"]
     out += ["--size", str(jail.scratch_bytes), "--tmpfs", "/tmp"]
+    out += _binds(jail, under_tmp=True)  # an installation under /tmp stays visible
     if jail.project is not None:
         project = _real(jail.project)
         out += ["--ro-bind", project, project, "--chdir", project]

@@ -30,11 +30,10 @@ The contract, in order:
 from __future__ import annotations
 
 import contextlib
-import functools
+import dataclasses
 import json
 import math
 import os
-import resource
 import selectors
 import shlex
 import shutil
@@ -47,8 +46,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from affidavit.claims import policy
-from affidavit.claims.bwrap import Jail, bwrap_argv, jail_for, require_bwrap
+from affidavit.claims import cgroups, policy, rlimits
+from affidavit.claims.bwrap import Jail, bwrap_argv, jail_for, require_bwrap, why_not_started
 from affidavit.claims.capture import Capture, Captured
 from affidavit.claims.policy import DEFAULT_ALLOWED_MODULES
 from affidavit.core.errors import CommandNotAllowed, ConfigError
@@ -86,6 +85,7 @@ DEFAULT_MEMORY_BYTES = 2 << 30  # address space
 DEFAULT_FILE_SIZE_BYTES = 256 << 20
 DEFAULT_SCRATCH_BYTES = 256 << 20  # the sandbox's private /tmp
 DEFAULT_MAX_PROCESSES = 256
+DEFAULT_CLAIM_MEMORY_BYTES = 1 << 30  # all of a claim's processes and its /tmp, in a cgroup
 ISOLATIONS = ("bwrap", "none")
 # After a kill, how long to keep reading for output still buffered in the pipes. A descendant
 # that left the process group could hold them open forever; it does not hold up the result.
@@ -117,7 +117,9 @@ class SandboxConfig:
     pass_env: tuple[str, ...] = ()  # names of variables copied from the service's environment
     # "bwrap": the bubblewrap sandbox (required); "none": the operator's explicit opt-out
     isolation: str = "bwrap"
-    max_processes: int | None = DEFAULT_MAX_PROCESSES
+    max_processes: int | None = DEFAULT_MAX_PROCESSES  # per claim too, in a cgroup
+    claim_memory_bytes: int = DEFAULT_CLAIM_MEMORY_BYTES
+    cgroup_limits: bool = True  # False: per-process rlimits only, even where a cgroup is free
     scratch_bytes: int = DEFAULT_SCRATCH_BYTES
     # Never visible to a command (the signing key, the database, the data directory): a
     # sandbox that would bind one of them refuses to run.
@@ -187,6 +189,7 @@ def parse_command(text: str, config: SandboxConfig) -> Command:
             allow_inline_code=config.allow_inline_code,
             allowed_modules=config.allowed_modules,
             sandboxed=config.isolation == "bwrap",
+            project=config.project_dir,
         ),
     )
     if refusal is not None:
@@ -224,61 +227,8 @@ _EMPTY = Capture(2).result()
 
 
 def _rlimits(config: SandboxConfig, timeout_s: float) -> list[tuple[int, int]]:
-    """(resource, limit) pairs, each capped at the service's own hard limit (a child cannot
-    raise it)."""
     cpu = config.cpu_seconds if config.cpu_seconds is not None else math.ceil(timeout_s) + 1
-    wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu)]
-    if config.memory_bytes is not None:
-        wanted.append((resource.RLIMIT_AS, config.memory_bytes))
-    if config.file_size_bytes is not None:
-        wanted.append((resource.RLIMIT_FSIZE, config.file_size_bytes))
-    if config.max_processes is not None:
-        wanted.append((resource.RLIMIT_NPROC, config.max_processes))
-    out = []
-    for res, value in wanted:
-        hard = resource.getrlimit(res)[1]
-        out.append((res, value if hard == resource.RLIM_INFINITY else min(value, hard)))
-    return out
-
-
-def _limit_setter(limits: list[tuple[int, int]]) -> Callable[[], None]:
-    # Runs in the child between fork and exec: no imports, no allocation beyond the call.
-    setrlimit = resource.setrlimit
-
-    def apply() -> None:
-        for res, value in limits:
-            setrlimit(res, (value, value))
-
-    return apply
-
-
-_PRLIMIT_FLAGS = {
-    resource.RLIMIT_CORE: "--core",
-    resource.RLIMIT_CPU: "--cpu",
-    resource.RLIMIT_AS: "--as",
-    resource.RLIMIT_FSIZE: "--fsize",
-    resource.RLIMIT_NPROC: "--nproc",
-}
-
-
-@functools.cache
-def _prlimit() -> str | None:
-    # Only the system's own copy, never one from a configurable or project path.
-    return shutil.which("prlimit", path="/usr/bin:/bin")
-
-
-def _prlimit_prefix(limits: list[tuple[int, int]]) -> list[str]:
-    """``prlimit --cpu=N:N ... --`` when util-linux's ``prlimit`` is installed, else ``[]``.
-
-    Either way the limits are set in the child before the program is exec'd, so neither the
-    program nor anything it starts runs without them. ``prlimit`` (set limits, then exec) lets
-    Python spawn with ``vfork``; a ``preexec_fn`` forces a full ``fork`` and runs Python code in
-    the child, about 2 ms slower per command here.
-    """
-    tool = _prlimit()
-    if tool is None:
-        return []
-    return [tool, *(f"{_PRLIMIT_FLAGS[res]}={value}:{value}" for res, value in limits), "--"]
+    return rlimits.wanted(cpu, config.memory_bytes, config.file_size_bytes, config.max_processes)
 
 
 def build_env(config: SandboxConfig, home: str) -> dict[str, str]:
@@ -363,19 +313,42 @@ def run_command(
     if not (timeout > 0 and math.isfinite(timeout)):
         raise ConfigError(f"timeout must be a positive number of seconds, not {timeout}")
     limits = _rlimits(config, timeout)
-    limit_doc = {resource_name(res): value for res, value in limits}
+    limit_doc: dict[str, Any] = {rlimits.resource_name(res): value for res, value in limits}
     workdir = "project" if config.project_dir else "scratch"
+    where: tuple[str, Jail] | str
     if config.isolation == "bwrap":
-        bwrap = require_bwrap()
         search = config.search_path or default_search_path()
         jail = jail_for(search, config.project_dir, config.scratch_bytes)
         jail.check(config.protected_paths)
-        return _run(command, config, timeout, limits, limit_doc, workdir, (bwrap, jail))
-    scratch = tempfile.mkdtemp(prefix="affidavit-claim-")
+        where = (require_bwrap(), jail)
+    else:
+        where = tempfile.mkdtemp(prefix="affidavit-claim-")
+    leaf, limit_doc["cgroup"] = _claim_leaf(config)
     try:
-        return _run(command, config, timeout, limits, limit_doc, workdir, scratch)
+        result = _run(command, config, timeout, limits, limit_doc, workdir, where, leaf)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if isinstance(where, str):
+            shutil.rmtree(where, ignore_errors=True)
+        if leaf is not None:
+            limit_doc["cgroup"] = {**limit_doc["cgroup"], **leaf.report()}
+            leaf.remove()
+    return dataclasses.replace(result, limits=limit_doc)
+
+
+def _claim_leaf(config: SandboxConfig) -> tuple[cgroups.Leaf | None, dict[str, Any]]:
+    """The claim's cgroup leaf and what the evidence says about it (``version: none`` and
+    why, when only the per-process limits bound the claim)."""
+    if not config.cgroup_limits:
+        return None, {"version": "none", "reason": "cgroup limits are turned off"}
+    where = cgroups.support()
+    if not where.kind:
+        return None, {"version": "none", "reason": where.reason}
+    pids = config.max_processes or DEFAULT_MAX_PROCESSES
+    try:
+        leaf = cgroups.Leaf.create(where, config.claim_memory_bytes, pids)
+    except OSError as exc:
+        return None, {"version": "none", "reason": f"cannot make the claim's cgroup: {exc}"}
+    return leaf, {"memory_bytes": config.claim_memory_bytes, "pids": pids}
 
 
 def _run(
@@ -383,9 +356,10 @@ def _run(
     config: SandboxConfig,
     timeout: float,
     limits: list[tuple[int, int]],
-    limit_doc: dict[str, int],
+    limit_doc: dict[str, Any],
     workdir: str,
     where: tuple[str, Jail] | str,
+    leaf: cgroups.Leaf | None,
 ) -> RunResult:
     """Spawn in the jail (``(bwrap, jail)``) or, unsandboxed, in the scratch directory."""
     sandboxed = not isinstance(where, str)
@@ -400,7 +374,7 @@ def _run(
     executable = shutil.which(command.program, path=env["PATH"])
     if executable is None:
         return failed(f"program {command.program!r} was not found on the search path")
-    prefix = _prlimit_prefix(limits)
+    prefix = rlimits.prlimit_prefix(limits)
     status_r = status_w = -1
     pass_fds: tuple[int, ...] = ()
     if isinstance(where, str):
@@ -426,7 +400,7 @@ def _run(
             close_fds=True,
             pass_fds=pass_fds,
             start_new_session=True,
-            preexec_fn=None if prefix else _limit_setter(limits),
+            preexec_fn=_in_child(leaf, None if prefix else rlimits.limit_setter(limits)),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         if sandboxed:
@@ -458,7 +432,8 @@ def _run(
         if not isinstance(code, int):
             # bubblewrap could not set up the sandbox or exec the program: it says why.
             reason = " ".join(stderr.segments()).strip() or f"bwrap exited {return_code}"
-            return failed(f"cannot start {command.program!r} in the sandbox: {reason[:500]}")
+            reason = reason[:500] + why_not_started(executable, jail)
+            return failed(f"cannot start {command.program!r} in the sandbox: {reason}")
         # bubblewrap reports a command killed by signal N as 128 + N
         return_code = code if code <= 128 else -(code - 128)
     return RunResult(
@@ -472,6 +447,21 @@ def _run(
         workdir,
         limit_doc,
     )
+
+
+def _in_child(
+    leaf: cgroups.Leaf | None, setter: Callable[[], None] | None
+) -> Callable[[], None] | None:
+    """What runs between fork and exec: join the claim's cgroup, set the limits."""
+    join = leaf.join if leaf is not None else None
+    if join is None or setter is None:
+        return join or setter
+
+    def both() -> None:
+        join()
+        setter()
+
+    return both
 
 
 def _read_status(fd: int) -> dict[str, Any] | None:
@@ -576,16 +566,3 @@ def _pidfd(pid: int) -> int | None:
         return int(opener(pid))
     except OSError:
         return None
-
-
-_RESOURCE_NAMES = {
-    resource.RLIMIT_CORE: "core_bytes",
-    resource.RLIMIT_CPU: "cpu_seconds",
-    resource.RLIMIT_AS: "memory_bytes",
-    resource.RLIMIT_FSIZE: "file_size_bytes",
-    resource.RLIMIT_NPROC: "processes",
-}
-
-
-def resource_name(res: int) -> str:
-    return _RESOURCE_NAMES.get(res, str(res))

@@ -160,6 +160,8 @@ def serve(
             f"[bold yellow]bubblewrap (`bwrap`) is not installed: claims will be refused. "
             f"Install the `{PACKAGE}` package.[/]"
         )
+    from affidavit.claims.announce import containment
+
     try:
         app = create_app(
             store,
@@ -177,6 +179,7 @@ def serve(
             f"affidavit API on http://{shown}:{bound} ({store.backend}); docs at /docs",
             markup=False,
         )
+        output.err.print(containment(sandbox), markup=False)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
         with background_sequencer(store, final=False):
             server.run(sockets=[sock])
