@@ -330,6 +330,7 @@ def test_packs_and_disclosures_of_the_second_leaf_fail(rewritten: Rewritten) -> 
     path.write_bytes(encode_disclosure(doc))
     seal_key = base64.b64encode(SigningKey.load(default_key_path(r.url)).public_raw).decode()
     base = ("disclose", "verify", str(path), "--key", seal_key, "--log-key", r.log_vkey.vkey())
-    assert cli(*base).returncode == 0  # the proof alone cannot tell
+    unproven = cli(*base)  # the proof alone cannot tell, and says so
+    assert unproven.returncode == 0 and "first leaf for the job: not proven" in unproven.stdout
     caught = cli(*base, "--log-url", r.api)
     assert caught.returncode == 1 and "log_duplicate" in caught.stderr, caught.stderr

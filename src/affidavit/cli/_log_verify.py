@@ -1,4 +1,4 @@
-"""The checks and the report of ``affidavit log verify`` (see :mod:`affidavit.tlog._verify`)."""
+"""The checks and the report of ``affidavit log verify`` (:func:`affidavit.tlog.check_proof`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from affidavit.cli import output
 from affidavit.cli.common import opened
 from affidavit.core.errors import JobNotFound
 from affidavit.core.note import Verifier
-from affidavit.tlog._verify import ProofCheck
+from affidavit.tlog import ProofCheck
 
 
 def check_job_proof(
@@ -31,9 +31,13 @@ def check_job_proof(
         StoreError: the store cannot be read.
     """
     from affidavit.core.seal import log_leaf
-    from affidavit.tlog._cosigned import earliest_in_store
-    from affidavit.tlog._entries import EntrySource, HttpEntries, StoreEntries
-    from affidavit.tlog._verify import check_proof
+    from affidavit.tlog import (
+        EntrySource,
+        HttpEntries,
+        StoreEntries,
+        check_proof,
+        earliest_in_store,
+    )
 
     http = HttpEntries(log_url) if log_url else None
     try:

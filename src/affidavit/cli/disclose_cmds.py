@@ -165,6 +165,11 @@ def _print_proven(doc: dict[str, Any]) -> None:
             f"{log['tree_size']}"
             + (f", cosigned by {', '.join(log['witnesses'])}" if log["witnesses"] else "")
         )
+        first = {True: "yes", False: "no", None: "not proven"}[log["first_for_job"]]
+        lines.append(f"  first leaf for the job: {first} ({log['first_checked']})")
+        if log["earliest_cosigned"] is not None:
+            c = log["earliest_cosigned"]
+            lines.append(f"  earliest cosigned: {c['at']} by {c['witness']}")
     else:
         lines.append(
             "  transparency log: not checked (pass --log-key)"

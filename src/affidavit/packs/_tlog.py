@@ -16,8 +16,7 @@ from affidavit.core.note import Verifier
 from affidavit.core.seal import Seal, log_leaf
 from affidavit.packs import _format as F
 from affidavit.packs._state import State
-from affidavit.tlog import check_proof
-from affidavit.tlog._entries import HttpEntries
+from affidavit.tlog import HttpEntries, check_proof
 
 TLOG_PROOF = "log.tlog-proof"
 MAX_PROOF_BYTES = 256 * 1024

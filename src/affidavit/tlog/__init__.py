@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from affidavit.tlog._cosigned import Cosigned, earliest_cosigned, earliest_in_store
     from affidavit.tlog._disclose import (
         DISCLOSURE_TYPE,
         MAX_DISCLOSURE_BYTES,
@@ -23,6 +24,13 @@ if TYPE_CHECKING:
         disclose,
         encode_disclosure,
         verify_disclosure,
+    )
+    from affidavit.tlog._entries import (
+        EntriesError,
+        EntrySource,
+        HttpEntries,
+        StoreEntries,
+        first_of_record,
     )
     from affidavit.tlog._keys import (
         LOG_KEY_ENV,
@@ -53,6 +61,14 @@ _LAZY = {
     "disclose": "affidavit.tlog._disclose",
     "encode_disclosure": "affidavit.tlog._disclose",
     "verify_disclosure": "affidavit.tlog._disclose",
+    "Cosigned": "affidavit.tlog._cosigned",
+    "earliest_cosigned": "affidavit.tlog._cosigned",
+    "earliest_in_store": "affidavit.tlog._cosigned",
+    "EntriesError": "affidavit.tlog._entries",
+    "EntrySource": "affidavit.tlog._entries",
+    "HttpEntries": "affidavit.tlog._entries",
+    "StoreEntries": "affidavit.tlog._entries",
+    "first_of_record": "affidavit.tlog._entries",
     "LOG_KEY_ENV": "affidavit.tlog._keys",
     "LOG_ORIGIN_ENV": "affidavit.tlog._keys",
     "LogKey": "affidavit.tlog._keys",
@@ -82,8 +98,12 @@ __all__ = [
     "LOG_KEY_ENV",
     "LOG_ORIGIN_ENV",
     "MAX_DISCLOSURE_BYTES",
+    "Cosigned",
     "DisclosureCheck",
+    "EntriesError",
+    "EntrySource",
     "ForkDetected",
+    "HttpEntries",
     "Integrated",
     "LogError",
     "LogKey",
@@ -93,6 +113,7 @@ __all__ = [
     "Sequencer",
     "StepNotFound",
     "StepResult",
+    "StoreEntries",
     "TilePath",
     "TransparencyLog",
     "Witness",
@@ -102,7 +123,10 @@ __all__ = [
     "configured_origin",
     "default_log_key_path",
     "disclose",
+    "earliest_cosigned",
+    "earliest_in_store",
     "encode_disclosure",
+    "first_of_record",
     "parse_leaf",
     "parse_tile_path",
     "tile_path",
