@@ -148,3 +148,28 @@ def test_bounds(store: Store, tmp_path: Path, lying_log: Serve) -> None:
         gone.close()
     with pytest.raises(EntriesError, match="too many to read"):
         list(leaves_before(StoreEntries(store), MAX_PREFIX_LEAVES + 1, MAX_PREFIX_LEAVES + 2))
+
+
+def test_the_sequencer_keeps_the_first_of_two_queued_leaves_for_a_job() -> None:
+    from affidavit.store import QueuedLeaf
+    from affidavit.tlog._sequencer import screen
+
+    def leaf(job: str, n: int) -> bytes:
+        return json.dumps({"job_id": job, "n": n}).encode()
+
+    batch = [
+        QueuedLeaf(1, "a", leaf("a", 1), 0.0),
+        QueuedLeaf(2, "b", leaf("b", 1), 0.0),
+        QueuedLeaf(3, "a", leaf("a", 2), 0.0),  # the same batch: the first wins
+        QueuedLeaf(4, "c", leaf("c", 1), 0.0),  # logged before, at 0
+        QueuedLeaf(5, "d", b"\xff", 0.0),
+        QueuedLeaf(6, "e", b"x" * 70_000, 0.0),
+    ]
+    accepted, refused = screen(batch, {"c": 0}, 10)
+    assert [q.seq for q in accepted] == [1, 2]
+    assert [(q.seq, why, first) for q, why, first in refused] == [
+        (3, "duplicate", 10),
+        (4, "duplicate", 0),
+        (5, "malformed", None),
+        (6, "malformed", None),
+    ]
