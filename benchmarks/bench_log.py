@@ -53,12 +53,16 @@ PG_URL = os.environ.get("AFFIDAVIT_BENCH_PG_URL", "postgresql://root@127.0.0.1:5
 ORIGIN = "bench.example/log"
 
 
+def fake_job_id(i: int) -> str:
+    return f"0192f0c4-{i % 65536:04x}-7000-8000-{i:012x}"
+
+
 def fake_leaf(i: int) -> bytes:
-    """A leaf the size and shape of a real seal's."""
+    """A leaf the size and shape of a real seal's (logged under its job id: one per job)."""
     return canonical(
         {
             "type": "affidavit.seal/v1",
-            "job_id": f"0192f0c4-{i:04x}-7000-8000-{i:012x}",
+            "job_id": fake_job_id(i),
             "event_count": 12,
             "event_chain_root_hash": f"{i:064x}",
             "key_id": "0123456789abcdef",
@@ -72,7 +76,10 @@ def queue(store: Store, start: int, n: int) -> None:
     for lo in range(start, start + n, 2000):
         with store.transaction(durable=False) as tx:
             for i in range(lo, min(lo + 2000, start + n)):
-                tx.tlog_enqueue(f"job-{i}", fake_leaf(i), now)
+                tx.execute(
+                    "INSERT INTO tlog_queue (job_id, leaf, queued_at) VALUES (?, ?, ?)",
+                    (fake_job_id(i), fake_leaf(i), now),
+                )
 
 
 def bench_integration(store: Store, key: LogKey, n: int) -> tuple[float, float]:
@@ -104,7 +111,7 @@ def bulk_load(store: Store, key: LogKey, n: int) -> None:
         with store.transaction(durable=False) as tx:
             tx._insert_rows("tlog_nodes (id, hash)", 2, nodes[lo : lo + chunk])  # type: ignore[attr-defined]
     for lo in range(0, n, chunk):
-        rows = [(i, f"job-{i}", leaves[i], 0.0, 0.0) for i in range(lo, min(lo + chunk, n))]
+        rows = [(i, fake_job_id(i), leaves[i], 0.0, 0.0) for i in range(lo, min(lo + chunk, n))]
         with store.transaction(durable=False) as tx:
             tx._insert_rows(  # type: ignore[attr-defined]
                 "tlog_leaves (idx, job_id, leaf, queued_at, integrated_at)", 5, rows

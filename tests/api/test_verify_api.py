@@ -77,6 +77,7 @@ def test_verify_endpoint_reports_a_failed_check_with_200(api: Api) -> None:
         "key_id": None,
         "event_count": None,
         "error": "the job is completed but has no seal",
+        "codes": [],
     }
 
 

@@ -54,6 +54,7 @@ def test_verify_outputs_and_exit_codes(store_url: str, tmp_path: Path) -> None:
         "key_id": None,
         "event_count": None,
         "error": "the job is completed but has no seal",
+        "codes": [],
     }
     bad_human = cli("verify", job_id, "--db", store_url)
     assert bad_human.returncode == 1

@@ -84,9 +84,24 @@ _UNDO_12 = [
 ]
 
 
+def undo_migration_13(url: str) -> None:
+    """Turn the database at ``url`` back into a version-12 one: no guard on the log's leaves
+    and logged seals, no table of refused leaves."""
+    from tests.tlog.helpers import drop_guards
+
+    drop_guards(url)
+    raw = RawDb(url)
+    if not url.startswith("sqlite:///"):
+        raw.execute("DROP FUNCTION affidavit_tlog_one_per_job()")
+        raw.execute("DROP FUNCTION affidavit_logged_seal_fixed()")
+    raw.execute("DROP TABLE tlog_rejected")
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 13")
+
+
 def undo_migration_12(url: str) -> None:
     """Turn the database at ``url`` back into a version-11 one: its seals as that release
     signed them (v1: no events root), the two seal columns gone."""
+    undo_migration_13(url)
     raw = RawDb(url)
     for (job_id,) in raw.rows("SELECT job_id FROM seals WHERE version = 2"):
         reseal_v1(url, job_id)

@@ -8,6 +8,7 @@ from affidavit.core.events import utc_now
 from affidavit.runtime._sealing import Sealer
 from affidavit.store import NewEvent, Store
 from affidavit.tlog import LogKey
+from tests.verify.helpers import RawDb
 
 
 def seal_jobs(store: Store, sealer: Sealer, n: int, *, note: str = "") -> list[str]:
@@ -33,3 +34,15 @@ def seal_jobs(store: Store, sealer: Sealer, n: int, *, note: str = "") -> list[s
 
 def log_key(tmp_path: Path) -> LogKey:
     return LogKey(tmp_path / "keys" / "affidavit-log.key")
+
+
+def drop_guards(url: str) -> None:
+    """What an operator with the database does first: drop the triggers of migration 13 (one
+    leaf per job in the log; a logged seal never changes)."""
+    raw = RawDb(url)
+    if url.startswith("sqlite:///"):
+        for name in ("tlog_leaves_one_per_job", "seals_logged_no_update", "seals_logged_no_delete"):
+            raw.execute(f"DROP TRIGGER {name}")
+    else:
+        raw.execute("DROP TRIGGER tlog_leaves_one_per_job ON tlog_leaves")
+        raw.execute("DROP TRIGGER seals_logged_fixed ON seals")

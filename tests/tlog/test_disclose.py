@@ -33,6 +33,7 @@ from affidavit.tlog import (
 from tests.cli.test_cli import cli, json_of
 from tests.runtime import agent_tools as at
 from tests.store.legacy import undo_migration_12
+from tests.tlog.helpers import drop_guards
 from tests.verify.helpers import TWO_CHARGES, RawDb, reseal_v1, tools, waiting_job
 
 ORIGIN = "test.example/log"
@@ -266,7 +267,9 @@ def test_a_rewritten_and_resealed_job_is_caught_by_the_log_proof(store_url: str)
     assert checked.ok, checked.error
     assert checked.log is not None and checked.log["checked"] and checked.log["tree_size"] == 1
 
-    # The operator drops the job's last event and re-seals it with the real seal key.
+    # The operator drops the store's guards and the job's last event, and re-seals it with the
+    # real seal key.
+    drop_guards(store_url)
     raw = RawDb(store_url)
     last = raw.rows("SELECT max(version) FROM events WHERE job_id = ?", (job_id,))[0][0]
     raw.execute("DELETE FROM events WHERE job_id = ? AND version = ?", (job_id, last))
@@ -335,7 +338,7 @@ def test_a_copy_made_before_migration_12_reads_every_seal_as_v1(store_url: str) 
         store.close()
     store = open_store(store_url)  # the upgrade keeps the v1 seal as it is
     try:
-        assert store.schema_version() == 12
+        assert store.schema_version() == 13
         assert verify_job(store, job_id).ok
     finally:
         store.close()

@@ -12,6 +12,7 @@ from affidavit.core.checkpoint import Checkpoint
 from affidavit.core.merkle import verify_consistency
 from affidavit.core.note import parse_note
 from tests.cli.test_cli import cli, json_of
+from tests.tlog.helpers import drop_guards
 from tests.verify.helpers import TWO_CHARGES, RawDb, tools
 
 
@@ -35,6 +36,7 @@ def test_proof_key_verify_round_trip(store_url: str, tmp_path: Path) -> None:
         "integrated": 3,
         "size": 3,
         "origin": "test.example/log",
+        "rejected": [],
     }
     vkey = cli("log", "key", "--db", store_url).stdout.strip()
     assert vkey.startswith("test.example/log+")
@@ -76,7 +78,9 @@ def test_proof_key_verify_round_trip(store_url: str, tmp_path: Path) -> None:
     flipped = cli("log", "verify", str(path), "--key", vkey, "--json")
     assert flipped.returncode == 1 and json_of(flipped)["ok"] is False
 
-    # the seal rewritten in the database: the old proof no longer matches the job
+    # the seal rewritten in the database (its guard dropped first): the old proof no longer
+    # matches the job
+    drop_guards(store_url)
     RawDb(store_url).execute("UPDATE seals SET event_count = 1 WHERE job_id = ?", (jobs[1],))
     path.write_text(proof.stdout)
     tampered = cli("log", "verify", str(path), "--key", vkey, "--job", jobs[1], "--db", store_url)

@@ -17,6 +17,7 @@ from affidavit.runtime._sealing import Sealer
 from affidavit.store import open_store
 from affidavit.tlog import LogKey, Sequencer, default_log_key_path
 from tests.cli.test_cli import cli, json_of
+from tests.tlog.helpers import drop_guards
 from tests.tlog.test_log_cli import _jobs
 from tests.verify.helpers import RawDb
 
@@ -63,7 +64,9 @@ def test_witness_cosigns_and_catches_a_rewritten_log(
     assert WITNESS in ok.stdout
 
     # The operator rewrites job 0 (drops its last event), re-seals it with the real seal key,
-    # and rebuilds the whole log with the real log key so that the new seal is "in the log".
+    # and rebuilds the whole log with the real log key so that the new seal is "in the log"
+    # (the store's guards dropped first).
+    drop_guards(store_url)
     raw = RawDb(store_url)
     last = raw.rows("SELECT max(version) FROM events WHERE job_id = ?", (jobs[0],))[0][0]
     raw.execute("DELETE FROM events WHERE job_id = ? AND version = ?", (jobs[0], last))

@@ -116,6 +116,7 @@ def test_completed_job_verifies_and_matches_a_hand_computed_chain(
         "key_id": seal.key_id,
         "event_count": len(rows),
         "error": "",
+        "codes": [],
     }
 
 
@@ -329,6 +330,7 @@ def test_job_in_flight_reports_its_pending_key_and_passes(
         "key_id": None,
         "event_count": None,
         "error": "",
+        "codes": [],
     }
     replay = build_from_events(rt.store.list_events(job_id))
     assert set(replay.pending_tool_invocations) == {row.idempotency_key}

@@ -192,6 +192,10 @@ class SealCheck(BaseModel):
     key_id: str | None
     event_count: int | None
     error: str
+    codes: list[str] = Field(
+        default_factory=list,
+        description="Failures against the transparency log: seal_superseded, log_duplicate.",
+    )
 
 
 class Verification(BaseModel):

@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, WitnessKeysOption, command, opened
-from affidavit.cli.log_cmds import read_vkey
+from affidavit.cli.log_cmds import LogUrlOption, read_vkey
 from affidavit.cli.pack_cmds import _load_key
 from affidavit.core.errors import ConfigError
 
@@ -106,6 +106,7 @@ def verify(
         ),
     ] = None,
     witness_key: WitnessKeysOption = None,
+    log_url: LogUrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a disclosure file offline: the seal's signature, each event's chain hash and
@@ -117,13 +118,16 @@ def verify(
     from affidavit.tlog import MAX_DISCLOSURE_BYTES, verify_disclosure
 
     with command(as_json):
-        if witness_key and not log_key:
-            raise ConfigError("--witness-key needs --log-key")
+        for given, name in ((witness_key, "--witness-key"), (log_url, "--log-url")):
+            if given and not log_key:
+                raise ConfigError(f"{name} needs --log-key")
         seal_keys = [_load_key(k) for k in key]
         log_vkey = read_vkey(log_key) if log_key else None
         witnesses = [read_vkey(w) for w in witness_key or []]
         data = _read_bounded(file, MAX_DISCLOSURE_BYTES)
-        result = verify_disclosure(data, seal_keys, log_key=log_vkey, witnesses=witnesses)
+        result = verify_disclosure(
+            data, seal_keys, log_key=log_vkey, witnesses=witnesses, log_url=log_url
+        )
     if as_json:
         output.emit_json(result.to_dict())
     elif result.ok:
@@ -161,6 +165,11 @@ def _print_proven(doc: dict[str, Any]) -> None:
             f"{log['tree_size']}"
             + (f", cosigned by {', '.join(log['witnesses'])}" if log["witnesses"] else "")
         )
+        first = {True: "yes", False: "no", None: "not proven"}[log["first_for_job"]]
+        lines.append(f"  first leaf for the job: {first} ({log['first_checked']})")
+        if log["earliest_cosigned"] is not None:
+            c = log["earliest_cosigned"]
+            lines.append(f"  earliest cosigned: {c['at']} by {c['witness']}")
     else:
         lines.append(
             "  transparency log: not checked (pass --log-key)"

@@ -91,6 +91,35 @@ def integrate(
         output.out.print(
             f"integrated {result.integrated} seal(s); {result.origin} is at size {result.size}"
         )
+    for job_id, reason, first in result.rejected:
+        what = f"a second leaf (leaf {first} is logged)" if reason == "duplicate" else reason
+        output.err.print(f"refused {what} for job {job_id}", markup=False)
+
+
+@log_app.command("rejected")
+def rejected(
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=10000, help="At most this many.")
+    ] = 100,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the queued leaves the sequencer refused, newest first: a second leaf for a job
+    already in the log (`duplicate`) or a leaf whose job id is missing or not its queue row's
+    (`malformed`). Each is evidence of an attempt to log a job twice; the log keeps the first.
+
+    Exit codes: 0 listed; 3 store error.
+    """
+    with command(as_json), opened(db, read_only=True) as store, store.snapshot() as snap:
+        found = snap.tlog_rejected(limit)
+    if as_json:
+        output.emit_json({"rejected": [r.to_dict() for r in found]})
+        return
+    if not found:
+        output.out.print("no leaf was refused")
+    for r in found:
+        where = f" (its leaf {r.first_index} is logged)" if r.first_index is not None else ""
+        output.out.print(f"{r.seq}  {r.reason}  job {r.job_id}{where}", markup=False)
 
 
 @log_app.command("key")
@@ -183,6 +212,19 @@ def consistency(
         sys.stdout.write("".join(h + "\n" for h in encoded))
 
 
+LogUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--log-url",
+        help="The log's base URL (as witnesses use it): read every leaf before the proof's "
+        "from its tlog-tiles entry bundles, check them against the checkpoint, and refuse if "
+        "one is for the same job. Without it, that the leaf is the job's first is proven only "
+        "for leaf 0 (or from --db with --job).",
+        show_default=False,
+    ),
+]
+
+
 @log_app.command("verify")
 def verify(
     proof_file: Annotated[Path, typer.Argument(help="A tlog-proof file ('-' for stdin).")],
@@ -204,21 +246,22 @@ def verify(
         str | None,
         typer.Option(
             "--job",
-            help="Also check that the logged leaf is this job's current seal (reads --db).",
+            help="Also check that the logged leaf is this job's current seal and its first leaf "
+            "in the store's log (reads --db).",
             show_default=False,
         ),
     ] = None,
+    log_url: LogUrlOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a tlog-proof offline: the log's signature on the checkpoint, the witnesses'
-    cosignatures, and the inclusion of the seal's leaf.
+    cosignatures, the inclusion of the seal's leaf, and (where it can be told) that the leaf is
+    the job's first; print the earliest witness cosignature time covering the leaf.
 
     Exit codes: 0 verified; 1 not verified; 3 unreadable file or bad key.
     """
-    from affidavit.core.errors import JobNotFound
-    from affidavit.core.seal import log_leaf
-    from affidavit.tlog import check_proof
+    from affidavit.cli._log_verify import check_job_proof, print_verdict
 
     with command(as_json):
         log_vkey = read_vkey(key)
@@ -227,29 +270,14 @@ def verify(
             data = sys.stdin.buffer.read() if str(proof_file) == "-" else proof_file.read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read {str(proof_file)!r}: {exc.strerror}") from None
-        expected: bytes | None = None
-        if job is not None:
-            with opened(db, read_only=True) as store:
-                seal = store.get_seal(job)
-            if seal is None:
-                raise JobNotFound(f"job {job} has no seal")
-            expected = log_leaf(seal)
-        result = check_proof(
-            data, log_vkey, witnesses, min_witnesses=min_witnesses, expected_leaf=expected
-        )
+        result, sealed_at = check_job_proof(
+            data, log_vkey, witnesses, min_witnesses=min_witnesses, job=job, db=db,
+            log_url=log_url,
+        )  # fmt: skip
     if as_json:
-        output.emit_json(result.to_dict())
-    elif result.ok:
-        leaf = result.leaf or {}
-        output.out.print(
-            f"verified: job {leaf.get('job_id')} (seal over {leaf.get('event_count')} events) "
-            f"is leaf {result.index} of {result.origin} at size {result.tree_size}"
-            + (f", cosigned by {', '.join(result.witnesses)}" if result.witnesses else ""),
-            markup=False,
-        )
+        output.emit_json({**result.to_dict(), "sealed_at": sealed_at})
     else:
-        for error in result.errors:
-            output.err.print(f"not verified: {error}", markup=False)
+        print_verdict(result, sealed_at)
     raise typer.Exit(0 if result.ok else 1)
 
 

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, WitnessKeysOption, command, opened, state
-from affidavit.cli.log_cmds import read_vkey
+from affidavit.cli.log_cmds import LogUrlOption, read_vkey
 from affidavit.core.errors import ConfigError
 from affidavit.core.inputs import read_limited
 from affidavit.core.seal import unb64
@@ -106,6 +106,7 @@ def verify(
         ),
     ] = None,
     witness_key: WitnessKeysOption = None,
+    log_url: LogUrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a proof pack offline (RCE v0.1 phases 1-4, and the job's event log, seal and
@@ -126,14 +127,16 @@ def verify(
                 f"{str(out_dir)!r} already exists", hint="Remove it first or pass --overwrite."
             )
         keys = [_load_key(k) for k in trusted_key] if trusted_key else None
-        if witness_key and not log_key:
-            raise ConfigError("--witness-key needs --log-key")
+        for given, name in ((witness_key, "--witness-key"), (log_url, "--log-url")):
+            if given and not log_key:
+                raise ConfigError(f"{name} needs --log-key")
         verdict = verify_pack(
             pack_dir,
             trusted_keys=keys,
             max_file_bytes=max_file_bytes,
             log_key=read_vkey(log_key) if log_key else None,
             witness_keys=[read_vkey(w) for w in witness_key or []],
+            log_url=log_url,
         )
         receipt_path, details_path = write_verdict(verdict, out_dir, pretty=pretty)
     document = {

@@ -16,16 +16,21 @@ from affidavit.core.note import Verifier
 from affidavit.core.seal import Seal, log_leaf
 from affidavit.packs import _format as F
 from affidavit.packs._state import State
-from affidavit.tlog import check_proof
+from affidavit.tlog import HttpEntries, check_proof
 
 TLOG_PROOF = "log.tlog-proof"
 MAX_PROOF_BYTES = 256 * 1024
 
 
 def check_log_proof(
-    st: State, log_key: Verifier, witnesses: Sequence[Verifier], min_witnesses: int | None
+    st: State,
+    log_key: Verifier,
+    witnesses: Sequence[Verifier],
+    min_witnesses: int | None,
+    log_url: str | None = None,
 ) -> dict[str, Any]:
-    """Check the pack's tlog-proof against its seal; errors go to ``st.errors``."""
+    """Check the pack's tlog-proof against its seal (and, with ``log_url``, that its leaf is
+    the job's first in the checkpointed tree); errors go to ``st.errors``."""
     seals = [r for r, kind in zip(st.receipts, st.kinds, strict=True) if kind == F.SEAL]
     path = st.root / TLOG_PROOF
     if len(seals) != 1 or not isinstance(seals[0].get("seal"), dict):
@@ -42,8 +47,14 @@ def check_log_proof(
     if path.stat().st_size > MAX_PROOF_BYTES:
         st.errors.append(f"{TLOG_PROOF}: larger than {MAX_PROOF_BYTES} bytes")
         return {"present": True, "ok": False}
-    result = check_proof(
-        path.read_bytes(), log_key, witnesses, min_witnesses=min_witnesses, expected_leaf=leaf
-    )
+    entries = HttpEntries(log_url) if log_url else None
+    try:
+        result = check_proof(
+            path.read_bytes(), log_key, witnesses, min_witnesses=min_witnesses,
+            expected_leaf=leaf, entries=entries,
+        )  # fmt: skip
+    finally:
+        if entries is not None:
+            entries.close()
     st.errors.extend(f"{TLOG_PROOF}: {e}" for e in result.errors)
     return {"present": True, **result.to_dict()}

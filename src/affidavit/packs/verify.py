@@ -180,6 +180,7 @@ def verify_pack(
     log_key: Verifier | None = None,
     witness_keys: Sequence[Verifier] = (),
     min_witnesses: int | None = None,
+    log_url: str | None = None,
 ) -> PackVerdict:
     """Verify the pack directory at ``path`` (phases 1–5 of PACK-FORMAT.md). Never raises on a
     malformed pack.
@@ -192,14 +193,18 @@ def verify_pack(
 
     ``log_key`` adds a phase checking the job's transparency-log proof (``log.tlog-proof``): the
     log's signature, ``witness_keys``' cosignatures (all of them, unless ``min_witnesses``) and
-    the inclusion of the pack's seal; any failure is INTEGRITY_FAIL.
+    the inclusion of the pack's seal; any failure is INTEGRITY_FAIL. With ``log_url`` (the log's
+    base URL) it also reads every leaf before the pack's and fails if one is the same job's
+    (the details' ``first_for_job`` says what was proven; see docs/transparency.md).
 
     Raises:
         ConfigError: ``max_file_bytes`` (or its variable) is not a positive whole number.
     """
     limit = pack_max_file_bytes(max_file_bytes)
     with collector_paused():  # hundreds of thousands of parsed objects, no cycles
-        return _verify(Path(path), trusted_keys, now, limit, (log_key, witness_keys, min_witnesses))
+        return _verify(
+            Path(path), trusted_keys, now, limit, (log_key, witness_keys, min_witnesses, log_url)
+        )
 
 
 def _verify(
@@ -207,7 +212,12 @@ def _verify(
     trusted_keys: Iterable[bytes | str] | None,
     now: datetime | None,
     max_file_bytes: int,
-    log_check: tuple[Verifier | None, Sequence[Verifier], int | None] = (None, (), None),
+    log_check: tuple[Verifier | None, Sequence[Verifier], int | None, str | None] = (
+        None,
+        (),
+        None,
+        None,
+    ),
 ) -> PackVerdict:
     st = State(path, max_file_bytes=max_file_bytes)
     trusted = None if trusted_keys is None else {_raw_key(k) for k in trusted_keys}
@@ -257,9 +267,11 @@ def _verify(
     replayed, divergent = compare(steps, by_id, traces)
     details["divergent_steps"] = divergent
     details["affidavit"] = check_event_log(st, traces, trusted)
-    log_key, witness_keys, min_witnesses = log_check
+    log_key, witness_keys, min_witnesses, log_url = log_check
     if log_key is not None:
-        details["transparency_log"] = check_log_proof(st, log_key, witness_keys, min_witnesses)
+        details["transparency_log"] = check_log_proof(
+            st, log_key, witness_keys, min_witnesses, log_url
+        )
     if st.errors:
         return done(INTEGRITY_FAIL, 5, parents)
     verdict = DIVERGE if divergent else MATCH

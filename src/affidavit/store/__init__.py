@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from affidavit.core.errors import ConfigError, UnsupportedDatabaseURL
+from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf
 from affidavit.store.base import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
@@ -43,8 +44,11 @@ __all__ = [
     "JobRecord",
     "LedgerColumns",
     "LedgerRow",
+    "LogLeaf",
     "NewEvent",
     "NextClaim",
+    "QueuedLeaf",
+    "RejectedLeaf",
     "Snapshot",
     "Store",
     "StoredEvent",

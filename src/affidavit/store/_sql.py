@@ -43,7 +43,7 @@ from affidavit.store._seals import (
     key_from_row,
     seal_from_row,
 )
-from affidavit.store._tlog import TlogWrites
+from affidavit.store._tlog import TLOG_MIGRATION, TlogWrites
 from affidavit.store.base import (
     JOB_STATUSES,
     Claimed,
@@ -647,6 +647,7 @@ class SqlStore(ApiKeyReads, ABC):
     backend: str
     log_sql = BY_JOB_ID
     seal_select = SEAL_SELECT  # (LEGACY_SEAL_SELECT on a copy made before migration 12)
+    tlog_tables = True  # (False on a copy made before migration 10)
 
     @abstractmethod
     def _reader(self) -> AbstractContextManager[Cursor]: ...
@@ -699,6 +700,8 @@ class SqlStore(ApiKeyReads, ABC):
         pending = migrations.pending(name, applied, known)  # (raises for a newer schema)
         if any(m.version == SEALS_V2_MIGRATION for m in pending):
             self.seal_select = LEGACY_SEAL_SELECT  # (seals have no version column yet)
+        if any(m.version == TLOG_MIGRATION for m in pending):
+            self.tlog_tables = False  # (no log tables yet: a job has no leaves)
         if not all(m.older_schema_readable for m in pending):
             raise MigrationError(
                 f"the database schema is at version {max(applied)}, older than this "

@@ -16,6 +16,7 @@ from typing import Any
 
 from affidavit.core.merkle import Node
 
+TLOG_MIGRATION = 10  # the log's tables
 _INDEX_BITS = 48
 _CHUNK = 400  # rows per multi-row INSERT (at most 5 parameters each)
 
@@ -56,12 +57,41 @@ class LogLeaf:
     integrated_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class RejectedLeaf:
+    """A queued leaf the sequencer refused (migration 13): ``reason`` is ``duplicate`` (the log
+    already holds a leaf for its job id, at ``first_index``) or ``malformed`` (its job id
+    field is missing or is not the queue row's, or it is too large for an entry bundle)."""
+
+    seq: int
+    job_id: str
+    leaf: bytes
+    queued_at: float
+    rejected_at: float
+    reason: str
+    first_index: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "seq": self.seq,
+            "job_id": self.job_id,
+            "reason": self.reason,
+            "first_index": self.first_index,
+            "queued_at": self.queued_at,
+            "rejected_at": self.rejected_at,
+            "leaf": self.leaf.decode("utf-8", "replace"),
+        }
+
+
 def _bytes(value: Any) -> bytes:
     return bytes(value) if value is not None else b""
 
 
 class TlogReads:
     """Reads of the log (a transaction's or a snapshot's)."""
+
+    # False on a copy read as it is from before migration 10 (no log tables: no leaves)
+    tlog_tables = True
 
     @abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
@@ -100,15 +130,59 @@ class TlogReads:
         return out
 
     def tlog_leaf_of(self, job_id: str) -> LogLeaf | None:
-        """The job's latest leaf in the tree (``None`` if none is integrated yet)."""
+        """The job's first leaf in the tree, the one that counts (``None`` if none is
+        integrated yet)."""
+        found = self.tlog_leaves_of(job_id, 1)
+        return found[0] if found else None
+
+    def tlog_leaves_of(self, job_id: str, limit: int) -> list[LogLeaf]:
+        """The job's first ``limit`` leaves in the tree, in index order (more than one only in a
+        database whose constraint was dropped: see migration 13)."""
+        if not self.tlog_tables:
+            return []
         rows = self.query(
             "SELECT idx, job_id, leaf, queued_at, integrated_at FROM tlog_leaves "
             # (idx + 0: the job_id index finds its few rows; ordering by the bare key could
-            # walk the whole primary key backwards instead, as PostgreSQL's planner may choose)
-            "WHERE job_id = ? ORDER BY idx + 0 DESC LIMIT 1",
-            (job_id,),
+            # walk the whole primary key instead, as PostgreSQL's planner may choose)
+            "WHERE job_id = ? ORDER BY idx + 0 LIMIT ?",
+            (job_id, limit),
         )
-        return _leaf(rows[0]) if rows else None
+        return [_leaf(r) for r in rows]
+
+    def tlog_first_indices(self, job_ids: Iterable[str]) -> dict[str, int]:
+        """The index of the first leaf of each of ``job_ids`` that the tree holds."""
+        ids = sorted(set(job_ids))
+        out: dict[str, int] = {}
+        for i in range(0, len(ids), _CHUNK):
+            part = ids[i : i + _CHUNK]
+            marks = ", ".join("?" * len(part))
+            for job_id, idx in self.query(
+                f"SELECT job_id, min(idx) FROM tlog_leaves WHERE job_id IN ({marks}) "
+                "GROUP BY job_id",
+                part,
+            ):
+                out[str(job_id)] = int(idx)
+        return out
+
+    def tlog_rejected(self, limit: int) -> list[RejectedLeaf]:
+        """The leaves the sequencer refused, newest first (at most ``limit``)."""
+        rows = self.query(
+            "SELECT seq, job_id, leaf, queued_at, rejected_at, reason, first_index "
+            "FROM tlog_rejected ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        )
+        return [
+            RejectedLeaf(
+                int(r[0]),
+                str(r[1]),
+                _bytes(r[2]),
+                float(r[3]),
+                float(r[4]),
+                str(r[5]),
+                None if r[6] is None else int(r[6]),
+            )
+            for r in rows
+        ]
 
     def tlog_leaves(self, start: int, end: int) -> list[LogLeaf]:
         rows = self.query(
@@ -137,6 +211,15 @@ class TlogReads:
         rows = self.query(
             "SELECT DISTINCT size FROM tlog_cosignatures WHERE size >= ? ORDER BY size DESC",
             (min_size,),
+        )
+        return [int(r[0]) for r in rows]
+
+    def tlog_first_cosigned_sizes(self, min_size: int, limit: int) -> list[int]:
+        """The smallest ``limit`` sizes ≥ ``min_size`` whose checkpoints carry cosignatures,
+        oldest first."""
+        rows = self.query(
+            "SELECT DISTINCT size FROM tlog_cosignatures WHERE size >= ? ORDER BY size LIMIT ?",
+            (min_size, limit),
         )
         return [int(r[0]) for r in rows]
 
@@ -223,6 +306,19 @@ class TlogWrites(TlogReads):
             (new_size, checkpoint, created_at),
         )
         return True
+
+    def tlog_reject(
+        self, rejected: Sequence[tuple[QueuedLeaf, str, int | None]], now: float
+    ) -> None:
+        """Move queued leaves the sequencer refuses (each with its reason and the index of its
+        job's logged leaf) from the queue to ``tlog_rejected``."""
+        for q, reason, first in rejected:
+            self.execute(
+                "INSERT INTO tlog_rejected (seq, job_id, leaf, queued_at, rejected_at, reason, "
+                "first_index) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (q.seq, q.job_id, q.leaf, q.queued_at, now, reason, first),
+            )
+            self.execute("DELETE FROM tlog_queue WHERE seq = ?", (q.seq,))
 
     def tlog_store_checkpoint(self, size: int, note: str, created_at: str) -> None:
         self.execute(

@@ -19,7 +19,7 @@ from affidavit.core.errors import UnreadableEventError
 if TYPE_CHECKING:
     from affidavit.core.merkle import Node
     from affidavit.core.seal import PublicKey, Seal
-    from affidavit.store._tlog import LogLeaf, QueuedLeaf, TlogState
+    from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf, TlogState
     from affidavit.store.migrations import Migration
 
 T = TypeVar("T")
@@ -314,6 +314,14 @@ class TlogReader(Protocol):
 
     def tlog_leaf_of(self, job_id: str) -> LogLeaf | None: ...
 
+    def tlog_leaves_of(self, job_id: str, limit: int) -> list[LogLeaf]: ...
+
+    def tlog_first_indices(self, job_ids: Iterable[str]) -> dict[str, int]: ...
+
+    def tlog_rejected(self, limit: int) -> list[RejectedLeaf]: ...
+
+    def tlog_first_cosigned_sizes(self, min_size: int, limit: int) -> list[int]: ...
+
     def tlog_leaves(self, start: int, end: int) -> list[LogLeaf]: ...
 
     def tlog_queued_for(self, job_id: str) -> bool: ...
@@ -349,6 +357,10 @@ class TlogWriter(TlogReader, Protocol):
         now: float,
         created_at: str,
     ) -> bool: ...
+
+    def tlog_reject(
+        self, rejected: Sequence[tuple[QueuedLeaf, str, int | None]], now: float
+    ) -> None: ...
 
     def tlog_store_checkpoint(self, size: int, note: str, created_at: str) -> None: ...
 

@@ -1051,7 +1051,7 @@ class PostgresStore(SqlStore):
                 f"SET LOCAL idle_in_transaction_session_timeout = 0; {IN_KEY_ORDER}"
             )
             snap = PostgresSnapshot(conn)
-            snap.seal_select = self.seal_select
+            snap.seal_select, snap.tlog_tables = self.seal_select, self.tlog_tables
             try:
                 yield snap
             finally:

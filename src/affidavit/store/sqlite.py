@@ -674,7 +674,7 @@ class SqliteStore(SqlStore):
                 conn.execute("PRAGMA query_only = 1")
             conn.execute("BEGIN")
             snap = SqliteSnapshot(conn, self.log_sql, lenient_text)
-            snap.seal_select = self.seal_select
+            snap.seal_select, snap.tlog_tables = self.seal_select, self.tlog_tables
             yield snap
         except READ_ERRORS as exc:
             raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc

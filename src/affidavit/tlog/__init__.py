@@ -14,6 +14,7 @@ from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from affidavit.tlog._audit import AuditInterrupted, EntriesMismatch, Finding, leaf_job_id
+    from affidavit.tlog._cosigned import Cosigned, earliest_cosigned, earliest_in_store
     from affidavit.tlog._disclose import (
         DISCLOSURE_TYPE,
         MAX_DISCLOSURE_BYTES,
@@ -24,6 +25,13 @@ if TYPE_CHECKING:
         disclose,
         encode_disclosure,
         verify_disclosure,
+    )
+    from affidavit.tlog._entries import (
+        EntriesError,
+        EntrySource,
+        HttpEntries,
+        StoreEntries,
+        first_of_record,
     )
     from affidavit.tlog._fetch import LogClient, LogReadError
     from affidavit.tlog._index import AuditStateError, JobIndex
@@ -64,6 +72,14 @@ _LAZY = {
     "disclose": "affidavit.tlog._disclose",
     "encode_disclosure": "affidavit.tlog._disclose",
     "verify_disclosure": "affidavit.tlog._disclose",
+    "Cosigned": "affidavit.tlog._cosigned",
+    "earliest_cosigned": "affidavit.tlog._cosigned",
+    "earliest_in_store": "affidavit.tlog._cosigned",
+    "EntriesError": "affidavit.tlog._entries",
+    "EntrySource": "affidavit.tlog._entries",
+    "HttpEntries": "affidavit.tlog._entries",
+    "StoreEntries": "affidavit.tlog._entries",
+    "first_of_record": "affidavit.tlog._entries",
     "LOG_KEY_ENV": "affidavit.tlog._keys",
     "LOG_ORIGIN_ENV": "affidavit.tlog._keys",
     "LogKey": "affidavit.tlog._keys",
@@ -108,11 +124,15 @@ __all__ = [
     "MONITOR_PROBLEMS",
     "AuditInterrupted",
     "AuditStateError",
+    "Cosigned",
     "DisclosureCheck",
     "DuplicateJob",
+    "EntriesError",
     "EntriesMismatch",
+    "EntrySource",
     "Finding",
     "ForkDetected",
+    "HttpEntries",
     "Integrated",
     "JobIndex",
     "LogClient",
@@ -127,6 +147,7 @@ __all__ = [
     "Sequencer",
     "StepNotFound",
     "StepResult",
+    "StoreEntries",
     "TilePath",
     "TransparencyLog",
     "Witness",
@@ -136,7 +157,10 @@ __all__ = [
     "configured_origin",
     "default_log_key_path",
     "disclose",
+    "earliest_cosigned",
+    "earliest_in_store",
     "encode_disclosure",
+    "first_of_record",
     "leaf_job_id",
     "parse_leaf",
     "parse_tile_path",

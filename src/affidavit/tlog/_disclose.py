@@ -39,6 +39,7 @@ from affidavit.core.merkle import MemoryTree, ProofError, leaf_hash, verify_incl
 from affidavit.core.note import Verifier
 from affidavit.core.seal import Seal, check_signature, key_id_for, log_leaf
 from affidavit.store import Store, StoredEvent
+from affidavit.tlog._entries import EntrySource, HttpEntries
 from affidavit.tlog._log import LogError, TransparencyLog
 from affidavit.tlog._verify import check_proof
 
@@ -240,15 +241,21 @@ def verify_disclosure(
     log_key: Verifier | None = None,
     witnesses: Sequence[Verifier] = (),
     min_witnesses: int | None = None,
+    log_url: str | None = None,
 ) -> DisclosureCheck:
     """Verify a disclosure file offline against the seal verifier keys (raw 32-byte Ed25519
     public keys) and, with ``log_key``, its transparency-log proof (and the witnesses'
-    cosignatures). Never raises for a bad file: the result names the first failure."""
+    cosignatures; with ``log_url``, that its leaf is the job's first in the checkpointed tree).
+    Never raises for a bad file: the result names the first failure."""
     result = DisclosureCheck()
+    entries = HttpEntries(log_url) if log_url and log_key is not None else None
     try:
-        _verify(data, list(seal_keys), log_key, witnesses, min_witnesses, result)
+        _verify(data, list(seal_keys), (log_key, entries), witnesses, min_witnesses, result)
     except _Bad as exc:
         result.error = str(exc)
+    finally:
+        if entries is not None:
+            entries.close()
     return result
 
 
@@ -259,11 +266,12 @@ class _Bad(Exception):
 def _verify(
     data: bytes,
     seal_keys: list[bytes],
-    log_key: Verifier | None,
+    log: tuple[Verifier | None, EntrySource | None],
     witnesses: Sequence[Verifier],
     min_witnesses: int | None,
     result: DisclosureCheck,
 ) -> None:
+    log_key, entries = log
     if len(data) > MAX_DISCLOSURE_BYTES:
         raise _Bad(f"the file is larger than {MAX_DISCLOSURE_BYTES} bytes")
     try:
@@ -305,8 +313,9 @@ def _verify(
     if proof is None:
         raise _Bad("the file holds no transparency-log proof, and --log-key asks for one")
     check = check_proof(
-        proof, log_key, witnesses, min_witnesses=min_witnesses, expected_leaf=log_leaf(seal)
-    )
+        proof, log_key, witnesses, min_witnesses=min_witnesses, expected_leaf=log_leaf(seal),
+        entries=entries,
+    )  # fmt: skip
     if not check.ok:
         raise _Bad(f"transparency log: {check.errors[0]}")
     result.log = {
@@ -316,6 +325,11 @@ def _verify(
         "tree_size": check.tree_size,
         "index": check.index,
         "witnesses": check.witnesses,
+        "first_for_job": check.first_for_job,
+        "first_checked": check.first_checked,
+        "earliest_cosigned": (
+            check.earliest_cosigned.to_dict() if check.earliest_cosigned is not None else None
+        ),
     }
 
 

@@ -8,6 +8,13 @@ nodes from the old tree's frontier, write leaves and nodes, sign and store the c
 the new size, delete the integrated queue rows. The write is fenced on the lease owner and the
 old size, so two sequencers can never both extend one tree. A crash anywhere loses nothing:
 until the batch commits its leaves stay queued.
+
+One leaf per record, first wins: a queued leaf whose job id (the leaf's ``job_id`` field,
+which must be the queue row's) the tree already holds, or an earlier leaf of the same batch
+holds, is not integrated. It is moved to ``tlog_rejected`` in the batch's transaction (as
+evidence: ``affidavit log rejected``), reported as a warning naming the job and in
+:attr:`Integrated.rejected`; the rest is integrated as usual. The store refuses such a leaf too
+(migration 13).
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from affidavit.core.checkpoint import Checkpoint
 from affidavit.core.errors import ConfigError, StoreError, StoreUnavailable
@@ -26,8 +34,9 @@ from affidavit.core.events import utc_now
 from affidavit.core.merkle import leaf_hash, new_nodes, root_from, root_nodes
 from affidavit.core.note import NoteSigner, sign_note
 from affidavit.runtime import crash_point
-from affidavit.store import Store
+from affidavit.store import QueuedLeaf, Store
 from affidavit.tlog._keys import LogKey, configured_origin
+from affidavit.tlog._leaves import record_id
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,8 @@ class Integrated:
     integrated: int
     size: int
     origin: str | None
+    # queued leaves refused: (job id, reason, index of the job's logged leaf or None)
+    rejected: tuple[tuple[str, str, int | None], ...] = field(default=())
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -55,7 +66,52 @@ class Integrated:
             "integrated": self.integrated,
             "size": self.size,
             "origin": self.origin,
+            "rejected": [
+                {"job_id": job, "reason": reason, "first_index": first}
+                for job, reason, first in self.rejected
+            ],
         }
+
+
+Refusal = tuple[QueuedLeaf, str, int | None]
+
+
+def screen(
+    batch: Sequence[QueuedLeaf], logged: dict[str, int], size: int
+) -> tuple[list[QueuedLeaf], list[Refusal]]:
+    """Split a queued batch into the leaves to integrate (at indices from ``size``) and those
+    refused: a leaf whose record id is in ``logged`` (record id → index of its first leaf) or
+    was taken by an earlier leaf of the batch (``duplicate``), or whose record id is missing,
+    is not the queue row's job id, or that an entry bundle cannot hold (``malformed``)."""
+    accepted: list[QueuedLeaf] = []
+    refused: list[Refusal] = []
+    seen = dict(logged)
+    for q in batch:
+        rid = record_id(q.leaf)
+        if rid is None or rid != q.job_id:
+            refused.append((q, "malformed", None))
+        elif rid in seen:
+            refused.append((q, "duplicate", seen[rid]))
+        else:
+            seen[rid] = size + len(accepted)
+            accepted.append(q)
+    return accepted, refused
+
+
+def _report(refused: Sequence[Refusal]) -> list[tuple[str, str, int | None]]:
+    """Warn of each refused leaf (once its batch committed), naming its job."""
+    for q, reason, first in refused:
+        if reason == "duplicate":
+            log.warning(
+                "sequencer: refused a second leaf for job %s (its leaf %s is logged; kept in "
+                "tlog_rejected as seq %s)", q.job_id, first, q.seq,
+            )  # fmt: skip
+        else:
+            log.warning(
+                "sequencer: refused a malformed leaf queued for job %s (kept in tlog_rejected "
+                "as seq %s)", q.job_id, q.seq,
+            )  # fmt: skip
+    return [(q.job_id, reason, first) for q, reason, first in refused]
 
 
 class Sequencer:
@@ -121,30 +177,40 @@ class Sequencer:
         signer = self.key.signer(origin)
         total = 0
         size = state.size
+        rejected: list[tuple[str, str, int | None]] = []
         try:
             while max_leaves is None or total < max_leaves:
                 limit = self.batch_size
                 if max_leaves is not None:
                     limit = min(limit, max_leaves - total)
                 try:
-                    done, size = self._batch(signer_origin=origin, signer=signer, limit=limit)
+                    done, size, refused = self._batch(
+                        signer_origin=origin, signer=signer, limit=limit
+                    )
                 except _LostLease:
                     log.warning("sequencer %s lost its lease mid-batch", self.owner)
                     break
                 total += done
-                if done == 0:
+                rejected.extend(_report(refused))
+                if done == 0 and not refused:
                     break
         finally:
             with self.store.transaction(durable=False) as tx:
                 tx.tlog_release_lease(self.owner)
-        return Integrated(False, total, size, origin)
+        return Integrated(False, total, size, origin, tuple(rejected))
 
-    def _batch(self, *, signer_origin: str, signer: NoteSigner, limit: int) -> tuple[int, int]:
+    def _batch(
+        self, *, signer_origin: str, signer: NoteSigner, limit: int
+    ) -> tuple[int, int, list[Refusal]]:
         with self.store.transaction(durable=True) as tx:
             state = tx.tlog_state()
             if state.lease_owner != self.owner:
                 raise _LostLease
-            batch = tx.tlog_queue_batch(limit)
+            queued = tx.tlog_queue_batch(limit)
+            logged = tx.tlog_first_indices(q.job_id for q in queued)
+            batch, refused = screen(queued, logged, state.size)
+            if refused:
+                tx.tlog_reject(refused, time.time())
             if not batch:
                 latest = tx.tlog_checkpoint()
                 if latest is None or latest[0] != state.size:
@@ -152,7 +218,7 @@ class Sequencer:
                     root = root_from(state.size, frontier)
                     note = sign_note(Checkpoint(signer_origin, state.size, root).text(), signer)
                     tx.tlog_store_checkpoint(state.size, note, utc_now())
-                return 0, state.size
+                return 0, state.size, refused
             frontier = tx.tlog_nodes(root_nodes(state.size))
             created = new_nodes(state.size, [leaf_hash(q.leaf) for q in batch], frontier)
             new_size = state.size + len(batch)
@@ -170,7 +236,7 @@ class Sequencer:
             )
             if not ok:
                 raise _LostLease
-            return len(batch), new_size
+            return len(batch), new_size, refused
 
     def run(self, stop: threading.Event, *, interval: float = DEFAULT_INTERVAL_S) -> None:
         """Integrate every ``interval`` seconds until ``stop`` is set (a background thread of

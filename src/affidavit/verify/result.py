@@ -57,14 +57,18 @@ class StoredChainCheck:
 
 @dataclass(frozen=True, slots=True)
 class SealCheck:
-    """The seal is present (required once the job is terminal), signed by a known key, and
-    covers exactly this log (its length and chain root)."""
+    """The seal is present (required once the job is terminal), signed by a known key, covers
+    exactly this log (its length and chain root), and — once logged — is the job's one leaf in
+    the transparency log (``codes`` names a failure there)."""
 
     present: bool
     ok: bool
     key_id: str | None = None
     event_count: int | None = None
     error: str = ""
+    # failures against the transparency log, by name: ``seal_superseded``, ``log_duplicate``
+    # (see affidavit.verify._logged)
+    codes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +77,7 @@ class SealCheck:
             "key_id": self.key_id,
             "event_count": self.event_count,
             "error": self.error,
+            "codes": list(self.codes),
         }
 
 

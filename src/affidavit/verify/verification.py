@@ -49,6 +49,7 @@ from affidavit.store import (
 )
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._fold import LogFold
+from affidavit.verify._logged import LEAVES_READ, with_log_check
 from affidavit.verify.result import (
     LedgerProof,
     ReplayProof,
@@ -126,8 +127,9 @@ def _verify_job(
         except ValueError as exc:  # a seal row edited outside the store: fails the seal check
             seal, seal_problem = None, str(exc)
         recorded = snap.keys_list()
+        leaves = [] if seal_problem else snap.tlog_leaves_of(job_id, LEAVES_READ)
     keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
-    return _assemble(
+    result = _assemble(
         fold,
         status=job["status"],
         row_errors=row_errors,
@@ -136,6 +138,7 @@ def _verify_job(
         seal_problem=seal_problem,
         job_row=job,
     )
+    return with_log_check(result, seal, leaves)
 
 
 def verify_orphans(
