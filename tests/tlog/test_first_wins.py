@@ -39,7 +39,6 @@ from affidavit.verify import verify_job
 from tests.cli.test_cli import cli, json_of
 from tests.tlog.helpers import drop_guards
 from tests.tlog.test_log_cli import _jobs
-from tests.tlog.test_witness import served  # noqa: F401  (the fixture)
 from tests.verify.helpers import RawDb
 
 ORIGIN = "test.example/log"
@@ -197,7 +196,7 @@ class Rewritten:
 @pytest.fixture
 def rewritten(
     store_url: str,
-    served: tuple[str, str],  # noqa: F811
+    served: tuple[str, str],
     tmp_path: Path,
 ) -> Iterator[Rewritten]:
     api, api_key = served
