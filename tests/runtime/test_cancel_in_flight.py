@@ -257,3 +257,50 @@ def test_cancel_wait_returns_once_the_job_has_ended(store_url: str, tmp_path: Pa
         assert doc["status"] == "cancelled" and doc["cancel"]["state"] == "requested"
         assert outcomes(rt.store, job.job_id) == ["success"]
         assert verify_job(rt.store, job.job_id).ok
+
+
+def _killed_in_flight(rt: Runtime, store_url: str, tmp_path: Path, plan: dict[str, Any]) -> str:
+    """A job whose worker process was SIGKILLed after its call acted; its lease has expired."""
+    job = rt.submit(plan, {})
+    proc = worker(store_url, lease=1.0)
+    wait_for("the call", (tmp_path / "started").exists, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    wait_for("the dead lease", lease_expired(rt.store, job.job_id), None)
+    return job.job_id
+
+
+def test_a_cancel_under_the_fail_policy_fails_the_job_with_the_call_unknown(
+    store_url: str, tmp_path: Path
+) -> None:
+    """No reconcile hook and `in_flight: fail`: the recovery the cancel triggers fails the job
+    loudly, the call closed as `unknown` (it did act), never as lost."""
+    with Runtime(store_url, tools=REGISTRY) as rt:
+        plan = two_steps("cancel_acts_then_hangs_nr", tmp_path, in_flight="fail")
+        job_id = _killed_in_flight(rt, store_url, tmp_path, plan)
+        assert rt.cancel(job_id).status == "failed"
+        assert len(effects(tmp_path)) == 1
+        assert outcomes(rt.store, job_id) == ["unknown"]
+        assert_log_sound(rt.store, job_id)
+        result = verify_job(rt.store, job_id)
+        assert result.ok and len(result.tool_invocation_ledger_proof.unknown_outcome_keys) == 1
+
+
+def test_a_requested_cancel_of_a_parked_job_ends_after_the_persons_decision(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Parked on the call (no reconcile hook) with a cancel requested: a person checks the world
+    and accepts the result; the job then ends cancelled with the call committed as that
+    result, and the step after it never runs."""
+    with Runtime(store_url, tools=REGISTRY) as rt:
+        job_id = _killed_in_flight(rt, store_url, tmp_path, two_steps("cancel_acts_then_hangs_nr",
+                                                                      tmp_path))  # fmt: skip
+        assert rt.cancel(job_id, reason="stop").status == "parked"  # resolved here: it parks
+        [effect] = effects(tmp_path)
+        rt.resume(job_id, "accept_result", result={"effect": effect["key"]}, by="ops")
+        assert rt.run_job(job_id).status == "cancelled"
+        assert len(effects(tmp_path)) == 1
+        assert outcomes(rt.store, job_id) == ["success"]
+        events = assert_log_sound(rt.store, job_id)
+        assert of_type(events, "job_cancelled")[0]["reason"] == "stop"
+        assert verify_job(rt.store, job_id).ok

@@ -133,15 +133,16 @@ def resume_job(
 ) -> JobRecord:
     """Resolve a parked job (FORMATS.md §3 closing rule). Parked on an in-flight invocation:
 
-    - ``retry``: the invocation is closed as ``lost`` and the tool may run again;
+    - ``retry``: the invocation is closed as ``lost`` (a person says it did not act) and the
+      tool may run again;
     - ``accept_result``: the invocation is closed as a success with ``result`` (the effect
       happened; a person checked) and the job continues;
-    - ``fail``: the invocation is closed as ``lost`` and the job fails.
+    - ``fail``: the invocation is closed as ``unknown`` and the job fails.
 
     ``retry`` and ``accept_result`` close only the invocation the job parked on; any other
     invocation a dead attempt left open is resolved by its own tool (reconcile hook or
     in-flight policy) when the job runs again. A job failed here (``fail``, whatever the
-    park) has every invocation still open closed as ``lost`` first.
+    park) has every invocation still open closed as ``unknown`` first.
 
     Parked by confirmation replay (``replay_verification``):
 
@@ -214,7 +215,7 @@ def resume_job(
             events += _close_parked(tx, job_id, replay, str(parked_key), decision, result, at)
         if decision == "fail":
             # the job ends: every other invocation still open is closed too (§3 closing rule)
-            ended = {"type": "lost", "message": "the job was failed by a person while this "
+            ended = {"type": "unknown", "message": "the job was failed by a person while this "
                      "invocation was open; the tool may or may not have acted"}  # fmt: skip
             events += _closing_events(tx, job_id, at, ended, skip=parked_key)
         events.append(
