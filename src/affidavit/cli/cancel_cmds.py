@@ -51,12 +51,11 @@ def cancel(
     with command(as_json), opened_for_job(db, job_id) as store:
         done = request_cancel(store, job_id, reason=reason, by=by or state_user(), force=force)
         job = done.job
+        if not as_json and (done.state == "requested" or done.abandoned):
+            output.err.print(done.message(), markup=False)  # (before a --wait)
         if wait and done.state == "requested":
-            output.err.print(done.message(), markup=False) if not as_json else None
             job = wait_for_job(store, job_id, timeout=timeout)
     if as_json:
         output.emit_json({**job_doc(job), "cancel": done.to_dict()})
         return
-    if not wait or done.state != "requested":
-        output.err.print(done.message(), markup=False)
     show_job(job)
