@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from affidavit import Runtime
+from affidavit.packs import export_pack, verify_pack
 from affidavit.runtime import job_trace
 from affidavit.store import Store
 from affidavit.verify import verify_job
@@ -209,6 +210,8 @@ def test_cancel_force_abandons_a_live_call_as_unknown(store_url: str, tmp_path: 
         assert_log_sound(rt.store, job.job_id)
         result = verify_job(rt.store, job.job_id)
         assert result.ok and len(result.tool_invocation_ledger_proof.unknown_outcome_keys) == 1
+        pack = export_pack(rt.store, job.job_id, tmp_path / "pack")  # and offline, as a pack
+        assert verify_pack(pack.pack_dir).verdict == "MATCH"
 
 
 def test_a_cancel_with_nothing_in_flight_cancels_at_once(store_url: str, tmp_path: Path) -> None:
