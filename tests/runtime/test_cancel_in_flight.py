@@ -187,12 +187,19 @@ def test_a_cancel_of_a_dead_workers_call_without_reconcile_parks_then_force_is_u
     assert report["tool_invocation_ledger_proof"]["unknown_outcome_keys"] == [key]
 
 
-def test_cancel_force_abandons_a_live_call_as_unknown(store_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", ["plan", "agent"])
+def test_cancel_force_abandons_a_live_call_as_unknown(
+    store_url: str, tmp_path: Path, shape: str
+) -> None:
     """`cancel --force` while the call runs: the job is cancelled at once and the call recorded
     as `unknown` — the effect then happens (the worker was inside the tool), and the record
-    never said it did not; the worker's late outcome is fenced off."""
+    never said it did not; the worker's late outcome is fenced off; the trace shows the step
+    as unknown and the pack verifies offline."""
     with Runtime(store_url, tools=REGISTRY) as rt:
-        job = rt.submit(two_steps("cancel_slow", tmp_path), {})
+        if shape == "agent":
+            job = rt.submit("cancel_agent", {"dir": str(tmp_path)})
+        else:
+            job = rt.submit(two_steps("cancel_slow", tmp_path), {})
         proc = worker(store_url)
         try:
             wait_for("the call", (tmp_path / "started").exists, proc)
@@ -204,12 +211,14 @@ def test_cancel_force_abandons_a_live_call_as_unknown(store_url: str, tmp_path: 
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-        assert [e["node"] for e in effects(tmp_path)] == ["first"]
+        assert len(effects(tmp_path)) == 1  # the abandoned call acted; nothing else ran
         assert outcomes(rt.store, job.job_id) == ["unknown"]
         assert "lost" not in outcomes(rt.store, job.job_id)
         assert_log_sound(rt.store, job.job_id)
         result = verify_job(rt.store, job.job_id)
         assert result.ok and len(result.tool_invocation_ledger_proof.unknown_outcome_keys) == 1
+        states = [n["state"] for n in job_trace(rt.store, job.job_id)["nodes"]]
+        assert states[0] == "unknown" and "side_effect_committed" not in states
         pack = export_pack(rt.store, job.job_id, tmp_path / "pack")  # and offline, as a pack
         assert verify_pack(pack.pack_dir).verdict == "MATCH"
 
