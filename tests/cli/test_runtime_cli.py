@@ -180,8 +180,9 @@ def test_worker_until_idle_names_a_dead_workers_lease_it_did_not_wait_for(
     quiet = cli("worker", "--tools", TOOLS, "--until-idle", "--db", store_url, "--json")
     assert json_of(quiet) == {"jobs_run": 0}
     assert "note" not in quiet.stderr
-    # a job no worker holds (pending, parked, finished) is no one's lease: no note
-    cli("cancel", job_id, "--db", store_url, "--json")
+    # a job no worker holds (pending, parked, finished) is no one's lease: no note (a plain
+    # cancel would only request it: the dead worker's call is in flight)
+    cli("cancel", job_id, "--force", "--db", store_url, "--json")
     after = cli("worker", "--tools", TOOLS, "--until-idle", "--db", store_url)
     assert after.returncode == 0 and "note" not in after.stderr, after.stderr
 

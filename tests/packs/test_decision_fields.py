@@ -13,7 +13,6 @@ import pytest
 
 from affidavit import Runtime, ToolRegistry
 from affidavit.core.canonical import canonical
-from affidavit.core.errors import ReplayError
 from affidavit.packs._export_steps import episode_of, step_records
 from affidavit.packs._log_traces import INVOCATION_OUTCOMES, log_traces
 from affidavit.runtime import agent_trace_of, is_agent_log, trace_of
@@ -49,13 +48,6 @@ def _exported_traces(job: Any, events: list[StoredEvent]) -> dict[str, bytes]:
     return step_records(episode, "ep_x", job, input_, log, times).traces
 
 
-# The plan trace is read through the runtime's replay, which refuses an outcome it does not
-# record yet; the packs' own reading of the log (and the agent trace) takes it already.
-PLAN_REPLAY_REFUSES_UNKNOWN = pytest.mark.xfail(
-    raises=ReplayError,
-    strict=False,
-    reason="runtime/_replay.py refuses the invocation outcome 'unknown' until it records one",
-)
 CASES = [
     pytest.param("approved", "plan", {"wait_completed"}, id="approved-plan"),
     pytest.param("approved", "agent", {"wait_completed"}, id="approved-agent"),
@@ -64,7 +56,6 @@ CASES = [
         "plan",
         {"job_cancelled", "unknown"},
         id="cancelled_running-plan",
-        marks=PLAN_REPLAY_REFUSES_UNKNOWN,
     ),
     pytest.param(
         "cancelled_running", "agent", {"job_cancelled", "unknown"}, id="cancelled_running-agent"

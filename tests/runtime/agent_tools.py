@@ -56,13 +56,14 @@ def decline(ctx: ToolContext) -> dict[str, Any]:
 
 @tool("ag_cancel_own_job")
 def cancel_own_job(ctx: ToolContext, db: str) -> dict[str, Any]:
-    """Cancels the job that calls it (a person cancelling it meanwhile): its record is fenced."""
+    """Cancels the job that calls it with --force (a person abandoning the call meanwhile): its
+    record is fenced."""
     from affidavit.runtime._decisions import cancel_job
     from affidavit.store import open_store
 
     store = open_store(db)
     try:
-        cancel_job(store, ctx.job_id, reason="cancelled while a tool ran", by="tester")
+        cancel_job(store, ctx.job_id, reason="cancelled while a tool ran", by="tester", force=True)
     finally:
         store.close()
     return {"cancelled": True}

@@ -153,7 +153,7 @@ def test_a_crash_looping_job_failed_by_a_person_closes_its_open_invocation(
         [closed] = [
             p for p in of_type(events, "tool_invocation_finished") if p["node_id"] == "poison"
         ]
-        assert closed["outcome"] == "lost"
+        assert closed["outcome"] == "unknown"  # it may have acted (it did): never lost
         assert verify_job(store, job_id).ok
     finally:
         store.close()

@@ -494,24 +494,42 @@ def park_in_flight(rt: Runtime, crash_at: Any, plan_dict: dict[str, Any]) -> str
 
 
 def test_cancel_job_parked_in_flight(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    """A job parked on an invocation in flight is not cancelled over it: the cancel is a
+    request, the park stands and nothing is closed; once a person resolves the park the job
+    ends cancelled without running anything. ``force`` abandons the call as ``unknown``."""
     rt = make_runtime(charge_tool(calls), double_tool(calls))
     job_id = park_in_flight(rt, crash_at, CHAIN)
     assert calls.log == []
     [row] = ledger_rows(rt.store, job_id)
     assert row.status == "started"
 
-    assert rt.cancel(job_id, by="ops").status == "cancelled"
+    assert rt.cancel(job_id, by="ops").status == "parked"
+    events = assert_log_sound(rt.store, job_id)
+    assert of_type(events, "tool_invocation_finished") == []
+    assert rt.resume(job_id, "retry", by="ops").status == "pending"  # a person: it never ran
+    assert rt.run_until_idle() == 1 and calls.log == []  # the retry does not start
+    assert rt.get_job(job_id).status == "cancelled"
+    events = assert_log_sound(rt.store, job_id)
+    [closed] = of_type(events, "tool_invocation_finished")
+    assert (closed["outcome"], closed["invocation_id"]) == ("lost", row.invocation_id)
+    assert of_type(events, "job_cancelled")[0]["by"] == "ops"
+
+
+def test_cancel_force_job_parked_in_flight(make_runtime: Any, calls: Calls, crash_at: Any) -> None:
+    rt = make_runtime(charge_tool(calls), double_tool(calls))
+    job_id = park_in_flight(rt, crash_at, CHAIN)
+    [row] = ledger_rows(rt.store, job_id)
+    assert rt.cancel(job_id, by="ops", force=True).status == "cancelled"
     events = assert_log_sound(rt.store, job_id)  # closing rule: the open invocation is closed
     [closed] = of_type(events, "tool_invocation_finished")
-    assert closed["outcome"] == "lost" and closed["catch_up"] is True
+    assert closed["outcome"] == "unknown" and closed["catch_up"] is True
     assert closed["invocation_id"] == row.invocation_id
     [row] = ledger_rows(rt.store, job_id)
     assert row.status == "failed"
     assert rt.run_until_idle() == 0 and calls.log == []
 
 
-def test_cancel_revokes_the_running_workers_lease(make_runtime: Any, calls: Calls) -> None:
-    """Cancel while a worker is inside a tool: the worker can commit nothing afterwards."""
+def _slow_job(make_runtime: Any, calls: Calls) -> tuple[Any, str, threading.Event, Any]:
     inside, release = threading.Event(), threading.Event()
 
     def slow(ctx: ToolContext) -> dict[str, Any]:
@@ -522,11 +540,38 @@ def test_cancel_revokes_the_running_workers_lease(make_runtime: Any, calls: Call
 
     rt = make_runtime(Tool("slow", slow, "tool"), lease_seconds=5)
     job_id = rt.submit(plan(node("s", "slow")), {}).job_id
+    return rt, job_id, inside, release
+
+
+def test_cancel_lets_the_running_call_finish(make_runtime: Any, calls: Calls) -> None:
+    """Cancel while a worker is inside a tool: the call finishes and is committed with its
+    result, then the job ends cancelled (not completed)."""
+    rt, job_id, inside, release = _slow_job(make_runtime, calls)
     result: list[str | None] = []
     t = threading.Thread(target=lambda: result.append(rt.worker.run_once(job_id)))
     t.start()
     assert inside.wait(10)
-    rt.cancel(job_id, by="ops")
+    assert rt.cancel(job_id, by="ops").status == "running"
+    release.set()
+    t.join(10)
+    assert result == ["cancelled"]
+    assert rt.get_job(job_id).status == "cancelled"
+    [row] = ledger_rows(rt.store, job_id)
+    assert (row.status, row.result) == ("committed", {"late": True})
+    events = assert_log_sound(rt.store, job_id)
+    assert [p["outcome"] for p in of_type(events, "tool_invocation_finished")] == ["success"]
+    assert events[-1].type == "job_cancelled"
+
+
+def test_cancel_force_revokes_the_running_workers_lease(make_runtime: Any, calls: Calls) -> None:
+    """Cancel --force while a worker is inside a tool: the worker can commit nothing
+    afterwards, and the call is recorded as unknown (it may have acted), never as lost."""
+    rt, job_id, inside, release = _slow_job(make_runtime, calls)
+    result: list[str | None] = []
+    t = threading.Thread(target=lambda: result.append(rt.worker.run_once(job_id)))
+    t.start()
+    assert inside.wait(10)
+    rt.cancel(job_id, by="ops", force=True)
     after_cancel = rt.store.list_events(job_id)
     release.set()
     t.join(10)
@@ -535,7 +580,8 @@ def test_cancel_revokes_the_running_workers_lease(make_runtime: Any, calls: Call
     assert rt.store.list_events(job_id) == after_cancel  # the stale T2 was fenced off
     [row] = ledger_rows(rt.store, job_id)
     assert row.status == "failed"
-    assert_log_sound(rt.store, job_id)
+    events = assert_log_sound(rt.store, job_id)
+    assert [p["outcome"] for p in of_type(events, "tool_invocation_finished")] == ["unknown"]
 
 
 # --- resume ---------------------------------------------------------------------------------
@@ -689,7 +735,7 @@ def test_a_park_ends_with_a_cancel(make_runtime: Any, calls: Calls, crash_at: An
     rt = make_runtime(charge_tool(calls), double_tool(calls))
     job_id = park_in_flight(rt, crash_at, CHAIN)
     first = park_version(rt, job_id)
-    assert rt.cancel(job_id).status == "cancelled"
+    assert rt.cancel(job_id, force=True).status == "cancelled"
     assert job_trace(rt.store, job_id)["parked"] is None
     replay = build_from_events(rt.store.list_events(job_id))
     assert (replay.status, replay.parked, replay.parked_version) == ("cancelled", None, None)

@@ -98,9 +98,33 @@ def undo_migration_13(url: str) -> None:
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 13")
 
 
+_UNDO_17_SQLITE = [
+    "DROP TRIGGER tool_invocations_cancel_insert",
+    "DROP TRIGGER tool_invocations_cancel_restart",
+    "DROP TRIGGER jobs_cancel_requested",
+]
+_UNDO_17_POSTGRES = [
+    "DROP TRIGGER tool_invocations_cancel_insert ON tool_invocations",
+    "DROP TRIGGER tool_invocations_cancel_restart ON tool_invocations",
+    "DROP TRIGGER jobs_cancel_requested ON jobs",
+    "DROP FUNCTION affidavit_cancel_requested()",
+]
+
+
+def undo_migration_17(url: str) -> None:
+    """Take the cancel requests (migration 17) out of the database at ``url``."""
+    raw = RawDb(url)
+    triggers = _UNDO_17_SQLITE if url.startswith("sqlite:///") else _UNDO_17_POSTGRES
+    for statement in (*triggers, "DROP TABLE cancel_requests"):
+        raw.execute(statement)
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 17")
+
+
 def undo_migration_12(url: str) -> None:
     """Turn the database at ``url`` back into a version-11 one: its seals as that release
-    signed them (v1: no events root), the two seal columns gone."""
+    signed them (v1: no events root), the two seal columns gone (the later migrations undone
+    first)."""
+    undo_migration_17(url)
     undo_migration_13(url)
     raw = RawDb(url)
     for (job_id,) in raw.rows("SELECT job_id FROM seals WHERE version = 2"):

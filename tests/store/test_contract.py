@@ -22,6 +22,7 @@ def test_the_public_names_of_the_store() -> None:
             "SUPPORTED_SCHEMES",
             "TERMINAL_STATUSES",
             "ApiKeyRow",
+            "CancelRequest",
             "Claimed",
             "ClockOffset",
             "Encoded",

@@ -19,6 +19,7 @@ from affidavit.api.deps import (
 )
 from affidavit.api.models import (
     Cancel,
+    CancelResult,
     ErrorBody,
     EventPage,
     Job,
@@ -33,9 +34,9 @@ from affidavit.api.models import (
 )
 from affidavit.packs import export_archive
 from affidavit.runtime import (
-    cancel_job,
     job_trace,
     registry,
+    request_cancel,
     resume_job,
     signal_job,
     submit_agent_job,
@@ -189,7 +190,7 @@ def trace(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     return job_trace(svc.store, job_id)
 
 
-@router.get("/{job_id}/verify", response_model=Verification)
+@router.get("/{job_id}/verify", response_model=Verification, response_model_exclude_unset=True)
 def verify(
     job_id: str,
     svc: ServiceDep,
@@ -271,11 +272,17 @@ def resume(job_id: str, body: Resume, svc: ServiceDep, caller: Admin) -> dict[st
     ).to_dict()
 
 
-@router.post("/{job_id}/cancel", response_model=Job, response_model_exclude_unset=True)
+@router.post("/{job_id}/cancel", response_model=CancelResult, response_model_exclude_unset=True)
 def cancel(
     job_id: str, svc: ServiceDep, caller: Admin, body: Cancel | None = None
 ) -> dict[str, Any]:
-    """Cancel a job that has not finished (admin)."""
+    """Cancel a job that has not finished (admin), without cutting off a tool call in flight:
+    with one, a cancel request is recorded (`cancel.state` is `requested`) and the job ends
+    cancelled once the call's outcome is recorded; `force` cancels now, recording the call as
+    `unknown`."""
     visible_job(svc.store, caller, job_id)
-    reason = body.reason if body is not None else None
-    return cancel_job(svc.store, job_id, reason=reason, by=caller.agent_id).to_dict()
+    body = body if body is not None else Cancel()
+    done = request_cancel(
+        svc.store, job_id, reason=body.reason, by=caller.agent_id, force=body.force
+    )
+    return {**done.job.to_dict(), "cancel": done.to_dict()}

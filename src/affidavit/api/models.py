@@ -55,7 +55,12 @@ class Resume(_Body):
 
 
 class Cancel(_Body):
-    reason: str | None = None
+    reason: str | None = Field(default=None, max_length=2000)
+    force: bool = Field(
+        default=False,
+        description="Cancel now even with a tool call in flight: the call is recorded as "
+        "`unknown` (the tool may or may not have acted), never as `lost`.",
+    )
 
 
 class Job(BaseModel):
@@ -79,6 +84,35 @@ class Job(BaseModel):
         description="Only when the stored output or error is not JSON (the job row was changed "
         "outside affidavit): each such field, read as null, with why. Absent for a sound job.",
     )
+
+
+class InFlightCall(BaseModel):
+    node_id: str
+    tool_name: str
+    idempotency_key: str
+    invocation_id: str
+
+
+class CancelOutcome(BaseModel):
+    state: Literal["cancelled", "requested"] = Field(
+        description="`cancelled`: the job ended now. `requested`: a tool call is in flight; it "
+        "finishes and its outcome is recorded, then the job ends cancelled."
+    )
+    waiting_on: Literal["in_flight", "recovery", "parked"] | None = Field(
+        description="With `requested`: a live worker finishes the call (`in_flight`), the next "
+        "worker resolves the call its dead worker left (`recovery`: reconcile hook or in-flight "
+        "policy), or a person resolves the park first (`parked`)."
+    )
+    request: dict[str, Any] | None
+    in_flight: list[InFlightCall]
+    abandoned: list[InFlightCall] = Field(
+        description="With `force`: the calls recorded as `unknown`."
+    )
+    message: str
+
+
+class CancelResult(Job):
+    cancel: CancelOutcome
 
 
 class SignalResult(Job):
@@ -173,6 +207,11 @@ class ErrorBody(BaseModel):
 class LedgerProof(BaseModel):
     ok: bool
     pending_idempotency_keys: list[str]
+    unknown_outcome_keys: list[str] | None = Field(
+        default=None,
+        description="Keys whose invocation was closed as `unknown` (the tool may or may not "
+        "have acted: a forced cancel, a job failed with the call in flight). Absent when none.",
+    )
 
 
 class ReplayProof(BaseModel):

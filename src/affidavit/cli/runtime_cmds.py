@@ -39,7 +39,6 @@ from affidavit.runtime import (
     InvalidStateError,
     Runtime,
     Worker,
-    cancel_job,
     check_agent_input,
     check_idempotency_key,
     check_input_references,
@@ -650,22 +649,6 @@ def graceful_stop(
             signals.signal(s, h)
 
 
-def cancel(
-    job_id: Annotated[str, typer.Argument(help="The job id.")],
-    reason: Annotated[str | None, typer.Option(help="Recorded in job_cancelled.")] = None,
-    by: Annotated[str | None, typer.Option(help="Who cancels (recorded).")] = None,
-    db: DbOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Cancel a job that has not finished; open invocations are closed as lost.
-
-    Exit codes: 0 cancelled; 2 no such job; 3 already finished or store error.
-    """
-    with command(as_json), opened_for_job(db, job_id) as store:
-        job = cancel_job(store, job_id, reason=reason, by=by or state_user())
-    emit_job(job, as_json)
-
-
 def resume(
     job_id: Annotated[str, typer.Argument(help="The job id.")],
     decision: Annotated[
@@ -767,4 +750,6 @@ def register(app: typer.Typer) -> None:
     app.command("worker")(worker)
     app.command("signal")(signal)
     app.command("resume")(resume)
+    from affidavit.cli.cancel_cmds import cancel
+
     app.command("cancel")(cancel)

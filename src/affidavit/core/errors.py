@@ -193,6 +193,20 @@ class IdempotencyConflict(AffidavitError):
     )
 
 
+class CancelRequestedError(StoreError):
+    """A write that would start something new in a job a person asked to cancel: a new tool
+    invocation, a wait or the job's completion. The transaction wrote nothing; the run ends the
+    job as cancelled instead (see :mod:`affidavit.runtime._cancel`)."""
+
+    code = "cancel_requested"
+    http_status = 409
+    default_hint = "The job was asked to cancel: it ends cancelled at this step boundary."
+
+    def __init__(self, message: str, *, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
 class FencedError(StoreError):
     """A write came from an attempt that no longer holds the job's lease."""
 

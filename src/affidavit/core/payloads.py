@@ -85,7 +85,7 @@ class ToolInvocationStarted(_StepPayload):
 class ToolInvocationFinished(_StepPayload):
     invocation_id: str
     idempotency_key: str
-    outcome: Literal["success", "failure", "timeout", "lost"]
+    outcome: Literal["success", "failure", "timeout", "lost", "unknown"]
     result: Any = None
     error: Any = None
     catch_up: bool

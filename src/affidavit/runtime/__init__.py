@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from affidavit.runtime._agent import Agent, AgentContext, agent
     from affidavit.runtime._agent_trace import AgentOutcome, agent_trace_of, is_agent_log
     from affidavit.runtime._args import check_input_references
+    from affidavit.runtime._cancel import CancelResult, request_cancel
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._crash import crash_point
     from affidavit.runtime._decision_context import decision_context
@@ -75,6 +76,8 @@ _LAZY = {
     "Confirmation": "affidavit.runtime._confirm",
     "ConfirmationContext": "affidavit.runtime._confirm",
     "ResourceVerifier": "affidavit.runtime._confirm",
+    "CancelResult": "affidavit.runtime._cancel",
+    "request_cancel": "affidavit.runtime._cancel",
     "crash_point": "affidavit.runtime._crash",
     "decision_context": "affidavit.runtime._decision_context",
     "InvalidStateError": "affidavit.runtime._decisions",
@@ -136,6 +139,7 @@ __all__ = [
     "Agent",
     "AgentContext",
     "AgentOutcome",
+    "CancelResult",
     "CompensatableError",
     "Confirmation",
     "ConfirmationContext",
@@ -177,6 +181,7 @@ __all__ = [
     "record_file",
     "register_verifier",
     "registry",
+    "request_cancel",
     "resolve_agent",
     "resume_job",
     "signal_job",

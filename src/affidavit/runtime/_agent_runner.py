@@ -31,9 +31,10 @@ from affidavit.core.agent_steps import (
     call_signature,
 )
 from affidavit.core.canonical import canonical
-from affidavit.core.errors import AffidavitError, FencedError, StoreError
+from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
 from affidavit.runtime import _crash as crash
 from affidavit.runtime._agent import Agent, AgentContext
+from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._recovery import Recovery
 from affidavit.runtime._replay import ReplayContext
 from affidavit.runtime._run_base import Claim, Item, StepFailed, Stop, error_dict, log
@@ -104,6 +105,8 @@ def run_agent_job(
         return run.execute()
     except FencedError:
         return "lost"
+    except CancelRequestedError:  # the store started nothing new: the job ends cancelled
+        return end_cancelled(parts.journal)
     except Stop as stop:
         return stop.status
 
@@ -229,7 +232,7 @@ class AgentRun:
             self.journal.fail_job(cause.node_id, cause.error)
             return "failed"
         if isinstance(cause, StoreError):  # the run ends as a plan run's would: with the error
-            raise cause
+            raise cause  # (a cancel request's refusal included: see run_agent_job)
         return cause.status
 
     def _end(self, exc: Stop | StepFailed | StoreError) -> AgentInterrupt:

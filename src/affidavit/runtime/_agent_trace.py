@@ -55,6 +55,7 @@ class _Steps:
         self.open_keys: dict[str, str] = {}  # key -> node, invocations open
         self.open_waits: dict[str, str] = {}  # correlation key -> node, waits not answered
         self.signalled: set[str] = set()  # steps whose wait was answered
+        self.unknown: set[str] = set()  # steps whose last call was closed as `unknown`
         self.parked: dict[str, Any] | None = None
         self.warnings: list[dict[str, Any]] = []
         self.agent: dict[str, Any] = {}
@@ -110,7 +111,9 @@ class _Steps:
             self.open_keys[str(p.get("idempotency_key"))] = self.step(p, e.version)["id"]
         elif kind == "tool_invocation_finished":
             key = str(p.get("idempotency_key"))
-            self.open_keys.pop(key, None)
+            node_id = self.open_keys.pop(key, None)
+            if node_id is not None and p.get("outcome") == "unknown":
+                self.unknown.add(node_id)  # (it may or may not have acted)
             if p.get("outcome") == "success":
                 self.results[key] = p.get("result")
         elif kind == "command_committed":
@@ -199,6 +202,8 @@ def agent_trace_of(
             state = "in_flight"
         elif node_id in waiting and job.status == "waiting":
             state = "waiting"
+        elif node_id in steps.unknown:
+            state = "unknown"
         elif finished is not None:
             state = "failed"
         elif job.terminal:

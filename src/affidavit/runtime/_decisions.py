@@ -133,15 +133,16 @@ def resume_job(
 ) -> JobRecord:
     """Resolve a parked job (FORMATS.md §3 closing rule). Parked on an in-flight invocation:
 
-    - ``retry``: the invocation is closed as ``lost`` and the tool may run again;
+    - ``retry``: the invocation is closed as ``lost`` (a person says it did not act) and the
+      tool may run again;
     - ``accept_result``: the invocation is closed as a success with ``result`` (the effect
       happened; a person checked) and the job continues;
-    - ``fail``: the invocation is closed as ``lost`` and the job fails.
+    - ``fail``: the invocation is closed as ``unknown`` and the job fails.
 
     ``retry`` and ``accept_result`` close only the invocation the job parked on; any other
     invocation a dead attempt left open is resolved by its own tool (reconcile hook or
     in-flight policy) when the job runs again. A job failed here (``fail``, whatever the
-    park) has every invocation still open closed as ``lost`` first.
+    park) has every invocation still open closed as ``unknown`` first.
 
     Parked by confirmation replay (``replay_verification``):
 
@@ -214,7 +215,7 @@ def resume_job(
             events += _close_parked(tx, job_id, replay, str(parked_key), decision, result, at)
         if decision == "fail":
             # the job ends: every other invocation still open is closed too (§3 closing rule)
-            ended = {"type": "lost", "message": "the job was failed by a person while this "
+            ended = {"type": "unknown", "message": "the job was failed by a person while this "
                      "invocation was open; the tool may or may not have acted"}  # fmt: skip
             events += _closing_events(tx, job_id, at, ended, skip=parked_key)
         events.append(
@@ -314,9 +315,11 @@ def _close_parked(
                 },
             ),
         ]
-    error = {"type": "lost", "message": f"resolved by a person: {decision}"}
+    # retry: a person says the effect did not happen (lost); fail says nothing of it (unknown)
+    outcome = "lost" if decision == "retry" else "unknown"
+    error = {"type": outcome, "message": f"resolved by a person: {decision}"}
     tx.ledger_finish(job_id, key, status="failed", error=error)
-    events = [NewEvent("tool_invocation_finished", {**closing, "outcome": "lost", "error": error})]
+    events = [NewEvent("tool_invocation_finished", {**closing, "outcome": outcome, "error": error})]
     if decision == "fail":
         events.append(
             NewEvent(
@@ -353,36 +356,23 @@ def cancel_job(
     reason: str | None = None,
     by: str | None = None,
     sealer: Sealer | None = None,
+    force: bool = False,
 ) -> JobRecord:
-    """Cancel a job that is not finished. Invocations still open are closed as ``lost``
-    (the tool may or may not have acted) and the lease is revoked, so a worker still
-    running the job can write nothing more. The cancelled job is sealed in the same
-    transaction, with ``sealer`` (default: the key file for this store).
+    """Cancel a job that is not finished, without cutting off a tool call in flight: a job
+    with no open invocation is cancelled (and sealed, with ``sealer``) at once and its lease
+    revoked; one with an open invocation gets a cancel request — the call finishes (or, its
+    worker dead, is resolved by the tool's reconcile hook or the in-flight policy) and its
+    outcome is recorded, then the job ends cancelled. ``force`` cancels at once, closing open
+    invocations as ``unknown``. The job as it is after the cancel (still ``running`` or
+    ``parked`` while a request waits); :func:`affidavit.runtime._cancel.cancel` says more.
 
     Raises:
         JobNotFound: no such job.
         InvalidStateError: the job already completed, failed or was cancelled.
     """
-    sealer = sealer if sealer is not None else Sealer.for_store(store)
-    found = store.get_job(job_id)  # an unknown job creates no key,
-    if found.terminal:  # nor does a refusal (checked again under the lock)
-        raise _finished(found)
-    sealer.key()  # load or create it before the transaction, not inside
-    with store.transaction(durable=True) as tx:
-        job = tx.get_job(job_id, for_update=True)  # the open invocations come from the ledger
-        if job is None:
-            raise JobNotFound(job_id)
-        if job.terminal:
-            raise _finished(job)
-        at = utc_now()
-        error = {"type": "cancelled", "message": "job cancelled while in flight"}
-        events = _closing_events(tx, job_id, at, error)
-        events.append(NewEvent("job_cancelled", {"at": at, "reason": reason, "by": by}))
-        tx.append(job_id, events, expected_version=job.version)
-        tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
-        cancelled = tx.update_job(job_id, status="cancelled")
-        sealer.seal_txn(tx, job_id)
-        return cancelled
+    from affidavit.runtime._cancel import request_cancel  # (it uses this module's refusals)
+
+    return request_cancel(store, job_id, reason=reason, by=by, force=force, sealer=sealer).job
 
 
 def _finished(job: JobRecord) -> InvalidStateError:

@@ -354,7 +354,7 @@ class Journal:
         :func:`~affidavit.runtime._run_base.open_closings`. ``keep``: a key the caller closes
         itself."""
         error = {
-            "type": "lost",
+            "type": "unknown",
             "message": "the job ended while this invocation was open; "
             "the tool may or may not have acted",
         }

@@ -210,7 +210,7 @@ class Recovery:
             **detail,
         }
         # as when a job fails on pickup for a recorded failure: what an open invocation did is
-        # recorded as committed first, the rest closed as lost with the job
+        # recorded as committed first, the rest closed as unknown with the job
         self.catch_up_open()
         self.journal.fail_job(first.node_id, error)
         raise Stop("failed")
@@ -220,7 +220,7 @@ class Recovery:
         confirmation mismatch in :meth:`confirm_recorded`): ask the reconcile hook of each tool
         whose invocation a dead attempt left open, and record every effect found as committed
         (a catch-up), so that what happened in the world is in the log as having happened. The
-        rest stays open and is closed as ``lost`` with the job; no tool is called."""
+        rest stays open and is closed as ``unknown`` with the job; no tool is called."""
         pending = self.replay.pending_tool_invocations
         if not pending:
             return

@@ -388,7 +388,7 @@ class ReplayContextBuilder:
             self._fail(
                 f"tool_invocation_finished for invocation {p['invocation_id']}, which is not open"
             )
-        if p["outcome"] not in ("success", "failure", "timeout", "lost"):
+        if p["outcome"] not in ("success", "failure", "timeout", "lost", "unknown"):
             self._fail(f"unknown invocation outcome {p['outcome']!r}")
         inv.finished.append(p)
 

@@ -233,9 +233,10 @@ def open_closings(
     tx: Transaction, job_id: str, error: dict[str, Any], *, skip: str | None = None
 ) -> list[Item]:
     """The events that close every invocation still open in the ledger (begun, never
-    finished) — ``tool_invocation_finished`` as ``lost``, ``catch_up`` (the tool may or may not
-    have acted) — for a transaction that ends the job, so that it ends with no key pending
-    (FORMATS.md §3). Reads only. ``skip``: a key the caller closes itself."""
+    finished) — ``tool_invocation_finished`` as ``unknown``, ``catch_up`` (the tool may or may
+    not have acted; never ``lost``, which says the effect did not happen) — for a transaction
+    that ends the job, so that it ends with no key pending (FORMATS.md §3). Reads only.
+    ``skip``: a key the caller closes itself."""
     return [
         (
             "tool_invocation_finished",
@@ -244,7 +245,7 @@ def open_closings(
                 "step_id": row.step_id,
                 "invocation_id": row.invocation_id,
                 "idempotency_key": row.idempotency_key,
-                "outcome": "lost",
+                "outcome": "unknown",
                 "catch_up": True,
                 "error": error,
             },

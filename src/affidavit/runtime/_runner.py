@@ -16,10 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from affidavit.core.canonical import canonical
-from affidavit.core.errors import AffidavitError, FencedError, StoreUnavailable
+from affidavit.core.errors import (
+    AffidavitError,
+    CancelRequestedError,
+    FencedError,
+    StoreUnavailable,
+)
 from affidavit.core.plan import Node, Plan
 from affidavit.runtime import _crash as crash
 from affidavit.runtime._args import resolve
+from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._journal import Journal, RunControl
 from affidavit.runtime._lease import Lease
 from affidavit.runtime._metrics import RuntimeMetrics
@@ -135,6 +141,8 @@ class JobRunner:
             return run.execute()
         except FencedError:
             return "lost"
+        except CancelRequestedError:  # the store started nothing new: the job ends cancelled
+            return end_cancelled(parts.journal)
         except Stop as stop:
             return stop.status
 

@@ -12,10 +12,10 @@ from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
 from affidavit.core.signing import SigningKey
 from affidavit.runtime._agent import Agent
+from affidavit.runtime._cancel import request_cancel
 from affidavit.runtime._confirm import ResourceVerifier
 from affidavit.runtime._decisions import (
     InvalidStateError,
-    cancel_job,
     resume_job,
     signal_job,
 )
@@ -244,11 +244,40 @@ class Runtime:
         job, _ = signal_job(self.store, job_id, key, payload, by=by)
         return job
 
-    def cancel(self, job_id: str, *, reason: str | None = None, by: str | None = None) -> JobRecord:
-        """Cancel a job that is not finished; open invocations are closed as ``lost``. See
-        :func:`~affidavit.runtime._decisions.cancel_job`."""
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        reason: str | None = None,
+        by: str | None = None,
+        force: bool = False,
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> JobRecord:
+        """Cancel a job that is not finished without cutting off a tool call in flight (see
+        :mod:`affidavit.runtime._cancel`): a job with no open invocation is cancelled at once;
+        otherwise a cancel request is recorded, the call's real outcome is recorded when it is
+        known, and the job ends cancelled then. When the worker holding the job died with the
+        call in flight (its lease expired), this runtime resolves it at once if it has the
+        job's tools — the tool's ``reconcile`` hook, else the in-flight policy (a park, or
+        ``fail``) — as any recovery would. ``force``: cancel now, closing open invocations as
+        ``unknown`` (never ``lost``). ``wait``: return once the job has ended or parked, for
+        up to ``timeout`` seconds. The job as it is then.
+
+        Raises:
+            JobNotFound: no such job.
+            InvalidStateError: the job already completed, failed or was cancelled.
+            WaitTimeout: ``wait`` and the job still runs after ``timeout`` seconds.
+        """
         self._check_open()
-        return cancel_job(self.store, job_id, reason=reason, by=by, sealer=self.sealer)
+        done = request_cancel(
+            self.store, job_id, reason=reason, by=by, force=force, sealer=self.sealer
+        )
+        if done.waiting_on == "recovery":
+            self.worker.run_once(job_id)  # (a job this runtime lacks the tools of: handed back)
+        if wait and done.state == "requested":
+            return self.wait(job_id, timeout=timeout)
+        return self.store.get_job(job_id)
 
     def resume(
         self,

@@ -30,10 +30,11 @@ from typing import Any
 import orjson
 
 from affidavit.core.canonical import canonical, sha256_hex
-from affidavit.core.errors import LedgerRowExists
+from affidavit.core.errors import CancelRequestedError, LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
 from affidavit.runtime import _crash as crash
+from affidavit.runtime._cancel import found_nothing
 from affidavit.runtime._journal import Journal, RunControl
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._replay import ReplayContext
@@ -63,6 +64,8 @@ from affidavit.store import LedgerRow, Transaction
 _BACKOFF_SLICE = 0.1
 # the error of an approval answered with {"approved": false}
 NOT_APPROVED = {"type": "not_approved", "message": "approval was denied"}
+# the error of an invocation the tool's reconcile hook found no effect of
+NOT_FOUND = {"type": "lost", "message": "reconcile found no effect"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,7 +520,7 @@ class StepExecutor:
                                 "invocation_id": dead,
                                 "idempotency_key": key,
                                 "outcome": "lost",
-                                "error": {"type": "lost", "message": "reconcile found no effect"},
+                                "error": NOT_FOUND,
                                 "catch_up": True,
                             },
                         ),
@@ -525,7 +528,11 @@ class StepExecutor:
                     )
                     tx.ledger_restart(job_id, key, invocation_id=invocation, attempt_id=attempt_id)
 
-                self.journal.tx_retrying(True, restart)
+                try:
+                    self.journal.tx_retrying(True, restart)
+                except CancelRequestedError:  # no new try: the found-nothing is recorded alone
+                    found_nothing(self.journal, base, dead, key, NOT_FOUND)
+                    raise
                 return None
         policy = t.in_flight or self.policy.in_flight
         detail: dict[str, Any] = {
@@ -557,7 +564,7 @@ class StepExecutor:
                         **base,
                         "invocation_id": dead,
                         "idempotency_key": key,
-                        "outcome": "lost",
+                        "outcome": "unknown",  # (the tool may or may not have acted)
                         "error": error,
                         "catch_up": True,
                     },

@@ -7,6 +7,8 @@ A node's ``state`` is what the trace page colours it by:
 
 - ``pure`` / ``side_effect_committed`` / ``compensated``: finished with that outcome;
   ``approved`` / ``signalled``: an approval or wait node a person answered (its outcome `pure`);
+- ``unknown``: its tool call was closed with the outcome ``unknown`` (it may or may not have
+  acted: a forced cancel, a job failed with the call in flight);
 - ``in_flight``: a tool invocation started and never finished (a crash between T1 and T2);
 - ``waiting``: a wait or approval node the job waits on; ``parked``: the node the job is parked
   on (an in-flight invocation, a committed step the world no longer matches, the step a crash
@@ -45,6 +47,7 @@ NODE_STATE_KINDS: dict[str, str] = {
     "parked": "open",
     "running": "open",
     "failed": "failed",
+    "unknown": "failed",  # (its call may or may not have acted: no output to show as a result)
     "pending": "open",
     "skipped": "not_run",
 }
@@ -137,6 +140,11 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         if k in replay.completed_waits and w.get("wait_type") in _ANSWERED
     }
     completed = replay.completed_nodes
+    unknown = {  # tool nodes whose last invocation was closed as `unknown`
+        inv.node_id
+        for inv in replay.invocations.values()
+        if not inv.committed and inv.finished and inv.finished[-1]["outcome"] == "unknown"
+    }
     graph = replay.task_graph or {"nodes": []}
     nodes = []
     for raw in graph["nodes"]:
@@ -153,6 +161,8 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
             state = "in_flight"
         elif node_id in open_waits and job.status == "waiting":
             state = "waiting"
+        elif node_id in unknown:
+            state = "unknown"  # its call may or may not have acted (a forced cancel, say)
         elif finished is not None:
             state = "failed"
         elif job.terminal:

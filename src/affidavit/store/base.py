@@ -147,6 +147,20 @@ class LedgerRow:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """A person's request to cancel a job whose tool call was in flight (see
+    :mod:`affidavit.runtime._cancel`): who asked, when and why."""
+
+    job_id: str
+    requested_at: str
+    reason: str | None
+    by: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requested_at": self.requested_at, "reason": self.reason, "by": self.by}
+
+
+@dataclass(frozen=True, slots=True)
 class Claimed:
     """A job :meth:`Transaction.claim` took. ``recovered``: its lease had expired with an owner
     (the run before neither finished nor handed it back: killed, out of memory, exited inside
@@ -544,6 +558,21 @@ class Transaction(TlogWriter, Protocol):
         """Mark the row ``committed`` (with its result) or ``failed`` (with the error). A
         committed row is never changed again. ``result_jcs``: the result's canonical bytes,
         when the caller has them already."""
+        ...
+
+    # Cancel requests (see affidavit.store._cancels).
+
+    def cancel_request(self, job_id: str) -> CancelRequest | None:
+        """The cancel request in force for ``job_id``, if one was recorded."""
+        ...
+
+    def request_cancel(
+        self, job_id: str, *, at: str, reason: str | None, by: str | None
+    ) -> CancelRequest:
+        """Record a cancel request for ``job_id`` (its row locked by the caller, see
+        :meth:`get_job`): from then on the store refuses to start a new invocation of the job
+        (:class:`~affidavit.core.errors.CancelRequestedError`), to complete it or to make it
+        wait. The first request stays in force, and is returned, when there is one already."""
         ...
 
     def claim(

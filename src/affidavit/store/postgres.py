@@ -33,6 +33,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from affidavit.core.errors import (
     AffidavitError,
+    CancelRequestedError,
     ConfigError,
     JobNotFound,
     LedgerRowExists,
@@ -592,6 +593,14 @@ def guard_refusal(exc: psycopg.Error) -> AffidavitError | None:
     return head_moved(job_id, int(said["expected"]))
 
 
+def cancel_refusal(exc: psycopg.Error) -> CancelRequestedError | None:
+    """A write refused because the job has a cancel request (migration 17, AFJ05)."""
+    if exc.sqlstate != "AFJ05":
+        return None
+    job_id = str(json.loads(exc.diag.message_detail or "{}").get("job_id"))
+    return CancelRequestedError(f"job {job_id} was asked to cancel", job_id=job_id)
+
+
 def ledger_row_exists(exc: psycopg.Error) -> LedgerRowExists | None:
     """A ledger insert sent as presumed new (send_presumed_new) that met the key's row."""
     if not isinstance(exc, psycopg.errors.UniqueViolation):
@@ -1008,7 +1017,7 @@ class PostgresStore(SqlStore):
             finally:
                 self._pool.putconn(conn)
         except psycopg.Error as exc:
-            refused = guard_refusal(exc) or ledger_row_exists(exc)
+            refused = guard_refusal(exc) or ledger_row_exists(exc) or cancel_refusal(exc)
             if refused is not None:  # a write fenced off, or a log that moved: nothing written
                 raise refused from None
             raise self._failed("PostgreSQL write failed", exc) from exc

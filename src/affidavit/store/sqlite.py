@@ -35,9 +35,15 @@ from urllib.parse import quote
 import apsw
 
 from affidavit.core.chain import chain_next
-from affidavit.core.errors import JobNotFound, StoreError, StoreUnavailable
+from affidavit.core.errors import (
+    CancelRequestedError,
+    JobNotFound,
+    StoreError,
+    StoreUnavailable,
+)
 from affidavit.core.events import utc_now
 from affidavit.store import migrations
+from affidavit.store._cancels import CANCEL_REFUSAL
 from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
     BY_JOB_ID,
@@ -444,6 +450,8 @@ class _WriteTransaction:
                     exc = commit_error  # rolled back and reported as below
             if store._writer.in_transaction:
                 cursor.execute("ROLLBACK")
+            if isinstance(exc, apsw.ConstraintError) and CANCEL_REFUSAL in str(exc):
+                raise CancelRequestedError("the job was asked to cancel", job_id="") from None
             if isinstance(exc, READ_ERRORS):
                 raise store_error(f"SQLite write failed on {store.path!r}", exc) from exc
         finally:

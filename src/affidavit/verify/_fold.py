@@ -91,7 +91,7 @@ from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 # (the events of agent jobs, agent_started and step_called, are not folded here yet: a log
 # holding them is reported as an unknown event type)
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
-_OUTCOMES = frozenset({"success", "failure", "timeout", "lost"})
+_OUTCOMES = frozenset({"success", "failure", "timeout", "lost", "unknown"})
 _NOT_RUNNING = ("pending", "parked", "waiting")
 _sha256 = hashlib.sha256
 # ``" type "`` as it enters the chain hash, for every known type
@@ -230,6 +230,7 @@ class LogFold:
         # next, in the same transaction (the key itself rides along: the commit files the result
         # hash under that same string)
         self.success: dict[str, tuple[Any, Any, str, int]] = {}
+        self.unknown: dict[str, None] = {}  # keys last closed as `unknown` (may have acted)
         self.committed: dict[str, str] = {}  # key -> result_hash
         # tool nodes that failed as compensatable_failure, with no step_compensated since; and
         # those with a step_compensated, not finished as compensated yet
@@ -444,6 +445,8 @@ class LogFold:
                                 ):
                                     del open_invocations[invocation]
                                     del open_by_key[started_key]
+                                    if outcome == "unknown" or started_key in self.unknown:
+                                        self._unknown(started_key, outcome)
                                     if outcome == "success":
                                         success[started_key] = (
                                             invocation,
@@ -854,6 +857,7 @@ class LogFold:
         del self.open_invocations[invocation]
         if self.open_by_key.get(key) == invocation:
             del self.open_by_key[key]
+        self._unknown(key, p.get("outcome"))
         if p.get("outcome") == "success":
             self.success[key] = (invocation, p.get("result"), key, self._version)
 
@@ -1220,3 +1224,10 @@ class LogFold:
     @property
     def pending_keys(self) -> tuple[str, ...]:
         return tuple(self.open_by_key)
+
+    def _unknown(self, key: str, outcome: Any) -> None:
+        """Keep :attr:`unknown` (keys whose last close says the tool may or may not have acted)."""
+        if outcome == "unknown":
+            self.unknown[key] = None
+        else:
+            self.unknown.pop(key, None)

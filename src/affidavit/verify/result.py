@@ -20,9 +20,18 @@ class LedgerProof:
     ok: bool
     pending_idempotency_keys: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+    # keys closed with the outcome `unknown`: the tool may or may not have acted (a forced
+    # cancel, a job failed with the call in flight); never verified as done nor as not done
+    unknown_outcome_keys: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "pending_idempotency_keys": list(self.pending_idempotency_keys)}
+        doc: dict[str, Any] = {
+            "ok": self.ok,
+            "pending_idempotency_keys": list(self.pending_idempotency_keys),
+        }
+        if self.unknown_outcome_keys:
+            doc["unknown_outcome_keys"] = list(self.unknown_outcome_keys)
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +150,12 @@ class VerificationResult:
             )
         else:
             ledger_detail = "every started invocation closed once; ledger agrees with the log"
+        if ledger.ok and ledger.unknown_outcome_keys:
+            ledger_detail += (
+                f"; {len(ledger.unknown_outcome_keys)} invocation(s) of unknown outcome (the "
+                "tool may or may not have acted): "
+                + ", ".join(k[:16] + "…" for k in ledger.unknown_outcome_keys)
+            )
         chain = self.stored_chain
         seal = self.seal
         if seal.ok and seal.present:

@@ -430,7 +430,12 @@ def _assemble(
         ledger_errors.append(
             f"the job is {shown_status} but {len(pending)} invocation(s) were never closed"
         )
-    ledger_proof = LedgerProof(not ledger_errors, pending, tuple(map(_text, ledger_errors)))
+    ledger_proof = LedgerProof(
+        not ledger_errors,
+        pending,
+        tuple(map(_text, ledger_errors)),
+        tuple(map(_text, fold.unknown)),
+    )
     # (4) stored status against the log
     if status is not None and not _status_agrees(status, log_status):
         fold.violate("status", None, f"the job is {status} but its log says {log_status}")

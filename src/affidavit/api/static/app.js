@@ -8,12 +8,13 @@ const COLORS = {
   in_flight: "var(--in_flight)", waiting: "var(--waiting)", parked: "var(--parked)",
   running: "var(--running)", failed: "var(--failed)", pending: "var(--pending)",
   skipped: "var(--skipped)", approved: "var(--pure)", signalled: "var(--pure)",
+  unknown: "var(--in_flight)",
 };
 const LABELS = {
   pure: "pure", side_effect_committed: "side effect committed", compensated: "compensated",
   in_flight: "in flight", waiting: "waiting", parked: "parked", running: "running",
   failed: "failed", pending: "pending", skipped: "skipped", approved: "approved",
-  signalled: "signalled",
+  signalled: "signalled", unknown: "unknown outcome",
 };
 const SVG = "http://www.w3.org/2000/svg";
 
