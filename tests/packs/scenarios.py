@@ -303,7 +303,11 @@ SIGNS: dict[str, list[Callable[[list[Any]], bool]]] = {
     "compensated": [_has("step_compensated"), _has("node_finished", result_type="compensated")],
     "cancelled_pending": [_count(0, "node_started"), _has("job_cancelled")],
     "cancelled_waiting": [_has("job_waiting"), _has("job_cancelled")],
-    "cancelled_running": [_has("tool_invocation_finished", outcome="lost"), _has("job_cancelled")],
+    # (the call in flight at the cancel finishes and is recorded; then the job ends cancelled)
+    "cancelled_running": [
+        _has("tool_invocation_finished", outcome="success"),
+        _has("job_cancelled"),
+    ],
     "recovered": [_has("tool_invocation_finished", catch_up=True, outcome="success")],
     "recovered_pure": [_has("job_completed")],
     "recovered_finishing": [_has("job_completed")],
