@@ -1,6 +1,6 @@
 """A database as the release before migration 6 left it: its schema (migration 5) and its data.
 
-Made from a current database by undoing migrations 12, 11, 10, 9 (PostgreSQL's only), 8, 7 and 6
+Made from a current database by undoing migrations 15, 12, 11, 10, 9 (PostgreSQL's only), 8, 7 and 6
 in SQL, so that the data in it is what the runtime really writes; the tests then check what this
 version does with such a database (upgrade it, or read it read-only).
 """
@@ -84,10 +84,20 @@ _UNDO_12 = [
 ]
 
 
+# claim outcomes and trust-log seals (migration 15, both backends)
+_UNDO_15 = [
+    "DROP TABLE claim_outcomes",
+    "DROP TABLE trust_seals",
+    "DELETE FROM affidavit_schema_migrations WHERE version = 15",
+]
+
+
 def undo_migration_12(url: str) -> None:
-    """Turn the database at ``url`` back into a version-11 one: its seals as that release
-    signed them (v1: no events root), the two seal columns gone."""
+    """Turn the database at ``url`` back into a version-11 one (migration 15 undone first):
+    its seals as that release signed them (v1: no events root), the two seal columns gone."""
     raw = RawDb(url)
+    for statement in _UNDO_15:
+        raw.execute(statement)
     for (job_id,) in raw.rows("SELECT job_id FROM seals WHERE version = 2"):
         reseal_v1(url, job_id)
     for statement in _UNDO_12:

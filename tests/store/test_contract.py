@@ -22,6 +22,7 @@ def test_the_public_names_of_the_store() -> None:
             "SUPPORTED_SCHEMES",
             "TERMINAL_STATUSES",
             "ApiKeyRow",
+            "ClaimOutcome",
             "Claimed",
             "ClockOffset",
             "Encoded",
@@ -38,6 +39,7 @@ def test_the_public_names_of_the_store() -> None:
             "connect_raw",
             "open_store",
             "postgres_conninfo",
+            "trust_record_id",
             "unmatchable",
         ]
     )

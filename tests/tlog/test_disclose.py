@@ -335,7 +335,7 @@ def test_a_copy_made_before_migration_12_reads_every_seal_as_v1(store_url: str) 
         store.close()
     store = open_store(store_url)  # the upgrade keeps the v1 seal as it is
     try:
-        assert store.schema_version() == 12
+        assert store.schema_version() == 15
         assert verify_job(store, job_id).ok
     finally:
         store.close()

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from affidavit.core.errors import ConfigError, UnsupportedDatabaseURL
+from affidavit.store._trust import ClaimOutcome, trust_record_id
 from affidavit.store.base import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
@@ -36,6 +37,7 @@ __all__ = [
     "SUPPORTED_SCHEMES",
     "TERMINAL_STATUSES",
     "ApiKeyRow",
+    "ClaimOutcome",
     "Claimed",
     "ClockOffset",
     "Encoded",
@@ -52,6 +54,7 @@ __all__ = [
     "connect_raw",
     "open_store",
     "postgres_conninfo",
+    "trust_record_id",
     "unmatchable",
 ]
 

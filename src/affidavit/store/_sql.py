@@ -44,6 +44,7 @@ from affidavit.store._seals import (
     seal_from_row,
 )
 from affidavit.store._tlog import TlogWrites
+from affidavit.store._trust import TRUST_MIGRATION, TrustOps
 from affidavit.store.base import (
     JOB_STATUSES,
     Claimed,
@@ -304,7 +305,7 @@ def chain_events(
     return stored
 
 
-class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
+class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, TrustOps, ABC):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
     placeholders."""
@@ -647,6 +648,7 @@ class SqlStore(ApiKeyReads, ABC):
     backend: str
     log_sql = BY_JOB_ID
     seal_select = SEAL_SELECT  # (LEGACY_SEAL_SELECT on a copy made before migration 12)
+    trust_tables = True  # (False on a copy made before migration 15, read as it is)
 
     @abstractmethod
     def _reader(self) -> AbstractContextManager[Cursor]: ...
@@ -699,6 +701,8 @@ class SqlStore(ApiKeyReads, ABC):
         pending = migrations.pending(name, applied, known)  # (raises for a newer schema)
         if any(m.version == SEALS_V2_MIGRATION for m in pending):
             self.seal_select = LEGACY_SEAL_SELECT  # (seals have no version column yet)
+        if any(m.version == TRUST_MIGRATION for m in pending):
+            self.trust_tables = False  # (no outcome and no trust seal yet)
         if not all(m.older_schema_readable for m in pending):
             raise MigrationError(
                 f"the database schema is at version {max(applied)}, older than this "
