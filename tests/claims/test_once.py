@@ -91,3 +91,17 @@ def test_claims_given_whole_by_an_operator_each_count(team: ClaimService) -> Non
     for _ in range(2):
         assert team.verify_claim("alice", "custom", {}, "true", "vera").counted
     assert team.get_agent("alice").trust_score == pytest.approx(0.595)
+
+
+def test_concurrent_verifications_of_one_claim_count_once(team: ClaimService) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    made = team.make_claim("alice", "custom", {}, "true")
+    with ThreadPoolExecutor(6) as pool:
+        verdicts = list(
+            pool.map(lambda v: team.verify_made_claim(made.claim_id, v), ["vera", "vic"] * 3)
+        )
+    assert sorted(v.counted for v in verdicts) == [False] * 5 + [True]
+    agent = team.get_agent("alice")
+    assert (agent.trust_score, agent.verifications) == (0.55, 1)
+    assert team.check_trust_log("alice")["ok"]

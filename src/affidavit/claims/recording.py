@@ -12,11 +12,11 @@ from affidavit.claims.compare import ClaimRules, Judgement
 from affidavit.claims.model import Agent, ClaimType, ClaimVerdict
 from affidavit.claims.sandbox import RunResult, SandboxConfig
 from affidavit.claims.sealing import TrustSealer, append_sealed
-from affidavit.claims.trust import TrustPolicy, update
+from affidavit.claims.trust import TrustPolicy, TrustUpdate, update
 from affidavit.core.canonical import canonical, sha256_hex
 from affidavit.core.events import utc_now
 from affidavit.core.ids import uuid7
-from affidavit.store import Store
+from affidavit.store import Store, Transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,23 +82,7 @@ class Recorder:
             agent = records.get_agent(tx, record["agent_id"], lock=self.lock)
             assert agent is not None  # agents are never deleted
             counting = once.decide(tx, claim_id, verdict.verdict)
-            if counting.first is not None:
-                change = once.unmoved(agent.trust_score, rules.pattern_id, counting.first)
-            else:
-                pattern = (
-                    records.get_pattern(tx, rules.pattern_id)
-                    if rules.pattern_id is not None
-                    else None
-                )
-                change = update(
-                    self.trust,
-                    agent.trust_score,
-                    verdict.verdict,
-                    pattern_id=rules.pattern_id,
-                    pattern=pattern,
-                    claimant_id=agent.agent_id,
-                    namespace=agent.namespace,
-                )
+            change = self._change(tx, agent, rules, verdict, counting)
             records.insert_verification(
                 tx,
                 verification_id=verification_id,
@@ -131,23 +115,7 @@ class Recorder:
                 self.sealer,
                 agent.agent_id,
                 "claim_verified",
-                {
-                    "at": utc_now(),
-                    "verification_id": verification_id,
-                    "evidence_id": evidence_id,
-                    "claim_id": claim_id,
-                    "claim_type": record["claim_type"],
-                    "verdict": verdict.verdict,
-                    "decided_by": verdict.decided_by,
-                    "verifier_id": record["verifier_id"],
-                    "observation": change.observation,
-                    "alpha": self.trust.alpha,
-                    "score_before": change.before,
-                    "score_ewma": change.ewma,
-                    "pattern": change.propagation,
-                    "score_after": change.after,
-                    **counting.to_dict(),
-                },
+                self._entry(record, evidence_id, verdict, change, counting),
             )
         return ClaimVerdict(
             claim=dict(rules.content),
@@ -161,3 +129,54 @@ class Recorder:
             counted=counting.counted,
             disagrees=counting.disagrees,
         )
+
+    def _change(
+        self,
+        tx: Transaction,
+        agent: Agent,
+        rules: ClaimRules,
+        verdict: Judgement,
+        counting: once.Counting,
+    ) -> TrustUpdate:
+        """How the verdict moves the claimant's trust: not at all for a re-verification."""
+        if counting.first is not None:
+            return once.unmoved(agent.trust_score, rules.pattern_id, counting.first)
+        pattern = (
+            records.get_pattern(tx, rules.pattern_id) if rules.pattern_id is not None else None
+        )
+        return update(
+            self.trust,
+            agent.trust_score,
+            verdict.verdict,
+            pattern_id=rules.pattern_id,
+            pattern=pattern,
+            claimant_id=agent.agent_id,
+            namespace=agent.namespace,
+        )
+
+    def _entry(
+        self,
+        record: dict[str, Any],
+        evidence_id: str,
+        verdict: Judgement,
+        change: TrustUpdate,
+        counting: once.Counting,
+    ) -> dict[str, Any]:
+        """The payload of the verification's ``claim_verified`` trust-log entry."""
+        return {
+            "at": utc_now(),
+            "verification_id": record["verification_id"],
+            "evidence_id": evidence_id,
+            "claim_id": record.get("claim_id"),
+            "claim_type": record["claim_type"],
+            "verdict": verdict.verdict,
+            "decided_by": verdict.decided_by,
+            "verifier_id": record["verifier_id"],
+            "observation": change.observation,
+            "alpha": self.trust.alpha,
+            "score_before": change.before,
+            "score_ewma": change.ewma,
+            "pattern": change.propagation,
+            "score_after": change.after,
+            **counting.to_dict(),
+        }

@@ -210,6 +210,8 @@ class ClaimService:
 
         Raises:
             StoreError: the database failed (the command may have run; nothing is recorded).
+            SigningKeyError: the signing key cannot be read or created, so the trust-log entry
+                cannot be sealed (the command has run; nothing is recorded).
         """
         # (1)
         if verifier_id == agent_id:
