@@ -105,3 +105,23 @@ def test_concurrent_verifications_of_one_claim_count_once(team: ClaimService) ->
     agent = team.get_agent("alice")
     assert (agent.trust_score, agent.verifications) == (0.55, 1)
     assert team.check_trust_log("alice")["ok"]
+
+
+def test_a_signing_key_that_cannot_be_used_refuses_the_claim_before_it_runs(
+    team: ClaimService, project: Path, tmp_path: Path
+) -> None:
+    from affidavit.claims.sealing import TrustSealer
+    from affidavit.core.signing import SigningKeyError
+
+    marker = tmp_path / "ran"
+    (project / "mark.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    loose = tmp_path / "loose.key"
+    loose.write_text("not a key")
+    loose.chmod(0o644)  # readable by others: refused, as ssh refuses it
+    unsandboxed = make_service(team.store, project=project, isolation="none")
+    keyless = ClaimService(team.store, sandbox=unsandboxed.sandbox, sealer=TrustSealer(loose))
+    with pytest.raises(SigningKeyError):
+        keyless.verify_claim("alice", "custom", {}, "python mark.py", "vera")
+    assert not marker.exists()
+    assert team.get_verification_history("alice") == []
+    assert team.check_trust_log("alice")["ok"]

@@ -211,7 +211,7 @@ class ClaimService:
         Raises:
             StoreError: the database failed (the command may have run; nothing is recorded).
             SigningKeyError: the signing key cannot be read or created, so the trust-log entry
-                cannot be sealed (the command has run; nothing is recorded).
+                could not be sealed (checked before the command runs; nothing is recorded).
         """
         # (1)
         if verifier_id == agent_id:
@@ -248,6 +248,7 @@ class ClaimService:
         kinds.check(kind, rules, cmd.argv)
         if self.sandbox.isolation == "bwrap":
             require_bwrap()
+        self.sealer.key()  # (its entry is sealed: a key that cannot be used refuses it now)
         # (7), (8)
         run = run_command(cmd, self.sandbox, timeout_s=timeout_s)
         verdict = judge(rules, run)
