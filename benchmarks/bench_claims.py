@@ -132,7 +132,7 @@ def measure(url: str, runs: int) -> Timings:
             "sandbox": lambda: run_command(command, config),
             "unsandboxed": lambda: run_command(command, plain),
             "verify": lambda: svc.verify_claim(
-                "claimant", "test_result", {"return_code": 0}, "true", "verifier"
+                "claimant", "custom", {"return_code": 0}, "true", "verifier"
             ),
         }
         for _ in range(WARMUP):

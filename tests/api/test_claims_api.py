@@ -31,7 +31,7 @@ def agents(api: Api) -> ClaimService:
 def claim(agent_id: str = "worker-a", command: str = "true", **kw: Any) -> dict[str, Any]:
     return {
         "agent_id": agent_id,
-        "claim_type": "test_result",
+        "claim_type": "custom",
         "claim": {"return_code": 0},
         "command": command,
         **kw,
@@ -124,7 +124,7 @@ def test_agent_reads_per_namespace(api: Api, agents: ClaimService) -> None:
         trust = mine.get("/api/agents/worker-a/trust").json()
         assert trust["agent_id"] == "worker-a" and 0 <= trust["trust_score"] <= 1
         history = mine.get("/api/agents/worker-a/verifications", params={"limit": 1}).json()
-        assert len(history) == 1 and history[0]["claim_type"] == "test_result"
+        assert len(history) == 1 and history[0]["claim_type"] == "custom"
         stats = mine.get("/api/agents/worker-a/verification-stats").json()
         assert stats["total_verifications"] >= 1
         log = mine.get("/api/agents/worker-a/trust-history").json()
@@ -137,7 +137,7 @@ def test_metrics_count_claim_verdicts(api: Api, agents: ClaimService) -> None:
     with api.client("admin") as c:
         assert c.post("/api/claims/verify", json=claim(command="false")).status_code == 200
         text = c.get("/metrics").text
-    sample = 'affidavit_claim_verifications{claim_type="test_result",verdict="inaccurate"}'
+    sample = 'affidavit_claim_verifications{claim_type="custom",verdict="inaccurate"}'
     line = next(ln for ln in text.splitlines() if ln.startswith(sample))
     assert float(line.split()[-1]) >= 1
 
@@ -154,7 +154,7 @@ def test_an_agent_records_its_own_claim_and_another_verifies_it(
     with api.client(claimant) as c:
         made = c.post(
             "/api/claims",
-            json={"claim_type": "test_result", "claim": {"return_code": 0}, "command": "true"},
+            json={"claim_type": "custom", "claim": {"return_code": 0}, "command": "true"},
         )
         assert made.status_code == 201, made.text
         claim_id = made.json()["claim_id"]
@@ -202,3 +202,37 @@ def test_a_claim_with_a_refused_command_is_not_recorded(api: Api) -> None:
             json={"claim_type": "custom", "claim": {}, "command": "python -m timeit pass"},
         )
     assert r.status_code == 422 and "-m timeit" in r.json()["error"]["message"]
+
+
+def test_a_claim_moves_trust_once_and_the_api_shows_which_verification_counted(
+    api: Api, agents: ClaimService
+) -> None:
+    with api.client(make_key(api, "worker-a", "a")) as c:
+        made = c.post("/api/claims", json={"claim_type": "custom", "claim": {}, "command": "true"})
+        claim_id = made.json()["claim_id"]
+    before = agents.get_agent("worker-a")
+    with api.client("agent_a") as verifier:
+        verdicts = [verifier.post(f"/api/claims/{claim_id}/verify", json={}) for _ in range(4)]
+        assert [r.json()["counted"] for r in verdicts] == [True, False, False, False]
+        assert {r.json()["new_trust_score"] for r in verdicts[1:]} == {
+            verdicts[0].json()["new_trust_score"]
+        }
+        view = verifier.get(f"/api/claims/{claim_id}").json()
+    assert [v["counted"] for v in view["verifications"]] == [True, False, False, False]
+    assert view["disagreements"] == 0
+    after = agents.get_agent("worker-a")
+    assert after.verifications == before.verifications + 1
+
+
+def test_a_metric_claim_printed_by_echo_is_refused(api: Api) -> None:
+    with api.client(make_key(api, "worker-a", "a")) as c:
+        r = c.post(
+            "/api/claims",
+            json={
+                "claim_type": "performance_metric",
+                "claim": {"metrics": {"p95_ms": 50}},
+                "command": "echo '{\"p95_ms\": 50}'",
+            },
+        )
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "command_unfit_for_claim"

@@ -168,7 +168,7 @@ def test_readers_answer_a_row_edited_into_another_type_with_409(pack_api: Api) -
     svc = ClaimService(pack_api.store)
     svc.add_agent("api-alice", namespace="a", role="agent")
     svc.add_agent("api-vera", namespace="a", role="agent")
-    svc.verify_claim("api-alice", "test_result", {"return_code": 0}, "true", "api-vera")
+    svc.verify_claim("api-alice", "custom", {"return_code": 0}, "true", "api-vera")
     raw.execute("DROP TRIGGER trust_log_no_update")
     raw.execute("DROP TRIGGER claim_verifications_no_update")
     raw.execute("UPDATE trust_log SET payload = CAST(payload AS TEXT) WHERE agent_id = 'api-alice'")

@@ -24,8 +24,23 @@ from tests.claims.conftest import make_service, nothing_recorded
 
 
 def verdict(svc: ClaimService, claim: dict[str, Any], command: str) -> tuple[str, str]:
-    result = svc.verify_claim("alice", "test_result", claim, command, "vera")
+    result = svc.verify_claim("alice", "custom", claim, command, "vera")
     return result.verdict, result.decided_by
+
+
+# A project program that prints its arguments: a claim with metrics is never proven by `echo`
+# (affidavit.claims.kinds), so the rules for metrics are judged on this one's output.
+SAY = 'import sys\nprint(" ".join(sys.argv[1:]))\n'
+
+
+@pytest.fixture
+def said(store: Store, project: Path) -> ClaimService:
+    """A service whose project holds ``say.py``, with alice and vera."""
+    (project / "say.py").write_text(SAY)
+    svc = make_service(store, project=project)
+    svc.add_agent("alice", namespace="team")
+    svc.add_agent("vera", namespace="team")
+    return svc
 
 
 @pytest.mark.parametrize(
@@ -123,9 +138,11 @@ def verdict(svc: ClaimService, claim: dict[str, Any], command: str) -> tuple[str
     ],
 )
 def test_rules(
-    svc: ClaimService, claim: dict[str, Any], command: str, expected: tuple[str, str]
+    said: ClaimService, claim: dict[str, Any], command: str, expected: tuple[str, str]
 ) -> None:
-    assert verdict(svc, claim, command) == expected
+    if "metrics" in claim:
+        command = command.replace("echo ", "python say.py ", 1)
+    assert verdict(said, claim, command) == expected
 
 
 def test_exact_match_uses_the_last_line_when_stdout_is_not_one_json_value(
@@ -141,12 +158,12 @@ def test_exact_match_uses_the_last_line_when_stdout_is_not_one_json_value(
     )
 
 
-def test_result_carries_the_checks_and_the_actual_output(svc: ClaimService) -> None:
-    result = svc.verify_claim(
+def test_result_carries_the_checks_and_the_actual_output(said: ClaimService) -> None:
+    result = said.verify_claim(
         "alice",
         "performance_metric",
         {"metrics": {"rps": 100, "p95": 20}, "tolerance": 0.05},
-        'echo \'{"rps": 104, "p95": 30}\'',
+        'python say.py \'{"rps": 104, "p95": 30}\'',
         "vera",
     )
     assert not result.accurate
@@ -194,17 +211,18 @@ def test_unknown_claim_type_is_a_validation_error(svc: ClaimService) -> None:
     assert nothing_recorded(svc)
 
 
-def test_every_claim_type_is_accepted(svc: ClaimService) -> None:
-    for kind in (
-        "test_result",
-        "performance_metric",
-        "code_quality",
-        "security_finding",
-        "deployment_status",
-        "custom",
+def test_every_claim_type_is_accepted(said: ClaimService, project: Path) -> None:
+    (project / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    for kind, command in (
+        ("test_result", "pytest -q -p no:cacheprovider test_ok.py"),
+        ("performance_metric", "python say.py '{}'"),
+        ("code_quality", "true"),
+        ("security_finding", "true"),
+        ("deployment_status", "true"),
+        ("custom", "true"),
     ):
-        assert svc.verify_claim("alice", kind, {}, "true", "vera").accurate
-    stats = svc.get_verification_statistics("alice")
+        assert said.verify_claim("alice", kind, {}, command, "vera").accurate, kind
+    stats = said.get_verification_statistics("alice")
     assert stats["total_verifications"] == 6
     assert len(stats["by_claim_type"]) == 6
 

@@ -20,7 +20,7 @@ def test_concurrent_verifications_lose_no_update(store: Store) -> None:
 
     def one(i: int) -> float:
         command = "true" if i % 5 else "false"  # 40 accurate, 10 inaccurate
-        result = svc.verify_claim("alice", "test_result", {"return_code": 0}, command, "vera")
+        result = svc.verify_claim("alice", "custom", {"return_code": 0}, command, "vera")
         return result.new_trust_score
 
     with ThreadPoolExecutor(max_workers=N) as pool:

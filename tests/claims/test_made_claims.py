@@ -27,7 +27,7 @@ def team(svc: ClaimService) -> ClaimService:
 
 
 def test_made_then_verified_by_another_agent(team: ClaimService) -> None:
-    made = team.make_claim("alice", "test_result", {"output_contains": "ok"}, "echo ok")
+    made = team.make_claim("alice", "custom", {"output_contains": "ok"}, "echo ok")
     assert (made.agent_id, made.namespace, made.command) == ("alice", "team", "echo ok")
     assert team.get_claim(made.claim_id) == made
     assert nothing_recorded(team)  # recording a claim runs nothing and moves nothing

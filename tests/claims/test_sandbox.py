@@ -228,7 +228,7 @@ def test_timeout_kills_the_whole_process_group(store: Store, project: Path, spaw
     write(project, "forker.py", FORK_AND_SLEEP.format(child="pass", parent="time.sleep(120)"))
     svc, marker = service(store, project), _marker()
     result = svc.verify_claim(
-        "alice", "test_result", {"return_code": 0}, f"python forker.py {marker}", "vera",
+        "alice", "custom", {"return_code": 0}, f"python forker.py {marker}", "vera",
         timeout_s=3,
     )  # fmt: skip
     assert (result.verdict, result.decided_by) == ("error", "timeout")

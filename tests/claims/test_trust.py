@@ -22,7 +22,7 @@ def verify(svc: ClaimService, outcome: tuple[dict[str, int], str], **claim: str)
     # machine must not turn an accurate claim into a timeout, which moves no trust).
     timeout = 0.2 if outcome is ERROR else 30.0
     result = svc.verify_claim(
-        "alice", "test_result", {**content, **claim}, command, "vera", timeout_s=timeout
+        "alice", "custom", {**content, **claim}, command, "vera", timeout_s=timeout
     )
     return result.new_trust_score
 
@@ -64,7 +64,7 @@ def test_errors_do_not_move_trust_and_do_not_count_towards_reliability(
     stats = svc.get_verification_statistics("alice")
     assert stats["reliable"] is True
     assert stats["accuracy_rate"] == pytest.approx(0.8)
-    assert stats["by_claim_type"]["test_result"] == {
+    assert stats["by_claim_type"]["custom"] == {
         "total": 5,
         "accurate": 4,
         "inaccurate": 1,
@@ -105,7 +105,7 @@ def patterns(svc: ClaimService) -> ClaimService:
 
 def test_public_pattern_success_adds_the_documented_delta_once(patterns: ClaimService) -> None:
     result = patterns.verify_claim(
-        "alice", "test_result", {"return_code": 0, "pattern_id": "pub"}, "true", "vera"
+        "alice", "custom", {"return_code": 0, "pattern_id": "pub"}, "true", "vera"
     )
     assert result.new_trust_score == pytest.approx(0.57)  # 0.50 + 0.05 + 0.02
     assert result.propagation_result["propagated"] is True
@@ -117,7 +117,7 @@ def test_public_pattern_success_adds_the_documented_delta_once(patterns: ClaimSe
 
 def test_system_pattern_failure_subtracts_the_delta(patterns: ClaimService) -> None:
     result = patterns.verify_claim(
-        "alice", "test_result", {"return_code": 0, "pattern_id": "sys"}, "false", "vera"
+        "alice", "custom", {"return_code": 0, "pattern_id": "sys"}, "false", "vera"
     )
     assert result.new_trust_score == pytest.approx(0.43)  # 0.50 − 0.05 − 0.02
     pattern = patterns.get_pattern("sys")
@@ -137,7 +137,7 @@ def test_ineligible_patterns_are_not_applied_and_say_why(
     patterns: ClaimService, pattern_id: str, reason: str
 ) -> None:
     result = patterns.verify_claim(
-        "alice", "test_result", {"return_code": 0, "pattern_id": pattern_id}, "true", "vera"
+        "alice", "custom", {"return_code": 0, "pattern_id": pattern_id}, "true", "vera"
     )
     assert result.new_trust_score == pytest.approx(0.55)
     assert result.propagation_result["propagated"] is False
@@ -195,7 +195,7 @@ def test_trust_log_is_chained_and_matches_the_score(svc: ClaimService) -> None:
 
 
 def test_history_is_newest_first_and_filters_by_type(svc: ClaimService) -> None:
-    first = svc.verify_claim("alice", "test_result", {}, "true", "vera")
+    first = svc.verify_claim("alice", "custom", {}, "true", "vera")
     second = svc.verify_claim("alice", "code_quality", {}, "false", "vera")
     history = svc.get_verification_history("alice")
     assert [h["verification_id"] for h in history] == [
@@ -205,7 +205,7 @@ def test_history_is_newest_first_and_filters_by_type(svc: ClaimService) -> None:
     assert [h["verification_id"] for h in svc.get_verification_history("alice", limit=1)] == [
         second.verification_id
     ]
-    only = svc.get_verification_history("alice", claim_type="test_result")
+    only = svc.get_verification_history("alice", claim_type="custom")
     assert [h["verification_id"] for h in only] == [first.verification_id]
     record = only[0]
     assert record["evidence_id"] == first.evidence_id

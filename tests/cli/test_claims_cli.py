@@ -34,7 +34,7 @@ def verify(
         "--agent",
         "alice",
         "--type",
-        "test_result",
+        "custom",
         "--claim",
         claim,
         "--command",
@@ -200,3 +200,59 @@ def test_recorded_text_is_shown_as_recorded(store_url: str) -> None:
     assert stats.returncode == 0, stats.stderr
     recent = json_of(cli("claims", "stats", "alice", "--db", store_url, "--json"))
     assert recent["recent_verifications"][0]["verification_id"] in stats.stdout
+
+
+def test_a_claim_moves_trust_once_and_claims_show_flags_a_disagreement(
+    store_url: str, tmp_path: Path
+) -> None:
+    setup_agents(store_url)
+    cli("agents", "add", "vic", "--namespace", "team", "--db", store_url)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "check.py").write_text("raise SystemExit(0)\n")
+    made = cli(
+        "claims", "make", "--agent", "alice", "--type", "custom", "--claim",
+        '{"return_code": 0}', "--command", "python check.py", "--db", store_url, "--json",
+    )  # fmt: skip
+    claim_id = json_of(made)["claim_id"]
+
+    def verify_by(verifier: str):  # type: ignore[no-untyped-def]
+        return cli("claims", "verify", "--id", claim_id, "--verifier", verifier,
+                   "--project-dir", str(project), "--db", store_url, "--json")  # fmt: skip
+
+    first = verify_by("vera")
+    assert first.returncode == 0 and json_of(first)["counted"] is True
+    for _ in range(3):
+        again = json_of(verify_by("vic"))
+        assert again["counted"] is False and again["new_trust_score"] == 0.55
+    (project / "check.py").write_text("raise SystemExit(1)\n")
+    flipped = verify_by("vera")
+    assert flipped.returncode == 1 and json_of(flipped)["disagrees"] is True
+    shown = cli("claims", "show", claim_id, "--db", store_url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json_of(shown)
+    assert doc["disagreements"] == 1 and len(doc["verifications"]) == 5
+    assert [v["counted"] for v in doc["verifications"]] == [True, False, False, False, False]
+    human = cli("claims", "show", claim_id, "--db", store_url)
+    assert human.returncode == 0 and "DISAGREES" in human.stdout and "counted" in human.stdout
+    trust = cli("trust", "show", "alice", "--db", store_url)
+    assert trust.returncode == 0, trust.stdout  # flagged, not failed
+    assert "1 re-verification(s) judged a claim otherwise" in trust.stdout
+    doc = json_of(cli("trust", "show", "alice", "--db", store_url, "--json"))
+    assert doc["trust_score"] == 0.55 and doc["verifications"] == 1
+    assert [f["claim_id"] for f in doc["trust_log"]["disagreements"]] == [claim_id]
+    assert cli("claims", "show", "nope", "--db", store_url).returncode == 2
+
+
+def test_claim_types_constrain_their_commands_exit_5(store_url: str) -> None:
+    setup_agents(store_url)
+    echoed = verify(store_url, "--json", claim='{"metrics": {"p95_ms": 50}}',
+                    cmd="echo '{\"p95_ms\": 50}'")  # fmt: skip
+    assert echoed.returncode == 5, echoed.stdout
+    assert json_of(echoed)["error"]["code"] == "command_unfit_for_claim"
+    not_tests = cli(
+        "claims", "make", "--agent", "alice", "--type", "test_result", "--claim",
+        '{"return_code": 0}', "--command", "echo 5 passed", "--db", store_url,
+    )  # fmt: skip
+    assert not_tests.returncode == 5 and "must run a test runner" in not_tests.stderr
+    assert json_of(cli("claims", "history", "alice", "--db", store_url, "--json")) == []

@@ -26,7 +26,7 @@ def inaccurate_claim(url: str) -> str:
         svc = ClaimService(store)
         svc.add_agent("alice", namespace="team", role="agent")
         svc.add_agent("vera", namespace="team", role="agent")
-        result = svc.verify_claim("alice", "test_result", {"return_code": 0}, "false", "vera")
+        result = svc.verify_claim("alice", "custom", {"return_code": 0}, "false", "vera")
         assert result.verdict == "inaccurate"
         return result.verification_id
     finally:

@@ -121,7 +121,7 @@ def judged_agent(url: str) -> str:
         svc = ClaimService(store)
         svc.add_agent("alice", namespace="team", role="agent")
         svc.add_agent("vera", namespace="team", role="agent")
-        result = svc.verify_claim("alice", "test_result", {"return_code": 0}, "true", "vera")
+        result = svc.verify_claim("alice", "custom", {"return_code": 0}, "true", "vera")
         assert result.accurate
         return result.verification_id
     finally:

@@ -186,7 +186,7 @@ def _verifications(world: World) -> int:
         store.close()
 
 
-CLAIM = {"agent_id": "worker-a", "claim_type": "test_result", "claim": {"return_code": 0}}
+CLAIM = {"agent_id": "worker-a", "claim_type": "custom", "claim": {"return_code": 0}}
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

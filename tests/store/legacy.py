@@ -1,6 +1,6 @@
 """A database as the release before migration 6 left it: its schema (migration 5) and its data.
 
-Made from a current database by undoing migrations 12, 11, 10, 9 (PostgreSQL's only), 8, 7 and 6
+Made from a current database by undoing migrations 15, 12, 11, 10, 9 (PostgreSQL's only), 8, 7 and 6
 in SQL, so that the data in it is what the runtime really writes; the tests then check what this
 version does with such a database (upgrade it, or read it read-only).
 """
@@ -120,11 +120,21 @@ def undo_migration_17(url: str) -> None:
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 17")
 
 
+# claim outcomes and trust-log seals (migration 15, both backends)
+_UNDO_15 = [
+    "DROP TABLE claim_outcomes",
+    "DROP TABLE trust_seals",
+    "DELETE FROM affidavit_schema_migrations WHERE version = 15",
+]
+
+
 def undo_migration_12(url: str) -> None:
     """Turn the database at ``url`` back into a version-11 one: its seals as that release
     signed them (v1: no events root), the two seal columns gone (the later migrations undone
     first)."""
     undo_migration_17(url)
+    for statement in _UNDO_15:
+        RawDb(url).execute(statement)
     undo_migration_13(url)
     raw = RawDb(url)
     for (job_id,) in raw.rows("SELECT job_id FROM seals WHERE version = 2"):

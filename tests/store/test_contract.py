@@ -23,6 +23,7 @@ def test_the_public_names_of_the_store() -> None:
             "TERMINAL_STATUSES",
             "ApiKeyRow",
             "CancelRequest",
+            "ClaimOutcome",
             "Claimed",
             "ClockOffset",
             "Encoded",
@@ -42,6 +43,7 @@ def test_the_public_names_of_the_store() -> None:
             "connect_raw",
             "open_store",
             "postgres_conninfo",
+            "trust_record_id",
             "unmatchable",
         ]
     )

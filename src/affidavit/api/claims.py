@@ -43,6 +43,13 @@ class ClaimVerdict(BaseModel):
     evidence_id: str
     new_trust_score: float
     propagation: dict[str, Any]
+    counted: bool = Field(
+        description="This verification moved trust (a claim moves it once: false for a "
+        "re-verification and for an error)."
+    )
+    disagrees: bool = Field(
+        description="A re-verification judged otherwise than the verification that counted."
+    )
 
 
 class AgentTrust(BaseModel):
@@ -98,6 +105,25 @@ class MadeClaim(BaseModel):
     created_at: str
 
 
+class ClaimCheck(BaseModel):
+    verification_id: str | None
+    verdict: str | None
+    decided_by: str | None
+    verifier_id: str | None
+    at: str | None
+    trust_log_version: int
+    counted: bool
+    disagrees: bool
+
+
+class ClaimView(MadeClaim):
+    verifications: list[ClaimCheck] = Field(
+        description="Oldest first: `counted` marks the one that moved trust; `disagrees` "
+        "flags a re-verification judged otherwise."
+    )
+    disagreements: int
+
+
 class VerifyMadeClaim(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -120,11 +146,13 @@ def make_claim(body: MakeClaim, svc: ServiceDep, caller: AgentRole) -> dict[str,
     return service.make_claim(caller.agent_id, body.claim_type, body.claim, body.command).to_dict()
 
 
-@router.get("/api/claims/{claim_id}", response_model=MadeClaim)
+@router.get("/api/claims/{claim_id}", response_model=ClaimView)
 def get_claim(claim_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
-    """A recorded claim (another namespace's is not found)."""
+    """A recorded claim (another namespace's is not found) and its verifications: the one that
+    moved trust, and the re-verifications flagged because they judged it otherwise."""
     service = ClaimService(svc.store, sandbox=svc.sandbox)
-    return _visible_claim(service, caller, claim_id).to_dict()
+    _visible_claim(service, caller, claim_id)
+    return service.claim_view(claim_id)
 
 
 @router.post("/api/claims/{claim_id}/verify", response_model=ClaimVerdict)

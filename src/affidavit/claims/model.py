@@ -143,6 +143,8 @@ class ClaimVerdict:
     verification_id: str
     new_trust_score: float
     propagation_result: dict[str, Any]
+    counted: bool = True  # moved trust (false: an error, or a re-verification of the claim)
+    disagrees: bool = False  # a re-verification judged otherwise than the one that counted
 
     @property
     def accurate(self) -> bool:
@@ -160,6 +162,8 @@ class ClaimVerdict:
             "evidence_id": self.evidence_id,
             "new_trust_score": self.new_trust_score,
             "propagation": self.propagation_result,
+            "counted": self.counted,
+            "disagrees": self.disagrees,
         }
 
 

@@ -10,9 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from affidavit.claims import evidence, made, records
+from affidavit.claims import evidence, kinds, made, records, views
 from affidavit.claims.bwrap import require_bwrap
-from affidavit.claims.compare import ClaimRules, Judgement, judge, parse_claim
+from affidavit.claims.compare import judge, parse_claim
 from affidavit.claims.made import Claim, ClaimNotFound
 from affidavit.claims.model import (
     ACCESS_LEVELS,
@@ -27,10 +27,11 @@ from affidavit.claims.model import (
     claim_type,
     role,
 )
-from affidavit.claims.sandbox import RunResult, SandboxConfig, parse_command, run_command
-from affidavit.claims.trust import TrustPolicy, update
-from affidavit.core.canonical import canonical, parse, sha256_hex
-from affidavit.core.chain import ChainCheck, check_stored_chain
+from affidavit.claims.recording import Recorder
+from affidavit.claims.sandbox import SandboxConfig, parse_command, run_command
+from affidavit.claims.sealing import TrustSealer, append_sealed
+from affidavit.claims.trust import TrustPolicy
+from affidavit.core.canonical import parse
 from affidavit.core.errors import (
     AgentExistsError,
     AgentNotFound,
@@ -62,8 +63,11 @@ class ClaimService:
         *,
         sandbox: SandboxConfig | None = None,
         trust: TrustPolicy | None = None,
+        sealer: TrustSealer | None = None,
     ) -> None:
         self.store = store
+        # every trust-log entry is sealed with the store's signing key (loaded on first write)
+        self.sealer = sealer or TrustSealer.for_url(store.url)
         config = sandbox or SandboxConfig()
         # The service's own secrets are never shown to a command, whatever the configuration.
         self.sandbox = replace(
@@ -101,8 +105,9 @@ class ClaimService:
         with self._tx(durable=True) as tx:
             if not records.insert_agent(tx, agent_id, namespace, the_role, score):
                 raise AgentExistsError(f"agent {agent_id!r} already exists")
-            records.append_trust(
+            append_sealed(
                 tx,
+                self.sealer,
                 agent_id,
                 "agent_registered",
                 {
@@ -193,15 +198,20 @@ class ClaimService:
         (4) the verifier is in the claimant's namespace, or an admin (:class:`NamespaceForbidden`);
         (5) the claim type is known and the claim well-formed (:class:`InvalidClaim`, a
             :class:`ValidationError`);
-        (6) the command is allow-listed (:class:`CommandNotAllowed`).
+        (6) the command is allow-listed (:class:`CommandNotAllowed`) and can prove a claim of
+            its type (:class:`~affidavit.claims.kinds.CommandUnfitForClaim`).
 
         Then (7) the command runs in the sandbox, (8) the run is judged, and (9) one
         transaction — holding the claimant's row lock — stores the immutable evidence record,
-        moves the trust score (not on an ``error`` verdict), applies a linked pattern's delta
-        at most once, and appends to the claimant's trust log.
+        moves the trust score (not on an ``error`` verdict, and for a recorded claim only at
+        the first verification that judges it: :mod:`affidavit.claims.once`), applies a linked
+        pattern's delta at most once, and appends to the claimant's trust log with its seal
+        (:mod:`affidavit.claims.sealing`).
 
         Raises:
             StoreError: the database failed (the command may have run; nothing is recorded).
+            SigningKeyError: the signing key cannot be read or created, so the trust-log entry
+                could not be sealed (checked before the command runs; nothing is recorded).
         """
         # (1)
         if verifier_id == agent_id:
@@ -235,118 +245,22 @@ class ClaimService:
             raise ValidationError(f"timeout must be a positive number of seconds, not {timeout_s}")
         # (6)
         cmd = parse_command(command, self.sandbox)
+        kinds.check(kind, rules, cmd.argv)
         if self.sandbox.isolation == "bwrap":
             require_bwrap()
+        self.sealer.key()  # (its entry is sealed: a key that cannot be used refuses it now)
         # (7), (8)
         run = run_command(cmd, self.sandbox, timeout_s=timeout_s)
         verdict = judge(rules, run)
         # (9)
-        return self._record(claimant, verifier_id, kind, rules, run, verdict, timeout_s, claim_id)
-
-    def _record(
-        self,
-        claimant: Agent,
-        verifier_id: str,
-        kind: ClaimType,
-        rules: ClaimRules,
-        run: RunResult,
-        verdict: Judgement,
-        timeout_s: float | None,
-        claim_id: str | None,
-    ) -> ClaimVerdict:
-        verification_id = str(uuid7())
-        verified_at = utc_now()
-        record: dict[str, Any] = {
-            "verification_id": verification_id,
-            "agent_id": claimant.agent_id,
-            "namespace": claimant.namespace,
-            "claim_type": kind.value,
-            "claim": dict(rules.content),
-            "command": run.command.text,
-            "argv": list(run.command.argv),
-            "workdir": run.workdir,
-            "timeout_s": self.sandbox.timeout_s if timeout_s is None else timeout_s,
-            "limits": dict(run.limits),
-            "return_code": run.return_code,
-            "duration_ms": round(run.duration_ms, 3),
-            "timed_out": run.timed_out,
-            "spawn_error": run.spawn_error,
-            "stdout": run.stdout.to_dict(self.sandbox.excerpt_bytes),
-            "stderr": run.stderr.to_dict(self.sandbox.excerpt_bytes),
-            "verdict": verdict.verdict,
-            "accurate": verdict.accurate,
-            "decided_by": verdict.decided_by,
-            "actual": verdict.actual,
-            "verifier_id": verifier_id,
-            "verified_at": verified_at,
-        }
-        if claim_id is not None:  # the claim its agent recorded
-            record["claim_id"] = claim_id
-        body = canonical(record)
-        evidence_id = sha256_hex(body)
-        judged = verdict.verdict != "error"
-        with self._tx(durable=True) as tx:
-            agent = records.get_agent(tx, claimant.agent_id, lock=self._lock)
-            assert agent is not None  # agents are never deleted
-            pattern = (
-                records.get_pattern(tx, rules.pattern_id) if rules.pattern_id is not None else None
-            )
-            change = update(
-                self.trust,
-                agent.trust_score,
-                verdict.verdict,
-                pattern_id=rules.pattern_id,
-                pattern=pattern,
-                claimant_id=agent.agent_id,
-                namespace=agent.namespace,
-            )
-            records.insert_verification(
-                tx,
-                verification_id=verification_id,
-                agent_id=agent.agent_id,
-                claim_type=kind.value,
-                verdict=verdict.verdict,
-                decided_by=verdict.decided_by,
-                verifier_id=verifier_id,
-                verified_at=verified_at,
-                evidence_id=evidence_id,
-                evidence=body,
-            )
-            records.save_trust(
-                tx, agent, score=change.after, judged=judged, accurate=verdict.accurate
-            )
-            if change.pattern_applied and rules.pattern_id is not None:
-                records.count_pattern_outcome(tx, rules.pattern_id, success=verdict.accurate)
-            records.append_trust(
-                tx,
-                agent.agent_id,
-                "claim_verified",
-                {
-                    "at": utc_now(),
-                    "verification_id": verification_id,
-                    "evidence_id": evidence_id,
-                    "claim_type": kind.value,
-                    "verdict": verdict.verdict,
-                    "decided_by": verdict.decided_by,
-                    "verifier_id": verifier_id,
-                    "observation": change.observation,
-                    "alpha": self.trust.alpha,
-                    "score_before": change.before,
-                    "score_ewma": change.ewma,
-                    "pattern": change.propagation,
-                    "score_after": change.after,
-                },
-            )
-        return ClaimVerdict(
-            claim=dict(rules.content),
-            actual=verdict.actual,
-            verdict=verdict.verdict,
-            decided_by=verdict.decided_by,
-            evidence_id=evidence_id,
-            verification_id=verification_id,
-            new_trust_score=change.after,
-            propagation_result=change.propagation,
+        recorder = self._recorder()
+        record = recorder.evidence(
+            claimant, verifier_id, kind, rules, run, verdict, timeout_s, claim_id
         )
+        return recorder.record(record, rules, verdict)
+
+    def _recorder(self) -> Recorder:
+        return Recorder(self.store, self.sandbox, self.trust, self.sealer, self._lock)
 
     # --- claims made by their own agent ------------------------------------------------------
 
@@ -362,11 +276,12 @@ class ClaimService:
         Raises:
             AgentNotFound: no such agent.
             ValidationError: unknown claim type, malformed claim, or a command that would be
-                refused (:class:`CommandNotAllowed`) — nothing is written.
+                refused (:class:`CommandNotAllowed`, also one unfit for the claim type) —
+                nothing is written.
         """
         kind = _claim_type(claim_type)
         rules = parse_claim(claim_content)
-        parse_command(command, self.sandbox)
+        kinds.check(kind, rules, parse_command(command, self.sandbox).argv)
         with self._tx(durable=True) as tx:
             agent = records.get_agent(tx, agent_id)
             if agent is None:
@@ -524,39 +439,93 @@ class ClaimService:
             return records.trust_log(tx, agent_id)
 
     def check_trust_log(self, agent_id: str) -> dict[str, Any]:
-        """Recompute the agent's trust chain, check that its last entry's score is the
-        agent's current score, and that every evidence record matches its id and its trust
-        log entry (:mod:`affidavit.claims.evidence`): ``{"ok", "entries",
-        "first_bad_version", "root", "score_matches", "evidence_ok", "evidence_problems"}``.
+        """Verify the agent's trust log (:func:`affidavit.verify.check_trust_log`: its chain,
+        its seal and the transparency log's leaves, the scores it states and the agent's
+        current score) and every evidence record against its id and its trust log entry
+        (:mod:`affidavit.claims.evidence`): ``{"ok", "entries", "first_bad_version", "root",
+        "score_matches", "evidence_ok", "evidence_problems", "sealed", "seal", "problems",
+        "disagreements"}`` — ``problems`` lists every failed check in words, ``disagreements``
+        the re-verifications judged otherwise than the verification that counted.
 
         Raises:
             AgentNotFound: no such agent.
         """
+        from affidavit.verify import check_trust_log
+
         with self._tx() as tx:
             agent = records.get_agent(tx, agent_id)
             if agent is None:
                 raise AgentNotFound(agent_id)
             entries = records.trust_log(tx, agent_id)
             rows = records.evidence_rows(tx, agent_id)
+            try:
+                seal = tx.trust_seal_latest(agent_id)
+            except ValueError as exc:
+                raise TamperedRecordError(f"agent {agent_id}, trust seal", str(exc)) from None
+            keys = tx.keys_list()
+            leaves = {
+                rid: tx.tlog_record_leaf(rid)
+                for rid in views.record_ids_to_check(agent_id, len(entries), seal)
+            }
         problems = evidence.cross_check(
             agent_id,
             [(v, e, b, d, _evidence_doc(agent_id, e, b)) for v, e, b, d in rows],
             entries,
         )
-        chain: ChainCheck = check_stored_chain(
-            (e.version, e.entry_id, e.type, e.payload_bytes, e.chain_hash) for e in entries
+        check = check_trust_log(
+            agent_id,
+            [(e.version, e.entry_id, e.type, e.payload_bytes, e.chain_hash) for e in entries],
+            score=agent.trust_score,
+            seal=seal,
+            keys=keys,
+            leaf_of=lambda rid: leaves.get(rid, (None, False)),
         )
-        last = entries[-1].payload if entries else {}
-        score = last.get("score_after", last.get("trust_score"))
-        matches = score == agent.trust_score
         return {
-            "ok": chain.ok and matches and not problems,
-            "entries": chain.event_count,
-            "first_bad_version": chain.first_bad_version,
-            "root": chain.root,
-            "score_matches": matches,
+            "ok": check.ok and not problems,
+            "entries": check.entries,
+            "first_bad_version": check.first_bad_version,
+            "root": check.root,
+            "score_matches": check.score_matches,
             "evidence_ok": not problems,
             "evidence_problems": problems,
+            "sealed": seal is not None,
+            "seal": check.seal,
+            "problems": check.problems + problems,
+            "disagreements": views.disagreements(entries),
+        }
+
+    def check_trust_logs(self, namespace: str | None = None) -> tuple[int, dict[str, list[str]]]:
+        """:meth:`check_trust_log` of every agent (of ``namespace``, or all): the number of
+        agents and, by agent id, the problems of those whose log or evidence does not verify
+        (what ``affidavit verify --all`` reports)."""
+        bad: dict[str, list[str]] = {}
+        agents = self.list_agents(namespace)
+        for agent in agents:
+            try:
+                check = self.check_trust_log(agent.agent_id)
+            except TamperedRecordError as exc:
+                bad[agent.agent_id] = [exc.message]
+                continue
+            if not check["ok"]:
+                bad[agent.agent_id] = list(check["problems"])
+        return len(agents), bad
+
+    def claim_view(self, claim_id: str) -> dict[str, Any]:
+        """The recorded claim with its verifications as its claimant's trust log states them
+        (oldest first; ``counted`` names the one that moved trust, ``disagrees`` flags those
+        judged otherwise) and ``disagreements``, how many are flagged.
+
+        Raises:
+            ClaimNotFound: no such claim.
+        """
+        claim = self.get_claim(claim_id)
+        with self._tx() as tx:
+            entries = records.trust_log(tx, claim.agent_id)
+        verifications = views.claim_verifications(entries, claim_id)
+        return {
+            **claim.to_dict(),
+            "verifications": verifications,
+            "disagreements": sum(1 for v in verifications if v["disagrees"]),
         }
 
 

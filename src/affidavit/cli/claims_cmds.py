@@ -269,6 +269,39 @@ def verify(
         raise typer.Exit(output.EXIT_FAILED)
 
 
+@claims_app.command("show")
+def show_claim(
+    claim_id: Annotated[str, typer.Argument(help="A recorded claim's id.")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A recorded claim and its verifications: which one moved its agent's trust (a claim
+    moves it once), and the re-verifications flagged because they judged it otherwise.
+
+    With --json: the claim's fields, "verifications": [{"verification_id", "verdict",
+    "decided_by", "verifier_id", "at", "trust_log_version", "counted", "disagrees"}] and
+    "disagreements" (how many are flagged).
+
+    Exit codes: 0 shown; 2 no such claim; 3 store error.
+    """
+    with command(as_json), opened(db) as store:
+        doc = _service(store).claim_view(claim_id)
+    if as_json:
+        output.emit_json(doc)
+        return
+    verifications = doc.pop("verifications")
+    output.out.print(_kv_table(doc))
+    if not verifications:
+        output.err.print("not verified yet")
+        return
+    table = Table("at", "verdict", "decided_by", "verifier", "verification_id", "trust")
+    for v in verifications:
+        moved = "counted" if v["counted"] else "[bold yellow]DISAGREES[/]" if v["disagrees"] else ""
+        fields = ("at", "verdict", "decided_by", "verifier_id", "verification_id")
+        table.add_row(*(escape(str(v[k])) for k in fields), moved)
+    output.out.print(table)
+
+
 @claims_app.command("history")
 def history(
     agent_id: Annotated[str, typer.Argument(help="The agent's id.")],
@@ -358,10 +391,16 @@ def trust_show(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The agent's trust score, its flags, and the check of its trust log.
+    """The agent's trust score, its flags, the check of its trust log (chain, seal,
+    transparency-log leaves, scores, evidence), and the re-verifications flagged because
+    they judged a claim otherwise than the verification that counted.
 
-    Exit codes: 0 shown and the log verifies; 1 the trust log does not verify (or a row of it
-    was changed outside affidavit: record_tampered); 2 no such agent; 3 store error.
+    With --json: the agent, and "trust_log": {"ok", "entries", "sealed", "seal",
+    "problems", "disagreements", ...}.
+
+    Exit codes: 0 shown and the log verifies (flagged re-verifications included); 1 the
+    trust log does not verify (or a row of it was changed outside affidavit:
+    record_tampered); 2 no such agent; 3 store error.
     """
     with command(as_json), opened(db) as store:
         svc = _service(store)
@@ -369,12 +408,43 @@ def trust_show(
             **svc.agent_dict(svc.get_agent(agent_id)),
             "trust_log": svc.check_trust_log(agent_id),
         }
+    check = doc["trust_log"]
     if as_json:
         output.emit_json(doc)
     else:
-        output.out.print(_kv_table(doc))
-    if not doc["trust_log"]["ok"]:
+        output.out.print(_kv_table({k: v for k, v in doc.items() if k != "trust_log"}))
+        render_trust_check(check)
+    if not check["ok"]:
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def render_trust_check(check: dict[str, Any]) -> None:
+    """The verdict on a trust log, each problem, and the flagged re-verifications."""
+    if check["ok"]:
+        seal = check["seal"] or {}
+        output.out.print(
+            f"[green]trust log verifies[/]: {check['entries']} entries, sealed as "
+            f"{escape(str(seal.get('record_id')))} by key {escape(str(seal.get('key_id')))}"
+        )
+    else:
+        output.out.print("[bold red]trust log DOES NOT VERIFY[/]:")
+        for problem in check["problems"]:
+            output.out.print(f"  - {escape(problem)}")
+    flagged = check["disagreements"]
+    if flagged:
+        table = Table(
+            "claim_id",
+            "verification_id",
+            "verdict",
+            "counted verdict",
+            title=f"{len(flagged)} re-verification(s) judged a claim otherwise than the one "
+            "that counted (they moved nothing)",
+            title_justify="left",
+        )
+        for f in flagged:
+            fields = ("claim_id", "verification_id", "verdict", "counted_verdict")
+            table.add_row(*(escape(str(f[k])) for k in fields))
+        output.out.print(table)
 
 
 @trust_app.command("history")
@@ -415,10 +485,8 @@ def trust_history(
                 e.chain_hash[:16] + "…",
             )
         output.out.print(table)
-        verdict = (
-            "verifies" if check["ok"] else f"DOES NOT VERIFY (entry {check['first_bad_version']})"
-        )
-        output.out.print(f"trust log {verdict}; root {check['root']}")
+        render_trust_check(check)
+        output.out.print(f"root {check['root']}")
     if not check["ok"]:
         raise typer.Exit(output.EXIT_FAILED)
 

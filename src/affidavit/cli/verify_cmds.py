@@ -86,8 +86,9 @@ def verify(
     that matches the filters when the command starts. A job id whose job row is gone but whose
     events, ledger rows or seal remain is reported as failing (no job row), not as unknown.
 
-    With --all, also every agent's trust log and evidence (each evidence body against its id
-    and its trust log entry).
+    With --all, also every agent's trust log and evidence: its chain, its seal (a log cut
+    short no longer reaches it), the transparency log's leaves of its seals, the scores it
+    states, and each evidence body against its id and its trust log entry.
 
     Exit codes: 0 every check holds (with --all: for every job and agent, also when there is
     none); 1 some check failed; 2 no such job; 3 usage or store error.
@@ -225,28 +226,12 @@ class _ResultSpool:
 
 
 def verify_trust_logs(store: Store, namespace: str | None) -> tuple[int, dict[str, list[str]]]:
-    """Check every agent's trust log and evidence (of ``namespace``, or all): the number of
-    agents and, by agent id, the problems of those that fail."""
+    """Check every agent's trust log (chain, seal, transparency-log leaves, scores) and
+    evidence (of ``namespace``, or all): the number of agents and, by agent id, the problems
+    of those that fail."""
     from affidavit.claims.service import ClaimService
-    from affidavit.core.errors import TamperedRecordError
 
-    service = ClaimService(store)
-    bad: dict[str, list[str]] = {}
-    agents = service.list_agents(namespace)
-    for agent in agents:
-        try:
-            check = service.check_trust_log(agent.agent_id)
-        except TamperedRecordError as exc:
-            bad[agent.agent_id] = [exc.message]
-            continue
-        if not check["ok"]:
-            problems = list(check["evidence_problems"])
-            if check["first_bad_version"] is not None:
-                problems.insert(0, f"trust log entry {check['first_bad_version']} does not chain")
-            if not check["score_matches"]:
-                problems.append("the agent's score is not its trust log's last score")
-            bad[agent.agent_id] = problems
-    return len(agents), bad
+    return ClaimService(store).check_trust_logs(namespace)
 
 
 def render_trust_logs(agents: int, bad: dict[str, list[str]]) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from affidavit.core.errors import ConfigError, UnsupportedDatabaseURL
 from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf
+from affidavit.store._trust import ClaimOutcome, trust_record_id
 from affidavit.store.base import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
@@ -39,6 +40,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "ApiKeyRow",
     "CancelRequest",
+    "ClaimOutcome",
     "Claimed",
     "ClockOffset",
     "Encoded",
@@ -58,6 +60,7 @@ __all__ = [
     "connect_raw",
     "open_store",
     "postgres_conninfo",
+    "trust_record_id",
     "unmatchable",
 ]
 

@@ -45,6 +45,7 @@ from affidavit.store._seals import (
     seal_from_row,
 )
 from affidavit.store._tlog import TLOG_MIGRATION, TlogWrites
+from affidavit.store._trust import TRUST_MIGRATION, TrustOps
 from affidavit.store.base import (
     JOB_STATUSES,
     Claimed,
@@ -305,7 +306,7 @@ def chain_events(
     return stored
 
 
-class SqlTransaction(LedgerOps, CancelOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
+class SqlTransaction(LedgerOps, CancelOps, SealOps, ApiKeyWrites, TlogWrites, TrustOps, ABC):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
     placeholders."""
@@ -649,6 +650,7 @@ class SqlStore(ApiKeyReads, ABC):
     log_sql = BY_JOB_ID
     seal_select = SEAL_SELECT  # (LEGACY_SEAL_SELECT on a copy made before migration 12)
     tlog_tables = True  # (False on a copy made before migration 10)
+    trust_tables = True  # (False on a copy made before migration 15, read as it is)
 
     @abstractmethod
     def _reader(self) -> AbstractContextManager[Cursor]: ...
@@ -703,6 +705,8 @@ class SqlStore(ApiKeyReads, ABC):
             self.seal_select = LEGACY_SEAL_SELECT  # (seals have no version column yet)
         if any(m.version == TLOG_MIGRATION for m in pending):
             self.tlog_tables = False  # (no log tables yet: a job has no leaves)
+        if any(m.version == TRUST_MIGRATION for m in pending):
+            self.trust_tables = False  # (no outcome and no trust seal yet)
         if not all(m.older_schema_readable for m in pending):
             raise MigrationError(
                 f"the database schema is at version {max(applied)}, older than this "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from affidavit.core.canonical import parse
 from affidavit.core.errors import UnreadableEventError
+from affidavit.store._trust import TrustTransaction
 
 if TYPE_CHECKING:
     from affidavit.core.merkle import Node
@@ -383,7 +384,7 @@ class TlogWriter(TlogReader, Protocol):
     ) -> bool: ...
 
 
-class Transaction(TlogWriter, Protocol):
+class Transaction(TlogWriter, TrustTransaction, Protocol):
     """Writes that commit or roll back together. Obtained from :meth:`Store.transaction`."""
 
     def append(

@@ -1002,6 +1002,7 @@ class PostgresStore(SqlStore):
             conn = self._pool.getconn()
             try:
                 tx = PostgresTransaction(conn, durable=durable, prepare=self.prepare)
+                tx.trust_tables = self.trust_tables
                 yield tx
                 tx.commit()
             except BaseException:

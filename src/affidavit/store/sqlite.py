@@ -431,7 +431,9 @@ class _WriteTransaction:
             store._write_lock.release()
             raise
         store._in_write = True
-        return SqliteTransaction(store._writer, cursor)
+        tx = SqliteTransaction(store._writer, cursor)
+        tx.trust_tables = store.trust_tables
+        return tx
 
     def __exit__(
         self,

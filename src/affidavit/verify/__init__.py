@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from affidavit.verify._batch import verify_all, verify_one
+from affidavit.verify._trust_log import TrustLogCheck, check_trust_log
 from affidavit.verify.result import (
     Check,
     LedgerProof,
@@ -19,7 +20,9 @@ __all__ = [
     "ReplayProof",
     "SealCheck",
     "StoredChainCheck",
+    "TrustLogCheck",
     "VerificationResult",
+    "check_trust_log",
     "verify_all",
     "verify_events",
     "verify_job",
