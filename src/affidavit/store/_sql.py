@@ -34,6 +34,7 @@ from affidavit.core.seal import PublicKey, Seal
 from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._ledger import LedgerOps
+from affidavit.store._sealkeys import SealKeyOps
 from affidavit.store._seals import (
     KEYS_SELECT,
     LEGACY_SEAL_SELECT,
@@ -304,7 +305,7 @@ def chain_events(
     return stored
 
 
-class SqlTransaction(LedgerOps, SealOps, ApiKeyWrites, TlogWrites, ABC):
+class SqlTransaction(LedgerOps, SealOps, SealKeyOps, ApiKeyWrites, TlogWrites, ABC):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
     placeholders."""
