@@ -36,8 +36,7 @@ from affidavit.core.signing import (
     install_key_file,
     stage_key_file,
 )
-from affidavit.store import TERMINAL_STATUSES, Store, Transaction
-from affidavit.store._sealkeys import SealKeyAdmission
+from affidavit.store import TERMINAL_STATUSES, SealKeyAdmission, Store, Transaction
 
 __all__ = [
     "KEY_ENV",

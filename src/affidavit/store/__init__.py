@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from affidavit.core.errors import ConfigError, UnsupportedDatabaseURL
+from affidavit.store._sealkeys import SealKeyAdmission
 from affidavit.store.base import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
@@ -45,6 +46,7 @@ __all__ = [
     "LedgerRow",
     "NewEvent",
     "NextClaim",
+    "SealKeyAdmission",
     "Snapshot",
     "Store",
     "StoredEvent",
