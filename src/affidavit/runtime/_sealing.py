@@ -104,9 +104,10 @@ class Sealer:
         hashes: Sequence[bytes] | None = None,
     ) -> Seal:
         """Seal ``job_id`` inside ``tx``, the transaction that appended its terminal event: the
-        seal covers the log as this transaction leaves it. Registers the public key too, and
-        queues the seal's transparency-log leaf with it (a crash before the sequencer
-        integrates it loses nothing).
+        seal covers the log as this transaction leaves it, and queues the seal's
+        transparency-log leaf with it (a crash before the sequencer integrates it loses
+        nothing). A sealer not admitted yet (:meth:`admit`) is admitted inside ``tx``: the
+        store registers its key if it has none, and a key it does not accept seals nothing.
 
         ``head``: the log's last version and chain hash (hex) as this transaction leaves it,
         when the caller knows them because it appended the last event itself (a run); read
@@ -116,6 +117,8 @@ class Sealer:
 
         Raises:
             JobNotFound: no such job.
+            SealKeyRefused: the store does not accept this sealer's key (``tx`` must then be
+                rolled back: the terminal event it appended has no seal).
         """
         key = self.key()
         if head is None:

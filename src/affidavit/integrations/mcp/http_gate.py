@@ -128,6 +128,8 @@ class SessionBook:
             key.opening -= 1
             if session_id is not None:
                 key.sessions[session_id] = _Session(self._clock())
+            elif not key.sessions and not key.opening:
+                del self._keys[key_id]
 
     def begin(self, key_id: str, session_id: str) -> None:
         with self._lock:
@@ -147,15 +149,6 @@ class SessionBook:
                 del found.sessions[session_id]
             if not found.sessions and not found.opening:
                 del self._keys[key_id]
-
-    def count(self, key_id: str) -> int:
-        now = self._clock()
-        with self._lock:
-            found = self._keys.get(key_id)
-            if found is None:
-                return 0
-            self._live(found, now)
-            return len(found.sessions)
 
 
 class McpGate:
