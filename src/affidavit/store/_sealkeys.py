@@ -42,6 +42,7 @@ class SealKeyAdmission:
 
     @property
     def accepted(self) -> bool:
+        """The database accepts this key's seals (an active one also makes new ones)."""
         return self.status in ("active", "retired")
 
 
