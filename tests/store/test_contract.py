@@ -31,6 +31,7 @@ def test_the_public_names_of_the_store() -> None:
             "LedgerRow",
             "NewEvent",
             "NextClaim",
+            "SealKeyAdmission",
             "Snapshot",
             "Store",
             "StoredEvent",
