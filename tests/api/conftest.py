@@ -37,6 +37,22 @@ def db_url(
     drop_schema(schema)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _module_signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One seal key for the module's database, as one host's, set before the module's server
+    and runtime are made: the database accepts the key that sealed in it first, and refuses
+    another (docs/verification.md)."""
+    path = tmp_path_factory.mktemp("keys") / "affidavit-signing.key"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AFFIDAVIT_SIGNING_KEY", str(path))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _signing_key_in_tmp() -> None:
+    """(Overrides tests/conftest.py's per-test key: the tests of a module share a database.)"""
+
+
 class Server:
     """uvicorn serving ``app`` on 127.0.0.1 (an ephemeral port) in a background thread."""
 

@@ -141,7 +141,9 @@ def test_verify_endpoint_reports_a_seal_key_id_that_is_not_utf8_with_200(api: Ap
     doc = response.json()
     assert doc["ok"] is False
     assert doc["seal"]["key_id"] == "\\udcff"
-    assert doc["seal"]["error"] == "the seal is signed by unknown key \\udcff"
+    assert doc["seal"]["error"] == (
+        "the seal is signed by unknown key \\udcff (not registered in this database)"
+    )
 
 
 def test_events_endpoint_answers_an_edited_payload_with_409(api: Api) -> None:

@@ -125,3 +125,23 @@ def test_a_signing_key_that_cannot_be_used_refuses_the_claim_before_it_runs(
     assert not marker.exists()
     assert team.get_verification_history("alice") == []
     assert team.check_trust_log("alice")["ok"]
+
+
+def test_a_key_the_database_does_not_accept_seals_no_trust_entry(
+    team: ClaimService, project: Path, tmp_path: Path
+) -> None:
+    """The trust log's seals take the same admission as job seals: a key other than the ones
+    the database registered (the first that sealed in it) writes nothing."""
+    from affidavit.claims.sealing import TrustSealer
+    from affidavit.core.signing import SealKeyRefused
+
+    before = team.get_agent("alice").trust_score
+    unsandboxed = make_service(team.store, project=project, isolation="none")
+    other = ClaimService(
+        team.store, sandbox=unsandboxed.sandbox, sealer=TrustSealer(tmp_path / "other.key")
+    )
+    with pytest.raises(SealKeyRefused):
+        other.verify_claim("alice", "custom", {"return_code": 0}, "true", "vera")
+    assert team.get_verification_history("alice") == []
+    assert team.get_agent("alice").trust_score == before
+    assert team.check_trust_log("alice")["ok"]

@@ -169,10 +169,13 @@ def test_keys_show_and_rotate(store_url: str, tmp_path: Path) -> None:
     first = json_of(shown)
     assert first["path"] == str(key_file)
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-    assert [k["key_id"] for k in first["keys"]] == [first["key_id"]]
+    # showing registers nothing: the first key that seals registers itself
+    assert (first["keys"], first["status"]) == ([], "unregistered")
     assert json_of(cli("keys", "show", "--db", store_url, "--json"))["key_id"] == first["key_id"]
 
     old_job = finished_job(store_url, tmp_path, "A-1001")
+    shown = json_of(cli("keys", "show", "--db", store_url, "--json"))
+    assert ([k["key_id"] for k in shown["keys"]], shown["status"]) == ([first["key_id"]], "active")
     rotated = cli("keys", "rotate", "--db", store_url, "--json")
     assert rotated.returncode == 0, rotated.stderr
     second = json_of(rotated)

@@ -175,7 +175,19 @@ def test_verify_job(world: World, transport: str) -> None:
 
 
 def test_http_without_a_key_is_unauthorized(world: World) -> None:
-    assert call(world, "http", None, "verify_job", job_id=world.job_a) == ("error", "unauthorized")
+    """Over HTTP no session opens without a key: the client's first request is answered 401
+    (tests/integrations/test_mcp_http_gate.py has the rest)."""
+    with pytest.raises(BaseException) as refused:  # (an exception group)
+        call(world, "http", None, "verify_job", job_id=world.job_a)
+    assert "Server returned an error response" in _messages(refused.value)
+    response = httpx.post(world.http_url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
+
+
+def _messages(exc: BaseException) -> str:
+    """The messages of ``exc`` and of every exception it groups."""
+    inner = getattr(exc, "exceptions", ())
+    return " ".join([str(exc), *(_messages(e) for e in inner)])
 
 
 def _verifications(world: World) -> int:

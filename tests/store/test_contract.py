@@ -36,6 +36,7 @@ def test_the_public_names_of_the_store() -> None:
             "NextClaim",
             "QueuedLeaf",
             "RejectedLeaf",
+            "SealKeyAdmission",
             "Snapshot",
             "Store",
             "StoredEvent",

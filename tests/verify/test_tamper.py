@@ -298,7 +298,9 @@ def test_seal_signed_by_an_unknown_key(refunded: Refunded, raw: RawDb) -> None:
     )
     result = verify_job(rt.store, job_id)
     assert failing_checks(result) == {"seal"}
-    assert result.seal.error == f"the seal is signed by unknown key {forger.key_id}"
+    assert result.seal.error == (
+        f"the seal is signed by unknown key {forger.key_id} (not registered in this database)"
+    )
 
 
 def test_seal_fields_edited_without_the_key(refunded: Refunded, raw: RawDb) -> None:

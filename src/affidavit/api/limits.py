@@ -132,12 +132,22 @@ class ClaimSlots:
 class BodyGuard:
     """ASGI middleware: authenticate before the body, and cap its size (module docs, 1)."""
 
-    def __init__(self, app: ASGIApp, *, store: Store, max_body: int = DEFAULT_MAX_BODY) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        store: Store,
+        max_body: int = DEFAULT_MAX_BODY,
+        authenticated: bool = False,
+    ) -> None:
+        """``authenticated``: an outer middleware has authenticated every request already
+        (the MCP server's gate): only the size is checked here."""
         if max_body < 1:
             raise ConfigError(f"the body size limit must be positive, not {max_body}")
         self.app = app
         self.store = store
         self.max_body = max_body
+        self.authenticated = authenticated
         self._auth_threads = anyio.CapacityLimiter(_AUTH_THREADS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -153,14 +163,15 @@ class BodyGuard:
         # (1) who is it, from the headers alone
         authorization = headers.get(b"authorization")
         try:
-            await anyio.to_thread.run_sync(
-                authenticate,
-                self.store,
-                authorization.decode("latin-1") if authorization is not None else None,
-                limiter=self._auth_threads,
-            )
+            if not self.authenticated:
+                await anyio.to_thread.run_sync(
+                    authenticate,
+                    self.store,
+                    authorization.decode("latin-1") if authorization is not None else None,
+                    limiter=self._auth_threads,
+                )
         except Unauthorized as exc:
-            await _error(send, 401, exc, {"www-authenticate": "Bearer"})
+            await send_error(send, 401, exc, {"www-authenticate": "Bearer"})
             return
         # (2) the declared size, then (3) what actually arrives
         if length is not None and not chunked:
@@ -169,10 +180,10 @@ class BodyGuard:
             except ValueError:
                 declared = -1
             if declared < 0:
-                await _error(send, 400, AffidavitError("invalid Content-Length"))
+                await send_error(send, 400, AffidavitError("invalid Content-Length"))
                 return
             if declared > self.max_body:
-                await _error(send, 413, self._too_large(declared))
+                await send_error(send, 413, self._too_large(declared))
                 return
         body = bytearray()
         while True:
@@ -181,7 +192,7 @@ class BodyGuard:
                 return
             body += message.get("body", b"")
             if len(body) > self.max_body:
-                await _error(send, 413, self._too_large(None))
+                await send_error(send, 413, self._too_large(None))
                 return
             if not message.get("more_body", False):
                 break
@@ -207,9 +218,11 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _error(
+async def send_error(
     send: Send, status: int, exc: AffidavitError, headers: dict[str, str] | None = None
 ) -> None:
+    """Answer with ``status`` and the JSON error envelope of ``exc``; the connection closes
+    (a body not read stays unread)."""
     payload: dict[str, Any] = {"error": exc.to_dict()}
     body = json.dumps(payload).encode()
     raw = [

@@ -51,12 +51,18 @@ class TrustSealer:
 
     def seal_txn(self, tx: Transaction, entry: TrustEntry) -> Seal:
         """Seal the agent's trust log as it ends at ``entry`` (just appended in ``tx``), store
-        the seal and queue its leaf, in ``tx``."""
+        the seal and queue its leaf, in ``tx``.
+
+        Raises:
+            SealKeyRefused: the database does not accept this sealer's key for new seals
+                (``tx`` must then be rolled back).
+        """
         key = self.key()
         seal = key.seal(
             trust_record_id(entry.agent_id, entry.version), entry.version, entry.chain_hash
         )
-        tx.key_register(key.public, created_at=seal.sealed_at)
+        # (the database must accept the key, as for a job's seal: it registers the first one)
+        tx.seal_key_admit(key.public, at=seal.sealed_at).require_active(key)
         tx.trust_seal_insert(entry.agent_id, seal, leaf=log_leaf(seal), queued_at=time.time())
         return seal
 

@@ -48,7 +48,7 @@ COMMAND_MODULES: dict[str, str] = {
     "resume": "runtime_cmds",
     "cancel": "runtime_cmds",
     "verify": "verify_cmds",
-    "keys": "verify_cmds",
+    "keys": "keys_cmds:keys_app",
     "pack": "pack_cmds",
     "rce-verify": "pack_cmds",
     "serve": "serve_cmds",

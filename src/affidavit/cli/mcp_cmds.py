@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from affidavit.api.limits import DEFAULT_MAX_BODY
+from affidavit.api.ratelimit import RateLimit
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, command
 from affidavit.core.config import database_url
@@ -24,13 +26,32 @@ def mcp(
     host: Annotated[str, typer.Option(help="http: interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="http: TCP port.")] = 8090,
     path: Annotated[str, typer.Option(help="http: the MCP endpoint's path.")] = "/mcp",
+    rate_limit: Annotated[
+        str,
+        typer.Option(
+            help="http: requests per key, REQUESTS/SECONDS (default 1200/60); 'off' for none."
+        ),
+    ] = "1200/60",
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1, help="http: largest request body in bytes (413 beyond).")
+    ] = DEFAULT_MAX_BODY,
+    sessions_per_key: Annotated[
+        int, typer.Option(min=1, help="http: open MCP sessions per key (429 beyond).")
+    ] = 16,
+    session_idle_timeout: Annotated[
+        float,
+        typer.Option(min=0.001, help="http: seconds an idle session lives before it is closed."),
+    ] = 600.0,
     db: DbOption = None,
 ) -> None:
     """Serve affidavit's operations as MCP tools: verify_job, export_pack, verify_pack,
     verify_claim, get_trust — each with an API key's role and namespace enforced as over HTTP.
 
     stdio: every call acts with the key in $AFFIDAVIT_API_KEY (required). http: every request
-    brings its own key (`Authorization: Bearer <key>`); the endpoint is http://HOST:PORT/mcp.
+    brings its own key (`Authorization: Bearer <key>`, 401 without: checked before the body is
+    read); the endpoint is http://HOST:PORT/mcp. Each key is rate limited (429), a body above
+    --max-body-bytes refused (413), and a key holds at most --sessions-per-key sessions (one
+    more is refused with 429 until one closes or idles out after --session-idle-timeout).
 
     Exit codes: 0 stopped; 3 a bad option, a missing key, the mcp extra not installed, or a
     store error.
@@ -40,6 +61,7 @@ def mcp(
             raise ConfigError(
                 f"unknown transport {transport!r}", hint=f"Use one of: {', '.join(TRANSPORTS)}."
             )
+        limit = None if rate_limit.strip().lower() == "off" else RateLimit.parse(rate_limit)
         api_key = os.environ.get(API_KEY_ENV) or None
         if transport == "stdio" and api_key is None:
             raise ConfigError(
@@ -48,6 +70,7 @@ def mcp(
                 "apikeys create --agent NAME --role agent`.",
             )
         try:
+            from affidavit.integrations.mcp.http_gate import SessionLimits, gated_http_app
             from affidavit.integrations.mcp.server import build_server
         except ImportError as exc:
             raise ConfigError(
@@ -56,6 +79,7 @@ def mcp(
             ) from exc
         from affidavit.store import open_store
 
+        sessions = SessionLimits(sessions_per_key, session_idle_timeout)
         store = open_store(database_url(db))
     try:
         server = build_server(store, api_key=api_key if transport == "stdio" else None)
@@ -64,7 +88,15 @@ def mcp(
         else:
             import uvicorn
 
-            app = server.streamable_http_app(streamable_http_path=path, host=host)
+            app = gated_http_app(
+                server,
+                store,
+                path=path,
+                host=host,
+                rate_limit=limit,
+                max_body=max_body_bytes,
+                sessions=sessions,
+            )
             output.err.print(
                 f"affidavit MCP server on http://{host}:{port}{path} ({store.backend})"
             )

@@ -394,7 +394,7 @@ def run(
         max_recoveries(recoveries)  # a bad environment variable submits nothing
         rt = open_runtime(db, None, lease, step_concurrency, store_retry, recoveries)
         try:
-            rt.sealer.key()  # a key that cannot seal the job refuses it before it is submitted
+            rt.sealer.admit(rt.store)  # a key that cannot seal refuses the job before submitting
             job = rt.submit(
                 parsed,
                 job_input,

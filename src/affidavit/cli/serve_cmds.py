@@ -131,7 +131,7 @@ def serve(
 
     from affidavit.api.app import create_app
     from affidavit.api.ratelimit import RateLimit
-    from affidavit.runtime import load_tools, registry
+    from affidavit.runtime import Sealer, load_tools, registry
     from affidavit.store import open_store
 
     with command(False):
@@ -145,6 +145,12 @@ def serve(
             store = open_store(database_url(db))
         except BaseException:
             sock.close()
+            raise
+        try:  # the API seals the jobs it cancels or fails: a key the database refuses stops it
+            Sealer.for_store(store).admit(store)
+        except BaseException:
+            sock.close()
+            store.close()
             raise
     sandbox = None
     if insecure_claims_without_sandbox:

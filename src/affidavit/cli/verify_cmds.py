@@ -1,4 +1,4 @@
-"""``affidavit verify`` (Verification Mode) and ``affidavit keys show | rotate``."""
+"""``affidavit verify`` (Verification Mode); the keys commands are in :mod:`keys_cmds`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from contextlib import nullcontext
-from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated
 
 import typer
 from rich.markup import escape
@@ -19,28 +18,12 @@ from rich.table import Table
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.errors import ConfigError
-from affidavit.core.signing import KEY_ENV, SigningKey
-from affidavit.runtime import Sealer
 from affidavit.store import JOB_STATUSES, JobFilter, Store
 from affidavit.verify import VerificationResult, verify_all, verify_one
-
-keys_app = typer.Typer(help="The key that signs job seals.", no_args_is_help=True)
-
-KeyFileOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--key-file",
-        help=f"The signing key file. Default: ${KEY_ENV}, else affidavit-signing.key next to "
-        "the SQLite database (PostgreSQL: $XDG_DATA_HOME/affidavit/, default "
-        "~/.local/share/affidavit/).",
-        show_default=False,
-    ),
-]
 
 
 def register(app: typer.Typer) -> None:
     app.command("verify")(verify)
-    app.add_typer(keys_app, name="keys")
 
 
 def verify(
@@ -310,80 +293,3 @@ def render(result: VerificationResult) -> None:
     else:
         failed = ", ".join(c.name for c in result.checks() if not c.ok)
         output.out.print(f"[bold red]NOT verified[/]: {failed} failed")
-
-
-def _sealer(store: Store, key_file: Path | None) -> Sealer:
-    return Sealer(key_file) if key_file is not None else Sealer.for_store(store)
-
-
-def _key_doc(key: SigningKey, store: Store) -> dict[str, Any]:
-    return {
-        "key_id": key.key_id,
-        "algorithm": "ed25519",
-        "public_key": key.public.public_key_b64,
-        "path": str(key.path) if key.path is not None else None,
-        "keys": [k.to_dict() for k in store.signing_keys()],
-    }
-
-
-@keys_app.command("show")
-def keys_show(
-    key_file: KeyFileOption = None, db: DbOption = None, as_json: JsonOption = False
-) -> None:
-    """Print the signing key's public key and key id (creating the key if there is none yet),
-    and every public key recorded in the database. A --key-file that does not exist is an
-    error, not a new key (a mistyped path would otherwise record a second active key): create
-    one there with `affidavit keys rotate --key-file PATH`.
-
-    Exit codes: 0 shown; 3 the key file or the database cannot be used.
-    """
-    with command(as_json):
-        if key_file is not None and not key_file.exists():
-            raise ConfigError(
-                f"no signing key at {str(key_file)!r}",
-                hint="Check the path; `affidavit keys rotate --key-file PATH` creates a key there.",
-            )
-    with command(as_json), opened(db) as store:
-        key = _sealer(store, key_file).register(store)
-        doc = _key_doc(key, store)
-    if as_json:
-        output.emit_json(doc)
-        return
-    output.out.print(f"key id:     {doc['key_id']}")
-    output.out.print(f"public key: {doc['public_key']} (ed25519, base64)")
-    output.out.print(f"key file:   {doc['path']}")
-    _print_recorded(doc["keys"])
-
-
-@keys_app.command("rotate")
-def keys_rotate(
-    key_file: KeyFileOption = None, db: DbOption = None, as_json: JsonOption = False
-) -> None:
-    """Replace the signing key with a new one. The old public key stays recorded (retired), so
-    seals it signed still verify; the old key file is kept as <file>.retired-<key id>.
-    Running workers keep their loaded key until they restart.
-
-    Exit codes: 0 rotated; 3 the key file or the database cannot be used.
-    """
-    with command(as_json), opened(db) as store:
-        old, new = _sealer(store, key_file).rotate(store)
-        doc = _key_doc(new, store)
-    doc["retired_key_id"] = old.key_id if old is not None else None
-    if as_json:
-        output.emit_json(doc)
-        return
-    retired = f" (retired {doc['retired_key_id']})" if old is not None else ""
-    output.out.print(f"new key id: {doc['key_id']}{retired}")
-    output.out.print(f"public key: {doc['public_key']} (ed25519, base64)")
-    _print_recorded(doc["keys"])
-
-
-def _print_recorded(keys: list[dict[str, Any]]) -> None:
-    table = Table(title="recorded keys")
-    table.add_column("key_id", no_wrap=True, min_width=16)
-    table.add_column("public_key", overflow="fold")
-    table.add_column("created_at")
-    table.add_column("retired_at")
-    for k in keys:
-        table.add_row(k["key_id"], k["public_key"], k["created_at"] or "", k["retired_at"] or "")
-    output.out.print(table)

@@ -4,8 +4,9 @@
 2. SQLite: ``affidavit-signing.key`` in the directory of the database file;
 3. PostgreSQL: ``$XDG_DATA_HOME/affidavit/affidavit-signing.key`` (default
    ``~/.local/share/affidavit/``). Team deployments set ``$AFFIDAVIT_SIGNING_KEY`` on every
-   worker (one key shared through a secret store, or one per machine: every public key is
-   recorded in the database, so all of them verify).
+   worker (one key shared through a secret store, or one per machine, each registered by an
+   operator with ``affidavit keys trust``: the database accepts the keys registered in it
+   only, the first key that seals in an empty database being registered by itself).
 
 The file is a PKCS#8 PEM Ed25519 private key with mode 0600, created on first use (exclusively:
 two processes starting at once end up with the same key). A key file readable by group or others
@@ -21,21 +22,23 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     NoEncryption,
     PrivateFormat,
     PublicFormat,
     load_pem_private_key,
+    load_pem_public_key,
 )
 
 from affidavit.core.errors import ConfigError
 from affidavit.core.events import utc_now
-from affidavit.core.seal import PublicKey, Seal, sign_seal
+from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, sign_seal, unb64
 
 KEY_ENV = "AFFIDAVIT_SIGNING_KEY"
 KEY_FILE_NAME = "affidavit-signing.key"
+MAX_KEY_FILE_BYTES = 64 * 1024
 
 
 class SigningKeyError(ConfigError):
@@ -43,6 +46,20 @@ class SigningKeyError(ConfigError):
     default_hint = (
         f"Point ${KEY_ENV} at a readable Ed25519 key file with mode 0600, or remove the variable "
         "to use the default location."
+    )
+
+
+class SealKeyRefused(ConfigError):
+    """The database does not accept this key for new seals: another key was registered
+    first, or this one was retired."""
+
+    code = "seal_key_refused"
+    default_hint = (
+        "Register this host's public key from an operator's shell: `affidavit keys trust "
+        "KEYFILE_OR_PUBKEY` (the base64 that `affidavit keys show` prints here), or run "
+        "`affidavit keys rotate` here to make a new key and register it as current (keys "
+        "registered before stay accepted for verifying their seals). `affidavit keys list` "
+        "shows the keys this database accepts."
     )
 
 
@@ -207,3 +224,59 @@ def install_key_file(path: Path, staged: Path, retired: SigningKey | None) -> No
         _sync_dir(path.parent)
     except OSError as exc:
         raise SigningKeyError(f"cannot replace {path}: {exc}") from exc
+
+
+_PUBLIC_KEY_HINT = (
+    "Give the base64 public key that `affidavit keys show` prints on the host that holds the "
+    "key, a PEM public key file, or the key file itself (a PKCS#8 PEM private key, mode 0600)."
+)
+
+
+def public_key_of(text: str) -> PublicKey:
+    """The Ed25519 public key named by ``text``: a file holding a PEM public or private key,
+    else the standard base64 of the raw 32-byte public key.
+
+    Raises:
+        SigningKeyError: neither, or not an Ed25519 key.
+    """
+    path = Path(text).expanduser()
+    if path.is_file():
+        return _public_key_file(path)
+    try:
+        raw = unb64(text.strip())
+    except ValueError as exc:
+        raise SigningKeyError(
+            f"{text[:100]!r} is neither a key file nor a base64 public key ({exc})",
+            hint=_PUBLIC_KEY_HINT,
+        ) from None
+    if len(raw) != PUBLIC_KEY_BYTES:
+        raise SigningKeyError(
+            f"an Ed25519 public key is {PUBLIC_KEY_BYTES} bytes, not {len(raw)}",
+            hint=_PUBLIC_KEY_HINT,
+        )
+    return PublicKey.from_raw(raw)
+
+
+def _public_key_file(path: Path) -> PublicKey:
+    try:
+        if path.stat().st_size > MAX_KEY_FILE_BYTES:
+            raise SigningKeyError(
+                f"{str(path)!r} is larger than a key file ({MAX_KEY_FILE_BYTES} bytes)",
+                hint=_PUBLIC_KEY_HINT,
+            )
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SigningKeyError(f"cannot read {str(path)!r}: {exc}", hint=_PUBLIC_KEY_HINT) from exc
+    if b"PRIVATE KEY" in data:
+        return SigningKey.load(path).public
+    try:
+        public = load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        raise SigningKeyError(
+            f"{str(path)!r} is not a PEM public or private key: {exc}", hint=_PUBLIC_KEY_HINT
+        ) from exc
+    if not isinstance(public, Ed25519PublicKey):
+        raise SigningKeyError(
+            f"{str(path)!r} holds a {type(public).__name__}, not Ed25519", hint=_PUBLIC_KEY_HINT
+        )
+    return PublicKey.from_raw(public.public_bytes(Encoding.Raw, PublicFormat.Raw))

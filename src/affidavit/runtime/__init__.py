@@ -39,7 +39,13 @@ if TYPE_CHECKING:
         registry,
         tool,
     )
-    from affidavit.runtime._sealing import Sealer, SigningKey
+    from affidavit.runtime._sealing import (
+        Sealer,
+        SealKeyRefused,
+        SigningKey,
+        key_status,
+        trust_key,
+    )
     from affidavit.runtime._submit import (
         check_agent_input,
         check_idempotency_key,
@@ -102,8 +108,11 @@ _LAZY = {
     "register_verifier": "affidavit.runtime._sdk",
     "registry": "affidavit.runtime._sdk",
     "tool": "affidavit.runtime._sdk",
+    "SealKeyRefused": "affidavit.runtime._sealing",
     "Sealer": "affidavit.runtime._sealing",
     "SigningKey": "affidavit.runtime._sealing",
+    "key_status": "affidavit.runtime._sealing",
+    "trust_key": "affidavit.runtime._sealing",
     "check_agent_input": "affidavit.runtime._submit",
     "check_idempotency_key": "affidavit.runtime._submit",
     "check_plan": "affidavit.runtime._submit",
@@ -151,6 +160,7 @@ __all__ = [
     "ResourceVerifier",
     "RetryableError",
     "Runtime",
+    "SealKeyRefused",
     "Sealer",
     "SigningKey",
     "SqlRowVerifier",
@@ -174,6 +184,7 @@ __all__ = [
     "decision_context",
     "is_agent_log",
     "job_trace",
+    "key_status",
     "load_tools",
     "open_store_waiting",
     "park_doc",
@@ -189,6 +200,7 @@ __all__ = [
     "submit_job",
     "tool",
     "trace_of",
+    "trust_key",
     "valid_traceparent",
     "wait_for_job",
 ]

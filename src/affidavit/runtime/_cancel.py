@@ -129,7 +129,7 @@ def request_cancel(
     found = store.get_job(job_id)  # an unknown job creates no key,
     if found.terminal:  # nor does a refusal (checked again under the lock)
         raise _finished(found)
-    sealer.key()  # load or create it before the transaction, not inside
+    sealer.admit(store)  # load or create it, and admit it, before the transaction
     with store.transaction(durable=True) as tx:
         job = tx.get_job(job_id, for_update=True)  # the open invocations come from the ledger
         if job is None:

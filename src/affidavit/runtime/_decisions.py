@@ -195,7 +195,7 @@ def resume_job(
         found = store.get_job(job_id)  # an unknown job creates no key,
         if found.status != "parked":  # nor does a refusal (checked again under the lock)
             raise _not_parked(found, park_version)
-        sealer.key()  # load or create it before the transaction, not inside
+        sealer.admit(store)  # load or create it, and admit it, before the transaction
     with store.transaction(durable=True) as tx:
         job, replay = _locked(tx, job_id)
         _check_park(job, replay, park_version)

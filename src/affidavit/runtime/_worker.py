@@ -29,7 +29,7 @@ from affidavit.runtime._run_base import (
 )
 from affidavit.runtime._runner import JobRunner
 from affidavit.runtime._sdk import ToolRegistry
-from affidavit.runtime._sealing import Sealer
+from affidavit.runtime._sealing import Sealer, SealKeyRefused
 from affidavit.store import Claimed, ClockOffset, NextClaim, Store, open_store
 
 DEFAULT_LEASE_SECONDS = 15.0
@@ -222,8 +222,11 @@ class Worker:
 
         Raises:
             ClockSkewError: see :meth:`check_clock`.
+            SealKeyRefused: the database does not accept this worker's seal key (checked once,
+                before the first claim: see :meth:`Sealer.admit`).
         """
         self.check_clock()
+        self.sealer.admit(self.store)
         attempt = new_attempt_id()
         now = time.time()
         with self._count_lock:
@@ -357,7 +360,7 @@ class Worker:
     def run_once(self, job_id: str | None = None) -> str | None:
         """Claim and run one job; ``None`` if nothing was runnable."""
         # A key that cannot be loaded or created must stop us before a job acts, not when it
-        # is about to be sealed.
+        # is about to be sealed (and the claim admits it to the database first).
         self.sealer.key()
         if self._stopping.is_set():
             return None
@@ -398,15 +401,16 @@ class Worker:
         """
         if concurrency < 1:
             raise ValueError("concurrency must be ≥ 1")
-        # An unusable signing key stops the worker here: the loops below survive job errors.
-        # So does a clock too far off the database server's (checked at the first claim when
-        # the database is unavailable now).
+        # An unusable signing key, or one the database does not accept, stops the worker here:
+        # the loops below survive job errors. So does a clock too far off the database
+        # server's (both checked at the first claim when the database is unavailable now).
         self.sealer.key()
         with contextlib.suppress(StoreUnavailable):
             self.check_clock()
+            self.sealer.admit(self.store)  # (else at the first claim)
         stop = stop or threading.Event()
         # what the first claim's clock check raised, when the database was unavailable here
-        refused: list[ClockSkewError] = []
+        refused: list[ClockSkewError | SealKeyRefused] = []
 
         gave_up: list[StoreUnavailable] = []  # the failure a loop gave up on, if one did
         claim_failed: list[Exception] = []  # what a claim raised, other than an outage
@@ -456,7 +460,7 @@ class Worker:
                             carried = _NextClaims(self, stop)
                             claim = dataclasses.replace(claim, next_claim=carried)
                         ran = self.run_claim(claim) if claim is not None else None
-                    except ClockSkewError as exc:
+                    except (ClockSkewError, SealKeyRefused) as exc:
                         refused.append(exc)
                         return
                     except StoreUnavailable as exc:

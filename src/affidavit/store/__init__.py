@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from affidavit.core.errors import ConfigError, UnsupportedDatabaseURL
+from affidavit.store._sealkeys import SealKeyAdmission
 from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf
 from affidavit.store._trust import ClaimOutcome, trust_record_id
 from affidavit.store.base import (
@@ -53,6 +54,7 @@ __all__ = [
     "NextClaim",
     "QueuedLeaf",
     "RejectedLeaf",
+    "SealKeyAdmission",
     "Snapshot",
     "Store",
     "StoredEvent",

@@ -20,6 +20,7 @@ from affidavit.store._trust import TrustTransaction
 if TYPE_CHECKING:
     from affidavit.core.merkle import Node
     from affidavit.core.seal import PublicKey, Seal
+    from affidavit.store._sealkeys import SealKeyAdmission
     from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf, TlogState
     from affidavit.store.migrations import Migration
 
@@ -668,6 +669,12 @@ class Transaction(TlogWriter, TrustTransaction, Protocol):
     def key_retire(self, key_id: str, *, retired_at: str) -> None: ...
 
     def keys_list(self) -> list[PublicKey]: ...
+
+    def seal_key_admit(self, key: PublicKey, *, at: str) -> SealKeyAdmission:
+        """Whether ``key`` may seal in this database (active, retired, unregistered, or its
+        key id recorded with another public key), registering it as the first key if the
+        database has none: two transactions racing on an empty database register one key."""
+        ...
 
 
 class Snapshot(TlogReader, Protocol):

@@ -81,6 +81,7 @@ log = logging.getLogger("affidavit.store")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _DIGITS = re.compile(r"[0-9]{1,6}")
 _MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
+_KEY_REGISTRY_LOCK = 0x6166666B6579  # "affkey": serializes registrations of the first seal key
 _DISK_FULL = "53100"  # SQLSTATE disk_full: "could not extend file ... No space left on device"
 # How long the server lets a session sit idle inside a transaction before it ends the session
 # (rolling back, releasing its locks). A write transaction of the store holds no user code, so
@@ -136,6 +137,7 @@ class PostgresTransaction(SqlTransaction):
 
     FOR_UPDATE = " FOR UPDATE"
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    key_registry_lock = f"SELECT pg_advisory_xact_lock({_KEY_REGISTRY_LOCK})"
 
     def __init__(self, conn: _Connection, *, durable: bool, prepare: bool = True) -> None:
         self._cursor = conn.writes()

@@ -49,6 +49,7 @@ from affidavit.store import (
 )
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._fold import LogFold
+from affidavit.verify._keys import accepted_keys, unknown_key_error
 from affidavit.verify._logged import LEAVES_READ, with_log_check
 from affidavit.verify.result import (
     LedgerProof,
@@ -128,7 +129,7 @@ def _verify_job(
             seal, seal_problem = None, str(exc)
         recorded = snap.keys_list()
         leaves = [] if seal_problem else snap.tlog_leaves_of(job_id, LEAVES_READ)
-    keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
+    keys = accepted_keys(trusted_keys, recorded, key_map=_key_map, pinned=_trusted)
     result = _assemble(
         fold,
         status=job["status"],
@@ -181,7 +182,7 @@ def orphan_results(
     if not found:
         return []
     recorded = snap.keys_list()
-    keys = _key_map(recorded) if trusted_keys is None else _trusted(trusted_keys, recorded)
+    keys = accepted_keys(trusted_keys, recorded, key_map=_key_map, pinned=_trusted)
     folds: dict[str, LogFold] = {}
     for orphan_id, rows in groupby(snap.iter_orphan_event_rows(job_id), key=itemgetter(0)):
         fold = _orphan_fold(orphan_id, found.get(orphan_id, ["events"]))
@@ -682,7 +683,7 @@ def _check_seal(
     if seal.job_id != fold.job_id:
         error = f"the seal is for job {seal.job_id!r}"
     elif key is None:
-        error = f"the seal is signed by unknown key {seal.key_id}"
+        error = unknown_key_error(keys, seal.key_id)
     else:
         try:
             error = check_signature(seal, key.public_key)
