@@ -173,18 +173,19 @@ class StoreEntries:
 
 class HttpEntries:
     """The leaves and proofs a log serves at ``base_url`` (tlog-tiles entry bundles under
-    ``/log/tile/entries/``, consistency proofs at ``/log/consistency``); each response is
-    bounded in size, each read in time, and all of them together by ``total_seconds``."""
+    ``/log/tile/entries/``, consistency proofs at ``/log/consistency``), read through the
+    witnesses' :class:`~affidavit.tlog._fetch.LogClient`: each response is bounded in size, each
+    read in time, and all of them together by ``total_seconds``."""
 
     def __init__(
         self, base_url: str, *, timeout: float = 10.0, total_seconds: float = MAX_READ_SECONDS
     ) -> None:
         import time
 
-        import httpx
+        from affidavit.tlog._fetch import LogClient
 
         self.base = base_url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout, follow_redirects=False)
+        self.client = LogClient(self.base, timeout=timeout, deadline=total_seconds)
         self.deadline = time.monotonic() + total_seconds
 
     def close(self) -> None:
@@ -193,23 +194,18 @@ class HttpEntries:
     def _get(self, path: str, limit: int, params: dict[str, int] | None = None) -> bytes:
         import time
 
-        import httpx
+        from affidavit.tlog._fetch import AnswerTooBig, LogReadError
 
-        url = f"{self.base}{path}"
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise EntriesError(f"reading the log at {self.base} took too long")
+        self.client.deadline = left  # (what is left of the whole read, for this response)
         try:
-            with self.client.stream("GET", url, params=params) as response:
-                if response.status_code != 200:
-                    raise EntriesError(f"GET {url}: HTTP {response.status_code}")
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        raise EntriesError(f"GET {url}: more than {limit} bytes")
-                    if time.monotonic() > self.deadline:
-                        raise EntriesError(f"reading the log at {self.base} took too long")
-                return bytes(body)
-        except httpx.HTTPError as exc:
-            raise EntriesError(f"GET {url}: {exc}") from None
+            return self.client.get(path, cap=limit, **(params or {}))
+        except AnswerTooBig:
+            raise EntriesError(f"GET {self.base}{path}: more than {limit} bytes") from None
+        except LogReadError as exc:
+            raise EntriesError(exc.message) from None
 
     def bundle(self, index: int, width: int) -> bytes:
         from affidavit.tlog._log import tile_path

@@ -41,6 +41,10 @@ class NoProof(LogReadError):
     code = "no_consistency_proof"
 
 
+class AnswerTooBig(LogReadError):
+    """The log's answer was over the size cap of what was asked for (reading stopped there)."""
+
+
 class LogClient:
     """GETs of one log's tlog-tiles resources, each capped in size and time."""
 
@@ -89,12 +93,12 @@ class LogClient:
                     raise LogReadError(f"{method} {path}: HTTP {response.status_code} from the log")
                 declared = response.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > cap:
-                    raise LogReadError(_too_big(method, path, cap))
+                    raise AnswerTooBig(_too_big(method, path, cap))
                 body = bytearray()
                 for chunk in response.iter_bytes():  # as it arrives: a trickle meets the deadline
                     body += chunk
                     if len(body) > cap:
-                        raise LogReadError(_too_big(method, path, cap))
+                        raise AnswerTooBig(_too_big(method, path, cap))
                     if time.monotonic() - started > self.deadline:
                         raise LogReadError(
                             f"{method} {path}: the log took over {self.deadline:g} s to answer"
