@@ -197,17 +197,12 @@ def test_db_migrate_names_each_migration_it_applies(store_url: str) -> None:
     assert "applying migration 10 (tlog)" in human.stderr
     assert "applying migration 11 (claims_made)" in human.stderr
     assert "applying migration 12 (seal_events_root)" in human.stderr
-    assert "applying migration 15 (trust_seals)" in human.stderr
-    if store_url.startswith("sqlite"):
-        assert (
-            "applied migrations [6, 7, 8, 10, 11, 12, 15]; schema is at version 15" in human.stdout
-        )
-    else:  # (migration 9 is PostgreSQL's only)
-        assert "applying migration 9 (append_guard)" in human.stderr
-        assert (
-            "applied migrations [6, 7, 8, 9, 10, 11, 12, 15]; schema is at version 15"
-            in human.stdout
-        )
+    folder = "sqlite" if store_url.startswith("sqlite") else "postgres"
+    redone = [m for m in migrations.load(folder) if m.version >= 6]
+    for m in redone:  # (migration 9 is PostgreSQL's only)
+        assert f"applying migration {m.version} ({m.name})" in human.stderr
+    versions = [m.version for m in redone]
+    assert f"applied migrations {versions}; schema is at version {versions[-1]}" in human.stdout
     shown = cli("jobs", "show", job_id, "--db", store_url, "--json")
     assert json_of(shown)["event_count"] == 2
 

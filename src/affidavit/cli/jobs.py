@@ -294,7 +294,8 @@ def job_trace_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Each node of the job's plan with its state (pure, side_effect_committed, compensated,
-    in_flight, waiting, approved, signalled, parked, running, failed, pending, skipped),
+    in_flight, waiting, approved, signalled, parked, running, failed, unknown, pending,
+    skipped),
     outcome, attempts and duration; for an agent job, each recorded step in sequence order
     with its kind, tool, state, attempts, duration and waits.
 
