@@ -30,6 +30,7 @@ from affidavit.core.agent_steps import (
     agent_step_id,
     call_signature,
 )
+from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError, StoreError
 from affidavit.runtime import _crash as crash
@@ -444,6 +445,10 @@ class AgentRun:
             raise ValueError(f"the wait key {key!r} is used twice in job {self.job_id}")
         self._keys.add(key)
         extra: dict[str, Any] = {}
+        if kind == "approval":  # who may decide it (checked by ctx.approval)
+            extra.update(
+                ApprovalPolicy.parse(args.get("approvers"), args.get("min_approvals"), "").to_dict()
+            )
         wake_at: float | None = None
         if timeout is not None:
             wake_at = time.time() + float(timeout)

@@ -15,6 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, FencedError, StoreUnavailable
 from affidavit.core.plan import Node, Plan
@@ -281,11 +282,17 @@ class PlanRun:
             if node.type == "pure":
                 self.executor.tool_of(spec)
                 return self.executor.run_pure(spec, self._resolve_args(node)[0])
+            policy = (
+                ApprovalPolicy.parse(node.raw.get("approvers"), node.raw.get("min_approvals"), "")
+                if node.type == "approval"
+                else None
+            )
             return self.executor.run_wait(
                 spec,
                 correlation_key=f"{self.journal.job_id}:{node.id}",
                 wait_type="approval" if node.type == "approval" else "signal",
                 reason=f"{node.type} node {node.id!r}",
+                extra=policy.to_dict() if policy is not None else None,
             )
         except (Exception, KeyboardInterrupt):
             raise

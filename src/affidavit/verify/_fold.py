@@ -85,6 +85,8 @@ from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, RESULT_TYPES, EventType
 from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.core.plan import idempotency_key_of
+from affidavit.verify._approvals import INVARIANT as APPROVAL
+from affidavit.verify._approvals import ApprovalFold
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 
@@ -163,6 +165,16 @@ class _Violation(Exception):
         self.detail = detail
 
 
+def _approval(problem: str | None) -> None:
+    if problem is not None:
+        raise _Violation(APPROVAL, problem)
+
+
+def _approval_at_end(fold: LogFold, problem: str | None) -> None:
+    if problem is not None:
+        fold.violate(APPROVAL, None, problem)
+
+
 def _str(p: dict[str, Any], name: str) -> str:
     value = p.get(name)
     if type(value) is not str:
@@ -197,6 +209,7 @@ class LogFold:
 
     def __init__(self, job_id: str, *, fast_paths: bool = True) -> None:
         self.job_id = job_id
+        self.approvals = ApprovalFold(job_id)  # invariant ``approval`` (verify._approvals)
         # event type -> (its part of the chain hash input, its fast path or 0)
         self._known = {
             t: (_SEPARATORS[t], _FAST_KINDS.get(t, 0) if fast_paths else 0) for t in _KNOWN_TYPES
@@ -275,6 +288,7 @@ class LogFold:
             "node_finished": self._node_finished,
             "job_waiting": self._job_waiting,
             "wait_completed": self._wait_completed,
+            "approval_recorded": lambda p: _approval(self.approvals.vote(p)),
             "job_parked": self._job_parked,
             "job_resumed": self._job_resumed,
             "confirmation_warning": self._tool_step,
@@ -414,6 +428,7 @@ class LogFold:
                                     and key not in success
                                     and invocation not in invocation_ids
                                     and key not in open_by_key
+                                    and "requires_approval" not in p
                                     and (
                                         prior is _NO_START
                                         or prior[1:4] == (node_id, tool_name, hashed)
@@ -596,6 +611,7 @@ class LogFold:
         if self._version != 1:
             raise _Violation("plan", "job_created is not the first event")
         self.created_payload = p
+        self.approvals.created(p)
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
         if self.agent:
@@ -765,6 +781,8 @@ class LogFold:
     def _invocation_started(self, p: dict[str, Any]) -> None:
         try:
             self._check_invocation_started(p)
+            if "requires_approval" in p:
+                _approval(self.approvals.invocation(p))
         except _Violation:
             key, invocation = p.get("idempotency_key"), p.get("invocation_id")
             if type(key) is str and type(invocation) is str:
@@ -1001,8 +1019,8 @@ class LogFold:
         self.compensations.add(node_id)
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
-        node_id = self._node(p, _WAIT_KINDS)
-        wait_type = _WAIT_TYPE[self.node_type[node_id]]
+        node_id = self._node(p, ("tool",) if "call" in p else _WAIT_KINDS)  # (a call's approval)
+        wait_type = _WAIT_TYPE.get(self.node_type[node_id], "approval")
         if p.get("wait_type") != wait_type:
             raise _Violation(
                 "node_in_plan",
@@ -1017,6 +1035,7 @@ class LogFold:
             self.timers[key] = (_str(p, "wake_at"), wait_type == "timer")
         self.waits[key] = node_id
         self.log_status = "waiting"
+        _approval(self.approvals.waiting(p, self.steps.get(node_id)))
 
     def _wait_completed(self, p: dict[str, Any]) -> None:
         key = _str(p, "correlation_key")
@@ -1051,11 +1070,14 @@ class LogFold:
         elif timer is not None and timer[1] and _instant(_str(p, "at")) < _instant(timer[0]):
             raise _Violation("closing_rule", f"the timer {key!r} fired before {timer[0]}")
         self.answered.add(key)
+        self.log_status = "running"
+        _approval(self.approvals.completed(p))
+        if key in self.approvals.calls:
+            return  # a tool call's approval: not the node's output
         if self.agent:
             self.wait_payloads[waiting] = p.get("payload")
         if waiting in self.sinks:
             self.signals[waiting] = p.get("payload")
-        self.log_status = "running"
 
     def _job_parked(self, p: dict[str, Any]) -> None:
         node_id = p.get("node_id")
@@ -1209,6 +1231,7 @@ class LogFold:
                 self.violate("plan", None, "the agent job's log has no agent_started event")
             else:
                 self.violate("plan", None, "the log has no plan_generated event")
+        _approval_at_end(self, self.approvals.unmarked(self.started.values()))
         uncommitted = next(iter(self.success.values()), None)  # (in log order: the first)
         if uncommitted is not None:
             self.violate(
