@@ -252,6 +252,8 @@ def signal(job_id: str, body: Signal, svc: ServiceDep, caller: Observer) -> dict
     is written. Repeating a key appends nothing (`appended: false`), as does an approver
     approving again; a key that matches no wait of the job is refused (409)."""
     visible_job(svc.store, caller, job_id)
+    if not (caller.has("agent") or caller.has("approver")):
+        raise Forbidden(f"role {caller.role!r} may neither signal waits nor decide approvals")
     job, appended = signal_job(
         svc.store,
         job_id,

@@ -24,8 +24,8 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job, state
 from affidavit.cli.log_cmds import background_sequencer
 from affidavit.cli.next_steps import decisions_doc, next_steps
+from affidavit.cli.operator import AsOption, principal_of
 from affidavit.cli.progress import StepProgress, job_line, status_markup
-from affidavit.core.approvals import operator
 from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
@@ -736,14 +736,7 @@ def signal(
         ),
     ] = None,
     by: Annotated[str | None, typer.Option(help="Who signals (recorded).")] = None,
-    as_name: Annotated[
-        str | None,
-        typer.Option(
-            "--as",
-            help="Decide an approval as operator:NAME (role admin; never the job's submitter).",
-            show_default=False,
-        ),
-    ] = None,
+    as_name: AsOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -760,7 +753,7 @@ def signal(
     with command(as_json):
         value = parse_json_arg(payload, "--payload")
         with opened_for_job(db, job_id) as store:
-            who = operator(as_name) if as_name is not None else None
+            who = principal_of(as_name)
             job, appended = signal_job(
                 store, job_id, key, value, by=by or state_user(), principal=who
             )

@@ -52,7 +52,6 @@ def record_decision(
         SignalPayloadError: ``payload`` is not ``{"approved": true|false}`` (+ ``comment``).
         ApprovalRefused: no principal, or one the approval's policy does not allow.
     """
-    approved, comment = decision_of(payload, key)
     if principal is None:
         raise ApprovalRefused(
             f"the approval {key!r} of job {job.job_id} needs a named principal to decide it",
@@ -62,6 +61,7 @@ def record_decision(
     why = ApprovalPolicy.recorded(wait).why_not(principal, job.submitted_by)
     if why is not None:
         raise ApprovalRefused(f"{why}: nothing was recorded for approval {key!r}")
+    approved, comment = decision_of(payload, key)
     votes = list(replay.approval_votes.get(key, ()))
     if approved and any(v.get("principal") == principal.name and v.get("approved") for v in votes):
         return job, False

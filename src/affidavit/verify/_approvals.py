@@ -13,13 +13,18 @@ What a log verified ✓ proves about its approvals:
   step id, tool and argument hash;
 - a call the log shows an approval request for was not invoked without the mark.
 
+An approval whose ``job_waiting`` records no policy (no ``min_approvals``: written before
+policies were recorded) is checked only for being open when decided; its ``wait_completed``
+names who signalled it, nothing more.
+
 What it cannot prove: a log that never states a requirement (no mark, no request) reads as a
 tool that required none — only the tool's code, or a verifier told which tools require
 approval, knows otherwise. And the principals named are those the runtime authenticated (API
 keys, the CLI's ``--as``): they do not sign their decisions, so whoever holds the sealing key
 can write a log naming any of them.
 
-Each method returns what is wrong with the event (``None``: nothing); the fold reports it.
+Each method raises ``_Violation`` (invariant ``approval``) for what is wrong with the event;
+the fold reports it with the event's version.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 
 from affidavit.core.approvals import ApprovalPolicy, Principal, call_approval_key, granted
 from affidavit.core.errors import AffidavitError
+from affidavit.verify._violation import _Violation
 
 INVARIANT = "approval"
 _DECISION_FIELDS = ("at", "principal", "role", "key_id", "approved", "comment")
@@ -44,6 +50,7 @@ class ApprovalFold:
         self.calls: dict[str, Mapping[str, Any]] = {}  # a call approval's key -> its call
         self.votes: dict[str, list[Mapping[str, Any]]] = {}
         self.granted: set[str] = set()
+        self.recorded: set[str] = set()  # approvals whose job_waiting records their policy
         self.decided: set[str] = set()
         self.marked: set[tuple[str, str]] = set()  # (step id, args hash) invoked with the mark
 
@@ -51,11 +58,28 @@ class ApprovalFold:
         by = p.get("submitted_by")
         self.submitter = by if isinstance(by, str) else None
 
-    def waiting(self, p: Mapping[str, Any], node_step: str | None) -> str | None:
+    def waiting(self, p: Mapping[str, Any], node_step: str | None) -> None:
         """A ``job_waiting``; ``node_step``: the step id of the node it names."""
+        _check(self._waiting(p, node_step))
+
+    def vote(self, p: Mapping[str, Any]) -> None:
+        """An ``approval_recorded``."""
+        _check(self._vote(p))
+
+    def completed(self, p: Mapping[str, Any]) -> None:
+        """A ``wait_completed``."""
+        _check(self._completed(p))
+
+    def invocation(self, p: Mapping[str, Any]) -> None:
+        """A ``tool_invocation_started`` marked ``requires_approval``."""
+        _check(self._invocation(p))
+
+    def _waiting(self, p: Mapping[str, Any], node_step: str | None) -> str | None:
         if p.get("wait_type") != "approval":
             return None if "call" not in p else "only an approval wait names a call"
         key = str(p.get("correlation_key"))
+        if "min_approvals" in p:
+            self.recorded.add(key)
         try:
             self.policies[key] = ApprovalPolicy.recorded(p)
         except AffidavitError as exc:
@@ -71,8 +95,7 @@ class ApprovalFold:
         self.calls[key] = call
         return None
 
-    def vote(self, p: Mapping[str, Any]) -> str | None:
-        """An ``approval_recorded``."""
+    def _vote(self, p: Mapping[str, Any]) -> str | None:
         key = str(p.get("correlation_key"))
         policy = self.policies.get(key)
         if policy is None or key in self.decided:
@@ -82,13 +105,14 @@ class ApprovalFold:
             self.votes.setdefault(key, []).append(p)
         return problem
 
-    def completed(self, p: Mapping[str, Any]) -> str | None:
-        """A ``wait_completed``."""
+    def _completed(self, p: Mapping[str, Any]) -> str | None:
         key = str(p.get("correlation_key"))
         policy = self.policies.get(key)
         if policy is None:
             return None  # not an approval
         self.decided.add(key)
+        if key not in self.calls and key not in self.recorded:
+            return None  # an approval recorded without its policy (see the module docstring)
         decided_by = p.get("decided_by")
         if not isinstance(decided_by, list) or not decided_by:
             return f"the approval {key!r} was answered without the decisions that made it"
@@ -113,8 +137,7 @@ class ApprovalFold:
             self.granted.add(key)
         return None
 
-    def invocation(self, p: Mapping[str, Any]) -> str | None:
-        """A ``tool_invocation_started`` marked ``requires_approval``."""
+    def _invocation(self, p: Mapping[str, Any]) -> str | None:
         step, hashed, tool = p.get("step_id"), p.get("args_hash"), p.get("tool_name")
         key = p.get("approval_key")
         call = self.calls.get(key) if isinstance(key, str) else None
@@ -135,9 +158,10 @@ class ApprovalFold:
     def unmarked(self, started: Iterable[tuple[Any, ...]]) -> str | None:
         """At the end: a call with an approval request that was invoked without the mark
         (``started``: each invocation's ``(invocation, node, tool, args hash, step)``)."""
-        requested = {(c.get("step_id"), c.get("args_hash")) for c in self.calls.values()}
+        requested = {(str(c.get("step_id")), str(c.get("args_hash"))) for c in self.calls.values()}
         for _, _, tool, hashed, step in started:
-            if (step, hashed) in requested and (str(step), str(hashed)) not in self.marked:
+            call = (str(step), str(hashed))
+            if call in requested and call not in self.marked:
                 return (
                     f"tool {tool!r} at step {step!r} was invoked without the approval its call "
                     "was asked for"
@@ -160,6 +184,11 @@ class ApprovalFold:
             if why is None
             else f"the approval {key!r} was decided by a principal it does not allow: {why}"
         )
+
+
+def _check(problem: str | None) -> None:
+    if problem is not None:
+        raise _Violation(INVARIANT, problem)
 
 
 def _decision(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -89,6 +89,7 @@ from affidavit.verify._approvals import INVARIANT as APPROVAL
 from affidavit.verify._approvals import ApprovalFold
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
+from affidavit.verify._violation import _Violation
 
 # (the events of agent jobs, agent_started and step_called, are not folded here yet: a log
 # holding them is reported as an unknown event type)
@@ -156,23 +157,6 @@ def _instant(text: str) -> datetime:
     if moment.tzinfo is None:
         raise _Violation("payload", f"{text!r} has no UTC offset")
     return moment
-
-
-class _Violation(Exception):
-    def __init__(self, invariant: str, detail: str) -> None:
-        super().__init__(detail)
-        self.invariant = invariant
-        self.detail = detail
-
-
-def _approval(problem: str | None) -> None:
-    if problem is not None:
-        raise _Violation(APPROVAL, problem)
-
-
-def _approval_at_end(fold: LogFold, problem: str | None) -> None:
-    if problem is not None:
-        fold.violate(APPROVAL, None, problem)
 
 
 def _str(p: dict[str, Any], name: str) -> str:
@@ -288,7 +272,7 @@ class LogFold:
             "node_finished": self._node_finished,
             "job_waiting": self._job_waiting,
             "wait_completed": self._wait_completed,
-            "approval_recorded": lambda p: _approval(self.approvals.vote(p)),
+            "approval_recorded": self.approvals.vote,
             "job_parked": self._job_parked,
             "job_resumed": self._job_resumed,
             "confirmation_warning": self._tool_step,
@@ -782,7 +766,7 @@ class LogFold:
         try:
             self._check_invocation_started(p)
             if "requires_approval" in p:
-                _approval(self.approvals.invocation(p))
+                self.approvals.invocation(p)
         except _Violation:
             key, invocation = p.get("idempotency_key"), p.get("invocation_id")
             if type(key) is str and type(invocation) is str:
@@ -1035,7 +1019,7 @@ class LogFold:
             self.timers[key] = (_str(p, "wake_at"), wait_type == "timer")
         self.waits[key] = node_id
         self.log_status = "waiting"
-        _approval(self.approvals.waiting(p, self.steps.get(node_id)))
+        self.approvals.waiting(p, self.steps.get(node_id))
 
     def _wait_completed(self, p: dict[str, Any]) -> None:
         key = _str(p, "correlation_key")
@@ -1071,7 +1055,7 @@ class LogFold:
             raise _Violation("closing_rule", f"the timer {key!r} fired before {timer[0]}")
         self.answered.add(key)
         self.log_status = "running"
-        _approval(self.approvals.completed(p))
+        self.approvals.completed(p)
         if key in self.approvals.calls:
             return  # a tool call's approval: not the node's output
         if self.agent:
@@ -1231,7 +1215,8 @@ class LogFold:
                 self.violate("plan", None, "the agent job's log has no agent_started event")
             else:
                 self.violate("plan", None, "the log has no plan_generated event")
-        _approval_at_end(self, self.approvals.unmarked(self.started.values()))
+        if (problem := self.approvals.unmarked(self.started.values())) is not None:
+            self.violate(APPROVAL, None, problem)
         uncommitted = next(iter(self.success.values()), None)  # (in log order: the first)
         if uncommitted is not None:
             self.violate(
