@@ -4,6 +4,7 @@ require approval of each call whatever the plan or the agent's code asks for."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -246,3 +247,49 @@ def test_ctx_approval_takes_approvers_and_min_approvals(rt: Runtime) -> None:
     assert job.status == "completed", job.error
     assert job.output == {"approved": True}
     assert_log_sound(rt.store, job_id)
+
+
+@agent("approvals_starter")
+def starter(ctx: Any) -> Any:
+    other = ctx.start("slow", amount=1)  # needs no approval: started first
+    gated = ctx.start("pay", amount=2)  # asks for one: only once `other` recorded its outcome
+    return [h.result() for h in (other, gated)]
+
+
+def test_a_call_that_asks_for_approval_does_not_cut_off_concurrent_steps(
+    store_url: str, calls: Calls
+) -> None:
+    """Asking ends the run as a wait does: under step concurrency the asking node runs alone,
+    and an agent's started calls record their outcome before it asks. `slow` holds on until
+    its job waits (which a call asking beside it would make happen) or 2 s have passed."""
+    store: list[Any] = []
+
+    def slow(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        calls.add(ctx, "slow")
+        for _ in range(40):
+            if store[0].get_job(ctx.job_id).status == "waiting":
+                break
+            threading.Event().wait(0.05)
+        return {"paid": amount}
+
+    tools = ToolRegistry([pay_tool(calls), Tool("slow", slow, "tool"), starter])
+    graph = plan(node("free", "slow", args={"amount": 3}), node("gated", "pay", args={"amount": 4}))
+    with Runtime(store_url, tools=tools, step_concurrency=3) as rt:
+        store.append(rt.store)
+        for job_id in (
+            rt.submit(graph, {}, submitted_by="m").job_id,
+            rt.submit("approvals_starter", {}, submitted_by="m").job_id,
+        ):
+            assert rt.run_job(job_id).status == "waiting"
+            events = assert_log_sound(rt.store, job_id)
+            # the invocation running beside it was closed before the job waited
+            assert len(of_type(events, "tool_invocation_started")) == 1
+            assert len(of_type(events, "tool_invocation_finished")) == 1
+            [asked] = of_type(events, "job_waiting")
+            signal_job(
+                rt.store, job_id, asked["correlation_key"], {"approved": True}, principal=BOB
+            )
+            done = rt.run_job(job_id)
+            assert done.status == "completed", done.error
+            assert_log_sound(rt.store, job_id)
+    assert (calls.count(name="slow"), calls.count(name="pay")) == (2, 2)

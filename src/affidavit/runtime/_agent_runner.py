@@ -368,9 +368,12 @@ class AgentRun:
 
     def call(self, target: Tool | str, args: dict[str, Any], *, start: bool) -> Any:
         t = self._tool(target)
+        if t.requires_approval:  # it may ask for an approval, which ends the run as a wait does:
+            self._quiesce()  # the calls still running record their outcome first, and it runs alone
         spec, args_jcs, called = self._next(t.kind, t.name, args)
-        if not start:
-            return self._run_step(spec, args, args_jcs, (called,) if called else ())
+        if not start or t.requires_approval:
+            value = self._run_step(spec, args, args_jcs, (called,) if called else ())
+            return value if not start else _finished(value, self.agent.is_async)
         if called is not None:
             # written now, in program order, so that the log numbers calls as they started
             self._write_or_interrupt(called)
@@ -575,6 +578,13 @@ class AgentRun:
         ):
             return False  # recorded by code without this patch here: keep the old path
         return bool(self.value("patched", {"id": patch_id}, lambda: True))
+
+
+def _finished(value: Any, is_async: bool) -> Any:
+    """``value`` as the handle ``ctx.start`` (or an async agent's ``ctx.call``) returns."""
+    done: Future[Any] = Future()
+    done.set_result(value)
+    return asyncio.wrap_future(done) if is_async else done
 
 
 def _rfc3339(ts: float) -> str:

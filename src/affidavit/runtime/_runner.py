@@ -307,6 +307,13 @@ class PlanRun:
             )
             raise
 
+    def _may_ask(self, node: Node) -> bool:
+        """A tool node whose tool may ask for an approval of its call: asking ends the run as a
+        wait does, so under step concurrency it runs, as a wait node, only when no other step
+        runs."""
+        found = self.executor.tools.get(node.tool or "") if node.type == "tool" else None
+        return found is not None and bool(found.requires_approval)
+
     def _resolve_args(self, node: Node) -> tuple[dict[str, Any], bytes]:
         """The node's arguments resolved, and their canonical bytes (keys are derived from
         them, so they are encoded once)."""
@@ -356,7 +363,7 @@ class PlanRun:
                             node = self.plan.node(node_id)
                             if not all(d in done for d in node.depends_on):
                                 continue
-                            if node.type in ("wait", "approval"):
+                            if node.type in ("wait", "approval") or self._may_ask(node):
                                 if running:
                                     continue  # a wait ends the run: let the running steps finish
                                 remaining.remove(node_id)
