@@ -480,7 +480,7 @@ def test_key_never_in_a_url(browser: Any, api: Api) -> None:
     urls: list[str] = []
     page.on("request", lambda r: urls.append(r.url))
     page.goto(api.url + f"/ui/jobs/{job_id}")
-    key = api.keys["agent_a"].removeprefix("Bearer ")
+    key = api.keys["approver_a"].removeprefix("Bearer ")
     page.fill("#key", key)
     page.click("#login button[type=submit]")
     page.wait_for_selector("body[data-ready=true]")

@@ -84,7 +84,7 @@ def test_signal_a_waiting_job(store_url: str, files: tuple[Path, Path, Path]) ->
     missing = cli("signal", "no-such-job", "--key", "k", "--db", store_url)
     assert missing.returncode == 2
     looks_denied = cli("signal", job_id, "--key", f"{job_id}:ok", "--payload", '{"approved": "no"}',
-                       "--db", store_url, "--json")  # fmt: skip
+                       "--as", "ann", "--db", store_url, "--json")  # fmt: skip
     assert looks_denied.returncode == 3
     assert json_of(looks_denied)["error"]["code"] == "signal_payload_invalid"
     key = f"{job_id}:ok"

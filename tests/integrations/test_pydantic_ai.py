@@ -340,7 +340,7 @@ def test_approval_over_the_http_api_names_the_call_and_resumes(store_url: str, s
         with Server(app) as url, Runtime(store_url, tools=tools) as rt:
             job_id = rt.submit("support", {"prompt": "mail ops@example.com"}, namespace="a").job_id
             assert rt.run_job(job_id).status == "waiting"
-            headers = {"Authorization": keys["agent_a"]}
+            headers = {"Authorization": keys["approver_a"]}
             with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
                 [wait] = c.get(f"/api/jobs/{job_id}/decisions").json()["waits"]
                 assert wait["wait_type"] == "approval"

@@ -230,8 +230,8 @@ function waitSection(jobId, wait, caller, panel, onDecided) {
   }
   if (!wait.may_decide) {
     box.append(el("p", { class: "hint", "data-denied": wait.node_id,
-      text: `This key (${caller.agent_id}, ${caller.role}) may look, not decide: `
-        + `${wait.why_not || "its role does not allow it"}.` }));
+      text: `This key (${caller.agent_id}) is ${caller.role}: it may look, not decide `
+        + `(${wait.why_not || "its role does not allow it"}).` }));
     return box;
   }
   const path = `/api/jobs/${encodeURIComponent(jobId)}/signal`;
