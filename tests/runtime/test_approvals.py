@@ -293,3 +293,19 @@ def test_a_call_that_asks_for_approval_does_not_cut_off_concurrent_steps(
             assert done.status == "completed", done.error
             assert_log_sound(rt.store, job_id)
     assert (calls.count(name="slow"), calls.count(name="pay")) == (2, 2)
+
+
+def test_the_decorator_takes_the_requirement_and_refuses_bad_options() -> None:
+    from affidavit import tool
+    from affidavit.core.errors import ConfigError
+
+    @tool("approvals_refund", requires_approval=lambda amount, **_: amount > 100, min_approvals=2)
+    def refund(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        return {"refunded": amount}
+
+    assert refund.needs_approval({"amount": 101}) and not refund.needs_approval({"amount": 100})
+    assert refund.needs_approval({"other": 1})  # a predicate that raises: approval required
+    assert refund.approval_policy.min_approvals == 2
+    for bad in ({"requires_approval": "yes"}, {"approvers": []}, {"min_approvals": 0}):
+        with pytest.raises(ConfigError):
+            tool("approvals_bad", **bad)  # type: ignore[arg-type]

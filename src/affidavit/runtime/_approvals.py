@@ -58,7 +58,10 @@ def record_decision(
             hint="From the CLI, name yourself with --as NAME (recorded as operator:NAME); "
             "over the API, use a key of role approver.",
         )
-    why = ApprovalPolicy.recorded(wait).why_not(principal, job.submitted_by)
+    # the submitter as the log records it (what verify checks), and as the job row says
+    why = ApprovalPolicy.recorded(wait).why_not(principal, replay.submitted_by)
+    if why is None and job.submitted_by != replay.submitted_by:
+        why = ApprovalPolicy().why_not(principal, job.submitted_by)
     if why is not None:
         raise ApprovalRefused(f"{why}: nothing was recorded for approval {key!r}")
     approved, comment = decision_of(payload, key)

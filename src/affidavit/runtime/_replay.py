@@ -79,6 +79,7 @@ class ReplayContext:
     agent: dict[str, Any] | None = None  # an agent job's agent_started payload
     agent_steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> step_called
     namespace: str | None = None
+    submitted_by: str | None = None  # job_created's: who may not decide the job's approvals
     task_graph: dict[str, Any] | None = None
     plan_hash: str | None = None
     policy: dict[str, Any] | None = None
@@ -307,6 +308,7 @@ class ReplayContextBuilder:
             self._fail("job_created is not the first event")
         self.ctx.input = p.get("input")
         self.ctx.namespace = p.get("namespace")
+        self.ctx.submitted_by = p.get("submitted_by")
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
         ctx = self.ctx
