@@ -145,7 +145,7 @@ def test_named_approvers_only(echo_rt: Runtime) -> None:
 @pytest.mark.parametrize(
     "fields",
     [{"approvers": []}, {"approvers": "bob"}, {"min_approvals": 0}, {"min_approvals": True},
-     {"approvers": ["bob"], "min_approvals": 2}],
+     {"approvers": ["bob"], "min_approvals": 2}, {"approvers": ["agent"]}],
 )  # fmt: skip
 def test_a_malformed_approval_policy_is_refused_at_submit(echo_rt: Runtime, fields: Any) -> None:
     with pytest.raises(PlanError):

@@ -113,6 +113,12 @@ class ApprovalPolicy:
                 f"principal names, not {str(approvers)[:60]}",
                 hint="For example approvers: [approver] or [alice, bob].",
             )
+        elif any(a in ("observer", "agent") for a in approvers):
+            raise PlanError(
+                f"{where}: `approvers` names a role that may not decide approvals (observer or "
+                "agent)",
+                hint="List approver, admin, or the principals (agent ids) who may decide it.",
+            )
         else:
             listed = tuple(dict.fromkeys(approvers))
         if min_approvals is None:
