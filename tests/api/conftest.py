@@ -84,7 +84,21 @@ def _think(ctx: ToolContext, **args: Any) -> dict[str, Any]:
     return {"thought": args}
 
 
-TOOLS = ToolRegistry([Tool("act", _act, "tool"), Tool("think", _think, "pure")])
+TRANSFERS: list[int] = []  # the amounts the approval-requiring tool moved, in this process
+
+
+def _transfer(ctx: ToolContext, amount: int) -> dict[str, Any]:
+    TRANSFERS.append(amount)
+    return {"moved": amount}
+
+
+TOOLS = ToolRegistry(
+    [
+        Tool("act", _act, "tool"),
+        Tool("think", _think, "pure"),
+        Tool("transfer", _transfer, "tool", requires_approval=lambda amount, **_: amount > 100),
+    ]
+)
 
 WAITING_PLAN: dict[str, Any] = {
     "name": "api-test",
@@ -125,6 +139,10 @@ def make_keys(store: Store) -> dict[str, str]:
     for name, agent, role, ns in [
         ("observer_a", "watcher-a", "observer", "a"),
         ("agent_a", "bot-a", "agent", "a"),
+        ("agent_a2", "bot-a2", "agent", "a"),
+        ("approver_a", "ann", "approver", "a"),
+        ("approver_a2", "ben", "approver", "a"),
+        ("approver_b", "bea", "approver", "b"),
         ("agent_b", "bot-b", "agent", "b"),
         ("admin", "root", "admin", "ops"),
         ("revoked", "old-bot", "agent", "a"),

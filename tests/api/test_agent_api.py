@@ -44,8 +44,9 @@ def test_submit_an_agent_job_over_http(agent_api: Api) -> None:
     assert [e.type for e in events] == ["job_created", "agent_started"]
     assert events[0].payload["namespace"] == "a"
     assert agent_api.runtime.run_job(job_id).status == "waiting"
-    with agent_api.client("agent_a") as c:
-        s = c.post(f"/api/jobs/{job_id}/signal", json={"key": "big_refund", "payload": {}})
+    with agent_api.client("approver_a") as c:
+        yes = {"key": "big_refund", "payload": {"approved": True}}
+        s = c.post(f"/api/jobs/{job_id}/signal", json=yes)
         assert s.status_code == 200, s.text
     done = agent_api.runtime.run_job(job_id)
     assert done.status == "completed" and done.output == {"refunded": 250}

@@ -18,7 +18,17 @@ from tests.api.conftest import TOOLS, WAITING_PLAN, Api
 from tests.runtime.helpers import SimulatedCrash, wait_lease_expired
 from tests.verify.helpers import RawDb
 
-CALLERS = ("none", "not_bearer", "bad", "revoked", "observer_a", "agent_a", "agent_b", "admin")
+CALLERS = (
+    "none",
+    "not_bearer",
+    "bad",
+    "revoked",
+    "observer_a",
+    "approver_a",
+    "agent_a",
+    "agent_b",
+    "admin",
+)
 
 # (name, method, path, body(job_id), expected status by caller). A job of namespace "a" waiting
 # for approval is made fresh for every row. Other namespaces' jobs are 404, never 403.
@@ -26,30 +36,30 @@ UNAUTH = {"none": 401, "not_bearer": 401, "bad": 401, "revoked": 401}
 Row = tuple[str, str, str, Callable[[str], Any], dict[str, int]]
 ROWS: list[Row] = [
     ("get job", "GET", "/api/jobs/{job}", lambda j: None,
-     {"observer_a": 200, "agent_a": 200, "agent_b": 404, "admin": 200}),
+     {"observer_a": 200, "approver_a": 200, "agent_a": 200, "agent_b": 404, "admin": 200}),
     ("list jobs", "GET", "/api/jobs", lambda j: None,
-     {"observer_a": 200, "agent_a": 200, "agent_b": 200, "admin": 200}),
+     {"observer_a": 200, "approver_a": 200, "agent_a": 200, "agent_b": 200, "admin": 200}),
     ("events", "GET", "/api/jobs/{job}/events", lambda j: None,
-     {"observer_a": 200, "agent_a": 200, "agent_b": 404, "admin": 200}),
+     {"observer_a": 200, "approver_a": 200, "agent_a": 200, "agent_b": 404, "admin": 200}),
     ("trace", "GET", "/api/jobs/{job}/trace", lambda j: None,
-     {"observer_a": 200, "agent_a": 200, "agent_b": 404, "admin": 200}),
+     {"observer_a": 200, "approver_a": 200, "agent_a": 200, "agent_b": 404, "admin": 200}),
     ("submit", "POST", "/api/jobs", lambda j: {"plan": WAITING_PLAN, "input": {"x": 2}},
-     {"observer_a": 403, "agent_a": 201, "agent_b": 201, "admin": 201}),
+     {"observer_a": 403, "approver_a": 403, "agent_a": 201, "agent_b": 201, "admin": 201}),
     ("signal", "POST", "/api/jobs/{job}/signal",
      lambda j: {"key": f"{j}:ok", "payload": {"approved": True}},
-     {"observer_a": 403, "agent_a": 200, "agent_b": 404, "admin": 200}),
+     {"observer_a": 403, "approver_a": 200, "agent_a": 403, "agent_b": 404, "admin": 200}),
     ("resume (not parked)", "POST", "/api/jobs/{job}/resume", lambda j: {"decision": "continue"},
-     {"observer_a": 403, "agent_a": 403, "agent_b": 403, "admin": 409}),
+     {"observer_a": 403, "approver_a": 403, "agent_a": 403, "agent_b": 403, "admin": 409}),
     ("cancel", "POST", "/api/jobs/{job}/cancel", lambda j: {"reason": "test"},
-     {"observer_a": 403, "agent_a": 403, "agent_b": 403, "admin": 200}),
+     {"observer_a": 403, "approver_a": 403, "agent_a": 403, "agent_b": 403, "admin": 200}),
     ("verify", "GET", "/api/jobs/{job}/verify", lambda j: None,
-     {"observer_a": 200, "agent_a": 200, "agent_b": 404, "admin": 200}),
+     {"observer_a": 200, "approver_a": 200, "agent_a": 200, "agent_b": 404, "admin": 200}),
     ("seal keys", "GET", "/api/keys", lambda j: None,
-     {"observer_a": 200, "agent_a": 200, "agent_b": 200, "admin": 200}),
+     {"observer_a": 200, "approver_a": 200, "agent_a": 200, "agent_b": 200, "admin": 200}),
     ("unknown job", "GET", "/api/jobs/no-such-job", lambda j: None,
-     {"observer_a": 404, "agent_a": 404, "agent_b": 404, "admin": 404}),
+     {"observer_a": 404, "approver_a": 404, "agent_a": 404, "agent_b": 404, "admin": 404}),
     ("metrics", "GET", "/metrics", lambda j: None,
-     {"observer_a": 403, "agent_a": 403, "agent_b": 403, "admin": 200}),
+     {"observer_a": 403, "approver_a": 403, "agent_a": 403, "agent_b": 403, "admin": 200}),
     ("health", "GET", "/health", lambda j: None,
      dict.fromkeys(CALLERS, 200)),
 ]  # fmt: skip
@@ -229,19 +239,20 @@ def test_events_pages_and_trace(api: Api) -> None:
 
 def test_signal_errors_and_idempotence(api: Api) -> None:
     job_id = api.waiting_job("a")
-    with api.client("agent_a") as c:
+    with api.client("approver_a") as c:
         wrong = c.post(f"/api/jobs/{job_id}/signal", json={"key": "nope"})
         assert wrong.status_code == 409 and wrong.json()["error"]["code"] == "signal_rejected"
         odd = c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": False})
         assert odd.status_code == 422
         assert odd.json()["error"]["code"] == "signal_payload_invalid"
-        ok = c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": [1]})
-        again = c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": [2]})
+        yes, no = {"approved": True}, {"approved": False}
+        ok = c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": yes})
+        again = c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": no})
         assert (ok.json()["appended"], again.json()["appended"]) == (True, False)
         assert ok.json()["status"] == "pending"
     api.runtime.run_job(job_id)
     job = api.runtime.get_job(job_id)
-    assert job.status == "completed" and job.output["t"]["thought"]["ok"] == [1]
+    assert job.status == "completed" and job.output["t"]["thought"]["ok"] == yes
 
 
 def parked_in_flight(api: Api, monkeypatch: pytest.MonkeyPatch, job_id: str | None) -> str:
@@ -350,11 +361,14 @@ def test_job_submitted_over_http_is_run_by_a_worker_process(api: Api, tmp_path: 
 
         worker()
         assert c.get(f"/api/jobs/{job_id}").json()["status"] == "waiting"
-        c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok", "payload": "yes"})
+        with api.client("approver_a") as approver:
+            yes = {"key": f"{job_id}:ok", "payload": {"approved": True}}
+            assert approver.post(f"/api/jobs/{job_id}/signal", json=yes).status_code == 200
         worker()
         done = c.get(f"/api/jobs/{job_id}").json()
     assert done["status"] == "completed"
-    assert done["output"] == {"t": {"thought": {"a": {"did": "a", "args": {"x": 3}}, "ok": "yes"}}}
+    thought = {"a": {"did": "a", "args": {"x": 3}}, "ok": {"approved": True}}
+    assert done["output"] == {"t": {"thought": thought}}
 
 
 def test_a_job_row_edited_into_output_that_is_not_json_is_served(api: Api) -> None:

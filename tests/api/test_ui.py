@@ -74,7 +74,7 @@ def parked_job(api: Api, tmp_path: Path) -> str:
     with Runtime(api.store.url, tools=tools, verifiers=[FileVerifier()]) as rt:
         job_id = rt.submit(plan, {}, namespace="a").job_id
         rt.run_job(job_id)
-        rt.signal(job_id, f"{job_id}:ok", {"approved": True})
+        rt.signal(job_id, f"{job_id}:ok", {"approved": True}, approver="ann")
         report.write_text("edited by hand\n")
         rt.run_job(job_id)
         assert rt.get_job(job_id).status == "parked"
@@ -112,7 +112,7 @@ def test_trace_page_of_a_parked_job(browser: Any, api: Api, tmp_path: Path) -> N
 
 def test_proof_badges_ok_then_failing_after_tampering(browser: Any, api: Api) -> None:
     job_id = api.waiting_job("a")
-    api.runtime.signal(job_id, f"{job_id}:ok", {"approved": True})
+    api.runtime.signal(job_id, f"{job_id}:ok", {"approved": True}, approver="ann")
     api.runtime.run_job(job_id)
     assert api.runtime.get_job(job_id).status == "completed"
 

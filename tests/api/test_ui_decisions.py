@@ -205,7 +205,9 @@ def test_decisions_api_describes_the_park_and_the_waits(
     assert found["caller"] == {
         "agent_id": "bot-a",
         "role": "agent",
+        "key_id": api.keys["agent_a"].split("_")[1],
         "may_signal": True,
+        "may_approve": False,
         "may_resume": False,
     }
     approval = waiting(api, APPROVAL_PLAN)
@@ -218,6 +220,7 @@ def test_decisions_api_describes_the_park_and_the_waits(
     assert wait["payload"] == {"refund": 42, "order": "A-17"}
     assert wait["since"]
     assert found["caller"]["may_signal"] is False
+    assert found["caller"]["may_approve"] is False and wait["may_decide"] is False
     with api.client("agent_b") as c:  # another namespace's job: not found
         assert c.get(f"/api/jobs/{approval}/decisions").status_code == 404
 
@@ -272,32 +275,32 @@ def test_observer_sees_no_buttons_and_a_forged_decision_is_refused(
     assert {j: api.store.get_job(j).version for j in (approval, parked)} == before
 
 
-def test_agent_approves_with_a_comment_and_the_job_completes(browser: Any, api: Api) -> None:
+def test_approver_approves_with_a_comment_and_the_job_completes(browser: Any, api: Api) -> None:
     job_id = waiting(api, APPROVAL_PLAN)
-    page = open_page(browser, api, f"/ui/jobs/{job_id}", "agent_a")
+    page = open_page(browser, api, f"/ui/jobs/{job_id}", "approver_a")
     shown = json.loads(page.inner_text("[data-wait-node=ok] [data-fact=payload]"))
     assert shown == {"refund": 42, "order": "A-17"}  # what the plan asks approval for
     page.fill("[data-wait-node=ok] textarea.comment", "checked the order, refund is fine")
     docs_screenshot(page, api, "ui-approval")
     page.click("[data-wait-node=ok] button[data-action=approve]")
-    assert "Approved by bot-a" in decided(page)
+    assert "Approved by ann" in decided(page)
     wait_status(page, "pending")
     assert run(api, job_id) == "completed"
     wait_status(page, "completed")  # the page followed the job by itself
     assert page.query_selector("#decide") is None
     [signal] = events_of(api, job_id, "wait_completed")
-    assert signal["signalled_by"] == "bot-a" and signal["at"]
+    assert signal["signalled_by"] == "ann" and signal["at"]
     assert signal["payload"] == {"approved": True, "comment": "checked the order, refund is fine"}
     assert verify_job(api.store, job_id).ok
     page.wait_for_selector("#proofs [data-proof=seal][data-ok=true]")
     page.close()
 
 
-def test_agent_denies_and_the_job_fails(browser: Any, api: Api) -> None:
+def test_approver_denies_and_the_job_fails(browser: Any, api: Api) -> None:
     job_id = waiting(api, APPROVAL_PLAN)
-    page = open_page(browser, api, f"/ui/jobs/{job_id}", "agent_a")
+    page = open_page(browser, api, f"/ui/jobs/{job_id}", "approver_a")
     page.click("[data-wait-node=ok] button[data-action=deny]")
-    assert "Denied by bot-a" in decided(page)
+    assert "Denied by ann" in decided(page)
     page.close()
     assert run(api, job_id) == "failed"
     [signal] = events_of(api, job_id, "wait_completed")
@@ -307,16 +310,16 @@ def test_agent_denies_and_the_job_fails(browser: Any, api: Api) -> None:
 
 def test_an_approval_answered_meanwhile_is_not_answered_twice(browser: Any, api: Api) -> None:
     job_id = waiting(api, APPROVAL_PLAN)
-    page = open_page(browser, api, f"/ui/jobs/{job_id}", "agent_a")
-    assert page.inner_text("#who") == "bot-a (agent)"
+    page = open_page(browser, api, f"/ui/jobs/{job_id}", "approver_a")
+    assert page.inner_text("#who") == "ann (approver)"
     page.fill("[data-wait-node=ok] textarea.comment", "looks fine")
     with runtime(api) as rt:  # someone else answers first
-        rt.signal(job_id, f"{job_id}:ok", {"approved": False}, by="ops-desk")
+        rt.signal(job_id, f"{job_id}:ok", {"approved": False}, approver="ops-desk")
     page.click("[data-wait-node=ok] button[data-action=approve]")
     assert "answered already: nothing was recorded" in decided(page)
     page.close()
     [signal] = events_of(api, job_id, "wait_completed")
-    assert (signal["payload"], signal["signalled_by"]) == ({"approved": False}, "ops-desk")
+    assert (signal["payload"], signal["signalled_by"]) == ({"approved": False}, "operator:ops-desk")
     assert run(api, job_id) == "failed"
     assert verify_job(api.store, job_id).ok
 
@@ -479,7 +482,7 @@ def test_key_never_in_a_url(browser: Any, api: Api) -> None:
     urls: list[str] = []
     page.on("request", lambda r: urls.append(r.url))
     page.goto(api.url + f"/ui/jobs/{job_id}")
-    key = api.keys["agent_a"].removeprefix("Bearer ")
+    key = api.keys["approver_a"].removeprefix("Bearer ")
     page.fill("#key", key)
     page.click("#login button[type=submit]")
     page.wait_for_selector("body[data-ready=true]")

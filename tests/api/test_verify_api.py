@@ -14,8 +14,9 @@ from tests.verify.helpers import RawDb
 
 def finished_job(api: Api, namespace: str = "a") -> str:
     job_id = api.waiting_job(namespace)
-    with api.client("agent_a" if namespace == "a" else "agent_b") as c:
-        assert c.post(f"/api/jobs/{job_id}/signal", json={"key": f"{job_id}:ok"}).status_code == 200
+    with api.client("approver_a" if namespace == "a" else "approver_b") as c:
+        yes = {"key": f"{job_id}:ok", "payload": {"approved": True}}
+        assert c.post(f"/api/jobs/{job_id}/signal", json=yes).status_code == 200
     api.runtime.run_job(job_id)
     assert api.runtime.get_job(job_id).status == "completed"
     return job_id

@@ -41,7 +41,7 @@ def test_submit_agent_then_worker_signal_and_cancel(store_url: str) -> None:
     shown = json_of(cli("jobs", "show", job_id, "--db", store_url, "--json"))
     assert shown["status"] == "waiting"
     s = cli("signal", job_id, "--key", "big_refund", "--payload", '{"approved": true}',
-            "--db", store_url, "--json")  # fmt: skip
+            "--as", "ann", "--db", store_url, "--json")  # fmt: skip
     assert s.returncode == 0, s.stderr
     w = cli("worker", "--tools", AGENT_TOOLS, "--until-idle", "--db", store_url, "--json")
     assert json_of(w) == {"jobs_run": 1}

@@ -25,7 +25,7 @@ def write_report(ctx, path):
 
 @pure("summarize")
 def summarize(ctx, report, approval):
-    return {"report": report["path"], "approved_by": (approval or {}).get("by")}
+    return {"report": report["path"], "approved": approval}
 """
 
 PLAN = {
@@ -71,8 +71,8 @@ def test_signal_a_waiting_job(store_url: str, files: tuple[Path, Path, Path]) ->
     human = cli("jobs", "show", job_id, "--db", store_url)
     assert human.returncode == 0
     assert human.stdout.splitlines()[-1] == (
-        f"next: affidavit signal {job_id} --key {job_id}:ok [--payload JSON]"
-        "   (approval of node ok)"
+        f"next: affidavit signal {job_id} --key {job_id}:ok "
+        """--payload '{"approved": true|false}' --as NAME   (approval of node ok)"""
     )
     before = events_count(store_url, job_id)
 
@@ -84,19 +84,31 @@ def test_signal_a_waiting_job(store_url: str, files: tuple[Path, Path, Path]) ->
     missing = cli("signal", "no-such-job", "--key", "k", "--db", store_url)
     assert missing.returncode == 2
     looks_denied = cli("signal", job_id, "--key", f"{job_id}:ok", "--payload", '{"approved": "no"}',
-                       "--db", store_url, "--json")  # fmt: skip
+                       "--as", "ann", "--db", store_url, "--json")  # fmt: skip
     assert looks_denied.returncode == 3
     assert json_of(looks_denied)["error"]["code"] == "signal_payload_invalid"
+    key = f"{job_id}:ok"
+    # an empty signal decides nothing, whoever sends it
+    empty = cli("signal", job_id, "--key", key, "--as", "ann", "--db", store_url, "--json")
+    assert empty.returncode == 3, empty.stderr
+    error = json_of(empty)["error"]
+    assert error["code"] == "signal_payload_invalid" and '{"approved": true}' in error["hint"]
+    payload = json.dumps({"approved": True, "comment": "checked"})
+    # the CLI decides as a named operator only
+    anonymous = cli("signal", job_id, "--key", key, "--payload", payload, "--db", store_url,
+                    "--json")  # fmt: skip
+    assert anonymous.returncode == 1
+    assert json_of(anonymous)["error"]["code"] == "approval_forbidden"
+    assert "--as NAME" in json_of(anonymous)["error"]["hint"]
     assert events_count(store_url, job_id) == before  # refusals wrote nothing
 
-    key = f"{job_id}:ok"
-    payload = json.dumps({"approved": True, "by": "ann"})
-    first = cli("signal", job_id, "--key", key, "--payload", payload, "--db", store_url, "--json")
+    signal = ("signal", job_id, "--key", key, "--payload", payload, "--as", "ann")
+    first = cli(*signal, "--db", store_url, "--json")
     assert first.returncode == 0, first.stderr
     assert json_of(first) | {"job_id": job_id} == {
         "job_id": job_id, "status": "pending", "output": None, "error": None, "appended": True,
     }  # fmt: skip
-    again = cli("signal", job_id, "--key", key, "--payload", payload, "--db", store_url, "--json")
+    again = cli(*signal, "--db", store_url, "--json")
     assert again.returncode == 0 and json_of(again)["appended"] is False
     assert events_count(store_url, job_id) == before + 1
 
@@ -104,7 +116,15 @@ def test_signal_a_waiting_job(store_url: str, files: tuple[Path, Path, Path]) ->
     assert worker.returncode == 0 and json_of(worker) == {"jobs_run": 1}
     done = json_of(cli("jobs", "show", job_id, "--db", store_url, "--json"))
     assert done["status"] == "completed"
-    assert done["output"] == {"sum": {"report": str(report), "approved_by": "ann"}}
+    assert done["output"] == {
+        "sum": {"report": str(report), "approved": {"approved": True, "comment": "checked"}}
+    }
+    events = json_of(cli("jobs", "events", job_id, "--db", store_url, "--json"))
+    [decided] = [e["payload"] for e in events if e["type"] == "wait_completed"]
+    assert decided["signalled_by"] == "operator:ann"
+    assert [(d["principal"], d["role"]) for d in decided["decided_by"]] == [
+        ("operator:ann", "admin")
+    ]
 
 
 def test_changed_world_parks_and_a_person_continues(
@@ -115,7 +135,10 @@ def test_changed_world_parks_and_a_person_continues(
               "--replay-verification", "human", "--db", store_url, "--json")  # fmt: skip
     assert ran.returncode == 4
     job_id = json_of(ran)["job_id"]
-    assert cli("signal", job_id, "--key", f"{job_id}:ok", "--db", store_url).returncode == 0
+    approve = ("--payload", '{"approved": true}', "--as", "ann")
+    assert (
+        cli("signal", job_id, "--key", f"{job_id}:ok", *approve, "--db", store_url).returncode == 0
+    )
     report.write_text("refund approved, then edited by hand\n")
     worker = cli("worker", "--tools", str(tools), "--until-idle", "--db", store_url)
     assert worker.returncode == 0, worker.stderr
@@ -153,3 +176,24 @@ def test_bad_replay_verification_mode_is_a_usage_error(
     assert listed.returncode in (0, 3)
     if listed.returncode == 0:
         assert json_of(listed) == []
+
+
+def test_the_operator_may_not_approve_a_job_it_submitted(store_url: str) -> None:
+    """The CLI's operator is operator:NAME: a job submitted as that principal is not its to
+    approve (the record would say one person both asked and approved)."""
+    from affidavit import Runtime
+
+    with Runtime(store_url) as rt:
+        job_id = rt.submit(
+            {"nodes": [{"id": "ok", "type": "approval"}]}, {}, submitted_by="operator:ann"
+        ).job_id
+        assert rt.run_job(job_id).status == "waiting"
+    before = events_count(store_url, job_id)
+    mine = cli("signal", job_id, "--key", f"{job_id}:ok", "--payload", '{"approved": true}',
+               "--as", "ann", "--db", store_url, "--json")  # fmt: skip
+    assert mine.returncode == 1
+    assert "submitted the job" in json_of(mine)["error"]["message"]
+    assert events_count(store_url, job_id) == before
+    other = cli("signal", job_id, "--key", f"{job_id}:ok", "--payload", '{"approved": true}',
+                "--as", "bo", "--db", store_url, "--json")  # fmt: skip
+    assert other.returncode == 0, other.stderr

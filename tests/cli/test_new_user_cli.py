@@ -76,7 +76,10 @@ def test_a_trace_names_what_answered_an_approval_and_what_a_wait_is(
         {"node_id": "ok", "wait_type": "approval", "correlation_key": f"{job_id}:ok"}
     ]  # as `jobs show` gives it
     assert {n["id"]: n["state"] for n in trace["nodes"]}["ok"] == "waiting"
-    assert cli("signal", job_id, "--key", f"{job_id}:ok", "--db", store_url).returncode == 0
+    approve = ("--payload", '{"approved": true}', "--as", "ann")
+    assert (
+        cli("signal", job_id, "--key", f"{job_id}:ok", *approve, "--db", store_url).returncode == 0
+    )
     assert cli("worker", "--tools", str(tools), "--until-idle", "--db", store_url).returncode == 0
     done = json_of(cli("jobs", "trace", job_id, "--db", store_url, "--json"))
     ok = {n["id"]: n for n in done["nodes"]}["ok"]

@@ -36,13 +36,14 @@ def test_run_that_ends_waiting_or_parked_prints_the_next_command(
     assert waiting.returncode == 4, waiting.stderr
     job_id = json_of(cli(*args, "--json"))["job_id"]
     assert (
-        f"next: affidavit signal {job_id} --key {job_id}:ok [--payload JSON]"
-        "   (approval of node ok)"
+        f"next: affidavit signal {job_id} --key {job_id}:ok "
+        """--payload '{"approved": true|false}' --as NAME   (approval of node ok)"""
     ) in waiting.stderr.splitlines()
     waited = cli("jobs", "wait", job_id, "--db", store_url)
     assert waited.returncode == 4 and f"next: affidavit signal {job_id}" in waited.stderr
 
-    signalled = cli("signal", job_id, "--key", f"{job_id}:ok", "--db", store_url)
+    signalled = cli("signal", job_id, "--key", f"{job_id}:ok", "--payload", '{"approved": true}',
+                    "--as", "ann", "--db", store_url)  # fmt: skip
     assert signalled.returncode == 0 and "next:" not in signalled.stderr
     report.write_text("edited by hand\n")  # the world changed: confirmation parks the job
     parked = cli(*args)

@@ -175,7 +175,7 @@ def test_a_waiting_job_has_no_spans_until_it_finishes(store_url: str) -> None:
         job = rt.submit(plan, {})
         assert rt.run_job(job.job_id).status == "waiting"
         assert exporter.get_finished_spans() == ()
-        rt.signal(job.job_id, f"{job.job_id}:ok", {"approved": True})
+        rt.signal(job.job_id, f"{job.job_id}:ok", {"approved": True}, approver="ann")
         assert rt.run_job(job.job_id).status == "completed"
     assert "execute_tool otel_pay" in by_name(exporter.get_finished_spans())
 

@@ -195,7 +195,7 @@ def test_approval_from_the_cli_resumes_the_job(store_url: str, side: Path) -> No
         },
     }
     signalled = cli("signal", job_id, "--key", key, "--payload", '{"approved": true}',
-                    "--db", store_url)  # fmt: skip
+                    "--as", "ann", "--db", store_url)  # fmt: skip
     assert signalled.returncode == 0, signalled.stderr
     shown = run_until_done(store_url, job_id, env)
     assert shown["status"] == "completed", shown
@@ -212,7 +212,7 @@ def test_a_denied_call_fails_the_job_and_never_runs(store_url: str, side: Path) 
     with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
         job_id = rt.submit("support", {"prompt": "mail ops@example.com"}).job_id
         assert rt.run_job(job_id).status == "waiting"
-        rt.signal(job_id, "approve:send_mail:call-mail", {"approved": False})
+        rt.signal(job_id, "approve:send_mail:call-mail", {"approved": False}, approver="ann")
         assert rt.run_job(job_id).status == "failed"
     assert not [line for line in pt.read_side(side) if line["kind"] == "mail"]
 
@@ -314,7 +314,7 @@ def test_a_recovery_asking_about_another_conversation_parks(
     assert ran.returncode == 0, ran.stderr
     key = "approve:send_mail:call-mail"
     assert cli("signal", job_id, "--key", key, "--payload", '{"approved": true}',
-               "--db", store_url).returncode == 0  # fmt: skip
+               "--as", "ann", "--db", store_url).returncode == 0  # fmt: skip
     ran = cli("worker", "--tools", str(after), "--until-idle", "--db", store_url, env=env)
     assert ran.returncode == 0, ran.stderr
     shown = json.loads(cli("jobs", "show", job_id, "--db", store_url, "--json").stdout)
@@ -340,7 +340,7 @@ def test_approval_over_the_http_api_names_the_call_and_resumes(store_url: str, s
         with Server(app) as url, Runtime(store_url, tools=tools) as rt:
             job_id = rt.submit("support", {"prompt": "mail ops@example.com"}, namespace="a").job_id
             assert rt.run_job(job_id).status == "waiting"
-            headers = {"Authorization": keys["agent_a"]}
+            headers = {"Authorization": keys["approver_a"]}
             with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
                 [wait] = c.get(f"/api/jobs/{job_id}/decisions").json()["waits"]
                 assert wait["wait_type"] == "approval"

@@ -79,7 +79,7 @@ def test_approval_waits_then_recovery_returns_recorded_results(rt: Runtime) -> N
     assert at.CALLS == {"lookup": 1, "decide": 1}
     with pytest.raises(SignalRejected):
         rt.signal(job.job_id, "nope", {})
-    rt.signal(job.job_id, "big_refund", {"approved": True, "by": "ops"})
+    rt.signal(job.job_id, "big_refund", {"approved": True, "comment": "ops"}, approver="ops")
     done = rt.run_job(job.job_id)
     assert done.status == "completed", done.error
     assert done.output == {"refunded": 250}
@@ -95,7 +95,7 @@ def test_approval_waits_then_recovery_returns_recorded_results(rt: Runtime) -> N
 def test_approval_denied_fails_the_job(rt: Runtime) -> None:
     job = rt.submit("refund_agent", {"order_id": "BIG-8"})
     assert rt.run_job(job.job_id).status == "waiting"
-    rt.signal(job.job_id, "big_refund", {"approved": False})
+    rt.signal(job.job_id, "big_refund", {"approved": False}, approver="ops")
     done = rt.run_job(job.job_id)
     assert done.status == "failed" and done.error["type"] == "not_approved"
     assert "refund" not in at.CALLS

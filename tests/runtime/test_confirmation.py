@@ -84,7 +84,7 @@ def make_runtime(store_url: str, world: World, calls: Calls, *extra: Tool, **kw:
 def approve(rt: Runtime, job_id: str) -> None:
     assert rt.run_until_idle() == 1
     assert rt.get_job(job_id).status == "waiting"
-    rt.signal(job_id, f"{job_id}:ok", {"approved": True})
+    rt.signal(job_id, f"{job_id}:ok", {"approved": True}, approver="ann")
 
 
 @pytest.mark.parametrize("kind", WORLDS)

@@ -43,7 +43,7 @@ def real_log(store_url: str) -> list[StoredEvent]:
     with Runtime(store_url, tools=tools) as rt:
         job_id = rt.submit(GRAPH, {}).job_id
         rt.run_until_idle()
-        rt.signal(job_id, f"{job_id}:w", {"approved": True})
+        rt.signal(job_id, f"{job_id}:w", {"approved": True}, approver="ann")
         rt.run_until_idle()
         assert rt.get_job(job_id).status == "completed"
         return rt.store.list_events(job_id)

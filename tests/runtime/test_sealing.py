@@ -170,7 +170,7 @@ def test_a_run_seals_with_the_chain_hashes_it_read_and_wrote(
     with Runtime(store_url, tools=tools()) as rt:
         job_id = rt.submit(CHARGE_THEN_APPROVAL).job_id
         rt.run_until_idle()  # charges, then waits: the second run starts from a stored log
-        rt.signal(job_id, f"{job_id}:ok", {"approved": True})
+        rt.signal(job_id, f"{job_id}:ok", {"approved": True}, approver="ann")
 
         def unread(self: SealOps, job_id: str) -> list[bytes]:
             raise AssertionError("a run read its log's chain hashes back to seal it")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
+from affidavit.core.approvals import operator
 from affidavit.core.errors import (
     CanonicalizationError,
     JobNotFound,
@@ -77,8 +78,8 @@ def test_waiting_job_records_its_wait_and_holds_no_lease(rt: Runtime, calls: Cal
 
 def test_signal_with_the_right_key_continues_the_job(rt: Runtime, calls: Calls) -> None:
     job_id = waiting_job(rt)
-    payload = {"approved": True, "by": "ann"}
-    job = rt.signal(job_id, f"{job_id}:ok", payload, by="ann")
+    payload = {"approved": True, "comment": "fine by me"}
+    job = rt.signal(job_id, f"{job_id}:ok", payload, approver="ann")
     assert job.status == "pending"
     [done] = of_type(rt.store.list_events(job_id), "wait_completed")
     assert done == {
@@ -86,7 +87,17 @@ def test_signal_with_the_right_key_continues_the_job(rt: Runtime, calls: Calls) 
         "node_id": "ok",
         "correlation_key": f"{job_id}:ok",
         "payload": payload,
-        "signalled_by": "ann",
+        "signalled_by": "operator:ann",
+        "decided_by": [
+            {
+                "at": done["at"],
+                "principal": "operator:ann",
+                "role": "admin",
+                "key_id": None,
+                "approved": True,
+                "comment": "fine by me",
+            }
+        ],
     }
     assert rt.run_until_idle() == 1
     job = rt.get_job(job_id)
@@ -104,7 +115,7 @@ def test_signal_with_the_right_key_continues_the_job(rt: Runtime, calls: Calls) 
 
 def test_denied_approval_fails_the_job(rt: Runtime, calls: Calls) -> None:
     job_id = waiting_job(rt)
-    rt.signal(job_id, f"{job_id}:ok", {"approved": False, "reason": "too much"})
+    rt.signal(job_id, f"{job_id}:ok", {"approved": False, "comment": "too much"}, approver="ann")
     assert rt.run_until_idle() == 1
     job = rt.get_job(job_id)
     assert job.status == "failed"
@@ -119,32 +130,39 @@ def test_denied_approval_fails_the_job(rt: Runtime, calls: Calls) -> None:
 
 
 @pytest.mark.parametrize(
-    "payload", [False, {"approved": "no"}, {"approved": 0}, {"approved": None, "by": "ann"}]
+    "payload",
+    [
+        None,
+        {},
+        False,
+        True,
+        "yes",
+        [1],
+        {"note": "fine"},
+        {"approved": "no"},
+        {"approved": 0},
+        {"approved": None},
+        {"approved": True, "by": "ann"},
+        {"approved": True, "comment": 7},
+    ],
 )
-def test_an_answer_that_reads_as_a_denial_but_would_approve_is_refused(
+def test_an_answer_that_is_not_an_explicit_decision_is_refused(
     rt: Runtime, calls: Calls, payload: Any
 ) -> None:
-    """Only `"approved": false` denies; a bare false or an `approved` that is not a boolean
-    would approve — refused, nothing written, and the approval still open for a real answer."""
+    """Only `{"approved": true|false}` (with an optional text comment) decides an approval:
+    an empty signal, a bare value or any other field is refused, nothing is written, and the
+    approval stays open for a real answer."""
     job_id = waiting_job(rt)
     before = rt.get_job(job_id)
-    with pytest.raises(SignalPayloadError, match="approv"):
-        rt.signal(job_id, f"{job_id}:ok", payload)
+    with pytest.raises(SignalPayloadError, match="approv") as refused:
+        rt.signal(job_id, f"{job_id}:ok", payload, approver="ann")
+    assert '{"approved": true}' in refused.value.hint
     after = rt.get_job(job_id)
     assert (after.version, after.status) == (before.version, "waiting")
-    rt.signal(job_id, f"{job_id}:ok", {"approved": False})
+    rt.signal(job_id, f"{job_id}:ok", {"approved": False}, approver="ann")
     rt.run_until_idle()
     assert rt.get_job(job_id).status == "failed"
     assert calls.count(name="pay") == 0
-
-
-@pytest.mark.parametrize("payload", [None, {"approved": True}, {"note": "fine"}, "yes", [1]])
-def test_other_answers_approve(rt: Runtime, calls: Calls, payload: Any) -> None:
-    job_id = waiting_job(rt)
-    rt.signal(job_id, f"{job_id}:ok", payload)
-    rt.run_until_idle()
-    assert rt.get_job(job_id).status == "completed"
-    assert calls.count(name="pay") == 1
 
 
 def test_wrong_key_is_rejected_and_writes_nothing(rt: Runtime) -> None:
@@ -171,24 +189,24 @@ def test_unknown_job_and_bad_payload_write_nothing(rt: Runtime) -> None:
     for _ in range(252):
         too_deep = [too_deep]
     with pytest.raises(CanonicalizationError, match="nested too deeply"):
-        rt.signal(job_id, f"{job_id}:ok", {"approved": True, "doc": too_deep})
+        rt.signal(job_id, f"{job_id}:ok", {"approved": True, "comment": too_deep})
     assert rt.get_job(job_id).version == version
 
 
 def test_duplicate_signal_is_idempotent(rt: Runtime) -> None:
     job_id = waiting_job(rt)
     key = f"{job_id}:ok"
-    _, first = signal_job(rt.store, job_id, key, {"approved": True})
+    _, first = signal_job(rt.store, job_id, key, {"approved": True}, principal=operator("ann"))
     version = rt.get_job(job_id).version
     # again, even with another payload: nothing is appended, the first payload stands
-    job, again = signal_job(rt.store, job_id, key, {"approved": False})
+    job, again = signal_job(rt.store, job_id, key, {"approved": False}, principal=operator("bo"))
     assert (first, again) == (True, False)
     assert job.version == version
     assert len(of_type(rt.store.list_events(job_id), "wait_completed")) == 1
     assert rt.run_until_idle() == 1
     assert rt.get_job(job_id).status == "completed"
     # and after the job finished, the same key still changes nothing
-    job, again = signal_job(rt.store, job_id, key, {"approved": True})
+    job, again = signal_job(rt.store, job_id, key, {"approved": True}, principal=operator("bo"))
     assert not again and job.status == "completed"
     assert len(of_type(rt.store.list_events(job_id), "wait_completed")) == 1
 
@@ -235,7 +253,9 @@ def test_concurrent_signals_append_exactly_one_event(rt: Runtime) -> None:
     def send(i: int) -> None:
         start.wait()
         try:
-            _, appended = signal_job(rt.store, job_id, key, {"approved": True, "i": i})
+            _, appended = signal_job(
+                rt.store, job_id, key, {"approved": True}, principal=operator(f"ann{i}")
+            )
         except BaseException as exc:  # pragma: no cover - reported below
             with lock:
                 errors.append(exc)
@@ -264,7 +284,7 @@ def test_waiting_job_resumes_from_its_log_in_a_fresh_runtime(
     """A signal and the pickup after it may come from other processes: the state is the log."""
     job_id = waiting_job(rt)
     with Runtime(store_url, tools=rt.tools) as other:
-        other.signal(job_id, f"{job_id}:ok", {"approved": True})
+        other.signal(job_id, f"{job_id}:ok", {"approved": True}, approver="ann")
         assert other.run_until_idle() == 1
     assert rt.get_job(job_id).status == "completed"
     assert calls.count(name="quote") == 1  # the recorded quote was injected, not recomputed
@@ -283,7 +303,9 @@ def test_concurrent_decisions_on_many_jobs_do_not_starve_the_store(rt: Runtime) 
     def send(job_id: str) -> None:
         start.wait()
         try:
-            signal_job(rt.store, job_id, f"{job_id}:ok", {"approved": True})
+            signal_job(
+                rt.store, job_id, f"{job_id}:ok", {"approved": True}, principal=operator("a")
+            )
         except BaseException as exc:  # pragma: no cover - reported below
             with lock:
                 errors.append(exc)

@@ -125,7 +125,7 @@ def test_a_wait_runs_alone(rt: Runtime, spans: Spans) -> None:
     assert events[-1].type == "job_waiting"
     finished = {p["node_id"] for p in of_type(events, "node_finished")}
     assert "long" in finished  # recorded before the job started waiting
-    rt.signal(job_id, f"{job_id}:ok", {"approved": True})
+    rt.signal(job_id, f"{job_id}:ok", {"approved": True}, approver="ann")
     rt.run_until_idle()
     assert rt.get_job(job_id).output == {"after": ["long"]}
     assert len(spans.spans["long"]) == 1

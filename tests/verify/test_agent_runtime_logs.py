@@ -54,7 +54,7 @@ def _run(rt: Runtime, name: str) -> str:
     job = rt.run_job(job_id)
     if name == "refund_agent":
         assert job.status == "waiting"
-        rt.signal(job_id, "big_refund", {"approved": True, "by": "ops"})
+        rt.signal(job_id, "big_refund", {"approved": True, "comment": "ops"}, approver="ops")
         job = rt.run_job(job_id)
     elif name == "wait_agent":
         rt.signal(job_id, "go", {"x": 1})

@@ -661,11 +661,11 @@ def test_job_output_of_an_approval_is_its_signal_payload(
 ) -> None:
     rt = make_runtime(tools())
     job_id = waiting_job(rt)
-    rt.signal(job_id, f"{job_id}:ok", {"approved": True, "by": "ann"})
+    rt.signal(job_id, f"{job_id}:ok", {"approved": True, "comment": "ann"}, approver="ann")
     rt.run_until_idle()
-    assert rt.get_job(job_id).output == {"ok": {"approved": True, "by": "ann"}}
+    assert rt.get_job(job_id).output == {"ok": {"approved": True, "comment": "ann"}}
     assert_all_ok(verify_job(rt.store, job_id))
-    at = forge_output(raw, job_id, {"ok": {"approved": True, "by": "bob"}})
+    at = forge_output(raw, job_id, {"ok": {"approved": True, "comment": "bob"}})
     refused(verify_job(rt.store, job_id), "after_terminal", at, "is not its signal payload")
 
 

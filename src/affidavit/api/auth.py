@@ -3,7 +3,10 @@
 A key is ``afv_<key_id>_<secret>``: ``key_id`` (16 hex) finds the row, the secret (32 random
 bytes) is checked against its stored SHA-256 in constant time. The key is shown once, at
 creation; only the hash is kept. Roles are ordered: ``observer`` (reads) < ``agent`` (also
-submits jobs, signals, verifies claims) < ``admin`` (everything, in every namespace).
+submits jobs, signals waits, verifies claims) < ``admin`` (everything, in every namespace).
+``approver`` reads as an observer does and also decides approvals; it submits nothing and
+signals no other wait, and an ``agent`` decides no approval (only approver and admin do: see
+:mod:`affidavit.core.approvals`).
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from affidavit.core.approvals import APPROVING_ROLES, Principal
 from affidavit.core.errors import AffidavitError, ConfigError, NotFound
 from affidavit.core.events import utc_now
 from affidavit.store import ApiKeyRow, Store
 
-ROLES = ("observer", "agent", "admin")
+ROLES = ("observer", "approver", "agent", "admin")
+# what each role may do, by rank (approver: an observer that also decides approvals)
+_RANK = {"observer": 0, "approver": 0, "agent": 1, "admin": 2}
 KEY_PREFIX = "afv"
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 _KEY = re.compile(rf"^{KEY_PREFIX}_([0-9a-f]{{16}})_([A-Za-z0-9_-]{{43}})\Z")
@@ -33,7 +39,10 @@ class Unauthorized(AffidavitError):
 class Forbidden(AffidavitError):
     code = "forbidden"
     http_status = 403
-    default_hint = "Use a key whose role allows this (observer < agent < admin)."
+    default_hint = (
+        "Use a key whose role allows this (observer < agent < admin; approver: an observer "
+        "that decides approvals)."
+    )
 
 
 class ApiKeyNotFound(NotFound):
@@ -51,8 +60,15 @@ class Caller:
     namespace: str
 
     def has(self, role: str) -> bool:
-        """The caller's role is ``role`` or above."""
-        return ROLES.index(self.role) >= ROLES.index(role)
+        """The caller's role is ``role`` or above (``approver``: approver or admin)."""
+        if role == "approver":
+            return self.role in APPROVING_ROLES
+        return _RANK[self.role] >= _RANK[role]
+
+    @property
+    def principal(self) -> Principal:
+        """Who this caller is when it decides: its agent id, role and key id."""
+        return Principal(self.agent_id, self.role, self.key_id)
 
     def sees(self, namespace: str) -> bool:
         """The caller may see things of ``namespace`` (its own; an admin every one)."""

@@ -246,11 +246,24 @@ def pack(job_id: str, svc: ServiceDep, caller: Observer) -> Response:
 
 
 @router.post("/{job_id}/signal", response_model=SignalResult, response_model_exclude_unset=True)
-def signal(job_id: str, body: Signal, svc: ServiceDep, caller: AgentRole) -> dict[str, Any]:
-    """Complete a wait or approval node; repeating a key appends nothing (`appended: false`);
-    a key that matches no wait of the job is refused (409)."""
+def signal(job_id: str, body: Signal, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
+    """Complete a wait (role agent or above), or decide an approval (role approver or admin,
+    not the job's submitter, among the approval's `approvers`; the payload exactly
+    `{"approved": true|false}` with an optional `comment`): 403 or 422 otherwise, and nothing
+    is written. Repeating a key appends nothing (`appended: false`), as does an approver
+    approving again; a key that matches no wait of the job is refused (409)."""
     visible_job(svc.store, caller, job_id)
-    job, appended = signal_job(svc.store, job_id, body.key, body.payload, by=caller.agent_id)
+    if not (caller.has("agent") or caller.has("approver")):
+        raise Forbidden(f"role {caller.role!r} may neither signal waits nor decide approvals")
+    job, appended = signal_job(
+        svc.store,
+        job_id,
+        body.key,
+        body.payload,
+        by=caller.agent_id,
+        principal=caller.principal,
+        may_signal=caller.has("agent"),
+    )
     return {**job.to_dict(), "appended": appended}
 
 

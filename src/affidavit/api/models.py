@@ -294,7 +294,11 @@ class SealKeys(BaseModel):
 class DecisionCaller(BaseModel):
     agent_id: str = Field(description="Who decides: recorded in the log as the decision's author.")
     role: str
-    may_signal: bool = Field(description="The key may signal waits and approvals (agent+).")
+    key_id: str | None = Field(default=None, description="The key it decides with (recorded).")
+    may_signal: bool = Field(description="The key may signal waits (agent+).")
+    may_approve: bool = Field(
+        default=False, description="The key may decide approvals (approver or admin)."
+    )
     may_resume: bool = Field(description="The key may resume parked jobs (admin).")
 
 
@@ -339,6 +343,21 @@ class WaitDecision(BaseModel):
     since: str | None
     payload: Any = Field(description="The node's args resolved: what the plan attached.")
     payload_error: str | None = None
+    approvers: list[str] | None = Field(
+        default=None, description="Approvals: the roles and principals that may decide it."
+    )
+    min_approvals: int | None = Field(
+        default=None, description="Approvals: distinct approvals that grant it."
+    )
+    approvals: list[dict[str, Any]] | None = Field(
+        default=None, description="Approvals: the decisions recorded so far."
+    )
+    call: dict[str, Any] | None = Field(
+        default=None,
+        description="The approval of a tool's call: its step_id, tool_name, args_hash, args.",
+    )
+    may_decide: bool = Field(default=False, description="This caller may decide this wait.")
+    why_not: str | None = Field(default=None, description="Why it may not, when it may not.")
 
 
 class Decisions(BaseModel):

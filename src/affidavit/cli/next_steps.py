@@ -36,8 +36,13 @@ def next_steps(doc: dict[str, Any]) -> list[str]:
     job_id = doc["job_id"]
     if doc.get("waiting_for"):
         return [
-            f"next: affidavit signal {job_id} --key {w['correlation_key']} [--payload JSON]"
-            f"   ({w['wait_type']} of node {w['node_id']})"
+            f"next: affidavit signal {job_id} --key {w['correlation_key']} "
+            + (
+                "--payload '{\"approved\": true|false}' --as NAME"
+                if w["wait_type"] == "approval"
+                else "[--payload JSON]"
+            )
+            + f"   ({w['wait_type']} of node {w['node_id']})"
             for w in doc["waiting_for"]
         ]
     park = doc.get("parked")

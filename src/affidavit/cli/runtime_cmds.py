@@ -24,6 +24,7 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job, state
 from affidavit.cli.log_cmds import background_sequencer
 from affidavit.cli.next_steps import decisions_doc, next_steps
+from affidavit.cli.operator import AsOption, principal_of
 from affidavit.cli.progress import StepProgress, job_line, status_markup
 from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.config import database_url
@@ -712,25 +713,33 @@ def signal(
     payload: Annotated[
         str | None,
         typer.Option(
-            help="The wait node's output, JSON or @file. For an approval node, "
-            '{"approved": false} denies it and the job fails.',
+            help="The wait node's output, JSON or @file. An approval takes exactly "
+            '{"approved": true} or {"approved": false} (+ "comment"); false fails the job.',
             show_default=False,
         ),
     ] = None,
     by: Annotated[str | None, typer.Option(help="Who signals (recorded).")] = None,
+    as_name: AsOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Complete a wait or approval node of a waiting job; the job becomes runnable (run a
     worker). Re-sending a key that was already signalled changes nothing.
 
-    Exit codes: 0 signalled (or already signalled); 1 the key matches no wait of the job, or
-    the job has finished; 2 no such job; 3 bad payload or store error.
+    An approval is decided only with --as NAME: the CLI holds the database, so it decides as
+    the operator operator:NAME (role admin), recorded with the decision.
+
+    Exit codes: 0 signalled (or already signalled); 1 the key matches no wait of the job, the
+    job has finished, or the approval may not be decided so (no --as, or the submitter); 2 no
+    such job; 3 bad payload or store error.
     """
     with command(as_json):
         value = parse_json_arg(payload, "--payload")
         with opened_for_job(db, job_id) as store:
-            job, appended = signal_job(store, job_id, key, value, by=by or state_user())
+            who = principal_of(as_name)
+            job, appended = signal_job(
+                store, job_id, key, value, by=by or state_user(), principal=who
+            )
             decisions = None if as_json else decisions_doc(store, job)  # (more waits)
     if as_json:
         output.emit_json({**job_doc(job), "appended": appended})

@@ -35,6 +35,7 @@ class EventType(StrEnum):
     NODE_FINISHED = "node_finished"
     JOB_WAITING = "job_waiting"
     WAIT_COMPLETED = "wait_completed"
+    APPROVAL_RECORDED = "approval_recorded"
     JOB_PARKED = "job_parked"
     JOB_RESUMED = "job_resumed"
     CONFIRMATION_WARNING = "confirmation_warning"

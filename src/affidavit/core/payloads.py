@@ -80,6 +80,9 @@ class ToolInvocationStarted(_StepPayload):
     idempotency_key: str
     args_hash: str
     attempt: int
+    # a tool that required approval of this call, and the approval's correlation key
+    requires_approval: Literal[True] | None = None
+    approval_key: str | None = None
 
 
 class ToolInvocationFinished(_StepPayload):
@@ -125,6 +128,17 @@ class JobWaiting(_Payload):
     correlation_key: str
     reason: str
     wake_at: str | None = Field(default=None, pattern=_RFC3339_MICRO)  # timers and timeouts
+    approvers: list[str] | None = None  # approvals: who may decide (roles, principals)
+    min_approvals: int | None = Field(default=None, ge=1)
+    call: dict[str, Any] | None = None  # the approval of one tool call: step, tool, args
+
+
+class Decision(_Payload):
+    principal: str
+    role: str
+    key_id: str | None
+    approved: bool
+    comment: str | None = None
 
 
 class WaitCompleted(_Payload):
@@ -132,6 +146,12 @@ class WaitCompleted(_Payload):
     correlation_key: str
     payload: Any
     signalled_by: str | None
+    decided_by: list[Decision] | None = None  # an approval: every decision that counted
+
+
+class ApprovalRecorded(Decision):
+    node_id: str
+    correlation_key: str
 
 
 class JobParked(_Payload):
@@ -185,6 +205,7 @@ PAYLOAD_MODELS: dict[EventType, type[_Payload]] = {
     EventType.NODE_FINISHED: NodeFinished,
     EventType.JOB_WAITING: JobWaiting,
     EventType.WAIT_COMPLETED: WaitCompleted,
+    EventType.APPROVAL_RECORDED: ApprovalRecorded,
     EventType.JOB_PARKED: JobParked,
     EventType.JOB_RESUMED: JobResumed,
     EventType.CONFIRMATION_WARNING: ConfirmationWarning,

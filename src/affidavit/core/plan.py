@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.errors import (
     AffidavitError,
@@ -47,7 +48,9 @@ IN_FLIGHT_POLICIES: tuple[str, ...] = ("park", "fail")
 REPLAY_MODES: tuple[str, ...] = ("strict", "warn", "human")
 
 _PLAN_FIELDS = frozenset({"name", "nodes", "in_flight", "replay_verification", "retry"})
-_NODE_FIELDS = frozenset({"id", "type", "tool", "args", "depends_on", "timeout_seconds"})
+_NODE_FIELDS = frozenset(
+    {"id", "type", "tool", "args", "depends_on", "timeout_seconds", "approvers", "min_approvals"}
+)
 _RETRY_FIELDS = frozenset({"max_attempts", "backoff_seconds"})
 _NODE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 REFERENCE = re.compile(r"\$\{([^}]*)\}")
@@ -486,6 +489,10 @@ def _parse_node(raw: Any, index: int) -> Node:
         )
     if node_id in depends_on:
         raise CycleError(f"node {node_id!r} depends on itself", node_id=node_id)
+    if node_type == "approval":  # who may decide it (core.approvals)
+        ApprovalPolicy.parse(raw.get("approvers"), raw.get("min_approvals"), f"node {node_id!r}")
+    elif "approvers" in raw or "min_approvals" in raw:
+        raise PlanError(f"{node_type} node {node_id!r}: only an approval node names approvers")
     timeout = raw.get("timeout_seconds")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0

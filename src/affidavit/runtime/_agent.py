@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from affidavit.core.approvals import ApprovalPolicy
+from affidavit.core.errors import AffidavitError
 from affidavit.runtime._sdk import Tool, ToolError, registry
 
 #: How many calls of one agent job run at once unless the agent says otherwise.
@@ -232,12 +234,34 @@ class AgentContext:
             args["timeout_seconds"] = timeout_seconds
         return self._backend.wait("wait", key, args, timeout_seconds, start=self._async)
 
-    def approval(self, key: str, payload: Any = None) -> Any:
-        """Ask a person to approve (signal ``key``, as an approval node): returns the answer's
-        payload; an answer with ``"approved": false`` fails the job."""
+    def approval(
+        self,
+        key: str,
+        payload: Any = None,
+        *,
+        approvers: list[str] | None = None,
+        min_approvals: int | None = None,
+    ) -> Any:
+        """Ask for an approval (signal ``key``, as an approval node): returns the decision
+        (``{"approved": true}``, with the deciding ``comment`` if any); a rejection fails the
+        job. ``approvers`` (role names or principal names) and ``min_approvals`` (distinct
+        approvals needed) say who decides it, as an approval node's fields do; never the
+        job's submitter, and only a principal of role approver or admin.
+
+        Raises:
+            ValueError: ``approvers`` or ``min_approvals`` is malformed.
+        """
         args: dict[str, Any] = {"key": key}
         if payload is not None:
             args["payload"] = payload
+        try:
+            ApprovalPolicy.parse(approvers, min_approvals, f"ctx.approval({key!r})")
+        except AffidavitError as exc:
+            raise ValueError(exc.message) from None
+        if approvers is not None:
+            args["approvers"] = list(approvers)
+        if min_approvals is not None:
+            args["min_approvals"] = min_approvals
         return self._backend.wait("approval", key, args, None, start=self._async)
 
     def sleep(self, seconds: float) -> Any:

@@ -30,6 +30,7 @@ from affidavit.core.agent_steps import (
     agent_step_id,
     call_signature,
 )
+from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
 from affidavit.runtime import _crash as crash
@@ -370,9 +371,12 @@ class AgentRun:
 
     def call(self, target: Tool | str, args: dict[str, Any], *, start: bool) -> Any:
         t = self._tool(target)
+        if t.requires_approval:  # it may ask for an approval, which ends the run as a wait does:
+            self._quiesce()  # the calls still running record their outcome first, and it runs alone
         spec, args_jcs, called = self._next(t.kind, t.name, args)
-        if not start:
-            return self._run_step(spec, args, args_jcs, (called,) if called else ())
+        if not start or t.requires_approval:
+            value = self._run_step(spec, args, args_jcs, (called,) if called else ())
+            return value if not start else _finished(value, self.agent.is_async)
         if called is not None:
             # written now, in program order, so that the log numbers calls as they started
             self._write_or_interrupt(called)
@@ -447,6 +451,10 @@ class AgentRun:
             raise ValueError(f"the wait key {key!r} is used twice in job {self.job_id}")
         self._keys.add(key)
         extra: dict[str, Any] = {}
+        if kind == "approval":  # who may decide it (checked by ctx.approval)
+            extra.update(
+                ApprovalPolicy.parse(args.get("approvers"), args.get("min_approvals"), "").to_dict()
+            )
         wake_at: float | None = None
         if timeout is not None:
             wake_at = time.time() + float(timeout)
@@ -573,6 +581,13 @@ class AgentRun:
         ):
             return False  # recorded by code without this patch here: keep the old path
         return bool(self.value("patched", {"id": patch_id}, lambda: True))
+
+
+def _finished(value: Any, is_async: bool) -> Any:
+    """``value`` as the handle ``ctx.start`` (or an async agent's ``ctx.call``) returns."""
+    done: Future[Any] = Future()
+    done.set_result(value)
+    return asyncio.wrap_future(done) if is_async else done
 
 
 def _rfc3339(ts: float) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.errors import JobNotFound, ReplayError
 from affidavit.core.parks import DECISIONS_BY_REASON
 from affidavit.core.plan import external_key
@@ -35,7 +36,10 @@ def decision_context(store: Store, job_id: str) -> dict[str, Any]:
     (``approval`` or ``signal``), ``correlation_key`` (what a signal names), ``since``, and
     ``payload`` — the node's ``args`` resolved, what the plan attached for the person to see
     (``None`` when it attached nothing); for an agent job, the payload its ``ctx.approval``
-    call recorded (a park's ``args``: the call's recorded args).
+    call recorded (a park's ``args``: the call's recorded args). An approval's also has who
+    may decide it (``approvers``, ``min_approvals``), the ``approvals`` recorded so far, and,
+    for the approval of a tool's call, the ``call`` (step id, tool, argument hash, arguments;
+    its ``payload``: the arguments).
 
     Raises:
         JobNotFound: no such job.
@@ -203,4 +207,14 @@ def _wait(
     }
     if payload_error is not None and node is not None:
         out["payload_error"] = payload_error
+    if out["wait_type"] == "approval":  # who may decide it, what was decided so far
+        out.update(ApprovalPolicy.recorded(wait).to_dict())
+        out["approvals"] = [
+            {k: v.get(k) for k in ("at", "principal", "role", "key_id", "approved", "comment")}
+            for v in replay.approval_votes.get(key, ())
+        ]
+        if "call" in wait:  # a tool's call, asked for by the runtime: what it would run
+            out["call"] = wait["call"]
+            out["payload"] = wait["call"].get("args")
+            out.pop("payload_error", None)
     return out

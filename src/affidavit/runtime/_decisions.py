@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from affidavit.core.canonical import canonical, canonical_nested, canonical_sha256
+from affidavit.core.approvals import Principal, SignalForbidden
+from affidavit.core.canonical import canonical_nested, canonical_sha256
 from affidavit.core.errors import (
     AffidavitError,
     ConfigError,
     JobNotFound,
-    SignalPayloadError,
     SignalRejected,
 )
 from affidavit.core.events import utc_now
 from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
+from affidavit.runtime._approvals import record_decision
 from affidavit.runtime._replay import ReplayContext, build_from_events
 from affidavit.runtime._run_base import close_open_invocations
 from affidavit.runtime._sealing import Sealer
@@ -46,19 +47,35 @@ def _locked(tx: Transaction, job_id: str) -> tuple[JobRecord, ReplayContext]:
 
 
 def signal_job(
-    store: Store, job_id: str, key: str, payload: Any = None, *, by: str | None = None
+    store: Store,
+    job_id: str,
+    key: str,
+    payload: Any = None,
+    *,
+    by: str | None = None,
+    principal: Principal | None = None,
+    may_signal: bool = True,
 ) -> tuple[JobRecord, bool]:
     """Complete the wait of ``job_id`` whose correlation key is ``key``: append
     ``wait_completed`` with ``payload`` (the wait node's output) and make the job runnable.
 
+    An approval is decided instead by ``principal``'s decision ``payload`` (see
+    :func:`~affidavit.runtime._approvals.record_decision`): it completes the wait once the
+    approval's policy is met (``by`` is not used for it). ``may_signal=False``: the caller
+    may decide approvals only (an API key of role approver), not complete other waits.
+
     Returns ``(job, appended)``; a key that was already signalled returns ``appended=False``
-    and writes nothing (signals are idempotent).
+    and writes nothing (signals are idempotent; an approver who approved already counts once).
 
     Raises:
         JobNotFound: no such job.
         SignalRejected: no wait of the job has this key, or the job ended before the signal.
-        SignalPayloadError: an approval answered with a bare ``false``, or with an
-            ``approved`` that is not true or false (either would otherwise approve).
+        SignalPayloadError: an approval answered with anything but ``{"approved": true}`` or
+            ``{"approved": false}`` (with an optional text ``comment``).
+        ApprovalRefused: an approval decided by no principal, or by one its policy does not
+            allow (the job's submitter; a role other than approver or admin; one not among
+            its ``approvers``).
+        SignalForbidden: a wait that is not an approval, and ``may_signal`` is false.
         CanonicalizationError: the payload is not JSON that can be recorded.
     """
     canonical_nested(payload)  # (the wait node's output: recorded inside the job's)
@@ -80,7 +97,9 @@ def signal_job(
                 f"the wait {key!r} of job {job_id} is a timer (ctx.sleep): it ends on its own"
             )
         if wait.get("wait_type") == "approval":
-            _check_approval(payload, key)
+            return record_decision(tx, job, replay, wait, key, payload, principal)
+        if not may_signal:
+            raise SignalForbidden(f"{key!r} is not an approval: this key may only decide those")
         tx.append(
             job_id,
             [
@@ -98,23 +117,6 @@ def signal_job(
             expected_version=job.version,
         )
         return tx.update_job(job_id, status="pending"), True
-
-
-def _check_approval(payload: Any, key: str) -> None:
-    """An approval is denied only by ``"approved": false`` (FORMATS.md §7); refuse the answers
-    that read as a denial but would approve: a bare ``false``, or an ``approved`` that is not
-    true or false (``"no"``, ``0``, ``null``)."""
-    if payload is False:
-        raise SignalPayloadError(
-            f"the approval {key!r} was answered with a bare false, which would approve it"
-        )
-    if isinstance(payload, dict) and "approved" in payload:
-        approved = payload["approved"]
-        if type(approved) is not bool:
-            raise SignalPayloadError(
-                f'the approval {key!r} takes "approved": true or false, not '
-                f"{canonical(approved).decode()[:40]}"
-            )
 
 
 # --- resume -----------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ class ReplayContext:
     agent: dict[str, Any] | None = None  # an agent job's agent_started payload
     agent_steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> step_called
     namespace: str | None = None
+    submitted_by: str | None = None  # job_created's: who may not decide the job's approvals
     task_graph: dict[str, Any] | None = None
     plan_hash: str | None = None
     policy: dict[str, Any] | None = None
@@ -93,6 +94,8 @@ class ReplayContext:
     state_changes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by step
     waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # correlation key -> wait
     completed_waits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # correlation key -> the approval_recorded decisions of an approval still open
+    approval_votes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     parked: dict[str, Any] | None = None  # the job_parked payload while the job is parked
     parked_version: int | None = None  # and that event's version: the park's identity
     accepted_steps: set[str] = field(default_factory=set)  # mismatches a person let through
@@ -188,6 +191,7 @@ class ReplayContextBuilder:
             "node_finished": self._node_finished,
             "job_waiting": self._job_waiting,
             "wait_completed": self._wait_completed,
+            "approval_recorded": self._approval_recorded,
             "job_parked": self._job_parked,
             "job_resumed": self._job_resumed,
             "confirmation_warning": self._confirmation_warning,
@@ -304,6 +308,7 @@ class ReplayContextBuilder:
             self._fail("job_created is not the first event")
         self.ctx.input = p.get("input")
         self.ctx.namespace = p.get("namespace")
+        self.ctx.submitted_by = p.get("submitted_by")
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
         ctx = self.ctx
@@ -434,7 +439,8 @@ class ReplayContextBuilder:
             self._completed_at[node_id] = self._version
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
-        node_id = self._step(p, "wait", "approval")
+        # (a tool's call waits for its approval as the tool node: see runtime._approvals)
+        node_id = self._step(p, *(("tool",) if "call" in p else ("wait", "approval")))
         key = p["correlation_key"]
         if key in self.ctx.waits:
             self._fail(f"a second job_waiting for correlation key {key!r}")
@@ -454,6 +460,13 @@ class ReplayContextBuilder:
             )
         self.ctx.completed_waits[key] = p
         self.ctx.status = "pending"
+
+    def _approval_recorded(self, p: dict[str, Any]) -> None:
+        key = p["correlation_key"]
+        wait = self.ctx.waits.get(key)
+        if wait is None or wait.get("wait_type") != "approval" or key in self.ctx.completed_waits:
+            self._fail(f"approval_recorded for {key!r}, which is no open approval")
+        self.ctx.approval_votes.setdefault(key, []).append(p)
 
     def _job_parked(self, p: dict[str, Any]) -> None:
         if p.get("node_id") is not None:

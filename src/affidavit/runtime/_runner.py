@@ -15,6 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import (
     AffidavitError,
@@ -289,11 +290,17 @@ class PlanRun:
             if node.type == "pure":
                 self.executor.tool_of(spec)
                 return self.executor.run_pure(spec, self._resolve_args(node)[0])
+            policy = (
+                ApprovalPolicy.parse(node.raw.get("approvers"), node.raw.get("min_approvals"), "")
+                if node.type == "approval"
+                else None
+            )
             return self.executor.run_wait(
                 spec,
                 correlation_key=f"{self.journal.job_id}:{node.id}",
                 wait_type="approval" if node.type == "approval" else "signal",
                 reason=f"{node.type} node {node.id!r}",
+                extra=policy.to_dict() if policy is not None else None,
             )
         except (Exception, KeyboardInterrupt):
             raise
@@ -307,6 +314,13 @@ class PlanRun:
                 ascii(exc) if str(exc) else type(exc).__name__,
             )
             raise
+
+    def _may_ask(self, node: Node) -> bool:
+        """A tool node whose tool may ask for an approval of its call: asking ends the run as a
+        wait does, so under step concurrency it runs, as a wait node, only when no other step
+        runs."""
+        found = self.executor.tools.get(node.tool or "") if node.type == "tool" else None
+        return found is not None and bool(found.requires_approval)
 
     def _resolve_args(self, node: Node) -> tuple[dict[str, Any], bytes]:
         """The node's arguments resolved, and their canonical bytes (keys are derived from
@@ -357,7 +371,7 @@ class PlanRun:
                             node = self.plan.node(node_id)
                             if not all(d in done for d in node.depends_on):
                                 continue
-                            if node.type in ("wait", "approval"):
+                            if node.type in ("wait", "approval") or self._may_ask(node):
                                 if running:
                                     continue  # a wait ends the run: let the running steps finish
                                 remaining.remove(node_id)

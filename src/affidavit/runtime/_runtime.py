@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from affidavit.core.approvals import Principal, operator
 from affidavit.core.config import DEFAULT_NAMESPACE, database_url
 from affidavit.core.errors import PlanError
 from affidavit.core.parks import RESUME_DECISIONS
@@ -235,13 +236,22 @@ class Runtime:
     # --- human decisions (the service functions of :mod:`affidavit.runtime._decisions`) ---------
 
     def signal(
-        self, job_id: str, key: str, payload: Any = None, *, by: str | None = None
+        self,
+        job_id: str,
+        key: str,
+        payload: Any = None,
+        *,
+        by: str | None = None,
+        approver: Principal | str | None = None,
     ) -> JobRecord:
         """Complete the wait whose correlation key is ``key`` with ``payload``; the job becomes
-        runnable. A repeated signal returns the job and writes nothing. See
+        runnable. A repeated signal returns the job and writes nothing. An approval is decided
+        by ``approver``: a :class:`~affidavit.core.approvals.Principal`, or a name, which
+        decides as the operator ``operator:NAME`` (role admin) does from the CLI. See
         :func:`~affidavit.runtime._decisions.signal_job`."""
         self._check_open()
-        job, _ = signal_job(self.store, job_id, key, payload, by=by)
+        who = operator(approver) if isinstance(approver, str) else approver
+        job, _ = signal_job(self.store, job_id, key, payload, by=by, principal=who)
         return job
 
     def cancel(

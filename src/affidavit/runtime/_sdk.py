@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigError
 
@@ -155,6 +156,22 @@ class Tool:
     in_flight: str | None = None  # "park" | "fail"; None = the plan's policy
     reconcile_fn: ToolFn | None = None
     compensate_fn: ToolFn | None = None
+    # True, or a function of the call's arguments: whether a call needs an approval first
+    requires_approval: bool | Callable[..., bool] = False
+    approval_policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+
+    def needs_approval(self, args: Mapping[str, Any]) -> bool:
+        """Whether a call with ``args`` may act only once approved (see
+        :func:`~affidavit.runtime._approvals.gate_call`). A predicate that raises, or returns
+        anything but a bool, requires approval: the safe answer."""
+        rule = self.requires_approval
+        if not callable(rule):
+            return bool(rule)
+        try:
+            answer = rule(**args)
+        except Exception:
+            return True
+        return answer is not False
 
     def __call__(self, ctx: ToolContext, /, **kwargs: Any) -> Any:
         return self.fn(ctx, **kwargs)
@@ -319,9 +336,28 @@ def tool(
     retry: int | None = None,
     retry_on: tuple[type[BaseException], ...] = (),
     in_flight: str | None = None,
+    requires_approval: bool | Callable[..., bool] = False,
+    approvers: list[str] | None = None,
+    min_approvals: int | None = None,
 ) -> Callable[[ToolFn], Tool]:
-    """Register a tool that may change the world. See the module docstring."""
+    """Register a tool that may change the world. See the module docstring.
+
+    ``requires_approval``: ``True``, or a function called with the call's arguments (as
+    keywords) that says whether this call needs approval (``lambda amount, **_: amount >
+    100``). Such a call acts only once an approval of exactly that call is recorded in the
+    job's log, by a principal ``approvers`` / ``min_approvals`` allow (the defaults: one
+    principal of role approver or admin, not the job's submitter); until then the job waits
+    for it. A predicate that raises requires approval."""
     _check_options(name, version, retry)
+    if not (type(requires_approval) is bool or callable(requires_approval)):
+        raise ConfigError(
+            f"requires_approval of tool {name!r} must be True, False or a function of the "
+            f"call's arguments, not {requires_approval!r}"
+        )
+    try:
+        policy = ApprovalPolicy.parse(approvers, min_approvals, f"tool {name!r}")
+    except AffidavitError as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from None
     if in_flight not in (None, "park", "fail"):
         raise ConfigError(f"in_flight must be 'park' or 'fail', not {in_flight!r}")
     if not isinstance(retry_on, tuple | list) or not all(
@@ -335,6 +371,7 @@ def tool(
     def register(fn: ToolFn) -> Tool:
         _check_function(name, fn)
         t = Tool(name, fn, "tool", version, retry, tuple(retry_on), in_flight)
+        t.requires_approval, t.approval_policy = requires_approval, policy
         registry.add(t)
         return t
 

@@ -29,11 +29,13 @@ from typing import Any
 
 import orjson
 
+from affidavit.core.approvals import NOT_APPROVED
 from affidavit.core.canonical import canonical, sha256_hex
 from affidavit.core.errors import CancelRequestedError, LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
 from affidavit.runtime import _crash as crash
+from affidavit.runtime._approvals import gate_call
 from affidavit.runtime._cancel import found_nothing
 from affidavit.runtime._journal import Journal, RunControl
 from affidavit.runtime._metrics import RuntimeMetrics
@@ -62,8 +64,6 @@ from affidavit.store import LedgerRow, Transaction
 
 # The longest single wait of a concurrent step's backoff, between looks at the run's end.
 _BACKOFF_SLICE = 0.1
-# the error of an approval answered with {"approved": false}
-NOT_APPROVED = {"type": "not_approved", "message": "approval was denied"}
 # the error of an invocation the tool's reconcile hook found no effect of
 NOT_FOUND = {"type": "lost", "message": "reconcile found no effect"}
 
@@ -189,6 +189,10 @@ class StepExecutor:
         attempt = self.replay.node_attempts.get(node_id, 0)
         limit = t.retry or self.policy.max_attempts
         base = {"node_id": node_id, "step_id": step}
+        approval = gate_call(
+            self.journal, self.replay, t, node_id, step, args_jcs, hashed_args, prelude
+        )
+        gated = {"requires_approval": True, "approval_key": approval} if approval else {}
         self._backoff_left(node_id)
         while True:
             attempt += 1
@@ -205,6 +209,7 @@ class StepExecutor:
                         "idempotency_key": key,
                         "args_hash": hashed_args,
                         "attempt": attempt,
+                        **gated,
                     },
                 ),
             )

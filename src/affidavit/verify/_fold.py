@@ -85,8 +85,11 @@ from affidavit.core.errors import AffidavitError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, RESULT_TYPES, EventType
 from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.core.plan import idempotency_key_of
+from affidavit.verify._approvals import INVARIANT as APPROVAL
+from affidavit.verify._approvals import ApprovalFold
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
+from affidavit.verify._violation import _Violation
 
 # (the events of agent jobs, agent_started and step_called, are not folded here yet: a log
 # holding them is reported as an unknown event type)
@@ -156,13 +159,6 @@ def _instant(text: str) -> datetime:
     return moment
 
 
-class _Violation(Exception):
-    def __init__(self, invariant: str, detail: str) -> None:
-        super().__init__(detail)
-        self.invariant = invariant
-        self.detail = detail
-
-
 def _str(p: dict[str, Any], name: str) -> str:
     value = p.get(name)
     if type(value) is not str:
@@ -197,6 +193,7 @@ class LogFold:
 
     def __init__(self, job_id: str, *, fast_paths: bool = True) -> None:
         self.job_id = job_id
+        self.approvals = ApprovalFold(job_id)  # invariant ``approval`` (verify._approvals)
         # event type -> (its part of the chain hash input, its fast path or 0)
         self._known = {
             t: (_SEPARATORS[t], _FAST_KINDS.get(t, 0) if fast_paths else 0) for t in _KNOWN_TYPES
@@ -276,6 +273,7 @@ class LogFold:
             "node_finished": self._node_finished,
             "job_waiting": self._job_waiting,
             "wait_completed": self._wait_completed,
+            "approval_recorded": self.approvals.vote,
             "job_parked": self._job_parked,
             "job_resumed": self._job_resumed,
             "confirmation_warning": self._tool_step,
@@ -415,6 +413,7 @@ class LogFold:
                                     and key not in success
                                     and invocation not in invocation_ids
                                     and key not in open_by_key
+                                    and "requires_approval" not in p
                                     and (
                                         prior is _NO_START
                                         or prior[1:4] == (node_id, tool_name, hashed)
@@ -599,6 +598,7 @@ class LogFold:
         if self._version != 1:
             raise _Violation("plan", "job_created is not the first event")
         self.created_payload = p
+        self.approvals.created(p)
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
         if self.agent:
@@ -768,6 +768,8 @@ class LogFold:
     def _invocation_started(self, p: dict[str, Any]) -> None:
         try:
             self._check_invocation_started(p)
+            if "requires_approval" in p:
+                self.approvals.invocation(p)
         except _Violation:
             key, invocation = p.get("idempotency_key"), p.get("invocation_id")
             if type(key) is str and type(invocation) is str:
@@ -1005,8 +1007,8 @@ class LogFold:
         self.compensations.add(node_id)
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
-        node_id = self._node(p, _WAIT_KINDS)
-        wait_type = _WAIT_TYPE[self.node_type[node_id]]
+        node_id = self._node(p, ("tool",) if "call" in p else _WAIT_KINDS)  # (a call's approval)
+        wait_type = _WAIT_TYPE.get(self.node_type[node_id], "approval")
         if p.get("wait_type") != wait_type:
             raise _Violation(
                 "node_in_plan",
@@ -1021,6 +1023,7 @@ class LogFold:
             self.timers[key] = (_str(p, "wake_at"), wait_type == "timer")
         self.waits[key] = node_id
         self.log_status = "waiting"
+        self.approvals.waiting(p, self.steps.get(node_id))
 
     def _wait_completed(self, p: dict[str, Any]) -> None:
         key = _str(p, "correlation_key")
@@ -1055,11 +1058,14 @@ class LogFold:
         elif timer is not None and timer[1] and _instant(_str(p, "at")) < _instant(timer[0]):
             raise _Violation("closing_rule", f"the timer {key!r} fired before {timer[0]}")
         self.answered.add(key)
+        self.log_status = "running"
+        self.approvals.completed(p)
+        if key in self.approvals.calls:
+            return  # a tool call's approval: not the node's output
         if self.agent:
             self.wait_payloads[waiting] = p.get("payload")
         if waiting in self.sinks:
             self.signals[waiting] = p.get("payload")
-        self.log_status = "running"
 
     def _job_parked(self, p: dict[str, Any]) -> None:
         node_id = p.get("node_id")
@@ -1213,6 +1219,8 @@ class LogFold:
                 self.violate("plan", None, "the agent job's log has no agent_started event")
             else:
                 self.violate("plan", None, "the log has no plan_generated event")
+        if (problem := self.approvals.unmarked(self.started.values())) is not None:
+            self.violate(APPROVAL, None, problem)
         uncommitted = next(iter(self.success.values()), None)  # (in log order: the first)
         if uncommitted is not None:
             self.violate(

@@ -219,10 +219,19 @@ function waitSection(jobId, wait, caller, panel, onDecided) {
           : wait.payload === null || wait.payload === undefined ? "nothing attached"
             : jsonBlock(wait.payload, { "data-fact": "payload" })],
     ]));
-  if (!caller.may_signal) {
+  if (approval) {
+    const rows = [["who may decide", `${(wait.approvers || []).join(", ")}; `
+      + `${wait.min_approvals || 1} distinct approval(s) needed`]];
+    if (wait.call) rows.push(["tool call", `${wait.call.tool_name} at ${wait.call.step_id}`]);
+    for (const a of wait.approvals || []) {
+      rows.push([a.approved ? "approved by" : "rejected by", `${a.principal} (${a.role})`]);
+    }
+    box.append(facts(rows));
+  }
+  if (!wait.may_decide) {
     box.append(el("p", { class: "hint", "data-denied": wait.node_id,
-      text: `This key (${caller.agent_id}) is ${caller.role}: it may look, not decide. `
-        + "Signals need an agent or admin key." }));
+      text: `This key (${caller.agent_id}) is ${caller.role}: it may look, not decide `
+        + `(${wait.why_not || "its role does not allow it"}).` }));
     return box;
   }
   const path = `/api/jobs/${encodeURIComponent(jobId)}/signal`;
@@ -230,8 +239,8 @@ function waitSection(jobId, wait, caller, panel, onDecided) {
   form.addEventListener("submit", (ev) => ev.preventDefault());
   if (approval) {
     const commentId = `comment-${wait.node_id}`;
-    const comment = el("textarea", { id: commentId, class: "comment", rows: 2, maxlength: "4000",
-      "aria-label": "comment", placeholder: "comment, recorded in the signal's payload" });
+    const comment = el("textarea", { id: commentId, class: "comment", rows: 2, maxlength: "2000",
+      "aria-label": "comment", placeholder: "comment, recorded with your decision" });
     const answer = (approved) => () => {
       const payload = { approved };
       if (comment.value.trim()) payload.comment = comment.value.trim();
