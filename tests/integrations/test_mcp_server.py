@@ -27,6 +27,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.api.auth import create_api_key
 from affidavit.claims import ClaimService
+from affidavit.claims.sealing import TrustSealer
 from affidavit.store import open_store
 
 TOOL_NAMES = {"verify_job", "export_pack", "verify_pack", "verify_claim", "get_trust"}
@@ -84,7 +85,7 @@ def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wor
         ("admin", "root", "admin", "ops"),
     ]:
         _, keys[name] = create_api_key(store, agent_id=agent, role=role, namespace=ns)
-    service = ClaimService(store)
+    service = ClaimService(store, sealer=TrustSealer(key_file))  # (one key seals here)
     for agent_id, namespace, role in [
         ("watcher-a", "a", "observer"),
         ("bot-a", "a", "agent"),

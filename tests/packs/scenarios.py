@@ -53,7 +53,8 @@ def _answered(target: Any, key: Callable[[str], str], payload: Any, status: str)
     def build(env: Env) -> str:
         rt = env.rt()
         job_id = _waiting(rt, target, {"amount": 30})
-        rt.signal(job_id, key(job_id), payload, by="ann")
+        # (an approval is decided by a principal other than the submitter: the operator ann)
+        rt.signal(job_id, key(job_id), payload, by="ann", approver="ann")
         return _run(rt, job_id, status)
 
     return build
@@ -67,8 +68,8 @@ def _agent_key(key: str) -> Callable[[str], str]:
     return lambda job_id: key
 
 
-APPROVE = {"approved": True, "by": "ann", "note": "fine"}
-REJECT = {"approved": False, "reason": "too much"}
+APPROVE = {"approved": True, "comment": "fine"}
+REJECT = {"approved": False, "comment": "too much"}
 
 
 # --- sleeps and timeouts (agent jobs: durable timers) --------------------------------------------

@@ -81,4 +81,4 @@ def test_an_approved_plan_job_exports_and_verifies_with_the_cli(
     assert approval["state"] == "approved"
     assert _step_statuses(pack)[approval["step_id"]] == "PASS"
     recorded = json.loads((pack / F.TRACES_DIR / f"{approval['step_id']}.json").read_text())
-    assert recorded == {"approved": True, "by": "ann", "note": "fine"}  # the answer
+    assert recorded == {"approved": True, "comment": "fine"}  # the answer

@@ -36,9 +36,11 @@ def _drop_job_uniqueness(raw: RawDb) -> None:
         "AND contype IN ('u', 'x')"
     ):
         raw.execute(f'ALTER TABLE tlog_leaves DROP CONSTRAINT "{name}"')
+    # (read from pg_index for this table alone: pg_indexes computes every index's definition,
+    # which fails while another session drops its schema)
     for (name,) in raw.rows(
-        "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = "
-        "'tlog_leaves' AND indexdef LIKE 'CREATE UNIQUE%%' AND indexname <> 'tlog_leaves_pkey'"
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE i.indrelid = 'tlog_leaves'::regclass AND i.indisunique AND NOT i.indisprimary"
     ):
         raw.execute(f'DROP INDEX "{name}"')
     for (name,) in raw.rows(
