@@ -7,16 +7,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
-from affidavit.core.seal import log_leaf
 from affidavit.runtime._sealing import Sealer
 from affidavit.store import open_store
-from affidavit.tlog import LogKey, Sequencer, default_log_key_path
 from tests.cli.test_cli import cli, json_of
+from tests.tlog import operator
 from tests.tlog.helpers import drop_guards
 from tests.tlog.test_log_cli import _jobs
 from tests.verify.helpers import RawDb
@@ -71,24 +69,12 @@ def test_witness_cosigns_and_catches_a_rewritten_log(
     last = raw.rows("SELECT max(version) FROM events WHERE job_id = ?", (jobs[0],))[0][0]
     raw.execute("DELETE FROM events WHERE job_id = ? AND version = ?", (jobs[0], last))
     raw.execute("DELETE FROM seals WHERE job_id = ?", (jobs[0],))
-    for table in ("tlog_queue", "tlog_leaves", "tlog_nodes", "tlog_checkpoints",
-                  "tlog_cosignatures"):  # fmt: skip
-        raw.execute(f"DELETE FROM {table}")
-    raw.execute("UPDATE tlog_state SET size = 0, lease_owner = NULL, lease_until = NULL")
     store = open_store(store_url)
     try:
         Sealer.for_store(store).seal_job(store, jobs[0])
-        raw.execute("DELETE FROM tlog_queue")
-        for job in jobs:
-            seal = store.get_seal(job)
-            assert seal is not None
-            raw.execute(
-                "INSERT INTO tlog_queue (job_id, leaf, queued_at) VALUES (?, ?, ?)",
-                (job, log_leaf(seal), time.time()),
-            )
-        Sequencer(store, LogKey(default_log_key_path(store_url)), origin=ORIGIN).integrate()
     finally:
         store.close()
+    operator.rebuild(store_url, jobs, ORIGIN)
 
     # (1) the witness refuses, reports the fork, keeps its state and the evidence
     forked = _witness(state, url, vkey, api_key)
