@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime._crash as crash_module
+import affidavit.core.crash as crash_module
 from affidavit import Runtime
 from tests.api.conftest import TOOLS, WAITING_PLAN, Api
 from tests.runtime.helpers import SimulatedCrash, wait_lease_expired

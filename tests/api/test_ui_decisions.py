@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime._crash as crash_module
+import affidavit.core.crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.plan import external_key
 from affidavit.verify import verify_job

@@ -1,6 +1,6 @@
 """One builder per kind of finished job, for plan and agent jobs: each runs a real job to its
 end in-process with the Runtime API (the crash scenarios kill a real worker subprocess at a
-crash point of affidavit.runtime._crash) and returns its id and final status."""
+crash point of affidavit.core.crash) and returns its id and final status."""
 
 from __future__ import annotations
 

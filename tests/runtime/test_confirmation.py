@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime._crash as crash_module
+import affidavit.core.crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import ConfigError
 from affidavit.runtime._confirm import Confirmation, ConfirmationContext

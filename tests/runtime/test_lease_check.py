@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from affidavit import Runtime, ToolRegistry, tool
-from affidavit.runtime import _crash as crash_module
+from affidavit.core import crash as crash_module
 from affidavit.runtime._runner import JobRunner
 from affidavit.runtime._worker import Worker
 

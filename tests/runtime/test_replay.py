@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import affidavit.runtime._crash as crash_module
+import affidavit.core.crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import ReplayError

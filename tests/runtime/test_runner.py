@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import affidavit.runtime._crash as crash_module
+import affidavit.core.crash as crash_module
 from affidavit import (
     CanonicalizationError,
     CompensatableError,

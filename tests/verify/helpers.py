@@ -14,11 +14,11 @@ import pytest
 from psycopg import sql
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
+from affidavit.core import crash as crash_module
 from affidavit.core.canonical import canonical_sha256
 from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.plan import Plan, args_hash, idempotency_key
 from affidavit.examples import refund
-from affidavit.runtime import _crash as crash_module
 from affidavit.store.postgres import split_url
 from affidavit.store.sqlite import connect_raw
 from tests.runtime.helpers import wait_lease_expired

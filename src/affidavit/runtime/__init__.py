@@ -2,8 +2,8 @@
 (ARCHITECTURE.md).
 
 The names below are the runtime's public surface; the modules behind them are internal and may
-change. Each name is imported on first use, so that importing one part of the runtime (a crash
-point, the tools SDK) does not load the rest. (The ``@agent`` decorator is ``affidavit.agent``:
+change. Each name is imported on first use, so that importing one part of the runtime (the tools
+SDK) does not load the rest. (The ``@agent`` decorator is ``affidavit.agent``:
 here that name is the module defining it.)
 """
 
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from affidavit.runtime._args import check_input_references
     from affidavit.runtime._cancel import CancelResult, request_cancel
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
-    from affidavit.runtime._crash import crash_point
     from affidavit.runtime._decision_context import decision_context
     from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
     from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder, build_from_events
@@ -84,7 +83,6 @@ _LAZY = {
     "ResourceVerifier": "affidavit.runtime._confirm",
     "CancelResult": "affidavit.runtime._cancel",
     "request_cancel": "affidavit.runtime._cancel",
-    "crash_point": "affidavit.runtime._crash",
     "decision_context": "affidavit.runtime._decision_context",
     "InvalidStateError": "affidavit.runtime._decisions",
     "cancel_job": "affidavit.runtime._decisions",
@@ -180,7 +178,6 @@ __all__ = [
     "check_input_references",
     "check_plan",
     "clock_problem",
-    "crash_point",
     "decision_context",
     "is_agent_log",
     "job_trace",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from affidavit.core import crash
 from affidavit.core.agent_steps import (
     NODE_TYPE_OF_KIND,
     agent_node_id,
@@ -33,7 +34,6 @@ from affidavit.core.agent_steps import (
 from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
-from affidavit.runtime import _crash as crash
 from affidavit.runtime._agent import Agent, AgentContext
 from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._recovery import Recovery

@@ -15,6 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from affidavit.core import crash
 from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import (
@@ -24,7 +25,6 @@ from affidavit.core.errors import (
     StoreUnavailable,
 )
 from affidavit.core.plan import Node, Plan
-from affidavit.runtime import _crash as crash
 from affidavit.runtime._args import resolve
 from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._journal import Journal, RunControl

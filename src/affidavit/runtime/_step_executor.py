@@ -29,12 +29,12 @@ from typing import Any
 
 import orjson
 
+from affidavit.core import crash
 from affidavit.core.approvals import NOT_APPROVED
 from affidavit.core.canonical import canonical, sha256_hex
 from affidavit.core.errors import CancelRequestedError, LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
-from affidavit.runtime import _crash as crash
 from affidavit.runtime._approvals import gate_call
 from affidavit.runtime._cancel import found_nothing
 from affidavit.runtime._journal import Journal, RunControl

@@ -29,11 +29,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from affidavit.core.checkpoint import Checkpoint
+from affidavit.core.crash import crash_point
 from affidavit.core.errors import ConfigError, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.merkle import leaf_hash, new_nodes, root_from, root_nodes
 from affidavit.core.note import NoteSigner, sign_note
-from affidavit.runtime import crash_point
 from affidavit.store import QueuedLeaf, Store
 from affidavit.tlog._keys import LogKey, configured_origin
 from affidavit.tlog._leaves import record_id
