@@ -15,14 +15,15 @@ SRC = Path(affidavit.__file__).parent
 ALLOWED = {
     "core": set(),
     "store": {"core"},
-    "runtime": {"core", "store"},
-    "verify": {"core", "store", "runtime"},
+    "record": {"core", "store"},
+    "runtime": {"core", "store", "record"},
+    "verify": {"core", "store", "record", "runtime"},
     # the transparency log: beside verify (packs carry its proofs)
-    "tlog": {"core", "store", "runtime"},
-    "packs": {"core", "store", "runtime", "verify", "tlog"},
-    "claims": {"core", "store", "runtime", "verify"},
+    "tlog": {"core", "store", "record", "runtime"},
+    "packs": {"core", "store", "record", "runtime", "verify", "tlog"},
+    "claims": {"core", "store", "record", "runtime", "verify"},
     # the API serves every layer below it; the package root only for its version
-    "api": {"core", "store", "runtime", "verify", "tlog", "packs", "claims", "affidavit"},
+    "api": {"core", "store", "record", "runtime", "verify", "tlog", "packs", "claims", "affidavit"},
 }
 
 

@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from affidavit.core.plan import Plan
     from affidavit.core.seal import PublicKey, Seal
     from affidavit.core.signing import SigningKey
+    from affidavit.record._replay import ReplayContext, ReplayContextBuilder
     from affidavit.runtime._agent import AgentContext, agent
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
-    from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
     from affidavit.runtime._runtime import Runtime
     from affidavit.runtime._sdk import (
         CompensatableError,
@@ -97,8 +97,8 @@ _LAZY = (
         "NewEvent": "affidavit.store",
         "Plan": "affidavit.core.plan",
         "PublicKey": "affidavit.core.seal",
-        "ReplayContext": "affidavit.runtime._replay",
-        "ReplayContextBuilder": "affidavit.runtime._replay",
+        "ReplayContext": "affidavit.record._replay",
+        "ReplayContextBuilder": "affidavit.record._replay",
         "ResourceVerifier": "affidavit.runtime._confirm",
         "RetryableError": "affidavit.runtime._sdk",
         "Runtime": "affidavit.runtime._runtime",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit import verify_events, verify_job
-from affidavit.runtime._sealing import SigningKey
+from affidavit.record._sealing import SigningKey
 from affidavit.verify import verify_one
 from tests.api.conftest import WAITING_PLAN, Api
 from tests.runtime.helpers import ledger_rows

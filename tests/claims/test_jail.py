@@ -10,7 +10,7 @@ import pytest
 
 from affidavit.claims import ClaimService, bwrap
 from affidavit.claims.bwrap import SandboxUnavailable
-from affidavit.runtime._sealing import SigningKey, default_key_path
+from affidavit.record._sealing import SigningKey, default_key_path
 from affidavit.store import Store
 from tests.claims.conftest import make_service, nothing_recorded
 

@@ -20,7 +20,7 @@ from affidavit.cli.output import (
 from affidavit.core import errors as e
 from affidavit.core.signing import SigningKeyError
 from affidavit.packs import PackError, PackExistsError, UnfinishedJobError
-from affidavit.runtime._args import ArgsResolutionError
+from affidavit.record._args import ArgsResolutionError
 from affidavit.runtime._decisions import InvalidStateError
 
 CASES: list[tuple[type[e.AffidavitError], int, int]] = [

@@ -83,7 +83,7 @@ def resign(pack: Path) -> None:
 
     from affidavit.core.canonical import canonical
     from affidavit.packs import _format as F
-    from affidavit.runtime._sealing import SigningKey
+    from affidavit.record._sealing import SigningKey
 
     key = SigningKey.load(Path(os.environ["AFFIDAVIT_SIGNING_KEY"]))
     manifest = json.loads((pack / F.MANIFEST).read_text())

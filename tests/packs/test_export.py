@@ -152,7 +152,7 @@ def test_failed_job_steps(make_runtime: Callable[..., Any], tmp_path: Path) -> N
 
 
 def _trace_nodes(rt: Any, job_id: str) -> list[dict[str, Any]]:
-    from affidavit.runtime._trace import job_trace
+    from affidavit.record._trace import job_trace
 
     nodes: list[dict[str, Any]] = job_trace(rt.store, job_id)["nodes"]
     return nodes

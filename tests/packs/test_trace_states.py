@@ -1,5 +1,5 @@
 """The exporter maps every trace state through the one definition of those states
-(affidavit.runtime._trace.NODE_STATE_KINDS); a state it cannot map is refused by name, never
+(affidavit.record._trace.NODE_STATE_KINDS); a state it cannot map is refused by name, never
 exported as a pack that misstates the job. Packs made by an exporter that mislabelled a
 completed step are refused with a reason that says so."""
 
@@ -16,7 +16,7 @@ from affidavit import Runtime, ToolRegistry
 from affidavit.packs import PackError, TraceStateError, export_pack, verify_pack
 from affidavit.packs import _format as F
 from affidavit.packs._export_steps import STATE_KIND_STEPS, node_step
-from affidavit.runtime._trace import (
+from affidavit.record._trace import (
     COMPLETED_STATES,
     NODE_STATE_KIND_NAMES,
     NODE_STATE_KINDS,
@@ -201,7 +201,7 @@ def test_every_state_the_traces_assign_is_a_known_state() -> None:
     import inspect
 
     from affidavit.core.events import COMPLETED_RESULT_TYPES
-    from affidavit.runtime import _agent_trace, _trace
+    from affidavit.record import _agent_trace, _trace
 
     assigned: set[str] = set()
     for module in (_trace, _agent_trace):

@@ -18,7 +18,7 @@ from affidavit import ToolContext
 from affidavit.core.canonical import canonical, parse
 from affidavit.core.chain import check_stored_chain
 from affidavit.core.events import validate_payload
-from affidavit.runtime._replay import build_from_events
+from affidavit.record._replay import build_from_events
 from affidavit.store import LedgerRow, Store, StoredEvent
 from affidavit.store.postgres import split_url
 from affidavit.store.sqlite import connect_raw

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from affidavit.runtime._trace import job_trace
+from affidavit.record._trace import job_trace
 from affidavit.store import Store
 from tests.cli.test_cli import cli
 from tests.verify.agent_log import AgentLog, refund_agent_log, store_log

@@ -13,8 +13,8 @@ import pytest
 from affidavit import AgentContext, PlanError, Runtime, ToolRegistry
 from affidavit.core.agent_steps import agent_hash, agent_step_id
 from affidavit.core.errors import SignalRejected
+from affidavit.record._replay import build_from_events
 from affidavit.runtime._agent import Agent
-from affidavit.runtime._replay import build_from_events
 from affidavit.runtime._submit import submit_agent_job
 from tests.runtime import agent_tools as at
 from tests.runtime.helpers import assert_log_sound, of_type, wait_lease_expired

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from affidavit import Runtime
-from affidavit.runtime._replay import build_from_events
+from affidavit.record._replay import build_from_events
 from tests.runtime.crash_tools import REGISTRY, charge_plan, counts, read_side
 from tests.runtime.helpers import (
     assert_log_sound,

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from affidavit import Runtime
-from affidavit.runtime._replay import build_from_events
+from affidavit.record._replay import build_from_events
 from affidavit.store import JobFilter
 from tests.conftest import PG_URL, with_schema
 from tests.runtime.crash_tools import REGISTRY, counts, read_side, three_tools_plan

@@ -18,7 +18,7 @@ import affidavit.core.crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import ReplayError
-from affidavit.runtime._replay import ReplayContextBuilder, build_from_events
+from affidavit.record._replay import ReplayContextBuilder, build_from_events
 from affidavit.store import StoredEvent
 from tests.runtime.helpers import SimulatedCrash, assert_log_sound, node, plan
 

@@ -29,12 +29,12 @@ from affidavit import (
 )
 from affidavit.core.errors import ConfigError, IdempotencyConflict
 from affidavit.core.plan import Plan, idempotency_key
-from affidavit.runtime._args import ArgsResolutionError
+from affidavit.record._args import ArgsResolutionError
+from affidavit.record._replay import build_from_events
+from affidavit.record._trace import job_trace
 from affidavit.runtime._journal import Journal, RunControl
-from affidavit.runtime._replay import build_from_events
 from affidavit.runtime._runtime import InvalidStateError
 from affidavit.runtime._sdk import ToolError
-from affidavit.runtime._trace import job_trace
 from affidavit.runtime._worker import Worker
 from affidavit.store import JobFilter
 from affidavit.verify import verify_job

@@ -12,7 +12,7 @@ import pytest
 from affidavit import Runtime, verify_job
 from affidavit.core.seal import b64
 from affidavit.core.signing import SealKeyRefused
-from affidavit.runtime._sealing import Sealer, SigningKey, trust_key
+from affidavit.record._sealing import Sealer, SigningKey, trust_key
 from affidavit.store import Store, open_store
 from tests.verify.helpers import TWO_CHARGES, RawDb, tools
 

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from affidavit import Runtime, verify_job
-from affidavit.runtime._sealing import (
+from affidavit.record._sealing import (
     KEY_ENV,
     Sealer,
     SigningKey,

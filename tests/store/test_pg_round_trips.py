@@ -24,7 +24,7 @@ from affidavit.core.errors import (
     StoreError,
 )
 from affidavit.core.ids import new_attempt_id, new_event_ids
-from affidavit.runtime._sealing import SigningKey
+from affidavit.record._sealing import SigningKey
 from affidavit.store import NewEvent, NextClaim, Store, open_store
 from affidavit.store.postgres import _CLAIMED_LOG, _statement_name
 from tests.conftest import PG_URL, with_schema

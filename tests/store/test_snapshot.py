@@ -6,7 +6,7 @@ import pytest
 
 from affidavit.core.errors import StoreError
 from affidavit.core.seal import PublicKey
-from affidavit.runtime._sealing import SigningKey
+from affidavit.record._sealing import SigningKey
 from affidavit.store import NewEvent, Store, postgres
 from affidavit.store.sqlite import SqliteStore, connect_raw
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from affidavit.core.events import utc_now
-from affidavit.runtime._sealing import Sealer
+from affidavit.record._sealing import Sealer
 from affidavit.store import NewEvent, Store
 from affidavit.tlog import LogKey
 from tests.verify.helpers import RawDb

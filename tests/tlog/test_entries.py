@@ -16,7 +16,7 @@ import pytest
 
 from affidavit.core.checkpoint import Checkpoint
 from affidavit.core.note import parse_note
-from affidavit.runtime._sealing import Sealer
+from affidavit.record._sealing import Sealer
 from affidavit.store import Store
 from affidavit.tlog import (
     EntriesError,

@@ -31,7 +31,7 @@ from affidavit.core.seal import Seal, events_root, log_leaf, sign_seal
 from affidavit.core.signing import SigningKey
 from affidavit.packs import export_pack, verify_pack
 from affidavit.packs._tlog import TLOG_PROOF
-from affidavit.runtime._sealing import default_key_path
+from affidavit.record._sealing import default_key_path
 from affidavit.store import QueuedLeaf, open_store
 from affidavit.tlog import LogKey, Sequencer, TransparencyLog, default_log_key_path
 from affidavit.tlog._disclose import build_disclosure, encode_disclosure

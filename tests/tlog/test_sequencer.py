@@ -17,7 +17,7 @@ from affidavit.core.errors import StoreUnavailable
 from affidavit.core.merkle import MemoryTree, leaf_hash, verify_consistency, verify_inclusion
 from affidavit.core.note import open_note
 from affidavit.core.seal import log_leaf
-from affidavit.runtime._sealing import Sealer
+from affidavit.record._sealing import Sealer
 from affidavit.store import Store, open_store
 from affidavit.store.sqlite import SqliteStore, connect_raw
 from affidavit.tlog import NotInLog, Sequencer, TransparencyLog, check_proof, parse_tile_path

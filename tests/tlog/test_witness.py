@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from affidavit.runtime._sealing import Sealer
+from affidavit.record._sealing import Sealer
 from affidavit.store import open_store
 from tests.cli.test_cli import cli, json_of
 from tests.tlog import operator

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from affidavit.runtime._sealing import Sealer
+from affidavit.record._sealing import Sealer
 from affidavit.store import open_store
 from affidavit.tlog import JobIndex, LogKey, Sequencer, default_log_key_path
 from tests.cli.test_cli import cli, cli_env, json_of

@@ -14,7 +14,7 @@ from affidavit.core.agent_steps import agent_hash, agent_node_id, agent_step_id
 from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.core.ids import new_job_id
 from affidavit.core.plan import args_hash, idempotency_key
-from affidavit.runtime._sealing import Sealer
+from affidavit.record._sealing import Sealer
 from affidavit.store import NewEvent, Store
 
 AGENT, VERSION = "refund_agent", "1"

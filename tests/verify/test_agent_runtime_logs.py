@@ -14,8 +14,8 @@ from affidavit import Runtime, verify_job
 from affidavit.core.canonical import canonical, parse
 from affidavit.core.ids import new_event_id
 from affidavit.packs import export_pack, verify_pack
-from affidavit.runtime._sealing import Sealer
-from affidavit.runtime._trace import job_trace
+from affidavit.record._sealing import Sealer
+from affidavit.record._trace import job_trace
 from tests.packs.helpers import assay_verify
 from tests.runtime import agent_tools as at
 from tests.verify.helpers import RawDb

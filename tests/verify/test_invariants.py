@@ -14,7 +14,7 @@ from affidavit import Runtime, verify_events
 from affidavit.core.canonical import canonical
 from affidavit.core.chain import GENESIS, chain_next
 from affidavit.examples import refund
-from affidavit.runtime._replay import ReplayContextBuilder, ReplayError
+from affidavit.record._replay import ReplayContextBuilder, ReplayError
 from affidavit.store import StoredEvent
 from tests.verify.helpers import refund_job
 

@@ -14,7 +14,7 @@ from affidavit.core.canonical import canonical, canonical_sha256, parse
 from affidavit.core.ids import new_event_id
 from affidavit.core.seal import events_root
 from affidavit.packs import export_pack, verify_pack
-from affidavit.runtime._sealing import default_key_path
+from affidavit.record._sealing import default_key_path
 from affidavit.verify import VerificationResult
 from tests.verify.helpers import RawDb, charge_tool, plan, tools
 

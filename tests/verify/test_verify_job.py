@@ -23,7 +23,7 @@ from affidavit import (
     verify_job,
 )
 from affidavit.core.canonical import canonical, parse
-from affidavit.runtime._replay import build_from_events
+from affidavit.record._replay import build_from_events
 from affidavit.runtime._sdk import CompensatableError, RetryableError
 from affidavit.verify._fold import LogFold
 from affidavit.verify.verification import seal_document

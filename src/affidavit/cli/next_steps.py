@@ -13,7 +13,7 @@ from affidavit.store import JobRecord, Store
 
 def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
     """``{"waiting_for": [{"node_id", "wait_type", "correlation_key"}]}`` for a waiting job,
-    ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.runtime._trace.park_doc`),
+    ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.record._trace.park_doc`),
     ``{}`` otherwise — read from the job's log."""
     if job.status not in ("waiting", "parked"):
         return {}

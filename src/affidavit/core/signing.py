@@ -11,7 +11,7 @@
 The file is a PKCS#8 PEM Ed25519 private key with mode 0600, created on first use (exclusively:
 two processes starting at once end up with the same key). A key file readable by group or others
 is refused, as ssh does. Private keys never enter the database; public keys do, and stay after a
-rotation so that old seals keep verifying. The runtime's :class:`~affidavit.runtime._sealing.Sealer`
+rotation so that old seals keep verifying. The record's :class:`~affidavit.record.Sealer`
 signs with it; packs and the CLI read it from here.
 """
 

@@ -74,7 +74,7 @@ def export_pack(
     """Export the finished job ``job_id`` as a signed pack at ``out_dir``.
 
     ``signing_key`` defaults to the runtime's seal key for this database (see
-    :func:`affidavit.runtime._sealing.default_key_path`).
+    :func:`affidavit.record._sealing.default_key_path`).
 
     Raises:
         JobNotFound: no such job.

@@ -14,14 +14,29 @@ from typing import TYPE_CHECKING
 from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from affidavit.core.signing import SigningKey
+    from affidavit.record import (
+        NODE_STATE_KINDS,
+        AgentOutcome,
+        ReplayContext,
+        ReplayContextBuilder,
+        Sealer,
+        SealKeyRefused,
+        agent_trace_of,
+        build_from_events,
+        check_input_references,
+        decision_context,
+        is_agent_log,
+        job_trace,
+        key_status,
+        park_doc,
+        trace_of,
+        trust_key,
+    )
     from affidavit.runtime._agent import Agent, AgentContext, agent
-    from affidavit.runtime._agent_trace import AgentOutcome, agent_trace_of, is_agent_log
-    from affidavit.runtime._args import check_input_references
     from affidavit.runtime._cancel import CancelResult, request_cancel
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
-    from affidavit.runtime._decision_context import decision_context
     from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
-    from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder, build_from_events
     from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
     from affidavit.runtime._runtime import Runtime
     from affidavit.runtime._sdk import (
@@ -38,13 +53,6 @@ if TYPE_CHECKING:
         registry,
         tool,
     )
-    from affidavit.runtime._sealing import (
-        Sealer,
-        SealKeyRefused,
-        SigningKey,
-        key_status,
-        trust_key,
-    )
     from affidavit.runtime._submit import (
         check_agent_input,
         check_idempotency_key,
@@ -54,7 +62,6 @@ if TYPE_CHECKING:
         submit_job,
         valid_traceparent,
     )
-    from affidavit.runtime._trace import NODE_STATE_KINDS, job_trace, park_doc, trace_of
     from affidavit.runtime._verifiers import (
         FileVerifier,
         HttpVerifier,
@@ -74,23 +81,23 @@ _LAZY = {
     "Agent": "affidavit.runtime._agent",
     "AgentContext": "affidavit.runtime._agent",
     "agent": "affidavit.runtime._agent",
-    "AgentOutcome": "affidavit.runtime._agent_trace",
-    "agent_trace_of": "affidavit.runtime._agent_trace",
-    "is_agent_log": "affidavit.runtime._agent_trace",
-    "check_input_references": "affidavit.runtime._args",
+    "AgentOutcome": "affidavit.record",
+    "agent_trace_of": "affidavit.record",
+    "is_agent_log": "affidavit.record",
+    "check_input_references": "affidavit.record",
     "Confirmation": "affidavit.runtime._confirm",
     "ConfirmationContext": "affidavit.runtime._confirm",
     "ResourceVerifier": "affidavit.runtime._confirm",
     "CancelResult": "affidavit.runtime._cancel",
     "request_cancel": "affidavit.runtime._cancel",
-    "decision_context": "affidavit.runtime._decision_context",
+    "decision_context": "affidavit.record",
     "InvalidStateError": "affidavit.runtime._decisions",
     "cancel_job": "affidavit.runtime._decisions",
     "resume_job": "affidavit.runtime._decisions",
     "signal_job": "affidavit.runtime._decisions",
-    "ReplayContext": "affidavit.runtime._replay",
-    "ReplayContextBuilder": "affidavit.runtime._replay",
-    "build_from_events": "affidavit.runtime._replay",
+    "ReplayContext": "affidavit.record",
+    "ReplayContextBuilder": "affidavit.record",
+    "build_from_events": "affidavit.record",
     "DEFAULT_MAX_RECOVERIES": "affidavit.runtime._run_base",
     "DEFAULT_STORE_RETRY_SECONDS": "affidavit.runtime._run_base",
     "Runtime": "affidavit.runtime._runtime",
@@ -106,11 +113,11 @@ _LAZY = {
     "register_verifier": "affidavit.runtime._sdk",
     "registry": "affidavit.runtime._sdk",
     "tool": "affidavit.runtime._sdk",
-    "SealKeyRefused": "affidavit.runtime._sealing",
-    "Sealer": "affidavit.runtime._sealing",
-    "SigningKey": "affidavit.runtime._sealing",
-    "key_status": "affidavit.runtime._sealing",
-    "trust_key": "affidavit.runtime._sealing",
+    "SealKeyRefused": "affidavit.record",
+    "Sealer": "affidavit.record",
+    "SigningKey": "affidavit.core.signing",
+    "key_status": "affidavit.record",
+    "trust_key": "affidavit.record",
     "check_agent_input": "affidavit.runtime._submit",
     "check_idempotency_key": "affidavit.runtime._submit",
     "check_plan": "affidavit.runtime._submit",
@@ -118,10 +125,10 @@ _LAZY = {
     "submit_agent_job": "affidavit.runtime._submit",
     "submit_job": "affidavit.runtime._submit",
     "valid_traceparent": "affidavit.runtime._submit",
-    "NODE_STATE_KINDS": "affidavit.runtime._trace",
-    "job_trace": "affidavit.runtime._trace",
-    "park_doc": "affidavit.runtime._trace",
-    "trace_of": "affidavit.runtime._trace",
+    "NODE_STATE_KINDS": "affidavit.record",
+    "job_trace": "affidavit.record",
+    "park_doc": "affidavit.record",
+    "trace_of": "affidavit.record",
     "FileVerifier": "affidavit.runtime._verifiers",
     "HttpVerifier": "affidavit.runtime._verifiers",
     "SqlRowVerifier": "affidavit.runtime._verifiers",

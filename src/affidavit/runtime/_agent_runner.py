@@ -34,10 +34,10 @@ from affidavit.core.agent_steps import (
 from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
+from affidavit.record import ReplayContext
 from affidavit.runtime._agent import Agent, AgentContext
 from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._recovery import Recovery
-from affidavit.runtime._replay import ReplayContext
 from affidavit.runtime._run_base import Claim, Item, StepFailed, Stop, error_dict, log
 from affidavit.runtime._sdk import Tool
 from affidavit.runtime._step_executor import StepSpec

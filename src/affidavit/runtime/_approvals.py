@@ -28,8 +28,8 @@ from affidavit.core.approvals import (
     granted,
 )
 from affidavit.core.events import utc_now
+from affidavit.record import ReplayContext
 from affidavit.runtime._journal import Journal
-from affidavit.runtime._replay import ReplayContext
 from affidavit.runtime._run_base import Item, StepFailed, Stop
 from affidavit.runtime._sdk import Tool
 from affidavit.store import JobRecord, NewEvent, Transaction

@@ -27,10 +27,10 @@ from typing import Any
 
 from affidavit.core.errors import FencedError, JobNotFound
 from affidavit.core.events import utc_now
+from affidavit.record import Sealer
 from affidavit.runtime._decisions import _finished
 from affidavit.runtime._journal import Journal
 from affidavit.runtime._run_base import Item, close_open_invocations, open_closings
-from affidavit.runtime._sealing import Sealer
 from affidavit.store import CancelRequest, JobRecord, LedgerRow, NewEvent, Store, Transaction
 
 # The error of an invocation a forced cancel abandoned

@@ -20,10 +20,9 @@ from affidavit.core.errors import (
 )
 from affidavit.core.events import utc_now
 from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
+from affidavit.record import ReplayContext, Sealer, build_from_events
 from affidavit.runtime._approvals import record_decision
-from affidavit.runtime._replay import ReplayContext, build_from_events
 from affidavit.runtime._run_base import close_open_invocations
-from affidavit.runtime._sealing import Sealer
 from affidavit.store import JobRecord, NewEvent, Store, Transaction
 
 
@@ -159,7 +158,7 @@ def resume_job(
     - ``fail``: the job fails.
 
     A job failed here is sealed in the same transaction, with ``sealer`` (default: the key
-    file for this store, see :mod:`affidavit.runtime._sealing`).
+    file for this store, see :mod:`affidavit.record._sealing`).
 
     ``park_version`` pins the decision to one park: the version of its ``job_parked`` event
     (``parked.version`` in ``jobs show`` and the trace; unique in the job's log). The decision

@@ -22,6 +22,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_ids
+from affidavit.record import Sealer
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._run_base import (
     DEFAULT_STORE_RETRY_SECONDS,
@@ -35,7 +36,6 @@ from affidavit.runtime._run_base import (
     open_closings,
     step_payload,
 )
-from affidavit.runtime._sealing import Sealer
 from affidavit.store import Store, Transaction
 
 T = TypeVar("T")

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from affidavit.record import ReplayContext
 from affidavit.runtime._confirm import ConfirmationContext, Mismatch, confirm_changes
 from affidavit.runtime._journal import Journal
 from affidavit.runtime._metrics import RuntimeMetrics
-from affidavit.runtime._replay import ReplayContext
 from affidavit.runtime._run_base import StepFailed, Stop
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.runtime._step_executor import StepExecutor, StepPolicy, StepSpec

@@ -25,13 +25,12 @@ from affidavit.core.errors import (
     StoreUnavailable,
 )
 from affidavit.core.plan import Node, Plan
-from affidavit.runtime._args import resolve
+from affidavit.record import ReplayContext, ReplayContextBuilder, Sealer, resolve
 from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._journal import Journal, RunControl
 from affidavit.runtime._lease import Lease
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._recovery import Recovery
-from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
 from affidavit.runtime._run_base import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_STORE_RETRY_SECONDS,
@@ -43,7 +42,6 @@ from affidavit.runtime._run_base import (
     log,
 )
 from affidavit.runtime._sdk import ToolRegistry
-from affidavit.runtime._sealing import Sealer
 from affidavit.runtime._step_executor import StepExecutor, StepPolicy, StepSpec
 from affidavit.runtime._submit import missing_tools
 from affidavit.store import Store, StoredEvent

@@ -12,6 +12,7 @@ from affidavit.core.errors import PlanError
 from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
 from affidavit.core.signing import SigningKey
+from affidavit.record import Sealer
 from affidavit.runtime._agent import Agent
 from affidavit.runtime._cancel import request_cancel
 from affidavit.runtime._confirm import ResourceVerifier
@@ -23,7 +24,6 @@ from affidavit.runtime._decisions import (
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime._sdk import Tool, ToolRegistry, registry
-from affidavit.runtime._sealing import Sealer
 from affidavit.runtime._submit import check_plan, submit_agent_job, submit_job
 from affidavit.runtime._waiting import wait_for_job
 from affidavit.runtime._worker import DEFAULT_LEASE_SECONDS, Worker
@@ -38,7 +38,7 @@ class Runtime:
     ``Runtime("sqlite:///./affidavit.db", tools=[...], verifiers=[...])``; ``tools`` defaults
     to every tool (and resource verifier) registered in the module-level registry;
     ``signing_key`` (a :class:`SigningKey` or a key file path) signs the seal of every job that
-    finishes, by default the key file of :func:`~affidavit.runtime._sealing.default_key_path`
+    finishes, by default the key file of :func:`~affidavit.record._sealing.default_key_path`
     (created on first use);
     ``verifiers`` adds resource verifiers for confirmation replay. ``step_concurrency`` runs up
     to that many independent nodes of a job at once (default 1: one node at a time).

@@ -35,11 +35,11 @@ from affidavit.core.canonical import canonical, sha256_hex
 from affidavit.core.errors import CancelRequestedError, LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
+from affidavit.record import ReplayContext
 from affidavit.runtime._approvals import gate_call
 from affidavit.runtime._cancel import found_nothing
 from affidavit.runtime._journal import Journal, RunControl
 from affidavit.runtime._metrics import RuntimeMetrics
-from affidavit.runtime._replay import ReplayContext
 from affidavit.runtime._run_base import (
     Item,
     StepFailed,

@@ -17,8 +17,8 @@ from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import TRACEPARENT, utc_now
 from affidavit.core.plan import Plan
+from affidavit.record import check_input_references
 from affidavit.runtime._agent import Agent
-from affidavit.runtime._args import check_input_references
 from affidavit.runtime._confirm import REPLAY_VERIFICATION_MODES
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.store import JobRecord, NewEvent, Store

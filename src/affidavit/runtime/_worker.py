@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from affidavit.core.errors import ClockSkewError, StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
+from affidavit.record import Sealer, SealKeyRefused
 from affidavit.runtime._lease import Heartbeats, Lease
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._run_base import (
@@ -29,7 +30,6 @@ from affidavit.runtime._run_base import (
 )
 from affidavit.runtime._runner import JobRunner
 from affidavit.runtime._sdk import ToolRegistry
-from affidavit.runtime._sealing import Sealer, SealKeyRefused
 from affidavit.store import Claimed, ClockOffset, NextClaim, Store, open_store
 
 DEFAULT_LEASE_SECONDS = 15.0

@@ -16,8 +16,8 @@ from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.errors import JobNotFound, ReplayError
 from affidavit.core.parks import DECISIONS_BY_REASON
 from affidavit.core.plan import external_key
-from affidavit.runtime._args import ArgsResolutionError, resolve
-from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
+from affidavit.record._args import ArgsResolutionError, resolve
+from affidavit.record._replay import ReplayContext, ReplayContextBuilder
 from affidavit.store import LedgerRow, Store
 
 

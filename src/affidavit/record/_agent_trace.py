@@ -2,7 +2,7 @@
 
 An agent job has no plan to draw; its trace lists each step — one per recording ``ctx.*`` call,
 in sequence order — with its kind, tool, state, outcome, attempts, duration and waits. The
-states are the plan trace's (:mod:`affidavit.runtime._trace`), so the same colours apply. Read
+states are the plan trace's (:mod:`affidavit.record._trace`), so the same colours apply. Read
 from the events alone (no agent code, no runtime replay), as ``affidavit jobs trace``,
 ``GET /api/jobs/{id}/trace``, the trace page and the proof pack see it.
 """

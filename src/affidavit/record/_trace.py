@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from affidavit.runtime._agent_trace import agent_trace_of, is_agent_log
-from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
+from affidavit.record._agent_trace import agent_trace_of, is_agent_log
+from affidavit.record._replay import ReplayContext, ReplayContextBuilder
 from affidavit.store import JobRecord, Store, StoredEvent
 
 # Every state a node of a trace (a plan's or an agent job's) can be in, and what it says of
@@ -64,7 +64,7 @@ _ANSWERED = {"signal": "signalled", "approval": "approved"}
 def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     """The job, its nodes in plan order with state, outcome, attempts, timings, and the waits,
     park and confirmation warnings in force. An agent job's nodes are its steps in sequence
-    order (``"kind": "agent"``; :func:`~affidavit.runtime._agent_trace.agent_trace_of`).
+    order (``"kind": "agent"``; :func:`~affidavit.record._agent_trace.agent_trace_of`).
 
     Raises:
         JobNotFound: no such job.
@@ -72,7 +72,7 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     """
     job = store.get_job(job_id)
     events = store.list_events(job_id)
-    if is_agent_log(events):  # the sequence of its calls: see affidavit.runtime._agent_trace
+    if is_agent_log(events):  # the sequence of its calls: see affidavit.record._agent_trace
         return agent_trace_of(job, events)[0]
     return trace_of(job, events)[0]
 
