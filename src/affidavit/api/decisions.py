@@ -12,7 +12,7 @@ from affidavit.api.deps import Observer, ServiceDep, visible_job
 from affidavit.api.jobs import ERRORS
 from affidavit.api.models import Decisions
 from affidavit.core.approvals import ApprovalPolicy
-from affidavit.runtime import decision_context
+from affidavit.record import decision_context
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERRORS)
 

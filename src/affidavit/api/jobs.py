@@ -33,8 +33,8 @@ from affidavit.api.models import (
     Verification,
 )
 from affidavit.packs import export_archive
+from affidavit.record import job_trace
 from affidavit.runtime import (
-    job_trace,
     registry,
     request_cancel,
     resume_job,

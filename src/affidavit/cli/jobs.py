@@ -16,7 +16,8 @@ from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.runtime_cmds import emit_job, exit_for, job_doc, seconds_setting
 from affidavit.core.errors import WaitTimeout
-from affidavit.runtime import DEFAULT_STORE_RETRY_SECONDS, SETTLED_STATUSES, job_trace, wait_for_job
+from affidavit.record import job_trace
+from affidavit.runtime import DEFAULT_STORE_RETRY_SECONDS, SETTLED_STATUSES, wait_for_job
 from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
 from affidavit.verify.verification import seal_document
 

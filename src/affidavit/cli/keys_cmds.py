@@ -22,7 +22,7 @@ from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.errors import ConfigError
 from affidavit.core.seal import PublicKey
 from affidavit.core.signing import KEY_ENV, SigningKey, public_key_of
-from affidavit.runtime import Sealer, key_status, trust_key
+from affidavit.record import Sealer, key_status, trust_key
 from affidavit.store import Store
 
 keys_app = typer.Typer(

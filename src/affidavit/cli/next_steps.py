@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit.core.parks import DECISIONS_BY_REASON
-from affidavit.runtime import build_from_events, park_doc
+from affidavit.record import build_from_events, park_doc
 from affidavit.store import JobRecord, Store
 
 
 def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
     """``{"waiting_for": [{"node_id", "wait_type", "correlation_key"}]}`` for a waiting job,
-    ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.record._trace.park_doc`),
+    ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.record.park_doc`),
     ``{}`` otherwise — read from the job's log."""
     if job.status not in ("waiting", "parked"):
         return {}

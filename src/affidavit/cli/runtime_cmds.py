@@ -32,6 +32,7 @@ from affidavit.core.errors import ConfigError
 from affidavit.core.inputs import read_limited_text
 from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
+from affidavit.record import check_input_references
 from affidavit.runtime import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_RECOVERIES,
@@ -42,7 +43,6 @@ from affidavit.runtime import (
     Worker,
     check_agent_input,
     check_idempotency_key,
-    check_input_references,
     check_plan,
     load_tools,
     open_store_waiting,

@@ -131,7 +131,8 @@ def serve(
 
     from affidavit.api.app import create_app
     from affidavit.api.ratelimit import RateLimit
-    from affidavit.runtime import Sealer, load_tools, registry
+    from affidavit.record import Sealer
+    from affidavit.runtime import load_tools, registry
     from affidavit.store import open_store
 
     with command(False):

@@ -3,7 +3,7 @@ one per plan node or recorded agent call, ``emit_output`` — the episode contra
 step's status and recorded trace.
 
 A node's step status comes from its trace state through the one definition of those states,
-:data:`affidavit.runtime.NODE_STATE_KINDS`: a state added to the trace says there what
+:data:`affidavit.record.NODE_STATE_KINDS`: a state added to the trace says there what
 it means, and the pack follows.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from affidavit.core.canonical import canonical, has_exponent_number
 from affidavit.packs import _format as F
 from affidavit.packs._errors import TraceStateError
-from affidavit.runtime import NODE_STATE_KINDS, AgentOutcome, ReplayContext
+from affidavit.record import NODE_STATE_KINDS, AgentOutcome, ReplayContext
 
 
 @dataclass

@@ -34,7 +34,7 @@ from affidavit.packs._export_manifest import (
 from affidavit.packs._export_receipts import Receipts, add_episode, add_job_records
 from affidavit.packs._export_steps import contract_of, episode_of, step_records
 from affidavit.packs._tlog import TLOG_PROOF
-from affidavit.runtime import AgentOutcome, ReplayContext, agent_trace_of, is_agent_log, trace_of
+from affidavit.record import AgentOutcome, ReplayContext, agent_trace_of, is_agent_log, trace_of
 from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
 from affidavit.tlog import LogError, NotInLog, TransparencyLog
 from affidavit.verify import verify_events
@@ -82,7 +82,7 @@ def export_pack(
         PackExistsError: ``out_dir`` exists and ``overwrite`` is false.
         PackError: the job's log does not verify (a pack of it would not either).
         TraceStateError: a node of the job's trace is in a state no step status is defined
-            for (``affidavit.runtime.NODE_STATE_KINDS``); nothing is written.
+            for (``affidavit.record.NODE_STATE_KINDS``); nothing is written.
         SigningKeyError: the signing key cannot be read.
     """
     out = Path(out_dir)

@@ -41,7 +41,7 @@ import httpx
 from affidavit.core.checkpoint import Checkpoint, open_checkpoint
 from affidavit.core.errors import AffidavitError, VerificationError
 from affidavit.core.note import COSIGNATURE_V1, Note, NoteError, NoteSigner, Verifier
-from affidavit.runtime import SigningKey
+from affidavit.core.signing import SigningKey
 from affidavit.tlog._audit import (
     Audit,
     Finding,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from affidavit.core.seal import Seal
-from affidavit.runtime import Sealer
+from affidavit.record import Sealer
 from affidavit.store import TERMINAL_STATUSES, JobFilter, Store
 from affidavit.verify.verification import verify_job
 
