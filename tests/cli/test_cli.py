@@ -406,7 +406,7 @@ def test_help_states_the_defaults_and_choices_the_docs_state() -> None:
     from typer.testing import CliRunner
 
     from affidavit.cli.main import load_commands
-    from affidavit.record._trace import NODE_STATES
+    from affidavit.record import NODE_STATES
 
     app = load_commands()
 

@@ -1,5 +1,5 @@
 """The exporter maps every trace state through the one definition of those states
-(affidavit.record._trace.NODE_STATE_KINDS); a state it cannot map is refused by name, never
+(affidavit.record.NODE_STATE_KINDS); a state it cannot map is refused by name, never
 exported as a pack that misstates the job. Packs made by an exporter that mislabelled a
 completed step are refused with a reason that says so."""
 
@@ -16,7 +16,7 @@ from affidavit import Runtime, ToolRegistry
 from affidavit.packs import PackError, TraceStateError, export_pack, verify_pack
 from affidavit.packs import _format as F
 from affidavit.packs._export_steps import STATE_KIND_STEPS, node_step
-from affidavit.record._trace import (
+from affidavit.record import (
     COMPLETED_STATES,
     NODE_STATE_KIND_NAMES,
     NODE_STATE_KINDS,
@@ -195,16 +195,17 @@ def test_a_signed_pack_whose_step_status_misstates_the_log_is_refused(
 def test_every_state_the_traces_assign_is_a_known_state() -> None:
     """A state the plan or agent trace starts assigning without adding it to NODE_STATE_KINDS
     would make every export of such a job refuse (TraceStateError): caught here instead. The
-    states are the strings assigned to ``state`` in the two trace modules, the
-    answered-wait states, and the completed result types a node's state is copied from."""
+    states are the strings assigned to ``state`` in the state ladder both traces use (and in
+    the two trace modules), the answered-wait states, and the completed result types a node's
+    state is copied from."""
     import ast
     import inspect
 
     from affidavit.core.events import COMPLETED_RESULT_TYPES
-    from affidavit.record import _agent_trace, _trace
+    from affidavit.record import _agent_trace, _states, _trace
 
     assigned: set[str] = set()
-    for module in (_trace, _agent_trace):
+    for module in (_states, _trace, _agent_trace):
         for node in ast.walk(ast.parse(inspect.getsource(module))):
             if not isinstance(node, ast.Assign):
                 continue

@@ -34,15 +34,15 @@ if TYPE_CHECKING:
         key_status,
         trust_key,
     )
-    from affidavit.record._trace import (
+    from affidavit.record._states import (
         COMPLETED_STATES,
         NODE_STATE_KIND_NAMES,
         NODE_STATE_KINDS,
         NODE_STATES,
-        job_trace,
-        park_doc,
-        trace_of,
+        NodeFacts,
+        node_state,
     )
+    from affidavit.record._trace import job_trace, park_doc, trace_of
 
 _LAZY = {
     "AgentOutcome": "affidavit.record._agent_trace",
@@ -61,10 +61,12 @@ _LAZY = {
     "default_key_path": "affidavit.record._sealing",
     "key_status": "affidavit.record._sealing",
     "trust_key": "affidavit.record._sealing",
-    "COMPLETED_STATES": "affidavit.record._trace",
-    "NODE_STATE_KIND_NAMES": "affidavit.record._trace",
-    "NODE_STATE_KINDS": "affidavit.record._trace",
-    "NODE_STATES": "affidavit.record._trace",
+    "COMPLETED_STATES": "affidavit.record._states",
+    "NODE_STATE_KIND_NAMES": "affidavit.record._states",
+    "NODE_STATE_KINDS": "affidavit.record._states",
+    "NODE_STATES": "affidavit.record._states",
+    "NodeFacts": "affidavit.record._states",
+    "node_state": "affidavit.record._states",
     "job_trace": "affidavit.record._trace",
     "park_doc": "affidavit.record._trace",
     "trace_of": "affidavit.record._trace",
@@ -80,6 +82,7 @@ __all__ = [
     "AgentOutcome",
     "ArgsResolutionError",
     "Invocation",
+    "NodeFacts",
     "ReplayContext",
     "ReplayContextBuilder",
     "SealKeyRefused",
@@ -92,6 +95,7 @@ __all__ = [
     "is_agent_log",
     "job_trace",
     "key_status",
+    "node_state",
     "park_doc",
     "resolve",
     "trace_of",

@@ -2,7 +2,8 @@
 
 An agent job has no plan to draw; its trace lists each step — one per recording ``ctx.*`` call,
 in sequence order — with its kind, tool, state, outcome, attempts, duration and waits. The
-states are the plan trace's (:mod:`affidavit.record._trace`), so the same colours apply. Read
+states, and the ladder that picks one, are the plan trace's (:mod:`affidavit.record._states`),
+so the same colours apply. Read
 from the events alone (no agent code, no runtime replay), as ``affidavit jobs trace``,
 ``GET /api/jobs/{id}/trace``, the trace page and the proof pack see it.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 from affidavit.core.errors import ReplayError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
+from affidavit.record._states import NodeFacts, node_state
 from affidavit.store import JobRecord, StoredEvent
 
 
@@ -194,28 +196,18 @@ def agent_trace_of(
     for node_id, node in steps.nodes.items():
         finished = steps.finished.get(node_id)
         outcome = finished.get("result_type") if finished else None
-        if parked_node == node_id and job.status == "parked":
-            state = "parked"
-        elif outcome in COMPLETED_RESULT_TYPES:
-            state = str(outcome)
-        elif node_id in in_flight:
-            state = "in_flight"
-        elif node_id in waiting and job.status == "waiting":
-            state = "waiting"
-        elif node_id in steps.unknown:
-            state = "unknown"
-        elif finished is not None:
-            state = "failed"
-        elif job.terminal:
-            state = "failed" if node["started_at"] is not None else "skipped"
-        elif (
-            node["started_at"] is not None
-            and job.status == "running"
-            and node_id not in steps.signalled
-        ):
-            state = "running"
-        else:
-            state = "pending"
+        facts = NodeFacts(
+            outcome=outcome,
+            completed=outcome in COMPLETED_RESULT_TYPES,
+            finished=finished is not None,
+            started=node["started_at"] is not None,
+            in_flight=node_id in in_flight,
+            waiting=node_id in waiting,
+            unknown=node_id in steps.unknown,
+            signalled=node_id in steps.signalled,
+            parked_on=parked_node == node_id,
+        )
+        state = node_state(facts, job)
         shown = {**node, "state": state, "outcome": outcome}
         shown["attempts"] = node["attempts"] or len(node["tries"])
         if state in COMPLETED_RESULT_TYPES and finished is not None:

@@ -17,7 +17,9 @@ A node's ``state`` is what the trace page colours it by:
 - ``pending``: not started yet, or to be finished at the next pickup (a signalled wait);
   ``skipped``: never started and the job has ended.
 
-:data:`NODE_STATE_KINDS` names them all, with what each says of a node once its job ended.
+:data:`~affidavit.record._states.NODE_STATE_KINDS` names them all, with what each says of a node
+once its job ended; :func:`~affidavit.record._states.node_state` picks a node's state, for the plan
+and the agent trace alike.
 """
 
 from __future__ import annotations
@@ -27,34 +29,8 @@ from typing import Any
 
 from affidavit.record._agent_trace import agent_trace_of, is_agent_log
 from affidavit.record._replay import ReplayContext, ReplayContextBuilder
+from affidavit.record._states import NodeFacts, node_state
 from affidavit.store import JobRecord, Store, StoredEvent
-
-# Every state a node of a trace (a plan's or an agent job's) can be in, and what it says of
-# the node for readers that need less than the state — the proof pack (docs/packs.md) maps each
-# kind to a step status, so a state added here must say what it means there:
-# "completed": finished, its output recorded; "undone": its call failed and its compensation
-# ran; "failed": its last try failed (or it started and the job ended first); "open": the job
-# is not done with it (only while the job is unfinished); "not_run": never started, and the
-# job has ended.
-NODE_STATE_KINDS: dict[str, str] = {
-    "pure": "completed",
-    "side_effect_committed": "completed",
-    "compensated": "undone",
-    "in_flight": "open",
-    "waiting": "open",
-    "approved": "completed",
-    "signalled": "completed",
-    "parked": "open",
-    "running": "open",
-    "failed": "failed",
-    "unknown": "failed",  # (its call may or may not have acted: no output to show as a result)
-    "pending": "open",
-    "skipped": "not_run",
-}
-NODE_STATES = tuple(NODE_STATE_KINDS)
-NODE_STATE_KIND_NAMES = ("completed", "undone", "failed", "open", "not_run")
-COMPLETED_STATES = frozenset(s for s, kind in NODE_STATE_KINDS.items() if kind == "completed")
-
 
 # The state of a finished wait or approval node: a person answered it (its outcome, the world
 # semantics of the step, is `pure`, which on its own reads as a computation).
@@ -151,26 +127,19 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         node_id = raw["id"]
         finished = replay.node_finished.get(node_id)
         outcome = finished["result_type"] if finished else None
-        if parked_node == node_id and job.status == "parked" and not loop_after_steps:
-            state = "parked"  # the step a person must decide about, whatever it did before
-        elif node_id in answered and outcome == "pure":
-            state = answered[node_id]  # (its world outcome stays `pure`: no side effect)
-        elif node_id in completed:
-            state = str(outcome)
-        elif node_id in pending_nodes:
-            state = "in_flight"
-        elif node_id in open_waits and job.status == "waiting":
-            state = "waiting"
-        elif node_id in unknown:
-            state = "unknown"  # its call may or may not have acted (a forced cancel, say)
-        elif finished is not None:
-            state = "failed"
-        elif job.terminal:
-            state = "failed" if node_id in started_at else "skipped"
-        elif node_id in started_at and job.status == "running" and node_id not in signalled:
-            state = "running"
-        else:
-            state = "pending"
+        facts = NodeFacts(
+            outcome=outcome,
+            completed=node_id in completed,
+            finished=finished is not None,
+            started=node_id in started_at,
+            in_flight=node_id in pending_nodes,
+            waiting=node_id in open_waits,
+            unknown=node_id in unknown,
+            signalled=node_id in signalled,
+            parked_on=parked_node == node_id and not loop_after_steps,
+            answered=answered.get(node_id),
+        )
+        state = node_state(facts, job)
         node: dict[str, Any] = {
             "id": node_id,
             "type": raw["type"],
