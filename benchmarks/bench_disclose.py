@@ -35,7 +35,7 @@ if __package__ in (None, ""):
 from affidavit.core.events import utc_now
 from affidavit.core.seal import events_root, log_leaf
 from affidavit.core.signing import SigningKey
-from affidavit.runtime import Sealer
+from affidavit.record import Sealer
 from affidavit.store import NewEvent, Store, open_store
 from affidavit.tlog import disclose, encode_disclosure, verify_disclosure
 from benchmarks._report import (

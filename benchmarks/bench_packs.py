@@ -38,7 +38,7 @@ from rich.console import Console
 
 from affidavit import SigningKey
 from affidavit.packs import export_pack, verify_pack
-from affidavit.runtime import Sealer
+from affidavit.record import Sealer
 from affidavit.store import open_store
 from benchmarks._report import describe_machine, markdown_table, median, write_section, yes_no
 from benchmarks.bench_verify import build_job

@@ -57,7 +57,7 @@ from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id
 from affidavit.core.plan import Plan, args_hash, idempotency_key
-from affidavit.runtime import Sealer
+from affidavit.record import Sealer
 from affidavit.store import NewEvent, Store, connect_raw, open_store
 from affidavit.verify import verify_job
 from benchmarks._report import (

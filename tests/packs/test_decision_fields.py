@@ -15,7 +15,7 @@ from affidavit import Runtime, ToolRegistry
 from affidavit.core.canonical import canonical
 from affidavit.packs._export_steps import episode_of, step_records
 from affidavit.packs._log_traces import INVOCATION_OUTCOMES, log_traces
-from affidavit.runtime import agent_trace_of, is_agent_log, trace_of
+from affidavit.record import agent_trace_of, is_agent_log, trace_of
 from affidavit.store import StoredEvent
 from tests.packs.scenarios import Env, build
 

@@ -14,8 +14,7 @@ import pytest
 from affidavit import Runtime, ToolRegistry
 from affidavit.packs import _format as F
 from affidavit.packs import export_pack, verify_pack
-from affidavit.record import NODE_STATE_KINDS, NODE_STATES
-from affidavit.runtime import job_trace
+from affidavit.record import NODE_STATE_KINDS, NODE_STATES, job_trace
 from tests.cli.test_cli import cli
 from tests.packs.helpers import assay_verify
 from tests.packs.scenarios import CASES, SIGNS, Env, build

@@ -19,7 +19,7 @@ import pytest
 
 from affidavit import Runtime
 from affidavit.packs import export_pack, verify_pack
-from affidavit.runtime import job_trace
+from affidavit.record import job_trace
 from affidavit.store import Store
 from affidavit.verify import verify_job
 from tests.cli.test_cli import cli, cli_env, json_of

@@ -18,7 +18,7 @@ from affidavit.core.note import parse_vkey
 from affidavit.core.seal import events_root, log_leaf, sign_seal
 from affidavit.core.signing import SigningKey, default_key_path
 from affidavit.packs import export_pack, verify_pack
-from affidavit.runtime import Sealer
+from affidavit.record import Sealer
 from affidavit.store import migrations, open_store
 from affidavit.tlog import (
     MAX_DISCLOSURE_BYTES,

@@ -1,10 +1,12 @@
-"""Runtime: plan and agent execution, workers, the invocation ledger, replay, human decisions
-(ARCHITECTURE.md).
+"""Runtime: plan and agent execution, workers, the invocation ledger, recovery, human decisions
+(docs/runtime.md).
 
-The names below are the runtime's public surface; the modules behind them are internal and may
-change. Each name is imported on first use, so that importing one part of the runtime (the tools
-SDK) does not load the rest. (The ``@agent`` decorator is ``affidavit.agent``:
-here that name is the module defining it.)
+The names below are what the engine offers: the tools and agent SDK, running and submitting
+jobs, workers, and deciding, signalling and cancelling them. The job's record it writes (the
+replay context, traces, seals, decision context) is read through :mod:`affidavit.record`. The
+modules behind these names are internal and may change. Each name is imported on first use, so
+that importing one part of the runtime (the tools SDK) does not load the rest. (The ``@agent``
+decorator is ``affidavit.agent``: here that name is the module defining it.)
 """
 
 from __future__ import annotations
@@ -14,25 +16,6 @@ from typing import TYPE_CHECKING
 from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from affidavit.core.signing import SigningKey
-    from affidavit.record import (
-        NODE_STATE_KINDS,
-        AgentOutcome,
-        ReplayContext,
-        ReplayContextBuilder,
-        Sealer,
-        SealKeyRefused,
-        agent_trace_of,
-        build_from_events,
-        check_input_references,
-        decision_context,
-        is_agent_log,
-        job_trace,
-        key_status,
-        park_doc,
-        trace_of,
-        trust_key,
-    )
     from affidavit.runtime._agent import Agent, AgentContext, agent
     from affidavit.runtime._cancel import CancelResult, request_cancel
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
@@ -81,23 +64,15 @@ _LAZY = {
     "Agent": "affidavit.runtime._agent",
     "AgentContext": "affidavit.runtime._agent",
     "agent": "affidavit.runtime._agent",
-    "AgentOutcome": "affidavit.record",
-    "agent_trace_of": "affidavit.record",
-    "is_agent_log": "affidavit.record",
-    "check_input_references": "affidavit.record",
     "Confirmation": "affidavit.runtime._confirm",
     "ConfirmationContext": "affidavit.runtime._confirm",
     "ResourceVerifier": "affidavit.runtime._confirm",
     "CancelResult": "affidavit.runtime._cancel",
     "request_cancel": "affidavit.runtime._cancel",
-    "decision_context": "affidavit.record",
     "InvalidStateError": "affidavit.runtime._decisions",
     "cancel_job": "affidavit.runtime._decisions",
     "resume_job": "affidavit.runtime._decisions",
     "signal_job": "affidavit.runtime._decisions",
-    "ReplayContext": "affidavit.record",
-    "ReplayContextBuilder": "affidavit.record",
-    "build_from_events": "affidavit.record",
     "DEFAULT_MAX_RECOVERIES": "affidavit.runtime._run_base",
     "DEFAULT_STORE_RETRY_SECONDS": "affidavit.runtime._run_base",
     "Runtime": "affidavit.runtime._runtime",
@@ -113,11 +88,6 @@ _LAZY = {
     "register_verifier": "affidavit.runtime._sdk",
     "registry": "affidavit.runtime._sdk",
     "tool": "affidavit.runtime._sdk",
-    "SealKeyRefused": "affidavit.record",
-    "Sealer": "affidavit.record",
-    "SigningKey": "affidavit.core.signing",
-    "key_status": "affidavit.record",
-    "trust_key": "affidavit.record",
     "check_agent_input": "affidavit.runtime._submit",
     "check_idempotency_key": "affidavit.runtime._submit",
     "check_plan": "affidavit.runtime._submit",
@@ -125,10 +95,6 @@ _LAZY = {
     "submit_agent_job": "affidavit.runtime._submit",
     "submit_job": "affidavit.runtime._submit",
     "valid_traceparent": "affidavit.runtime._submit",
-    "NODE_STATE_KINDS": "affidavit.record",
-    "job_trace": "affidavit.record",
-    "park_doc": "affidavit.record",
-    "trace_of": "affidavit.record",
     "FileVerifier": "affidavit.runtime._verifiers",
     "HttpVerifier": "affidavit.runtime._verifiers",
     "SqlRowVerifier": "affidavit.runtime._verifiers",
@@ -148,11 +114,9 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_MAX_RECOVERIES",
     "DEFAULT_STORE_RETRY_SECONDS",
-    "NODE_STATE_KINDS",
     "SETTLED_STATUSES",
     "Agent",
     "AgentContext",
-    "AgentOutcome",
     "CancelResult",
     "CompensatableError",
     "Confirmation",
@@ -160,14 +124,9 @@ __all__ = [
     "FileVerifier",
     "HttpVerifier",
     "InvalidStateError",
-    "ReplayContext",
-    "ReplayContextBuilder",
     "ResourceVerifier",
     "RetryableError",
     "Runtime",
-    "SealKeyRefused",
-    "Sealer",
-    "SigningKey",
     "SqlRowVerifier",
     "StateChange",
     "Tool",
@@ -176,22 +135,14 @@ __all__ = [
     "ToolRegistry",
     "Worker",
     "agent",
-    "agent_trace_of",
     "allowed_clock_offset",
-    "build_from_events",
     "cancel_job",
     "check_agent_input",
     "check_idempotency_key",
-    "check_input_references",
     "check_plan",
     "clock_problem",
-    "decision_context",
-    "is_agent_log",
-    "job_trace",
-    "key_status",
     "load_tools",
     "open_store_waiting",
-    "park_doc",
     "pure",
     "record_file",
     "register_verifier",
@@ -203,8 +154,6 @@ __all__ = [
     "submit_agent_job",
     "submit_job",
     "tool",
-    "trace_of",
-    "trust_key",
     "valid_traceparent",
     "wait_for_job",
 ]
