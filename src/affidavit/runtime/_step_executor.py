@@ -18,27 +18,23 @@ runners decide which step runs next and hand it the step's identity and resolved
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 from affidavit.core import crash
 from affidavit.core.approvals import NOT_APPROVED
-from affidavit.core.canonical import canonical, sha256_hex
-from affidavit.core.errors import CancelRequestedError, LedgerRowExists
+from affidavit.core.errors import LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
 from affidavit.record import ReplayContext
 from affidavit.runtime._approvals import gate_call
-from affidavit.runtime._cancel import found_nothing
+from affidavit.runtime._in_flight import reconcile, resolve_in_flight
 from affidavit.runtime._journal import Journal, RunControl
+from affidavit.runtime._ledger_steps import acquire, commit, compensate, record_failure
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._run_base import (
     Item,
@@ -48,9 +44,7 @@ from affidavit.runtime._run_base import (
     check_result,
     elapsed_ms,
     error_dict,
-    own_args,
     recorded,
-    unfit_call,
 )
 from affidavit.runtime._sdk import (
     CompensatableError,
@@ -60,12 +54,11 @@ from affidavit.runtime._sdk import (
     ToolContext,
     ToolRegistry,
 )
-from affidavit.store import LedgerRow, Transaction
+from affidavit.runtime._step_calls import backoff_delay, backoff_left, call_step
+from affidavit.store import LedgerRow
 
 # The longest single wait of a concurrent step's backoff, between looks at the run's end.
 _BACKOFF_SLICE = 0.1
-# the error of an invocation the tool's reconcile hook found no effect of
-NOT_FOUND = {"type": "lost", "message": "reconcile found no effect"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +93,21 @@ class StepPolicy:
             backoff=float(retry.get("backoff_seconds", 1.0)),
             replay_verification=str(policy.get("replay_verification", "strict")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Try:
+    """One try of a tool step, as its failure is recorded."""
+
+    spec: StepSpec
+    tool: Tool
+    ctx: ToolContext
+    args: dict[str, Any]
+    base: dict[str, Any]  # the step's node id and step id
+    attempt: int
+    invocation: str
+    key: str  # the idempotency key
+    t0: float  # when the call began (time.perf_counter)
 
 
 class StepExecutor:
@@ -198,56 +206,17 @@ class StepExecutor:
             attempt += 1
             # the invocation id and the ids of T1's events, in one call
             invocation, *started_ids = new_event_ids(3 + len(prelude))
-            started_events: tuple[Item, Item] = (
-                ("node_started", {**base, "attempt": attempt, "worker_id": claim.worker_id}),
-                (
-                    "tool_invocation_started",
-                    {
-                        **base,
-                        "invocation_id": invocation,
-                        "tool_name": t.name,
-                        "idempotency_key": key,
-                        "args_hash": hashed_args,
-                        "attempt": attempt,
-                        **gated,
-                    },
-                ),
+            started_events = self._started_events(
+                base, t, key, hashed_args, invocation, attempt, gated
             )
-            # (1) T1: acquire + started, durable before the tool may act. A step the log has
-            # never started has no ledger row: the insert is presumed new (PostgreSQL sends it
-            # unanswered, T1 in one round trip); if a row was there after all, nothing was
-            # written and T1 runs again reading it.
+            # (1) T1: acquire + started, durable before the tool may act.
             t1 = (spec, t.name, key, hashed_args, invocation, (*prelude, *started_events))
-            try:
-                row = self.journal.tx_retrying(True, self._acquire, *t1, started_ids, attempt == 1)
-            except LedgerRowExists:
-                row = self.journal.tx_retrying(True, self._acquire, *t1, started_ids, False)
+            row = self._acquire(*t1, started_ids, attempt == 1)
             prelude = ()  # written with the first T1
-            self.metrics.ledger_decisions.inc(
-                "allow_execute"
-                if row is None or row.status == "failed"
-                else "return_recorded_result"
-                if row.status == "committed"
-                else "in_flight"
-            )
             if row is not None and row.status == "committed":
-                committed = row.result  # as recorded (read back from the ledger)
-                # The log is the authority and already holds the commit (T2 is atomic); this
-                # only records the node's completion if a crash came between T2 and nothing.
-                self.journal.write(
-                    (
-                        "node_finished",
-                        {
-                            **base,
-                            "result_type": "side_effect_committed",
-                            "attempt": attempt,
-                            "duration_ms": 0,
-                        },
-                    )
-                )
-                return committed
+                return self._recorded_commit(base, row, attempt)
             if row is not None and row.status == "started":
-                outcome = self._in_flight(spec, t, args, key, row, attempt, started_events)
+                outcome = resolve_in_flight(self, spec, t, args, key, row, attempt, started_events)
                 if outcome is not None:
                     return outcome[0]
                 # not found by reconcile: the dead invocation is closed and ours is started
@@ -263,6 +232,7 @@ class StepExecutor:
                 job_id, node_id, step, attempt, key, external_key(job_id, step, claim.attempt_id)
             )
             t0 = time.perf_counter()
+            try_ = _Try(spec, t, ctx, args, base, attempt, invocation, key, t0)
             returned = False
             try:
                 result = self.call(spec, t.fn, ctx, args)
@@ -273,68 +243,19 @@ class StepExecutor:
                     # KeyboardInterrupt, SystemExit, ...: the run ends as in a crash, the
                     # invocation open; a type listed in ``retry_on`` is a failure like any other.
                     raise
-                # A result that cannot be recorded is never retried, whatever ``retry_on``
-                # says: the tool returned, so it acted, and another try would act again.
-                retryable = not returned and self.retryable(t, exc)
-                result_type = (
-                    "compensatable_failure"
-                    if isinstance(exc, CompensatableError)
-                    else "retryable_failure"
-                    if retryable
-                    else "permanent_failure"
-                )
-                error = error_dict(exc)
-                finished: tuple[Item, Item] = (
-                    (
-                        "tool_invocation_finished",
-                        {
-                            **base,
-                            "invocation_id": invocation,
-                            "idempotency_key": key,
-                            "outcome": "timeout" if isinstance(exc, TimeoutError) else "failure",
-                            "error": error,
-                            "catch_up": False,
-                        },
-                    ),
-                    (
-                        "node_finished",
-                        {
-                            **base,
-                            "result_type": result_type,
-                            "error": error,
-                            "attempt": attempt,
-                            "duration_ms": elapsed_ms(t0),
-                        },
-                    ),
-                )
-                self.journal.tx_retrying(False, self._record_failure, key, finished, error)
-                if isinstance(exc, CompensatableError):
-                    self._compensate(spec, t, ctx, args, base, attempt)
-                    raise StepFailed(node_id, error) from exc
+                retryable, error = self._failed_try(try_, exc, returned)
                 if retryable and attempt < limit:
                     self.backoff(attempt)
                     continue
                 raise StepFailed(node_id, error) from exc
             crash.crash_point("tool.after_execute")
             # (3) T2: finished + committed + node_finished, and the ledger row, together.
-            output = self.commit(
-                durable=False,
-                spec=spec,
-                key=key,
-                invocation=invocation,
-                result=result,
-                attempt=attempt,
-                t0=t0,
-                ctx=ctx,
-                catch_up=False,
-                result_jcs=result_jcs,
-            )
+            output = self._committed_try(try_, result, result_jcs)
             crash.crash_point("tool.after_commit")
             return output
 
     def _acquire(
         self,
-        tx: Transaction,
         spec: StepSpec,
         tool_name: str,
         key: str,
@@ -344,295 +265,147 @@ class StepExecutor:
         started_ids: list[str],
         presumed_new: bool,
     ) -> LedgerRow | None:
-        """T1's writes: the ledger row only one attempt can win, and the started events when
-        this attempt may execute. Returns the row found instead of inserted (``None`` when the
-        insert won). ``presumed_new``: see :meth:`Transaction.ledger_insert`."""
-        job_id = self.job_id
-        claim = self.journal.claim
-        # The insert comes first: on the usual path (a key never seen) it is the only ledger
-        # statement of T1.
-        inserted = tx.ledger_insert(
-            job_id=job_id,
-            key=key,
-            node_id=spec.node_id,
-            step_id=spec.step_id,
-            tool_name=tool_name,
-            args_hash=hashed_args,
-            invocation_id=invocation,
-            attempt_id=claim.attempt_id,
-            presumed_new=presumed_new,
+        """T1 of one try (:func:`affidavit.runtime._ledger_steps.acquire`), durable, counted
+        by what the ledger decided. Returns the row found instead of inserted (``None`` when
+        the insert won)."""
+        # A step the log has never started has no ledger row: the insert is presumed new
+        # (PostgreSQL sends it unanswered, T1 in one round trip); if a row was there after all,
+        # nothing was written and T1 runs again reading it.
+        t1 = (self, spec, tool_name, key, hashed_args, invocation, started_events, started_ids)
+        try:
+            row = self.journal.tx_retrying(True, acquire, *t1, presumed_new)
+        except LedgerRowExists:
+            row = self.journal.tx_retrying(True, acquire, *t1, False)
+        self.metrics.ledger_decisions.inc(
+            "allow_execute"
+            if row is None or row.status == "failed"
+            else "return_recorded_result"
+            if row.status == "committed"
+            else "in_flight"
         )
-        row: LedgerRow | None = None if inserted else tx.ledger_get(job_id, key)
-        if row is None:
-            self.journal.append(tx, *started_events, fast=True, ids=started_ids)
-        elif row.status == "failed":
-            tx.ledger_restart(job_id, key, invocation_id=invocation, attempt_id=claim.attempt_id)
-            self.journal.append(tx, *started_events, fast=True)
         return row
 
-    def _record_failure(
-        self, tx: Transaction, key: str, items: tuple[Item, Item], error: dict[str, Any]
-    ) -> None:
-        """A failed attempt's T2: its finished events, and its ledger row marked failed (so a
-        retry may run the tool again)."""
-        self.journal.append(tx, *items)
-        tx.ledger_finish(self.job_id, key, status="failed", error=error)
-
-    def commit(
+    def _started_events(
         self,
-        *,
-        durable: bool,
-        spec: StepSpec,
+        base: dict[str, Any],
+        t: Tool,
         key: str,
+        hashed_args: str,
         invocation: str,
-        result: Any,
         attempt: int,
-        t0: float,
-        ctx: ToolContext | None,
-        catch_up: bool,
-        step_id: str | None = None,
-        result_jcs: bytes | None = None,
-    ) -> Any:
-        """T2 (or a catch-up's commit). Returns the result as recorded — read back from its
-        canonical bytes, as a replay reads it — for the steps that take it as their input."""
-        base = {"node_id": spec.node_id, "step_id": step_id or spec.step_id}
-        jcs = result_jcs if result_jcs is not None else canonical(result)
-        items: list[Item] = [
+        gated: dict[str, Any],
+    ) -> tuple[Item, Item]:
+        """T1's events of one try: ``node_started`` and ``tool_invocation_started``."""
+        return (
             (
-                "tool_invocation_finished",
+                "node_started",
+                {**base, "attempt": attempt, "worker_id": self.journal.claim.worker_id},
+            ),
+            (
+                "tool_invocation_started",
                 {
                     **base,
                     "invocation_id": invocation,
+                    "tool_name": t.name,
                     "idempotency_key": key,
-                    "outcome": "success",
-                    "result": orjson.Fragment(jcs),
-                    "catch_up": catch_up,
+                    "args_hash": hashed_args,
+                    "attempt": attempt,
+                    **gated,
                 },
             ),
-            (
-                "command_committed",
-                {
-                    **base,
-                    "command_id": invocation,
-                    "idempotency_key": key,
-                    "result_hash": sha256_hex(jcs),
-                },
-            ),
-        ]
-        if ctx is not None and ctx.state_changes:
-            changes = canonical([c.to_dict() for c in ctx.state_changes])
-            items.append(("state_changed", {**base, "state_changes": orjson.Fragment(changes)}))
-        items.append(
+        )
+
+    def _recorded_commit(self, base: dict[str, Any], row: LedgerRow, attempt: int) -> Any:
+        """The result of a step whose ledger row is committed, as recorded (read back from the
+        ledger), without calling the tool."""
+        # The log is the authority and already holds the commit (T2 is atomic); this only
+        # records the node's completion if a crash came between T2 and nothing.
+        self.journal.write(
             (
                 "node_finished",
                 {
                     **base,
                     "result_type": "side_effect_committed",
                     "attempt": attempt,
-                    "duration_ms": elapsed_ms(t0),
+                    "duration_ms": 0,
                 },
             )
         )
-        self.journal.tx_retrying(durable, self._commit_txn, items, key, result, jcs)
-        return recorded(jcs)
+        return row.result
 
-    def _commit_txn(
-        self, tx: Transaction, items: list[Item], key: str, result: Any, jcs: bytes
-    ) -> None:
-        """T2's writes: the step's closing events and its ledger row committed."""
-        self.journal.append(tx, *items, fast=True)
-        tx.ledger_finish(self.job_id, key, status="committed", result=result, result_jcs=jcs)
-
-    # --- in flight ----------------------------------------------------------------------------
-
-    def reconcile(
-        self, spec: StepSpec, t: Tool, args: dict[str, Any], key: str, row: LedgerRow, attempt: int
-    ) -> tuple[tuple[Any] | None, dict[str, Any] | None]:
-        """Ask ``t``'s reconcile hook whether the invocation a dead attempt left open (``row``)
-        acted, with that attempt's external key. An effect found is committed at once as a
-        catch-up (``((result,), None)``); ``(None, None)`` when the hook found nothing,
-        ``(None, error)`` when the lookup itself failed. Nothing is written then."""
-        assert t.reconcile_fn is not None
-        job_id = self.job_id
-        ctx = ToolContext(
-            job_id,
-            spec.node_id,
-            row.step_id,
-            attempt,
-            key,
-            external_key(job_id, row.step_id, row.attempt_id),
-        )
-        t0 = time.perf_counter()
-        try:
-            found = self.call(spec, t.reconcile_fn, ctx, args)
-            if found is not None:
-                check_result(spec.node_id, t, found)
-        except Exception as exc:  # the lookup failed (or timed out): decided as without a hook
-            return None, error_dict(exc)
-        if found is None:
-            return None, None
-        output = self.commit(
+    def _committed_try(self, try_: _Try, result: Any, result_jcs: bytes) -> Any:
+        """T2 of a try whose call returned a recordable result; returns it as recorded."""
+        return commit(
+            self,
             durable=False,
-            spec=spec,
-            step_id=row.step_id,
-            key=key,
-            invocation=row.invocation_id,
-            result=found,
-            attempt=attempt,
-            t0=t0,
-            ctx=ctx,
-            catch_up=True,
+            spec=try_.spec,
+            key=try_.key,
+            invocation=try_.invocation,
+            result=result,
+            attempt=try_.attempt,
+            t0=try_.t0,
+            ctx=try_.ctx,
+            catch_up=False,
+            result_jcs=result_jcs,
         )
-        return (output,), None
 
-    def _in_flight(
-        self,
-        spec: StepSpec,
-        t: Tool,
-        args: dict[str, Any],
-        key: str,
-        row: LedgerRow,
-        attempt: int,
-        started_events: tuple[Item, Item],
-    ) -> tuple[Any] | None:
-        """Resolve an invocation that a dead attempt started and never finished. Returns
-        ``(result,)`` when reconcile found the effect (caught up), ``None`` when it found
-        nothing (the dead invocation is closed as lost and ours is started); parks or fails
-        the job otherwise (raising)."""
-        job_id = self.job_id
-        node_id = spec.node_id
-        base = {"node_id": node_id, "step_id": row.step_id}
-        dead = row.invocation_id
-        # What is decided about the dead invocation is its attempt's outcome (its node_started
-        # is the latest), as a person's decision on it is; ``attempt`` is the next one's.
-        dead_attempt = self.replay.node_attempts.get(node_id, attempt)
-        reconcile_error: dict[str, Any] | None = None
-        if t.reconcile_fn is not None:
-            found, reconcile_error = self.reconcile(spec, t, args, key, row, dead_attempt)
-            if found is not None:
-                return found
-            if reconcile_error is None:
-                invocation = started_events[1][1]["invocation_id"]
-                attempt_id = self.journal.claim.attempt_id
+    def _failed_try(
+        self, try_: _Try, exc: BaseException, returned: bool
+    ) -> tuple[bool, dict[str, Any]]:
+        """Record a try that raised (``returned``: the tool returned a result that cannot be
+        recorded) and run the compensation of a compensatable failure. Returns whether the
+        failure is worth another try, and its recorded error.
 
-                def restart(tx: Transaction) -> None:
-                    self.journal.append(
-                        tx,
-                        (
-                            "tool_invocation_finished",
-                            {
-                                **base,
-                                "invocation_id": dead,
-                                "idempotency_key": key,
-                                "outcome": "lost",
-                                "error": NOT_FOUND,
-                                "catch_up": True,
-                            },
-                        ),
-                        *started_events,
-                    )
-                    tx.ledger_restart(job_id, key, invocation_id=invocation, attempt_id=attempt_id)
-
-                try:
-                    self.journal.tx_retrying(True, restart)
-                except CancelRequestedError:  # no new try: the found-nothing is recorded alone
-                    found_nothing(self.journal, base, dead, key, NOT_FOUND)
-                    raise
-                return None
-        policy = t.in_flight or self.policy.in_flight
-        detail: dict[str, Any] = {
-            "invocation_id": dead,
-            "dead_attempt_id": row.attempt_id,
-            "tool_name": t.name,
-            "message": "the tool may or may not have acted; it has no reconcile hook",
-        }
-        if reconcile_error is not None:
-            detail["message"] = "the tool may or may not have acted; its reconcile hook failed"
-            detail["reconcile_error"] = reconcile_error
-        if policy == "park":
-            raise self.journal.park(
-                "in_flight",
-                node_id=node_id,
-                step_id=row.step_id,
-                detail=detail,
-                idempotency_key=key,
-            )
-        error = {**detail, "type": "in_flight", "message": "invocation in flight or lost"}
-
-        def fail(tx: Transaction) -> None:
-            self.journal.close_open(tx, keep=key)
-            self.journal.append(
-                tx,
-                (
-                    "tool_invocation_finished",
-                    {
-                        **base,
-                        "invocation_id": dead,
-                        "idempotency_key": key,
-                        "outcome": "unknown",  # (the tool may or may not have acted)
-                        "error": error,
-                        "catch_up": True,
-                    },
-                ),
-                (
-                    "node_finished",
-                    {
-                        **base,
-                        "result_type": "permanent_failure",
-                        "error": error,
-                        "attempt": dead_attempt,
-                        "duration_ms": 0,
-                    },
-                ),
-                ("job_failed", {"error": error, "node_id": node_id}),
-            )
-            tx.ledger_finish(job_id, key, status="failed", error=error)
-            tx.set_status(job_id, status="failed", error=error, fence=self.journal.claim.attempt_id)
-            self.journal.seal(tx)
-
-        self.journal.tx_retrying(True, fail)
-        raise Stop("failed")
-
-    def _compensate(
-        self,
-        spec: StepSpec,
-        t: Tool,
-        ctx: ToolContext,
-        args: dict[str, Any],
-        base: dict[str, Any],
-        attempt: int,
-    ) -> None:
-        if t.compensate_fn is None:
-            return
-        self.control.confirm_lease()
-        ctx.close(
-            f"the compensation of step {spec.node_id!r} is recorded from what it returns "
-            "(step_compensated), not as state changes"
+        Raises:
+            StepFailed: a compensatable failure (after its compensation ran).
+        """
+        t, base, node_id = try_.tool, try_.base, try_.spec.node_id
+        # A result that cannot be recorded is never retried, whatever ``retry_on`` says: the
+        # tool returned, so it acted, and another try would act again.
+        retryable = not returned and self.retryable(t, exc)
+        result_type = (
+            "compensatable_failure"
+            if isinstance(exc, CompensatableError)
+            else "retryable_failure"
+            if retryable
+            else "permanent_failure"
         )
-        try:
-            details = self.call(spec, t.compensate_fn, ctx, args)
-            canonical(details)
-        except Exception as exc:
-            raise StepFailed(
-                spec.node_id,
+        error = error_dict(exc)
+        finished: tuple[Item, Item] = (
+            (
+                "tool_invocation_finished",
                 {
-                    "type": "compensation_failed",
-                    "message": f"compensation of {spec.node_id!r} failed: "
-                    f"{error_dict(exc)['message']}",
+                    **base,
+                    "invocation_id": try_.invocation,
+                    "idempotency_key": try_.key,
+                    "outcome": "timeout" if isinstance(exc, TimeoutError) else "failure",
+                    "error": error,
+                    "catch_up": False,
                 },
-            ) from exc
-        self.journal.write(
-            ("step_compensated", {**base, "compensation": details}),
+            ),
             (
                 "node_finished",
                 {
                     **base,
-                    "result_type": "compensated",
-                    "attempt": attempt,
-                    "duration_ms": 0,
-                },  # (no output: a tool node's; the compensation is in step_compensated)
+                    "result_type": result_type,
+                    "error": error,
+                    "attempt": try_.attempt,
+                    "duration_ms": elapsed_ms(try_.t0),
+                },
             ),
         )
+        self.journal.tx_retrying(False, record_failure, self, try_.key, finished, error)
+        if isinstance(exc, CompensatableError):
+            compensate(self, try_.spec, t, try_.ctx, try_.args, base, try_.attempt)
+            raise StepFailed(node_id, error) from exc
+        return retryable, error
+
+    def reconcile(
+        self, spec: StepSpec, t: Tool, args: dict[str, Any], key: str, row: LedgerRow, attempt: int
+    ) -> tuple[tuple[Any] | None, dict[str, Any] | None]:
+        """Ask ``t``'s reconcile hook about the invocation a dead attempt left open (see
+        :func:`affidavit.runtime._in_flight.reconcile`)."""
+        return reconcile(self, spec, t, args, key, row, attempt)
 
     # --- pure ---------------------------------------------------------------------------------
 
@@ -771,50 +544,20 @@ class StepExecutor:
         self, spec: StepSpec, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
     ) -> Any:
         """Call ``fn`` (a tool, a pure function, a reconcile hook or a compensation) for the
-        step, within its ``timeout_seconds`` if it has one (``TimeoutError``); the context
-        records nothing afterwards."""
-        # Each try gets its own copy: a tool that changes its arguments (or an abandoned
-        # timed-out try still running) must not change what a retry, a compensation or a later
-        # step sees — the resolved args share objects with the input and upstream outputs.
-        args = own_args(args)
-        try:
-            if spec.timeout_seconds is None:
-                return fn(ctx, **args)
-            return _call_timed(spec, fn, ctx, args)
-        except TypeError as exc:
-            unfit = unfit_call(spec.node_id, fn, ctx, args)
-            if unfit is None:  # the call fit: the error came from within the function
-                raise
-            raise unfit from exc
-        finally:
-            ctx.close(f"step {spec.node_id!r} (attempt {ctx.attempt}) is over")
+        step (see :func:`affidavit.runtime._step_calls.call_step`)."""
+        return call_step(spec, fn, ctx, args)
 
     def backoff_delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt ``attempt``: the policy's backoff, doubled per
         attempt, at most a minute."""
-        # (2**1024 is past any float; by 2**1000 any backoff above 1e-299 s is at the cap)
-        return min(self.policy.backoff * 2.0 ** min(attempt - 1, 1000), 60.0)
+        return backoff_delay(self.policy.backoff, attempt)
 
     def _backoff_left(self, node_id: str) -> None:
-        """Before a step's first try in this run: when its last try, recorded by an earlier
-        run (one that stopped or died in the backoff), failed retryably and no try started
-        since, wait what is left of that backoff — measured from the failure's recorded time —
-        so that handing a job over does not hit a rate-limited service again at once."""
-        last = self.replay.node_finished.get(node_id)
-        if (
-            self.policy.backoff <= 0
-            or last is None
-            or last.get("result_type") != "retryable_failure"
-            or self.replay.node_attempts.get(node_id) != last.get("attempt")
-        ):
-            return
-        try:
-            failed_at = datetime.fromisoformat(str(last["at"])).timestamp()
-        except (KeyError, ValueError):
-            return  # (the log's shape was checked by the replay; a time it cannot read: no wait)
-        delay = self.backoff_delay(int(last["attempt"]))
-        # (another worker's clock may be ahead: never more than the backoff itself)
-        self.backoff(int(last["attempt"]), min(delay, failed_at + delay - time.time()))
+        """Before a step's first try in this run, wait what is left of the backoff an earlier
+        run recorded (see :func:`affidavit.runtime._step_calls.backoff_left`)."""
+        left = backoff_left(self.replay, self.policy.backoff, node_id)
+        if left is not None:
+            self.backoff(*left)
 
     def backoff(self, attempt: int, delay: float | None = None) -> None:
         """Wait before the next attempt of a step whose failure is recorded (nothing open):
@@ -845,25 +588,3 @@ class StepExecutor:
                     delay -= _BACKOFF_SLICE
             control.check_lease()
         control.check_stopping()
-
-
-def _call_timed(
-    spec: StepSpec, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
-) -> Any:
-    outcome: Future[Any] = Future()
-
-    def call() -> None:
-        try:
-            outcome.set_result(fn(ctx, **args))
-        except BaseException as exc:
-            outcome.set_exception(exc)
-
-    # A daemon thread, not a pool's: the interpreter joins a pool's threads at exit, so a
-    # timed-out try that never returns would keep the worker process from ever exiting.
-    threading.Thread(target=call, name=f"affidavit-{spec.node_id}", daemon=True).start()
-    try:
-        return outcome.result(timeout=spec.timeout_seconds)
-    except FutureTimeout:
-        raise TimeoutError(
-            f"step {spec.node_id!r} timed out after {spec.timeout_seconds}s"
-        ) from None
