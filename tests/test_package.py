@@ -1,4 +1,4 @@
-"""The public surface and the layer rules of ARCHITECTURE.md."""
+"""The public surface and the layer rules (README.md, Layout)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,54 @@ import affidavit
 
 SRC = Path(affidavit.__file__).parent
 
-# What each layer may import (besides itself). Dependencies point downward only.
+# What each package (and top-level module) may import besides itself. Dependencies point downward
+# only; the faces (FACES) sit on top and may import anything.
 ALLOWED = {
     "core": set(),
     "store": {"core"},
+    # the job's record as data: read by everything above, written by the runtime
     "record": {"core", "store"},
     "runtime": {"core", "store", "record"},
-    "verify": {"core", "store", "record", "runtime"},
+    # Verification Mode reads the log on its own (never through the runtime's replay)
+    "verify": {"core", "store", "record"},
     # the transparency log: beside verify (packs carry its proofs)
-    "tlog": {"core", "store", "record", "runtime"},
-    "packs": {"core", "store", "record", "runtime", "verify", "tlog"},
-    "claims": {"core", "store", "record", "runtime", "verify"},
-    # the API serves every layer below it; the package root only for its version
-    "api": {"core", "store", "record", "runtime", "verify", "tlog", "packs", "claims", "affidavit"},
+    "tlog": {"core", "store", "record"},
+    "packs": {"core", "store", "record", "verify", "tlog"},
+    "claims": {"core", "store", "record", "verify"},
+    # built on the public API (``import affidavit``) only
+    "integrations": {"affidavit"},
+    "examples": {"affidavit", "runtime"},
+    "demo": {"core", "store", "runtime", "verify", "examples"},
+    # the package root: the public API's facade, and ``python -m affidavit``
+    "affidavit": {"core", "store", "record", "runtime", "verify", "claims"},
+    "__main__": {"cli"},
 }
+# The faces: the command line, the HTTP API and the MCP server (``affidavit mcp``), which is a
+# face wherever it lives — every module that imports the MCP SDK's server side is one.
+FACES = {"api", "cli"}
+
+
+def module_key(path: Path) -> str:
+    """The row of ``path``: its package, or a top-level module's name (``affidavit`` for the
+    package root)."""
+    rel = path.relative_to(SRC)
+    if len(rel.parts) > 1:
+        return rel.parts[0]
+    return "affidavit" if rel.name == "__init__.py" else rel.stem
+
+
+def is_mcp_server(path: Path) -> bool:
+    """Whether ``path`` is part of the MCP server: it imports ``mcp.server`` (the SDK's server
+    side; the MCP client integration imports only ``mcp`` and ``mcp.client``)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        if any(n == "mcp.server" or n.startswith("mcp.server.") for n in names):
+            return True
+    return False
 
 
 def test_public_api() -> None:
@@ -122,12 +156,51 @@ def imported_layers(path: Path) -> set[str]:
 
 def test_layers_import_downward_only() -> None:
     violations = []
-    for layer, allowed in ALLOWED.items():
-        for path in (SRC / layer).rglob("*.py"):
-            bad = imported_layers(path) - allowed - {layer}
-            if bad:
-                violations.append(f"{path.relative_to(SRC)} imports {sorted(bad)}")
+    faces = []
+    for path in sorted(SRC.rglob("*.py")):
+        key = module_key(path)
+        if key in FACES or is_mcp_server(path):
+            faces.append(key)
+            continue
+        bad = imported_layers(path) - ALLOWED[key] - {key}
+        if bad:
+            violations.append(f"{path.relative_to(SRC)} imports {sorted(bad)}")
     assert violations == []
+    assert set(faces) > FACES  # (the MCP server was found, wherever it lives)
+
+
+def test_every_package_has_a_row() -> None:
+    """Each package and top-level module is a layer of ALLOWED or a face: a new one must say
+    what it may import."""
+    keys = {module_key(p) for p in SRC.rglob("*.py")}
+    assert keys - FACES == set(ALLOWED)
+
+
+def test_only_the_faces_demo_and_examples_import_the_runtime() -> None:
+    """The runtime is the engine: verify, tlog, packs and claims read the record through
+    ``affidavit.record``; only the faces, the demo, the examples and the public API's facade
+    (which integrations build on) import it."""
+    assert {key for key, allowed in ALLOWED.items() if "runtime" in allowed} == {
+        "examples",
+        "demo",
+        "affidavit",
+    }
+    for reader in ("verify", "tlog", "packs", "claims", "record"):
+        assert "runtime" not in ALLOWED[reader]
+
+
+def test_the_readme_layout_lists_every_package() -> None:
+    """README.md's Layout section names every package and top-level module the layer rows
+    cover (the faces included)."""
+    readme = (SRC.parents[1] / "README.md").read_text()
+    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    listed = set()
+    for line in block.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            listed.add(line.split()[0].rstrip("/").removesuffix(".py"))
+    expected = (set(ALLOWED) | FACES) - {"affidavit", "__main__"}
+    assert listed == expected
 
 
 def test_every_error_has_a_hint() -> None:
