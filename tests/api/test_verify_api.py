@@ -84,7 +84,7 @@ def test_verify_endpoint_reports_a_failed_check_with_200(api: Api) -> None:
 
 def test_verify_endpoint_gives_a_verdict_for_an_edited_job_row(api: Api) -> None:
     """A job row whose output is not JSON (edited in the database): 200 with the failed check
-    (FORMATS.md §6), not a server error; the seal is still served."""
+    (docs/formats.md §6), not a server error; the seal is still served."""
     job_id = finished_job(api)
     RawDb(api.store.url).execute("UPDATE jobs SET output = 'x' WHERE job_id = ?", (job_id,))
     with api.client("observer_a") as c:

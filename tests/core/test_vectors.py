@@ -1,4 +1,4 @@
-"""FORMATS.md §10: the public test vectors, for the formulas and for the store's stored chain."""
+"""docs/formats.md §10: the public test vectors, for the formulas and for the stored chain."""
 
 from __future__ import annotations
 

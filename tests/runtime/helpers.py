@@ -87,7 +87,7 @@ def assert_log_sound(store: Store, job_id: str) -> list[StoredEvent]:
     """Check everything the log and the ledger promise about one job; return its events.
 
     - versions 1..n without gaps, every stored chain hash recomputes, the job's head matches;
-    - every payload is valid for its type (FORMATS.md §3);
+    - every payload is valid for its type (docs/formats.md §3);
     - closing rule: every ``tool_invocation_started`` is closed by at most one
       ``tool_invocation_finished`` (exactly one once the job is terminal), nothing is finished
       without having started, and a key has at most one open invocation;

@@ -4,7 +4,8 @@ resource on a loopback server, a SQL row.
 The job commits a tool step that changes the world, then waits for an approval. While it
 waits, the world is changed behind its back — or not. When the approved job is picked up
 again, the recorded change is confirmed before the tool's result is trusted; each
-``replay_verification`` mode then does what ARCHITECTURE.md says. The tool never runs twice.
+``replay_verification`` mode then does what docs/runtime.md ("Confirmation replay") says. The
+tool never runs twice.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the job is recovered in the test process. Each case checks what really happened 
 - a step whose failure was final (permanent, out of attempts, compensated, or compensatable
   with its compensation cut short) is not run again after the crash, and no step starts that
   the run which recorded the failure would not have started: the job fails;
-- a job that fails, by any path, closes every invocation still open (FORMATS.md §3);
+- a job that fails, by any path, closes every invocation still open (docs/formats.md §3);
 - ``resume`` decides only the invocation the job parked on: another open invocation is
   resolved by its own tool's reconcile hook when the job runs again;
 - a step's args come from its upstream steps' recorded outputs in the run that records them as

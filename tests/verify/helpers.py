@@ -26,7 +26,7 @@ from tests.runtime.helpers import wait_lease_expired
 LEASE = 0.3
 
 
-# the keys of a verification result, in the order of FORMATS.md §6
+# the keys of a verification result, in the order of docs/formats.md §6
 SECTION6_KEYS = [
     "job_id",
     "execution_hash",

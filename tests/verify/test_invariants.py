@@ -548,7 +548,7 @@ def test_malformed_exports_fail_closed(exported: list[Event]) -> None:
 
 
 def test_vector_formulas_through_verify_events(exported: list[Event]) -> None:
-    """FORMATS.md §10: chain root and execution hash of the minimal vector events."""
+    """docs/formats.md §10: chain root and execution hash of the minimal vector events."""
     import json
 
     vectors = json.loads((Path(__file__).parents[1] / "vectors" / "formats_v1.json").read_text())

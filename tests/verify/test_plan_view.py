@@ -79,7 +79,7 @@ def outcome(graph: Any, recorded_hash: Any, fn: Any) -> PlanView | str:
 
 
 # Few distinct ids, so that dependencies often repeat, dangle or close a cycle; some ids sort
-# differently by code point than by UTF-16 (FORMATS.md §2 sorts as Python does).
+# differently by code point than by UTF-16 (docs/formats.md §2 sorts as Python does).
 IDS = st.sampled_from(["a", "b", "c", "d", "e", "B", "a1", "é", "\U0001f600", "ﬀ"])
 
 

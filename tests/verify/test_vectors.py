@@ -1,4 +1,4 @@
-"""FORMATS.md §10 through verify_job: the store's rows give the published root and hash."""
+"""docs/formats.md §10 through verify_job: the store's rows give the published root and hash."""
 
 from __future__ import annotations
 

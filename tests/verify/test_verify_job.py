@@ -58,7 +58,7 @@ def test_completed_job_verifies_and_matches_a_hand_computed_chain(
     assert doc["tool_invocation_ledger_proof"] == {"ok": True, "pending_idempotency_keys": []}
     assert doc["replay_proof_result"] == {"ok": True, "error": ""}
 
-    # FORMATS.md §4 by hand, from the raw rows: raw previous digest, "\n", id, " ", type, " ",
+    # docs/formats.md §4 by hand, from the raw rows: raw previous digest, "\n", id, " ", type, " ",
     # standard padded base64 of the stored bytes.
     rows = raw.events(job_id)
     head = b""
@@ -69,7 +69,7 @@ def test_completed_job_verifies_and_matches_a_hand_computed_chain(
     assert doc["event_chain_root_hash"] == head.hex()
     assert doc["stored_chain"] == {"ok": True, "first_bad_version": None, "event_count": len(rows)}
 
-    # FORMATS.md §5 by hand.
+    # docs/formats.md §5 by hand.
     events = rt.store.list_events(job_id)
     [plan_event] = [e.payload for e in events if e.type == "plan_generated"]
     assert (

@@ -201,7 +201,7 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-# --- Verification Mode (FORMATS.md §6) and seal keys ---------------------------------------------
+# --- Verification Mode (docs/formats.md §6) and seal keys ----------------------------------------
 
 
 class LedgerProof(BaseModel):

@@ -151,7 +151,7 @@ class ClaimVerdict:
         return self.verdict == "accurate"
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``claims verify --json`` document (FORMATS.md §9)."""
+        """The ``claims verify --json`` document (docs/formats.md §9)."""
         return {
             "accurate": self.accurate,
             "verdict": self.verdict,

@@ -1,4 +1,4 @@
-"""Step identity of agent jobs (FORMATS.md, agent jobs): the formulas a verifier recomputes
+"""Step identity of agent jobs (docs/formats.md, "Agent jobs"): the formulas a verifier recomputes
 without the agent's code.
 
 Each ``ctx.*`` call of an agent that records something takes the next sequence number ``seq``

@@ -1,4 +1,4 @@
-"""Who may decide an approval, and what a decision says (FORMATS.md §7).
+"""Who may decide an approval, and what a decision says (docs/formats.md §7).
 
 An approval is decided only by a principal other than the job's submitter whose role is
 ``approver`` or ``admin``; an approval's policy may narrow that further to some roles or some

@@ -1,4 +1,4 @@
-"""The per-job event hash chain (FORMATS.md §4) and the execution hash (§5).
+"""The per-job event hash chain (docs/formats.md §4) and the execution hash (§5).
 
     H_0 = b""
     H_i = SHA-256(H_{i-1} ‖ "\\n" ‖ event_id ‖ " " ‖ type ‖ " " ‖ base64(payload_bytes))

@@ -1,4 +1,4 @@
-"""Named fault-injection points (FORMATS.md §9).
+"""Named fault-injection points (docs/formats.md §9).
 
 With ``AFFIDAVIT_CRASH_AT=<point>[:<n>]`` in the environment the process kills itself with
 SIGKILL the n-th time (default 1st) it reaches ``point``. ``AFFIDAVIT_STOP_AT`` (same form)

@@ -255,7 +255,7 @@ class WaitTimeout(AffidavitError):
 class InvalidEventError(AffidavitError):
     code = "invalid_event"
     http_status = 422
-    default_hint = "Event payloads must match FORMATS.md §3."
+    default_hint = "Event payloads must match docs/formats.md §3."
 
 
 class VerificationError(AffidavitError):

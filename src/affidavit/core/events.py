@@ -1,4 +1,4 @@
-"""Event types (FORMATS.md §3) and payload validation.
+"""Event types (docs/formats.md §3) and payload validation.
 
 The runtime builds payloads as plain dicts on its hot path; the pydantic models in
 :mod:`affidavit.core.payloads` are the single definition of what each payload must contain,

@@ -1,8 +1,8 @@
 """Why a job is parked, and which decisions of ``affidavit resume`` resolve each kind of park.
 
-A format table (FORMATS.md, ``job_parked`` and ``job_resumed``): the runtime writes parks and
-checks decisions against it, the verifier checks a log's decisions against it, the CLI and the
-API list a parked job's choices from it.
+A format table (docs/formats.md §3, ``job_parked`` and ``job_resumed``): the runtime writes parks
+and checks decisions against it, the verifier checks a log's decisions against it, the CLI and
+the API list a parked job's choices from it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pydantic models of every event payload (FORMATS.md §3), keyed by event type."""
+"""Pydantic models of every event payload (docs/formats.md §3), keyed by event type."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plans: the task graph a job executes (FORMATS.md §2 and §7).
+"""Plans: the task graph a job executes (docs/formats.md §2 and §7).
 
 A plan file (JSON or YAML) has optional plan-level settings (``name``, ``in_flight``,
 ``replay_verification``, ``retry``) and ``nodes``. The task graph is ``{"nodes": [...]}`` with the
@@ -258,7 +258,7 @@ class Plan:
         return self.plan_hash[:16]
 
     def step_ids(self, job_id: str) -> dict[str, str]:
-        """Deterministic ``step_id`` of every node for ``job_id`` (FORMATS.md §2)."""
+        """Deterministic ``step_id`` of every node for ``job_id`` (docs/formats.md §2)."""
         types = {n.id: n.type for n in self.nodes}
         return {
             node_id: step_id(job_id, self.decision_id, index, types[node_id])

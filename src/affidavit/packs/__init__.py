@@ -1,4 +1,4 @@
-"""Proof packs: RCE v0.1 export and offline verification (PACK-FORMAT.md, docs/packs.md)."""
+"""Proof packs: RCE v0.1 export and offline verification (docs/packs.md)."""
 
 from affidavit.packs.export import (
     ExportResult,

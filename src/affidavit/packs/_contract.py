@@ -1,4 +1,4 @@
-"""Phase 1 of PACK-FORMAT.md: the episode contract — its schema, the environment fingerprint
+"""Phase 1 of docs/packs.md: the episode contract — its schema, the environment fingerprint
 recomputed, and a usable step graph (unique ids, known dependencies, no cycle, a terminal
 ``EMIT_OUTPUT``)."""
 

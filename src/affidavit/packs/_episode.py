@@ -1,4 +1,4 @@
-"""Phases 3 and 4 of PACK-FORMAT.md: completeness — the receipts against the contract (one open
+"""Phases 3 and 4 of docs/packs.md: completeness — the receipts against the contract (one open
 and one close, one step receipt per step, inputs, recomputed fields, SKIPPED shape, failure
 propagation, chain integrity, traces that exist and parse) — and the comparison of each recorded
 trace with its step's ``output_hash``."""

@@ -1,7 +1,7 @@
-"""Phase 5 of PACK-FORMAT.md, affidavit's extension: when a pack carries ``affidavit.*``
-receipts, the job's whole event log (``events.ndjson``) is re-verified offline — its hash, chain
-root, execution hash, ledger, replay proof and seal — and the recorded traces and the input file
-are bound to it."""
+"""Phase 5 of docs/packs.md ("Verification"), affidavit's extension: when a pack carries
+``affidavit.*`` receipts, the job's whole event log (``events.ndjson``) is re-verified offline —
+its hash, chain root, execution hash, ledger, replay proof and seal — and the recorded traces and
+the input file are bound to it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Names, constants and hash helpers shared by pack export and pack verification.
 
-See PACK-FORMAT.md (docs/packs.md): every hash inside receipts and the episode contract is
+See docs/packs.md: every hash inside receipts and the episode contract is
 ``sha256:`` + hex(SHA-256(JCS(value))); hashes inside the manifest are bare hex.
 """
 

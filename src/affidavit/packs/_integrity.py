@@ -1,4 +1,4 @@
-"""Phase 2 of PACK-FORMAT.md: the pack's integrity — the manifest (schema, file hashes, expected
+"""Phase 2 of docs/packs.md: the pack's integrity — the manifest (schema, file hashes, expected
 files), the receipts (count, recomputed integrity, head hash), the attestation hash, the
 signature with the embedded key (and the trusted keys, when pinned), and timestamps."""
 

@@ -1,4 +1,4 @@
-"""``export_pack``: a finished job as a signed RCE v0.1 proof pack (PACK-FORMAT.md).
+"""``export_pack``: a finished job as a signed RCE v0.1 proof pack (docs/packs.md, "Export").
 
 The pack is written into a staging directory next to ``out_dir`` and renamed into place, so a
 crash never leaves half a pack at ``out_dir``. It is signed with the runtime's seal key, so one

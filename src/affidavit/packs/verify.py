@@ -1,4 +1,4 @@
-"""``verify_pack``: phases 1–5 of PACK-FORMAT.md on a pack directory, offline.
+"""``verify_pack``: phases 1–5 of docs/packs.md ("Verification") on a pack directory, offline.
 
 Every check of a phase runs and every error is collected; the first phase with errors decides
 the verdict. Nothing in a pack — missing files, bytes that are not UTF-8 or not JSON, values of
@@ -182,7 +182,7 @@ def verify_pack(
     min_witnesses: int | None = None,
     log_url: str | None = None,
 ) -> PackVerdict:
-    """Verify the pack directory at ``path`` (phases 1–5 of PACK-FORMAT.md). Never raises on a
+    """Verify the pack directory at ``path`` (phases 1–5 of docs/packs.md). Never raises on a
     malformed pack.
 
     ``trusted_keys`` (raw 32-byte Ed25519 public keys or their base64) pins the accepted

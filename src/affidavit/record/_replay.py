@@ -2,7 +2,14 @@
 
 :meth:`ReplayContextBuilder.build_from_events` is pure (no I/O) and deterministic: the same
 events give equal contexts. It is the only way the runner learns a job's state when it picks a
-job up; Verification Mode uses it to check the log's invariants.
+job up, and the traces and the decision context read the log through it.
+
+Verification Mode does not use it: its proofs read the log on their own, in one streaming pass
+(:mod:`affidavit.verify._fold`, with the plan re-derived from the recorded task graph by
+:mod:`affidavit.verify._plan`). The reading is independent so that a mistake here — a state
+misread, an impossible log let through — cannot also make the proof agree with it; tests hold
+the two readings to the same verdicts on real and on broken logs (docs/verification.md,
+"Replay invariants").
 
 It refuses a log that no runtime following the tool-step protocol could have written, with a
 :class:`~affidavit.core.errors.ReplayError` naming the first impossible event's version:
@@ -71,7 +78,7 @@ class Invocation:
 
 @dataclass
 class ReplayContext:
-    """A job's state as its log tells it (ARCHITECTURE.md "Replay and confirmation")."""
+    """A job's state as its log tells it (docs/runtime.md, "Replay: the log is the authority")."""
 
     job_id: str | None = None
     input: Any = None

@@ -1,5 +1,5 @@
-"""Cancelling a job without the record lying about a tool call in flight (ARCHITECTURE.md G2,
-G9: ``lost`` means the effect did not happen).
+"""Cancelling a job without the record lying about a tool call in flight (docs/runtime.md,
+"Human decisions": ``lost`` means the effect did not happen).
 
 A cancel is one durable transaction that locks the job first:
 

@@ -132,7 +132,7 @@ def resume_job(
     sealer: Sealer | None = None,
     park_version: int | None = None,
 ) -> JobRecord:
-    """Resolve a parked job (FORMATS.md §3 closing rule). Parked on an in-flight invocation:
+    """Resolve a parked job (docs/formats.md §3 closing rule). Parked on an in-flight invocation:
 
     - ``retry``: the invocation is closed as ``lost`` (a person says it did not act) and the
       tool may run again;

@@ -235,7 +235,7 @@ def open_closings(
     """The events that close every invocation still open in the ledger (begun, never
     finished) — ``tool_invocation_finished`` as ``unknown``, ``catch_up`` (the tool may or may
     not have acted; never ``lost``, which says the effect did not happen) — for a transaction
-    that ends the job, so that it ends with no key pending (FORMATS.md §3). Reads only.
+    that ends the job, so that it ends with no key pending (docs/formats.md §3). Reads only.
     ``skip``: a key the caller closes itself."""
     return [
         (

@@ -1,4 +1,4 @@
-"""The tool SDK (FORMATS.md §8): decorators that register tools, and the context they receive.
+"""The tool SDK (docs/formats.md §8): decorators that register tools, and the context they receive.
 
 ``@tool`` marks a function that may change the world: every call goes through the invocation
 ledger, so a committed call is never made again. ``@pure`` marks one without side effects (an

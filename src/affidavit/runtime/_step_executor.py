@@ -1,4 +1,4 @@
-"""One step of a job: the tool-step protocol of ARCHITECTURE.md, for plan and agent jobs alike.
+"""One step of a job: the tool-step protocol (docs/runtime.md), for plan and agent jobs alike.
 
 For a tool step (every write fenced by the claim's attempt id, through the run's
 :class:`~affidavit.runtime._journal.Journal`):

@@ -76,7 +76,7 @@ class StoredEvent:
             ) from None
 
     def to_dict(self) -> dict[str, Any]:
-        """The event as FORMATS.md §9 prints it (payload decoded).
+        """The event as docs/formats.md §9 prints it (payload decoded).
 
         Raises:
             UnreadableEventError: the stored payload is not JSON.

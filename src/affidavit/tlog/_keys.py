@@ -3,7 +3,7 @@
 The log signs checkpoints with an Ed25519 key of its own, separate from the seal key (a seal key
 rotates; the log's key is the log's identity, which verifiers pin as a vkey). Where it lives
 (first match): an explicit path; ``$AFFIDAVIT_LOG_KEY``; ``affidavit-log.key`` in the directory
-of the seal key (see :func:`affidavit.record._sealing.default_key_path`). It is created on first
+of the seal key (see :func:`affidavit.record.default_key_path`). It is created on first
 use, mode 0600, like the seal key. Every process that runs the sequencer (workers,
 ``affidavit serve``, ``affidavit log integrate``) must use the same key file.
 

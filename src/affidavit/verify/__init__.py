@@ -1,4 +1,4 @@
-"""Verification Mode: the read-only proofs over a job's record (ARCHITECTURE.md)."""
+"""Verification Mode: the read-only proofs over a job's record (docs/verification.md)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ The log is read once, in version order, and never held: per event the pass updat
 which nodes completed, which invocations are open, which keys were committed with which result
 hash. Memory grows with the plan and the number of idempotency keys, not with the log.
 
-Invariants of the replay proof (ARCHITECTURE.md "Verification Mode"), each reported by name
+Invariants of the replay proof (docs/verification.md, "Replay invariants"), each reported by name
 with the version of the first event that violates it:
 
 (1)  ``payload``: every event is well formed: its row holds text where the format has text
@@ -117,7 +117,7 @@ _FAST_KINDS = {
 _NOWHERE = object()
 _NO_START = (None, None, None, None, None)  # what a key not started yet was started with
 _WAIT_KINDS = ("wait", "approval", "sleep")  # (sleep: an agent's durable timer)
-# the wait_type of a job_waiting, by the type of the node that waits (FORMATS.md §3)
+# the wait_type of a job_waiting, by the type of the node that waits (docs/formats.md §3)
 _WAIT_TYPE = {"wait": "signal", "approval": "approval", "sleep": "timer"}
 _NO_DEPS: list[str] = []  # an agent step's dependencies (never mutated)
 _CALLED_KINDS = ("tool", "pure")  # the agent step kinds that name a tool
@@ -615,7 +615,7 @@ class LogFold:
             view = read_plan(graph, recorded, self.job_id)
         except PlanProblem as exc:
             problem = str(exc)
-        # The execution hash follows FORMATS.md §5 even when the plan itself is broken.
+        # The execution hash follows docs/formats.md §5 even when the plan itself is broken.
         if isinstance(recorded, str):
             self.plan_hash = recorded
         elif view is not None:
@@ -939,7 +939,7 @@ class LogFold:
         self._commit(success[2], result_hash, node_id)  # the key as first seen
 
     def _node_finished(self, p: dict[str, Any]) -> None:
-        # FORMATS.md §5 over every node_finished in log order, whatever else is wrong with it
+        # docs/formats.md §5 over every node_finished in log order, whatever else is wrong with it
         # (the replay proof reports that).
         node_id: Any = p.get("node_id")
         result_type = p.get("result_type")
@@ -1076,7 +1076,7 @@ class LogFold:
         key = p.get("idempotency_key")
         if p.get("reason") == "in_flight" and key is not None:
             # parked on an invocation a dead attempt left open: one of the named node's
-            # (the key is optional in FORMATS.md §3; the runtime always names it)
+            # (the key is optional in docs/formats.md §3; the runtime always names it)
             open_invocation = self.open_by_key.get(key) if type(key) is str else None
             if open_invocation is None or self.started[key][1] != node_id:
                 shown = f"{key[:16]}…" if type(key) is str else repr(key)
@@ -1095,7 +1095,7 @@ class LogFold:
         decision = p.get("decision")
         reason = self.park.get("reason")
         # the decisions that resolve the park's reason; a reason the runtime does not know
-        # (FORMATS.md §3 leaves the list open) takes any decision of the format
+        # (docs/formats.md §3 leaves the list open) takes any decision of the format
         allowed = (
             DECISIONS_BY_REASON.get(reason, RESUME_DECISIONS)
             if type(reason) is str
@@ -1141,7 +1141,7 @@ class LogFold:
         self._check_output(p.get("output"))
 
     def _check_output(self, output: Any) -> None:
-        """The job output is an object mapping each sink node's id to its output (FORMATS.md
+        """The job output is an object mapping each sink node's id to its output (docs/formats.md
         §3): a tool node's committed result, a pure node's recorded output (its
         ``node_finished``, which :meth:`feed_all` sends to the handler for the pure sinks only),
         a wait or approval node's signal payload. (A compensated node has no output the format

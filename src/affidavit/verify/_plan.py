@@ -3,7 +3,7 @@
 The task graph was fully validated when the job was submitted (``Plan.parse``: field names,
 ``${...}`` references, tool names). Verification re-derives, from the recorded graph, exactly
 what its checks rest on — unique typed nodes, dependencies that exist and form no cycle, the
-plan hash and the step ids (FORMATS.md §2) — without building the full plan objects, which for
+plan hash and the step ids (docs/formats.md §2) — without building the full plan objects, which for
 a plan of many steps is the largest cost of verifying its log.
 
 The order and the step ids are computed here with plain dicts and a heap instead of the
@@ -109,7 +109,7 @@ def read_plan(graph: Any, recorded_hash: Any, job_id: str) -> PlanView:
 
 
 def canonical_order(deps: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
-    """FORMATS.md §2's order of the nodes (``deps``: node id -> its dependencies, every one a
+    """docs/formats.md §2's order of the nodes (``deps``: node id -> its dependencies, every one a
     node): Kahn's algorithm taking the smallest ready node id each time.
 
     Raises:

@@ -1,6 +1,6 @@
 """What verification reports: the four proofs, the stored-chain check and the seal check.
 
-``VerificationResult.to_dict()`` is exactly the object of FORMATS.md §6; the Python objects
+``VerificationResult.to_dict()`` is exactly the object of docs/formats.md §6; the Python objects
 carry more detail (every ledger disagreement, the violated invariant and its version).
 """
 
@@ -126,7 +126,7 @@ class VerificationResult:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Exactly the object of FORMATS.md §6."""
+        """Exactly the object of docs/formats.md §6."""
         return {
             "job_id": self.job_id,
             "execution_hash": self.execution_hash,
