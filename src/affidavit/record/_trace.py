@@ -25,6 +25,7 @@ and the agent trace alike.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from affidavit.record._agent_trace import agent_trace_of, is_agent_log
@@ -70,57 +71,11 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
     Raises:
         ReplayError: the log is structurally impossible.
     """
-    builder = ReplayContextBuilder()
-    started_at: dict[str, str] = {}
-    finished_at: dict[str, str] = {}
-    durations: dict[str, float] = {}
-    tries: dict[str, list[dict[str, Any]]] = {}
-    for e in events:
-        p = e.payload  # (UnreadableEventError: not JSON)
-        builder.add(e, p)
-        if e.type not in ("node_started", "node_finished"):
-            continue
-        node_id = p["node_id"]
-        if e.type == "node_started":
-            started_at.setdefault(node_id, p.get("at", ""))
-        else:
-            finished_at[node_id] = p.get("at", "")
-            durations[node_id] = durations.get(node_id, 0) + float(p.get("duration_ms", 0))
-            tries.setdefault(node_id, []).append(
-                {
-                    "attempt": p.get("attempt"),
-                    "result_type": p["result_type"],
-                    "at": p.get("at"),
-                    "duration_ms": p.get("duration_ms"),
-                    "error": p.get("error"),
-                    "version": e.version,
-                }
-            )
-    replay = builder.ctx
-    pending_nodes = {p["node_id"]: k for k, p in replay.pending_tool_invocations.items()}
-    open_waits = {
-        w["node_id"]: k for k, w in replay.waits.items() if k not in replay.completed_waits
-    }
-    parked_node = replay.parked.get("node_id") if replay.parked else None
-    # a crash loop names the node the next run starts with; when that node completed, the runs
-    # died finishing the job: nothing is to be decided about the node itself
-    loop_after_steps = (
-        replay.parked is not None
-        and replay.parked.get("reason") == "crash_loop"
-        and parked_node in replay.completed_nodes
-    )
-    signalled = {w["node_id"] for w in replay.completed_waits.values()}
-    answered = {  # node id -> its state once a person answered its wait
-        w["node_id"]: _ANSWERED[w["wait_type"]]
-        for k, w in replay.waits.items()
-        if k in replay.completed_waits and w.get("wait_type") in _ANSWERED
-    }
-    completed = replay.completed_nodes
-    unknown = {  # tool nodes whose last invocation was closed as `unknown`
-        inv.node_id
-        for inv in replay.invocations.values()
-        if not inv.committed and inv.finished and inv.finished[-1]["outcome"] == "unknown"
-    }
+    replay, timings = _read(events)
+    started_at, finished_at = timings.started_at, timings.finished_at
+    durations, tries = timings.durations, timings.tries
+    sets = _Sets.of(replay)
+    pending_nodes, open_waits, completed = sets.pending_nodes, sets.open_waits, sets.completed
     graph = replay.task_graph or {"nodes": []}
     nodes = []
     for raw in graph["nodes"]:
@@ -134,10 +89,10 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
             started=node_id in started_at,
             in_flight=node_id in pending_nodes,
             waiting=node_id in open_waits,
-            unknown=node_id in unknown,
-            signalled=node_id in signalled,
-            parked_on=parked_node == node_id and not loop_after_steps,
-            answered=answered.get(node_id),
+            unknown=node_id in sets.unknown,
+            signalled=node_id in sets.signalled,
+            parked_on=sets.decided_node == node_id,
+            answered=sets.answered.get(node_id),
         )
         state = node_state(facts, job)
         node: dict[str, Any] = {
@@ -180,3 +135,89 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         "event_count": len(events),
     }
     return trace, replay
+
+
+@dataclass(slots=True)
+class _Timings:
+    """When each node first started and last finished, its summed duration and its tries."""
+
+    started_at: dict[str, str] = field(default_factory=dict)
+    finished_at: dict[str, str] = field(default_factory=dict)
+    durations: dict[str, float] = field(default_factory=dict)
+    tries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def _read(events: Sequence[StoredEvent]) -> tuple[ReplayContext, _Timings]:
+    """One pass over the log: the replay context, and the nodes' timings.
+
+    Raises:
+        ReplayError: the log is structurally impossible.
+    """
+    builder = ReplayContextBuilder()
+    timings = _Timings()
+    for e in events:
+        p = e.payload  # (UnreadableEventError: not JSON)
+        builder.add(e, p)
+        if e.type not in ("node_started", "node_finished"):
+            continue
+        node_id = p["node_id"]
+        if e.type == "node_started":
+            timings.started_at.setdefault(node_id, p.get("at", ""))
+        else:
+            timings.finished_at[node_id] = p.get("at", "")
+            durations = timings.durations
+            durations[node_id] = durations.get(node_id, 0) + float(p.get("duration_ms", 0))
+            timings.tries.setdefault(node_id, []).append(
+                {
+                    "attempt": p.get("attempt"),
+                    "result_type": p["result_type"],
+                    "at": p.get("at"),
+                    "duration_ms": p.get("duration_ms"),
+                    "error": p.get("error"),
+                    "version": e.version,
+                }
+            )
+    return builder.ctx, timings
+
+
+@dataclass(frozen=True, slots=True)
+class _Sets:
+    """What the replay context says of the plan's nodes, as the state ladder asks it."""
+
+    pending_nodes: dict[str, str]  # node id -> the idempotency key of its open invocation
+    open_waits: dict[str, str]  # node id -> the correlation key of its unanswered wait
+    completed: set[str]  # the completed node ids
+    decided_node: str | None  # the node a person must decide about (the parked job's)
+    signalled: set[str]  # nodes whose wait was answered
+    answered: dict[str, str]  # node id -> its state once a person answered its wait
+    unknown: set[str]  # tool nodes whose last invocation was closed as `unknown`
+
+    @classmethod
+    def of(cls, replay: ReplayContext) -> _Sets:
+        parked_node = replay.parked.get("node_id") if replay.parked else None
+        # a crash loop names the node the next run starts with; when that node completed, the
+        # runs died finishing the job: nothing is to be decided about the node itself
+        loop_after_steps = (
+            replay.parked is not None
+            and replay.parked.get("reason") == "crash_loop"
+            and parked_node in replay.completed_nodes
+        )
+        return cls(
+            pending_nodes={p["node_id"]: k for k, p in replay.pending_tool_invocations.items()},
+            open_waits={
+                w["node_id"]: k for k, w in replay.waits.items() if k not in replay.completed_waits
+            },
+            completed=replay.completed_nodes,
+            decided_node=None if loop_after_steps else parked_node,
+            signalled={w["node_id"] for w in replay.completed_waits.values()},
+            answered={
+                w["node_id"]: _ANSWERED[w["wait_type"]]
+                for k, w in replay.waits.items()
+                if k in replay.completed_waits and w.get("wait_type") in _ANSWERED
+            },
+            unknown={
+                inv.node_id
+                for inv in replay.invocations.values()
+                if not inv.committed and inv.finished and inv.finished[-1]["outcome"] == "unknown"
+            },
+        )
