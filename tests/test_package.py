@@ -282,6 +282,24 @@ def test_the_runtime_facade() -> None:
         _ = runtime.no_such_name
 
 
+def test_the_record_facade() -> None:
+    """``affidavit.record`` exports the job's record by name (imported on first use); each name
+    is the object its defining module holds, and none of them is the runtime's any more."""
+    import importlib
+
+    import affidavit.record as record
+    import affidavit.runtime as runtime
+
+    assert set(record.__all__) == set(record._LAZY)
+    for name in record.__all__:
+        module = importlib.import_module(record._LAZY[name])
+        assert getattr(record, name) is getattr(module, name)
+        assert name not in runtime.__all__, name
+    assert record.ReplayContext is affidavit.ReplayContext
+    with pytest.raises(AttributeError):
+        _ = record.no_such_name
+
+
 def test_no_package_imports_another_packages_private_modules() -> None:
     """``affidavit.runtime``, ``affidavit.verify``, ``affidavit.packs``, ``affidavit.tlog`` and
     ``affidavit.store`` are used through their facades: a module outside a package never imports
