@@ -13,6 +13,11 @@ A row found ``started`` by a dead attempt is in flight: the tool's ``reconcile``
 the job's (or tool's) ``in_flight`` policy parks or fails the job. A committed row is never
 executed again. Retries (with backoff), timeouts and compensation are the executor's too; the
 runners decide which step runs next and hand it the step's identity and resolved arguments.
+
+The parts live beside it: T1, T2 and the compensation's record in
+:mod:`~affidavit.runtime._ledger_steps`, an invocation a dead attempt left open in
+:mod:`~affidavit.runtime._in_flight`, calling a step's function and the backoff between tries in
+:mod:`~affidavit.runtime._step_calls`.
 """
 
 from __future__ import annotations
