@@ -21,8 +21,12 @@ ALLOWED = {
     "tlog": {"core", "store", "runtime"},
     "packs": {"core", "store", "runtime", "verify", "tlog"},
     "claims": {"core", "store", "runtime", "verify"},
+    # what the faces share: API keys and roles, request limits, the error → exit code / status table
+    "faces": {"core", "store"},
     # the API serves every layer below it; the package root only for its version
-    "api": {"core", "store", "runtime", "verify", "tlog", "packs", "claims", "affidavit"},
+    "api": {"core", "store", "runtime", "verify", "tlog", "packs", "claims", "faces", "affidavit"},
+    # `affidavit mcp`, the third face: the read-side and evidence services behind the API's keys
+    "mcp": {"core", "store", "verify", "packs", "claims", "faces"},
 }
 
 
@@ -129,6 +133,43 @@ def test_layers_import_downward_only() -> None:
     assert violations == []
 
 
+def test_integrations_build_on_the_public_api_only() -> None:
+    """``affidavit.integrations`` holds what a user could have written: its modules import
+    ``affidavit``'s public names (``affidavit.__all__``) and each other, nothing deeper."""
+    public = set(affidavit.__all__)
+    offenders = []
+    for path in sorted((SRC / "integrations").rglob("*.py")):
+        where = path.relative_to(SRC)
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                offenders += [
+                    f"{where}: import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("affidavit.")
+                    and not a.name.startswith("affidavit.integrations")
+                ]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module == "affidavit":
+                    offenders += [
+                        f"{where}: from affidavit import {a.name}"
+                        for a in node.names
+                        if a.name not in public
+                    ]
+                elif node.module.startswith("affidavit.") and not node.module.startswith(
+                    "affidavit.integrations"
+                ):
+                    offenders.append(f"{where}: from {node.module} import ...")
+            elif (  # `import affidavit` then `affidavit.NAME`
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "affidavit"
+                and node.attr not in public
+            ):
+                offenders.append(f"{where}: affidavit.{node.attr}")
+    assert offenders == []
+
+
 def test_every_error_has_a_hint() -> None:
     from affidavit.core import errors
 
@@ -233,8 +274,8 @@ def test_no_package_imports_another_packages_private_modules() -> None:
 
 
 def test_a_command_loads_only_its_own_module() -> None:
-    """`affidavit worker` registers the runtime's commands alone: not the server, the claims,
-    the packs, the witness (with its HTTP client) or the verifier's commands."""
+    """`affidavit worker` registers its own command alone: not the server, the claims, the
+    packs, the witness (with its HTTP client) or the verifier's commands."""
     import subprocess
     import sys
 
@@ -250,12 +291,14 @@ def test_a_command_loads_only_its_own_module() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    assert out == ["['cancel', 'demo', 'resume', 'run', 'signal', 'submit', 'worker']", "[]"]
+    assert out == ["['demo', 'worker']", "[]"]
 
 
 def test_every_command_is_found_where_the_table_says() -> None:
     """COMMAND_MODULES names every top-level command but the program's own (``db``,
     ``demo``), and loading by a name registers that name."""
+    import importlib
+
     import typer
 
     from affidavit.cli import main
@@ -267,10 +310,12 @@ def test_every_command_is_found_where_the_table_says() -> None:
     everything = top_level(main.load_commands())
     assert everything == set(main.COMMAND_MODULES) | {"db", "demo"}
     for name, source in main.COMMAND_MODULES.items():
-        module, _, group = source.partition(":")
+        module, _, attribute = source.partition(":")
         fresh = typer.Typer()
-        if group:
-            assert group.removesuffix("_app") == name
+        if attribute.endswith("_app"):
+            assert attribute.removesuffix("_app") == name
+        elif attribute:
+            assert callable(getattr(importlib.import_module(f"affidavit.cli.{module}"), attribute))
         else:
             __import__(f"affidavit.cli.{module}", fromlist=["register"]).register(fresh)
             assert name in top_level(fresh), (name, source)
