@@ -319,3 +319,48 @@ def test_every_command_is_found_where_the_table_says() -> None:
         else:
             __import__(f"affidavit.cli.{module}", fromlist=["register"]).register(fresh)
             assert name in top_level(fresh), (name, source)
+
+
+def test_read_commands_and_submit_import_only_what_they_use(tmp_path: Path) -> None:
+    """`jobs list` loads neither the runtime, the verifier nor the signing library;
+    `submit` enqueues without the worker machinery (runner, step executor, worker)."""
+    import json
+    import subprocess
+    import sys
+
+    from affidavit.examples import refund
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(refund.PLAN))
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    job_input = json.dumps({"data_dir": str(tmp_path), "order_id": "o1"})
+    heavy = (
+        "affidavit.runtime._worker",
+        "affidavit.runtime._runner",
+        "affidavit.runtime._step_executor",
+        "affidavit.verify",
+        "affidavit.cli.run_cmds",
+        "cryptography",
+    )
+    code = (
+        "import sys\n"
+        "from affidavit.cli.main import main\n"
+        "try:\n"
+        "    main(sys.argv[1:])\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0, exit.code\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)\n"
+    )
+
+    def loaded(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args, "--db", url, "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stderr.strip().splitlines()[-1]
+
+    submitted = ("submit", str(plan), "--tools", "affidavit.examples.refund", "--input", job_input)
+    assert loaded(*submitted) == "[]"
+    assert loaded("jobs", "list") == "[]"
