@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
-from affidavit.api.auth import create_api_key
+from affidavit.faces.auth import create_api_key
 from affidavit.store import open_store
 from benchmarks._report import (
     PERFORMANCE_MD,

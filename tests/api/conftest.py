@@ -15,8 +15,8 @@ import uvicorn
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.api.app import create_app
-from affidavit.api.auth import create_api_key, revoke_api_key
-from affidavit.api.ratelimit import RateLimit
+from affidavit.faces.auth import create_api_key, revoke_api_key
+from affidavit.faces.ratelimit import RateLimit
 from affidavit.store import Store, open_store
 from tests.conftest import BACKENDS, PG_URL, REQUIRE_PG, drop_schema, pg_available, with_schema
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from affidavit.api.auth import create_api_key
 from affidavit.claims import ClaimService
+from affidavit.faces.auth import create_api_key
 from tests.api.conftest import Api
 
 

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from affidavit.api.app import create_app
-from affidavit.api.limits import ClaimLimits
-from affidavit.api.ratelimit import RateLimit
 from affidavit.claims import ClaimService
+from affidavit.faces.limits import ClaimLimits
+from affidavit.faces.ratelimit import RateLimit
 from affidavit.store import open_store
 from tests.api.conftest import TOOLS, Api, Server, make_keys
 

@@ -15,8 +15,8 @@ import pytest
 
 from affidavit import Runtime
 from affidavit.api.app import create_app
-from affidavit.api.ratelimit import RateLimit
 from affidavit.claims import ClaimService
+from affidavit.faces.ratelimit import RateLimit
 from affidavit.store import open_store
 from tests.api.conftest import TOOLS, Api, Server, make_keys
 from tests.api.test_verify_api import finished_job

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from affidavit.api.app import create_app
-from affidavit.api.auth import create_api_key
 from affidavit.claims import ClaimService
+from affidavit.faces.auth import create_api_key
 from affidavit.store import open_store
 from tests.api.conftest import Server
 from tests.cli.test_cli import cli, json_of

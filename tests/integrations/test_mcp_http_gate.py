@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from affidavit.api.auth import create_api_key
+from affidavit.faces.auth import create_api_key
 from affidavit.store import open_store
 from tests.integrations.test_mcp_server import _free_port, _wait_http
 

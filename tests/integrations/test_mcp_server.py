@@ -25,9 +25,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
-from affidavit.api.auth import create_api_key
 from affidavit.claims import ClaimService
 from affidavit.claims.sealing import TrustSealer
+from affidavit.faces.auth import create_api_key
 from affidavit.store import open_store
 
 TOOL_NAMES = {"verify_job", "export_pack", "verify_pack", "verify_claim", "get_trust"}

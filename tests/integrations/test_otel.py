@@ -21,7 +21,7 @@ from opentelemetry.trace import StatusCode
 
 from affidavit import AgentContext, ConfigError, Runtime, Tool, ToolContext, ToolRegistry, agent
 from affidavit.api.app import create_app
-from affidavit.api.auth import create_api_key
+from affidavit.faces.auth import create_api_key
 from affidavit.integrations.otel import enabled_by_env, instrument
 from affidavit.store import open_store
 from tests.api.conftest import Server

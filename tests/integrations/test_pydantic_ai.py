@@ -328,7 +328,7 @@ def test_approval_over_the_http_api_names_the_call_and_resumes(store_url: str, s
     """The API's decision context shows the person the exact call (tool and arguments); an
     approval signalled over HTTP lets any worker continue the job."""
     from affidavit.api.app import create_app
-    from affidavit.api.ratelimit import RateLimit
+    from affidavit.faces.ratelimit import RateLimit
     from affidavit.store import open_store
     from tests.api.conftest import Server, make_keys
 

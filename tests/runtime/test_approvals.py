@@ -13,6 +13,7 @@ import pytest
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry, agent
 from affidavit.core.approvals import ApprovalRefused, Principal, call_approval_key
 from affidavit.core.errors import PlanError
+from affidavit.faces.errors import http_status_for
 from affidavit.runtime._decisions import signal_job
 from affidavit.verify import verify_job
 from tests.runtime.helpers import Calls, assert_log_sound, node, of_type, plan
@@ -80,7 +81,7 @@ def test_the_submitter_and_agents_may_not_decide_an_approval(echo_rt: Runtime) -
         with pytest.raises(ApprovalRefused) as refused:
             signal_job(echo_rt.store, job_id, key, {"approved": True}, principal=who)
         assert why in str(refused.value) + refused.value.hint
-        assert refused.value.http_status == 403
+        assert http_status_for(refused.value) == 403  # (the faces: 403 Forbidden)
     assert echo_rt.get_job(job_id).version == version  # nothing recorded
     _, appended = signal_job(echo_rt.store, job_id, key, {"approved": True}, principal=ALICE)
     assert appended

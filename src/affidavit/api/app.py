@@ -20,15 +20,14 @@ from prometheus_client.registry import Collector
 from affidavit.api import claims, decisions, errors, jobs, keys, ui
 from affidavit.api import log as log_api
 from affidavit.api.deps import Admin, Service, ServiceDep, unique_json_keys
-from affidavit.api.limits import DEFAULT_MAX_BODY, BodyGuard, ClaimLimits, ClaimSlots
 from affidavit.api.models import ErrorBody, Health
-from affidavit.api.ratelimit import Limiter, RateLimit
 from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.errors import StoreError
+from affidavit.faces.limits import DEFAULT_MAX_BODY, BodyGuard, ClaimLimits, ClaimSlots
+from affidavit.faces.ratelimit import DEFAULT_RATE_LIMIT, Limiter, RateLimit
 from affidavit.runtime import ToolRegistry
 from affidavit.store import JOB_STATUSES, Store
 
-DEFAULT_RATE_LIMIT = RateLimit(1200, 60.0)
 HEALTH_TIMEOUT_S = 5.0
 
 

@@ -9,13 +9,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from affidavit.api.auth import Caller
 from affidavit.api.deps import Admin, AgentRole, Observer, Service, ServiceDep
 from affidavit.api.jobs import ERRORS
 from affidavit.claims import ClaimService
 from affidavit.claims.made import Claim, ClaimNotFound
 from affidavit.claims.model import Agent, ClaimType
 from affidavit.core.errors import AgentNotFound, ValidationError
+from affidavit.faces.auth import Caller
 
 router = APIRouter(tags=["claims"], responses=ERRORS)
 

@@ -10,12 +10,12 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from fastapi.exceptions import RequestValidationError
 
-from affidavit.api.auth import Caller, Forbidden, authenticate
-from affidavit.api.limits import ClaimLimits, ClaimSlots
-from affidavit.api.ratelimit import Limiter
 from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.canonical import DuplicateKeyError, loads_unique
 from affidavit.core.errors import JobNotFound
+from affidavit.faces.auth import Caller, Forbidden, authenticate
+from affidavit.faces.limits import ClaimLimits, ClaimSlots
+from affidavit.faces.ratelimit import Limiter
 from affidavit.runtime import ToolRegistry
 from affidavit.store import JobRecord, Store, unmatchable
 

@@ -10,16 +10,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from affidavit.api.auth import Unauthorized
-from affidavit.api.limits import ClaimsBusy
-from affidavit.api.ratelimit import RateLimited
 from affidavit.core.errors import AffidavitError
+from affidavit.faces.auth import Unauthorized
+from affidavit.faces.errors import http_status_for
+from affidavit.faces.limits import ClaimsBusy
+from affidavit.faces.ratelimit import RateLimited
 
 
 def status_for(exc: AffidavitError) -> int:
-    """The HTTP status of ``exc``: its class's ``http_status`` (see :mod:`affidavit.core.errors`),
-    the same attribute the CLI's exit code comes beside."""
-    return exc.http_status
+    """The HTTP status of ``exc``: the faces' table (:mod:`affidavit.faces.errors`)."""
+    return http_status_for(exc)
 
 
 # What FastAPI says of a body that its JSON parser could not read for a reason other than bad

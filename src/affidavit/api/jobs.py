@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 
-from affidavit.api.auth import Forbidden, check_namespace
 from affidavit.api.deps import (
     Admin,
     AgentRole,
@@ -32,6 +31,7 @@ from affidavit.api.models import (
     Trace,
     Verification,
 )
+from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
 from affidavit.record import job_trace
 from affidavit.runtime import (

@@ -56,8 +56,6 @@ class SandboxUnavailable(ClaimRejected):
     would show the sandbox a protected path. Nothing ran."""
 
     code = "sandbox_unavailable"
-    http_status = 503
-    http_status = 503
     default_hint = (
         f"Install the `{PACKAGE}` package (Debian/Ubuntu: apt-get install {PACKAGE}). Only if "
         "every claim's command is trusted, run without the sandbox: "

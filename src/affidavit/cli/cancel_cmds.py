@@ -9,7 +9,7 @@ import typer
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job
-from affidavit.cli.runtime_cmds import job_doc, show_job, state_user
+from affidavit.cli.job_view import job_doc, show_job, state_user
 from affidavit.runtime import request_cancel, wait_for_job
 
 

@@ -19,7 +19,7 @@ from affidavit.claims.bwrap import OPT_OUT_FLAG
 from affidavit.claims.model import ClaimType, Role
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
-from affidavit.cli.runtime_cmds import parse_json_arg
+from affidavit.cli.run_options import parse_json_arg
 from affidavit.core.errors import ConfigError, InvalidClaim, ValidationError
 from affidavit.core.inputs import InputTooLarge
 

@@ -12,14 +12,13 @@ from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.job_view import emit_job, exit_for, job_doc
 from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, status_markup
-from affidavit.cli.runtime_cmds import emit_job, exit_for, job_doc, seconds_setting
+from affidavit.cli.run_options import seconds_setting
+from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import WaitTimeout
-from affidavit.record import job_trace
-from affidavit.runtime import DEFAULT_STORE_RETRY_SECONDS, SETTLED_STATUSES, wait_for_job
 from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
-from affidavit.verify.verification import seal_document
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_INTERRUPTED = 130
@@ -101,6 +100,8 @@ def show_job(
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
+    from affidavit.verify.verification import seal_document
+
     with command(as_json), opened(db, read_only=True) as store:
         job = store.get_job(job_id)
         doc = job.to_dict()
@@ -168,6 +169,8 @@ def wait_job(
     124 still pending or running after --timeout; 130 interrupted; 2 no such job; 3 store
     error.
     """
+    from affidavit.runtime import SETTLED_STATUSES, wait_for_job
+
     timed_out = None
     with command(as_json), opened(db, read_only=True) as store:
         retry = seconds_setting(
@@ -303,6 +306,8 @@ def job_trace_cmd(
     Exit codes: 0 shown; 2 no such job; 3 a log that cannot be read (replay_error: an event row
     changed outside affidavit, named by job and version) or store error.
     """
+    from affidavit.record import job_trace
+
     with command(as_json), opened(db, read_only=True) as store:
         doc = job_trace(store, job_id)
     if as_json:

@@ -17,9 +17,9 @@ from typing import Annotated, Any
 import typer
 
 from affidavit import __version__
-from affidavit.cli import output, runtime_cmds
+from affidavit.cli import output, run_options
 from affidavit.cli.common import DbOption, JsonOption, command, state
-from affidavit.core.config import database_url
+from affidavit.core.config import DEFAULT_LEASE_SECONDS, database_url
 from affidavit.core.errors import ClockSkewError, ConfigError
 from affidavit.store import open_store
 from affidavit.store.migrations import Migration
@@ -39,14 +39,15 @@ app.add_typer(db_app, name="db")
 # command line that names one of them loads that module's commands alone, so `affidavit worker`
 # does not import the server, the packs, the transparency log's witness or the claims. Help for
 # the whole program (and anything not named here) loads them all. A module ending in ``_app``
-# is a group added under its name; any other has a ``register(app)``.
+# is a group added under its name; ``module:function`` is the command of that name; a module
+# alone has a ``register(app)``.
 COMMAND_MODULES: dict[str, str] = {
-    "run": "runtime_cmds",
-    "submit": "runtime_cmds",
-    "worker": "runtime_cmds",
-    "signal": "runtime_cmds",
-    "resume": "runtime_cmds",
-    "cancel": "runtime_cmds",
+    "run": "run_cmds:run",
+    "submit": "submit_cmds:submit",
+    "worker": "run_cmds:worker",
+    "signal": "decision_cmds:signal",
+    "resume": "decision_cmds:resume",
+    "cancel": "cancel_cmds:cancel",
     "verify": "verify_cmds",
     "keys": "keys_cmds:keys_app",
     "pack": "pack_cmds",
@@ -65,15 +66,18 @@ COMMAND_MODULES: dict[str, str] = {
 _registered: set[str] = set()
 
 
-def _register(source: str) -> None:
-    """Add the commands of ``source`` (a value of :data:`COMMAND_MODULES`) to :data:`app`."""
+def _register(name: str, source: str) -> None:
+    """Add command ``name`` from ``source`` (its value in :data:`COMMAND_MODULES`) to
+    :data:`app`."""
     if source in _registered:
         return
     _registered.add(source)
-    module_name, _, group = source.partition(":")
+    module_name, _, attribute = source.partition(":")
     module: Any = importlib.import_module(f"affidavit.cli.{module_name}")
-    if group:
-        app.add_typer(getattr(module, group), name=group.removesuffix("_app"))
+    if attribute.endswith("_app"):
+        app.add_typer(getattr(module, attribute), name=attribute.removesuffix("_app"))
+    elif attribute:
+        app.command(name)(getattr(module, attribute))
     else:
         module.register(app)
 
@@ -82,9 +86,9 @@ def load_commands(args: Sequence[str] = ()) -> typer.Typer:
     """:data:`app` with the commands ``args`` may run: the named command's module alone when
     the first word of ``args`` names one, else every command."""
     named = _command_word(args)
-    sources = [COMMAND_MODULES[named]] if named in COMMAND_MODULES else COMMAND_MODULES.values()
-    for source in sources:
-        _register(source)
+    names = [named] if named in COMMAND_MODULES else list(COMMAND_MODULES)
+    for name in names:
+        _register(name, COMMAND_MODULES[name])
     _reflow_help(app)
     return app
 
@@ -166,9 +170,9 @@ def db_clock(
     db: DbOption = None,
     lease: Annotated[
         float | None,
-        runtime_cmds.lease_option(
+        run_options.lease_option(
             "The workers' lease, which bounds the offset allowed",
-            runtime_cmds.DEFAULT_LEASE_SECONDS,
+            DEFAULT_LEASE_SECONDS,
         ),
     ] = None,
     as_json: JsonOption = False,
@@ -184,7 +188,7 @@ def db_clock(
     from affidavit.runtime import allowed_clock_offset, clock_problem
 
     with command(as_json):
-        lease_seconds = runtime_cmds.lease_seconds(lease)
+        lease_seconds = run_options.lease_seconds(lease)
         allowed = allowed_clock_offset(lease_seconds)
         url = database_url(db)
         if url.startswith("sqlite:///"):  # (not opened: it would create a missing file)
@@ -236,7 +240,7 @@ def demo(
     ] = None,
     lease: Annotated[
         float | None,
-        runtime_cmds.lease_option(
+        run_options.lease_option(
             "How long a claim lasts without a heartbeat, which the recovery waits out",
             1.0,  # affidavit.demo.LEASE_SECONDS (imported on use: it registers the demo's tools)
         ),
@@ -258,10 +262,10 @@ def demo(
     from affidavit.demo import LEASE_SECONDS, run_demo
 
     with command(as_json):
-        lease_seconds = runtime_cmds.seconds_setting(
+        lease_seconds = run_options.seconds_setting(
             lease, "AFFIDAVIT_LEASE_SECONDS", LEASE_SECONDS, zero_ok=False
         )
-        runtime_cmds.lease_seconds(lease_seconds)  # finite
+        run_options.lease_seconds(lease_seconds)  # finite
         url = database_url(db) if db is not None else None
         result = run_demo(db_url=url, lease_seconds=lease_seconds)
     if as_json:

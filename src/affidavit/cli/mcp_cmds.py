@@ -8,12 +8,12 @@ from typing import Annotated
 
 import typer
 
-from affidavit.api.limits import DEFAULT_MAX_BODY
-from affidavit.api.ratelimit import RateLimit
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, command
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
+from affidavit.faces.limits import DEFAULT_MAX_BODY
+from affidavit.faces.ratelimit import RateLimit
 
 API_KEY_ENV = "AFFIDAVIT_API_KEY"
 TRANSPORTS = ("stdio", "http")
@@ -70,8 +70,8 @@ def mcp(
                 "apikeys create --agent NAME --role agent`.",
             )
         try:
-            from affidavit.integrations.mcp.http_gate import SessionLimits, gated_http_app
-            from affidavit.integrations.mcp.server import build_server
+            from affidavit.mcp.http_gate import SessionLimits, gated_http_app
+            from affidavit.mcp.server import build_server
         except ImportError as exc:
             raise ConfigError(
                 f"the MCP SDK is not installed: {exc}",

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit.core.parks import DECISIONS_BY_REASON
-from affidavit.record import build_from_events, park_doc
 from affidavit.store import JobRecord, Store
 
 
@@ -17,6 +16,8 @@ def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
     ``{}`` otherwise — read from the job's log."""
     if job.status not in ("waiting", "parked"):
         return {}
+    from affidavit.record import build_from_events, park_doc  # (the log's reading, on use)
+
     replay = build_from_events(store.list_events(job.job_id))
     if job.status == "waiting":
         return {

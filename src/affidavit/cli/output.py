@@ -10,9 +10,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from affidavit.core.errors import (
-    AffidavitError,
-)
+from affidavit.core.errors import AffidavitError
+
+# The exit codes (4 is "waiting" for `run`), and the one for each error: the faces' table.
+from affidavit.faces.errors import EXIT_FAILED as EXIT_FAILED
+from affidavit.faces.errors import EXIT_NOT_FOUND as EXIT_NOT_FOUND
+from affidavit.faces.errors import EXIT_REFUSED as EXIT_REFUSED
+from affidavit.faces.errors import EXIT_USAGE_OR_STORE as EXIT_USAGE_OR_STORE
+from affidavit.faces.errors import exit_code_for as exit_code_for
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -67,22 +72,12 @@ _CONTROL = dict.fromkeys((*range(0x20), *range(0x7F, 0xA0)), "?")
 SHOWN_CHARS = 10_000
 
 EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_NOT_FOUND = 2
-EXIT_USAGE_OR_STORE = 3
-EXIT_REFUSED = 5  # a claim refused before anything ran (4 is "waiting" for `run`)
 
 
 def emit_json(document: Any) -> None:
     """Print one JSON document on stdout."""
     sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     sys.stdout.flush()
-
-
-def exit_code_for(exc: AffidavitError) -> int:
-    """The exit code of ``exc``: its class's ``exit_code`` (see :mod:`affidavit.core.errors`),
-    the same attribute the HTTP status comes beside."""
-    return exc.exit_code
 
 
 def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoReturn:

@@ -9,21 +9,21 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from affidavit.api.auth import ROLES, create_api_key, revoke_api_key
-from affidavit.api.limits import (
+from affidavit.claims.bwrap import OPT_OUT_FLAG, PACKAGE, find_bwrap
+from affidavit.cli import output
+from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.log_cmds import background_sequencer
+from affidavit.cli.run_options import ToolsOption
+from affidavit.core.config import database_url
+from affidavit.core.errors import ConfigError
+from affidavit.faces.auth import ROLES, create_api_key, revoke_api_key
+from affidavit.faces.limits import (
     DEFAULT_CLAIM_CONCURRENCY,
     DEFAULT_CLAIM_MAX_TIMEOUT_S,
     DEFAULT_CLAIM_PER_AGENT,
     DEFAULT_MAX_BODY,
     ClaimLimits,
 )
-from affidavit.claims.bwrap import OPT_OUT_FLAG, PACKAGE, find_bwrap
-from affidavit.cli import output
-from affidavit.cli.common import DbOption, JsonOption, command, opened
-from affidavit.cli.log_cmds import background_sequencer
-from affidavit.cli.runtime_cmds import ToolsOption
-from affidavit.core.config import database_url
-from affidavit.core.errors import ConfigError
 
 apikeys_app = typer.Typer(help="API keys of the HTTP API.", no_args_is_help=True)
 
@@ -130,7 +130,7 @@ def serve(
     import uvicorn
 
     from affidavit.api.app import create_app
-    from affidavit.api.ratelimit import RateLimit
+    from affidavit.faces.ratelimit import RateLimit
     from affidavit.record import Sealer
     from affidavit.runtime import load_tools, registry
     from affidavit.store import open_store

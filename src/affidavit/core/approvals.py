@@ -17,7 +17,7 @@ from typing import Any
 
 from affidavit.core.errors import AffidavitError, PlanError, SignalPayloadError
 
-# The roles that may decide an approval (the API's roles: see affidavit.api.auth).
+# The roles that may decide an approval (the API's roles: see affidavit.faces.auth).
 APPROVING_ROLES = ("approver", "admin")
 MAX_APPROVERS = 32  # entries of an approval's ``approvers``
 MAX_MIN_APPROVALS = 16
@@ -34,8 +34,6 @@ class ApprovalRefused(AffidavitError):
     """A principal that may not decide this approval tried to."""
 
     code = "approval_forbidden"
-    exit_code = 1
-    http_status = 403
     default_hint = (
         "An approval is decided by a principal other than the job's submitter, with role "
         "approver or admin (and among the approval's `approvers`, if it names any). Nothing "
@@ -47,8 +45,6 @@ class SignalForbidden(AffidavitError):
     """A caller whose role may decide approvals but not signal other waits signalled one."""
 
     code = "forbidden"
-    exit_code = 1
-    http_status = 403
     default_hint = "Signal a wait with a key of role agent or above. Nothing was written."
 
 

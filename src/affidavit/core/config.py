@@ -7,6 +7,15 @@ import os
 DEFAULT_DATABASE_URL = "sqlite:///./affidavit.db"
 DATABASE_URL_ENV = "AFFIDAVIT_DATABASE_URL"
 DEFAULT_NAMESPACE = "default"
+# How long a worker's claim on a job lasts without a heartbeat.
+DEFAULT_LEASE_SECONDS = 15.0
+# How long a run keeps trying a write while the database is unavailable (a restart, a
+# failover, a lock held past the busy timeout), and the waits between tries.
+DEFAULT_STORE_RETRY_SECONDS = 60.0
+# Recoveries in a row without progress after which a job is parked (reason crash_loop)
+# instead of being run again: a step that kills its worker (out of memory, sys.exit, a crash in
+# native code) would otherwise take down every worker that picks the job up, for ever.
+DEFAULT_MAX_RECOVERIES = 5
 
 
 def database_url(explicit: str | None = None) -> str:

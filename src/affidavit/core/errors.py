@@ -3,10 +3,9 @@
 Every error carries a ``hint``: what the user should do next. The CLI and the HTTP API catch
 :class:`AffidavitError` once and render ``message`` and ``hint``; anything else is a bug.
 
-What kind of problem an error is travels with its class: ``exit_code`` is the CLI's exit code
-(documented per command: 1 a check failed or a decision was refused, 2 not found, 3 usage or
-store error, 5 a claim refused before anything ran) and ``http_status`` the HTTP API's status.
-A subclass overrides them where it is another kind of problem than its base.
+What kind of problem an error is travels with its class (and its stable ``code``); how that
+shows in a face — the CLI's exit code, the HTTP status — is the faces' table
+(:mod:`affidavit.faces.errors`), not the error's.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ class AffidavitError(Exception):
 
     code: str = "error"
     default_hint: str = ""
-    exit_code: int = 3  # usage or store error
-    http_status: int = 400
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -36,7 +33,6 @@ class ConfigError(AffidavitError):
     """A setting (URL, environment variable, option) is malformed or unsupported."""
 
     code = "config_error"
-    http_status = 422
     default_hint = "Check the command-line options and AFFIDAVIT_* environment variables."
 
 
@@ -58,7 +54,6 @@ class CanonicalizationError(AffidavitError):
     """A value cannot be represented in canonical JSON (RFC 8785)."""
 
     code = "not_canonicalizable"
-    http_status = 422
     default_hint = (
         "Stored values must be JSON: string keys, integers within ±(2^53-1), finite numbers, "
         "no bytes. Convert the value before passing it in."
@@ -77,7 +72,6 @@ class PlanError(AffidavitError):
     """A plan is malformed. ``node_id`` names the offending node when there is one."""
 
     code = "invalid_plan"
-    http_status = 422
     default_hint = "Fix the plan file; see the plan format in docs/plans.md."
 
     def __init__(self, message: str, *, node_id: str | None = None, hint: str | None = None):
@@ -122,7 +116,6 @@ class StoreError(AffidavitError):
     """The database failed or is unreachable."""
 
     code = "store_error"
-    http_status = 503
     default_hint = "Check that the database is reachable and the URL is right (--db)."
 
 
@@ -159,7 +152,6 @@ class ConflictError(StoreError):
     """An append's ``expected_version`` is not the job's current version."""
 
     code = "version_conflict"
-    http_status = 409
     default_hint = "Another writer appended first: re-read the job's events and retry."
 
     def __init__(self, message: str, *, job_id: str, expected: int, actual: int) -> None:
@@ -186,7 +178,6 @@ class IdempotencyConflict(AffidavitError):
     already names."""
 
     code = "idempotency_conflict"
-    http_status = 409
     default_hint = (
         "The same key returns the same job only for the same plan and input: use a new key "
         "for a different job, or look the existing one up with `affidavit jobs show`."
@@ -199,7 +190,6 @@ class CancelRequestedError(StoreError):
     job as cancelled instead (see :mod:`affidavit.runtime._cancel`)."""
 
     code = "cancel_requested"
-    http_status = 409
     default_hint = "The job was asked to cancel: it ends cancelled at this step boundary."
 
     def __init__(self, message: str, *, job_id: str) -> None:
@@ -224,8 +214,6 @@ class NotFound(AffidavitError):
     """The thing named does not exist (or is not the caller's to see)."""
 
     code = "not_found"
-    exit_code = 2
-    http_status = 404
     default_hint = "Check the id."
 
 
@@ -254,7 +242,6 @@ class WaitTimeout(AffidavitError):
 
 class InvalidEventError(AffidavitError):
     code = "invalid_event"
-    http_status = 422
     default_hint = "Event payloads must match docs/formats.md §3."
 
 
@@ -262,7 +249,6 @@ class VerificationError(AffidavitError):
     """A check over stored or exported evidence failed."""
 
     code = "verification_failed"
-    exit_code = 1
     default_hint = "The record does not verify; treat it as tampered or incomplete."
 
 
@@ -271,7 +257,6 @@ class TamperedRecordError(VerificationError):
     that are not JSON): it was changed outside affidavit. ``where`` names the record."""
 
     code = "record_tampered"
-    http_status = 409
     default_hint = (
         "The row was changed outside affidavit: treat the record as tampered (restore the "
         "database from a backup)."
@@ -289,7 +274,6 @@ class ReplayError(AffidavitError):
     without a start, an event after the job ended, ...). ``version`` names the first such event."""
 
     code = "replay_error"
-    http_status = 409
     default_hint = "The log was edited or written by something else; run `affidavit verify JOB`."
 
     def __init__(
@@ -321,8 +305,6 @@ class SignalRejected(AffidavitError):
     """A signal that matches no wait of the job, or arrives when the job cannot take it."""
 
     code = "signal_rejected"
-    exit_code = 1
-    http_status = 409
     default_hint = "See the job's waits with `affidavit jobs show JOB`; nothing was written."
 
 
@@ -331,7 +313,6 @@ class SignalPayloadError(AffidavitError):
     bare ``false`` or an ``approved`` that is not true or false, either of which approves."""
 
     code = "signal_payload_invalid"
-    http_status = 422
     default_hint = (
         'Deny an approval with {"approved": false} (other fields may ride along); any other '
         "payload approves it. Nothing was written."
@@ -354,7 +335,6 @@ class AgentNotFound(NotFound):
 
 class AgentExistsError(AffidavitError):
     code = "agent_exists"
-    http_status = 409
     default_hint = "Agent ids are unique; choose another id or use the existing agent."
 
 
@@ -362,13 +342,11 @@ class ClaimRejected(AffidavitError):
     """A claim was refused before anything ran; nothing was executed or recorded."""
 
     code = "claim_rejected"
-    exit_code = 5
     default_hint = "Nothing was executed or recorded; fix the request and submit it again."
 
 
 class SelfVerificationError(ClaimRejected):
     code = "self_verification"
-    http_status = 403
     default_hint = "A claim must be verified by another agent than the one that made it."
 
 
@@ -376,7 +354,6 @@ class ValidationError(ClaimRejected):
     """A request of the claims layer (agent, pattern, query, claim) is malformed."""
 
     code = "invalid_input"
-    http_status = 422
     default_hint = "See docs/claims.md for agents, claim types and the rules a claim may contain."
 
 
@@ -401,7 +378,6 @@ class AuthorizationError(ClaimRejected):
     """The verifier may not verify this claim."""
 
     code = "forbidden"
-    http_status = 403
     default_hint = "Verify with an agent of role agent or admin in the claimant's namespace."
 
 

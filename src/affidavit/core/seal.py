@@ -27,13 +27,14 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING, Any
 
 from affidavit.core.canonical import canonical
 from affidavit.core.merkle import root_of
+
+if TYPE_CHECKING:  # (cryptography is imported where a seal is signed or checked: a command
+    # that only reads seals, as `jobs show`, does not load it)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 ALGORITHM = "ed25519"
 PUBLIC_KEY_BYTES = 32
@@ -245,6 +246,9 @@ def check_signature(seal: Seal, public_raw: bytes) -> str:
         signature = unb64(seal.signature)
     except ValueError as exc:
         return f"seal signature is {exc}"
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, seal.message())
     except InvalidSignature:

@@ -21,20 +21,14 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import (
-    Encoding,
-    NoEncryption,
-    PrivateFormat,
-    PublicFormat,
-    load_pem_private_key,
-    load_pem_public_key,
-)
+from typing import TYPE_CHECKING
 
 from affidavit.core.errors import ConfigError
 from affidavit.core.events import utc_now
 from affidavit.core.seal import PUBLIC_KEY_BYTES, PublicKey, Seal, sign_seal, unb64
+
+if TYPE_CHECKING:  # (cryptography is imported on a key's first use: see affidavit.core.seal)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 KEY_ENV = "AFFIDAVIT_SIGNING_KEY"
 KEY_FILE_NAME = "affidavit-signing.key"
@@ -84,10 +78,14 @@ class SigningKey:
 
     @classmethod
     def generate(cls) -> SigningKey:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return cls(Ed25519PrivateKey.generate())
 
     @property
     def public_raw(self) -> bytes:
+        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
         return self.private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
     @property
@@ -99,6 +97,12 @@ class SigningKey:
         return self.public.key_id
 
     def pem(self) -> bytes:
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            NoEncryption,
+            PrivateFormat,
+        )
+
         return self.private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
 
     def seal(
@@ -139,6 +143,9 @@ class SigningKey:
             data = path.read_bytes()
         except OSError as exc:
             raise SigningKeyError(f"cannot read signing key {str(path)!r}: {exc}") from exc
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
         try:
             private = load_pem_private_key(data, password=None)
         except (ValueError, TypeError) as exc:
@@ -269,6 +276,13 @@ def _public_key_file(path: Path) -> PublicKey:
         raise SigningKeyError(f"cannot read {str(path)!r}: {exc}", hint=_PUBLIC_KEY_HINT) from exc
     if b"PRIVATE KEY" in data:
         return SigningKey.load(path).public
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding,
+        PublicFormat,
+        load_pem_public_key,
+    )
+
     try:
         public = load_pem_public_key(data)
     except (ValueError, TypeError) as exc:

@@ -9,7 +9,6 @@ class PackError(AffidavitError):
     """A pack cannot be exported (the job is unfinished, the target exists, ...)."""
 
     code = "pack_error"
-    http_status = 409
     default_hint = "See docs/packs.md."
 
 

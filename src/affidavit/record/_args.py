@@ -20,7 +20,6 @@ _ANY = re.compile(r"\$\{([^}]*)\}")
 
 class ArgsResolutionError(AffidavitError):
     code = "args_unresolvable"
-    http_status = 422
     default_hint = "The reference names a field the input or upstream output does not have."
 
 

@@ -28,7 +28,6 @@ from affidavit.store import JobRecord, NewEvent, Store, Transaction
 
 class InvalidStateError(AffidavitError):
     code = "invalid_state"
-    http_status = 409
     default_hint = "Check the job's status with `affidavit jobs show JOB`."
 
 

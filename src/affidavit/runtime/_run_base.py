@@ -19,17 +19,12 @@ from typing import Any
 import orjson
 
 from affidavit.core.canonical import canonical_nested, parse
+from affidavit.core.config import DEFAULT_MAX_RECOVERIES as DEFAULT_MAX_RECOVERIES
+from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS as DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import CanonicalizationError, StoreUnavailable
 from affidavit.runtime._sdk import Tool, ToolCallError, ToolContext
 from affidavit.store import NextClaim, StoredEvent, Transaction
 
-# How long a run keeps trying a write while the database is unavailable (a restart, a
-# failover, a lock held past the busy timeout), and the waits between tries.
-DEFAULT_STORE_RETRY_SECONDS = 60.0
-# Recoveries in a row without progress after which a job is parked (reason crash_loop)
-# instead of being run again: a step that kills its worker (out of memory, sys.exit, a crash in
-# native code) would otherwise take down every worker that picks the job up, for ever.
-DEFAULT_MAX_RECOVERIES = 5
 _RETRY_FIRST_WAIT = 0.05
 _RETRY_MAX_WAIT = 1.0
 

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from affidavit.core.config import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from affidavit.core.errors import ClockSkewError, StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
 from affidavit.record import Sealer, SealKeyRefused
@@ -32,7 +33,6 @@ from affidavit.runtime._runner import JobRunner
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.store import Claimed, ClockOffset, NextClaim, Store, open_store
 
-DEFAULT_LEASE_SECONDS = 15.0
 # Waits of a claim loop between tries while the database is unavailable.
 _OUTAGE_FIRST_WAIT = 0.5
 _OUTAGE_MAX_WAIT = 5.0

@@ -2,7 +2,7 @@
 reads (on the store's read connections, so authenticating a request takes no write lock); and
 the counts ``/metrics`` reads.
 
-Only a SHA-256 of each key's secret is stored; see :mod:`affidavit.api.auth`.
+Only a SHA-256 of each key's secret is stored; see :mod:`affidavit.faces.auth`.
 """
 
 from __future__ import annotations

@@ -73,7 +73,6 @@ class NotDisclosable(AffidavitError):
     """The job cannot be disclosed from: it has no seal, or a v1 seal (no events root)."""
 
     code = "not_disclosable"
-    exit_code = 2
 
 
 class StepNotFound(NotFound):

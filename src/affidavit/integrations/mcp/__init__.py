@@ -1,9 +1,9 @@
-"""MCP (Model Context Protocol) integration, the ``affidavit[mcp]`` extra.
+"""MCP (Model Context Protocol) client integration, the ``affidavit[mcp]`` extra:
+:func:`load_servers` gives an MCP server's tools as affidavit tools (``mcp:SERVER/TOOL``), every
+``tools/call`` one step through the ledger (client.py, the servers file in config.py).
 
-- :func:`load_servers`: an MCP server's tools as affidavit tools (``mcp:SERVER/TOOL``), every
-  ``tools/call`` one step through the ledger (client.py, the servers file in config.py);
-- :mod:`affidavit.integrations.mcp.server`: ``affidavit mcp``, affidavit's operations served to
-  agents as MCP tools.
+The other direction — ``affidavit mcp``, affidavit's operations served to agents as MCP tools —
+is a face beside the CLI and the HTTP API: :mod:`affidavit.mcp`.
 """
 
 from affidavit.integrations.mcp.client import (

@@ -24,8 +24,9 @@ import anyio
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from affidavit.api.auth import Unauthorized, authenticate
 from affidavit.core.errors import AffidavitError, ConfigError
+from affidavit.faces.auth import Unauthorized, authenticate
+from affidavit.faces.errors import http_status_for
 from affidavit.store import Store
 
 DEFAULT_MAX_BODY = 1 << 20
@@ -38,8 +39,6 @@ T = TypeVar("T")
 
 class PayloadTooLarge(AffidavitError):
     code = "payload_too_large"
-    http_status = 413
-    http_status = 413
     default_hint = "Send a smaller request body; the server's limit is set by --max-body-bytes."
 
 
@@ -47,16 +46,12 @@ class ClaimsBusy(AffidavitError):
     """No claim slot is free: the agent's own (429) or the server's (503)."""
 
     code = "claims_busy"
-    http_status = 503
     default_hint = "Retry after the number of seconds in the Retry-After header."
 
     def __init__(self, message: str, *, retry_after: float, per_agent: bool) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.per_agent = per_agent
-        self.http_status = 429 if per_agent else 503  # the agent's own cap, or the server's
-        if per_agent:  # the agent's own cap: too many requests of its own
-            self.http_status = 429
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +166,7 @@ class BodyGuard:
                     limiter=self._auth_threads,
                 )
         except Unauthorized as exc:
-            await send_error(send, 401, exc, {"www-authenticate": "Bearer"})
+            await send_error(send, exc, {"www-authenticate": "Bearer"})
             return
         # (2) the declared size, then (3) what actually arrives
         if length is not None and not chunked:
@@ -180,10 +175,10 @@ class BodyGuard:
             except ValueError:
                 declared = -1
             if declared < 0:
-                await send_error(send, 400, AffidavitError("invalid Content-Length"))
+                await send_error(send, AffidavitError("invalid Content-Length"))
                 return
             if declared > self.max_body:
-                await send_error(send, 413, self._too_large(declared))
+                await send_error(send, self._too_large(declared))
                 return
         body = bytearray()
         while True:
@@ -192,7 +187,7 @@ class BodyGuard:
                 return
             body += message.get("body", b"")
             if len(body) > self.max_body:
-                await send_error(send, 413, self._too_large(None))
+                await send_error(send, self._too_large(None))
                 return
             if not message.get("more_body", False):
                 break
@@ -219,10 +214,11 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def send_error(
-    send: Send, status: int, exc: AffidavitError, headers: dict[str, str] | None = None
+    send: Send, exc: AffidavitError, headers: dict[str, str] | None = None
 ) -> None:
-    """Answer with ``status`` and the JSON error envelope of ``exc``; the connection closes
-    (a body not read stays unread)."""
+    """Answer with the HTTP status of ``exc`` (:func:`~affidavit.faces.errors.http_status_for`)
+    and its JSON error envelope; the connection closes (a body not read stays unread)."""
+    status = http_status_for(exc)
     payload: dict[str, Any] = {"error": exc.to_dict()}
     body = json.dumps(payload).encode()
     raw = [

@@ -4,9 +4,9 @@ sees it (the HTTP API's own auth, rate limit and body cap, reused):
 1. every request is authenticated from its headers (``Authorization: Bearer <key>``) before a
    byte of its body is read: 401 without a valid key, so ``initialize`` and ``tools/list``
    need one too and no session is opened for a stranger;
-2. each key is rate limited as on the HTTP API (:class:`~affidavit.api.ratelimit.Limiter`):
+2. each key is rate limited as on the HTTP API (:class:`~affidavit.faces.ratelimit.Limiter`):
    429 with ``Retry-After``;
-3. a body above the cap is refused (413, :class:`~affidavit.api.limits.BodyGuard`): a declared
+3. a body above the cap is refused (413, :class:`~affidavit.faces.limits.BodyGuard`): a declared
    ``Content-Length`` at once, a streamed body once it passes the cap;
 4. a key holds at most ``per_key`` sessions: a request that would open one more is refused
    (429 with ``Retry-After``: when the oldest idle one expires), the open ones are kept;
@@ -32,11 +32,10 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from affidavit.api.app import DEFAULT_RATE_LIMIT  # per key, as the HTTP API's
-from affidavit.api.auth import Caller, Unauthorized, authenticate
-from affidavit.api.limits import DEFAULT_MAX_BODY, BodyGuard, send_error
-from affidavit.api.ratelimit import Limiter, RateLimit, RateLimited
 from affidavit.core.errors import AffidavitError, ConfigError
+from affidavit.faces.auth import Caller, Unauthorized, authenticate
+from affidavit.faces.limits import DEFAULT_MAX_BODY, BodyGuard, send_error
+from affidavit.faces.ratelimit import DEFAULT_RATE_LIMIT, Limiter, RateLimit, RateLimited
 from affidavit.store import Store
 
 DEFAULT_MAX_SESSIONS = 1024  # of all keys together
@@ -49,7 +48,6 @@ _GRACE = 1.0  # a session counts this much longer than the SDK keeps it: never o
 
 class TooManySessions(AffidavitError):
     code = "too_many_sessions"
-    http_status = 429
     default_hint = (
         "Reuse an open session, close one with DELETE (its Mcp-Session-Id), or retry after "
         "the number of seconds in the Retry-After header, when the oldest idle one expires."
@@ -185,10 +183,10 @@ class McpGate:
             if self.limiter is not None:
                 self.limiter.take(caller.key_id)
         except Unauthorized as exc:
-            await send_error(send, 401, exc, {"www-authenticate": "Bearer"})
+            await send_error(send, exc, {"www-authenticate": "Bearer"})
             return
         except RateLimited as exc:
-            await send_error(send, 429, exc, _retry_after(exc.retry_after))
+            await send_error(send, exc, _retry_after(exc.retry_after))
             return
         scope = {**scope, "user": _user(caller)}  # the SDK ties each session to its key
         session_id = headers.get(SESSION_HEADER)
@@ -204,7 +202,7 @@ class McpGate:
         try:
             self.sessions.reserve(caller.key_id)
         except TooManySessions as exc:
-            await send_error(send, 429, exc, _retry_after(exc.retry_after))
+            await send_error(send, exc, _retry_after(exc.retry_after))
             return
         opened: list[str] = []
 

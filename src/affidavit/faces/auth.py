@@ -32,13 +32,11 @@ _KEY = re.compile(rf"^{KEY_PREFIX}_([0-9a-f]{{16}})_([A-Za-z0-9_-]{{43}})\Z")
 
 class Unauthorized(AffidavitError):
     code = "unauthorized"
-    http_status = 401
     default_hint = "Send `Authorization: Bearer <key>` with a key from `affidavit apikeys create`."
 
 
 class Forbidden(AffidavitError):
     code = "forbidden"
-    http_status = 403
     default_hint = (
         "Use a key whose role allows this (observer < agent < admin; approver: an observer "
         "that decides approvals)."

@@ -13,7 +13,6 @@ from affidavit.core.errors import AffidavitError, ConfigError
 
 class RateLimited(AffidavitError):
     code = "rate_limited"
-    http_status = 429
     default_hint = "Slow down; retry after the number of seconds in the Retry-After header."
 
     def __init__(self, retry_after: float) -> None:
@@ -42,6 +41,10 @@ class RateLimit:
                 hint="Write REQUESTS/SECONDS, e.g. 600/60 (600 requests a minute per key).",
             )
         return cls(int(match.group(1)), float(match.group(2)))
+
+
+# Per key, on the HTTP API and on ``affidavit mcp`` over HTTP.
+DEFAULT_RATE_LIMIT = RateLimit(1200, 60.0)
 
 
 class Limiter:

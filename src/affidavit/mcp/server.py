@@ -29,11 +29,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from affidavit.api.auth import Caller, Forbidden, Unauthorized, authenticate
-from affidavit.api.limits import ClaimLimits, ClaimSlots
 from affidavit.claims import ClaimService, SandboxConfig
 from affidavit.claims.model import Agent, ClaimType
 from affidavit.core.errors import AffidavitError, AgentNotFound, JobNotFound, ValidationError
+from affidavit.faces.auth import Caller, Forbidden, Unauthorized, authenticate
+from affidavit.faces.limits import ClaimLimits, ClaimSlots
 from affidavit.packs import export_archive, verify_pack
 from affidavit.store import Store
 from affidavit.verify import verify_job
