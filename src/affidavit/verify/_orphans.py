@@ -11,11 +11,12 @@ from operator import itemgetter
 from affidavit.core.collector import collector_paused
 from affidavit.core.seal import PublicKey
 from affidavit.store import Snapshot, Store
-from affidavit.verify._assemble import assemble, printable
+from affidavit.verify._assemble import assemble
 from affidavit.verify._fold import LogFold
 from affidavit.verify._keys import KeyLike, accepted_keys, key_map, pinned_keys
 from affidavit.verify._ledger import ledger_column_disagreements
-from affidavit.verify.result import ReplayProof, VerificationResult
+from affidavit.verify._parts import ReplayProof, printable
+from affidavit.verify.result import VerificationResult
 
 
 def verify_orphans(

@@ -10,7 +10,7 @@ from affidavit.core.errors import AffidavitError, VerificationError
 from affidavit.core.seal import PublicKey, Seal, check_signature, events_root
 from affidavit.verify._fold import LogFold
 from affidavit.verify._keys import unknown_key_error
-from affidavit.verify.result import SealCheck
+from affidavit.verify._parts import SealCheck
 
 
 def check_seal(
