@@ -19,7 +19,7 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.errors import ConfigError
 from affidavit.store import JOB_STATUSES, JobFilter, Store
-from affidavit.verify import VerificationResult, verify_all, verify_one
+from affidavit.verify import CHECKS, VerificationResult, verify_all, verify_one
 
 
 def register(app: typer.Typer) -> None:
@@ -267,7 +267,9 @@ def _status_text(result: VerificationResult) -> str:
     return "no job row" if result.orphan else escape(str(result.status))
 
 
-_VALUES = ("execution_hash", "event_chain_root_hash")
+# the checks that report values (the hashes), and those the values stand on (docs/verification.md)
+_VALUES = frozenset(c.name for c in CHECKS if not c.proof)
+_RECORD = frozenset(c.name for c in CHECKS if c.record)
 
 
 def render(result: VerificationResult) -> None:
@@ -279,8 +281,9 @@ def render(result: VerificationResult) -> None:
     table.add_column("detail", overflow="fold")
     # the two hashes are values, not checks: they stand for the record only when its stored
     # chain recomputes and its seal covers it; otherwise they are those of the rows as they are
-    record = result.stored_chain.ok and result.seal.ok
-    for check in result.checks():
+    checks = result.checks()
+    record = all(check.ok for check in checks if check.name in _RECORD)
+    for check in checks:
         mark = "[green]✓[/]" if check.ok else "[bold red]✗[/]"
         detail = check.detail
         if check.name in _VALUES and not record:

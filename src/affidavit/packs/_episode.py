@@ -28,7 +28,27 @@ def check_completeness(
     if len(closes) != 1:
         st.errors.append(f"{F.RECEIPTS}: {len(closes)} {F.CLOSE} receipts, expected one")
     st.close = closes[0] if closes else None
-    known = {s["step_id"] for s in steps}
+    by_id = _step_receipts(st, typed, {s["step_id"] for s in steps})
+    episode_id = contract.get("episode_id")
+    _check_inputs(st, contract)
+    computed = _computed_hashes(st, contract)
+    if opens:
+        _check_open(st, payload(opens[0]), episode_id, computed, len(steps))
+    if plain_dir(st.root, F.TRACES_DIR):
+        with PlainFiles(st.root / F.TRACES_DIR, st.max_file_bytes) as plain:
+            traces = _check_steps(st, steps, by_id, plain)
+    else:
+        traces = _check_steps(st, steps, by_id, None)
+    payloads = [by_id[s["step_id"]] for s in steps if s["step_id"] in by_id]
+    if closes:
+        _check_close(st, payload(closes[0]), episode_id, computed, payloads, len(steps))
+    return by_id, traces
+
+
+def _step_receipts(
+    st: State, typed: list[tuple[Any, str]], known: set[str]
+) -> dict[str, dict[str, Any]]:
+    """The step receipts' payloads by step id (each step of the script has exactly one)."""
     by_id: dict[str, dict[str, Any]] = {}
     for r, kind in typed:
         if kind != F.STEP:
@@ -45,8 +65,11 @@ def check_completeness(
             by_id[sid] = p
     for sid in sorted(known - set(by_id)):
         st.errors.append(f"{F.RECEIPTS}: no step receipt for step {sid!r}")
-    episode_id = contract.get("episode_id")
-    # inputs
+    return by_id
+
+
+def _check_inputs(st: State, contract: dict[str, Any]) -> None:
+    """Every input the contract names is in ``inputs/`` with the contract's hash."""
     inputs = contract.get("inputs")
     for item in inputs if isinstance(inputs, list) else []:
         ref = item.get("ref") if isinstance(item, dict) else None
@@ -61,6 +84,10 @@ def check_completeness(
             continue
         if isinstance(item, dict) and item.get("hash") != F.prefixed(data):
             st.errors.append(f"inputs/{ref}: bytes do not match the contract's hash")
+
+
+def _computed_hashes(st: State, contract: dict[str, Any]) -> dict[str, str | None]:
+    """The contract's hashes as recomputed (``None``: it cannot be), and its environment's."""
     computed: dict[str, str | None] = {}
     for name in ("episode_spec_hash", "inputs_hash", "script_hash"):
         try:
@@ -72,45 +99,50 @@ def check_completeness(
     computed["env_fingerprint_hash"] = (
         environment.get("env_fingerprint_hash") if isinstance(environment, dict) else None
     )
-    if opens:
-        o = payload(opens[0])
-        if o.get("episode_id") != episode_id:
-            st.errors.append(f"{F.OPEN}: episode_id does not match {F.CONTRACT}")
-        for name in ("episode_spec_hash", "env_fingerprint_hash", "inputs_hash", "script_hash"):
-            if o.get(name) != computed[name]:
-                st.errors.append(f"{F.OPEN}: {name} does not match {F.CONTRACT}")
-        if o.get("replay_basis") != "recorded_trace" or o.get("comparator_tier") != "A":
-            st.errors.append(f"{F.OPEN}: replay_basis/comparator_tier must be recorded_trace/A")
-        if as_int(o.get("n_steps")) != len(steps):
-            st.errors.append(f"{F.OPEN}: n_steps does not match the replay script in {F.CONTRACT}")
-    if plain_dir(st.root, F.TRACES_DIR):
-        with PlainFiles(st.root / F.TRACES_DIR, st.max_file_bytes) as plain:
-            traces = _check_steps(st, steps, by_id, plain)
-    else:
-        traces = _check_steps(st, steps, by_id, None)
-    payloads = [by_id[s["step_id"]] for s in steps if s["step_id"] in by_id]
-    if closes:
-        c = payload(closes[0])
-        if c.get("episode_id") != episode_id:
-            st.errors.append(f"{F.CLOSE}: episode_id does not match {F.CONTRACT}")
-        if c.get("episode_spec_hash") != computed["episode_spec_hash"]:
-            st.errors.append(f"{F.CLOSE}: episode_spec_hash does not match {F.CONTRACT}")
-        try:
-            if c.get("outputs_hash") != F.outputs_hash(payloads):
-                st.errors.append(f"{F.CLOSE}: outputs_hash does not match the step receipts")
-        except (AffidavitError, RecursionError):
-            st.errors.append(f"{F.CLOSE}: outputs_hash cannot be recomputed")
-        passed = sum(1 for p in payloads if p.get("step_status") == "PASS")
-        executed = sum(1 for p in payloads if p.get("step_status") in ("PASS", "FAIL"))
-        if as_int(c.get("n_steps_executed")) != executed:
-            st.errors.append(f"{F.CLOSE}: n_steps_executed does not match the step receipts")
-        if as_int(c.get("n_steps_passed")) != passed:
-            st.errors.append(f"{F.CLOSE}: n_steps_passed does not match the step receipts")
-        if c.get("all_steps_passed") is not (passed == len(steps)):
-            st.errors.append(f"{F.CLOSE}: all_steps_passed does not match the step receipts")
-        if c.get("replay_basis") != "recorded_trace" or c.get("comparator_tier") != "A":
-            st.errors.append(f"{F.CLOSE}: replay_basis/comparator_tier must be recorded_trace/A")
-    return by_id, traces
+    return computed
+
+
+def _check_open(
+    st: State, o: dict[str, Any], episode_id: Any, computed: dict[str, str | None], n_steps: int
+) -> None:
+    if o.get("episode_id") != episode_id:
+        st.errors.append(f"{F.OPEN}: episode_id does not match {F.CONTRACT}")
+    for name in ("episode_spec_hash", "env_fingerprint_hash", "inputs_hash", "script_hash"):
+        if o.get(name) != computed[name]:
+            st.errors.append(f"{F.OPEN}: {name} does not match {F.CONTRACT}")
+    if o.get("replay_basis") != "recorded_trace" or o.get("comparator_tier") != "A":
+        st.errors.append(f"{F.OPEN}: replay_basis/comparator_tier must be recorded_trace/A")
+    if as_int(o.get("n_steps")) != n_steps:
+        st.errors.append(f"{F.OPEN}: n_steps does not match the replay script in {F.CONTRACT}")
+
+
+def _check_close(
+    st: State,
+    c: dict[str, Any],
+    episode_id: Any,
+    computed: dict[str, str | None],
+    payloads: list[dict[str, Any]],
+    n_steps: int,
+) -> None:
+    if c.get("episode_id") != episode_id:
+        st.errors.append(f"{F.CLOSE}: episode_id does not match {F.CONTRACT}")
+    if c.get("episode_spec_hash") != computed["episode_spec_hash"]:
+        st.errors.append(f"{F.CLOSE}: episode_spec_hash does not match {F.CONTRACT}")
+    try:
+        if c.get("outputs_hash") != F.outputs_hash(payloads):
+            st.errors.append(f"{F.CLOSE}: outputs_hash does not match the step receipts")
+    except (AffidavitError, RecursionError):
+        st.errors.append(f"{F.CLOSE}: outputs_hash cannot be recomputed")
+    passed = sum(1 for p in payloads if p.get("step_status") == "PASS")
+    executed = sum(1 for p in payloads if p.get("step_status") in ("PASS", "FAIL"))
+    if as_int(c.get("n_steps_executed")) != executed:
+        st.errors.append(f"{F.CLOSE}: n_steps_executed does not match the step receipts")
+    if as_int(c.get("n_steps_passed")) != passed:
+        st.errors.append(f"{F.CLOSE}: n_steps_passed does not match the step receipts")
+    if c.get("all_steps_passed") is not (passed == n_steps):
+        st.errors.append(f"{F.CLOSE}: all_steps_passed does not match the step receipts")
+    if c.get("replay_basis") != "recorded_trace" or c.get("comparator_tier") != "A":
+        st.errors.append(f"{F.CLOSE}: replay_basis/comparator_tier must be recorded_trace/A")
 
 
 def contract_hash(st: State, name: str) -> str:

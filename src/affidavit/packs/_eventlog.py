@@ -23,6 +23,7 @@ from affidavit.packs._json import loads_lines
 from affidavit.packs._log_traces import LogTraces, log_traces
 from affidavit.packs._state import Fail, State, payload
 from affidavit.store import StoredEvent
+from affidavit.verify import VerificationResult
 from affidavit.verify.verification import verify_event_rows
 
 Row = tuple[int, str, str, bytes, str | None]  # (version, event_id, type, payload, chain hash)
@@ -34,23 +35,9 @@ def check_event_log(
     """Phase 5. ``trusted``: the pinned keys (see :func:`~affidavit.packs.verify.verify_pack`);
     the job's seal must be signed by one of them, not only by the key the pack carries for it
     (a pack is signed by whoever exports it, whatever key signed the seal)."""
-    # st.kinds[i] is rtype(st.receipts[i]): "" for a receipt that is not an object
-    ours = [
-        (r, kind)
-        for r, kind in zip(st.receipts, st.kinds, strict=True)
-        if kind.startswith("affidavit.")
-    ]
-    if not ours:
+    found = _our_receipts(st)
+    if found is None:
         return {"present": False}
-    found: dict[str, list[dict[str, Any]]] = {F.EVENT_LOG: [], F.SEAL: [], F.LEDGER: []}
-    for r, kind in ours:
-        if kind in found:
-            found[kind].append(r)
-        else:
-            st.errors.append(f"{F.RECEIPTS}: unknown affidavit receipt type {kind!r}")
-    for name, items in found.items():
-        if len(items) != 1:
-            st.errors.append(f"{F.RECEIPTS}: {len(items)} {name} receipts, expected one")
     if st.errors:
         return {"present": True}
     log, seal_r, ledger_r = (found[n][0] for n in (F.EVENT_LOG, F.SEAL, F.LEDGER))
@@ -70,7 +57,60 @@ def check_event_log(
     except Fail as exc:
         st.errors.append(str(exc))
         return {"present": True}
-    rows = ledger_r.get("rows")
+    digests = _ledger_digests(st, ledger_r.get("rows"))
+    seal = seal_r.get("seal")
+    job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
+    status = log.get("job_status")
+    seal_keys = _seal_keys(trusted, seal_r.get("public_key"))
+    read_rows = _event_rows(st, events, job_id, strict)
+    if read_rows is None:
+        return {"present": True}
+    job_id, rows, parsed, log_entries = read_rows
+    try:
+        result = verify_event_rows(
+            job_id,
+            rows,
+            parsed=parsed,
+            public_keys=seal_keys,
+            seal=seal if isinstance(seal, dict) else None,
+            ledgers=[digests],
+            status=status if isinstance(status, str) else None,
+        )
+    except AffidavitError as exc:
+        st.errors.append(f"{F.EVENTS}: {exc.message}")
+        return {"present": True}
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        st.errors.append(f"{F.EVENTS}: malformed ({type(exc).__name__}: {str(exc)[:200]})")
+        return {"present": True}
+    _bind_result(st, log, result, log_entries, traces)
+    return {"present": True, "job_verification": result.to_dict()}
+
+
+def _our_receipts(st: State) -> dict[str, list[dict[str, Any]]] | None:
+    """affidavit's receipts by type (``None``: the pack has none); an unknown type, or a type
+    not there exactly once, is an error."""
+    # st.kinds[i] is rtype(st.receipts[i]): "" for a receipt that is not an object
+    ours = [
+        (r, kind)
+        for r, kind in zip(st.receipts, st.kinds, strict=True)
+        if kind.startswith("affidavit.")
+    ]
+    if not ours:
+        return None
+    found: dict[str, list[dict[str, Any]]] = {F.EVENT_LOG: [], F.SEAL: [], F.LEDGER: []}
+    for r, kind in ours:
+        if kind in found:
+            found[kind].append(r)
+        else:
+            st.errors.append(f"{F.RECEIPTS}: unknown affidavit receipt type {kind!r}")
+    for name, items in found.items():
+        if len(items) != 1:
+            st.errors.append(f"{F.RECEIPTS}: {len(items)} {name} receipts, expected one")
+    return found
+
+
+def _ledger_digests(st: State, rows: Any) -> list[tuple[str, str, str, str | None]]:
+    """The ledger receipt's rows in the digest form ``verify_event_rows`` compares."""
     digests: list[tuple[str, str, str, str | None]] = []
     for row in rows if isinstance(rows, list) else [None]:
         if isinstance(row, dict):
@@ -91,14 +131,21 @@ def check_event_log(
                 )
                 continue
         st.errors.append(f"{F.LEDGER}: malformed ledger row")
-    seal = seal_r.get("seal")
-    public = seal_r.get("public_key")
-    job_id = st.receipts[0].get("run_id") if isinstance(st.receipts[0], dict) else None
-    status = log.get("job_status")
+    return digests
+
+
+def _seal_keys(trusted: set[bytes] | None, public: Any) -> list[bytes | str]:
+    """The keys the seal may be signed with: the pinned ones, else the one the pack carries."""
     if trusted is not None:  # (a malformed pinned key pins nothing)
-        seal_keys: list[bytes | str] = [k for k in trusted if len(k) == PUBLIC_KEY_BYTES]
-    else:
-        seal_keys = [public] if isinstance(public, str) else []
+        return [k for k in trusted if len(k) == PUBLIC_KEY_BYTES]
+    return [public] if isinstance(public, str) else []
+
+
+def _event_rows(
+    st: State, events: list[Any], job_id: Any, strict: bool
+) -> tuple[str, list[Any], list[Any] | None, list[Any]] | None:
+    """The job id, the events as rows (with their payloads parsed, on the fast path) and the
+    log's entries to replay; ``None`` (an error is recorded) when they cannot be read."""
     fast = _rows(events, job_id, strict)
     parsed: list[Any] | None = None
     if fast is not None:
@@ -106,30 +153,26 @@ def check_event_log(
     else:
         checked = _checked_rows(st, events, job_id)
         if checked is None:
-            return {"present": True}
+            return None
         rows = [(e.version, e.event_id, e.type, e.payload_bytes, e.chain_hash) for e in checked]
         log_entries = [(e["type"], unsafe_integers_as_doubles(e["payload"])) for e in events]
     if not isinstance(job_id, str):
         if not rows:
             st.errors.append(f"{F.EVENTS}: the events name no job id")
-            return {"present": True}
+            return None
         job_id = str(job_id)  # what each checked event was stored under
-    try:
-        result = verify_event_rows(
-            job_id,
-            rows,
-            parsed=parsed,
-            public_keys=seal_keys,
-            seal=seal if isinstance(seal, dict) else None,
-            ledgers=[digests],
-            status=status if isinstance(status, str) else None,
-        )
-    except AffidavitError as exc:
-        st.errors.append(f"{F.EVENTS}: {exc.message}")
-        return {"present": True}
-    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
-        st.errors.append(f"{F.EVENTS}: malformed ({type(exc).__name__}: {str(exc)[:200]})")
-        return {"present": True}
+    return job_id, rows, parsed, log_entries
+
+
+def _bind_result(
+    st: State,
+    log: dict[str, Any],
+    result: VerificationResult,
+    log_entries: list[Any],
+    traces: dict[str, str],
+) -> None:
+    """Every failing check of the job's verification is an error, the event log receipt binds
+    its values, and a verified log's traces and statuses are the pack's."""
     for check in result.checks():
         if not check.ok:
             st.errors.append(f"{F.EVENTS}: {check.name}: {check.detail}")
@@ -148,7 +191,6 @@ def check_event_log(
         else:
             _bind_traces(st, expected, traces)
             _bind_statuses(st, expected)
-    return {"present": True, "job_verification": result.to_dict()}
 
 
 # Every field of an event line, in one C-level call per event.

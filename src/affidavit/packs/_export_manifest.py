@@ -14,6 +14,8 @@ from affidavit.core.canonical import canonical
 from affidavit.core.events import utc_now
 from affidavit.core.signing import SigningKey
 from affidavit.packs import _format as F
+from affidavit.store import JobRecord
+from affidavit.verify import VerificationResult
 
 
 def dist_version(name: str) -> str:
@@ -62,7 +64,9 @@ def attestation_of(
     }
 
 
-def report_of(attestation: dict[str, Any], receipt_bytes: bytes, check: Any) -> dict[str, Any]:
+def report_of(
+    attestation: dict[str, Any], receipt_bytes: bytes, check: VerificationResult
+) -> dict[str, Any]:
     """``verify_report.json``: the build-time receipt check and the job's verification."""
     return {
         "passed": True,
@@ -81,7 +85,10 @@ def report_of(attestation: dict[str, Any], receipt_bytes: bytes, check: Any) -> 
 
 
 def transcript_of(
-    job: Any, attestation: dict[str, Any], payloads: list[dict[str, Any]], check: Any
+    job: JobRecord,
+    attestation: dict[str, Any],
+    payloads: list[dict[str, Any]],
+    check: VerificationResult,
 ) -> bytes:
     counts: dict[str, int] = {}
     for p in payloads:

@@ -8,7 +8,9 @@ from typing import Any
 
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError
+from affidavit.core.seal import PublicKey, Seal
 from affidavit.packs import _format as F
+from affidavit.store import LedgerRow
 
 
 class Receipts:
@@ -88,9 +90,9 @@ def add_job_records(
     receipts: Receipts,
     ended_at: str,
     log: dict[str, Any],
-    seal: Any,
-    keys: list[Any],
-    ledger: list[Any],
+    seal: Seal,
+    keys: list[PublicKey],
+    ledger: list[LedgerRow],
 ) -> None:
     """affidavit's receipts: the event log's (``log``: its body), the seal's, the ledger's."""
     receipts.add(F.EVENT_LOG, ended_at, log)

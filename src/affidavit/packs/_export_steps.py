@@ -17,6 +17,7 @@ from affidavit.core.canonical import canonical, has_exponent_number
 from affidavit.packs import _format as F
 from affidavit.packs._errors import TraceStateError
 from affidavit.record import NODE_STATE_KINDS, AgentOutcome, ReplayContext
+from affidavit.store import JobRecord
 
 
 @dataclass
@@ -89,7 +90,10 @@ def _script_steps(episode: Episode, nodes: list[dict[str, Any]]) -> list[dict[st
 
 
 def contract_of(
-    job: Any, input_bytes: bytes, script_steps: list[dict[str, Any]], tool_versions: dict[str, str]
+    job: JobRecord,
+    input_bytes: bytes,
+    script_steps: list[dict[str, Any]],
+    tool_versions: dict[str, str],
 ) -> dict[str, Any]:
     """The episode contract of ``job``."""
     environment: dict[str, Any] = {
@@ -170,7 +174,7 @@ class StepRecords:
 def step_records(
     episode: Episode,
     episode_id: str,
-    job: Any,
+    job: JobRecord,
     job_input: Any,
     log: ReplayContext | AgentOutcome,
     times: tuple[str, str],
@@ -220,7 +224,7 @@ def _step(
     episode: Episode,
     sid: str,
     blocked: bool,
-    job: Any,
+    job: JobRecord,
     job_input: Any,
     log: ReplayContext | AgentOutcome,
     times: tuple[str, str],

@@ -127,6 +127,15 @@ def _receipts_check(st: State, manifest: dict[str, Any], read_before: bytes | No
     # Every receipt must canonicalize, but only the last one's hash is needed (the head): when
     # one pass shows that all of them do, only the last is hashed.
     all_canonical = strict and canonicalizable(receipts)
+    integrity_ok, head = _walk(st, receipts, kinds, all_canonical)
+    _check_attestation(st, manifest, bool(receipts), integrity_ok, head)
+
+
+def _walk(
+    st: State, receipts: list[Any], kinds: list[str], all_canonical: bool
+) -> tuple[bool, str | None]:
+    """Each receipt's fields and type; returns whether the receipts' integrity holds and the
+    head hash (the last receipt's)."""
     integrity_ok = True
     seen: set[str] = set()
     head: str | None = None
@@ -170,6 +179,13 @@ def _receipts_check(st: State, manifest: dict[str, Any], read_before: bytes | No
             if isinstance(last, dict)
             else None
         )
+    return integrity_ok, head
+
+
+def _check_attestation(
+    st: State, manifest: dict[str, Any], any_receipt: bool, integrity_ok: bool, head: str | None
+) -> None:
+    """The attestation's claimed receipt integrity and head hash against the recomputed."""
     attestation = manifest.get("attestation")
     if not isinstance(attestation, dict):
         return
@@ -181,7 +197,7 @@ def _receipts_check(st: State, manifest: dict[str, Any], read_before: bytes | No
         )
     claimed_head = attestation.get("head_hash")
     if claimed_head:
-        if not receipts:
+        if not any_receipt:
             head = F.sha256_hex(b"empty")
         if head != claimed_head:
             st.errors.append(f"{F.RECEIPTS}: head hash does not match the attestation")

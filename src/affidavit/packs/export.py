@@ -21,6 +21,7 @@ import orjson
 
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import ConfigError
+from affidavit.core.seal import PublicKey, Seal
 from affidavit.core.signing import SigningKey, default_key_path
 from affidavit.packs import _format as F
 from affidavit.packs._errors import PackError, PackExistsError, TraceStateError, UnfinishedJobError
@@ -32,12 +33,12 @@ from affidavit.packs._export_manifest import (
     transcript_of,
 )
 from affidavit.packs._export_receipts import Receipts, add_episode, add_job_records
-from affidavit.packs._export_steps import contract_of, episode_of, step_records
+from affidavit.packs._export_steps import StepRecords, contract_of, episode_of, step_records
 from affidavit.packs._tlog import TLOG_PROOF
 from affidavit.record import AgentOutcome, ReplayContext, agent_trace_of, is_agent_log, trace_of
-from affidavit.store import TERMINAL_STATUSES, Store, StoredEvent
+from affidavit.store import TERMINAL_STATUSES, JobRecord, LedgerRow, Store, StoredEvent
 from affidavit.tlog import LogError, NotInLog, TransparencyLog
-from affidavit.verify import verify_events
+from affidavit.verify import VerificationResult, verify_events
 
 __all__ = [
     "ExportResult",
@@ -123,7 +124,7 @@ def export_pack(
             hint=f"Run `affidavit verify {job_id}` to see what is wrong.",
         )
     assert seal is not None  # a verified terminal job has a seal
-    built = _build(job, trace, log, events, ledger, seal, keys, check, signing_key)
+    built = _build(_Verified(job, trace, log, events, ledger, seal, keys, check), signing_key)
     # the job's transparency-log proof, when its seal is in the log (see packs._tlog)
     with contextlib.suppress(NotInLog, LogError):
         built.files[TLOG_PROOF] = TransparencyLog(store).job_proof(job_id).encode().encode()
@@ -203,58 +204,90 @@ def _event_lines(job_id: str, events: Sequence[StoredEvent]) -> bytes:
     )
 
 
-def _build(
-    job: Any,
-    trace: dict[str, Any],
-    log: ReplayContext | AgentOutcome,
-    events: list[Any],
-    ledger: list[Any],
-    seal: Any,
-    keys: list[Any],
-    check: Any,
-    signing_key: SigningKey,
-) -> _Built:
-    """Every file of the pack of the verified finished ``job``, by pack section."""
-    job_id: str = job.job_id
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """What a pack is built from: the finished ``job``, verified (``check``) from the records
+    read for it — its trace and its replayed log (``log``), its events, ledger rows, seal and
+    the recorded keys."""
+
+    job: JobRecord
+    trace: dict[str, Any]
+    log: ReplayContext | AgentOutcome
+    events: list[StoredEvent]
+    ledger: list[LedgerRow]
+    seal: Seal
+    keys: list[PublicKey]
+    check: VerificationResult
+
+    @property
+    def times(self) -> tuple[str, str]:
+        """The job's creation and end, as its first and last events record them."""
+        first, last = self.events[0].payload, self.events[-1].payload
+        return str(first.get("at") or self.job.created_at), str(
+            last.get("at") or self.job.updated_at
+        )
+
+
+def _build(record: _Verified, signing_key: SigningKey) -> _Built:
+    """Every file of the pack of the verified finished job, by pack section."""
     files: dict[str, bytes] = {}
+    events = record.events
     job_input = events[0].payload.get("input") if events else None
     input_bytes = canonical(job_input)
     files[f"{F.INPUTS_DIR}/{F.INPUT_REF}"] = input_bytes
-
-    episode = episode_of(trace)
+    episode = episode_of(record.trace)
     contract = contract_of(
-        job, input_bytes, episode.script_steps, {"affidavit": dist_version("affidavit")}
+        record.job, input_bytes, episode.script_steps, {"affidavit": dist_version("affidavit")}
     )
     files[F.CONTRACT] = canonical(contract)
-    times = (
-        str(events[0].payload.get("at") or job.created_at),
-        str(events[-1].payload.get("at") or job.updated_at),
+    steps = step_records(
+        episode, contract["episode_id"], record.job, job_input, record.log, record.times
     )
-    steps = step_records(episode, contract["episode_id"], job, job_input, log, times)
     for sid, trace_bytes in steps.traces.items():
         files[f"{F.TRACES_DIR}/{sid}.json"] = trace_bytes
+    receipts = _receipts(record, contract, steps, files)
+    return _Built(files, _sign(record, receipts, steps, files, signing_key), steps.exponent_steps)
 
-    events_bytes = _event_lines(job_id, events)
+
+def _receipts(
+    record: _Verified, contract: dict[str, Any], steps: StepRecords, files: dict[str, bytes]
+) -> Receipts:
+    """The receipts of the episode and of the job's records; writes the events and the
+    receipt pack into ``files``."""
+    job, check, times = record.job, record.check, record.times
+    events_bytes = _event_lines(job.job_id, record.events)
     files[F.EVENTS] = events_bytes
-    receipts = Receipts(job_id)
+    receipts = Receipts(job.job_id)
     add_episode(receipts, contract, steps.payloads, steps.timestamps, times)
     log_body = {
         "events_sha256": F.prefixed(events_bytes),
-        "event_count": len(events),
+        "event_count": len(record.events),
         "event_chain_root_hash": check.event_chain_root_hash,
         "execution_hash": check.execution_hash,
-        "plan_hash": trace.get("plan_hash"),
+        "plan_hash": record.trace.get("plan_hash"),
         "job_status": job.status,
     }
-    add_job_records(receipts, times[1], log_body, seal, keys, ledger)
+    add_job_records(receipts, times[1], log_body, record.seal, record.keys, record.ledger)
+    return receipts
+
+
+def _sign(
+    record: _Verified,
+    receipts: Receipts,
+    steps: StepRecords,
+    files: dict[str, bytes],
+    signing_key: SigningKey,
+) -> str:
+    """The receipt pack, the report, the transcript and the signed manifest into ``files``;
+    returns the pack root (the SHA-256 of the attestation's JCS)."""
+    job, check = record.job, record.check
     lines = receipts.lines()
     receipt_bytes = b"\n".join(lines) + b"\n"
     files[F.RECEIPTS] = receipt_bytes
-
-    attestation = attestation_of(job_id, trace.get("policy"), receipts.items, lines)
+    attestation = attestation_of(job.job_id, record.trace.get("policy"), receipts.items, lines)
     files[F.REPORT] = canonical(report_of(attestation, receipt_bytes, check))
     transcript = transcript_of(job, attestation, steps.payloads, check)
     files[F.TRANSCRIPT] = transcript
     files[f"{F.UNSIGNED_DIR}/PACK_SUMMARY.md"] = transcript
     files[F.MANIFEST], files[F.SIGNATURE] = sign_manifest(attestation, files, signing_key)
-    return _Built(files, F.sha256_hex(canonical(attestation)), steps.exponent_steps)
+    return F.sha256_hex(canonical(attestation))

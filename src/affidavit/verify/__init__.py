@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from affidavit.verify._batch import verify_all, verify_one
+from affidavit.verify._checks import CHECKS, CheckDef
 from affidavit.verify._trust_log import TrustLogCheck, check_trust_log
 from affidavit.verify.result import (
     Check,
@@ -15,7 +16,9 @@ from affidavit.verify.result import (
 from affidavit.verify.verification import verify_events, verify_job, verify_orphans
 
 __all__ = [
+    "CHECKS",
     "Check",
+    "CheckDef",
     "LedgerProof",
     "ReplayProof",
     "SealCheck",

@@ -1,0 +1,180 @@
+"""The handlers of the events that set up what a job runs: ``job_created``, the plan
+(``plan_generated``) and an agent job's steps (``agent_started``, ``step_called``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from affidavit.core.agent_steps import AGENT_KINDS, agent_hash, agent_node_id, agent_step_id
+from affidavit.core.canonical import canonical_of_parsed, canonical_sha256
+from affidavit.core.errors import AffidavitError
+from affidavit.core.plan import idempotency_key_of
+from affidavit.verify._fold_state import (
+    _CALLED_KINDS,
+    _NO_DEPS,
+    _WAIT_KINDS,
+    FoldState,
+    _same_json,
+    _sha256,
+)
+from affidavit.verify._plan import PlanProblem, PlanView, read_plan
+from affidavit.verify._violation import _Violation
+
+
+class PlanEvents(FoldState):
+    """The handlers of the plan and the agent's steps (see :mod:`affidavit.verify._fold`)."""
+
+    # --- handlers -------------------------------------------------------------------------------
+
+    def _job_created(self, p: dict[str, Any]) -> None:
+        if self._version != 1:
+            raise _Violation("plan", "job_created is not the first event")
+        self.created_payload = p
+        self.approvals.created(p)
+
+    def _plan_generated(self, p: dict[str, Any]) -> None:
+        if self.agent:
+            raise _Violation("plan", "plan_generated in an agent job")
+        if self._exec is not None:
+            raise _Violation("plan", "a second plan_generated")
+        if self._version == 1:  # reported first; the plan is still read, for the hashes
+            self.violate("plan", 1, "plan_generated: the log does not start with job_created")
+        graph = p.get("task_graph")
+        recorded = p.get("plan_hash")
+        view: PlanView | None = None
+        problem = "no task graph"
+        try:
+            view = read_plan(graph, recorded, self.job_id)
+        except PlanProblem as exc:
+            problem = str(exc)
+        # The execution hash follows docs/formats.md §5 even when the plan itself is broken.
+        if isinstance(recorded, str):
+            self.plan_hash = recorded
+        elif view is not None:
+            self.plan_hash = view.plan_hash
+        else:
+            try:
+                self.plan_hash = canonical_sha256(graph) if graph is not None else ""
+            except AffidavitError:
+                self.plan_hash = ""
+        self._exec = _sha256(self.plan_hash.encode())
+        for node_id, result_type in self._finished_before_plan:
+            self._exec.update(f"{node_id}:{result_type}\n".encode())
+        self._finished_before_plan.clear()
+        if view is None:
+            raise _Violation("plan", problem)
+        self.has_plan = True
+        self.steps = view.steps
+        self.node_type = view.node_type
+        self.deps = view.deps
+        self.order = view.order
+        self.tools = view.tools
+        depended = {dep for deps in view.deps.values() for dep in deps}
+        self.sinks = tuple(n for n in view.order if n not in depended)
+        self._fast_steps = {
+            n: step
+            for n, step in view.steps.items()
+            if n in depended or view.node_type[n] != "pure"
+        }
+        if "plan_hash" in p and not isinstance(recorded, str):  # (absent: recomputed, §5)
+            raise _Violation("plan", "plan_hash is present but not a string")
+        if (self.created_payload or {}).get("kind") == "agent":
+            raise _Violation("plan", "plan_generated in a job created as an agent job")
+
+    # --- agent jobs -----------------------------------------------------------------------------
+
+    def _agent_started(self, p: dict[str, Any]) -> None:
+        if self._exec is not None:
+            what = "a second agent_started" if self.agent else "agent_started in a plan job"
+            raise _Violation("plan", what)
+        if self._version == 1:  # reported first; the identity is still read, for the hashes
+            self.violate("plan", 1, "agent_started: the log does not start with job_created")
+        name, version, recorded = p.get("agent"), p.get("agent_version"), p.get("agent_hash")
+        computed: str | None = None
+        if type(name) is str and type(version) is str:
+            try:
+                computed = agent_hash(name, version)
+            except AffidavitError:  # (not Unicode text)
+                computed = None
+        # The execution hash follows FORMATS "Agent jobs" even when the identity is broken.
+        self.plan_hash = recorded if isinstance(recorded, str) else (computed or "")
+        self._exec = _sha256(self.plan_hash.encode())
+        for node_id, result_type in self._finished_before_plan:
+            self._exec.update(f"{node_id}:{result_type}\n".encode())
+        self._finished_before_plan.clear()
+        if computed is None:
+            raise _Violation("plan", "agent_started: agent and agent_version must be text")
+        if recorded != computed:
+            raise _Violation(
+                "plan", f"agent_hash {recorded!r} is not the hash of the agent's name and version"
+            )
+        if (self.created_payload or {}).get("kind") != "agent":
+            raise _Violation("plan", "agent_started in a job not created as an agent job")
+        self.agent = True
+        self.has_plan = True
+
+    def _step_called(self, p: dict[str, Any]) -> None:
+        if not self.agent:
+            raise _Violation("plan", "step_called before agent_started (or in a plan job)")
+        seq, kind, node_id = p.get("seq"), p.get("kind"), p.get("node_id")
+        if type(seq) is not int or seq != self.next_seq:
+            raise _Violation(
+                "sequence", f"step_called with seq {seq!r}; the next step is {self.next_seq}"
+            )
+        if kind not in AGENT_KINDS:
+            raise _Violation("payload", f"unknown step kind {kind!r}")
+        if node_id != agent_node_id(seq):
+            raise _Violation(
+                "sequence", f"step {seq} is named {node_id!r}, not {agent_node_id(seq)!r}"
+            )
+        step = agent_step_id(self.job_id, seq, kind)
+        if p.get("step_id") != step:
+            raise _Violation(
+                "node_in_plan", f"step id {p.get('step_id')!r} of step {node_id} is not {step!r}"
+            )
+        tool_name, args = p.get("tool_name"), p.get("args")
+        if kind in _CALLED_KINDS and (type(tool_name) is not str or not tool_name):
+            raise _Violation("payload", f"a {kind} step names no tool")
+        if kind not in _CALLED_KINDS and tool_name is not None:
+            raise _Violation("payload", f"a {kind} step names tool {tool_name!r}")
+        if type(args) is not dict:
+            raise _Violation("payload", "the step's args are not an object")
+        try:
+            args_jcs = canonical_of_parsed(args)
+        except AffidavitError as exc:
+            raise _Violation("payload", f"the step's args: {exc.message}") from None
+        hashed = _sha256(args_jcs).hexdigest()[:16]
+        if p.get("args_hash") != hashed:
+            raise _Violation("sequence", f"step {node_id}: args_hash is not its args' hash")
+        self.next_seq += 1
+        self.steps[node_id] = step
+        self.node_type[node_id] = kind
+        self.deps[node_id] = _NO_DEPS
+        if kind == "tool":
+            self.tools[node_id] = tool_name
+            self.agent_keys[node_id] = (
+                idempotency_key_of(self.job_id, step, str(tool_name), args_jcs),
+                hashed,
+            )
+        if kind not in _WAIT_KINDS:  # (a wait step's events all go to their handlers)
+            self._fast_steps[node_id] = step
+
+    def _finished_agent_wait(self, node_id: str, kind: str, p: dict[str, Any]) -> None:
+        """A wait, approval or sleep step of an agent job completes only once its wait was
+        answered, a wait or approval with the signal's payload as its output."""
+        if node_id not in self.wait_payloads:
+            raise _Violation(
+                "sequence", f"{kind} step {node_id} finished before its wait was answered"
+            )
+        if kind != "sleep" and not _same_json(p.get("output"), self.wait_payloads[node_id]):
+            raise _Violation(
+                "sequence", f"the output of {kind} step {node_id} is not its signal's payload"
+            )
+
+    def _agent_completed(self) -> None:
+        """A completed agent job finished every step it called."""
+        for node_id in self.steps:
+            if node_id not in self.completed and node_id not in self.failed_nodes:
+                raise _Violation(
+                    "after_terminal", f"job completed but step {node_id} never finished"
+                )
