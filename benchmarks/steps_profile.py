@@ -348,13 +348,13 @@ def store_layer_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
                     invocation_id=s.invocation_id,
                     attempt_id=attempt,
                 )
-                stored = tx.append_encoded(
-                    job_id, t1, expected_version=version, fence=attempt, head=head
+                stored = tx.append(
+                    job_id, encoded=t1, expected_version=version, fence=attempt, head=head
                 )
             version, head = version + len(t1), bytes.fromhex(stored[-1].chain_hash)
             with store.transaction(durable=False) as tx:
-                stored = tx.append_encoded(
-                    job_id, t2, expected_version=version, fence=attempt, head=head
+                stored = tx.append(
+                    job_id, encoded=t2, expected_version=version, fence=attempt, head=head
                 )
                 tx.ledger_finish(job_id, s.key, status="committed", result=s.result)
             version, head = version + len(t2), bytes.fromhex(stored[-1].chain_hash)

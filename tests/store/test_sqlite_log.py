@@ -86,8 +86,8 @@ def test_a_log_holds_at_most_2_to_the_32_events(store: SqliteStore) -> None:
     RawDb(store.url).insert_event((job_id, MAX_VERSION, *last, "00" * 32))
     with pytest.raises(StoreError, match="at most 4,294,967,295 events"), store.transaction() as tx:
         tx.set_lease(job_id, attempt_id=attempt, owner="t", expires_at=1.0)
-        tx.append_encoded(
-            job_id, [last], expected_version=MAX_VERSION, head=bytes(32), fence=attempt
+        tx.append(
+            job_id, encoded=[last], expected_version=MAX_VERSION, head=bytes(32), fence=attempt
         )
     assert [e.version for e in store.list_events(job_id)] == [MAX_VERSION]
 

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from affidavit.core.canonical import canonical
 from affidavit.core.chain import GENESIS, chain_next
@@ -177,6 +177,16 @@ def encode_events(events: Sequence[NewEvent]) -> list[Encoded]:
         if not isinstance(ev.payload, Mapping):
             raise InvalidEventError(f"{event_type} payload must be a JSON object")
         encoded.append((event_id, event_type, canonical(ev.payload)))
+    return encoded
+
+
+def pre_encoded(events: Sequence[NewEvent], encoded: Sequence[Encoded] | None) -> Sequence[Encoded]:
+    """The rows of an append given ``events`` (encoded here) or ``encoded`` (already encoded by
+    the caller, who guarantees canonical payloads and well-formed types and ids), not both."""
+    if encoded is None:
+        return encode_events(events)
+    if events:
+        raise ValueError("append takes events or encoded events, not both")
     return encoded
 
 
@@ -387,56 +397,71 @@ class SqlTransaction(
 
     # --- events -----------------------------------------------------------------------------
 
+    @overload
     def append(
         self,
         job_id: str,
-        events: Sequence[NewEvent],
+        events: Sequence[NewEvent] = (),
         *,
         expected_version: int,
         fence: str | None = None,
-    ) -> list[StoredEvent]:
-        return self.append_encoded(
-            job_id, encode_events(events), expected_version=expected_version, fence=fence
-        )
-
-    def append_encoded(
-        self,
-        job_id: str,
-        encoded: Sequence[Encoded],
-        *,
-        expected_version: int,
-        fence: str | None = None,
+        encoded: Sequence[Encoded] | None = None,
         head: bytes | None = None,
-    ) -> list[StoredEvent]:
-        """Append already-canonicalized events (see :func:`encode_events`).
+        hashes: Literal[False] = False,
+    ) -> list[StoredEvent]: ...
 
-        ``head``: the raw chain hash of event ``expected_version`` (empty when it is 0), for a
-        writer that knows it because it wrote that event (a run holding the job's lease). The
-        append is refused exactly as without it — fenced, or a :class:`ConflictError` when the
-        log is not at ``expected_version`` — but need not read the head back.
-        """
-        if head is not None:
-            return self._append_after_head(job_id, encoded, expected_version, fence, head)
-        job_row, head_row = self._lock_and_head(job_id)
-        head_hex = check_head(job_id, job_row, head_row, expected_version, fence)
-        previous = bytes.fromhex(head_hex) if head_hex else GENESIS
-        return self._insert_chained(job_id, expected_version, previous, encoded)
+    @overload
+    def append(
+        self,
+        job_id: str,
+        events: Sequence[NewEvent] = (),
+        *,
+        expected_version: int,
+        fence: str | None = None,
+        encoded: Sequence[Encoded] | None = None,
+        head: bytes | None = None,
+        hashes: Literal[True],
+    ) -> list[bytes]: ...
 
-    def append_known_head(
+    def append(
+        self,
+        job_id: str,
+        events: Sequence[NewEvent] = (),
+        *,
+        expected_version: int,
+        fence: str | None = None,
+        encoded: Sequence[Encoded] | None = None,
+        head: bytes | None = None,
+        hashes: bool = False,
+    ) -> list[StoredEvent] | list[bytes]:
+        """See :meth:`Transaction.append`. ``head`` lets the append skip reading the head back
+        (it is refused exactly as without it); ``hashes`` lets a backend write the rows without
+        building an event object per row (SQLite does, see :meth:`_append_hashes`)."""
+        rows = pre_encoded(events, encoded)
+        if head is None:
+            job_row, head_row = self._lock_and_head(job_id)
+            head_hex = check_head(job_id, job_row, head_row, expected_version, fence)
+            previous = bytes.fromhex(head_hex) if head_hex else GENESIS
+            stored = self._insert_chained(job_id, expected_version, previous, rows)
+        elif hashes:
+            return self._append_hashes(job_id, rows, expected_version, fence, head)
+        else:
+            stored = self._append_after_head(job_id, rows, expected_version, fence, head)
+        if hashes:
+            return [bytes.fromhex(event.chain_hash) for event in stored]
+        return stored
+
+    def _append_hashes(
         self,
         job_id: str,
         encoded: Sequence[Encoded],
-        *,
         expected_version: int,
         fence: str | None,
         head: bytes,
     ) -> list[bytes]:
-        """:meth:`append_encoded` with ``head`` (a writer that knows it), returning only the new
-        events' raw chain hashes — what a run keeps of an append. A backend may write the rows
-        without building an event object per row (SQLite does)."""
-        stored = self.append_encoded(
-            job_id, encoded, expected_version=expected_version, fence=fence, head=head
-        )
+        """An append after a known ``head`` returning only the new raw chain hashes; a backend
+        may write the rows without building an event object per row."""
+        stored = self._append_after_head(job_id, encoded, expected_version, fence, head)
         return [bytes.fromhex(event.chain_hash) for event in stored]
 
     def head(self, job_id: str) -> tuple[int, bytes]:
@@ -743,16 +768,18 @@ class SqlStore(ApiKeyReads, ABC):
     def append(
         self,
         job_id: str,
-        events: Sequence[NewEvent],
+        events: Sequence[NewEvent] = (),
         *,
         expected_version: int,
         fence: str | None = None,
+        encoded: Sequence[Encoded] | None = None,
+        head: bytes | None = None,
         durable: bool = True,
     ) -> list[StoredEvent]:
-        encoded = encode_events(events)
+        rows = pre_encoded(events, encoded)
         with self.transaction(durable=durable) as tx:
-            return tx.append_encoded(
-                job_id, encoded, expected_version=expected_version, fence=fence
+            return tx.append(
+                job_id, encoded=rows, expected_version=expected_version, fence=fence, head=head
             )
 
     def create_job(
@@ -776,7 +803,7 @@ class SqlStore(ApiKeyReads, ABC):
                 submitted_by=submitted_by,
             )
             if created and encoded:
-                stored = tx.append_encoded(job.job_id, encoded, expected_version=0)
+                stored = tx.append(job.job_id, encoded=encoded, expected_version=0)
                 job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)
             return job, created
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from affidavit.core.canonical import parse
 from affidavit.core.errors import UnreadableEventError
@@ -121,7 +121,7 @@ def checked_event(row: Sequence[Any], recorded_at: str | None = None) -> StoredE
     return StoredEvent(row[0], row[1], row[2], row[3], bytes(row[4]), row[5], recorded_at)
 
 
-# An event already encoded for :meth:`Transaction.append_encoded`: (event_id, type, canonical
+# An event already encoded for :meth:`Transaction.append` (``encoded=``): (event_id, type, canonical
 # payload bytes).
 Encoded = tuple[str, str, bytes]
 
@@ -388,60 +388,63 @@ class TlogWriter(TlogReader, Protocol):
 class Transaction(TlogWriter, TrustTransaction, Protocol):
     """Writes that commit or roll back together. Obtained from :meth:`Store.transaction`."""
 
+    @overload
     def append(
         self,
         job_id: str,
-        events: Sequence[NewEvent],
+        events: Sequence[NewEvent] = (),
         *,
         expected_version: int,
         fence: str | None = None,
-    ) -> list[StoredEvent]:
-        """Append ``events`` to ``job_id``'s log, chained from its head.
+        encoded: Sequence[Encoded] | None = None,
+        head: bytes | None = None,
+        hashes: Literal[False] = False,
+    ) -> list[StoredEvent]: ...
 
-        Raises:
-            JobNotFound: no such job.
-            FencedError: ``fence`` is given and is not the job's current attempt id.
-            ConflictError: ``expected_version`` is not the job's current version.
-            CanonicalizationError: a payload is not representable (nothing is written).
-        """
-        ...
-
-    def append_encoded(
+    @overload
+    def append(
         self,
         job_id: str,
-        encoded: Sequence[Encoded],
+        events: Sequence[NewEvent] = (),
         *,
         expected_version: int,
         fence: str | None = None,
+        encoded: Sequence[Encoded] | None = None,
         head: bytes | None = None,
-    ) -> list[StoredEvent]:
-        """:meth:`append` for events already encoded as ``(event_id, type, JCS payload bytes)``
-        (the caller guarantees the bytes are canonical and the type and id well-formed).
+        hashes: Literal[True],
+    ) -> list[bytes]: ...
+
+    def append(
+        self,
+        job_id: str,
+        events: Sequence[NewEvent] = (),
+        *,
+        expected_version: int,
+        fence: str | None = None,
+        encoded: Sequence[Encoded] | None = None,
+        head: bytes | None = None,
+        hashes: bool = False,
+    ) -> list[StoredEvent] | list[bytes]:
+        """Append ``events`` to ``job_id``'s log, chained from its head: the one way into a log.
+
+        ``encoded``, instead of ``events``: the events already encoded as ``(event_id, type,
+        JCS payload bytes)`` (the caller guarantees the bytes are canonical and the type and id
+        well-formed; ids of the store's form come from :func:`affidavit.core.ids.new_event_ids`).
 
         ``head``, the raw chain hash of event ``expected_version`` (``b""`` when it is 0), is for
         a writer that knows it because it wrote that event: the append is refused exactly as
         without it, but the head need not be read back.
 
-        Raises:
-            JobNotFound, FencedError, ConflictError: as :meth:`append`.
-        """
-        ...
-
-    def append_known_head(
-        self,
-        job_id: str,
-        encoded: Sequence[Encoded],
-        *,
-        expected_version: int,
-        fence: str | None,
-        head: bytes,
-    ) -> list[bytes]:
-        """:meth:`append_encoded` with ``head`` (a writer that knows it), returning only the new
-        events' raw chain hashes, in order (the last is the new head; none for no events) —
-        what a run keeps of an append.
+        ``hashes=True`` returns only the new events' raw chain hashes, in order (the last is the
+        new head; none for no events) — what a run keeps of an append — instead of the events.
 
         Raises:
-            JobNotFound, FencedError, ConflictError: as :meth:`append`.
+            JobNotFound: no such job.
+            FencedError: ``fence`` is given and is not the job's current attempt id.
+            ConflictError: ``expected_version`` is not the job's current version (or ``head``
+                is not its head).
+            CanonicalizationError: a payload is not representable (nothing is written).
+            ValueError: both ``events`` and ``encoded`` are given.
         """
         ...
 
@@ -782,10 +785,12 @@ class Store(Protocol):
     def append(
         self,
         job_id: str,
-        events: Sequence[NewEvent],
+        events: Sequence[NewEvent] = (),
         *,
         expected_version: int,
         fence: str | None = None,
+        encoded: Sequence[Encoded] | None = None,
+        head: bytes | None = None,
         durable: bool = True,
     ) -> list[StoredEvent]:
         """:meth:`Transaction.append` in a transaction of its own."""

@@ -191,11 +191,10 @@ class SqliteTransaction(SqlTransaction):
         number = self._guard(job_id, expected_version, fence)
         return self._write(job_id, expected_version, head, encoded, number, [])[0]
 
-    def append_known_head(
+    def _append_hashes(
         self,
         job_id: str,
         encoded: Sequence[Encoded],
-        *,
         expected_version: int,
         fence: str | None,
         head: bytes,
