@@ -74,8 +74,6 @@ class ClaimService:
             config, protected_paths=(*config.protected_paths, *protected_paths(store.url))
         )
         self.trust = trust or TrustPolicy()
-        # SQLite's write transaction already excludes other writers; PostgreSQL locks the row.
-        self._lock = " FOR UPDATE" if store.backend == "postgresql" else ""
 
     @contextmanager
     def _tx(self, *, durable: bool = False) -> Iterator[Transaction]:
@@ -260,7 +258,7 @@ class ClaimService:
         return recorder.record(record, rules, verdict)
 
     def _recorder(self) -> Recorder:
-        return Recorder(self.store, self.sandbox, self.trust, self.sealer, self._lock)
+        return Recorder(self.store, self.sandbox, self.trust, self.sealer)
 
     # --- claims made by their own agent ------------------------------------------------------
 

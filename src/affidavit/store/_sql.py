@@ -34,6 +34,7 @@ from affidavit.core.seal import PublicKey, Seal
 from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._cancels import CancelOps
+from affidavit.store._claims import ClaimOps
 from affidavit.store._ledger import LedgerOps
 from affidavit.store._sealkeys import SealKeyOps
 from affidavit.store._seals import (
@@ -318,7 +319,7 @@ def chain_events(
 
 
 class SqlTransaction(
-    LedgerOps, CancelOps, SealOps, SealKeyOps, ApiKeyWrites, TlogWrites, TrustOps, ABC
+    LedgerOps, CancelOps, SealOps, SealKeyOps, ApiKeyWrites, TlogWrites, TrustOps, ClaimOps, ABC
 ):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from affidavit.core.canonical import parse
 from affidavit.core.errors import UnreadableEventError
+from affidavit.store._claims import ClaimsTransaction
 from affidavit.store._trust import TrustTransaction
 
 if TYPE_CHECKING:
@@ -385,7 +386,7 @@ class TlogWriter(TlogReader, Protocol):
     ) -> bool: ...
 
 
-class Transaction(TlogWriter, TrustTransaction, Protocol):
+class Transaction(TlogWriter, TrustTransaction, ClaimsTransaction, Protocol):
     """Writes that commit or roll back together. Obtained from :meth:`Store.transaction`."""
 
     @overload
