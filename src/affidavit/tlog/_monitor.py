@@ -2,7 +2,7 @@
 (``affidavit log monitor``).
 
 Its state directory holds ``monitor.json`` (the last checkpoint it verified: origin, size, root,
-the note) and ``jobs.sqlite`` (the index of every job id it audited, store/_audit_index.py).
+the note) and ``jobs.sqlite`` (the index of every job id it audited, store/audit_index.py).
 One step (:meth:`Monitor.step`) reads the latest checkpoint, verifies the log's signature, its
 consistency with the last one verified (the first is trusted as it is), and audits the new
 entries as a witness does (tlog/_audit.py). It reports what it saw as records (one JSON line
@@ -25,7 +25,7 @@ import httpx
 
 from affidavit.core.checkpoint import Checkpoint, open_checkpoint
 from affidavit.core.note import NoteError, Verifier
-from affidavit.store._audit_index import INDEX_FILE, AuditStateError, JobIndex
+from affidavit.store.audit_index import INDEX_FILE, AuditStateError, JobIndex
 from affidavit.tlog._audit import (
     Audit,
     EntriesMismatch,

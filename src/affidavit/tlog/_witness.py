@@ -4,7 +4,7 @@ each checkpoint that extends the last one it cosigned (C2SP tlog-cosignature, Ed
 
 Its state directory holds its key (``witness.key``, mode 0600), ``state.json`` (the last
 checkpoint it cosigned: origin, size, root, the note) and ``jobs.sqlite`` (the index of every
-job id in the leaves it audited, store/_audit_index.py). One step (:meth:`Witness.step`):
+job id in the leaves it audited, store/audit_index.py). One step (:meth:`Witness.step`):
 
 1. fetch ``<log>/log/checkpoint`` and verify the log's signature with the pinned log vkey;
 2. against the state: a smaller size, or the same size with another root, is a fork; a larger
@@ -42,7 +42,7 @@ from affidavit.core.checkpoint import Checkpoint, open_checkpoint
 from affidavit.core.errors import AffidavitError, VerificationError
 from affidavit.core.note import COSIGNATURE_V1, Note, NoteError, NoteSigner, Verifier
 from affidavit.runtime import SigningKey
-from affidavit.store._audit_index import INDEX_FILE, JobIndex
+from affidavit.store.audit_index import INDEX_FILE, JobIndex
 from affidavit.tlog._audit import (
     Audit,
     Finding,
