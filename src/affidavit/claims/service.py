@@ -7,7 +7,6 @@ import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from affidavit.claims import evidence, kinds, made, records, views
@@ -44,7 +43,7 @@ from affidavit.core.errors import (
 from affidavit.core.events import utc_now
 from affidavit.core.ids import uuid7
 from affidavit.core.signing import default_key_path
-from affidavit.store import Store, Transaction
+from affidavit.store import Store, Transaction, database_file
 
 MAX_HISTORY = 1000
 RECENT = 10
@@ -532,10 +531,9 @@ def protected_paths(db_url: str) -> tuple[str, ...]:
     SQLite, the database file's directory (the data directory)."""
     key = default_key_path(db_url)
     paths = [str(key), str(key.parent)]
-    if db_url.startswith("sqlite:///"):
-        db_path = db_url[len("sqlite:///") :].split("?", 1)[0]
-        if db_path and db_path != ":memory:":
-            paths.append(str(Path(db_path).expanduser().resolve().parent))
+    db_file = database_file(db_url)
+    if db_file is not None:
+        paths.append(str(db_file.parent))
     return tuple(paths)
 
 
