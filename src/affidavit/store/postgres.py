@@ -53,19 +53,21 @@ from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
     EVENT_COLUMNS,
     EVENT_INSERT,
-    FULL_DISK_HINT,
     HEAD_SELECT,
     LOCK_JOB,
     STATUS_UPDATE_FENCED,
     Cursor,
-    SqlStore,
     SqlTransaction,
+)
+from affidavit.store._sql_rows import (
+    FULL_DISK_HINT,
     conflict,
     event_from_row,
     fenced,
     head_moved,
     job_from_row,
 )
+from affidavit.store._sql_store import SqlStore
 from affidavit.store.base import (
     Claimed,
     ClockOffset,

@@ -48,15 +48,17 @@ from affidavit.store._snapshot import SqlSnapshot
 from affidavit.store._sql import (
     BY_JOB_ID,
     EVENT_COLUMNS,
-    FULL_DISK_HINT,
     Cursor,
     LogSql,
-    SqlStore,
     SqlTransaction,
-    conflict,
-    fenced,
     job_row_select,
 )
+from affidavit.store._sql_rows import (
+    FULL_DISK_HINT,
+    conflict,
+    fenced,
+)
+from affidavit.store._sql_store import SqlStore
 from affidavit.store.base import Encoded, StoredEvent, T
 from affidavit.store.migrations import Migration
 
@@ -235,7 +237,7 @@ class SqliteTransaction(SqlTransaction):
         """Chain ``encoded`` onto the head ``(version, head)`` of the job numbered ``number``
         and insert the rows; return them (appended to ``stored``; none kept when it is
         ``None``) and their raw chain hashes. The chain and the INSERT's parameters are made in
-        one pass (:func:`~affidavit.store._sql.chain_events` computes the same hashes)."""
+        one pass (:func:`~affidavit.store._sql_rows.chain_events` computes the same hashes)."""
         count = len(encoded)
         if not count:
             return stored or [], []
