@@ -12,7 +12,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import StoreError
 from affidavit.core.ids import new_attempt_id, new_event_id
 from affidavit.store import NewEvent, open_store
-from affidavit.store import sqlite as backend
+from affidavit.store import _sqlite_tx as backend
 from affidavit.store.sqlite import MAX_VERSION, SqliteStore
 from affidavit.verify import verify_job
 from tests.store.test_store import chain_ok, make_job
