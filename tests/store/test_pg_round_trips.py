@@ -26,7 +26,7 @@ from affidavit.core.errors import (
 from affidavit.core.ids import new_attempt_id, new_event_ids
 from affidavit.runtime._sealing import SigningKey
 from affidavit.store import NewEvent, NextClaim, Store, open_store
-from affidavit.store.postgres import _CLAIMED_LOG, _statement_name
+from affidavit.store._pg_statements import _CLAIMED_LOG, _statement_name
 from tests.conftest import PG_URL, with_schema
 
 
