@@ -110,6 +110,7 @@ RUNNER = "affidavit/runtime/_runner.py"
 EXECUTOR = "affidavit/runtime/_step_executor.py"
 PLAN = "affidavit/core/plan.py"
 SQL = "affidavit/store/_sql.py"
+SQL_ROWS = "affidavit/store/_sql_rows.py"
 LEDGER = "affidavit/store/_ledger.py"
 BENCH = "benchmarks/bench_steps.py"
 _canonical = function_matcher("canonical", "affidavit/core/canonical.py")
@@ -133,6 +134,7 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
             _any(
                 function_matcher("claim", "affidavit/runtime/_worker.py"),
                 function_matcher("list_events", SQL),
+                function_matcher("list_events", "affidavit/store/_sql_store.py"),
                 function_matcher("build_from_events", "affidavit/runtime/_replay.py"),
             ),
         ),
@@ -168,7 +170,7 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
     (
         "  canonical JSON of the event payloads",
         False,
-        lambda s: _cum_from(s, _canonical, function_matcher("encode_events", SQL)),
+        lambda s: _cum_from(s, _canonical, function_matcher("encode_events", SQL_ROWS)),
     ),
     (
         "  ids: new_event_ids() (uuid7: invocation id + event ids)",
@@ -178,24 +180,24 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
     (
         "  SQL: SELECT job + head",
         False,
-        lambda s: _cum(s, function_matcher("_lock_and_head", "affidavit/store/sqlite.py")),
+        lambda s: _cum(s, function_matcher("_lock_and_head", "affidavit/store/_sqlite_tx.py")),
     ),
     (
         "  chain_events() (SHA-256 chain)",
         False,
-        lambda s: _cum(s, function_matcher("chain_events", SQL)),
+        lambda s: _cum(s, function_matcher("chain_events", SQL_ROWS)),
     ),
     (
         "  SQL: the append's guard (job, fence, previous row)",
         False,
         lambda s: _cum_from(
-            s, _sql_call, function_matcher("_append_after_head", "affidavit/store/sqlite.py")
+            s, _sql_call, function_matcher("_append_after_head", "affidavit/store/_sqlite_tx.py")
         ),
     ),
     (
         "  SQL: INSERT events",
         False,
-        lambda s: _cum(s, function_matcher("_insert_chunks", "affidavit/store/sqlite.py")),
+        lambda s: _cum(s, function_matcher("_insert_chunks", "affidavit/store/_sqlite_tx.py")),
     ),
     (
         "ledger SQL: get + insert (T1), finish (T2)",
@@ -348,13 +350,13 @@ def store_layer_seconds(path: str, steps: Sequence[RecordedStep]) -> float:
                     invocation_id=s.invocation_id,
                     attempt_id=attempt,
                 )
-                stored = tx.append_encoded(
-                    job_id, t1, expected_version=version, fence=attempt, head=head
+                stored = tx.append(
+                    job_id, encoded=t1, expected_version=version, fence=attempt, head=head
                 )
             version, head = version + len(t1), bytes.fromhex(stored[-1].chain_hash)
             with store.transaction(durable=False) as tx:
-                stored = tx.append_encoded(
-                    job_id, t2, expected_version=version, fence=attempt, head=head
+                stored = tx.append(
+                    job_id, encoded=t2, expected_version=version, fence=attempt, head=head
                 )
                 tx.ledger_finish(job_id, s.key, status="committed", result=s.result)
             version, head = version + len(t2), bytes.fromhex(stored[-1].chain_hash)

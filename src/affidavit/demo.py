@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from typing import Any
 from affidavit.core.chain import ChainCheck, check_stored_chain
 from affidavit.examples import refund
 from affidavit.runtime import Runtime
-from affidavit.store import StoredEvent, connect_raw, open_store
+from affidavit.store import StoredEvent, forged_copy, open_store
 from affidavit.verify import VerificationResult, verify_events, verify_job
 
 CRASH_AT = "tool.after_execute:2"  # the 2nd tool to return: issue_refund (after lookup_order)
@@ -140,15 +139,7 @@ def _tamper_file(
 ) -> tuple[ChainCheck, VerificationResult]:
     """Edit the event in a copy of the SQLite file, as anyone with the file could."""
     tampered_db = root / "tampered-copy.db"
-    # WAL mode: checkpoint first so the copied file holds every committed event
-    with connect_raw(db_path) as raw:
-        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    shutil.copy(db_path, tampered_db)
-    with connect_raw(tampered_db) as raw:
-        raw.execute(
-            "UPDATE events SET payload = ? WHERE job_id = ? AND version = ?",
-            (forged, job_id, target.version),
-        )
+    forged_copy(db_path, tampered_db, job_id, target.version, forged)
     copy = open_store(f"sqlite:///{tampered_db}")
     try:
         return _check(copy.list_events(job_id)), verify_job(copy, job_id)

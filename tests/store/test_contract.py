@@ -36,16 +36,21 @@ def test_the_public_names_of_the_store() -> None:
             "NextClaim",
             "QueuedLeaf",
             "RejectedLeaf",
+            "RowReader",
             "SealKeyAdmission",
             "Snapshot",
             "Store",
             "StoredEvent",
             "Transaction",
             "connect_raw",
+            "database_file",
+            "forged_copy",
             "open_store",
             "postgres_conninfo",
+            "sqlite_path",
             "trust_record_id",
             "unmatchable",
+            "url_backend",
         ]
     )
     for name in affidavit.store.__all__:

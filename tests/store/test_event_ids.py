@@ -25,15 +25,15 @@ _HEX = "0123456789abcdef"
 
 
 def _append_twice(store: Store, event_id: str) -> bool:
-    """Append two events that share ``event_id`` (through ``append_encoded``, which leaves ids
-    to its caller); whether the database took them."""
+    """Append two events that share ``event_id`` (through ``append(encoded=...)``, which leaves
+    ids to its caller); whether the database took them."""
     job_id = make_job(store)
     attempt = new_attempt_id()
     rows = [(event_id, "node_started", canonical({"n": n})) for n in (1, 2)]
     try:
         with store.transaction() as tx:
             tx.set_lease(job_id, attempt_id=attempt, owner="t", expires_at=1.0)
-            tx.append_encoded(job_id, rows, expected_version=0, head=b"", fence=attempt)
+            tx.append(job_id, encoded=rows, expected_version=0, head=b"", fence=attempt)
     except StoreError:
         assert store.get_job(job_id).version == 0
         return False

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from affidavit.core.errors import StoreError
 from affidavit.store import Store, open_store
-from affidavit.store.postgres import _literal
+from affidavit.store._pg_statements import _literal
 from tests.conftest import PG_URL, with_schema
 
 BIGINT = st.integers(min_value=-(2**63), max_value=2**63 - 1)

@@ -26,7 +26,7 @@ from affidavit.core.errors import (
 from affidavit.core.ids import new_attempt_id, new_event_ids
 from affidavit.record._sealing import SigningKey
 from affidavit.store import NewEvent, NextClaim, Store, open_store
-from affidavit.store.postgres import _CLAIMED_LOG, _statement_name
+from affidavit.store._pg_statements import _CLAIMED_LOG, _statement_name
 from tests.conftest import PG_URL, with_schema
 
 
@@ -126,7 +126,7 @@ def test_a_tool_step_takes_three_round_trips(pg_store: Store, syncs: list[int]) 
     def t1(tx: Any) -> list[Any]:
         assert _insert_key(tx, job_id, attempt) is True
         return list(
-            tx.append_encoded(job_id, _encoded(2), expected_version=1, head=head, fence=attempt)
+            tx.append(job_id, encoded=_encoded(2), expected_version=1, head=head, fence=attempt)
         )
 
     before_commit, stored = _counted(pg_store, syncs, t1)
@@ -134,8 +134,8 @@ def test_a_tool_step_takes_three_round_trips(pg_store: Store, syncs: list[int]) 
     head = bytes.fromhex(stored[-1].chain_hash)
 
     def t2(tx: Any) -> list[Any]:
-        closing = tx.append_encoded(
-            job_id, _encoded(3), expected_version=3, head=head, fence=attempt
+        closing = tx.append(
+            job_id, encoded=_encoded(3), expected_version=3, head=head, fence=attempt
         )
         tx.ledger_finish(job_id, "k", status="committed", result={"ok": True})
         return list(closing)
@@ -158,7 +158,7 @@ def test_a_step_the_log_never_started_takes_two_round_trips(
     def t1(tx: Any) -> list[Any]:
         assert _insert_key(tx, job_id, attempt, presumed_new=True) is True
         return list(
-            tx.append_encoded(job_id, _encoded(2), expected_version=1, head=head, fence=attempt)
+            tx.append(job_id, encoded=_encoded(2), expected_version=1, head=head, fence=attempt)
         )
 
     before_commit, stored = _counted(pg_store, syncs, t1)
@@ -176,7 +176,7 @@ def test_a_presumed_new_insert_that_meets_its_row_writes_nothing(pg_store: Store
         assert _insert_key(tx, job_id, attempt) is True
     with pytest.raises(LedgerRowExists), pg_store.transaction() as tx:
         _insert_key(tx, job_id, attempt, presumed_new=True)
-        tx.append_encoded(job_id, _encoded(2), expected_version=1, head=head, fence=attempt)
+        tx.append(job_id, encoded=_encoded(2), expected_version=1, head=head, fence=attempt)
     assert pg_store.get_job(job_id).version == 1
     with pg_store.transaction() as tx:  # the connection was replaced; the store goes on
         assert _insert_key(tx, job_id, attempt) is False
@@ -190,7 +190,7 @@ def test_the_servers_refusals_are_the_clients_errors(pg_store: Store) -> None:
 
     def refused(**kw: Any) -> None:
         with pg_store.transaction() as tx:
-            tx.append_encoded(job_id, _encoded(1), **kw)
+            tx.append(job_id, encoded=_encoded(1), **kw)
             # a ledger insert after it: the refusal surfaces at its read, before the commit
             _insert_key(tx, job_id, attempt)
 
@@ -204,11 +204,11 @@ def test_the_servers_refusals_are_the_clients_errors(pg_store: Store) -> None:
         refused(expected_version=1, head=bytes(32), fence=attempt)
     assert (other_head.value.expected, other_head.value.actual) == (1, 1)
     with pytest.raises(JobNotFound), pg_store.transaction() as tx:
-        tx.append_encoded("nope", _encoded(1), expected_version=0, head=b"")
+        tx.append("nope", encoded=_encoded(1), expected_version=0, head=b"")
     with pg_store.transaction() as tx:  # the lease handed back: no attempt holds it
         tx.set_lease(job_id, attempt_id=None, owner=None, expires_at=None)
     with pytest.raises(FencedError) as released, pg_store.transaction() as tx:
-        tx.append_encoded(job_id, _encoded(1), expected_version=1, head=head, fence=attempt)
+        tx.append(job_id, encoded=_encoded(1), expected_version=1, head=head, fence=attempt)
     assert released.value.current is None
     assert pg_store.get_job(job_id).version == 1
     with pg_store.transaction() as tx:
@@ -281,8 +281,8 @@ def test_a_runs_last_transaction_is_one_round_trip(pg_store: Store, syncs: list[
     key = SigningKey.generate()
 
     def end(tx: Any) -> None:
-        hashes = tx.append_known_head(
-            job_id, _encoded(1), expected_version=1, fence=attempt, head=head
+        hashes = tx.append(
+            job_id, encoded=_encoded(1), expected_version=1, fence=attempt, head=head, hashes=True
         )
         tx.set_status(job_id, status="completed", fence=attempt, output={"ok": True})
         seal = key.seal(job_id, 2, hashes[-1].hex())
@@ -307,7 +307,9 @@ def test_a_claim_sent_with_a_commit_costs_no_round_trip(pg_store: Store, syncs: 
     request = NextClaim("w", "a-next", 5.0, 10, with_log=True)
 
     def end(tx: Any) -> None:
-        tx.append_known_head(job_id, _encoded(1), expected_version=1, fence=attempt, head=head)
+        tx.append(
+            job_id, encoded=_encoded(1), expected_version=1, fence=attempt, head=head, hashes=True
+        )
         tx.set_status(job_id, status="completed", fence=attempt)
         tx.claim_after_commit(request)
 
@@ -328,7 +330,9 @@ def test_a_transaction_the_server_refuses_claims_nothing(pg_store: Store) -> Non
     waiting, _ = pg_store.create_job(events=[NewEvent("job_created", {})])
     request = NextClaim("w", "a-next", 5.0, 10, with_log=True)
     with pytest.raises(FencedError), pg_store.transaction() as tx:
-        tx.append_known_head(job_id, _encoded(1), expected_version=1, fence="other", head=head)
+        tx.append(
+            job_id, encoded=_encoded(1), expected_version=1, fence="other", head=head, hashes=True
+        )
         tx.claim_after_commit(request)
     assert request.sent and not request.made
     assert pg_store.get_job(waiting.job_id).attempt_id is None
@@ -355,7 +359,9 @@ def test_a_claim_that_fails_after_the_commit_leaves_the_commit(
     waiting, _ = store.create_job(events=[NewEvent("job_created", {})])
     request = NextClaim("refused", "a-next", 5.0, 10, with_log=True)
     with store.transaction() as tx:
-        tx.append_known_head(job_id, _encoded(1), expected_version=1, fence=attempt, head=head)
+        tx.append(
+            job_id, encoded=_encoded(1), expected_version=1, fence=attempt, head=head, hashes=True
+        )
         tx.set_status(job_id, status="completed", fence=attempt)
         tx.claim_after_commit(request)
     assert request.sent and not request.made
@@ -418,12 +424,22 @@ def _tool_step(store: Store, job_id: str, attempt: str, head: bytes, key: str) -
     version = store.get_job(job_id).version
     with store.transaction() as tx:
         assert _insert_key(tx, job_id, attempt, presumed_new=True, key=key)
-        head = tx.append_known_head(
-            job_id, _encoded(2), expected_version=version, fence=attempt, head=head
+        head = tx.append(
+            job_id,
+            encoded=_encoded(2),
+            expected_version=version,
+            fence=attempt,
+            head=head,
+            hashes=True,
         )[-1]
     with store.transaction() as tx:
-        head = tx.append_known_head(
-            job_id, _encoded(3), expected_version=version + 2, fence=attempt, head=head
+        head = tx.append(
+            job_id,
+            encoded=_encoded(3),
+            expected_version=version + 2,
+            fence=attempt,
+            head=head,
+            hashes=True,
         )[-1]
         tx.ledger_finish(job_id, key, status="committed", result={"key": key})
     return bytes(head)
@@ -472,7 +488,9 @@ def test_prepared_statements_outlive_a_rolled_back_transaction(
     job_id, attempt, head = _leased_job(store)
     head = _tool_step(store, job_id, attempt, head, "k0")
     with pytest.raises(FencedError), store.transaction() as tx:
-        tx.append_known_head(job_id, _encoded(2), expected_version=6, fence="other", head=head)
+        tx.append(
+            job_id, encoded=_encoded(2), expected_version=6, fence="other", head=head, hashes=True
+        )
         tx.ledger_finish(job_id, "k0", status="failed", error={"no": 1})
     with store.transaction() as tx:
         _insert_key(tx, job_id, attempt)
@@ -514,8 +532,13 @@ def test_values_read_back_the_same_through_prepared_and_plain_statements(
             job_id, attempt, head = _leased_job(store)
             with store.transaction() as tx:
                 _insert_key(tx, job_id, attempt, True, key=hostile, node_id=hostile)
-                tx.append_known_head(
-                    job_id, _encoded(7), expected_version=1, fence=attempt, head=head
+                tx.append(
+                    job_id,
+                    encoded=_encoded(7),
+                    expected_version=1,
+                    fence=attempt,
+                    head=head,
+                    hashes=True,
                 )
                 tx.ledger_finish(
                     job_id, hostile, status="committed", result={"v": hostile, "n": -1.5}

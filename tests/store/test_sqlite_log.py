@@ -12,7 +12,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import StoreError
 from affidavit.core.ids import new_attempt_id, new_event_id
 from affidavit.store import NewEvent, open_store
-from affidavit.store import sqlite as backend
+from affidavit.store import _sqlite_tx as backend
 from affidavit.store.sqlite import MAX_VERSION, SqliteStore
 from affidavit.verify import verify_job
 from tests.store.test_store import chain_ok, make_job
@@ -86,8 +86,8 @@ def test_a_log_holds_at_most_2_to_the_32_events(store: SqliteStore) -> None:
     RawDb(store.url).insert_event((job_id, MAX_VERSION, *last, "00" * 32))
     with pytest.raises(StoreError, match="at most 4,294,967,295 events"), store.transaction() as tx:
         tx.set_lease(job_id, attempt_id=attempt, owner="t", expires_at=1.0)
-        tx.append_encoded(
-            job_id, [last], expected_version=MAX_VERSION, head=bytes(32), fence=attempt
+        tx.append(
+            job_id, encoded=[last], expected_version=MAX_VERSION, head=bytes(32), fence=attempt
         )
     assert [e.version for e in store.list_events(job_id)] == [MAX_VERSION]
 

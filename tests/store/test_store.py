@@ -134,30 +134,30 @@ def test_append_after_a_known_head(store: Store) -> None:
     attempt = new_attempt_id()
     with store.transaction() as tx:
         tx.set_lease(job_id, attempt_id=attempt, owner="w", expires_at=1.0)
-        first = tx.append_encoded(
-            job_id, _encoded(1, 2), expected_version=0, head=b"", fence=attempt
+        first = tx.append(
+            job_id, encoded=_encoded(1, 2), expected_version=0, head=b"", fence=attempt
         )
     head = bytes.fromhex(first[-1].chain_hash)
     with store.transaction() as tx:
-        more = tx.append_encoded(job_id, _encoded(3), expected_version=2, head=head, fence=attempt)
+        more = tx.append(job_id, encoded=_encoded(3), expected_version=2, head=head, fence=attempt)
     assert [e.version for e in first + more] == [1, 2, 3]
     assert chain_ok(store, job_id)
     # someone else appended meanwhile: a writer still holding version 3's head is refused
     store.append(job_id, [ev(4)], expected_version=3)
     stale = bytes.fromhex(more[-1].chain_hash)
     with pytest.raises(ConflictError) as info, store.transaction() as tx:
-        tx.append_encoded(job_id, _encoded(9), expected_version=3, head=stale, fence=attempt)
+        tx.append(job_id, encoded=_encoded(9), expected_version=3, head=stale, fence=attempt)
     assert (info.value.expected, info.value.actual) == (3, 4)
     with pytest.raises(FencedError), store.transaction() as tx:
-        tx.append_encoded(job_id, _encoded(9), expected_version=4, head=stale, fence="other")
+        tx.append(job_id, encoded=_encoded(9), expected_version=4, head=stale, fence="other")
     with pytest.raises(JobNotFound), store.transaction() as tx:
-        tx.append_encoded("nope", _encoded(9), expected_version=0, head=b"")
+        tx.append("nope", encoded=_encoded(9), expected_version=0, head=b"")
     # a writer that believes the log longer than it is: refused too, never a gap
     latest = bytes.fromhex(store.list_events(job_id)[-1].chain_hash)
     for ahead in (5, 9):
         with pytest.raises(ConflictError) as info, store.transaction() as tx:
-            tx.append_encoded(
-                job_id, _encoded(9, 10), expected_version=ahead, head=latest, fence=attempt
+            tx.append(
+                job_id, encoded=_encoded(9, 10), expected_version=ahead, head=latest, fence=attempt
             )
         assert (info.value.expected, info.value.actual) == (ahead, 4)
     assert store.get_job(job_id).version == 4
@@ -165,12 +165,12 @@ def test_append_after_a_known_head(store: Store) -> None:
     assert chain_ok(store, job_id)
 
 
-def test_append_known_head_returns_the_new_hashes_and_refuses_as_append_encoded(
+def test_append_returning_hashes_writes_the_same_and_refuses_the_same(
     store: Store,
 ) -> None:
-    """``append_known_head`` (a run's appends) writes what ``append_encoded`` writes and
-    returns the new events' raw chain hashes; it is refused in the same cases (fenced, a log
-    that moved, an unknown job), nothing written; no events return none."""
+    """``append(..., head=..., hashes=True)`` (a run's appends) writes what the append without
+    ``hashes`` writes and returns the new events' raw chain hashes; it is refused in the same
+    cases (fenced, a log that moved, an unknown job), nothing written; no events return none."""
     job_id = make_job(store)
     attempt = new_attempt_id()
     with store.transaction() as tx:
@@ -179,8 +179,13 @@ def test_append_known_head_returns_the_new_hashes_and_refuses_as_append_encoded(
     for count in (1, 3, 2):
         version = store.get_job(job_id).version
         with store.transaction() as tx:
-            hashes = tx.append_known_head(
-                job_id, _encoded(*range(count)), expected_version=version, fence=attempt, head=head
+            hashes = tx.append(
+                job_id,
+                encoded=_encoded(*range(count)),
+                expected_version=version,
+                fence=attempt,
+                head=head,
+                hashes=True,
             )
         events = store.list_events(job_id)
         assert len(events) == version + count
@@ -191,7 +196,9 @@ def test_append_known_head_returns_the_new_hashes_and_refuses_as_append_encoded(
     version = store.get_job(job_id).version
     with store.transaction() as tx:
         assert (
-            tx.append_known_head(job_id, [], expected_version=version, fence=attempt, head=head)
+            tx.append(
+                job_id, encoded=[], expected_version=version, fence=attempt, head=head, hashes=True
+            )
             == []
         )
     refusals: list[tuple[type[Exception], dict[str, Any]]] = [
@@ -201,10 +208,43 @@ def test_append_known_head_returns_the_new_hashes_and_refuses_as_append_encoded(
     ]
     for error, kw in refusals:
         with pytest.raises(error), store.transaction() as tx:
-            tx.append_known_head(job_id, _encoded(7), **kw)
+            tx.append(job_id, encoded=_encoded(7), **kw, hashes=True)
     with pytest.raises(JobNotFound), store.transaction() as tx:
-        tx.append_known_head("no-such-job", _encoded(7), expected_version=0, fence=None, head=b"")
+        tx.append(
+            "no-such-job",
+            encoded=_encoded(7),
+            expected_version=0,
+            fence=None,
+            head=b"",
+            hashes=True,
+        )
     assert store.get_job(job_id).version == version
+
+
+def test_one_append_takes_events_or_encoded_rows_in_or_out_of_a_transaction(
+    store: Store,
+) -> None:
+    """``Store.append`` and ``Transaction.append`` are one append: events or pre-encoded rows,
+    with or without a known head, events or hashes back, the same chain; both kinds at once are
+    refused before anything is written."""
+    job_id = make_job(store)
+    first = store.append(job_id, [NewEvent("node_started", {"n": 0})], expected_version=0)
+    head = bytes.fromhex(first[-1].chain_hash)
+    more = store.append(job_id, encoded=_encoded(1), expected_version=1, head=head)
+    assert [e.version for e in more] == [2]
+    with store.transaction() as tx:
+        hashes = tx.append(job_id, encoded=_encoded(2, 3), expected_version=2, hashes=True)
+    events = store.list_events(job_id)
+    assert hashes == [bytes.fromhex(e.chain_hash) for e in events[2:]]
+    assert [json.loads(e.payload_bytes)["n"] for e in events] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="not both"):
+        store.append(
+            job_id, [NewEvent("node_started", {})], encoded=_encoded(9), expected_version=4
+        )
+    with pytest.raises(ValueError), store.transaction() as tx:
+        tx.append(job_id, [NewEvent("node_started", {})], encoded=_encoded(9), expected_version=4)
+    assert store.get_job(job_id).version == 4
+    assert chain_ok(store, job_id)
 
 
 def test_long_append_after_a_known_head_is_all_or_nothing(store: Store) -> None:
@@ -215,8 +255,8 @@ def test_long_append_after_a_known_head_is_all_or_nothing(store: Store) -> None:
     attempt = new_attempt_id()
     with store.transaction() as tx:
         tx.set_lease(job_id, attempt_id=attempt, owner="w", expires_at=1.0)
-        first = tx.append_encoded(
-            job_id, _encoded(*range(1, 251)), expected_version=0, head=b"", fence=attempt
+        first = tx.append(
+            job_id, encoded=_encoded(*range(1, 251)), expected_version=0, head=b"", fence=attempt
         )
     assert [e.version for e in store.list_events(job_id)] == list(range(1, 251))
     assert [e.event_id for e in store.list_events(job_id)] == [e.event_id for e in first]
@@ -225,13 +265,13 @@ def test_long_append_after_a_known_head_is_all_or_nothing(store: Store) -> None:
     # the last of 250 new events reuses an id the log holds: nothing of the append is written
     reused = [*_encoded(*range(251, 500)), (first[0].event_id, "node_started", b"{}")]
     with pytest.raises(StoreError), store.transaction() as tx:
-        tx.append_encoded(job_id, reused, expected_version=250, head=head, fence=attempt)
+        tx.append(job_id, encoded=reused, expected_version=250, head=head, fence=attempt)
     assert store.get_job(job_id).version == 250
     if store.backend == "sqlite":  # (a failed statement ends a PostgreSQL transaction)
         with store.transaction() as tx:
             with pytest.raises(apsw.ConstraintError):
-                tx.append_encoded(job_id, reused, expected_version=250, head=head, fence=attempt)
-            tx.append_encoded(job_id, _encoded(251), expected_version=250, head=head, fence=attempt)
+                tx.append(job_id, encoded=reused, expected_version=250, head=head, fence=attempt)
+            tx.append(job_id, encoded=_encoded(251), expected_version=250, head=head, fence=attempt)
         assert [e.version for e in store.list_events(job_id)] == list(range(1, 252))
         assert chain_ok(store, job_id)
 
@@ -568,31 +608,31 @@ def test_t1_ledger_insert_then_append_reads_the_job_as_it_is(store: Store) -> No
     head = bytes.fromhex(store.list_events(job_id)[-1].chain_hash)
     with store.transaction() as tx:  # the usual T1
         assert insert(tx, "k1") is True
-        started = tx.append_encoded(
-            job_id, _encoded(2, 3), expected_version=1, head=head, fence=mine
+        started = tx.append(
+            job_id, encoded=_encoded(2, 3), expected_version=1, head=head, fence=mine
         )
         # a second append in the same transaction reads the head the first one left
-        more = tx.append_encoded(job_id, _encoded(4), expected_version=3, fence=mine)
+        more = tx.append(job_id, encoded=_encoded(4), expected_version=3, fence=mine)
     assert [e.version for e in started + more] == [2, 3, 4]
     head = bytes.fromhex(more[-1].chain_hash)
     # the lease moves between the insert and the append: the append is fenced, nothing stays
     with pytest.raises(FencedError), store.transaction() as tx:
         assert insert(tx, "k2") is True
         tx.set_lease(job_id, attempt_id=theirs, owner="w2", expires_at=2.0)
-        tx.append_encoded(job_id, _encoded(5), expected_version=4, head=head, fence=mine)
+        tx.append(job_id, encoded=_encoded(5), expected_version=4, head=head, fence=mine)
     assert store.get_job(job_id).version == 4
     # the log moves between the insert and the append: a conflict, nothing stays
     with store.transaction() as tx:
         tx.set_lease(job_id, attempt_id=mine, owner="w", expires_at=3.0)
     with pytest.raises(ConflictError), store.transaction() as tx:
         assert insert(tx, "k2") is True
-        tx.append_encoded(job_id, _encoded(5), expected_version=4, head=head, fence=mine)
-        tx.append_encoded(job_id, _encoded(6), expected_version=4, head=head, fence=mine)
+        tx.append(job_id, encoded=_encoded(5), expected_version=4, head=head, fence=mine)
+        tx.append(job_id, encoded=_encoded(6), expected_version=4, head=head, fence=mine)
     with store.transaction() as tx:  # (both rolled back: the key is free, the log at 4)
         assert tx.ledger_get(job_id, "k2") is None
         assert insert(tx, "k1") is False  # a key already won: read it, then append
         assert tx.ledger_get(job_id, "k1") is not None
-        tx.append_encoded(job_id, _encoded(5), expected_version=4, head=head, fence=mine)
+        tx.append(job_id, encoded=_encoded(5), expected_version=4, head=head, fence=mine)
     assert store.get_job(job_id).version == 5
     assert chain_ok(store, job_id)
 
@@ -709,12 +749,13 @@ def test_a_claim_after_commit_runs_only_once_the_commit_did(store: Store) -> Non
     refused = NextClaim("w", "a2", now, 10, with_log=True)
     with pytest.raises(FencedError), store.transaction() as tx:
         tx.claim_after_commit(refused)
-        tx.append_known_head(
+        tx.append(
             ending,
-            [("e-refused", "node_started", b"{}")],
+            encoded=[("e-refused", "node_started", b"{}")],
             expected_version=len(events),
             fence="not-a1",
             head=head,
+            hashes=True,
         )
     assert refused.sent == (store.backend == "postgresql")
     assert not refused.made and refused.claimed is None

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from affidavit.store.audit_index import job_key
 from affidavit.tlog import JobIndex, leaf_job_id
-from affidavit.tlog._index import job_key
 from tests.cli.test_cli import cli_env
 
 SEAL_LEAF = {
@@ -60,7 +60,7 @@ def test_repeats_in_the_index_and_in_the_batch(tmp_path: Path) -> None:
 _CHILD = """
 import sys
 from affidavit.tlog import JobIndex
-from affidavit.tlog._index import job_key
+from affidavit.store.audit_index import job_key
 index = JobIndex(__import__("pathlib").Path(sys.argv[1]), "o.example/log")
 index.begin()
 for i in range(10, 5000):

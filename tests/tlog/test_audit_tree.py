@@ -14,9 +14,9 @@ import pytest
 from affidavit.core.checkpoint import Checkpoint
 from affidavit.core.merkle import MemoryTree
 from affidavit.core.note import sign_note
+from affidavit.store.audit_index import job_key
 from affidavit.tlog import EntriesMismatch, JobIndex, LogClient, LogKey, parse_tile_path
 from affidavit.tlog._audit import Audit
-from affidavit.tlog._index import job_key
 from tests.cli.test_cli import cli
 from tests.tlog.loopback import Answer, Served, serve
 from tests.tlog.operator import resealed

@@ -16,8 +16,6 @@ from affidavit.core.canonical import canonical, parse
 from affidavit.core.errors import NotFound, TamperedRecordError
 from affidavit.store import Transaction
 
-COLUMNS = "claim_id, agent_id, namespace, claim_type, content, command, created_at"
-
 
 class ClaimNotFound(NotFound):
     code = "claim_not_found"
@@ -49,8 +47,7 @@ class Claim:
 
 
 def insert(tx: Transaction, claim: Claim) -> None:
-    tx.execute(
-        f"INSERT INTO claims ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    tx.claim_insert(
         (
             claim.claim_id,
             claim.agent_id,
@@ -71,8 +68,8 @@ def get(tx: Transaction, claim_id: str) -> Claim | None:
     """
     if not is_ident(claim_id):
         return None
-    rows = tx.query(f"SELECT {COLUMNS} FROM claims WHERE claim_id = ?", (claim_id,))
-    return _claim(rows[0]) if rows else None
+    row = tx.claim_row(claim_id)
+    return _claim(row) if row is not None else None
 
 
 def _claim(row: Sequence[Any]) -> Claim:

@@ -27,7 +27,6 @@ class Recorder:
     sandbox: SandboxConfig
     trust: TrustPolicy
     sealer: TrustSealer
-    lock: str  # the backend's row-lock clause
 
     def evidence(
         self,
@@ -79,7 +78,7 @@ class Recorder:
         evidence_id = sha256_hex(body)
         verification_id, claim_id = record["verification_id"], record.get("claim_id")
         with self.store.transaction(durable=True) as tx:
-            agent = records.get_agent(tx, record["agent_id"], lock=self.lock)
+            agent = records.get_agent(tx, record["agent_id"], for_update=True)
             assert agent is not None  # agents are never deleted
             counting = once.decide(tx, claim_id, verdict.verdict)
             change = self._change(tx, agent, rules, verdict, counting)

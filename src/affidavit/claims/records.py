@@ -2,8 +2,9 @@
 
 ``agents`` is the only mutable table (score and counters, updated under a row lock).
 ``claim_verifications`` and ``trust_log`` are append-only: the database itself refuses UPDATE
-and DELETE (triggers), so evidence cannot be rewritten after the fact, even by hand.
-SQL uses ``?`` placeholders (the store converts them for PostgreSQL).
+and DELETE (triggers), so evidence cannot be rewritten after the fact, even by hand. The SQL
+is the store's (:mod:`affidavit.store._claims`); this module makes its rows the claims
+layer's values and checks what a row may hold.
 """
 
 from __future__ import annotations
@@ -19,16 +20,6 @@ from affidavit.core.events import utc_now
 from affidavit.core.ids import new_event_id
 from affidavit.store import Transaction
 from affidavit.store.base import event_row_problem
-
-AGENT_COLUMNS = (
-    "agent_id, namespace, role, trust_score, verifications, accurate_verifications, "
-    "error_verifications, created_at, updated_at"
-)
-PATTERN_COLUMNS = (
-    "pattern_id, owner_agent_id, namespace, access_level, name, success_count, failure_count, "
-    "created_at"
-)
-TRUST_COLUMNS = "agent_id, version, entry_id, type, payload, chain_hash"
 
 
 def _agent(row: Sequence[Any]) -> Agent:
@@ -96,46 +87,28 @@ def evidence_name(agent_id: str | None, evidence_id: str) -> str:
 
 def insert_agent(tx: Transaction, agent_id: str, namespace: str, role: str, score: float) -> bool:
     """Insert an agent; ``False`` if the id is taken (nothing written)."""
-    now = utc_now()
-    rows = tx.query(
-        f"INSERT INTO agents ({AGENT_COLUMNS}) VALUES (?, ?, ?, ?, 0, 0, 0, ?, ?) "
-        "ON CONFLICT DO NOTHING RETURNING agent_id",
-        (agent_id, namespace, role, score, now, now),
-    )
-    return bool(rows)
+    return tx.agent_insert(agent_id, namespace, role, score, utc_now())
 
 
-def get_agent(tx: Transaction, agent_id: str, *, lock: str = "") -> Agent | None:
-    """The agent row; ``lock`` is the backend's row-lock clause (``" FOR UPDATE"`` on
-    PostgreSQL; SQLite's write transaction already excludes other writers). An id that no
-    agent could have (see :func:`~affidavit.claims.model.check_ident`) is not looked up."""
+def get_agent(tx: Transaction, agent_id: str, *, for_update: bool = False) -> Agent | None:
+    """The agent row, locked until the transaction ends when ``for_update`` (the store takes
+    its backend's row lock). An id that no agent could have (see
+    :func:`~affidavit.claims.model.check_ident`) is not looked up."""
     if not is_ident(agent_id):
         return None
-    rows = tx.query(f"SELECT {AGENT_COLUMNS} FROM agents WHERE agent_id = ?{lock}", (agent_id,))
-    return _agent(rows[0]) if rows else None
+    row = tx.agent_row(agent_id, for_update=for_update)
+    return _agent(row) if row is not None else None
 
 
 def list_agents(tx: Transaction, namespace: str | None) -> list[Agent]:
-    if namespace is None:
-        rows = tx.query(f"SELECT {AGENT_COLUMNS} FROM agents ORDER BY namespace, agent_id")
-    else:
-        rows = tx.query(
-            f"SELECT {AGENT_COLUMNS} FROM agents WHERE namespace = ? ORDER BY agent_id",
-            (namespace,),
-        )
-    return [_agent(r) for r in rows]
+    return [_agent(r) for r in tx.agent_rows(namespace)]
 
 
 def save_trust(
     tx: Transaction, agent: Agent, *, score: float, judged: bool, accurate: bool
 ) -> None:
     """Write the agent's new score and bump its counters (the row is locked by the caller)."""
-    tx.execute(
-        "UPDATE agents SET trust_score = ?, verifications = verifications + ?, "
-        "accurate_verifications = accurate_verifications + ?, "
-        "error_verifications = error_verifications + ?, updated_at = ? WHERE agent_id = ?",
-        (score, int(judged), int(accurate), int(not judged), utc_now(), agent.agent_id),
-    )
+    tx.agent_trust_update(agent.agent_id, score, judged=judged, accurate=accurate, now=utc_now())
 
 
 # --- patterns -------------------------------------------------------------------------------
@@ -149,29 +122,18 @@ def insert_pattern(
     access_level: str,
     name: str,
 ) -> bool:
-    rows = tx.query(
-        f"INSERT INTO learning_patterns ({PATTERN_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, 0, ?) "
-        "ON CONFLICT DO NOTHING RETURNING pattern_id",
-        (pattern_id, owner, namespace, access_level, name, utc_now()),
-    )
-    return bool(rows)
+    return tx.pattern_insert((pattern_id, owner, namespace, access_level, name, utc_now()))
 
 
 def get_pattern(tx: Transaction, pattern_id: str) -> Pattern | None:
     if not is_ident(pattern_id):
         return None
-    rows = tx.query(
-        f"SELECT {PATTERN_COLUMNS} FROM learning_patterns WHERE pattern_id = ?", (pattern_id,)
-    )
-    return _pattern(rows[0]) if rows else None
+    row = tx.pattern_row(pattern_id)
+    return _pattern(row) if row is not None else None
 
 
 def count_pattern_outcome(tx: Transaction, pattern_id: str, *, success: bool) -> None:
-    column = "success_count" if success else "failure_count"
-    tx.execute(
-        f"UPDATE learning_patterns SET {column} = {column} + 1 WHERE pattern_id = ?",
-        (pattern_id,),
-    )
+    tx.pattern_outcome_count(pattern_id, success=success)
 
 
 # --- evidence -------------------------------------------------------------------------------
@@ -190,10 +152,7 @@ def insert_verification(
     evidence_id: str,
     evidence: bytes,
 ) -> None:
-    tx.execute(
-        "INSERT INTO claim_verifications (verification_id, agent_id, claim_type, verdict, "
-        "decided_by, verifier_id, verified_at, evidence_id, evidence) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    tx.verification_insert(
         (
             verification_id,
             agent_id,
@@ -204,7 +163,7 @@ def insert_verification(
             verified_at,
             evidence_id,
             evidence,
-        ),
+        )
     )
 
 
@@ -212,61 +171,31 @@ def history(
     tx: Transaction, agent_id: str, claim_type: str | None, limit: int
 ) -> list[tuple[str, bytes]]:
     """``(evidence_id, evidence bytes)`` newest first (by commit order)."""
-    if claim_type is None:
-        rows = tx.query(
-            "SELECT evidence_id, evidence FROM claim_verifications WHERE agent_id = ? "
-            "ORDER BY seq DESC LIMIT ?",
-            (agent_id, limit),
-        )
-    else:
-        rows = tx.query(
-            "SELECT evidence_id, evidence FROM claim_verifications "
-            "WHERE agent_id = ? AND claim_type = ? ORDER BY seq DESC LIMIT ?",
-            (agent_id, claim_type, limit),
-        )
-    return [_evidence(agent_id, r) for r in rows]
+    return [_evidence(agent_id, r) for r in tx.verification_evidence(agent_id, claim_type, limit)]
 
 
 def verdict_counts(tx: Transaction, agent_id: str) -> list[tuple[str, str, int]]:
     """``(claim_type, verdict, count)`` over all of the agent's verifications."""
-    rows = tx.query(
-        "SELECT claim_type, verdict, count(*) FROM claim_verifications WHERE agent_id = ? "
-        "GROUP BY claim_type, verdict ORDER BY claim_type, verdict",
-        (agent_id,),
-    )
-    return [(r[0], r[1], int(r[2])) for r in rows]
+    return [(r[0], r[1], int(r[2])) for r in tx.verdict_counts(agent_id)]
 
 
 def evidence_rows(tx: Transaction, agent_id: str) -> list[tuple[str, str, bytes, str]]:
     """Every ``(verification_id, evidence_id, evidence bytes, verdict)`` of the agent, oldest
     first."""
-    rows = tx.query(
-        "SELECT verification_id, evidence_id, evidence, verdict FROM claim_verifications "
-        "WHERE agent_id = ? ORDER BY seq",
-        (agent_id,),
-    )
     out = []
-    for r in rows:
+    for r in tx.verification_rows(agent_id):
         evidence_id, body = _evidence(agent_id, (r[1], r[2]))
         out.append((str(r[0]), evidence_id, body, str(r[3])))
     return out
 
 
 def recent(tx: Transaction, agent_id: str, limit: int) -> list[tuple[Any, ...]]:
-    rows = tx.query(
-        "SELECT verification_id, claim_type, verdict, decided_by, verified_at "
-        "FROM claim_verifications WHERE agent_id = ? ORDER BY seq DESC LIMIT ?",
-        (agent_id, limit),
-    )
-    return [tuple(r) for r in rows]
+    return tx.verifications_recent(agent_id, limit)
 
 
 def get_evidence(tx: Transaction, verification_id: str) -> tuple[str, bytes] | None:
-    rows = tx.query(
-        "SELECT evidence_id, evidence FROM claim_verifications WHERE verification_id = ?",
-        (verification_id,),
-    )
-    return _evidence(None, rows[0]) if rows else None
+    row = tx.verification_evidence_of(verification_id)
+    return _evidence(None, row) if row is not None else None
 
 
 # --- the trust log --------------------------------------------------------------------------
@@ -278,25 +207,14 @@ def append_trust(
     """Append one entry, chained from the agent's head (the caller holds the agent's row
     lock, so the head cannot move underneath). ``H_i`` uses the job-event formula with the
     entry id and type in place of the event's."""
-    head = tx.query(
-        "SELECT version, chain_hash FROM trust_log WHERE agent_id = ? "
-        "ORDER BY version DESC LIMIT 1",
-        (agent_id,),
-    )
-    version, previous = (int(head[0][0]), bytes.fromhex(head[0][1])) if head else (0, GENESIS)
+    head = tx.trust_head(agent_id)
+    version, previous = (int(head[0]), bytes.fromhex(head[1])) if head else (0, GENESIS)
     entry_id = new_event_id()
     body = canonical(payload)
     chain_hash = chain_next(previous, entry_id, entry_type, body).hex()
-    tx.execute(
-        f"INSERT INTO trust_log ({TRUST_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-        (agent_id, version + 1, entry_id, entry_type, body, chain_hash),
-    )
+    tx.trust_entry_insert((agent_id, version + 1, entry_id, entry_type, body, chain_hash))
     return TrustEntry(agent_id, version + 1, entry_id, entry_type, body, chain_hash)
 
 
 def trust_log(tx: Transaction, agent_id: str) -> list[TrustEntry]:
-    rows = tx.query(
-        f"SELECT {TRUST_COLUMNS} FROM trust_log WHERE agent_id = ? ORDER BY version",
-        (agent_id,),
-    )
-    return [_entry(r) for r in rows]
+    return [_entry(r) for r in tx.trust_entries(agent_id)]

@@ -7,7 +7,6 @@ import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from affidavit.claims import evidence, kinds, made, records, views
@@ -44,7 +43,7 @@ from affidavit.core.errors import (
 from affidavit.core.events import utc_now
 from affidavit.core.ids import uuid7
 from affidavit.core.signing import default_key_path
-from affidavit.store import Store, Transaction
+from affidavit.store import Store, Transaction, database_file
 
 MAX_HISTORY = 1000
 RECENT = 10
@@ -74,8 +73,6 @@ class ClaimService:
             config, protected_paths=(*config.protected_paths, *protected_paths(store.url))
         )
         self.trust = trust or TrustPolicy()
-        # SQLite's write transaction already excludes other writers; PostgreSQL locks the row.
-        self._lock = " FOR UPDATE" if store.backend == "postgresql" else ""
 
     @contextmanager
     def _tx(self, *, durable: bool = False) -> Iterator[Transaction]:
@@ -260,7 +257,7 @@ class ClaimService:
         return recorder.record(record, rules, verdict)
 
     def _recorder(self) -> Recorder:
-        return Recorder(self.store, self.sandbox, self.trust, self.sealer, self._lock)
+        return Recorder(self.store, self.sandbox, self.trust, self.sealer)
 
     # --- claims made by their own agent ------------------------------------------------------
 
@@ -534,10 +531,9 @@ def protected_paths(db_url: str) -> tuple[str, ...]:
     SQLite, the database file's directory (the data directory)."""
     key = default_key_path(db_url)
     paths = [str(key), str(key.parent)]
-    if db_url.startswith("sqlite:///"):
-        db_path = db_url[len("sqlite:///") :].split("?", 1)[0]
-        if db_path and db_path != ":memory:":
-            paths.append(str(Path(db_path).expanduser().resolve().parent))
+    db_file = database_file(db_url)
+    if db_file is not None:
+        paths.append(str(db_file.parent))
     return tuple(paths)
 
 

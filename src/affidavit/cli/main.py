@@ -21,7 +21,7 @@ from affidavit.cli import output, run_options
 from affidavit.cli.common import DbOption, JsonOption, command, state
 from affidavit.core.config import DEFAULT_LEASE_SECONDS, database_url
 from affidavit.core.errors import ClockSkewError, ConfigError
-from affidavit.store import open_store
+from affidavit.store import open_store, url_backend
 from affidavit.store.migrations import Migration
 
 app = typer.Typer(
@@ -191,7 +191,7 @@ def db_clock(
         lease_seconds = run_options.lease_seconds(lease)
         allowed = allowed_clock_offset(lease_seconds)
         url = database_url(db)
-        if url.startswith("sqlite:///"):  # (not opened: it would create a missing file)
+        if url_backend(url) == "sqlite":  # (not opened: it would create a missing file)
             backend, reading = "sqlite", None
         else:  # (no migration: nothing is written)
             store = open_store(url, migrate=False)

@@ -231,12 +231,13 @@ class Journal:
                 ids if ids is not None else new_event_ids(len(items)), items, strict=True
             )
         ]
-        hashes = tx.append_known_head(
+        hashes = tx.append(
             self.claim.job_id,
-            encoded,
+            encoded=encoded,
             expected_version=self.version,
             fence=self.claim.attempt_id,
             head=self.head,
+            hashes=True,
         )
         if hashes:
             self.head = hashes[-1]

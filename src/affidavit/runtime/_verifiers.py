@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from affidavit.core.errors import ConfigError
 from affidavit.runtime._confirm import Confirmation, ConfirmationContext
 from affidavit.runtime._sdk import StateChange, ToolContext
-from affidavit.store import postgres_conninfo
+from affidavit.store import RowReader
 
 if TYPE_CHECKING:
     import httpx
@@ -187,18 +185,6 @@ class HttpVerifier:
 
 # --- SQL rows ---------------------------------------------------------------------------------
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?\Z")
-
-
-def _quoted(name: str, what: str) -> str:
-    if not _IDENTIFIER.match(name):
-        raise ConfigError(
-            f"invalid {what} {name!r}",
-            hint="Use letters, digits and '_' (optionally schema.table), not starting with a "
-            "digit.",
-        )
-    return ".".join(f'"{part}"' for part in name.split("."))
-
 
 class SqlRowVerifier:
     """Checks ``sql_row`` resources: the resource id is the key of a row of ``table`` in the
@@ -215,35 +201,10 @@ class SqlRowVerifier:
     ) -> None:
         self.resource_types = (resource_type,)
         self.url = url
-        target = _quoted(table, "table name")
-        key = _quoted(key_column, "key column")
-        version = _quoted(version_column, "version column")
-        if url.startswith("sqlite:///"):
-            self._sqlite_path: str | None = url[len("sqlite:///") :].split("?", 1)[0]
-            self._query = f"SELECT {version} FROM {target} WHERE {key} = ?"
-        elif url.startswith(("postgresql://", "postgres://")):
-            self._sqlite_path = None
-            self._query = f"SELECT {version} FROM {target} WHERE {key}::text = %s"
-        else:
-            raise ConfigError(
-                "SqlRowVerifier needs a sqlite:/// or postgresql:// URL",
-                hint="The database holding the rows the tools change.",
-            )
+        self._rows = RowReader(url, table=table, key_column=key_column, column=version_column)
 
     def _read(self, key: str) -> tuple[bool, Any]:
-        if self._sqlite_path is not None:
-            uri = f"file:{Path(self._sqlite_path).resolve()}?mode=ro"
-            with sqlite3.connect(uri, uri=True, timeout=5) as conn:
-                row = conn.execute(self._query, (key,)).fetchone()
-        else:
-            import psycopg
-
-            conninfo, schema = postgres_conninfo(self.url)
-            with psycopg.connect(conninfo, connect_timeout=5, autocommit=True) as conn:
-                if schema:
-                    conn.execute(f'SET search_path TO "{schema}"')
-                row = conn.execute(self._query, (key,)).fetchone()
-        return (row is not None, row[0] if row is not None else None)
+        return self._rows.read(key)
 
     def verify(self, ctx: ConfirmationContext, change: StateChange) -> Confirmation:
         try:

@@ -6,9 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from affidavit.core.errors import ConfigError, UnsupportedDatabaseURL
+from affidavit.store._forgery import forged_copy
+from affidavit.store._rows import RowReader
 from affidavit.store._sealkeys import SealKeyAdmission
 from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf
 from affidavit.store._trust import ClaimOutcome, trust_record_id
+from affidavit.store._urls import SUPPORTED_SCHEMES, database_file, sqlite_path, url_backend
 from affidavit.store.base import (
     JOB_STATUSES,
     TERMINAL_STATUSES,
@@ -33,7 +36,6 @@ from affidavit.store.base import (
 if TYPE_CHECKING:
     from affidavit.store.sqlite import RawConnection
 
-SUPPORTED_SCHEMES = ("sqlite:///", "postgresql://", "postgres://")
 
 __all__ = [
     "JOB_STATUSES",
@@ -54,16 +56,21 @@ __all__ = [
     "NextClaim",
     "QueuedLeaf",
     "RejectedLeaf",
+    "RowReader",
     "SealKeyAdmission",
     "Snapshot",
     "Store",
     "StoredEvent",
     "Transaction",
     "connect_raw",
+    "database_file",
+    "forged_copy",
     "open_store",
     "postgres_conninfo",
+    "sqlite_path",
     "trust_record_id",
     "unmatchable",
+    "url_backend",
 ]
 
 
@@ -95,8 +102,8 @@ def open_store(
             f"connections must be at least 1, not {connections}",
             hint="Give how many connections to open at once (a worker: its jobs at once + 2).",
         )
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///") :].split("?", 1)[0]
+    path = sqlite_path(url)
+    if path is not None:
         if not path or path == ":memory:":
             raise UnsupportedDatabaseURL(
                 f"{url!r} names no file",
@@ -106,14 +113,10 @@ def open_store(
         from affidavit.store.sqlite import SqliteStore
 
         return SqliteStore(url, path, migrate=migrate, read_only=read_only)
-    if url.startswith(("postgresql://", "postgres://")):
-        from affidavit.store.postgres import PostgresStore
+    url_backend(url)  # (raises for an unsupported scheme)
+    from affidavit.store.postgres import PostgresStore
 
-        return PostgresStore(url, migrate=migrate, read_only=read_only, min_size=connections)
-    shown = url.split("://", 1)[0] + "://…" if "://" in url else repr(url)
-    raise UnsupportedDatabaseURL(
-        f"unsupported database URL {shown}; supported: {', '.join(SUPPORTED_SCHEMES)}"
-    )
+    return PostgresStore(url, migrate=migrate, read_only=read_only, min_size=connections)
 
 
 def postgres_conninfo(url: str) -> tuple[str, str | None]:

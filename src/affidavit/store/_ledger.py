@@ -103,7 +103,7 @@ class LedgerOps:
         """:meth:`inserted`, for a row of ``job_id``'s ledger that an append to the job follows
         in this transaction (T1 of a tool step). A backend where the append's lock and head
         read are statements of their own may send them with the insert, in one round trip
-        (:class:`~affidavit.store.postgres.PostgresTransaction`)."""
+        (:class:`~affidavit.store._pg_tx.PostgresTransaction`)."""
         return self.inserted(sql, params)
 
     # A backend whose every wait for an answer is a round trip sends a ledger insert the caller

@@ -57,7 +57,7 @@ def key_from_row(row: Sequence[Any]) -> PublicKey:
 
 
 # A job's end stores its seal, its key and its log leaf (each statement a constant: see
-# affidavit.store.postgres._PREPARED_STATEMENTS)
+# affidavit.store._pg_statements._PREPARED_STATEMENTS)
 SEAL_INSERT = (
     f"INSERT INTO seals ({SEAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )

@@ -18,6 +18,8 @@ from affidavit.store._ledger import LEDGER_COLUMNS, _ledger_from_row
 from affidavit.store._seals import KEYS_SELECT, SEAL_SELECT, key_from_row, seal_from_row
 from affidavit.store._sql import (
     BY_JOB_ID,
+)
+from affidavit.store._sql_rows import (
     JOBS_ORDER,
     JOBS_SORT,
     job_from_row,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from affidavit.store.audit_index import AuditStateError, JobIndex
     from affidavit.tlog._audit import AuditInterrupted, EntriesMismatch, Finding, leaf_job_id
     from affidavit.tlog._cosigned import Cosigned, earliest_cosigned, earliest_in_store
     from affidavit.tlog._disclose import (
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
         first_of_record,
     )
     from affidavit.tlog._fetch import LogClient, LogReadError
-    from affidavit.tlog._index import AuditStateError, JobIndex
     from affidavit.tlog._keys import (
         LOG_KEY_ENV,
         LOG_ORIGIN_ENV,
@@ -105,8 +105,8 @@ _LAZY = {
     "leaf_job_id": "affidavit.tlog._audit",
     "LogClient": "affidavit.tlog._fetch",
     "LogReadError": "affidavit.tlog._fetch",
-    "AuditStateError": "affidavit.tlog._index",
-    "JobIndex": "affidavit.tlog._index",
+    "AuditStateError": "affidavit.store.audit_index",
+    "JobIndex": "affidavit.store.audit_index",
     "Monitor": "affidavit.tlog._monitor",
     "MONITOR_PROBLEMS": "affidavit.tlog._monitor",
     "StepResult": "affidavit.tlog._witness",

@@ -11,9 +11,10 @@ database can append a second leaf for a job it rewrote, and the tree stays consi
 2. folds them into a root, which must be the checkpoint's signed root — else nothing read is
    trusted (:class:`EntriesMismatch`) and nothing else is concluded;
 3. parses each new leaf (:func:`leaf_job_id`) and looks its job id up in the durable index of
-   every job id seen before (tlog/_index.py) and earlier in the batch: one leaf per ``job_id``
-   value. A repeat is a ``duplicate_job`` finding, an unparsable leaf a ``malformed_leaf`` one;
-   the earlier leaf of a duplicate is read back with an inclusion proof against the same root.
+   every job id seen before (store/audit_index.py) and earlier in the batch: one leaf per
+   ``job_id`` value. A repeat is a ``duplicate_job`` finding, an unparsable leaf a
+   ``malformed_leaf`` one; the earlier leaf of a duplicate is read back with an inclusion
+   proof against the same root.
 
 The batch of new job ids stays uncommitted: the caller commits it once its own state is
 durable, or the audit leaves the index as it was.
@@ -45,8 +46,8 @@ from affidavit.core.merkle import (
     verify_inclusion,
 )
 from affidavit.core.seal import LOG_LEAF_TYPE
+from affidavit.store.audit_index import JobIndex, job_key
 from affidavit.tlog._fetch import LogClient, LogReadError, NoProof
-from affidavit.tlog._index import JobIndex, job_key
 from affidavit.tlog._log import TILE_WIDTH
 from affidavit.tlog._verify import parse_leaf
 

@@ -2,8 +2,8 @@
 (``affidavit log monitor``).
 
 Its state directory holds ``monitor.json`` (the last checkpoint it verified: origin, size, root,
-the note) and ``jobs.sqlite`` (the index of every job id it audited, tlog/_index.py). One step
-(:meth:`Monitor.step`) reads the latest checkpoint, verifies the log's signature, its
+the note) and ``jobs.sqlite`` (the index of every job id it audited, store/audit_index.py).
+One step (:meth:`Monitor.step`) reads the latest checkpoint, verifies the log's signature, its
 consistency with the last one verified (the first is trusted as it is), and audits the new
 entries as a witness does (tlog/_audit.py). It reports what it saw as records (one JSON line
 each on the command line): a ``checkpoint`` record per checkpoint verified, and one per
@@ -25,6 +25,7 @@ import httpx
 
 from affidavit.core.checkpoint import Checkpoint, open_checkpoint
 from affidavit.core.note import NoteError, Verifier
+from affidavit.store.audit_index import INDEX_FILE, AuditStateError, JobIndex
 from affidavit.tlog._audit import (
     Audit,
     EntriesMismatch,
@@ -34,7 +35,6 @@ from affidavit.tlog._audit import (
     write_evidence,
 )
 from affidavit.tlog._fetch import LogClient
-from affidavit.tlog._index import INDEX_FILE, AuditStateError, JobIndex
 from affidavit.tlog._witness import read_state, write_state
 
 STATE_FILE = "monitor.json"

@@ -4,7 +4,7 @@ each checkpoint that extends the last one it cosigned (C2SP tlog-cosignature, Ed
 
 Its state directory holds its key (``witness.key``, mode 0600), ``state.json`` (the last
 checkpoint it cosigned: origin, size, root, the note) and ``jobs.sqlite`` (the index of every
-job id in the leaves it audited, tlog/_index.py). One step (:meth:`Witness.step`):
+job id in the leaves it audited, store/audit_index.py). One step (:meth:`Witness.step`):
 
 1. fetch ``<log>/log/checkpoint`` and verify the log's signature with the pinned log vkey;
 2. against the state: a smaller size, or the same size with another root, is a fork; a larger
@@ -42,6 +42,7 @@ from affidavit.core.checkpoint import Checkpoint, open_checkpoint
 from affidavit.core.errors import AffidavitError, VerificationError
 from affidavit.core.note import COSIGNATURE_V1, Note, NoteError, NoteSigner, Verifier
 from affidavit.core.signing import SigningKey
+from affidavit.store.audit_index import INDEX_FILE, JobIndex
 from affidavit.tlog._audit import (
     Audit,
     Finding,
@@ -52,7 +53,6 @@ from affidavit.tlog._audit import (
     write_evidence,
 )
 from affidavit.tlog._fetch import MAX_RESPONSE_BYTES, MAX_SMALL_ANSWER, LogClient, LogReadError
-from affidavit.tlog._index import INDEX_FILE, JobIndex
 
 KEY_FILE = "witness.key"
 STATE_FILE = "state.json"

@@ -8,6 +8,10 @@ An audit adds the new entries' keys to a temporary table inside one transaction;
 after it, never in between. The caller commits only after its own state (the checkpoint it
 cosigned or verified) is durable, so the index never covers more than that state; if it lags
 behind (a crash between the two), the next audit reads the missing entries again.
+
+It is the auditor's own local file, not a store of a runtime's record, but its SQL lives with
+the rest of the project's SQL: the transparency-log auditors (:mod:`affidavit.tlog`) use it
+through :class:`JobIndex` and never write a statement themselves.
 """
 
 from __future__ import annotations
