@@ -98,7 +98,7 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.tlog._fetch.LogReadError": (USAGE_OR_STORE, 400),
     "affidavit.tlog._fetch.NoProof": (USAGE_OR_STORE, 400),
     "affidavit.tlog._fetch.AnswerTooBig": (USAGE_OR_STORE, 400),
-    "affidavit.tlog._index.AuditStateError": (USAGE_OR_STORE, 400),
+    "affidavit.store.audit_index.AuditStateError": (USAGE_OR_STORE, 400),
     "affidavit.tlog._log.NotInLog": (NOT_FOUND, 404),
     "affidavit.tlog._log.LogError": (USAGE_OR_STORE, 400),
     "affidavit.tlog._witness.DuplicateJob": (FAILED, 400),
