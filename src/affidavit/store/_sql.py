@@ -35,6 +35,7 @@ from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._cancels import CancelOps
 from affidavit.store._ledger import LedgerOps
+from affidavit.store._queues import Placement, place_job
 from affidavit.store._sealkeys import SealKeyOps
 from affidavit.store._seals import (
     KEYS_SELECT,
@@ -765,6 +766,7 @@ class SqlStore(ApiKeyReads, ABC):
         submitted_by: str | None = None,
         events: Sequence[NewEvent] = (),
         durable: bool = True,
+        placement: Placement | None = None,
     ) -> tuple[JobRecord, bool]:
         encoded = encode_events(events)
         with self.transaction(durable=durable) as tx:
@@ -775,6 +777,8 @@ class SqlStore(ApiKeyReads, ABC):
                 idempotency_key=idempotency_key,
                 submitted_by=submitted_by,
             )
+            if created and placement is not None:
+                place_job(tx, job.job_id, placement)
             if created and encoded:
                 stored = tx.append_encoded(job.job_id, encoded, expected_version=0)
                 job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)

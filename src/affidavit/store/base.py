@@ -20,6 +20,7 @@ from affidavit.store._trust import TrustTransaction
 if TYPE_CHECKING:
     from affidavit.core.merkle import Node
     from affidavit.core.seal import PublicKey, Seal
+    from affidavit.store._queues import Placement
     from affidavit.store._sealkeys import SealKeyAdmission
     from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf, TlogState
     from affidavit.store.migrations import Migration
@@ -817,9 +818,11 @@ class Store(Protocol):
         submitted_by: str | None = None,
         events: Sequence[NewEvent] = (),
         durable: bool = True,
+        placement: Placement | None = None,
     ) -> tuple[JobRecord, bool]:
         """Create a job and append its first ``events`` atomically; with an idempotency key
-        already used in the namespace, return the existing job (and ``False``), writing nothing."""
+        already used in the namespace, return the existing job (and ``False``), writing nothing.
+        ``placement``: the job's queue and its place in it (None: the default queue)."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord:
