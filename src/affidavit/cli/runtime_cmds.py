@@ -26,6 +26,14 @@ from affidavit.cli.log_cmds import background_sequencer
 from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.operator import AsOption, principal_of
 from affidavit.cli.progress import StepProgress, job_line, status_markup
+from affidavit.cli.queue_cmds import (
+    NotBeforeOption,
+    PartitionKeyOption,
+    PriorityOption,
+    QueueOption,
+    WorkerQueuesOption,
+    parse_not_before,
+)
 from affidavit.core.canonical import canonical, loads_unique
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
@@ -261,6 +269,7 @@ def open_runtime(
     *,
     wait_for_store: bool = False,
     jobs_at_once: int = 1,
+    queues: list[str] | None = None,
 ) -> Runtime:
     """The runtime the commands run on. ``wait_for_store`` (a worker): a database that is
     unavailable when it starts is waited for, as a worker waits for it later
@@ -288,6 +297,7 @@ def open_runtime(
         store_retry_seconds=retry,
         max_recoveries=max_recoveries(recoveries),
         max_outage_seconds=outage_limit,
+        queues=queues or None,
     )
     from affidavit.integrations.otel import enabled_by_env
 
@@ -460,6 +470,10 @@ def submit(
         str | None, typer.Option(help="The same key returns the same job.")
     ] = None,
     replay_verification: ReplayVerificationOption = None,
+    queue: QueueOption = None,
+    priority: PriorityOption = None,
+    partition_key: PartitionKeyOption = None,
+    not_before: NotBeforeOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -479,6 +493,10 @@ def submit(
                 job_input,
                 idempotency_key=idempotency_key,
                 replay_verification=replay_verification.value if replay_verification else None,
+                queue=queue,
+                priority=priority,
+                partition_key=partition_key,
+                not_before=parse_not_before(not_before),
             )
         finally:
             rt.close()
@@ -510,6 +528,7 @@ def worker(
     store_retry: StoreRetryOption = None,
     recoveries: MaxRecoveriesOption = None,
     max_outage: MaxOutageOption = None,
+    queue: WorkerQueuesOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -537,6 +556,7 @@ def worker(
             max_outage,
             wait_for_store=True,
             jobs_at_once=concurrency,
+            queues=queue,
         )
         try:
             if metrics_port is not None:
