@@ -10,7 +10,7 @@ import pytest
 
 from affidavit.examples import refund
 from affidavit.store import open_store
-from affidavit.store._queues import recorded_grants
+from affidavit.store.queues import recorded_grants
 from tests.cli.test_cli import cli, json_of
 from tests.cli.test_runtime_cli import TOOLS, order
 

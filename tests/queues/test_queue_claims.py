@@ -9,7 +9,7 @@ import pytest
 
 from affidavit.core.errors import ConfigError
 from affidavit.store import Store
-from affidavit.store._queues import (
+from affidavit.store.queues import (
     Placement,
     QueueConfig,
     claim_from_queue,

@@ -19,7 +19,7 @@ from pathlib import Path
 from affidavit import Runtime
 from affidavit.core.rates import Rate, worst_window
 from affidavit.store import JobFilter
-from affidavit.store._queues import queue_config, recorded_grants, set_queue
+from affidavit.store.queues import queue_config, recorded_grants, set_queue
 from affidavit.verify import verify_job
 from tests.queues.queue_tools import REGISTRY, hold_plan
 from tests.runtime.crash_tools import read_side

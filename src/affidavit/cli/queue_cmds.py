@@ -15,7 +15,7 @@ from rich.table import Table
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.errors import ConfigError
-from affidavit.store._queues import get_queue, list_queues, queue_config, queue_stats, set_queue
+from affidavit.store.queues import get_queue, list_queues, queue_config, queue_stats, set_queue
 
 queues_app = typer.Typer(
     help="Queues with limits: concurrency across workers, per worker, rate, priority, partitions.",

@@ -1,6 +1,6 @@
 """Queues in the runtime: declared in code (:func:`queue`), written to the store where every
 worker reads them, and claimed from by workers (:class:`QueueClaims`) within their limits
-(see :mod:`affidavit.store._queues`)."""
+(see :mod:`affidavit.store.queues`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from collections.abc import Collection, Sequence
 from affidavit.core.errors import ConfigError
 from affidavit.core.rates import Rate
 from affidavit.store import Store
-from affidavit.store._queues import (
+from affidavit.store.base import Claimed
+from affidavit.store.queues import (
     DEFAULT_QUEUE,
     QueueConfig,
     check_queue_name,
@@ -21,7 +22,6 @@ from affidavit.store._queues import (
     queue_config,
     set_queue,
 )
-from affidavit.store.base import Claimed
 
 # Queues declared in code (the --tools module), written to a store when a runtime opens it.
 _declared: dict[str, QueueConfig] = {}
@@ -101,6 +101,8 @@ class QueueClaims:
         self._known: tuple[str, ...] = ()
         self._read_at = -float("inf")
         self._turn = 0
+        # when a queue's rate lets the next start of a job it held back (Unix time), if one did
+        self._next_start: float | None = None
 
     @property
     def default(self) -> bool:
@@ -138,6 +140,7 @@ class QueueClaims:
         job_id: str | None,
         skip: Collection[str],
     ) -> Claimed | None:
+        held: list[float] = []
         for name in self.queues():
             claimed = claim_from_queue(
                 self.store,
@@ -148,7 +151,15 @@ class QueueClaims:
                 lease_seconds=lease_seconds,
                 job_id=job_id,
                 skip=skip,
+                held=held,
             )
             if claimed is not None:
                 return claimed
+        self._next_start = min(held) if held else None
         return None
+
+    def rate_wait(self) -> float | None:
+        """How long until a queue's rate lets a job it held back at the last claim start;
+        ``None`` if none was held back so."""
+        at = self._next_start
+        return None if at is None else max(0.0, at - time.time())

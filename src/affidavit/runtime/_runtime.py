@@ -30,7 +30,7 @@ from affidavit.runtime._submit import check_plan, submit_agent_job, submit_job
 from affidavit.runtime._waiting import wait_for_job
 from affidavit.runtime._worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, Store, open_store
-from affidavit.store._queues import placement
+from affidavit.store.queues import placement
 
 __all__ = ["RESUME_DECISIONS", "InvalidStateError", "Runtime"]
 

@@ -22,7 +22,7 @@ from affidavit.runtime._args import check_input_references
 from affidavit.runtime._confirm import REPLAY_VERIFICATION_MODES
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.store import JobRecord, NewEvent, Store
-from affidavit.store._queues import Placement
+from affidavit.store.queues import Placement
 
 
 def missing_tools(plan: Plan, tools: ToolRegistry, done: Collection[str] = ()) -> list[str]:

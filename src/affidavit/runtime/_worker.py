@@ -522,9 +522,11 @@ class Worker:
                         log.warning("worker %s: the database is reachable again", self.worker_id)
                     outage_wait, outage_since, last_error = 0.0, None, None
                     if ran is None:
-                        if until_idle or self._stopping.is_set():
+                        # a queue's rate holding jobs back: not idle, and wake when it allows
+                        held = self.queue_claims.rate_wait()
+                        if (until_idle and held is None) or self._stopping.is_set():
                             return
-                        stop.wait(self.poll_seconds)
+                        stop.wait(self.poll_seconds if held is None else min(held, 1.0))
             finally:
                 # a job claimed with the last run's end that this loop will not run
                 request = carried.request if carried is not None else None

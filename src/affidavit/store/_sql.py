@@ -35,7 +35,6 @@ from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._cancels import CancelOps
 from affidavit.store._ledger import LedgerOps
-from affidavit.store._queues import Placement, place_job
 from affidavit.store._sealkeys import SealKeyOps
 from affidavit.store._seals import (
     KEYS_SELECT,
@@ -61,6 +60,7 @@ from affidavit.store.base import (
     checked_event,
     unmatchable,
 )
+from affidavit.store.queues import Placement, place_job
 
 if TYPE_CHECKING:
     from affidavit.store._snapshot import SqlSnapshot

@@ -20,10 +20,10 @@ from affidavit.store._trust import TrustTransaction
 if TYPE_CHECKING:
     from affidavit.core.merkle import Node
     from affidavit.core.seal import PublicKey, Seal
-    from affidavit.store._queues import Placement
     from affidavit.store._sealkeys import SealKeyAdmission
     from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf, TlogState
     from affidavit.store.migrations import Migration
+    from affidavit.store.queues import Placement
 
 T = TypeVar("T")
 

@@ -1,5 +1,5 @@
 -- older schema readable
--- Queues with limits (see affidavit.store._queues). A job names its queue (NULL: the default
+-- Queues with limits (see affidavit.store.queues). A job names its queue (NULL: the default
 -- queue, unlimited, claimed as before), its priority (lower first), its partition key and the
 -- time before which it is not claimed. A queue's configuration is a row of `queues`: a claim
 -- from the queue locks that row first, so claims of one queue are serialized and the count of

@@ -305,14 +305,18 @@ def claim_from_queue(
     lease_seconds: float,
     job_id: str | None = None,
     skip: Collection[str] = (),
+    held: list[float] | None = None,
 ) -> Claimed | None:
     """Claim one runnable job of queue ``name`` within its limits (see the module's text);
     ``None`` if none is runnable or the limits allow none now (or the queue is not
-    configured)."""
+    configured). ``held``: when the rate alone held a pending job back, the time its window
+    lets the next start is appended to it."""
     with store.transaction(durable=False) as tx:
-        rows = tx.query(
-            f"SELECT {_CONFIG_COLUMNS} FROM queues WHERE name = ?{_for_update(tx)}", (name,)
-        )
+        if _for_update(tx):  # PostgreSQL: one statement after the lock, one round trip
+            return _claim_in_one(
+                tx, name, owner, attempt_id, now, lease_seconds, job_id, skip, held
+            )
+        rows = tx.query(f"SELECT {_CONFIG_COLUMNS} FROM queues WHERE name = ?", (name,))
         if not rows:
             return None
         config = _config_from_row(rows[0])
@@ -324,6 +328,8 @@ def claim_from_queue(
         may_start = config.rate is None or starts < config.rate.count
         found = _candidate(tx, config, now, may_start, job_id, skip)
         if found is None:
+            if not may_start and held is not None and config.rate is not None:
+                _next_start(tx, config.name, config.rate, now, held)
             return None
         claimed = claimed_from_row(found)
         reset = "" if claimed.recovered else ", recoveries = 0, recovery_progress = NULL"
@@ -340,6 +346,120 @@ def claim_from_queue(
         return claimed
 
 
+def _claim_in_one(
+    tx: Transaction,
+    name: str,
+    owner: str,
+    attempt_id: str,
+    now: float,
+    lease_seconds: float,
+    job_id: str | None,
+    skip: Collection[str],
+    held: list[float] | None,
+) -> Claimed | None:
+    """The claim as one statement after the queue's lock, both sent with the commit in one
+    round trip: the lock is a statement of its own, so under READ COMMITTED the claim's
+    snapshot (taken when it starts, after the lock is granted) holds everything the lock's
+    previous holder committed."""
+    tx.execute(f"SELECT name FROM queues WHERE name = ?{_for_update(tx)}", (name,))
+    filters, params = _filters(now, job_id, skip)
+    claim = _ONE_CLAIM.format(live=_LIVE, live_o=_LIVE_O, runnable=RUNNABLE, filters=filters)
+    bound = [
+        name,
+        name,
+        now,
+        name,
+        now,
+        owner,
+        name,
+        True,
+        now,  # q, n
+        now,
+        now,
+        now,
+        now,
+        *params,  # c
+        attempt_id,
+        owner,
+        now + lease_seconds,
+        utc_now(),  # u
+        name,
+        attempt_id,
+        owner,
+        now,  # g
+        now,  # the oldest start
+    ]
+    commit_with_next_read = getattr(tx, "commit_with_next_read", None)
+    if commit_with_next_read is not None:
+        commit_with_next_read()
+    rows = tx.query(claim, bound)
+    if not rows:  # no such queue
+        return None
+    row = rows[0]
+    if row[0] is None:
+        oldest, pending, period = row[5], row[6], row[7]
+        if held is not None and oldest is not None and pending and period is not None:
+            held.append(float(oldest) + float(period))
+        return None
+    return claimed_from_row(row[:5])
+
+
+_LIVE_O = "o." + _LIVE.replace(" AND ", " AND o.")
+# The claim from a queue, one statement (PostgreSQL): the queue's configuration (q), its counts
+# (n), the first runnable job within the limits (c), its lease (u) and its grant (g); one row
+# (none without the queue): the claimed job's columns (NULLs if none), then, for a rate that
+# held a job back, the oldest start in its window, whether jobs are pending, the period.
+_ONE_CLAIM = (
+    "WITH q AS (SELECT * FROM queues WHERE name = ?), "
+    "n AS (SELECT (SELECT count(*) FROM jobs WHERE queue = ? AND {live}) AS running, "
+    "(SELECT count(*) FROM jobs WHERE queue = ? AND {live} AND lease_owner = ?) AS mine, "
+    "(SELECT count(*) FROM queue_grants g, q WHERE g.queue = ? AND g.started = ? "
+    "AND g.claimed_at > ? - q.rate_period) AS starts), "
+    "c AS (SELECT j.job_id, j.status, j.lease_owner, j.recoveries, j.recovery_progress "
+    "FROM jobs j, q, n WHERE j.queue = q.name AND {runnable} "
+    "AND (j.not_before IS NULL OR j.not_before <= ?) "
+    "AND (q.concurrency IS NULL OR n.running < q.concurrency) "
+    "AND (q.worker_concurrency IS NULL OR n.mine < q.worker_concurrency) "
+    "AND (j.status <> 'pending' OR q.rate_count IS NULL OR n.starts < q.rate_count) "
+    "AND (NOT q.partitioned OR j.partition_key IS NULL OR (NOT EXISTS (SELECT 1 FROM jobs o "
+    "WHERE o.queue = j.queue AND o.partition_key = j.partition_key AND o.job_id <> j.job_id "
+    "AND {live_o}) AND (j.status <> 'pending' OR NOT EXISTS (SELECT 1 FROM jobs o "
+    "WHERE o.queue = j.queue AND o.partition_key = j.partition_key AND o.status = 'pending' "
+    "AND (o.created_at < j.created_at OR (o.created_at = j.created_at AND o.job_id < j.job_id))"
+    ")))){filters} "
+    "ORDER BY CASE WHEN q.priority THEN j.priority ELSE 0 END, j.created_at, j.job_id "
+    "LIMIT 1 FOR UPDATE OF j SKIP LOCKED), "
+    "u AS (UPDATE jobs SET status = 'running', attempt_id = ?, lease_owner = ?, "
+    "lease_expires_at = ?, updated_at = ?, "
+    "recoveries = CASE WHEN c.status = 'running' AND c.lease_owner IS NOT NULL "
+    "THEN c.recoveries ELSE 0 END, "
+    "recovery_progress = CASE WHEN c.status = 'running' AND c.lease_owner IS NOT NULL "
+    "THEN c.recovery_progress END "
+    "FROM c WHERE jobs.job_id = c.job_id RETURNING c.job_id, c.status, c.lease_owner, "
+    "c.recoveries, c.recovery_progress), "
+    "g AS (INSERT INTO queue_grants (queue, job_id, attempt_id, owner, slot, started, "
+    "claimed_at) SELECT ?, u.job_id, ?, ?, n.running, u.status = 'pending', ? FROM u, n) "
+    "SELECT u.job_id, u.status, u.lease_owner, u.recoveries, u.recovery_progress, "
+    "CASE WHEN u.job_id IS NULL AND n.starts >= q.rate_count THEN "
+    "(SELECT min(claimed_at) FROM queue_grants WHERE queue = q.name AND started "
+    "AND claimed_at > ? - q.rate_period) END, "
+    "CASE WHEN u.job_id IS NULL AND n.starts >= q.rate_count THEN EXISTS (SELECT 1 FROM jobs "
+    "WHERE queue = q.name AND status = 'pending') END, q.rate_period "
+    "FROM q CROSS JOIN n LEFT JOIN u ON true"
+)
+
+
+def _filters(now: float, job_id: str | None, skip: Collection[str]) -> tuple[str, list[Any]]:
+    sql, params = "", []
+    if job_id is not None:
+        sql += " AND j.job_id = ?"
+        params.append(job_id)
+    if skip:
+        sql += f" AND j.job_id NOT IN ({', '.join('?' * len(skip))})"
+        params.extend(skip)
+    return sql, params
+
+
 def _counts(tx: Transaction, config: QueueConfig, owner: str, now: float) -> tuple[int, int, int]:
     """The queue's running jobs, this owner's, and the starts in the rate's window (after the
     queue's lock: a statement of its own)."""
@@ -353,6 +473,19 @@ def _counts(tx: Transaction, config: QueueConfig, owner: str, now: float) -> tup
     )
     running, mine, starts = rows[0]
     return int(running), int(mine), int(starts) if rate is not None else 0
+
+
+def _next_start(tx: Transaction, name: str, rate: Rate, now: float, held: list[float]) -> None:
+    rows = tx.query(
+        "SELECT (SELECT min(claimed_at) FROM queue_grants "
+        "WHERE queue = ? AND started = ? AND claimed_at > ?), "
+        "(SELECT count(*) FROM jobs WHERE queue = ? AND status = 'pending' "
+        "AND (not_before IS NULL OR not_before <= ?))",
+        (name, True, window_start(rate, now), name, now),
+    )
+    oldest, pending = rows[0]
+    if oldest is not None and int(pending):
+        held.append(float(oldest) + rate.period_seconds)
 
 
 def _candidate(
