@@ -37,7 +37,13 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from affidavit import Runtime, Tool, ToolRegistry
 from affidavit.core.rates import parse_rate
 from affidavit.store import open_store
-from affidavit.store.queues import claim_from_queue, queue_config, recorded_grants, set_queue
+from affidavit.store.queues import (
+    Placement,
+    claim_from_queue,
+    queue_config,
+    recorded_grants,
+    set_queue,
+)
 from benchmarks._report import median, pg_fresh_database, pg_fresh_schema
 from benchmarks.steps_pg import TOOL_NAME, TOOLS_MODULE, _affidavit_cli, _chain_plan
 from benchmarks.steps_sqlite import DEFAULT_PG_URL
@@ -98,8 +104,12 @@ def run_affidavit(url: str, jobs: int, tmp: Path, rate: str | None) -> tuple[flo
     with pg_fresh_schema(url, "bench_q") as store_url:
         noop = Tool(TOOL_NAME, lambda ctx, i, prev=None: i, "tool")
         with Runtime(store_url, tools=ToolRegistry([noop])) as rt:
-            limits = {"rate": rate} if rate else {"concurrency": CONCURRENCY}
-            set_queue(rt.store, queue_config("bench", **limits))  # type: ignore[arg-type]
+            config = (
+                queue_config("bench", rate=rate)
+                if rate
+                else queue_config("bench", concurrency=CONCURRENCY)
+            )
+            set_queue(rt.store, config)
             plan = _chain_plan(1)
             for _ in range(jobs):
                 rt.submit(plan, {}, queue="bench")
@@ -150,7 +160,7 @@ def limit_check_us(url: str, claims: int) -> float:
         set_queue(store, queue_config("cost", concurrency=claims + 10, rate=f"{claims + 10}/1h"))
         for _ in range(claims):
             store.create_job(plan_name="p")
-            store.create_job(plan_name="p", placement=_placement("cost"))
+            store.create_job(plan_name="p", placement=Placement("cost"))
         now = time.time()
         t0 = time.perf_counter()
         for i in range(claims):
@@ -164,12 +174,6 @@ def limit_check_us(url: str, claims: int) -> float:
     finally:
         store.close()
     return ((t2 - t1) - (t1 - t0)) / claims * 1e6
-
-
-def _placement(name: str):  # type: ignore[no-untyped-def]
-    from affidavit.store.queues import Placement
-
-    return Placement(name)
 
 
 def steps_default(checkout: Path, python: str, url: str, tmp: Path) -> float:

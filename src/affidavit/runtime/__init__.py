@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from affidavit.runtime._crash import crash_point
     from affidavit.runtime._decision_context import decision_context
     from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
+    from affidavit.runtime._queues import require_queue
     from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder, build_from_events
     from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
     from affidavit.runtime._runtime import Runtime
@@ -113,6 +114,7 @@ _LAZY = {
     "SigningKey": "affidavit.runtime._sealing",
     "key_status": "affidavit.runtime._sealing",
     "trust_key": "affidavit.runtime._sealing",
+    "require_queue": "affidavit.runtime._queues",
     "check_agent_input": "affidavit.runtime._submit",
     "check_idempotency_key": "affidavit.runtime._submit",
     "check_plan": "affidavit.runtime._submit",
@@ -193,6 +195,7 @@ __all__ = [
     "register_verifier",
     "registry",
     "request_cancel",
+    "require_queue",
     "resolve_agent",
     "resume_job",
     "signal_job",
