@@ -109,10 +109,9 @@ class QueueClaims:
         """Whether the worker claims from the default queue."""
         return self.names is None or DEFAULT_QUEUE in self.names
 
-    @property
-    def known(self) -> bool:
-        """Whether the last read found named queues to claim from."""
-        return bool(self._known)
+    def any(self) -> bool:
+        """Whether there are named queues to claim from (read as :meth:`queues` reads them)."""
+        return bool(self.queues())
 
     def queues(self) -> Sequence[str]:
         """The named queues to claim from, in the order to try them now (each in turn first)."""

@@ -461,7 +461,7 @@ class Worker:
                         request = carried.request if carried is not None else None
                         carried = None
                         made, claim = self._carried(request)
-                        if not made or (claim is None and self.queue_claims.known):
+                        if not made or (claim is None and self.queue_claims.any()):
                             claim = None if self._stopping.is_set() else self.claim()
                         if claim is None and left is not None:
                             if self._still_leased(*left):  # not idle: wait for it

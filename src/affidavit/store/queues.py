@@ -332,6 +332,7 @@ def claim_from_queue(
                 _next_start(tx, config.name, config.rate, now, held)
             return None
         claimed = claimed_from_row(found)
+        started = not tx.query("SELECT 1 FROM queue_grants WHERE job_id = ?", (claimed.job_id,))
         reset = "" if claimed.recovered else ", recoveries = 0, recovery_progress = NULL"
         tx.execute(
             "UPDATE jobs SET status = 'running', attempt_id = ?, lease_owner = ?, "
@@ -341,7 +342,7 @@ def claim_from_queue(
         tx.execute(
             "INSERT INTO queue_grants (queue, job_id, attempt_id, owner, slot, started, "
             "claimed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (name, claimed.job_id, attempt_id, owner, running, found[1] == "pending", now),
+            (name, claimed.job_id, attempt_id, owner, running, started, now),
         )
         return claimed
 
@@ -405,6 +406,8 @@ def _claim_in_one(
 
 
 _LIVE_O = "o." + _LIVE.replace(" AND ", " AND o.")
+# A job not started yet: no claim of it was granted before (its first claim is its start).
+_NOT_STARTED = "NOT EXISTS (SELECT 1 FROM queue_grants p WHERE p.job_id = j.job_id)"
 # The claim from a queue, one statement (PostgreSQL): the queue's configuration (q), its counts
 # (n), the first runnable job within the limits (c), its lease (u) and its grant (g); one row
 # (none without the queue): the claimed job's columns (NULLs if none), then, for a rate that
@@ -420,7 +423,7 @@ _ONE_CLAIM = (
     "AND (j.not_before IS NULL OR j.not_before <= ?) "
     "AND (q.concurrency IS NULL OR n.running < q.concurrency) "
     "AND (q.worker_concurrency IS NULL OR n.mine < q.worker_concurrency) "
-    "AND (j.status <> 'pending' OR q.rate_count IS NULL OR n.starts < q.rate_count) "
+    f"AND (q.rate_count IS NULL OR n.starts < q.rate_count OR NOT {_NOT_STARTED}) "
     "AND (NOT q.partitioned OR j.partition_key IS NULL OR (NOT EXISTS (SELECT 1 FROM jobs o "
     "WHERE o.queue = j.queue AND o.partition_key = j.partition_key AND o.job_id <> j.job_id "
     "AND {live_o}) AND (j.status <> 'pending' OR NOT EXISTS (SELECT 1 FROM jobs o "
@@ -438,7 +441,8 @@ _ONE_CLAIM = (
     "FROM c WHERE jobs.job_id = c.job_id RETURNING c.job_id, c.status, c.lease_owner, "
     "c.recoveries, c.recovery_progress), "
     "g AS (INSERT INTO queue_grants (queue, job_id, attempt_id, owner, slot, started, "
-    "claimed_at) SELECT ?, u.job_id, ?, ?, n.running, u.status = 'pending', ? FROM u, n) "
+    "claimed_at) SELECT ?, u.job_id, ?, ?, n.running, "
+    f"{_NOT_STARTED.replace('j.job_id', 'u.job_id')}, ? FROM u, n) "
     "SELECT u.job_id, u.status, u.lease_owner, u.recoveries, u.recovery_progress, "
     "CASE WHEN u.job_id IS NULL AND n.starts >= q.rate_count THEN "
     "(SELECT min(claimed_at) FROM queue_grants WHERE queue = q.name AND started "
@@ -503,7 +507,7 @@ def _candidate(
     )
     params: list[Any] = [config.name, now, now, now]
     if not may_start:  # the rate's window is full: only jobs started before (resumed, recovered)
-        sql += " AND j.status <> 'pending'"
+        sql += f" AND NOT {_NOT_STARTED}"
     if config.partitioned:
         # one running job per partition, started in submission order
         sql += (
