@@ -3,12 +3,13 @@ priority, partitions, not_before, leases that expire, and the grants each claim 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
 from affidavit.core.errors import ConfigError
-from affidavit.store import Store
+from affidavit.store import Store, open_store
 from affidavit.store.queues import (
     Placement,
     QueueConfig,
@@ -180,3 +181,44 @@ def test_bad_configuration_refused(kwargs: dict[str, Any]) -> None:
 def test_bad_names_refused(name: str) -> None:
     with pytest.raises(ConfigError):
         queue_config(name)
+
+
+def test_concurrent_claimers_never_take_one_more(store_url: str) -> None:
+    """Eight claimers at once, each with a store of its own (its own connections), on a queue
+    of concurrency 3 and 20 jobs: exactly 3 are running afterwards (read from the jobs)."""
+    setup = open_store(store_url)
+    try:
+        set_queue(setup, queue_config("race", concurrency=3))
+        for _ in range(20):
+            submit(setup, "race")
+    finally:
+        setup.close()
+    barrier = threading.Barrier(8)
+    taken: list[str] = []
+
+    def claimer(k: int) -> None:
+        store = open_store(store_url)
+        try:
+            barrier.wait()
+            for i in range(5):
+                got = claim(store, "race", 1000.0, owner=f"w{k}", tag=str(i))
+                if got is not None:
+                    taken.append(got)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=claimer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check = open_store(store_url)
+    try:
+        with check.transaction() as tx:
+            (running,) = tx.query(
+                "SELECT count(*) FROM jobs WHERE queue = 'race' AND status = 'running'"
+            )[0]
+    finally:
+        check.close()
+    assert int(running) == 3
+    assert len(taken) == 3
