@@ -135,7 +135,7 @@ PROFILE_PARTS: list[tuple[str, bool, Callable[[Stats], float]]] = [
                 function_matcher("claim", "affidavit/runtime/_worker.py"),
                 function_matcher("list_events", SQL),
                 function_matcher("list_events", "affidavit/store/_sql_store.py"),
-                function_matcher("build_from_events", "affidavit/runtime/_replay.py"),
+                function_matcher("build_from_events", "affidavit/record/_replay.py"),
             ),
         ),
     ),

@@ -128,6 +128,7 @@ def test_public_api() -> None:
             "load_tools",
             "open_store",
             "pure",
+            "queue",
             "record_file",
             "register_verifier",
             "sha256_hex",

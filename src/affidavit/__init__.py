@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from affidavit.record._replay import ReplayContext, ReplayContextBuilder
     from affidavit.runtime._agent import AgentContext, agent
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
+    from affidavit.runtime._queues import queue
     from affidavit.runtime._runtime import Runtime
     from affidavit.runtime._sdk import (
         CompensatableError,
@@ -121,6 +122,7 @@ _LAZY = (
         "load_tools": "affidavit.runtime._sdk",
         "open_store": "affidavit.store",
         "pure": "affidavit.runtime._sdk",
+        "queue": "affidavit.runtime._queues",
         "record_file": "affidavit.runtime._verifiers",
         "register_verifier": "affidavit.runtime._sdk",
         "sha256_hex": "affidavit.core.canonical",
@@ -205,6 +207,7 @@ __all__ = [
     "load_tools",
     "open_store",
     "pure",
+    "queue",
     "record_file",
     "register_verifier",
     "sha256_hex",

@@ -1,4 +1,4 @@
-"""Which seal keys a database accepts (runtime/_sealing.py, store/_sealkeys.py): the first key
+"""Which seal keys a database accepts (record/_sealing.py, store/_sealkeys.py): the first key
 that seals registers itself, any other one refuses to start until an operator registers it;
 rotation retires the old key; verification takes the registered keys or the pinned ones."""
 

@@ -1,4 +1,4 @@
-"""Signing keys and the seal written with a job's terminal event (runtime/_sealing.py)."""
+"""Signing keys and the seal written with a job's terminal event (record/_sealing.py)."""
 
 from __future__ import annotations
 

@@ -111,8 +111,30 @@ _UNDO_17_POSTGRES = [
 ]
 
 
+# queues (migration 18, both backends)
+_UNDO_18 = [
+    "DROP INDEX jobs_queue",
+    "DROP INDEX jobs_queue_partition",
+    "DROP TABLE queue_grants",
+    "DROP TABLE queues",
+    *(
+        f"ALTER TABLE jobs DROP COLUMN {c}"
+        for c in ("queue", "priority", "partition_key", "not_before")
+    ),
+    "DELETE FROM affidavit_schema_migrations WHERE version = 18",
+]
+
+
+def undo_migration_18(url: str) -> None:
+    """Take the queues (migration 18) out of the database at ``url``."""
+    raw = RawDb(url)
+    for statement in _UNDO_18:
+        raw.execute(statement)
+
+
 def undo_migration_17(url: str) -> None:
     """Take the cancel requests (migration 17) out of the database at ``url``."""
+    undo_migration_18(url)
     raw = RawDb(url)
     triggers = _UNDO_17_SQLITE if url.startswith("sqlite:///") else _UNDO_17_POSTGRES
     for statement in (*triggers, "DROP TABLE cancel_requests"):

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from affidavit.api import claims, decisions, errors, jobs, keys, ui
+from affidavit.api import claims, decisions, errors, jobs, keys, queues, ui
 from affidavit.api import log as log_api
 from affidavit.api.deps import Admin, Service, ServiceDep, unique_json_keys
 from affidavit.api.models import ErrorBody, Health
@@ -107,6 +107,7 @@ def create_app(
     app.include_router(decisions.router)
     app.include_router(claims.router)
     app.include_router(keys.router)
+    app.include_router(queues.router)
     app.include_router(log_api.router)
     ui.install(app)
 

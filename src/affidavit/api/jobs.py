@@ -37,6 +37,7 @@ from affidavit.record import job_trace
 from affidavit.runtime import (
     registry,
     request_cancel,
+    require_queue,
     resume_job,
     signal_job,
     submit_agent_job,
@@ -44,6 +45,7 @@ from affidavit.runtime import (
     valid_traceparent,
 )
 from affidavit.store import JOB_STATUSES, JobFilter
+from affidavit.store.queues import placement
 from affidavit.verify import verify_one
 from affidavit.verify.verification import check_trusted_keys, seal_document
 
@@ -91,6 +93,14 @@ def submit(
     namespace = check_namespace(body.namespace or caller.namespace)
     if namespace != caller.namespace and caller.role != "admin":
         raise Forbidden(f"only an admin may submit into namespace {namespace!r}")
+    where = placement(
+        body.queue,
+        priority=body.priority,
+        partition_key=body.partition_key,
+        not_before=body.not_before,
+    )
+    if where is not None:
+        require_queue(svc.store, where.queue)
     if body.agent is not None:
         job, created = submit_agent_job(
             svc.store,
@@ -102,6 +112,7 @@ def submit(
             submitted_by=caller.agent_id,
             replay_verification=body.replay_verification,
             traceparent=traceparent if valid_traceparent(traceparent) else None,
+            placement=where,
         )
         if not created:
             response.status_code = 200
@@ -117,6 +128,7 @@ def submit(
         submitted_by=caller.agent_id,
         replay_verification=body.replay_verification,
         traceparent=traceparent if valid_traceparent(traceparent) else None,
+        placement=where,
     )
     if not created:
         response.status_code = 200

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 
 class _Body(BaseModel):
@@ -27,6 +27,18 @@ class SubmitJob(_Body):
     )
     namespace: str | None = Field(
         default=None, description="Only an admin may submit into another namespace."
+    )
+    queue: str | None = Field(
+        default=None, max_length=128, description="The queue the job waits in (docs/queues.md)."
+    )
+    priority: StrictInt | None = Field(
+        default=None, ge=-(2**31), le=2**31 - 1, description="Lower runs first."
+    )
+    partition_key: str | None = Field(
+        default=None, max_length=256, description="One running job per key (partitioned)."
+    )
+    not_before: AwareDatetime | None = Field(
+        default=None, description="Not claimed before this time (ISO 8601 with a zone)."
     )
 
     @model_validator(mode="after")

@@ -62,6 +62,7 @@ COMMAND_MODULES: dict[str, str] = {
     "agents": "claims_cmds:agents_app",
     "claims": "claims_cmds:claims_app",
     "trust": "claims_cmds:trust_app",
+    "queues": "queue_cmds:queues_app",
 }
 _registered: set[str] = set()
 

@@ -23,6 +23,7 @@ from affidavit.cli.job_view import emit_job, exit_for, job_doc
 from affidavit.cli.log_cmds import background_sequencer
 from affidavit.cli.next_steps import decisions_doc
 from affidavit.cli.progress import StepProgress, job_line
+from affidavit.cli.queue_cmds import WorkerQueuesOption
 from affidavit.cli.run_options import (
     AgentOption,
     InputOption,
@@ -61,6 +62,7 @@ def open_runtime(
     *,
     wait_for_store: bool = False,
     jobs_at_once: int = 1,
+    queues: list[str] | None = None,
 ) -> Runtime:
     """The runtime the commands run on. ``wait_for_store`` (a worker): a database that is
     unavailable when it starts is waited for, as a worker waits for it later
@@ -88,6 +90,7 @@ def open_runtime(
         store_retry_seconds=retry,
         max_recoveries=max_recoveries(recoveries),
         max_outage_seconds=outage_limit,
+        queues=queues or None,
     )
     from affidavit.integrations.otel import enabled_by_env
 
@@ -211,6 +214,7 @@ def worker(
     store_retry: StoreRetryOption = None,
     recoveries: MaxRecoveriesOption = None,
     max_outage: MaxOutageOption = None,
+    queue: WorkerQueuesOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -238,6 +242,7 @@ def worker(
             max_outage,
             wait_for_store=True,
             jobs_at_once=concurrency,
+            queues=queue,
         )
         try:
             if metrics_port is not None:

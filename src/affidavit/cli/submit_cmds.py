@@ -11,6 +11,13 @@ import typer
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened, state
+from affidavit.cli.queue_cmds import (
+    NotBeforeOption,
+    PartitionKeyOption,
+    PriorityOption,
+    QueueOption,
+    parse_not_before,
+)
 from affidavit.cli.run_options import (
     AgentOption,
     InputOption,
@@ -34,6 +41,8 @@ from affidavit.runtime import (
     submit_agent_job,
     submit_job,
 )
+from affidavit.runtime._queues import require_queue, write_declared
+from affidavit.store.queues import placement
 
 
 def prepared_job(
@@ -85,6 +94,10 @@ def submit(
         str | None, typer.Option(help="The same key returns the same job.")
     ] = None,
     replay_verification: ReplayVerificationOption = None,
+    queue: QueueOption = None,
+    priority: PriorityOption = None,
+    partition_key: PartitionKeyOption = None,
+    not_before: NotBeforeOption = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -98,7 +111,16 @@ def submit(
             plan, tools, input, idempotency_key=idempotency_key, agent=agent
         )
         replay = replay_verification.value if replay_verification else None
+        where = placement(
+            queue,
+            priority=priority,
+            partition_key=partition_key,
+            not_before=parse_not_before(not_before),
+        )
         with opened(db) as store:  # (the tools are loaded; no worker is needed to enqueue)
+            if where is not None:
+                write_declared(store)  # (queues declared in the --tools modules)
+                require_queue(store, where.queue)
             if isinstance(parsed, Agent):
                 job, _ = submit_agent_job(
                     store,
@@ -107,6 +129,7 @@ def submit(
                     tools=registry,
                     idempotency_key=idempotency_key,
                     replay_verification=replay,
+                    placement=where,
                 )
             else:
                 job, _ = submit_job(
@@ -116,6 +139,7 @@ def submit(
                     tools=registry,
                     idempotency_key=idempotency_key,
                     replay_verification=replay,
+                    placement=where,
                 )
     if as_json:
         output.emit_json({"job_id": job.job_id, "status": job.status})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,14 @@ from affidavit.runtime._decisions import (
     signal_job,
 )
 from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._queues import require_queue, write_declared
 from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
 from affidavit.runtime._sdk import Tool, ToolRegistry, registry
 from affidavit.runtime._submit import check_plan, submit_agent_job, submit_job
 from affidavit.runtime._waiting import wait_for_job
 from affidavit.runtime._worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, Store, open_store
+from affidavit.store.queues import placement
 
 __all__ = ["RESUME_DECISIONS", "InvalidStateError", "Runtime"]
 
@@ -67,6 +70,7 @@ class Runtime:
         store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         max_outage_seconds: float | None = None,
+        queues: Iterable[str] | None = None,
     ) -> None:
         if tools is None:
             self.tools = registry
@@ -97,7 +101,9 @@ class Runtime:
             store_retry_seconds=store_retry_seconds,
             max_recoveries=max_recoveries,
             max_outage_seconds=max_outage_seconds,
+            queues=None if queues is None else tuple(queues),
         )
+        write_declared(self.store)  # (queues declared in code: see affidavit.queue)
 
     def close(self) -> None:
         self._closed = True
@@ -139,6 +145,10 @@ class Runtime:
         submitted_by: str | None = None,
         replay_verification: str | None = None,
         traceparent: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        partition_key: str | None = None,
+        not_before: datetime | None = None,
     ) -> JobRecord:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
         Nothing is written unless the plan, its tools and the input are all valid. See
@@ -146,8 +156,18 @@ class Runtime:
 
         ``plan`` may also be an agent (:func:`affidavit.agent`) or the name of a registered
         one: the job runs that agent function with ``input`` as its keyword arguments (see
-        :func:`~affidavit.runtime._submit.submit_agent_job`)."""
+        :func:`~affidavit.runtime._submit.submit_agent_job`).
+
+        ``queue``: the queue the job waits in (default: the default queue, unlimited), where
+        it is claimed lowest ``priority`` first (when the queue orders by priority), at most
+        one running job per ``partition_key`` (a partitioned queue), and not before
+        ``not_before`` (see docs/queues.md)."""
         self._check_open()
+        where = placement(
+            queue, priority=priority, partition_key=partition_key, not_before=not_before
+        )
+        if where is not None:
+            require_queue(self.store, where.queue)
         if isinstance(plan, Agent) or (
             isinstance(plan, str) and self.tools.get_agent(plan) is not None
         ):
@@ -161,6 +181,7 @@ class Runtime:
                 submitted_by=submitted_by,
                 replay_verification=replay_verification,
                 traceparent=traceparent,
+                placement=where,
             )
             return job
         job, _ = submit_job(
@@ -173,6 +194,7 @@ class Runtime:
             submitted_by=submitted_by,
             replay_verification=replay_verification,
             traceparent=traceparent,
+            placement=where,
         )
         return job
 

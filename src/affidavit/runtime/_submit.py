@@ -22,6 +22,7 @@ from affidavit.runtime._agent import Agent
 from affidavit.runtime._confirm import REPLAY_VERIFICATION_MODES
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.store import JobRecord, NewEvent, Store
+from affidavit.store.queues import Placement
 
 
 def missing_tools(plan: Plan, tools: ToolRegistry, done: Collection[str] = ()) -> list[str]:
@@ -103,6 +104,7 @@ def submit_job(
     submitted_by: str | None = None,
     replay_verification: str | None = None,
     traceparent: str | None = None,
+    placement: Placement | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
     (per namespace) returns the existing job and ``created=False``. Nothing is written unless
@@ -159,6 +161,7 @@ def submit_job(
         plan_name=parsed.name,
         idempotency_key=idempotency_key,
         submitted_by=submitted_by,
+        placement=placement,
         events=[
             NewEvent("job_created", created_payload),
             NewEvent(
@@ -273,6 +276,7 @@ def submit_agent_job(
     submitted_by: str | None = None,
     replay_verification: str | None = None,
     traceparent: str | None = None,
+    placement: Placement | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
     ``agent_started`` with the agent's name, version and policy. The input is the agent
@@ -303,6 +307,7 @@ def submit_agent_job(
         plan_name=found.name,
         idempotency_key=idempotency_key,
         submitted_by=submitted_by,
+        placement=placement,
         events=[
             NewEvent(
                 "job_created",

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from affidavit.core.config import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from affidavit.core.errors import ClockSkewError, StoreError, StoreUnavailable
@@ -23,6 +23,7 @@ from affidavit.core.ids import new_attempt_id
 from affidavit.record import Sealer, SealKeyRefused
 from affidavit.runtime._lease import Heartbeats, Lease
 from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._queues import QueueClaims
 from affidavit.runtime._run_base import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_STORE_RETRY_SECONDS,
@@ -143,6 +144,7 @@ class Worker:
         store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         max_outage_seconds: float | None = None,
+        queues: Collection[str] | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -165,6 +167,8 @@ class Worker:
         self.store_retry_seconds = store_retry_seconds
         self.store = store
         self.tools = tools
+        # the queues this worker claims from (None: every queue; see runtime/_queues.py)
+        self.queue_claims = QueueClaims(store, queues)
         self.worker_id = worker_id or default_worker_id()
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
@@ -235,15 +239,26 @@ class Worker:
         # (T1 before any tool acts, or the job's end) makes it durable first, the log being
         # ordered; a claim lost with the database's last moments leaves the job claimable
         # again, and the run's writes under it fenced off (their attempt is not the job's).
-        claimed = self.store.claim(
-            owner=self.worker_id,
-            attempt_id=attempt,
-            now=now,
-            lease_seconds=self.lease_seconds,
-            job_id=job_id,
-            skip=skip,
-            with_log=True,
-        )
+        claimed = None
+        if self.queue_claims.default:
+            claimed = self.store.claim(
+                owner=self.worker_id,
+                attempt_id=attempt,
+                now=now,
+                lease_seconds=self.lease_seconds,
+                job_id=job_id,
+                skip=skip,
+                with_log=True,
+            )
+        if claimed is None:
+            claimed = self.queue_claims.claim(
+                owner=self.worker_id,
+                attempt_id=attempt,
+                now=now,
+                lease_seconds=self.lease_seconds,
+                job_id=job_id,
+                skip=skip,
+            )
         return self._claim_of(claimed, attempt, now)
 
     def _claim_of(self, claimed: Claimed | None, attempt: str, now: float) -> Claim | None:
@@ -446,7 +461,7 @@ class Worker:
                         request = carried.request if carried is not None else None
                         carried = None
                         made, claim = self._carried(request)
-                        if not made:
+                        if not made or (claim is None and self.queue_claims.any()):
                             claim = None if self._stopping.is_set() else self.claim()
                         if claim is None and left is not None:
                             if self._still_leased(*left):  # not idle: wait for it
@@ -507,9 +522,11 @@ class Worker:
                         log.warning("worker %s: the database is reachable again", self.worker_id)
                     outage_wait, outage_since, last_error = 0.0, None, None
                     if ran is None:
-                        if until_idle or self._stopping.is_set():
+                        # a queue's rate holding jobs back: not idle, and wake when it allows
+                        held = self.queue_claims.rate_wait()
+                        if (until_idle and held is None) or self._stopping.is_set():
                             return
-                        stop.wait(self.poll_seconds)
+                        stop.wait(self.poll_seconds if held is None else min(held, 1.0))
             finally:
                 # a job claimed with the last run's end that this loop will not run
                 request = carried.request if carried is not None else None
@@ -556,6 +573,8 @@ class _NextClaims:
         self.request: NextClaim | None = None
 
     def __call__(self) -> NextClaim | None:
-        if self.request is None and not (self._stop.is_set() or self._worker.stopping):
+        if self.request is None and not (
+            self._stop.is_set() or self._worker.stopping or not self._worker.queue_claims.default
+        ):
             self.request = self._worker._next_claim()
         return self.request

@@ -45,7 +45,7 @@ def runnable_jobs(now: float, job_id: str | None, skip: Collection[str]) -> tupl
     one of ``skip``), and its parameters; a claim adds its row lock."""
     sql = (
         "SELECT j.job_id, j.status, j.lease_owner, j.recoveries, j.recovery_progress "
-        f"FROM jobs j WHERE {RUNNABLE}"
+        f"FROM jobs j WHERE {RUNNABLE} AND j.queue IS NULL"  # (other queues: store/queues.py)
     )
     params: list[Any] = [now, now]
     if job_id is not None:

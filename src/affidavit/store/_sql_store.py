@@ -56,6 +56,7 @@ from affidavit.store.base import (
     T,
     unmatchable,
 )
+from affidavit.store.queues import Placement, place_job
 
 if TYPE_CHECKING:
     from affidavit.store._snapshot import SqlSnapshot
@@ -184,6 +185,7 @@ class SqlStore(ApiKeyReads, ABC):
         submitted_by: str | None = None,
         events: Sequence[NewEvent] = (),
         durable: bool = True,
+        placement: Placement | None = None,
     ) -> tuple[JobRecord, bool]:
         encoded = encode_events(events)
         with self.transaction(durable=durable) as tx:
@@ -194,6 +196,8 @@ class SqlStore(ApiKeyReads, ABC):
                 idempotency_key=idempotency_key,
                 submitted_by=submitted_by,
             )
+            if created and placement is not None:
+                place_job(tx, job.job_id, placement)
             if created and encoded:
                 stored = tx.append(job.job_id, encoded=encoded, expected_version=0)
                 job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)

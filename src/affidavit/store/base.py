@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
     from affidavit.store._sealkeys import SealKeyAdmission
     from affidavit.store.migrations import Migration
+    from affidavit.store.queues import Placement
 
 # (the contract's values are defined in affidavit.store._types and named here too)
 __all__ = [
@@ -501,9 +502,11 @@ class Store(Protocol):
         submitted_by: str | None = None,
         events: Sequence[NewEvent] = (),
         durable: bool = True,
+        placement: Placement | None = None,
     ) -> tuple[JobRecord, bool]:
         """Create a job and append its first ``events`` atomically; with an idempotency key
-        already used in the namespace, return the existing job (and ``False``), writing nothing."""
+        already used in the namespace, return the existing job (and ``False``), writing nothing.
+        ``placement``: the job's queue and its place in it (None: the default queue)."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord:
