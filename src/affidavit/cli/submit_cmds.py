@@ -37,11 +37,12 @@ from affidavit.runtime import (
     check_plan,
     load_tools,
     registry,
+    require_queue,
     resolve_agent,
     submit_agent_job,
     submit_job,
+    write_declared,
 )
-from affidavit.runtime._queues import require_queue, write_declared
 from affidavit.store.queues import placement
 
 

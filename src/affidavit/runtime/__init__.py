@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from affidavit.runtime._cancel import CancelResult, request_cancel
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
-    from affidavit.runtime._queues import require_queue
+    from affidavit.runtime._queues import require_queue, write_declared
     from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
     from affidavit.runtime._runtime import Runtime
     from affidavit.runtime._sdk import (
@@ -90,6 +90,7 @@ _LAZY = {
     "registry": "affidavit.runtime._sdk",
     "tool": "affidavit.runtime._sdk",
     "require_queue": "affidavit.runtime._queues",
+    "write_declared": "affidavit.runtime._queues",
     "check_agent_input": "affidavit.runtime._submit",
     "check_idempotency_key": "affidavit.runtime._submit",
     "check_plan": "affidavit.runtime._submit",
@@ -159,4 +160,5 @@ __all__ = [
     "tool",
     "valid_traceparent",
     "wait_for_job",
+    "write_declared",
 ]
