@@ -52,6 +52,7 @@ def test_public_api() -> None:
             "JobFilter",
             "JobNotFound",
             "JobRecord",
+            "Limit",
             "NewEvent",
             "Plan",
             "PlanError",

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from affidavit.core.signing import SigningKey
     from affidavit.runtime._agent import AgentContext, agent
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
+    from affidavit.runtime._limits import Limit
     from affidavit.runtime._replay import ReplayContext, ReplayContextBuilder
     from affidavit.runtime._runtime import Runtime
     from affidavit.runtime._sdk import (
@@ -94,6 +95,7 @@ _LAZY = (
         "HttpVerifier": "affidavit.runtime._verifiers",
         "JobFilter": "affidavit.store",
         "JobRecord": "affidavit.store",
+        "Limit": "affidavit.runtime._limits",
         "NewEvent": "affidavit.store",
         "Plan": "affidavit.core.plan",
         "PublicKey": "affidavit.core.seal",
@@ -166,6 +168,7 @@ __all__ = [
     "JobFilter",
     "JobNotFound",
     "JobRecord",
+    "Limit",
     "NewEvent",
     "Plan",
     "PlanError",

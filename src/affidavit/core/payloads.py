@@ -74,6 +74,16 @@ class NodeStarted(_StepPayload):
     worker_id: str
 
 
+class LimitGrant(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    limit: str
+    grant_id: str
+    granted_at: str
+    attempt_id: str
+    rate: tuple[int, int] | None = None  # (count, period in µs)
+    concurrency: int | None = None
+
+
 class ToolInvocationStarted(_StepPayload):
     invocation_id: str
     tool_name: str
@@ -83,6 +93,8 @@ class ToolInvocationStarted(_StepPayload):
     # a tool that required approval of this call, and the approval's correlation key
     requires_approval: Literal[True] | None = None
     approval_key: str | None = None
+    # a limited call's grant (runtime/_limits.py): taken before this event was written
+    limit_grant: LimitGrant | None = None
 
 
 class ToolInvocationFinished(_StepPayload):

@@ -23,6 +23,7 @@ from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigE
 if TYPE_CHECKING:
     from affidavit.runtime._agent import Agent
     from affidavit.runtime._confirm import ResourceVerifier
+    from affidavit.runtime._limits import Limit
 
 
 class RetryableError(Exception):
@@ -159,6 +160,7 @@ class Tool:
     # True, or a function of the call's arguments: whether a call needs an approval first
     requires_approval: bool | Callable[..., bool] = False
     approval_policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    limit: Limit | None = None  # calls across workers (runtime/_limits.py)
 
     def needs_approval(self, args: Mapping[str, Any]) -> bool:
         """Whether a call with ``args`` may act only once approved (see
@@ -314,6 +316,16 @@ def _check_options(name: object, version: object, retry: object) -> None:
         )
 
 
+def _check_limit(name: str, limit: object) -> None:
+    from affidavit.runtime._limits import Limit
+
+    if limit is not None and not isinstance(limit, Limit):
+        raise ConfigError(
+            f"limit of tool {name!r} must be an affidavit.Limit, not {limit!r}",
+            hint='For example limit=affidavit.Limit(rate="50/10s", concurrency=4).',
+        )
+
+
 def _check_function(name: str, fn: object) -> None:
     if isinstance(fn, Tool):
         raise ToolError(
@@ -339,6 +351,7 @@ def tool(
     requires_approval: bool | Callable[..., bool] = False,
     approvers: list[str] | None = None,
     min_approvals: int | None = None,
+    limit: Limit | None = None,
 ) -> Callable[[ToolFn], Tool]:
     """Register a tool that may change the world. See the module docstring.
 
@@ -347,8 +360,12 @@ def tool(
     100``). Such a call acts only once an approval of exactly that call is recorded in the
     job's log, by a principal ``approvers`` / ``min_approvals`` allow (the defaults: one
     principal of role approver or admin, not the job's submitter); until then the job waits
-    for it. A predicate that raises requires approval."""
+    for it. A predicate that raises requires approval.
+
+    ``limit``: an :class:`~affidavit.Limit` on the tool's calls across every worker (rate and
+    concurrency); a call waits for its slot before it starts."""
     _check_options(name, version, retry)
+    _check_limit(name, limit)
     if not (type(requires_approval) is bool or callable(requires_approval)):
         raise ConfigError(
             f"requires_approval of tool {name!r} must be True, False or a function of the "
@@ -372,6 +389,7 @@ def tool(
         _check_function(name, fn)
         t = Tool(name, fn, "tool", version, retry, tuple(retry_on), in_flight)
         t.requires_approval, t.approval_policy = requires_approval, policy
+        t.limit = limit
         registry.add(t)
         return t
 

@@ -38,6 +38,7 @@ from affidavit.runtime import _crash as crash
 from affidavit.runtime._approvals import gate_call
 from affidavit.runtime._cancel import found_nothing
 from affidavit.runtime._journal import Journal, RunControl
+from affidavit.runtime._limits import Grant, release_in, take_grant
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._replay import ReplayContext
 from affidavit.runtime._run_base import (
@@ -129,6 +130,8 @@ class StepExecutor:
         self.metrics = metrics
         self.sleep = sleep
         self.step_concurrency = step_concurrency
+        # idempotency key → the grant its limited call holds until its T2 (runtime/_limits.py)
+        self.grants: dict[str, Grant] = {}
 
     @property
     def job_id(self) -> str:
@@ -198,6 +201,9 @@ class StepExecutor:
             attempt += 1
             # the invocation id and the ids of T1's events, in one call
             invocation, *started_ids = new_event_ids(3 + len(prelude))
+            if t.limit is not None:  # wait for a slot; nothing is recorded meanwhile
+                self.grants[key] = take_grant(self.journal, self.control, t.name, t.limit)
+                gated = {**gated, "limit_grant": self.grants[key].record()}
             started_events: tuple[Item, Item] = (
                 ("node_started", {**base, "attempt": attempt, "worker_id": claim.worker_id}),
                 (
@@ -245,10 +251,12 @@ class StepExecutor:
                         },
                     )
                 )
+                self._release(key)
                 return committed
             if row is not None and row.status == "started":
                 outcome = self._in_flight(spec, t, args, key, row, attempt, started_events)
                 if outcome is not None:
+                    self._release(key)
                     return outcome[0]
                 # not found by reconcile: the dead invocation is closed and ours is started
                 invocation = str(started_events[1][1]["invocation_id"])
@@ -308,6 +316,7 @@ class StepExecutor:
                     ),
                 )
                 self.journal.tx_retrying(False, self._record_failure, key, finished, error)
+                self.grants.pop(key, None)
                 if isinstance(exc, CompensatableError):
                     self._compensate(spec, t, ctx, args, base, attempt)
                     raise StepFailed(node_id, error) from exc
@@ -377,6 +386,8 @@ class StepExecutor:
         retry may run the tool again)."""
         self.journal.append(tx, *items)
         tx.ledger_finish(self.job_id, key, status="failed", error=error)
+        if self.grants:
+            release_in(tx, self.grants.get(key))
 
     def commit(
         self,
@@ -434,6 +445,8 @@ class StepExecutor:
             )
         )
         self.journal.tx_retrying(durable, self._commit_txn, items, key, result, jcs)
+        if self.grants:
+            self.grants.pop(key, None)
         return recorded(jcs)
 
     def _commit_txn(
@@ -442,6 +455,15 @@ class StepExecutor:
         """T2's writes: the step's closing events and its ledger row committed."""
         self.journal.append(tx, *items, fast=True)
         tx.ledger_finish(self.job_id, key, status="committed", result=result, result_jcs=jcs)
+        if self.grants:  # T2 ends the call's grant
+            release_in(tx, self.grants.get(key))
+
+    def _release(self, key: str) -> None:
+        """Give back the grant of a limited call that ends without running the tool."""
+        grant = self.grants.pop(key, None)
+        if grant is not None:
+            with self.journal.store.transaction(durable=False) as tx:
+                release_in(tx, grant)
 
     # --- in flight ----------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads, ApiKeyWrites
 from affidavit.store._cancels import CancelOps
 from affidavit.store._ledger import LedgerOps
+from affidavit.store._limits import LimitOps
 from affidavit.store._sealkeys import SealKeyOps
 from affidavit.store._seals import (
     KEYS_SELECT,
@@ -308,7 +309,7 @@ def chain_events(
 
 
 class SqlTransaction(
-    LedgerOps, CancelOps, SealOps, SealKeyOps, ApiKeyWrites, TlogWrites, TrustOps, ABC
+    LedgerOps, CancelOps, LimitOps, SealOps, SealKeyOps, ApiKeyWrites, TlogWrites, TrustOps, ABC
 ):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``
