@@ -88,6 +88,8 @@ from affidavit.core.plan import idempotency_key_of
 from affidavit.verify._approvals import INVARIANT as APPROVAL
 from affidavit.verify._approvals import ApprovalFold
 from affidavit.verify._digest import canonical_hash_matches
+from affidavit.verify._limits import INVARIANT as LIMIT
+from affidavit.verify._limits import LimitFold
 from affidavit.verify._plan import PlanProblem, PlanView, read_plan
 from affidavit.verify._violation import _Violation
 
@@ -194,6 +196,7 @@ class LogFold:
     def __init__(self, job_id: str, *, fast_paths: bool = True) -> None:
         self.job_id = job_id
         self.approvals = ApprovalFold(job_id)  # invariant ``approval`` (verify._approvals)
+        self.limits = LimitFold()  # invariant ``limit`` (verify._limits)
         # event type -> (its part of the chain hash input, its fast path or 0)
         self._known = {
             t: (_SEPARATORS[t], _FAST_KINDS.get(t, 0) if fast_paths else 0) for t in _KNOWN_TYPES
@@ -344,6 +347,7 @@ class LogFold:
         completed, committed, committed_nodes = self.completed, self.committed, self.committed_nodes
         invocation_ids, started, success = self.invocation_ids, self.started, self.success
         open_invocations, open_by_key = self.open_invocations, self.open_by_key
+        limited = self.limits.open  # limited calls: their handlers check the grants
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
         outcomes, failing, completing = _OUTCOMES, _ANY_NODE_FAILS, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
@@ -414,6 +418,7 @@ class LogFold:
                                     and invocation not in invocation_ids
                                     and key not in open_by_key
                                     and "requires_approval" not in p
+                                    and "limit_grant" not in p
                                     and (
                                         prior is _NO_START
                                         or prior[1:4] == (node_id, tool_name, hashed)
@@ -441,6 +446,7 @@ class LogFold:
                                     and outcome in outcomes
                                     and started[started_key][1] == node_id
                                     and open_by_key.get(started_key) == invocation
+                                    and invocation not in limited
                                 ):
                                     del open_invocations[invocation]
                                     del open_by_key[started_key]
@@ -770,6 +776,8 @@ class LogFold:
             self._check_invocation_started(p)
             if "requires_approval" in p:
                 self.approvals.invocation(p)
+            if "limit_grant" in p:
+                self.limits.started(p, self._version)
         except _Violation:
             key, invocation = p.get("idempotency_key"), p.get("invocation_id")
             if type(key) is str and type(invocation) is str:
@@ -846,6 +854,8 @@ class LogFold:
         self._start(invocation, key, node_id, tool_name, p)
 
     def _invocation_finished(self, p: dict[str, Any]) -> None:
+        if p.get("invocation_id") in self.limits.open:
+            self.limits.finished(p)
         try:
             self._check_invocation_finished(p)
         except _Violation:
@@ -1221,6 +1231,8 @@ class LogFold:
                 self.violate("plan", None, "the log has no plan_generated event")
         if (problem := self.approvals.unmarked(self.started.values())) is not None:
             self.violate(APPROVAL, None, problem)
+        if self.limits.calls and (broken := self.limits.check()) is not None:
+            self.violate(LIMIT, *broken)
         uncommitted = next(iter(self.success.values()), None)  # (in log order: the first)
         if uncommitted is not None:
             self.violate(
