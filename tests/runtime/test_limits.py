@@ -195,3 +195,26 @@ def test_limit_options_are_checked_where_they_are_written() -> None:
     with pytest.raises(ConfigError, match="needs"):
         Limit()
     assert Limit(rate="10/1m").rate_us == (10, 60_000_000)
+
+
+def test_limits_list_shows_each_limits_use(store_url: str, store: Store) -> None:
+    import json
+
+    from tests.cli.test_cli import cli
+
+    tools = ToolRegistry([Tool("chat", Calls().run, "tool", limit=Limit(rate="5/1m"))])
+    with Runtime(store_url, tools=tools) as rt:
+        job_id = rt.submit(fan(2, 0.0), {}).job_id
+        rt.run_until_idle()
+    assert store.get_job(job_id).status == "completed"
+    listed = cli("limits", "list", "--db", store_url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    (doc,) = json.loads(listed.stdout)
+    assert (doc["name"], doc["rate"], doc["in_flight"], doc["started_in_window"]) == (
+        "chat",
+        "5/60s",
+        0,
+        2,
+    )
+    shown = cli("limits", "list", "--db", store_url)
+    assert shown.returncode == 0 and "chat" in shown.stdout
