@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import typer
 from pydantic import BaseModel
@@ -27,6 +28,10 @@ class LimitDoc(BaseModel):
     last_grant_at: str | None
 
 
+def _iso(micros: int) -> str:
+    return datetime.fromtimestamp(micros / 1e6, UTC).isoformat(timespec="microseconds")
+
+
 @limits_app.command("list")
 def list_limits(db: DbOption = None, as_json: JsonOption = False) -> None:
     """Every limit a call has taken a grant of: its rate and concurrency, the calls in flight
@@ -34,8 +39,6 @@ def list_limits(db: DbOption = None, as_json: JsonOption = False) -> None:
 
     Exit codes: 0 listed; 3 store error.
     """
-    from affidavit.runtime._limits import iso_us
-
     with command(as_json), opened(db) as store, store.transaction(durable=False) as tx:
         usage = tx.limit_usage(now_us=time.time_ns() // 1000)
     docs = [
@@ -45,7 +48,7 @@ def list_limits(db: DbOption = None, as_json: JsonOption = False) -> None:
             concurrency=u.concurrency,
             in_flight=u.in_flight,
             started_in_window=u.in_window,
-            last_grant_at=iso_us(u.last_grant_us) if u.last_grant_us else None,
+            last_grant_at=_iso(u.last_grant_us) if u.last_grant_us else None,
         )
         for u in usage
     ]
