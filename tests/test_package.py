@@ -34,6 +34,7 @@ def test_public_api() -> None:
             "AgentContext",
             "AgentNotFound",
             "AuthorizationError",
+            "Budget",
             "CanonicalizationError",
             "ClaimRejected",
             "ClaimService",

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         SandboxConfig,
         TrustPolicy,
     )
+    from affidavit.core.budget import Budget
     from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
     from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
     from affidavit.core.events import EventType
@@ -87,6 +88,7 @@ _LAZY = (
     | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
     | {
         "AgentContext": "affidavit.runtime._agent",
+        "Budget": "affidavit.core.budget",
         "CompensatableError": "affidavit.runtime._sdk",
         "Confirmation": "affidavit.runtime._confirm",
         "ConfirmationContext": "affidavit.runtime._confirm",
@@ -150,6 +152,7 @@ __all__ = [
     "AgentContext",
     "AgentNotFound",
     "AuthorizationError",
+    "Budget",
     "CanonicalizationError",
     "ClaimRejected",
     "ClaimService",

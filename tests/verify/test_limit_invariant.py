@@ -89,3 +89,24 @@ def test_a_malformed_grant_fails(rt: Runtime) -> None:
     grants(log)[0]["granted_at"] = "yesterday"
     replay = replay_of(job_id, log)
     assert not replay.ok
+
+
+def test_a_call_past_the_recorded_budget_fails(store_url: str) -> None:
+    from affidavit import Budget
+    from affidavit.runtime._agent import Agent, AgentContext
+
+    def loop(ctx: AgentContext) -> int:
+        return sum(ctx.call("chat") == "x" for _ in range(3))
+
+    agent = Agent("looper", loop, "1", budget=Budget(tool_calls=3))
+    with Runtime(store_url, tools=ToolRegistry([Tool("chat", chat, "pure"), agent])) as rt:
+        job_id = rt.submit("looper", {}).job_id
+        assert rt.run_job(job_id).status == "completed"
+        log = [{"type": e.type, "payload": e.payload} for e in rt.store.list_events(job_id)]
+    assert replay_of(job_id, log).ok
+    for e in log:  # the budget recorded said two calls
+        if e["type"] == "agent_started":
+            e["payload"]["budget"] = {"tool_calls": 2}
+    replay = replay_of(job_id, log)
+    assert not replay.ok and replay.invariant == "budget", replay.error
+    assert "ran past the job's budget" in replay.error

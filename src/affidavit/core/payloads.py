@@ -54,11 +54,25 @@ class AgentPolicySettings(PolicySettings):
     max_concurrency: int = Field(ge=1)
 
 
+class BudgetSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tool_calls: int | None = Field(default=None, ge=0)
+    model_tokens: int | None = Field(default=None, ge=0)
+    cost: float | None = Field(default=None, ge=0)
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tokens: int | None = Field(default=None, ge=0)
+    cost: float | None = Field(default=None, ge=0)
+
+
 class AgentStarted(_Payload):
     agent: str
     agent_version: str
     agent_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     policy: AgentPolicySettings
+    budget: BudgetSettings | None = None  # affidavit.Budget (core/budget.py)
 
 
 class StepCalled(_StepPayload):
@@ -132,6 +146,7 @@ class NodeFinished(_StepPayload):
     error: Any = None
     attempt: int
     duration_ms: float | int
+    usage: Usage | None = None  # what the step spent (ctx.report_usage)
 
 
 class JobWaiting(_Payload):
@@ -179,6 +194,7 @@ class JobResumed(_Payload):
     result: Any = None
     by: str | None
     note: str | None
+    budget: BudgetSettings | None = None  # the new budget, continuing a budget_exceeded park
 
 
 class ConfirmationWarning(_StepPayload):

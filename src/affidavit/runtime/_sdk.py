@@ -98,6 +98,8 @@ class ToolContext:
     idempotency_key: str | None
     external_key: str
     state_changes: list[StateChange] = field(default_factory=list)
+    # what the step spent (report_usage): recorded in its node_finished, counted by budgets
+    usage: dict[str, int | float] = field(default_factory=dict)
     # Why nothing can be recorded any more (the step is over, or a pure step); None while open.
     _closed: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -105,6 +107,22 @@ class ToolContext:
         """End recording: a later :meth:`record_state_change` raises ``ToolError(reason)``
         instead of adding a change nobody will write (the step's events are committed)."""
         self._closed = reason
+
+    def report_usage(self, *, tokens: int = 0, cost: float = 0.0) -> None:
+        """Report what this call spent — model tokens, and cost in the unit the job's budget
+        uses — added to what the job spent (``affidavit.Budget``) once the step is recorded.
+
+        Raises:
+            ToolError: a negative, non-finite or non-numeric amount.
+        """
+        if type(tokens) is not int or not 0 <= tokens <= 10**12:
+            raise ToolError(f"report_usage: tokens must be an integer ≥ 0, not {tokens!r}")
+        if type(cost) not in (int, float) or not 0 <= cost <= 10**12:  # (NaN fails too)
+            raise ToolError(f"report_usage: cost must be a number ≥ 0, not {cost!r}")
+        if tokens:
+            self.usage["tokens"] = int(self.usage.get("tokens", 0)) + tokens
+        if cost:
+            self.usage["cost"] = float(self.usage.get("cost", 0.0)) + float(cost)
 
     def record_state_change(
         self,

@@ -132,6 +132,8 @@ class StepExecutor:
         self.step_concurrency = step_concurrency
         # idempotency key → the grant its limited call holds until its T2 (runtime/_limits.py)
         self.grants: dict[str, Grant] = {}
+        # told each recorded step's usage (ctx.report_usage): an agent job's budget meter
+        self.on_usage: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def job_id(self) -> str:
@@ -441,10 +443,13 @@ class StepExecutor:
                     "result_type": "side_effect_committed",
                     "attempt": attempt,
                     "duration_ms": elapsed_ms(t0),
+                    **({"usage": ctx.usage} if ctx is not None and ctx.usage else {}),
                 },
             )
         )
         self.journal.tx_retrying(durable, self._commit_txn, items, key, result, jcs)
+        if ctx is not None and ctx.usage and self.on_usage is not None:
+            self.on_usage(ctx.usage)
         if self.grants:
             self.grants.pop(key, None)
         return recorded(jcs)
@@ -457,6 +462,10 @@ class StepExecutor:
         tx.ledger_finish(self.job_id, key, status="committed", result=result, result_jcs=jcs)
         if self.grants:  # T2 ends the call's grant
             release_in(tx, self.grants.get(key))
+
+    def _used(self, ctx: ToolContext) -> None:
+        if ctx.usage and self.on_usage is not None:
+            self.on_usage(ctx.usage)
 
     def _release(self, key: str) -> None:
         """Give back the grant of a limited call that ends without running the tool."""
@@ -697,7 +706,7 @@ class StepExecutor:
                 output_jcs = check_result(node_id, t, output)
             except Exception as exc:
                 retry = self.retryable(t, exc) and attempt < limit
-                finished = {
+                finished: dict[str, Any] = {
                     "node_id": node_id,
                     "step_id": step,
                     "attempt": attempt,
@@ -706,8 +715,10 @@ class StepExecutor:
                     else "permanent_failure",
                     "error": error_dict(exc),
                     "duration_ms": elapsed_ms(t0),
+                    **({"usage": ctx.usage} if ctx.usage else {}),
                 }
                 self.journal.write(*prelude, ("node_started", started), ("node_finished", finished))
+                self._used(ctx)
                 prelude = ()
                 if retry:
                     self.backoff(attempt)
@@ -721,10 +732,12 @@ class StepExecutor:
                 "result_type": "pure",
                 "output": orjson.Fragment(output_jcs),
                 "duration_ms": elapsed_ms(t0),
+                **({"usage": ctx.usage} if ctx.usage else {}),
             }
             self.journal.write(
                 *prelude, ("node_started", started), ("node_finished", finished), fast=True
             )
+            self._used(ctx)
             return recorded(output_jcs)
 
     # --- wait / approval (continued by signals or timers) -------------------------------------

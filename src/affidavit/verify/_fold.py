@@ -87,6 +87,7 @@ from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.core.plan import idempotency_key_of
 from affidavit.verify._approvals import INVARIANT as APPROVAL
 from affidavit.verify._approvals import ApprovalFold
+from affidavit.verify._budget import BudgetFold
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._limits import INVARIANT as LIMIT
 from affidavit.verify._limits import LimitFold
@@ -197,6 +198,7 @@ class LogFold:
         self.job_id = job_id
         self.approvals = ApprovalFold(job_id)  # invariant ``approval`` (verify._approvals)
         self.limits = LimitFold()  # invariant ``limit`` (verify._limits)
+        self.budget: BudgetFold | None = None  # invariant ``budget`` (verify._budget)
         # event type -> (its part of the chain hash input, its fast path or 0)
         self._known = {
             t: (_SEPARATORS[t], _FAST_KINDS.get(t, 0) if fast_paths else 0) for t in _KNOWN_TYPES
@@ -686,10 +688,16 @@ class LogFold:
             raise _Violation("plan", "agent_started in a job not created as an agent job")
         self.agent = True
         self.has_plan = True
+        if p.get("budget") is not None:
+            # every node_finished goes through its handler from here on, for its usage
+            self._known["node_finished"] = (self._known["node_finished"][0], 0)
+            self.budget = BudgetFold(p["budget"])
 
     def _step_called(self, p: dict[str, Any]) -> None:
         if not self.agent:
             raise _Violation("plan", "step_called before agent_started (or in a plan job)")
+        if self.budget is not None:
+            self.budget.called(p)
         seq, kind, node_id = p.get("seq"), p.get("kind"), p.get("node_id")
         if type(seq) is not int or seq != self.next_seq:
             raise _Violation(
@@ -949,6 +957,8 @@ class LogFold:
         self._commit(success[2], result_hash, node_id)  # the key as first seen
 
     def _node_finished(self, p: dict[str, Any]) -> None:
+        if self.budget is not None:
+            self.budget.finished(p)
         # FORMATS.md §5 over every node_finished in log order, whatever else is wrong with it
         # (the replay proof reports that).
         node_id: Any = p.get("node_id")
@@ -1102,6 +1112,8 @@ class LogFold:
     def _job_resumed(self, p: dict[str, Any]) -> None:
         if not self.parked:
             raise _Violation("closing_rule", "job_resumed while the job is not parked")
+        if self.budget is not None:
+            self.budget.resumed(p)
         decision = p.get("decision")
         reason = self.park.get("reason")
         # the decisions that resolve the park's reason; a reason the runtime does not know
