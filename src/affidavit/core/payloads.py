@@ -147,6 +147,7 @@ class NodeFinished(_StepPayload):
     attempt: int
     duration_ms: float | int
     usage: Usage | None = None  # what the step spent (ctx.report_usage)
+    limit_grant: LimitGrant | None = None  # a limited pure step's grant (runtime/_limits.py)
 
 
 class JobWaiting(_Payload):

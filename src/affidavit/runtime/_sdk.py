@@ -414,14 +414,19 @@ def tool(
     return register
 
 
-def pure(name: str, *, version: str = "1", retry: int | None = None) -> Callable[[ToolFn], Tool]:
+def pure(
+    name: str, *, version: str = "1", retry: int | None = None, limit: Limit | None = None
+) -> Callable[[ToolFn], Tool]:
     """Register a function without side effects; its output is recorded and never recomputed
-    once the step finished."""
+    once the step finished. ``limit``: as for :func:`tool` (a model API's rate limit, say);
+    the grant is recorded in the step's ``node_finished``."""
     _check_options(name, version, retry)
+    _check_limit(name, limit)
 
     def register(fn: ToolFn) -> Tool:
         _check_function(name, fn)
         t = Tool(name, fn, "pure", version, retry)
+        t.limit = limit
         registry.add(t)
         return t
 

@@ -463,9 +463,13 @@ class StepExecutor:
         if self.grants:  # T2 ends the call's grant
             release_in(tx, self.grants.get(key))
 
-    def _used(self, ctx: ToolContext) -> None:
+    def _used(self, ctx: ToolContext, grant: Grant | None) -> None:
+        """After a pure step's record: count its usage, give back its grant."""
         if ctx.usage and self.on_usage is not None:
             self.on_usage(ctx.usage)
+        if grant is not None:
+            with self.journal.store.transaction(durable=False) as tx:
+                release_in(tx, grant)
 
     def _release(self, key: str) -> None:
         """Give back the grant of a limited call that ends without running the tool."""
@@ -700,6 +704,7 @@ class StepExecutor:
                 external_key(claim.job_id, step, claim.attempt_id),
             )
             ctx.close(f"pure step {node_id!r} changes nothing outside")
+            grant = take_grant(self.journal, self.control, t.name, t.limit) if t.limit else None
             t0 = time.perf_counter()
             try:
                 output = self.call(spec, t.fn, ctx, args)
@@ -716,9 +721,10 @@ class StepExecutor:
                     "error": error_dict(exc),
                     "duration_ms": elapsed_ms(t0),
                     **({"usage": ctx.usage} if ctx.usage else {}),
+                    **({"limit_grant": grant.record()} if grant else {}),
                 }
                 self.journal.write(*prelude, ("node_started", started), ("node_finished", finished))
-                self._used(ctx)
+                self._used(ctx, grant)
                 prelude = ()
                 if retry:
                     self.backoff(attempt)
@@ -733,11 +739,12 @@ class StepExecutor:
                 "output": orjson.Fragment(output_jcs),
                 "duration_ms": elapsed_ms(t0),
                 **({"usage": ctx.usage} if ctx.usage else {}),
+                **({"limit_grant": grant.record()} if grant else {}),
             }
             self.journal.write(
                 *prelude, ("node_started", started), ("node_finished", finished), fast=True
             )
-            self._used(ctx)
+            self._used(ctx, grant)
             return recorded(output_jcs)
 
     # --- wait / approval (continued by signals or timers) -------------------------------------
