@@ -97,7 +97,7 @@ def test_concurrency_holds_across_workers(store_url: str, store: Store) -> None:
         spans += grants_and_ends(assert_log_sound(store, job_id))
     assert len(spans) == calls.count == 12  # every call once
     assert most_at_once(spans) <= 2
-    assert calls.peak == 2  # the limit let two run together, never three
+    assert 1 <= calls.peak <= 2  # never three at once (two together is likely, not certain)
 
 
 def test_rate_holds_across_workers(store_url: str, store: Store) -> None:

@@ -447,9 +447,9 @@ class StepExecutor:
                 },
             )
         )
+        if ctx is not None:
+            self._count_usage(ctx)
         self.journal.tx_retrying(durable, self._commit_txn, items, key, result, jcs)
-        if ctx is not None and ctx.usage and self.on_usage is not None:
-            self.on_usage(ctx.usage)
         if self.grants:
             self.grants.pop(key, None)
         return recorded(jcs)
@@ -463,10 +463,15 @@ class StepExecutor:
         if self.grants:  # T2 ends the call's grant
             release_in(tx, self.grants.get(key))
 
-    def _used(self, ctx: ToolContext, grant: Grant | None) -> None:
-        """After a pure step's record: count its usage, give back its grant."""
+    def _count_usage(self, ctx: ToolContext) -> None:
+        """Before a step's record: count what it spent (so that a call admitted meanwhile, by
+        another thread of the run, is checked against it; a record that then fails counts
+        anyway, which errs on the side of the budget)."""
         if ctx.usage and self.on_usage is not None:
             self.on_usage(ctx.usage)
+
+    def _used(self, grant: Grant | None) -> None:
+        """After a limited pure step's record: give back its grant."""
         if grant is not None:
             with self.journal.store.transaction(durable=False) as tx:
                 release_in(tx, grant)
@@ -723,8 +728,9 @@ class StepExecutor:
                     **({"usage": ctx.usage} if ctx.usage else {}),
                     **({"limit_grant": grant.record()} if grant else {}),
                 }
+                self._count_usage(ctx)
                 self.journal.write(*prelude, ("node_started", started), ("node_finished", finished))
-                self._used(ctx, grant)
+                self._used(grant)
                 prelude = ()
                 if retry:
                     self.backoff(attempt)
@@ -741,10 +747,11 @@ class StepExecutor:
                 **({"usage": ctx.usage} if ctx.usage else {}),
                 **({"limit_grant": grant.record()} if grant else {}),
             }
+            self._count_usage(ctx)
             self.journal.write(
                 *prelude, ("node_started", started), ("node_finished", finished), fast=True
             )
-            self._used(ctx, grant)
+            self._used(grant)
             return recorded(output_jcs)
 
     # --- wait / approval (continued by signals or timers) -------------------------------------
