@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         SandboxConfig,
         TrustPolicy,
     )
+    from affidavit.core.budget import Budget
     from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
     from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
     from affidavit.core.events import EventType
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from affidavit.record._replay import ReplayContext, ReplayContextBuilder
     from affidavit.runtime._agent import AgentContext, agent
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
+    from affidavit.runtime._limits import Limit
     from affidavit.runtime._queues import queue
     from affidavit.runtime._runtime import Runtime
     from affidavit.runtime._sdk import (
@@ -87,6 +89,7 @@ _LAZY = (
     | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
     | {
         "AgentContext": "affidavit.runtime._agent",
+        "Budget": "affidavit.core.budget",
         "CompensatableError": "affidavit.runtime._sdk",
         "Confirmation": "affidavit.runtime._confirm",
         "ConfirmationContext": "affidavit.runtime._confirm",
@@ -95,6 +98,7 @@ _LAZY = (
         "HttpVerifier": "affidavit.runtime._verifiers",
         "JobFilter": "affidavit.store",
         "JobRecord": "affidavit.store",
+        "Limit": "affidavit.runtime._limits",
         "NewEvent": "affidavit.store",
         "Plan": "affidavit.core.plan",
         "PublicKey": "affidavit.core.seal",
@@ -150,6 +154,7 @@ __all__ = [
     "AgentContext",
     "AgentNotFound",
     "AuthorizationError",
+    "Budget",
     "CanonicalizationError",
     "ClaimRejected",
     "ClaimService",
@@ -168,6 +173,7 @@ __all__ = [
     "JobFilter",
     "JobNotFound",
     "JobRecord",
+    "Limit",
     "NewEvent",
     "Plan",
     "PlanError",

@@ -374,3 +374,53 @@ def test_affidavit_run_with_the_agent_prints_its_output(
     assert shown["status"] == "completed", shown
     assert shown["output"] == {"output": f"wrote 'hi' to {out}"}
     assert out.read_text().splitlines()[0].startswith("hi ")
+
+
+def test_model_usage_is_recorded_the_model_limit_granted_and_the_budget_holds(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Each model response's token usage is recorded with its step and counted by the job's
+    budget; ``model_limit`` gives each model request a grant of the model's limit."""
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = sum(1 for m in messages if isinstance(m, ModelResponse))
+        usage = RequestUsage(input_tokens=300, output_tokens=200)
+        if turn < 5:
+            call = ToolCallPart("bump", {"n": turn}, tool_call_id=f"c-{turn}")
+            return ModelResponse(parts=[call], usage=usage)
+        return ModelResponse(parts=[TextPart("done")], usage=usage)
+
+    fn_model = FunctionModel(model)
+    agent = Agent(fn_model)
+
+    @agent.tool_plain
+    def bump(n: int) -> int:
+        return n + 1
+
+    name = f"pydai_budget_{tmp_path.name[-12:]}"
+    wrapper = AffidavitAgent(
+        agent,
+        name=name,
+        version="1",
+        model_limit=affidavit.Limit(concurrency=1),
+        budget=affidavit.Budget(model_tokens=1200),
+    )
+    with Runtime(store_url, tools=ToolRegistry(wrapper.registrations)) as rt:
+        job_id = rt.submit(name, {"prompt": "go"}).job_id
+        assert rt.run_job(job_id).status == "parked"
+        events = rt.store.list_events(job_id)
+        models = [
+            e.payload
+            for e in events
+            if e.type == "node_finished" and e.payload.get("limit_grant") is not None
+        ]
+        # three responses of 500 tokens: the third passes 1,200, the next call does not run
+        assert [m["usage"] for m in models] == [{"tokens": 500}] * 3
+        assert {m["limit_grant"]["limit"] for m in models} == {f"model:{fn_model.model_name}"}
+        [parked] = [e.payload for e in events if e.type == "job_parked"]
+        assert parked["reason"] == "budget_exceeded"
+        assert parked["detail"]["spent"]["model_tokens"] == 1500
+        assert affidavit.verify_job(rt.store, job_id).ok

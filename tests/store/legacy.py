@@ -132,8 +132,18 @@ def undo_migration_18(url: str) -> None:
         raw.execute(statement)
 
 
+def undo_migration_19(url: str) -> None:
+    """Take the tool limits (migration 19) out of the database at ``url``."""
+    raw = RawDb(url)
+    for statement in ("DROP TABLE limit_grants", "DROP TABLE limit_state"):
+        raw.execute(statement)
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 19")
+
+
 def undo_migration_17(url: str) -> None:
-    """Take the cancel requests (migration 17) out of the database at ``url``."""
+    """Take the cancel requests (migration 17) out of the database at ``url`` (the later
+    migrations undone first)."""
+    undo_migration_19(url)
     undo_migration_18(url)
     raw = RawDb(url)
     triggers = _UNDO_17_SQLITE if url.startswith("sqlite:///") else _UNDO_17_POSTGRES

@@ -38,6 +38,14 @@ def resume(
             show_default=False,
         ),
     ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            help="continue on a budget_exceeded park: the new budget, JSON (absolute), e.g. "
+            "'{\"tool_calls\": 80}'.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -46,7 +54,9 @@ def resume(
     Parked on an in-flight invocation: retry it, accept_result (a result a person checked), or
     fail. Parked because the world no longer matches a recorded side effect
     (replay_verification: human): continue (accept the world as it is) or fail. Parked as a
-    crash loop (crash_loop): retry (once the cause is fixed) or fail. A resumed job is runnable
+    crash loop (crash_loop): retry (once the cause is fixed) or fail. Parked because a call
+    would exceed the job's budget (budget_exceeded): continue with --budget JSON (the new
+    budget, absolute) or fail. A resumed job is runnable
     again (run a worker). With --park VERSION the decision applies only to the park you looked
     at, not to a later one.
 
@@ -55,6 +65,7 @@ def resume(
     """
     with command(as_json):
         value = parse_json_arg(result, "--result")
+        new_budget = parse_json_arg(budget, "--budget")
         with opened_for_job(db, job_id) as store:
             job = resume_job(
                 store,
@@ -64,6 +75,7 @@ def resume(
                 by=by or state_user(),
                 note=note,
                 park_version=park,
+                budget=new_budget,
             )
             decisions = None if as_json else decisions_doc(store, job)  # (parked again)
     emit_job(job, as_json, decisions)

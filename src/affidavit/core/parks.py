@@ -13,6 +13,7 @@ DECISIONS_BY_REASON: dict[str, tuple[str, ...]] = {
     "replay_verification": ("continue", "fail"),
     "crash_loop": ("retry", "fail"),
     "nondeterministic": ("retry", "fail"),
+    "budget_exceeded": ("continue", "fail"),
 }
 # Every decision ``resume`` knows.
 RESUME_DECISIONS = ("retry", "accept_result", "continue", "fail")

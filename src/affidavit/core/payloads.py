@@ -54,11 +54,25 @@ class AgentPolicySettings(PolicySettings):
     max_concurrency: int = Field(ge=1)
 
 
+class BudgetSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tool_calls: int | None = Field(default=None, ge=0)
+    model_tokens: int | None = Field(default=None, ge=0)
+    cost: float | None = Field(default=None, ge=0)
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tokens: int | None = Field(default=None, ge=0)
+    cost: float | None = Field(default=None, ge=0)
+
+
 class AgentStarted(_Payload):
     agent: str
     agent_version: str
     agent_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     policy: AgentPolicySettings
+    budget: BudgetSettings | None = None  # affidavit.Budget (core/budget.py)
 
 
 class StepCalled(_StepPayload):
@@ -74,6 +88,16 @@ class NodeStarted(_StepPayload):
     worker_id: str
 
 
+class LimitGrant(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    limit: str
+    grant_id: str
+    granted_at: str
+    attempt_id: str
+    rate: tuple[int, int] | None = None  # (count, period in µs)
+    concurrency: int | None = None
+
+
 class ToolInvocationStarted(_StepPayload):
     invocation_id: str
     tool_name: str
@@ -83,6 +107,8 @@ class ToolInvocationStarted(_StepPayload):
     # a tool that required approval of this call, and the approval's correlation key
     requires_approval: Literal[True] | None = None
     approval_key: str | None = None
+    # a limited call's grant (runtime/_limits.py): taken before this event was written
+    limit_grant: LimitGrant | None = None
 
 
 class ToolInvocationFinished(_StepPayload):
@@ -120,6 +146,8 @@ class NodeFinished(_StepPayload):
     error: Any = None
     attempt: int
     duration_ms: float | int
+    usage: Usage | None = None  # what the step spent (ctx.report_usage)
+    limit_grant: LimitGrant | None = None  # a limited pure step's grant (runtime/_limits.py)
 
 
 class JobWaiting(_Payload):
@@ -167,6 +195,7 @@ class JobResumed(_Payload):
     result: Any = None
     by: str | None
     note: str | None
+    budget: BudgetSettings | None = None  # the new budget, continuing a budget_exceeded park
 
 
 class ConfirmationWarning(_StepPayload):

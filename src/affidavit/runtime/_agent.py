@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from affidavit.core.approvals import ApprovalPolicy
+from affidavit.core.budget import Budget
 from affidavit.core.errors import AffidavitError
 from affidavit.runtime._sdk import Tool, ToolError, registry
 
@@ -42,6 +43,7 @@ class Agent:
         default_factory=lambda: {"max_attempts": 3, "backoff_seconds": 1.0}
     )
     replay_verification: str = "strict"
+    budget: Budget | None = None  # recorded in agent_started (core/budget.py)
 
     @property
     def is_async(self) -> bool:
@@ -92,11 +94,15 @@ def agent(
     in_flight: str = "park",
     retry: dict[str, Any] | None = None,
     replay_verification: str = "strict",
+    budget: Budget | None = None,
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register an agent function under ``name`` (in the module-level registry, which
     ``--tools`` modules fill). ``version`` defaults to a hash of the agent module's source.
     ``max_concurrency`` bounds the calls of one job that run at once; ``in_flight``,
-    ``retry`` and ``replay_verification`` are the job's policy, as a plan's.
+    ``retry`` and ``replay_verification`` are the job's policy, as a plan's. ``budget``
+    (:class:`~affidavit.Budget`), recorded with each job: the call that would exceed it does
+    not run, the job parks as ``budget_exceeded`` (``affidavit resume --decision continue
+    --budget JSON`` sets a new one).
 
     Raises:
         ToolError: a bad name or option, or another agent under ``name``.
@@ -118,6 +124,8 @@ def agent(
     attempts, backoff = policy_retry["max_attempts"], policy_retry["backoff_seconds"]
     if type(attempts) is not int or attempts < 1 or not isinstance(backoff, int | float):
         raise ToolError(f"agent {name!r}: retry needs max_attempts ≥ 1 and backoff_seconds")
+    if budget is not None and not isinstance(budget, Budget):
+        raise ToolError(f"agent {name!r}: budget must be an affidavit.Budget, not {budget!r}")
 
     def register(fn: Callable[..., Any]) -> Agent:
         if not callable(fn):
@@ -130,6 +138,7 @@ def agent(
             in_flight,
             {"max_attempts": attempts, "backoff_seconds": float(backoff)},
             replay_verification,
+            budget,
         )
         registry.add_agent(made)
         return made

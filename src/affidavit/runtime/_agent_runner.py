@@ -36,6 +36,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
 from affidavit.record import ReplayContext
 from affidavit.runtime._agent import Agent, AgentContext
+from affidavit.runtime._budget import BudgetMeter
 from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._recovery import Recovery
 from affidavit.runtime._run_base import Claim, Item, StepFailed, Stop, error_dict, log
@@ -100,6 +101,9 @@ def run_agent_job(
         lambda node_id: NODE_TYPE_OF_KIND.get(kinds.get(node_id, "pure"), "pure"),
     )
     run = AgentRun(parts, agent, replay, kinds)
+    run.budget = BudgetMeter.of_log(events, started)
+    if run.budget is not None:
+        parts.executor.on_usage = run.budget.used
     try:
         if claim.recovered:
             run.count_recovery(events, runner.max_recoveries)
@@ -135,6 +139,7 @@ class AgentRun:
         self._outstanding: set[Future[Any]] = set()
         self._interrupt: AgentInterrupt | None = None
         self._keys: set[str] = set()  # wait keys used in this run
+        self.budget: BudgetMeter | None = None  # the job's budget (runtime/_budget.py)
         self.recovery = Recovery(
             parts.journal, parts.executor, self, replay, parts.tools, parts.policy, parts.metrics
         )
@@ -374,6 +379,8 @@ class AgentRun:
         if t.requires_approval:  # it may ask for an approval, which ends the run as a wait does:
             self._quiesce()  # the calls still running record their outcome first, and it runs alone
         spec, args_jcs, called = self._next(t.kind, t.name, args)
+        if called is not None and self.budget is not None:
+            self._within_budget(t)
         if not start or t.requires_approval:
             value = self._run_step(spec, args, args_jcs, (called,) if called else ())
             return value if not start else _finished(value, self.agent.is_async)
@@ -384,6 +391,20 @@ class AgentRun:
         if self.agent.is_async:
             return asyncio.wrap_future(future)
         return future
+
+    def _within_budget(self, t: Tool) -> None:
+        """Before a new call: count it, or park the job (``budget_exceeded``) without it."""
+        assert self.budget is not None
+        reason = self.budget.admit()
+        if reason is None:
+            return
+        detail = self.budget.detail(reason, t.kind, t.name)
+        self._quiesce()  # the calls still running record their outcome first
+        try:
+            stop = self.journal.park("budget_exceeded", node_id=None, step_id=None, detail=detail)
+        except (Stop, StoreError) as exc:
+            raise self._end(exc) from None
+        raise self._interrupted(stop)
 
     def _write_or_interrupt(self, *items: Item) -> None:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit.core.approvals import Principal, SignalForbidden
+from affidavit.core.budget import Budget
 from affidavit.core.canonical import canonical_nested, canonical_sha256
 from affidavit.core.errors import (
     AffidavitError,
@@ -130,6 +131,7 @@ def resume_job(
     note: str | None = None,
     sealer: Sealer | None = None,
     park_version: int | None = None,
+    budget: Any = None,
 ) -> JobRecord:
     """Resolve a parked job (docs/formats.md §3 closing rule). Parked on an in-flight invocation:
 
@@ -154,6 +156,12 @@ def resume_job(
 
     - ``retry``: the job is runnable again (the count of recoveries starts again); an
       invocation left open is resolved by its tool's reconcile hook or in-flight policy;
+    - ``fail``: the job fails.
+
+    Parked because a call would have exceeded the job's budget (``budget_exceeded``):
+
+    - ``continue`` with ``budget`` (``{"tool_calls": 80, "model_tokens": ..., "cost": ...}``):
+      the job's budget from now on, absolute (not an increment), recorded in ``job_resumed``;
     - ``fail``: the job fails.
 
     A job failed here is sealed in the same transaction, with ``sealer`` (default: the key
@@ -208,6 +216,7 @@ def resume_job(
                 f"{replay.parked_version}); {decision!r} does not resolve that",
                 hint=f"Use one of: {', '.join(allowed)}.",
             )
+        resumed = _new_budget(reason, decision, budget)
         at = utc_now()
         events: list[NewEvent] = []
         parked_key = replay.parked.get("idempotency_key") if reason == "in_flight" else None
@@ -221,7 +230,8 @@ def resume_job(
         events.append(
             NewEvent(
                 "job_resumed",
-                {"at": at, "decision": decision, "result": result, "by": by, "note": note},
+                {"at": at, "decision": decision, "result": result, "by": by, "note": note}
+                | resumed,
             )
         )
         if decision == "fail":
@@ -243,6 +253,24 @@ def resume_job(
             return failed
         tx.append(job_id, events, expected_version=job.version)
         return tx.update_job(job_id, status="pending")
+
+
+def _new_budget(reason: str, decision: str, budget: Any) -> dict[str, Any]:
+    """The ``budget`` of a ``job_resumed`` (empty when none goes with the decision)."""
+    if reason == "budget_exceeded" and decision == "continue":
+        if budget is None:
+            raise InvalidStateError(
+                "continuing a job parked for budget_exceeded needs its new budget",
+                hint="Pass --budget '{\"tool_calls\": 80}' (absolute, not an increment).",
+            )
+        return {"budget": Budget.from_dict(budget).to_dict()}
+    if budget is not None:
+        raise InvalidStateError(
+            f"a budget goes only with continue on a budget_exceeded park, not with {decision!r}"
+            f" on a {reason} park",
+            hint="Leave out --budget.",
+        )
+    return {}
 
 
 def _check_park(job: JobRecord, replay: ReplayContext, park_version: int | None) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from affidavit.core.canonical import canonical, sha256_hex
+from affidavit.runtime._limits import release_in
 from affidavit.runtime._run_base import Item, StepFailed, elapsed_ms, error_dict, recorded
 from affidavit.runtime._sdk import Tool, ToolContext
 from affidavit.store import LedgerRow, Transaction
@@ -73,6 +74,8 @@ def record_failure(
     retry may run the tool again)."""
     ex.journal.append(tx, *items)
     tx.ledger_finish(ex.job_id, key, status="failed", error=error)
+    if ex.grants:
+        release_in(tx, ex.grants.get(key))
 
 
 def commit(
@@ -127,10 +130,15 @@ def commit(
                 "result_type": "side_effect_committed",
                 "attempt": attempt,
                 "duration_ms": elapsed_ms(t0),
+                **({"usage": ctx.usage} if ctx is not None and ctx.usage else {}),
             },
         )
     )
+    if ctx is not None:
+        ex.count_usage(ctx)
     ex.journal.tx_retrying(durable, _commit_txn, ex, items, key, result, jcs)
+    if ex.grants:
+        ex.grants.pop(key, None)
     return recorded(jcs)
 
 
@@ -140,6 +148,8 @@ def _commit_txn(
     """T2's writes: the step's closing events and its ledger row committed."""
     ex.journal.append(tx, *items, fast=True)
     tx.ledger_finish(ex.job_id, key, status="committed", result=result, result_jcs=jcs)
+    if ex.grants:  # T2 ends the call's grant
+        release_in(tx, ex.grants.get(key))
 
 
 def compensate(

@@ -320,11 +320,13 @@ class Runtime:
         by: str | None = None,
         note: str | None = None,
         park_version: int | None = None,
+        budget: Any = None,
     ) -> JobRecord:
         """Resolve a parked job: ``retry`` / ``accept_result`` / ``fail`` for an in-flight
         invocation, ``continue`` / ``fail`` after a confirmation mismatch, ``retry`` / ``fail``
-        for a crash loop. With ``park_version`` (the version of the ``job_parked`` event the
-        decision is about), a job parked again since is refused with
+        for a crash loop, ``continue`` with a new ``budget`` (absolute) / ``fail`` for a call
+        that would have exceeded the job's budget. With ``park_version`` (the version of the
+        ``job_parked`` event the decision is about), a job parked again since is refused with
         :class:`~affidavit.runtime._decisions.InvalidStateError` and nothing is written. See
         :func:`~affidavit.runtime._decisions.resume_job`."""
         self._check_open()
@@ -337,4 +339,5 @@ class Runtime:
             note=note,
             sealer=self.sealer,
             park_version=park_version,
+            budget=budget,
         )

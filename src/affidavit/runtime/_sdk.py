@@ -23,6 +23,7 @@ from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigE
 if TYPE_CHECKING:
     from affidavit.runtime._agent import Agent
     from affidavit.runtime._confirm import ResourceVerifier
+    from affidavit.runtime._limits import Limit
 
 
 class RetryableError(Exception):
@@ -97,6 +98,8 @@ class ToolContext:
     idempotency_key: str | None
     external_key: str
     state_changes: list[StateChange] = field(default_factory=list)
+    # what the step spent (report_usage): recorded in its node_finished, counted by budgets
+    usage: dict[str, int | float] = field(default_factory=dict)
     # Why nothing can be recorded any more (the step is over, or a pure step); None while open.
     _closed: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -104,6 +107,22 @@ class ToolContext:
         """End recording: a later :meth:`record_state_change` raises ``ToolError(reason)``
         instead of adding a change nobody will write (the step's events are committed)."""
         self._closed = reason
+
+    def report_usage(self, *, tokens: int = 0, cost: float = 0.0) -> None:
+        """Report what this call spent — model tokens, and cost in the unit the job's budget
+        uses — added to what the job spent (``affidavit.Budget``) once the step is recorded.
+
+        Raises:
+            ToolError: a negative, non-finite or non-numeric amount.
+        """
+        if type(tokens) is not int or not 0 <= tokens <= 10**12:
+            raise ToolError(f"report_usage: tokens must be an integer ≥ 0, not {tokens!r}")
+        if type(cost) not in (int, float) or not 0 <= cost <= 10**12:  # (NaN fails too)
+            raise ToolError(f"report_usage: cost must be a number ≥ 0, not {cost!r}")
+        if tokens:
+            self.usage["tokens"] = int(self.usage.get("tokens", 0)) + tokens
+        if cost:
+            self.usage["cost"] = float(self.usage.get("cost", 0.0)) + float(cost)
 
     def record_state_change(
         self,
@@ -159,6 +178,7 @@ class Tool:
     # True, or a function of the call's arguments: whether a call needs an approval first
     requires_approval: bool | Callable[..., bool] = False
     approval_policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    limit: Limit | None = None  # calls across workers (runtime/_limits.py)
 
     def needs_approval(self, args: Mapping[str, Any]) -> bool:
         """Whether a call with ``args`` may act only once approved (see
@@ -314,6 +334,16 @@ def _check_options(name: object, version: object, retry: object) -> None:
         )
 
 
+def _check_limit(name: str, limit: object) -> None:
+    from affidavit.runtime._limits import Limit
+
+    if limit is not None and not isinstance(limit, Limit):
+        raise ConfigError(
+            f"limit of tool {name!r} must be an affidavit.Limit, not {limit!r}",
+            hint='For example limit=affidavit.Limit(rate="50/10s", concurrency=4).',
+        )
+
+
 def _check_function(name: str, fn: object) -> None:
     if isinstance(fn, Tool):
         raise ToolError(
@@ -339,6 +369,7 @@ def tool(
     requires_approval: bool | Callable[..., bool] = False,
     approvers: list[str] | None = None,
     min_approvals: int | None = None,
+    limit: Limit | None = None,
 ) -> Callable[[ToolFn], Tool]:
     """Register a tool that may change the world. See the module docstring.
 
@@ -347,8 +378,12 @@ def tool(
     100``). Such a call acts only once an approval of exactly that call is recorded in the
     job's log, by a principal ``approvers`` / ``min_approvals`` allow (the defaults: one
     principal of role approver or admin, not the job's submitter); until then the job waits
-    for it. A predicate that raises requires approval."""
+    for it. A predicate that raises requires approval.
+
+    ``limit``: an :class:`~affidavit.Limit` on the tool's calls across every worker (rate and
+    concurrency); a call waits for its slot before it starts."""
     _check_options(name, version, retry)
+    _check_limit(name, limit)
     if not (type(requires_approval) is bool or callable(requires_approval)):
         raise ConfigError(
             f"requires_approval of tool {name!r} must be True, False or a function of the "
@@ -372,20 +407,26 @@ def tool(
         _check_function(name, fn)
         t = Tool(name, fn, "tool", version, retry, tuple(retry_on), in_flight)
         t.requires_approval, t.approval_policy = requires_approval, policy
+        t.limit = limit
         registry.add(t)
         return t
 
     return register
 
 
-def pure(name: str, *, version: str = "1", retry: int | None = None) -> Callable[[ToolFn], Tool]:
+def pure(
+    name: str, *, version: str = "1", retry: int | None = None, limit: Limit | None = None
+) -> Callable[[ToolFn], Tool]:
     """Register a function without side effects; its output is recorded and never recomputed
-    once the step finished."""
+    once the step finished. ``limit``: as for :func:`tool` (a model API's rate limit, say);
+    the grant is recorded in the step's ``node_finished``."""
     _check_options(name, version, retry)
+    _check_limit(name, limit)
 
     def register(fn: ToolFn) -> Tool:
         _check_function(name, fn)
         t = Tool(name, fn, "pure", version, retry)
+        t.limit = limit
         registry.add(t)
         return t
 

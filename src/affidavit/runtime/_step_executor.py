@@ -28,8 +28,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from affidavit.core import crash
 from affidavit.core.approvals import NOT_APPROVED
 from affidavit.core.errors import LedgerRowExists
@@ -40,7 +38,9 @@ from affidavit.runtime._approvals import gate_call
 from affidavit.runtime._in_flight import reconcile, resolve_in_flight
 from affidavit.runtime._journal import Journal, RunControl
 from affidavit.runtime._ledger_steps import acquire, commit, compensate, record_failure
+from affidavit.runtime._limits import Grant, release_in, take_grant
 from affidavit.runtime._metrics import RuntimeMetrics
+from affidavit.runtime._pure_steps import run_pure
 from affidavit.runtime._run_base import (
     Item,
     StepFailed,
@@ -49,7 +49,6 @@ from affidavit.runtime._run_base import (
     check_result,
     elapsed_ms,
     error_dict,
-    recorded,
 )
 from affidavit.runtime._sdk import (
     CompensatableError,
@@ -142,6 +141,10 @@ class StepExecutor:
         self.metrics = metrics
         self.sleep = sleep
         self.step_concurrency = step_concurrency
+        # idempotency key → the grant its limited call holds until its T2 (runtime/_limits.py)
+        self.grants: dict[str, Grant] = {}
+        # told each recorded step's usage (ctx.report_usage): an agent job's budget meter
+        self.on_usage: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def job_id(self) -> str:
@@ -206,11 +209,14 @@ class StepExecutor:
             self.journal, self.replay, t, node_id, step, args_jcs, hashed_args, prelude
         )
         gated = {"requires_approval": True, "approval_key": approval} if approval else {}
-        self._backoff_left(node_id)
+        self.wait_out_backoff(node_id)
         while True:
             attempt += 1
             # the invocation id and the ids of T1's events, in one call
             invocation, *started_ids = new_event_ids(3 + len(prelude))
+            if t.limit is not None:  # wait for a slot; nothing is recorded meanwhile
+                self.grants[key] = take_grant(self.journal, self.control, t.name, t.limit)
+                gated = {**gated, "limit_grant": self.grants[key].record()}
             started_events = self._started_events(
                 base, t, key, hashed_args, invocation, attempt, gated
             )
@@ -219,10 +225,12 @@ class StepExecutor:
             row = self._acquire(*t1, started_ids, attempt == 1)
             prelude = ()  # written with the first T1
             if row is not None and row.status == "committed":
+                self._release(key)
                 return self._recorded_commit(base, row, attempt)
             if row is not None and row.status == "started":
                 outcome = resolve_in_flight(self, spec, t, args, key, row, attempt, started_events)
                 if outcome is not None:
+                    self._release(key)
                     return outcome[0]
                 # not found by reconcile: the dead invocation is closed and ours is started
                 invocation = str(started_events[1][1]["invocation_id"])
@@ -400,6 +408,7 @@ class StepExecutor:
             ),
         )
         self.journal.tx_retrying(False, record_failure, self, try_.key, finished, error)
+        self.grants.pop(try_.key, None)
         if isinstance(exc, CompensatableError):
             compensate(self, try_.spec, t, try_.ctx, try_.args, base, try_.attempt)
             raise StepFailed(node_id, error) from exc
@@ -412,76 +421,36 @@ class StepExecutor:
         :func:`affidavit.runtime._in_flight.reconcile`)."""
         return reconcile(self, spec, t, args, key, row, attempt)
 
+    def count_usage(self, ctx: ToolContext) -> None:
+        """Before a step's record: count what it spent (so that a call admitted meanwhile, by
+        another thread of the run, is checked against it; a record that then fails counts
+        anyway, which errs on the side of the budget)."""
+        if ctx.usage and self.on_usage is not None:
+            self.on_usage(ctx.usage)
+
+    def _release(self, key: str) -> None:
+        """Give back the grant of a limited call that ends without running the tool."""
+        self.give_back(self.grants.pop(key, None))
+
+    def give_back(self, grant: Grant | None) -> None:
+        """End ``grant`` in a transaction of its own (a limited pure step after its record, a
+        limited call that ends without running the tool)."""
+        if grant is not None:
+            with self.journal.store.transaction(durable=False) as tx:
+                release_in(tx, grant)
+
     # --- pure ---------------------------------------------------------------------------------
 
     def run_pure(
         self, spec: StepSpec, args: dict[str, Any], *, prelude: tuple[Item, ...] = ()
     ) -> Any:
-        """Run a pure step (retried under the policy) and return its output as recorded. Its
-        events are written after it returns, in one transaction: a pure step that did not
-        finish runs again on recovery.
+        """Run a pure step (retried under the policy) and return its output as recorded (see
+        :func:`affidavit.runtime._pure_steps.run_pure`).
 
         Raises:
             StepFailed: the step failed for good.
         """
-        t = self.tool_of(spec)
-        node_id, step = spec.node_id, spec.step_id
-        claim = self.journal.claim
-        attempt = self.replay.node_attempts.get(node_id, 0)
-        limit = t.retry or self.policy.max_attempts
-        self._backoff_left(node_id)
-        while True:
-            attempt += 1
-            started = {
-                "node_id": node_id,
-                "step_id": step,
-                "attempt": attempt,
-                "worker_id": claim.worker_id,
-            }
-            ctx = ToolContext(
-                claim.job_id,
-                node_id,
-                step,
-                attempt,
-                None,
-                external_key(claim.job_id, step, claim.attempt_id),
-            )
-            ctx.close(f"pure step {node_id!r} changes nothing outside")
-            t0 = time.perf_counter()
-            try:
-                output = self.call(spec, t.fn, ctx, args)
-                output_jcs = check_result(node_id, t, output)
-            except Exception as exc:
-                retry = self.retryable(t, exc) and attempt < limit
-                finished = {
-                    "node_id": node_id,
-                    "step_id": step,
-                    "attempt": attempt,
-                    "result_type": "retryable_failure"
-                    if self.retryable(t, exc)
-                    else "permanent_failure",
-                    "error": error_dict(exc),
-                    "duration_ms": elapsed_ms(t0),
-                }
-                self.journal.write(*prelude, ("node_started", started), ("node_finished", finished))
-                prelude = ()
-                if retry:
-                    self.backoff(attempt)
-                    continue
-                raise StepFailed(node_id, error_dict(exc)) from exc
-            crash.crash_point("pure.after_execute")
-            finished = {
-                "node_id": node_id,
-                "step_id": step,
-                "attempt": attempt,
-                "result_type": "pure",
-                "output": orjson.Fragment(output_jcs),
-                "duration_ms": elapsed_ms(t0),
-            }
-            self.journal.write(
-                *prelude, ("node_started", started), ("node_finished", finished), fast=True
-            )
-            return recorded(output_jcs)
+        return run_pure(self, spec, args, prelude=prelude)
 
     # --- wait / approval (continued by signals or timers) -------------------------------------
 
@@ -557,7 +526,7 @@ class StepExecutor:
         attempt, at most a minute."""
         return backoff_delay(self.policy.backoff, attempt)
 
-    def _backoff_left(self, node_id: str) -> None:
+    def wait_out_backoff(self, node_id: str) -> None:
         """Before a step's first try in this run, wait what is left of the backoff an earlier
         run recorded (see :func:`affidavit.runtime._step_calls.backoff_left`)."""
         left = backoff_left(self.replay, self.policy.backoff, node_id)

@@ -330,7 +330,8 @@ def submit_agent_job(
                     "agent_version": found.version,
                     "agent_hash": identity,
                     "policy": policy,
-                },
+                }
+                | ({} if found.budget is None else {"budget": found.budget.to_dict()}),
             ),
         ],
     )

@@ -26,6 +26,7 @@ from affidavit.store._apikeys import ApiKeyWrites
 from affidavit.store._cancels import CancelOps
 from affidavit.store._claims import ClaimOps
 from affidavit.store._ledger import LedgerOps
+from affidavit.store._limits import LimitOps
 from affidavit.store._sealkeys import SealKeyOps
 from affidavit.store._seals import (
     SealOps,
@@ -120,7 +121,16 @@ class Cursor(Protocol):
 
 
 class SqlTransaction(
-    LedgerOps, CancelOps, SealOps, SealKeyOps, ApiKeyWrites, TlogWrites, TrustOps, ClaimOps, ABC
+    LedgerOps,
+    CancelOps,
+    LimitOps,
+    SealOps,
+    SealKeyOps,
+    ApiKeyWrites,
+    TlogWrites,
+    TrustOps,
+    ClaimOps,
+    ABC,
 ):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
     backend implements on a connection already inside a transaction. SQL is written with ``?``

@@ -40,6 +40,7 @@ from affidavit.store._types import (
 
 if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
+    from affidavit.store._limits import GrantTaken, LimitUsage
     from affidavit.store._sealkeys import SealKeyAdmission
     from affidavit.store.migrations import Migration
     from affidavit.store.queues import Placement
@@ -267,6 +268,32 @@ class Transaction(TlogWriter, TrustTransaction, ClaimsTransaction, Protocol):
         :meth:`get_job`): from then on the store refuses to start a new invocation of the job
         (:class:`~affidavit.core.errors.CancelRequestedError`), to complete it or to make it
         wait. The first request stays in force, and is returned, when there is one already."""
+        ...
+
+    # Tool and model limits (see affidavit.store._limits).
+
+    def limit_take(
+        self,
+        name: str,
+        *,
+        grant_id: str,
+        job_id: str,
+        attempt_id: str,
+        clock: Callable[[], int],
+        rate: tuple[int, int] | None,
+        concurrency: int | None,
+    ) -> GrantTaken:
+        """Take a grant of limit ``name`` for the claim ``attempt_id`` if its rate (count,
+        period in µs) and concurrency allow it now, exactly across concurrent takers; else
+        write nothing and say how long to wait."""
+        ...
+
+    def limit_release(self, grant_id: str, *, at_us: int) -> None:
+        """End a grant: its call is over."""
+        ...
+
+    def limit_usage(self, *, now_us: int) -> list[LimitUsage]:
+        """Every limit's use at ``now_us``: grants in flight, and started in its window."""
         ...
 
     def claim(

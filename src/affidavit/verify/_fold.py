@@ -77,6 +77,7 @@ import orjson
 
 from affidavit.core.events import COMPLETED_RESULT_TYPES
 from affidavit.verify._approvals import INVARIANT as APPROVAL
+from affidavit.verify._limits import INVARIANT as LIMIT
 from affidavit.verify._fold_state import (
     _ANY_NODE_FAILS,
     _COMMAND_COMMITTED,
@@ -179,6 +180,7 @@ class LogFold(EndEvents):
         completed, committed, committed_nodes = self.completed, self.committed, self.committed_nodes
         invocation_ids, started, success = self.invocation_ids, self.started, self.success
         open_invocations, open_by_key = self.open_invocations, self.open_by_key
+        limited = self.limits.open  # limited calls: their handlers check the grants
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
         outcomes, failing, completing = _OUTCOMES, _ANY_NODE_FAILS, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
@@ -249,6 +251,7 @@ class LogFold(EndEvents):
                                     and invocation not in invocation_ids
                                     and key not in open_by_key
                                     and "requires_approval" not in p
+                                    and "limit_grant" not in p
                                     and (
                                         prior is _NO_START
                                         or prior[1:4] == (node_id, tool_name, hashed)
@@ -276,6 +279,7 @@ class LogFold(EndEvents):
                                     and outcome in outcomes
                                     and started[started_key][1] == node_id
                                     and open_by_key.get(started_key) == invocation
+                                    and invocation not in limited
                                 ):
                                     del open_invocations[invocation]
                                     del open_by_key[started_key]
@@ -393,6 +397,8 @@ class LogFold(EndEvents):
                 self.violate("plan", None, "the log has no plan_generated event")
         if (problem := self.approvals.unmarked(self.started.values())) is not None:
             self.violate(APPROVAL, None, problem)
+        if self.limits.calls and (broken := self.limits.check()) is not None:
+            self.violate(LIMIT, *broken)
         uncommitted = next(iter(self.success.values()), None)  # (in log order: the first)
         if uncommitted is not None:
             self.violate(

@@ -112,10 +112,16 @@ class PlanEvents(FoldState):
             raise _Violation("plan", "agent_started in a job not created as an agent job")
         self.agent = True
         self.has_plan = True
+        if p.get("budget") is not None:
+            # every node_finished goes through its handler from here on, for its usage
+            self._known["node_finished"] = (self._known["node_finished"][0], 0)
+            self.budget = BudgetFold(p["budget"])
 
     def _step_called(self, p: dict[str, Any]) -> None:
         if not self.agent:
             raise _Violation("plan", "step_called before agent_started (or in a plan job)")
+        if self.budget is not None:
+            self.budget.called(p)
         seq, kind, node_id = p.get("seq"), p.get("kind"), p.get("node_id")
         if type(seq) is not int or seq != self.next_seq:
             raise _Violation(

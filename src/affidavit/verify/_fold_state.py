@@ -20,6 +20,8 @@ from affidavit.core.chain import GENESIS
 from affidavit.core.errors import AffidavitError
 from affidavit.core.events import EventType
 from affidavit.verify._approvals import ApprovalFold
+from affidavit.verify._budget import BudgetFold
+from affidavit.verify._limits import LimitFold
 from affidavit.verify._violation import _Violation
 
 # (the events of agent jobs, agent_started and step_called, are not folded here yet: a log
@@ -121,6 +123,8 @@ class FoldState:
     def __init__(self, job_id: str, *, fast_paths: bool = True) -> None:
         self.job_id = job_id
         self.approvals = ApprovalFold(job_id)  # invariant ``approval`` (verify._approvals)
+        self.limits = LimitFold()  # invariant ``limit`` (verify._limits)
+        self.budget: BudgetFold | None = None  # invariant ``budget`` (verify._budget)
         # event type -> (its part of the chain hash input, its fast path or 0)
         self._known = {
             t: (_SEPARATORS[t], _FAST_KINDS.get(t, 0) if fast_paths else 0) for t in _KNOWN_TYPES

@@ -45,6 +45,8 @@ class ToolEvents(PlanEvents):
             self._check_invocation_started(p)
             if "requires_approval" in p:
                 self.approvals.invocation(p)
+            if "limit_grant" in p:
+                self.limits.started(p, self._version)
         except _Violation:
             key, invocation = p.get("idempotency_key"), p.get("invocation_id")
             if type(key) is str and type(invocation) is str:
@@ -121,6 +123,8 @@ class ToolEvents(PlanEvents):
         self._start(invocation, key, node_id, tool_name, p)
 
     def _invocation_finished(self, p: dict[str, Any]) -> None:
+        if p.get("invocation_id") in self.limits.open:
+            self.limits.finished(p)
         try:
             self._check_invocation_finished(p)
         except _Violation:
@@ -214,6 +218,8 @@ class ToolEvents(PlanEvents):
         self._commit(success[2], result_hash, node_id)  # the key as first seen
 
     def _node_finished(self, p: dict[str, Any]) -> None:
+        if self.budget is not None:
+            self.budget.finished(p)
         # docs/formats.md §5 over every node_finished in log order, whatever else is wrong with it
         # (the replay proof reports that).
         node_id: Any = p.get("node_id")

@@ -107,6 +107,8 @@ class EndEvents(ToolEvents):
     def _job_resumed(self, p: dict[str, Any]) -> None:
         if not self.parked:
             raise _Violation("closing_rule", "job_resumed while the job is not parked")
+        if self.budget is not None:
+            self.budget.resumed(p)
         decision = p.get("decision")
         reason = self.park.get("reason")
         # the decisions that resolve the park's reason; a reason the runtime does not know

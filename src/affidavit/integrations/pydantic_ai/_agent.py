@@ -32,6 +32,7 @@ connections, an MCP session) are used from where they were opened.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import inspect
 import sys
@@ -126,6 +127,8 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         in_flight: str = "park",
         model_retries: int = 3,
         deps: Any = None,
+        model_limit: affidavit.Limit | None = None,
+        budget: affidavit.Budget | None = None,
     ) -> None:
         super().__init__(wrapped)
         from pydantic_ai.exceptions import UserError
@@ -160,8 +163,10 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         self._model = _RecordedModel(wrapped.model, self)
         version = version or _module_version(sys._getframe(1))
 
+        if model_limit is not None and model_limit.name is None:  # one limit per model name
+            model_limit = dataclasses.replace(model_limit, name=f"model:{wrapped.model.model_name}")
         self.model_step = affidavit.pure(
-            f"{agent_name}.model_request", version="1", retry=model_retries
+            f"{agent_name}.model_request", version="1", retry=model_retries, limit=model_limit
         )(self._model_step)
         self.tool_step = affidavit.tool(f"{agent_name}.call_tool", in_flight=in_flight)(
             self._tool_step
@@ -171,7 +176,9 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
             return await self._run_job(ctx, prompt)
 
         run_job.__name__ = run_job.__qualname__ = f"pydantic_ai_{agent_name}"
-        self.job = affidavit.agent(agent_name, version=version, in_flight=in_flight)(run_job)
+        self.job = affidavit.agent(agent_name, version=version, in_flight=in_flight, budget=budget)(
+            run_job
+        )
 
     @property
     def name(self) -> str | None:
@@ -302,6 +309,9 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
             response = asyncio.run_coroutine_threadsafe(pending.make(), run.loop).result()
         except ModelAPIError as exc:  # the provider's trouble: worth another attempt
             raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
+        tokens = response.usage.input_tokens + response.usage.output_tokens
+        if tokens:  # what the job's budget counts (affidavit.Budget model_tokens)
+            ctx.report_usage(tokens=tokens)
         return ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
 
     def _tool_step(self, ctx: ToolContext, tool: str, args: dict[str, Any], call_id: str) -> Any:

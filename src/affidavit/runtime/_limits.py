@@ -1,0 +1,207 @@
+"""Tool and model limits across workers: ``@affidavit.tool("chat", limit=Limit(rate="50/10s",
+concurrency=4))``.
+
+A limited call takes a grant (:meth:`~affidavit.store.base.Transaction.limit_take`) before its
+T1 and gives it back in its T2 (or as soon as its run stops acting); a worker that dies
+holding a grant frees it with its lease. While it waits for a grant the call records nothing
+and holds no ledger row: the run may stop there (the worker stopping, the lease lost) and the
+call is taken up again wherever the job is claimed next. The grant is recorded in the call's
+``tool_invocation_started`` (``limit_grant``), so that verification checks the limit offline.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from affidavit.core.errors import ConfigError
+from affidavit.core.rates import Rate, parse_rate
+from affidavit.store import Store, Transaction
+
+if TYPE_CHECKING:
+    from affidavit.runtime._journal import Journal, RunControl
+
+_NAME_MAX = 200
+# The longest single wait between two takes of a grant only a release can free.
+_POLL_MAX = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """At most ``rate`` (``"N/PERIOD"``: ``"50/10s"``) calls started in any sliding window of
+    the period, and at most ``concurrency`` in flight, across every worker and process of the
+    store. ``name``: the limit's name, to share one limit among several tools (by default the
+    tool's name; a model limit's is ``model:<model name>``)."""
+
+    rate: str | None = None
+    concurrency: int | None = None
+    name: str | None = None
+    parsed_rate: Rate | None = field(init=False, default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.rate is None and self.concurrency is None:
+            raise ConfigError(
+                "a Limit needs a rate, a concurrency or both",
+                hint='For example Limit(rate="50/10s", concurrency=4).',
+            )
+        if self.rate is not None:
+            try:
+                object.__setattr__(self, "parsed_rate", parse_rate(self.rate))
+            except ValueError as exc:
+                raise ConfigError(f"Limit rate: {exc}") from None
+        c = self.concurrency
+        if c is not None and (type(c) is not int or c < 1):
+            raise ConfigError(f"Limit concurrency must be an integer ≥ 1, not {c!r}")
+        n = self.name
+        if n is not None and (not isinstance(n, str) or not n or len(n) > _NAME_MAX):
+            raise ConfigError(f"a Limit name must be text of 1 to {_NAME_MAX} characters")
+
+    def name_for(self, tool_name: str) -> str:
+        """The name the store keeps this limit's grants under."""
+        return self.name or tool_name
+
+    @property
+    def rate_us(self) -> tuple[int, int] | None:
+        """The rate as (count, period in µs), as the store counts it."""
+        r = self.parsed_rate
+        return None if r is None else (r.count, max(1, round(r.period_seconds * 1e6)))
+
+
+@dataclass(slots=True)
+class Grant:
+    """A grant held by one call: recorded with its T1, released by its T2."""
+
+    name: str
+    grant_id: str
+    granted_us: int
+    attempt_id: str
+    limit: Limit
+    released: bool = False
+
+    def record(self) -> dict[str, Any]:
+        """The grant as ``tool_invocation_started`` records it (FORMATS.md)."""
+        out: dict[str, Any] = {
+            "limit": self.name,
+            "grant_id": self.grant_id,
+            "granted_at": iso_us(self.granted_us),
+            "attempt_id": self.attempt_id,
+        }
+        if self.limit.rate_us is not None:
+            out["rate"] = list(self.limit.rate_us)
+        if self.limit.concurrency is not None:
+            out["concurrency"] = self.limit.concurrency
+        return out
+
+
+def iso_us(micros: int) -> str:
+    """``micros`` since the epoch as RFC 3339 UTC with microseconds (exact both ways)."""
+    second, fraction = divmod(micros, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)) + f".{fraction:06d}Z"
+
+
+def parse_iso_us(text: str) -> int:
+    """The inverse of :func:`iso_us`.
+
+    Raises:
+        ValueError: not such a time.
+    """
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    delta = moment - epoch
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Limiter:
+    """Takes and releases the grants of one run's limited calls.
+
+    ``stop_check`` is called between takes: it raises to end the run while waiting (the worker
+    stopping, the lease lost); ``on_wait(name, reason)`` is told once a call starts waiting."""
+
+    def __init__(
+        self,
+        store: Store,
+        job_id: str,
+        attempt_id: str,
+        *,
+        stop_check: Callable[[], None],
+        on_wait: Callable[[str, str], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.attempt_id = attempt_id
+        self.stop_check = stop_check
+        self.on_wait = on_wait
+        self.sleep = sleep
+
+    def take(self, name: str, limit: Limit) -> Grant:
+        """Wait for a grant of ``limit`` (named ``name``) and return it.
+
+        Raises:
+            Stop: the run ends while waiting (from ``stop_check``), or ``"lost"``: the claim
+                no longer holds the job.
+        """
+        from affidavit.runtime._run_base import Stop
+
+        grant_id = uuid.uuid4().hex
+        poll = 0.002
+        waiting = False
+        while True:
+            with self.store.transaction(durable=False) as tx:
+                answer = tx.limit_take(
+                    name,
+                    grant_id=grant_id,
+                    job_id=self.job_id,
+                    attempt_id=self.attempt_id,
+                    clock=now_us,
+                    rate=limit.rate_us,
+                    concurrency=limit.concurrency,
+                )
+            if answer.granted_us is not None:
+                return Grant(name, grant_id, answer.granted_us, self.attempt_id, limit)
+            if answer.reason == "fenced":
+                raise Stop("lost")
+            if not waiting and self.on_wait is not None:
+                self.on_wait(name, answer.reason)
+            waiting = True
+            self.stop_check()
+            if answer.wait_seconds is not None:  # a rate: the window frees a slot then
+                self.sleep(min(answer.wait_seconds, _POLL_MAX))
+            else:  # a release frees it: look again soon, then less often
+                self.sleep(poll)
+                poll = min(poll * 2, _POLL_MAX)
+
+    def release(self, grant: Grant) -> None:
+        """Release ``grant`` in a transaction of its own (a call that stopped before its T2)."""
+        if grant.released:
+            return
+        with self.store.transaction(durable=False) as tx:
+            tx.limit_release(grant.grant_id, at_us=now_us())
+        grant.released = True
+
+
+def take_grant(journal: Journal, control: RunControl, tool_name: str, limit: Limit) -> Grant:
+    """Wait for a grant of ``limit`` for a call of ``tool_name`` in the journal's run; the
+    run ends while waiting when the worker stops or the lease is lost (:class:`Stop`)."""
+    claim = journal.claim
+
+    def stop_check() -> None:
+        control.check_lease()
+        control.check_stopping()
+
+    limiter = Limiter(journal.store, claim.job_id, claim.attempt_id, stop_check=stop_check)
+    return limiter.take(limit.name_for(tool_name), limit)
+
+
+def release_in(tx: Transaction, grant: Grant | None) -> None:
+    """Release ``grant`` in ``tx`` (a T2): the call it let start is over."""
+    if grant is not None:
+        tx.limit_release(grant.grant_id, at_us=now_us())
