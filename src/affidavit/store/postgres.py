@@ -80,7 +80,7 @@ log = logging.getLogger("affidavit.store")
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _DIGITS = re.compile(r"[0-9]{1,6}")
-_MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
+_MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators (of one schema)
 _KEY_REGISTRY_LOCK = 0x6166666B6579  # "affkey": serializes registrations of the first seal key
 _DISK_FULL = "53100"  # SQLSTATE disk_full: "could not extend file ... No space left on device"
 # How long the server lets a session sit idle inside a transaction before it ends the session
@@ -88,6 +88,16 @@ _DISK_FULL = "53100"  # SQLSTATE disk_full: "could not extend file ... No space 
 # a session idle that long belongs to a process that was frozen or cut off while it held a
 # job's row lock: the lease alone would not free the job, since a claim skips a locked row.
 DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_S = 10.0
+
+
+def migration_lock(schema: str | None) -> int:
+    """The advisory lock that serializes the migrators of ``schema``: the tables of one schema
+    are migrated by one process at a time, and the migrators of other schemas on the same
+    server (every object a migration makes is in its schema) do not wait for each other."""
+    if schema is None or schema == "public":  # (the default search path's schema)
+        return _MIGRATION_LOCK
+    digest = hashlib.blake2b(schema.encode(), digest_size=8, person=b"affid-migrate").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 @functools.lru_cache(maxsize=512)
@@ -1085,7 +1095,7 @@ class PostgresStore(SqlStore):
         applied: list[int] = []
         try:
             with self._pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (migration_lock(self.schema),))
                 if self.schema:
                     conn.execute(
                         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
