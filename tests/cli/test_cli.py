@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import importlib
 import io
 import json
@@ -166,16 +165,22 @@ def _run_in_process(
 
 @contextmanager
 def _own_imports(env: dict[str, str]) -> Iterator[None]:
-    """Imports as in a process of its own: ``python -m`` puts the working directory first on
-    ``sys.path``, then ``PYTHONPATH``; afterwards the path is as it was, the modules imported
-    from outside the installed packages and this checkout's sources (a tools module) are
-    forgotten, and so are the tools, agents and verifiers they registered. (A tools file of
-    the same name in another test's directory is then imported anew, as a new process would.)"""
+    """Imports as in a new process of its own: ``python -m`` puts the working directory first
+    on ``sys.path``, then ``PYTHONPATH``; the modules from outside the installed packages and
+    this checkout's sources (tests, tools modules) are not imported yet, and the tool registry
+    holds only what the other modules registered. Afterwards the path, those modules and the
+    registry are as they were, and the modules the call imported from outside are forgotten (a
+    tools file of the same name in another test's directory is then imported anew, as a new
+    process would)."""
     from affidavit.runtime import registry
 
-    saved_path, saved_modules = list(sys.path), set(sys.modules)
-    saved_registry = {name: copy.copy(value) for name, value in vars(registry).items()}
-    saved_verifiers = {kind: list(found) for kind, found in registry.verifiers.items()}
+    saved_path = list(sys.path)
+    hidden = {name: m for name, m in sys.modules.items() if not _installed(m)}
+    saved_registry = dict(vars(registry))
+    for name in hidden:
+        del sys.modules[name]
+    for name, value in saved_registry.items():
+        setattr(registry, name, _registered_by_installed(value, hidden))
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:0] = [os.getcwd(), *extra]
     importlib.invalidate_caches()
@@ -183,13 +188,25 @@ def _own_imports(env: dict[str, str]) -> Iterator[None]:
         yield
     finally:
         sys.path[:] = saved_path
-        for name in set(sys.modules) - saved_modules:
-            if not _installed(sys.modules[name]):
-                del sys.modules[name]
+        for name in [n for n, m in sys.modules.items() if not _installed(m)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)
         for name, value in saved_registry.items():
             setattr(registry, name, value)
-        registry.verifiers.clear()
-        registry.verifiers.update(saved_verifiers)
+
+
+def _registered_by_installed(entries: dict[str, Any], hidden: dict[str, Any]) -> dict[str, Any]:
+    """``entries`` (name → tool, agent, or a list of verifiers) without those defined in a
+    module of ``hidden``."""
+
+    def kept(entry: Any) -> bool:
+        return getattr(getattr(entry, "fn", entry), "__module__", None) not in hidden
+
+    return {
+        name: [x for x in entry if kept(x)] if isinstance(entry, list) else entry
+        for name, entry in entries.items()
+        if isinstance(entry, list) or kept(entry)
+    }
 
 
 _INSTALLED = tuple(
