@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -30,12 +34,15 @@ def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 # Commands that ``cli`` runs in this process, through the console script's own entry point,
-# with the call's environment, working directory and standard streams: they read or write the
-# store and print, and import no user module, start no server, worker or sandbox, and reach no
-# crash point. Starting a process costs ~0.3 s, most of it imports, and the suite runs some
-# thousand of these. Everything else (run, submit, worker, signal, serve, mcp, witness, demo,
-# claims verify, ...), `--help`, and any call with a crash point set runs as a real process:
-# ``cli_process``, which a test about the process itself (exit on a signal, a crash) calls.
+# with the call's environment, working directory, standard streams and import path: they read
+# or write the store and print, start no server, worker or sandbox, run no tool, and reach no
+# crash point (``submit`` imports the tools module to check the plan against it: the modules
+# it imports and the tools it registers are forgotten after the call, see ``_own_imports``).
+# Starting a process costs ~0.3 s, most of it imports, and the suite runs some thousand of
+# these. Everything else (run, worker, serve, mcp, witness, demo, claims verify, db clock, ...),
+# `--help`, and any call with a crash point or a preloaded library (libfaketime) set runs as a
+# real process: ``cli_process``, which a test about the process itself (exit on a signal, a
+# crash) calls.
 IN_PROCESS: frozenset[tuple[str, ...]] = frozenset(
     {
         ("jobs", "show"),
@@ -57,12 +64,29 @@ IN_PROCESS: frozenset[tuple[str, ...]] = frozenset(
         ("claims", "history"),
         ("claims", "stats"),
         ("db", "migrate"),
+        ("submit",),
+        ("signal",),
+        ("resume",),
+        ("cancel",),
+        ("jobs", "wait"),
+        ("keys", "list"),
+        ("keys", "trust"),
+        ("apikeys",),
+        ("log", "integrate"),
+        ("log", "rejected"),
+        ("claims", "show"),
+        ("agents",),
     }
 )
+
+# Variables that change the process itself (a library preloaded into it, the clock it sees).
+_PROCESS_VARIABLES = ("LD_PRELOAD", "FAKETIME", "DYLD_INSERT_LIBRARIES")
 
 
 def _in_process(args: tuple[str, ...], env: dict[str, str]) -> bool:
     if "--help" in args or any(name.startswith("AFFIDAVIT_CRASH") for name in env):
+        return False
+    if any(env.get(name) != os.environ.get(name) for name in _PROCESS_VARIABLES):
         return False
     return args[:1] in IN_PROCESS or args[:2] in IN_PROCESS
 
@@ -115,7 +139,8 @@ def _run_in_process(
         sys.stdin = io.StringIO("")
         sys.stdout, sys.stderr = streams
         try:
-            main(list(args))
+            with _own_imports(env):
+                main(list(args))
         except SystemExit as exc:
             code = exc.code
         except BaseException:  # (what the interpreter does with an uncaught exception)
@@ -136,6 +161,63 @@ def _run_in_process(
     return subprocess.CompletedProcess(
         [sys.executable, "-m", "affidavit", *args], code or 0, stdout, stderr
     )
+
+
+@contextmanager
+def _own_imports(env: dict[str, str]) -> Iterator[None]:
+    """Imports as in a new process of its own: ``python -m`` puts the working directory first
+    on ``sys.path``, then ``PYTHONPATH``; the modules from outside the installed packages and
+    this checkout's sources (tests, tools modules) are not imported yet, and the tool registry
+    holds only what the other modules registered. Afterwards the path, those modules and the
+    registry are as they were, and the modules the call imported from outside are forgotten (a
+    tools file of the same name in another test's directory is then imported anew, as a new
+    process would)."""
+    from affidavit.runtime import registry
+
+    saved_path = list(sys.path)
+    hidden = {name: m for name, m in sys.modules.items() if not _installed(m)}
+    saved_registry = dict(vars(registry))
+    for name in hidden:
+        del sys.modules[name]
+    for name, value in saved_registry.items():
+        setattr(registry, name, _registered_by_installed(value, hidden))
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = [os.getcwd(), *extra]
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        for name in [n for n, m in sys.modules.items() if not _installed(m)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)
+        for name, value in saved_registry.items():
+            setattr(registry, name, value)
+
+
+def _registered_by_installed(entries: dict[str, Any], hidden: dict[str, Any]) -> dict[str, Any]:
+    """``entries`` (name → tool, agent, or a list of verifiers) without those defined in a
+    module of ``hidden``."""
+
+    def kept(entry: Any) -> bool:
+        return getattr(getattr(entry, "fn", entry), "__module__", None) not in hidden
+
+    return {
+        name: [x for x in entry if kept(x)] if isinstance(entry, list) else entry
+        for name, entry in entries.items()
+        if isinstance(entry, list) or kept(entry)
+    }
+
+
+_INSTALLED = tuple(
+    str(Path(p).resolve()) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, SRC}
+)
+
+
+def _installed(module: ModuleType) -> bool:
+    """Whether ``module`` comes with the interpreter, an installed package or affidavit."""
+    file = getattr(module, "__file__", None)
+    return file is None or str(Path(file).resolve()).startswith(_INSTALLED)
 
 
 def _read(stream: io.TextIOWrapper) -> str:

@@ -13,6 +13,7 @@ every other URL parameter goes to libpq unchanged.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import logging
 import time
@@ -70,12 +71,22 @@ from affidavit.store.migrations import Migration
 
 log = logging.getLogger("affidavit.store")
 
-_MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators
+_MIGRATION_LOCK = 0x6166666964  # "affid": serializes concurrent migrators (of one schema)
 # How long the server lets a session sit idle inside a transaction before it ends the session
 # (rolling back, releasing its locks). A write transaction of the store holds no user code, so
 # a session idle that long belongs to a process that was frozen or cut off while it held a
 # job's row lock: the lease alone would not free the job, since a claim skips a locked row.
 DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_S = 10.0
+
+
+def migration_lock(schema: str | None) -> int:
+    """The advisory lock that serializes the migrators of ``schema``: the tables of one schema
+    are migrated by one process at a time, and the migrators of other schemas on the same
+    server (every object a migration makes is in its schema) do not wait for each other."""
+    if schema is None or schema == "public":  # (the default search path's schema)
+        return _MIGRATION_LOCK
+    digest = hashlib.blake2b(schema.encode(), digest_size=8, person=b"affid-migrate").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 # libpq's chunked-rows mode (libpq 17, which psycopg[binary] bundles); with an older libpq the
@@ -390,7 +401,7 @@ class PostgresStore(SqlStore):
         applied: list[int] = []
         try:
             with self._pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (migration_lock(self.schema),))
                 if self.schema:
                     conn.execute(
                         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(

@@ -77,7 +77,6 @@ import orjson
 
 from affidavit.core.events import COMPLETED_RESULT_TYPES
 from affidavit.verify._approvals import INVARIANT as APPROVAL
-from affidavit.verify._limits import INVARIANT as LIMIT
 from affidavit.verify._fold_state import (
     _ANY_NODE_FAILS,
     _COMMAND_COMMITTED,
@@ -94,6 +93,7 @@ from affidavit.verify._fold_state import (
     _uncommitted,
 )
 from affidavit.verify._fold_waits import EndEvents
+from affidavit.verify._limits import INVARIANT as LIMIT
 from affidavit.verify._violation import _Violation
 
 

@@ -9,6 +9,7 @@ from affidavit.core.agent_steps import AGENT_KINDS, agent_hash, agent_node_id, a
 from affidavit.core.canonical import canonical_of_parsed, canonical_sha256
 from affidavit.core.errors import AffidavitError
 from affidavit.core.plan import idempotency_key_of
+from affidavit.verify._budget import BudgetFold
 from affidavit.verify._fold_state import (
     _CALLED_KINDS,
     _NO_DEPS,
