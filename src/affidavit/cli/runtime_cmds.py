@@ -563,7 +563,7 @@ def worker(
 
                 with (
                     background_sequencer(rt.store),
-                    background_scheduler(rt.store, rt.tools),
+                    background_scheduler(rt.store, rt.tools, lease_seconds=rt.worker.lease_seconds),
                     graceful_stop(rt.worker, quiet=as_json),
                 ):
                     jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)

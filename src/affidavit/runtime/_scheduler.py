@@ -69,7 +69,11 @@ class Tick:
 
 class Scheduler:
     """Fires the due slots of the schedules in ``store``, with the agents of ``tools`` (a plan
-    schedule's tools are checked by the worker that runs its job). ``clock``: Unix seconds."""
+    schedule's tools are checked by the worker that runs its job). ``clock``: Unix seconds.
+
+    A slot it cannot submit (an agent ``tools`` lacks) is not recorded as decided: the error
+    is kept on the schedule (``schedules list``), the lease given up, and the schedule left to
+    other schedulers for a lease's time."""
 
     def __init__(
         self,
@@ -87,6 +91,9 @@ class Scheduler:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_seconds = lease_seconds
         self.clock = clock
+        # schedules this scheduler could not fire (an agent it lacks) → until when it leaves
+        # them to the others
+        self._left: dict[str, float] = {}
 
     def tick(self) -> Tick:
         """Fire every due slot (under the lease, taken only if one is due)."""
@@ -94,7 +101,7 @@ class Scheduler:
         result = Tick()
         work = []
         for row in schedules_read(self.store):
-            if row.paused:
+            if row.paused or self._left.get(row.name, 0.0) > now:
                 continue
             after = row.anchor if row.last_slot is None else max(row.anchor, row.last_slot)
             decided = due(slots_of(row), after, now, row.catch_up)
@@ -108,6 +115,13 @@ class Scheduler:
                 return result
         for row, decided in work:
             self._fire(row, decided.fire, decided.skipped, decided.through, result)
+        if result.errors:
+            # A schedule this worker cannot fire (its agent is not in this worker's --tools):
+            # left to the others for a lease's time, and the lease given up so that one of
+            # them takes it at its next tick.
+            for name in result.errors:
+                self._left[name] = now + self.lease_seconds
+            self.release()
         return result
 
     def _fire(
@@ -222,16 +236,22 @@ def scheduler_enabled() -> bool:
 
 @contextmanager
 def background_scheduler(
-    store: Store, tools: ToolRegistry, *, interval: float | None = None
+    store: Store,
+    tools: ToolRegistry,
+    *,
+    lease_seconds: float = DEFAULT_LEASE_S,
+    interval: float | None = None,
 ) -> Iterator[Scheduler | None]:
-    """Run a :class:`Scheduler` in a daemon thread while the body runs (a worker); at the end
-    its lease is given up. Nothing runs when ``$AFFIDAVIT_SCHEDULER`` is ``off``."""
+    """Run a :class:`Scheduler` in a daemon thread while the body runs (a worker: with the
+    worker's lease time), ticking every ``interval`` seconds (default
+    ``$AFFIDAVIT_SCHEDULER_INTERVAL``, else 0.5); at the end its lease is given up. Nothing
+    runs when ``$AFFIDAVIT_SCHEDULER`` is ``off``."""
     if not scheduler_enabled():
         yield None
         return
     if interval is None:
         interval = _interval_from_env()
-    scheduler = Scheduler(store, tools)
+    scheduler = Scheduler(store, tools, lease_seconds=lease_seconds)
     stop = threading.Event()
     thread = threading.Thread(
         target=scheduler.run,
