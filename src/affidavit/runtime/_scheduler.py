@@ -31,7 +31,7 @@ from affidavit.runtime._schedules import parse_plan, slot_key, slots_of
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.runtime._submit import submit_agent_job, submit_job
 from affidavit.store import Store
-from affidavit.store._schedules import (
+from affidavit.store.schedules import (
     ScheduleRow,
     schedule_advance,
     schedule_set_error,

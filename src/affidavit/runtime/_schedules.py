@@ -34,7 +34,7 @@ from affidavit.runtime._schedule_slots import (
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.runtime._submit import check_agent_input, check_plan, resolve_agent
 from affidavit.store import Store
-from affidavit.store._schedules import (
+from affidavit.store.schedules import (
     KEY_PREFIX,
     ScheduleRow,
     schedule_delete,
