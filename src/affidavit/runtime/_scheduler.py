@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from affidavit.core.errors import AffidavitError, IdempotencyConflict, StoreError, StoreUnavailable
-from affidavit.runtime._schedule_slots import due, iso_slot
+from affidavit.runtime._schedule_slots import Due, due, iso_slot
 from affidavit.runtime._schedules import parse_plan, slot_key, slots_of
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.runtime._submit import submit_agent_job, submit_job
@@ -99,21 +99,13 @@ class Scheduler:
         """Fire every due slot (under the lease, taken only if one is due)."""
         now = self.clock()
         result = Tick()
-        work = []
-        for row in schedules_read(self.store):
-            if row.paused or self._left.get(row.name, 0.0) > now:
-                continue
-            after = row.anchor if row.last_slot is None else max(row.anchor, row.last_slot)
-            decided = due(slots_of(row), after, now, row.catch_up)
-            if decided.through is not None:
-                work.append((row, decided))
-        if not work:
+        if not self._due(now):
             return result
         with self.store.transaction(durable=False) as tx:
             if not scheduler_take_lease(tx, self.owner, now, now + self.lease_seconds):
                 result.busy = True
                 return result
-        for row, decided in work:
+        for row, decided in self._due(now):  # (read again: the last holder may have fired)
             self._fire(row, decided.fire, decided.skipped, decided.through, result)
         if result.errors:
             # A schedule this worker cannot fire (its agent is not in this worker's --tools):
@@ -123,6 +115,18 @@ class Scheduler:
                 self._left[name] = now + self.lease_seconds
             self.release()
         return result
+
+    def _due(self, now: float) -> list[tuple[ScheduleRow, Due]]:
+        """The schedules with a slot due at ``now``, and what catch-up decides for them."""
+        work = []
+        for row in schedules_read(self.store):
+            if row.paused or self._left.get(row.name, 0.0) > now:
+                continue
+            after = row.anchor if row.last_slot is None else max(row.anchor, row.last_slot)
+            decided = due(slots_of(row), after, now, row.catch_up)
+            if decided.through is not None:
+                work.append((row, decided))
+        return work
 
     def _fire(
         self,
