@@ -140,6 +140,7 @@ def test_iso_slot_is_utc_to_the_second() -> None:
         ("0 2 * * mon-xyz", "invalid cron expression"),
         ("* " * 150, "too long"),
         ("", "0 fields"),
+        ("0 0 31 2 *", "never fires"),
     ],
 )
 def test_a_bad_cron_expression_is_refused_with_a_hint(expr: str, says: str) -> None:

@@ -86,9 +86,16 @@ def check_cron(expr: str) -> str:
     fields = expr.split()
     if len(fields) != 5:
         raise ConfigError(f"cron expression {expr!r} has {len(fields)} fields, not 5", hint=hint)
-    if not croniter.is_valid(" ".join(fields)):
+    joined = " ".join(fields)
+    if not croniter.is_valid(joined):
         raise ConfigError(f"invalid cron expression {expr!r}", hint=hint)
-    return " ".join(fields)
+    try:
+        croniter(joined, datetime.now(UTC)).get_next(float)
+    except ValueError:  # (croniter's CroniterBadDateError: no such date in years)
+        raise ConfigError(
+            f"cron expression {expr!r} never fires (no such date)", hint=hint
+        ) from None
+    return joined
 
 
 def iso_slot(slot: int) -> str:

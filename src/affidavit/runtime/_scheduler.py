@@ -123,7 +123,13 @@ class Scheduler:
             if row.paused or self._left.get(row.name, 0.0) > now:
                 continue
             after = row.anchor if row.last_slot is None else max(row.anchor, row.last_slot)
-            decided = due(slots_of(row), after, now, row.catch_up)
+            try:
+                decided = due(slots_of(row), after, now, row.catch_up)
+            except ValueError as exc:  # (a cron date croniter finds no longer: left alone)
+                if self._left.get(row.name) is None:
+                    log.warning("scheduler: schedule %s has no slot to fire: %s", row.name, exc)
+                self._left[row.name] = now + self.lease_seconds
+                continue
             if decided.through is not None:
                 work.append((row, decided))
         return work
