@@ -152,6 +152,14 @@ def undo_migration_17(url: str) -> None:
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 17")
 
 
+def undo_migration_20(url: str) -> None:
+    """Take the schedules (migration 20) out of the database at ``url``."""
+    raw = RawDb(url)
+    for statement in ("DROP TABLE schedules", "DROP TABLE scheduler_state"):
+        raw.execute(statement)
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 20")
+
+
 # claim outcomes and trust-log seals (migration 15, both backends)
 _UNDO_15 = [
     "DROP TABLE claim_outcomes",
@@ -164,6 +172,7 @@ def undo_migration_12(url: str) -> None:
     """Turn the database at ``url`` back into a version-11 one: its seals as that release
     signed them (v1: no events root), the two seal columns gone (the later migrations undone
     first)."""
+    undo_migration_20(url)
     undo_migration_17(url)
     for statement in _UNDO_15:
         RawDb(url).execute(statement)

@@ -60,6 +60,7 @@ COMMAND_MODULES: dict[str, str] = {
     "disclose": "disclose_cmds",
     "jobs": "jobs:jobs_app",
     "limits": "limits_cmds:limits_app",
+    "schedules": "schedule_cmds:schedules_app",
     "agents": "claims_cmds:agents_app",
     "claims": "claims_cmds:claims_app",
     "trust": "claims_cmds:trust_app",

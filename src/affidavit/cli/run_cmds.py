@@ -265,7 +265,13 @@ def worker(
 
                 rt.worker.on_job = on_job
             try:
-                with background_sequencer(rt.store), graceful_stop(rt.worker, quiet=as_json):
+                from affidavit.runtime import background_scheduler
+
+                with (
+                    background_sequencer(rt.store),
+                    background_scheduler(rt.store, rt.tools, lease_seconds=rt.worker.lease_seconds),
+                    graceful_stop(rt.worker, quiet=as_json),
+                ):
                     jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
                 if until_idle and not as_json:
                     note = held_elsewhere_note(rt.store.list_jobs(HELD_ELSEWHERE), time.time())
