@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from affidavit.store import open_store
 from tests.cli.test_cli import cli, cli_env
 from tests.cli.test_refusals_cli import database_exists
 
@@ -39,6 +40,8 @@ def test_a_schedule_fires_from_a_worker_and_lists_its_runs(store_url: str, tmp_p
     assert [(s["name"], s["queue"], s["catch_up"]) for s in listed["schedules"]] == [
         ("pulse", "llm", "all")
     ]
+    # the schedule's jobs go to its queue: one the database knows, with its limits
+    assert cli("queues", "set", "llm", "--concurrency", "2", "--db", store_url).returncode == 0
     worker = subprocess.Popen(
         [sys.executable, "-m", "affidavit", "worker", "--db", store_url, "--tools", TOOLS],
         cwd=ROOT,
@@ -69,6 +72,17 @@ def test_a_schedule_fires_from_a_worker_and_lists_its_runs(store_url: str, tmp_p
     for r in runs:
         shown = _json(cli("jobs", "show", r["job_id"], "--db", store_url, "--json"))
         assert shown["status"] == "completed"
+    store = open_store(store_url)
+    try:
+        with store.transaction(durable=False) as tx:
+            queues = {
+                row[0]
+                for r in runs
+                for row in tx.query("SELECT queue FROM jobs WHERE job_id = ?", (r["job_id"],))
+            }
+    finally:
+        store.close()
+    assert queues == {"llm"}
     assert _json(cli("schedules", "pause", "pulse", "--db", store_url, "--json"))["paused"]
     resumed = _json(cli("schedules", "resume", "pulse", "--db", store_url, "--json"))
     assert not resumed["paused"] and resumed["next_slot"] is not None
