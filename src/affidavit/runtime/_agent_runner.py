@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -31,11 +30,11 @@ from affidavit.core.agent_steps import (
     agent_step_id,
     call_signature,
 )
-from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
 from affidavit.record import ReplayContext
 from affidavit.runtime._agent import Agent, AgentContext
+from affidavit.runtime._agent_waits import check_sleep, check_wait, rfc3339, timer_due, wait_extra
 from affidavit.runtime._budget import BudgetMeter
 from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._recovery import Recovery
@@ -46,8 +45,6 @@ from affidavit.store import StoredEvent
 
 if TYPE_CHECKING:
     from affidavit.runtime._runner import JobRunner, RunParts
-
-_MAX_WAIT_KEY = 200
 
 
 class AgentInterrupt(BaseException):
@@ -459,10 +456,7 @@ class AgentRun:
         return self._settled(lambda: self._wait(kind, key, args, timeout), start)
 
     def _wait(self, kind: str, key: str, args: dict[str, Any], timeout: float | None) -> Any:
-        if not isinstance(key, str) or not key or len(key) > _MAX_WAIT_KEY:
-            raise ValueError(f"a wait key must be text of 1 to {_MAX_WAIT_KEY} characters")
-        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
-            raise ValueError(f"timeout_seconds must be a number ≥ 0, not {timeout!r}")
+        check_wait(key, timeout)
         self._quiesce()
         spec, _, called = self._next(kind, None, args)
         recorded_wait = self.replay.waits.get(key)
@@ -471,15 +465,7 @@ class AgentRun:
         ):
             raise ValueError(f"the wait key {key!r} is used twice in job {self.job_id}")
         self._keys.add(key)
-        extra: dict[str, Any] = {}
-        if kind == "approval":  # who may decide it (checked by ctx.approval)
-            extra.update(
-                ApprovalPolicy.parse(args.get("approvers"), args.get("min_approvals"), "").to_dict()
-            )
-        wake_at: float | None = None
-        if timeout is not None:
-            wake_at = time.time() + float(timeout)
-            extra["wake_at"] = _rfc3339(wake_at)
+        extra, wake_at = wait_extra(kind, args, timeout)
         return self._wait_step(
             spec, key, "approval" if kind == "approval" else "signal", extra, wake_at, called
         )
@@ -488,13 +474,12 @@ class AgentRun:
         return self._settled(lambda: self._sleep(seconds), start)
 
     def _sleep(self, seconds: float) -> None:
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
-            raise ValueError(f"ctx.sleep takes seconds ≥ 0, not {seconds!r}")
+        check_sleep(seconds)
         self._quiesce()
         spec, _, called = self._next("sleep", None, {"seconds": seconds})
         wake_at = time.time() + float(seconds)
         key = f"{self.job_id}:{spec.node_id}"
-        self._wait_step(spec, key, "timer", {"wake_at": _rfc3339(wake_at)}, wake_at, called)
+        self._wait_step(spec, key, "timer", {"wake_at": rfc3339(wake_at)}, wake_at, called)
 
     def _wait_step(
         self,
@@ -540,12 +525,8 @@ class AgentRun:
         """A recorded wait with a ``wake_at`` that has passed (a sleep, or a wait's timeout)
         is completed by its timer: ``wait_completed`` with ``signalled_by: "timer"``. Returns
         the time it is due when that is still to come (``None`` otherwise)."""
-        wake = recorded.get("wake_at")
-        if not isinstance(wake, str):
-            return None
-        try:
-            due = datetime.fromisoformat(wake).timestamp()
-        except ValueError:
+        due = timer_due(recorded)
+        if due is None:
             return None
         if time.time() < due:
             return due
@@ -609,7 +590,3 @@ def _finished(value: Any, is_async: bool) -> Any:
     done: Future[Any] = Future()
     done.set_result(value)
     return asyncio.wrap_future(done) if is_async else done
-
-
-def _rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

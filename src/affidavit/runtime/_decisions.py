@@ -133,7 +133,8 @@ def resume_job(
     park_version: int | None = None,
     budget: Any = None,
 ) -> JobRecord:
-    """Resolve a parked job (docs/formats.md §3 closing rule). Parked on an in-flight invocation:
+    """Resolve a parked job (docs/formats.md §3 closing rule). (Long only for this docstring:
+    the decisions each kind of park takes.) Parked on an in-flight invocation:
 
     - ``retry``: the invocation is closed as ``lost`` (a person says it did not act) and the
       tool may run again;
@@ -180,6 +181,38 @@ def resume_job(
             ``park_version`` names, or the decision does not fit the park.
         ConfigError: ``park_version`` is not a positive integer.
     """
+    _check_decision(decision, result, park_version)
+    sealer = sealer if sealer is not None else Sealer.for_store(store)
+    if decision == "fail":
+        found = store.get_job(job_id)  # an unknown job creates no key,
+        if found.status != "parked":  # nor does a refusal (checked again under the lock)
+            raise _not_parked(found, park_version)
+        sealer.admit(store)  # load or create it, and admit it, before the transaction
+    with store.transaction(durable=True) as tx:
+        job, replay = _locked(tx, job_id)
+        _check_park(job, replay, park_version)
+        assert replay.parked is not None
+        reason = _parked_for(job_id, replay, decision)
+        resumed = _new_budget(reason, decision, budget)
+        at = utc_now()
+        events = _closed_by(tx, job_id, replay, reason, decision, result, at)
+        events.append(
+            NewEvent(
+                "job_resumed",
+                {"at": at, "decision": decision, "result": result, "by": by, "note": note}
+                | resumed,
+            )
+        )
+        if decision == "fail":
+            return _fail_parked(tx, job, replay, reason, events, at, sealer)
+        tx.append(job_id, events, expected_version=job.version)
+        return tx.update_job(job_id, status="pending")
+
+
+def _check_decision(decision: str, result: Any, park_version: int | None) -> None:
+    """Refuse a decision that is not one, a result without ``accept_result`` (or the other
+    way round), a result that cannot be recorded, or a ``park_version`` that names no
+    event."""
     if decision not in RESUME_DECISIONS:
         raise InvalidStateError(
             f"unknown decision {decision!r}", hint=f"Use one of: {', '.join(RESUME_DECISIONS)}."
@@ -198,61 +231,74 @@ def resume_job(
             f"park_version must be a positive integer (the version of a job_parked event), "
             f"not {park_version!r}"
         )
-    sealer = sealer if sealer is not None else Sealer.for_store(store)
-    if decision == "fail":
-        found = store.get_job(job_id)  # an unknown job creates no key,
-        if found.status != "parked":  # nor does a refusal (checked again under the lock)
-            raise _not_parked(found, park_version)
-        sealer.admit(store)  # load or create it, and admit it, before the transaction
-    with store.transaction(durable=True) as tx:
-        job, replay = _locked(tx, job_id)
-        _check_park(job, replay, park_version)
-        assert replay.parked is not None
-        reason = str(replay.parked.get("reason"))
-        allowed = DECISIONS_BY_REASON.get(reason, ("fail",))
-        if decision not in allowed:
-            raise InvalidStateError(
-                f"job {job_id} is parked for {reason} (park at version "
-                f"{replay.parked_version}); {decision!r} does not resolve that",
-                hint=f"Use one of: {', '.join(allowed)}.",
-            )
-        resumed = _new_budget(reason, decision, budget)
-        at = utc_now()
-        events: list[NewEvent] = []
-        parked_key = replay.parked.get("idempotency_key") if reason == "in_flight" else None
-        if parked_key in replay.pending_tool_invocations:
-            events += _close_parked(tx, job_id, replay, str(parked_key), decision, result, at)
-        if decision == "fail":
-            # the job ends: every other invocation still open is closed too (§3 closing rule)
-            ended = {"type": "unknown", "message": "the job was failed by a person while this "
-                     "invocation was open; the tool may or may not have acted"}  # fmt: skip
-            events += _closing_events(tx, job_id, at, ended, skip=parked_key)
-        events.append(
-            NewEvent(
-                "job_resumed",
-                {"at": at, "decision": decision, "result": result, "by": by, "note": note}
-                | resumed,
-            )
+
+
+def _parked_for(job_id: str, replay: ReplayContext, decision: str) -> str:
+    """The reason of the park in force, refusing a ``decision`` that does not resolve it."""
+    assert replay.parked is not None
+    reason = str(replay.parked.get("reason"))
+    allowed = DECISIONS_BY_REASON.get(reason, ("fail",))
+    if decision not in allowed:
+        raise InvalidStateError(
+            f"job {job_id} is parked for {reason} (park at version "
+            f"{replay.parked_version}); {decision!r} does not resolve that",
+            hint=f"Use one of: {', '.join(allowed)}.",
         )
-        if decision == "fail":
-            error = {
-                "type": reason,
-                "message": "invocation in flight or lost; failed by a person"
-                if reason == "in_flight"
-                else f"parked for {reason}; failed by a person",
-            }
-            events.append(
-                NewEvent(
-                    "job_failed",
-                    {"at": at, "error": error, "node_id": replay.parked.get("node_id")},
-                )
-            )
-            tx.append(job_id, events, expected_version=job.version)
-            failed = tx.update_job(job_id, status="failed", error=error)
-            sealer.seal_txn(tx, job_id)
-            return failed
-        tx.append(job_id, events, expected_version=job.version)
-        return tx.update_job(job_id, status="pending")
+    return reason
+
+
+def _closed_by(
+    tx: Transaction,
+    job_id: str,
+    replay: ReplayContext,
+    reason: str,
+    decision: str,
+    result: Any,
+    at: str,
+) -> list[NewEvent]:
+    """The events that close invocations as ``decision`` resolves the park: the one the job
+    parked on (in flight), and with ``fail`` every other one still open."""
+    assert replay.parked is not None
+    events: list[NewEvent] = []
+    parked_key = replay.parked.get("idempotency_key") if reason == "in_flight" else None
+    if parked_key in replay.pending_tool_invocations:
+        events += _close_parked(tx, job_id, replay, str(parked_key), decision, result, at)
+    if decision == "fail":
+        # the job ends: every other invocation still open is closed too (§3 closing rule)
+        ended = {"type": "unknown", "message": "the job was failed by a person while this "
+                 "invocation was open; the tool may or may not have acted"}  # fmt: skip
+        events += _closing_events(tx, job_id, at, ended, skip=parked_key)
+    return events
+
+
+def _fail_parked(
+    tx: Transaction,
+    job: JobRecord,
+    replay: ReplayContext,
+    reason: str,
+    events: list[NewEvent],
+    at: str,
+    sealer: Sealer,
+) -> JobRecord:
+    """Fail the parked job, a person's decision: ``events`` and its ``job_failed``, and its
+    seal, in ``tx``."""
+    assert replay.parked is not None
+    error = {
+        "type": reason,
+        "message": "invocation in flight or lost; failed by a person"
+        if reason == "in_flight"
+        else f"parked for {reason}; failed by a person",
+    }
+    events.append(
+        NewEvent(
+            "job_failed",
+            {"at": at, "error": error, "node_id": replay.parked.get("node_id")},
+        )
+    )
+    tx.append(job.job_id, events, expected_version=job.version)
+    failed = tx.update_job(job.job_id, status="failed", error=error)
+    sealer.seal_txn(tx, job.job_id)
+    return failed
 
 
 def _new_budget(reason: str, decision: str, budget: Any) -> dict[str, Any]:

@@ -246,26 +246,38 @@ class StepExecutor:
             )
             t0 = time.perf_counter()
             try_ = _Try(spec, t, ctx, args, base, attempt, invocation, key, t0)
-            returned = False
-            try:
-                result = self.call(spec, t.fn, ctx, args)
-                returned = True
-                result_jcs = check_result(node_id, t, result)
-            except BaseException as exc:
-                if not isinstance(exc, Exception) and not self.retryable(t, exc):
-                    # KeyboardInterrupt, SystemExit, ...: the run ends as in a crash, the
-                    # invocation open; a type listed in ``retry_on`` is a failure like any other.
-                    raise
-                retryable, error = self._failed_try(try_, exc, returned)
-                if retryable and attempt < limit:
-                    self.backoff(attempt)
-                    continue
-                raise StepFailed(node_id, error) from exc
-            crash.crash_point("tool.after_execute")
-            # (3) T2: finished + committed + node_finished, and the ledger row, together.
-            output = self._committed_try(try_, result, result_jcs)
-            crash.crash_point("tool.after_commit")
-            return output
+            done, output = self._execute_try(try_, limit)
+            if done:
+                return output
+
+    def _execute_try(self, try_: _Try, limit: int) -> tuple[bool, Any]:
+        """(2) Call the tool, then (3) T2 of its result: ``(True, the result as recorded)``,
+        or ``(False, None)`` when the try failed and another is due (its backoff waited out).
+
+        Raises:
+            StepFailed: the try failed for good.
+        """
+        spec, t, attempt = try_.spec, try_.tool, try_.attempt
+        returned = False
+        try:
+            result = self.call(spec, t.fn, try_.ctx, try_.args)
+            returned = True
+            result_jcs = check_result(spec.node_id, t, result)
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and not self.retryable(t, exc):
+                # KeyboardInterrupt, SystemExit, ...: the run ends as in a crash, the
+                # invocation open; a type listed in ``retry_on`` is a failure like any other.
+                raise
+            retryable, error = self._failed_try(try_, exc, returned)
+            if retryable and attempt < limit:
+                self.backoff(attempt)
+                return False, None
+            raise StepFailed(spec.node_id, error) from exc
+        crash.crash_point("tool.after_execute")
+        # (3) T2: finished + committed + node_finished, and the ledger row, together.
+        output = self._committed_try(try_, result, result_jcs)
+        crash.crash_point("tool.after_commit")
+        return True, output
 
     def _acquire(
         self,

@@ -126,22 +126,10 @@ def submit_job(
     """
     check_idempotency_key(idempotency_key)
     check_traceparent(traceparent)
-    if isinstance(plan, Plan):
-        parsed = plan
-    elif isinstance(plan, Mapping):
-        parsed = Plan.parse(dict(plan))
-    else:
-        parsed = Plan.from_file(plan)
+    parsed = _parsed_plan(plan)
     if tools is not None:
         check_plan(parsed, tools)
-    policy = parsed.policy.to_dict()
-    if replay_verification is not None:
-        if replay_verification not in REPLAY_VERIFICATION_MODES:
-            raise ConfigError(
-                f"unknown replay_verification mode {replay_verification!r}",
-                hint=f"Use one of: {', '.join(REPLAY_VERIFICATION_MODES)}.",
-            )
-        policy["replay_verification"] = replay_verification
+    policy = _job_policy(parsed.policy.to_dict(), replay_verification)
     job_input = {} if input is None else input
     canonical_nested(job_input)  # rejects non-JSON input with its path, before anything is written
     check_input_references(parsed, job_input)
@@ -178,6 +166,28 @@ def submit_job(
     if not created:
         _same_submission(store, job, parsed.plan_hash, job_input)
     return job, created
+
+
+def _parsed_plan(plan: Plan | Mapping[str, Any] | str | Path) -> Plan:
+    """``plan`` parsed: a plan as it is, a mapping as a plan's JSON, else a plan file's path."""
+    if isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, Mapping):
+        return Plan.parse(dict(plan))
+    return Plan.from_file(plan)
+
+
+def _job_policy(policy: dict[str, Any], replay_verification: str | None) -> dict[str, Any]:
+    """The job's policy: its plan's or agent's ``policy``, with ``replay_verification`` (when
+    given) for its mode."""
+    if replay_verification is not None:
+        if replay_verification not in REPLAY_VERIFICATION_MODES:
+            raise ConfigError(
+                f"unknown replay_verification mode {replay_verification!r}",
+                hint=f"Use one of: {', '.join(REPLAY_VERIFICATION_MODES)}.",
+            )
+        policy["replay_verification"] = replay_verification
+    return policy
 
 
 def check_traceparent(traceparent: str | None) -> None:
@@ -292,14 +302,7 @@ def submit_agent_job(
     found = resolve_agent(agent, tools)
     job_input = {} if input is None else input
     check_agent_input(found, job_input)
-    policy = found.policy()
-    if replay_verification is not None:
-        if replay_verification not in REPLAY_VERIFICATION_MODES:
-            raise ConfigError(
-                f"unknown replay_verification mode {replay_verification!r}",
-                hint=f"Use one of: {', '.join(REPLAY_VERIFICATION_MODES)}.",
-            )
-        policy["replay_verification"] = replay_verification
+    policy = _job_policy(found.policy(), replay_verification)
     identity = agent_hash(found.name, found.version)
     at = utc_now()
     job, created = store.create_job(
@@ -336,23 +339,29 @@ def submit_agent_job(
         ],
     )
     if not created:
-        first = store.list_events(job.job_id, limit=2)
-        recorded = {e.type: e.payload for e in first}
-        started = recorded.get("agent_started", {})
-        differs = [
-            what
-            for what, same in (
-                ("agent or version", started.get("agent_hash") == identity),
-                (
-                    "input",
-                    canonical(recorded.get("job_created", {}).get("input")) == canonical(job_input),
-                ),
-            )
-            if not same
-        ]
-        if differs:
-            raise IdempotencyConflict(
-                f"idempotency key {job.idempotency_key!r} names job {job.job_id}, submitted "
-                f"with another {' and '.join(differs)}"
-            )
+        _same_agent_submission(store, job, identity, job_input)
     return job, created
+
+
+def _same_agent_submission(store: Store, job: JobRecord, identity: str, job_input: Any) -> None:
+    """Refuse a resubmission under ``job``'s idempotency key with another agent, version
+    (``identity``: its agent hash) or input than ``job`` was submitted with."""
+    first = store.list_events(job.job_id, limit=2)
+    recorded = {e.type: e.payload for e in first}
+    started = recorded.get("agent_started", {})
+    differs = [
+        what
+        for what, same in (
+            ("agent or version", started.get("agent_hash") == identity),
+            (
+                "input",
+                canonical(recorded.get("job_created", {}).get("input")) == canonical(job_input),
+            ),
+        )
+        if not same
+    ]
+    if differs:
+        raise IdempotencyConflict(
+            f"idempotency key {job.idempotency_key!r} names job {job.job_id}, submitted "
+            f"with another {' and '.join(differs)}"
+        )

@@ -20,7 +20,8 @@ from collections.abc import Callable, Collection
 from affidavit.core.config import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
 from affidavit.core.errors import ClockSkewError, StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
-from affidavit.record import Sealer, SealKeyRefused
+from affidavit.record import Sealer
+from affidavit.runtime._claim_loop import OUTAGE_FIRST_WAIT, OUTAGE_MAX_WAIT, ClaimLoop, LoopEnds
 from affidavit.runtime._lease import Heartbeats, Lease
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._queues import QueueClaims
@@ -34,9 +35,6 @@ from affidavit.runtime._runner import JobRunner
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.store import Claimed, ClockOffset, NextClaim, Store, open_store
 
-# Waits of a claim loop between tries while the database is unavailable.
-_OUTAGE_FIRST_WAIT = 0.5
-_OUTAGE_MAX_WAIT = 5.0
 # How many jobs a worker remembers not to claim because it lacks their tools.
 _MAX_SKIPPED = 1000
 log = logging.getLogger("affidavit.worker")
@@ -84,7 +82,7 @@ def open_store_waiting(
                     f"started; the worker gave up ({exc.message})",
                     hint=exc.hint,
                 ) from exc
-            wait = min(max(2 * wait, _OUTAGE_FIRST_WAIT), _OUTAGE_MAX_WAIT)
+            wait = min(max(2 * wait, OUTAGE_FIRST_WAIT), OUTAGE_MAX_WAIT)
             if limit is not None:
                 wait = min(wait, max(since + limit - now, 0.0))
             log.warning(
@@ -424,157 +422,29 @@ class Worker:
             self.check_clock()
             self.sealer.admit(self.store)  # (else at the first claim)
         stop = stop or threading.Event()
-        # what the first claim's clock check raised, when the database was unavailable here
-        refused: list[ClockSkewError | SealKeyRefused] = []
-
-        gave_up: list[StoreUnavailable] = []  # the failure a loop gave up on, if one did
-        claim_failed: list[Exception] = []  # what a claim raised, other than an outage
-
-        def loop() -> None:
-            outage_wait = 0.0  # while the database is unavailable: the wait before trying again
-            outage_since: float | None = None  # since when this loop finds it unavailable
-            last_error: StoreUnavailable | None = None  # what made it unavailable last
-            # (job id, attempt id) of a run of this loop that gave up or raised. While that job
-            # waits for the run's lease to expire, no job being runnable does not end the outage
-            # (nor, with until_idle, the loop): the job comes back to be run when it expires.
-            left: tuple[str, str] | None = None
-            limit = self.max_outage_seconds
-
-            def past_limit() -> bool:
-                """Whether this loop has found the database unavailable for the limit."""
-                return (
-                    limit is not None
-                    and outage_since is not None
-                    and time.monotonic() - outage_since >= limit
-                )
-
-            # the claim the last run sent with its job's end, if it sent one
-            carried: _NextClaims | None = None
-            try:
-                while (
-                    not stop.is_set()
-                    and not self._stopping.is_set()
-                    and not (gave_up or refused or claim_failed)
-                ):
-                    claim: Claim | None = None
-                    try:
-                        request = carried.request if carried is not None else None
-                        carried = None
-                        made, claim = self._carried(request)
-                        if not made or (claim is None and self.queue_claims.any()):
-                            claim = None if self._stopping.is_set() else self.claim()
-                        if claim is None and left is not None:
-                            if self._still_leased(*left):  # not idle: wait for it
-                                if last_error is not None and past_limit():
-                                    gave_up.append(last_error)
-                                    return
-                                self._stopping.wait(self.poll_seconds)
-                                continue
-                            left = None  # taken up again (by anyone), or ended
-                        if claim is not None:
-                            carried = _NextClaims(self, stop)
-                            claim = dataclasses.replace(claim, next_claim=carried)
-                        ran = self.run_claim(claim) if claim is not None else None
-                    except (ClockSkewError, SealKeyRefused) as exc:
-                        refused.append(exc)
-                        return
-                    except StoreUnavailable as exc:
-                        # A restart or failover of the database: no traceback, and no busy loop.
-                        # A job whose run gave up keeps its lease until it expires and is then
-                        # reclaimed, its open invocation resolved as after a crash.
-                        now = time.monotonic()
-                        outage_since = now if outage_since is None else outage_since
-                        last_error = exc
-                        if claim is not None:  # its run gave up
-                            left = (claim.job_id, claim.attempt_id)
-                        if past_limit():
-                            gave_up.append(exc)
-                            return
-                        outage_wait = min(
-                            max(2 * outage_wait, _OUTAGE_FIRST_WAIT), _OUTAGE_MAX_WAIT
-                        )
-                        if limit is not None:  # (not past the limit: give up on time)
-                            outage_wait = min(outage_wait, max(outage_since + limit - now, 0.0))
-                        log.warning(
-                            "worker %s: the database is unavailable (%s); trying again in %.1f s",
-                            self.worker_id,
-                            exc,
-                            outage_wait,
-                        )
-                        self._stopping.wait(outage_wait)
-                        continue
-                    except Exception as exc:
-                        if claim is None:
-                            # The claim itself (or the look at a job left behind) failed, and not
-                            # because the database is away: trying again at once would only fail
-                            # the same way, in a busy loop. The worker stops with the error.
-                            claim_failed.append(exc)
-                            return
-                        # A job whose run raised unexpectedly keeps its lease until it expires and
-                        # is then run again (by this loop too, as one whose run gave up: not idle
-                        # meanwhile; parked as crash_loop if it keeps happening); this loop goes on
-                        # with other jobs.
-                        log.exception("worker %s: a job run failed unexpectedly", self.worker_id)
-                        if claim is not None:
-                            left = (claim.job_id, claim.attempt_id)
-                        ran = "error"
-                    if outage_since is not None:
-                        log.warning("worker %s: the database is reachable again", self.worker_id)
-                    outage_wait, outage_since, last_error = 0.0, None, None
-                    if ran is None:
-                        # a queue's rate holding jobs back: not idle, and wake when it allows
-                        held = self.queue_claims.rate_wait()
-                        if (until_idle and held is None) or self._stopping.is_set():
-                            return
-                        stop.wait(self.poll_seconds if held is None else min(held, 1.0))
-            finally:
-                # a job claimed with the last run's end that this loop will not run
-                request = carried.request if carried is not None else None
-                if request is not None and request.made:
-                    unrun = self._claim_of(request.claimed, request.attempt_id, request.now)
-                    if unrun is not None:  # claimed with the last run's end: never started
-                        lease = Lease(self.store, unrun, self.lease_seconds, time.time())
-                        self._hand_back(lease, untouched=True)
-
+        ends = LoopEnds()
         threads = [
-            threading.Thread(target=loop, name=f"worker-{i}", daemon=True)
+            threading.Thread(
+                target=ClaimLoop(self, stop, until_idle, ends).run,
+                name=f"worker-{i}",
+                daemon=True,
+            )
             for i in range(concurrency - 1)
         ]
         for t in threads:
             t.start()
-        loop()
+        ClaimLoop(self, stop, until_idle, ends).run()
         for t in threads:
             t.join()
-        if refused:
-            raise refused[0]
-        if claim_failed:
-            raise claim_failed[0]
-        if gave_up:
-            first = gave_up[0]
+        if ends.refused:
+            raise ends.refused[0]
+        if ends.claim_failed:
+            raise ends.claim_failed[0]
+        if ends.gave_up:
+            first = ends.gave_up[0]
             raise StoreUnavailable(
                 f"the database was unavailable for {self.max_outage_seconds:g} s or more; "
                 f"the worker gave up ({first.message})",
                 hint=first.hint,
             ) from first
         return self.jobs_run
-
-
-class _NextClaims:
-    """What a claim loop gives its run to make the loop's next claim with (``Claim.next_claim``,
-    called as the transaction that ends the job is written): the claim :meth:`Worker._next_claim`
-    makes then — the jobs to skip, the time and the attempt id as they are at that moment — or
-    none when the loop or the worker is stopping. :attr:`request`: the claim made, if one was."""
-
-    __slots__ = ("_stop", "_worker", "request")
-
-    def __init__(self, worker: Worker, stop: threading.Event) -> None:
-        self._worker = worker
-        self._stop = stop
-        self.request: NextClaim | None = None
-
-    def __call__(self) -> NextClaim | None:
-        if self.request is None and not (
-            self._stop.is_set() or self._worker.stopping or not self._worker.queue_claims.default
-        ):
-            self.request = self._worker._next_claim()
-        return self.request

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from affidavit.store._claims import ClaimsTransaction
+from affidavit.store._lease_protocol import CancelTransaction, LeaseTransaction, LimitTransaction
 from affidavit.store._tlog_protocol import TlogReader, TlogWriter
 from affidavit.store._trust import TrustTransaction
 from affidavit.store._types import (
@@ -40,7 +41,6 @@ from affidavit.store._types import (
 
 if TYPE_CHECKING:
     from affidavit.core.seal import PublicKey, Seal
-    from affidavit.store._limits import GrantTaken, LimitUsage
     from affidavit.store._sealkeys import SealKeyAdmission
     from affidavit.store.migrations import Migration
     from affidavit.store.queues import Placement
@@ -75,8 +75,18 @@ __all__ = [
 ]
 
 
-class Transaction(TlogWriter, TrustTransaction, ClaimsTransaction, Protocol):
-    """Writes that commit or roll back together. Obtained from :meth:`Store.transaction`."""
+class Transaction(
+    LeaseTransaction,
+    CancelTransaction,
+    LimitTransaction,
+    TlogWriter,
+    TrustTransaction,
+    ClaimsTransaction,
+    Protocol,
+):
+    """Writes that commit or roll back together. Obtained from :meth:`Store.transaction`.
+    Claims of jobs, leases, cancel requests and limits are declared in
+    :mod:`affidavit.store._lease_protocol`."""
 
     @overload
     def append(
@@ -190,15 +200,8 @@ class Transaction(TlogWriter, TrustTransaction, ClaimsTransaction, Protocol):
         The update names ``fence`` too, and changes nothing under another attempt."""
         ...
 
-    def set_lease(
-        self, job_id: str, *, attempt_id: str | None, owner: str | None, expires_at: float | None
-    ) -> None:
-        """Give the job's lease to a new attempt (or clear it). Later fenced writes must carry
-        ``attempt_id``."""
-        ...
-
     # The invocation ledger (one row per (job, idempotency key): the fate of one tool
-    # invocation) and the job leases.
+    # invocation).
 
     def ledger_get(self, job_id: str, key: str) -> LedgerRow | None:
         """The ledger row of ``key`` in ``job_id``, if any."""
@@ -253,97 +256,6 @@ class Transaction(TlogWriter, TrustTransaction, ClaimsTransaction, Protocol):
         """Mark the row ``committed`` (with its result) or ``failed`` (with the error). A
         committed row is never changed again. ``result_jcs``: the result's canonical bytes,
         when the caller has them already."""
-        ...
-
-    # Cancel requests (see affidavit.store._cancels).
-
-    def cancel_request(self, job_id: str) -> CancelRequest | None:
-        """The cancel request in force for ``job_id``, if one was recorded."""
-        ...
-
-    def request_cancel(
-        self, job_id: str, *, at: str, reason: str | None, by: str | None
-    ) -> CancelRequest:
-        """Record a cancel request for ``job_id`` (its row locked by the caller, see
-        :meth:`get_job`): from then on the store refuses to start a new invocation of the job
-        (:class:`~affidavit.core.errors.CancelRequestedError`), to complete it or to make it
-        wait. The first request stays in force, and is returned, when there is one already."""
-        ...
-
-    # Tool and model limits (see affidavit.store._limits).
-
-    def limit_take(
-        self,
-        name: str,
-        *,
-        grant_id: str,
-        job_id: str,
-        attempt_id: str,
-        clock: Callable[[], int],
-        rate: tuple[int, int] | None,
-        concurrency: int | None,
-    ) -> GrantTaken:
-        """Take a grant of limit ``name`` for the claim ``attempt_id`` if its rate (count,
-        period in µs) and concurrency allow it now, exactly across concurrent takers; else
-        write nothing and say how long to wait."""
-        ...
-
-    def limit_release(self, grant_id: str, *, at_us: int) -> None:
-        """End a grant: its call is over."""
-        ...
-
-    def limit_usage(self, *, now_us: int) -> list[LimitUsage]:
-        """Every limit's use at ``now_us``: grants in flight, and started in its window."""
-        ...
-
-    def claim(
-        self,
-        *,
-        owner: str,
-        attempt_id: str,
-        now: float,
-        lease_seconds: float,
-        job_id: str | None = None,
-        skip: Collection[str] = (),
-        with_log: bool = False,
-    ) -> Claimed | None:
-        """Claim one runnable job — pending, or running with an expired lease — for a new
-        attempt; ``None`` if there is none. Concurrent claimers never get the same job.
-        ``skip``: jobs not to claim. A job whose lease expired with an owner is ``recovered``
-        (see :class:`Claimed`). ``with_log``: read the job's log with the claim where that
-        costs no round trip of its own (see :attr:`Claimed.log`)."""
-        ...
-
-    def claim_after_commit(self, request: NextClaim) -> None:
-        """Make ``request``'s claim once this transaction has committed, in a transaction of
-        its own, where that costs no round trip of its own (PostgreSQL: it travels in the
-        commit's message, after the commit, and runs only if the commit did); elsewhere, and
-        when ``request`` was sent already, nothing is done. What came of it is in ``request``
-        after the commit (see :class:`NextClaim`). A claim that fails leaves this
-        transaction's commit as it was; a commit that fails leaves the claim unmade."""
-        ...
-
-    def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool:
-        """Extend the lease if ``attempt_id`` still holds it; ``False`` if it was lost."""
-        ...
-
-    def set_recoveries(self, job_id: str, attempt_id: str, count: int, progress: int) -> None:
-        """Record, fenced by ``attempt_id``, that this claim is the ``count``-th recovery in a
-        row of the job, at ``progress`` (see :class:`Claimed`)."""
-        ...
-
-    def release_lease(
-        self,
-        job_id: str,
-        attempt_id: str,
-        at: float,
-        *,
-        keep_owner: bool = False,
-        untouched: bool = False,
-    ) -> bool:
-        """Give ``attempt_id``'s lease back (it expires at ``at``, no owner unless
-        ``keep_owner``; ``untouched`` without ``keep_owner``: the job is ``pending`` again);
-        ``False`` if the attempt no longer holds it."""
         ...
 
     # API keys of the HTTP API.

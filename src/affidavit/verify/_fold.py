@@ -149,11 +149,10 @@ class LogFold(EndEvents):
         parsed: Iterable[Any] | None = None,
     ) -> None:
         """Take the next events: ``(version, event_id, type, payload bytes, stored hash)`` in
-        version order. The hot loop of verification; state lives in locals while it runs.
-
-        (One function of ~200 lines on purpose: the loop runs once per event of every log
-        verified, and splitting out the fast paths or the chain step would cost a call and the
-        re-reading of this state per event; ``benchmarks/`` measures it.)
+        version order. Long because it is the hot loop of verification (once per event of
+        every log verified): its state lives in locals while it runs, and splitting out the
+        fast paths or the chain step would cost a call and the re-reading of this state per
+        event; ``benchmarks/`` measures it.
 
         ``parsed``, when given, holds each row's payload already parsed — exactly what
         ``orjson.loads`` returns for its bytes (see
