@@ -77,6 +77,22 @@ def test_submit_to_a_queue_and_a_worker_of_that_queue(
         store.close()
     assert [g["job_id"] for g in grants] == ids  # one partition: in submission order
     assert all(g["slot"] == 0 for g in grants)
+    # each job shows its claim; its verification result is the same document as any job's
+    shown = json_of(cli("jobs", "show", ids[0], "--db", store_url, "--json"))
+    assert [
+        (c["queue"], c["slot"], c["started"], c["ended_as"]) for c in shown["queue_claims"]
+    ] == [("refunds", 0, True, "completed")]
+    assert shown["queue_claims"][0]["ended_at"] >= shown["queue_claims"][0]["claimed_at"]
+    verified = cli("verify", ids[0], "--db", store_url, "--json")
+    assert verified.returncode == 0 and "queue_claims" not in json_of(verified)
+    proved = cli("verify", "--queue", "refunds", "--since", "2000-01-01T00:00:00Z",
+                 "--db", store_url, "--json")  # fmt: skip
+    assert proved.returncode == 0, proved.stdout
+    assert json_of(proved) | {"since": None, "until": None} == {
+        "queue": "refunds", "limits": json_of(proved)["limits"], "since": None, "until": None,
+        "grants": 2, "starts": 2, "rate": None, "concurrency": None,
+        "worker_concurrency": None, "unknown_ends": [], "ok": True,
+    }  # fmt: skip
 
 
 def test_bad_not_before_refused(store_url: str, shop: Path, plan_file: Path) -> None:

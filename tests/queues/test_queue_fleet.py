@@ -19,8 +19,10 @@ from pathlib import Path
 from affidavit import Runtime
 from affidavit.core.rates import Rate, worst_window
 from affidavit.store import JobFilter
+from affidavit.store.queue_grants import queue_grants
 from affidavit.store.queues import queue_config, recorded_grants, set_queue
 from affidavit.verify import verify_job
+from affidavit.verify.queue_limits import verify_queue
 from tests.queues.queue_tools import REGISTRY, hold_plan
 from tests.runtime.crash_tools import read_side
 from tests.runtime.helpers import driver_env
@@ -115,4 +117,15 @@ def test_fleet_keeps_the_limits_through_kills(store_url: str, tmp_path: Path) ->
         assert Counter(j.status for j in jobs) == {"completed": n_jobs}
         for job_id in job_ids:
             assert verify_job(rt.store, job_id).ok
+        # the same from the grants and their recorded ends alone (a killed worker's claims
+        # end at their leases' expiry): no window over the rate, no instant over concurrency
+        proof = verify_queue(rt.store, "fleet", started - 1, time.time())
+        assert proof.ok, proof.to_dict()
+        assert proof.starts == n_jobs and not proof.unknown
+        assert proof.concurrency is not None and 1 <= proof.concurrency.worst <= CONCURRENCY
+        if killed_at:
+            assert any(
+                g.ended_as == "lease_expired"
+                for g in queue_grants(rt.store, "fleet", started - 1, 0.0, time.time())
+            )
         print(f"killed {len(killed_at)}; overlap {max_overlap(intervals)}; worst window {worst}")

@@ -3,6 +3,7 @@ waits gives its slot up and takes one again when resumed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,9 @@ import affidavit
 from affidavit import Runtime, Tool, ToolRegistry
 from affidavit.core.errors import ConfigError
 from affidavit.runtime import _queues as runtime_queues
+from affidavit.store.queue_grants import job_queue_claims
 from affidavit.store.queues import get_queue, queue_config, recorded_grants, set_queue
+from affidavit.verify.queue_limits import verify_queue
 
 ACT = Tool("act", lambda ctx, x: {"x": x}, "tool")
 WAITS = {
@@ -69,6 +72,14 @@ def test_a_waiting_job_frees_its_slot_and_takes_one_when_resumed(store_url: str)
         ]
         assert grants == [(first, True, 0), (second, True, 0), (first, False, 0)]
         assert all(affidavit.verify_job(rt.store, j).ok for j in (first, second, default))
+        # the runtime's own writes record each hold's end: the wait, then the completion
+        now = time.time()
+        ended = [c["ended_as"] for c in job_queue_claims(rt.store, first, now)]
+        assert ended == ["waiting", "completed"]
+        assert [c["ended_as"] for c in job_queue_claims(rt.store, second, now)] == ["completed"]
+        assert job_queue_claims(rt.store, default, now) == []
+        proof = verify_queue(rt.store, "rt-one", 0.0, now)
+        assert proof.ok and proof.concurrency is not None and proof.concurrency.worst == 1
 
 
 def test_a_worker_of_other_queues_leaves_the_default_one(store_url: str) -> None:

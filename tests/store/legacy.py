@@ -152,6 +152,25 @@ def undo_migration_17(url: str) -> None:
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 17")
 
 
+def undo_migration_21(url: str) -> None:
+    """Take the recorded ends of queue grants (migration 21) out of the database at ``url``."""
+    raw = RawDb(url)
+    if url.startswith("sqlite:///"):
+        trigger = ("DROP TRIGGER queue_grant_end",)
+    else:
+        trigger = (
+            "DROP TRIGGER queue_grant_end ON jobs",
+            "DROP FUNCTION affidavit_queue_grant_end()",
+        )
+    for statement in (
+        *trigger,
+        "ALTER TABLE queue_grants DROP COLUMN ended_as",
+        "ALTER TABLE queue_grants DROP COLUMN ended_at",
+    ):
+        raw.execute(statement)
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 21")
+
+
 def undo_migration_20(url: str) -> None:
     """Take the schedules (migration 20) out of the database at ``url``."""
     raw = RawDb(url)
@@ -172,6 +191,7 @@ def undo_migration_12(url: str) -> None:
     """Turn the database at ``url`` back into a version-11 one: its seals as that release
     signed them (v1: no events root), the two seal columns gone (the later migrations undone
     first)."""
+    undo_migration_21(url)
     undo_migration_20(url)
     undo_migration_17(url)
     for statement in _UNDO_15:

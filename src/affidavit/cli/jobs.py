@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -100,6 +101,7 @@ def show_job(
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
+    from affidavit.store.queue_grants import job_queue_claims
     from affidavit.verify.verification import seal_document
 
     with command(as_json), opened(db, read_only=True) as store:
@@ -110,6 +112,9 @@ def show_job(
         if sealed["error"] is not None:
             doc["seal_error"] = sealed["error"]
         doc.update(decisions_doc(store, job))
+        claims = job_queue_claims(store, job_id, time.time())
+        if claims:  # a job of a named queue: each claim's grant (none for the default queue)
+            doc["queue_claims"] = claims
     if as_json:
         output.emit_json(doc)
         return

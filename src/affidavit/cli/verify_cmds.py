@@ -61,6 +61,25 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue",
+            help="Instead of jobs: check, from the queue's recorded grants since --since, that "
+            "no window held more starts than its rate and no instant more running claims than "
+            "its concurrency (and per worker); exit 1 if a limit did not hold or cannot be "
+            "proved.",
+            show_default=False,
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="With --queue: from this time (ISO 8601 with a zone).",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -73,9 +92,18 @@ def verify(
     short no longer reaches it), the transparency log's leaves of its seals, the scores it
     states, and each evidence body against its id and its trust log entry.
 
+    With --queue Q --since T: the queue's limits over its claims since T (docs/queues.md).
+
     Exit codes: 0 every check holds (with --all: for every job and agent, also when there is
-    none); 1 some check failed; 2 no such job; 3 usage or store error.
+    none; with --queue: every limit held); 1 some check failed; 2 no such job; 3 usage or
+    store error.
     """
+    if queue is not None or since is not None:
+        from affidavit.cli.queue_verify import verify_queue_cmd
+
+        alone = job_id is None and not all_jobs and not status and namespace is None
+        verify_queue_cmd(queue, since, db, as_json, alone=alone and not trusted_key)
+        return
     with command(as_json):
         _check_selection(job_id, all_jobs, status, namespace)
         with opened(db, read_only=True) as store:

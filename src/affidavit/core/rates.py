@@ -90,3 +90,29 @@ def worst_window(rate: Rate, starts: Sequence[float]) -> tuple[int, float | None
         if last - first + 1 > best:
             best, at = last - first + 1, end
     return best, at
+
+
+def window_starts(rate: Rate, starts: Sequence[float], end: float) -> list[int]:
+    """The indexes of the ``starts`` in the window ``(end - period, end]``, in time order."""
+    begin = window_start(rate, end)
+    return sorted((i for i, t in enumerate(starts) if begin < t <= end), key=lambda i: starts[i])
+
+
+def peak_overlap(intervals: Sequence[tuple[float, float]]) -> tuple[int, float | None, list[int]]:
+    """The most ``[start, end)`` intervals holding at one instant, the first instant they do and
+    the indexes of those intervals. An interval ending when another starts does not overlap it;
+    an empty one (``end <= start``) holds at no instant. ``(0, None, [])`` for none."""
+    kept = [(i, s, e) for i, (s, e) in enumerate(intervals) if e > s]
+    points = sorted(
+        [(e, 0, i) for i, _, e in kept] + [(s, 1, i) for i, s, _ in kept]
+    )  # at one instant, ends before starts
+    live: set[int] = set()
+    best, at, members = 0, None, []
+    for t, kind, i in points:
+        if kind == 0:
+            live.discard(i)
+            continue
+        live.add(i)
+        if len(live) > best:
+            best, at, members = len(live), t, sorted(live)
+    return best, at, members
