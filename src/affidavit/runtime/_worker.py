@@ -22,6 +22,7 @@ from affidavit.core.errors import ClockSkewError, StoreError, StoreUnavailable
 from affidavit.core.ids import new_attempt_id
 from affidavit.record import Sealer, SealKeyRefused
 from affidavit.runtime._lease import Heartbeats, Lease
+from affidavit.runtime._limits import declare_limits
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._queues import QueueClaims
 from affidavit.runtime._run_base import (
@@ -423,6 +424,7 @@ class Worker:
         with contextlib.suppress(StoreUnavailable):
             self.check_clock()
             self.sealer.admit(self.store)  # (else at the first claim)
+            declare_limits(self.store, self.tools)  # one declaration per limit name
         stop = stop or threading.Event()
         # what the first claim's clock check raised, when the database was unavailable here
         refused: list[ClockSkewError | SealKeyRefused] = []
