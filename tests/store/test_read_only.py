@@ -105,6 +105,7 @@ def test_a_copy_made_before_migration_6_is_read_as_it_is(store_url: str) -> None
         18,
         19,
         20,
+        22,
     ]
     job_id = finished_job(store_url)
     undo_migration_6(store_url)
