@@ -126,7 +126,8 @@ class Limiter:
     """Takes and releases the grants of one run's limited calls.
 
     ``stop_check`` is called between takes: it raises to end the run while waiting (the worker
-    stopping, the lease lost); ``on_wait(name, reason)`` is told once a call starts waiting."""
+    stopping, the lease lost). A waiting call is shown (store/_limit_waits.py: not the record)
+    until it is granted; ``on_wait(name, reason)`` is told once a call starts waiting."""
 
     def __init__(
         self,

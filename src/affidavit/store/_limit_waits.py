@@ -26,7 +26,7 @@ from typing import Any
 from affidavit.core.events import utc_now
 from affidavit.store.base import Store, Transaction
 
-_SINCE_MAX = 200  # a reason is the store's own text; bounded anyway
+_REASON_MAX = 200  # a reason is the store's own text; bounded anyway
 
 _LIVE_WAIT = (
     "SELECT w.name, w.since, w.reason FROM limit_waits w JOIN jobs j ON j.job_id = w.job_id "
@@ -56,7 +56,7 @@ def wait_begin(
     tx.execute(
         "INSERT INTO limit_waits (grant_id, name, job_id, attempt_id, since, reason) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        (grant_id, name, job_id, attempt_id, since, reason[:_SINCE_MAX]),
+        (grant_id, name, job_id, attempt_id, since, reason[:_REASON_MAX]),
     )
 
 
