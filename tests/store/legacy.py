@@ -179,6 +179,13 @@ def undo_migration_20(url: str) -> None:
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 20")
 
 
+def undo_migration_22(url: str) -> None:
+    """Take the limit waits (migration 22) out of the database at ``url``."""
+    raw = RawDb(url)
+    raw.execute("DROP TABLE limit_waits")
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 22")
+
+
 # claim outcomes and trust-log seals (migration 15, both backends)
 _UNDO_15 = [
     "DROP TABLE claim_outcomes",
@@ -191,6 +198,7 @@ def undo_migration_12(url: str) -> None:
     """Turn the database at ``url`` back into a version-11 one: its seals as that release
     signed them (v1: no events root), the two seal columns gone (the later migrations undone
     first)."""
+    undo_migration_22(url)
     undo_migration_21(url)
     undo_migration_20(url)
     undo_migration_17(url)

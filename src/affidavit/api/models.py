@@ -195,6 +195,8 @@ class Trace(BaseModel):
     warnings: list[dict[str, Any]]
     created_at: str | None
     event_count: int
+    # a call of the running job waiting for a limit's grant: {"limit", "since", "reason"}
+    waiting_for_limit: dict[str, Any] | None = None
 
 
 class Health(BaseModel):

@@ -4,6 +4,7 @@ that leaves a job there (`jobs show`, `run`, `jobs wait`, `signal`, `resume`).""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from affidavit.core.parks import DECISIONS_BY_REASON
@@ -13,7 +14,14 @@ from affidavit.store import JobRecord, Store
 def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
     """``{"waiting_for": [{"node_id", "wait_type", "correlation_key"}]}`` for a waiting job,
     ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.record.park_doc`),
-    ``{}`` otherwise — read from the job's log."""
+    ``{"waiting_for_limit": {"limit", "since", "reason"}}`` for a running one whose call waits
+    for a limit's grant (not in the log: store/_limit_waits.py), ``{}`` otherwise — read from
+    the job's log."""
+    if job.status == "running":
+        from affidavit.store._limit_waits import waiting_for_limit
+
+        wait = waiting_for_limit(store, job.job_id, now_s=time.time())
+        return {} if wait is None else {"waiting_for_limit": wait}
     if job.status not in ("waiting", "parked"):
         return {}
     from affidavit.record import build_from_events, park_doc  # (the log's reading, on use)
@@ -33,8 +41,14 @@ def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
 
 def next_steps(doc: dict[str, Any]) -> list[str]:
     """The commands that move a waiting or parked job on (``doc``: the job's ``job_id`` with
-    what :func:`decisions_doc` gives)."""
+    what :func:`decisions_doc` gives); for a call waiting for a limit, what it waits for."""
     job_id = doc["job_id"]
+    limit_wait = doc.get("waiting_for_limit")
+    if isinstance(limit_wait, dict):  # (no command moves it on: a grant will)
+        return [
+            f"waiting for limit {limit_wait['limit']} since {limit_wait['since']} "
+            f"({limit_wait['reason']})"
+        ]
     if doc.get("waiting_for"):
         return [
             f"next: affidavit signal {job_id} --key {w['correlation_key']} "

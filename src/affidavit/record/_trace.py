@@ -24,6 +24,7 @@ and the agent trace alike.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from affidavit.record._agent_trace import agent_trace_of, is_agent_log
 from affidavit.record._replay import ReplayContext, ReplayContextBuilder
 from affidavit.record._states import NodeFacts, node_state
 from affidavit.store import JobRecord, Store, StoredEvent
+from affidavit.store._limit_waits import waiting_for_limit
 
 # The state of a finished wait or approval node: a person answered it (its outcome, the world
 # semantics of the step, is `pure`, which on its own reads as a computation).
@@ -40,8 +42,10 @@ _ANSWERED = {"signal": "signalled", "approval": "approved"}
 
 def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     """The job, its nodes in plan order with state, outcome, attempts, timings, and the waits,
-    park and confirmation warnings in force. An agent job's nodes are its steps in sequence
-    order (``"kind": "agent"``; :func:`~affidavit.record._agent_trace.agent_trace_of`).
+    park and confirmation warnings in force; ``waiting_for_limit`` while a call of the running
+    job waits for a limit's grant (``{"limit", "since", "reason"}``). An agent job's nodes
+    are its steps in sequence order (``"kind": "agent"``;
+    :func:`~affidavit.record._agent_trace.agent_trace_of`).
 
     Raises:
         JobNotFound: no such job.
@@ -49,9 +53,13 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     """
     job = store.get_job(job_id)
     events = store.list_events(job_id)
-    if is_agent_log(events):  # the sequence of its calls: see affidavit.record._agent_trace
-        return agent_trace_of(job, events)[0]
-    return trace_of(job, events)[0]
+    # an agent job's trace is the sequence of its calls: see affidavit.record._agent_trace
+    trace = agent_trace_of(job, events)[0] if is_agent_log(events) else trace_of(job, events)[0]
+    if job.status == "running":  # a call waiting for a limit: not in the log (store-side)
+        wait = waiting_for_limit(store, job_id, now_s=time.time())
+        if wait is not None:
+            trace["waiting_for_limit"] = wait
+    return trace
 
 
 def park_doc(replay: ReplayContext) -> dict[str, Any] | None:

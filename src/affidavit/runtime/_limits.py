@@ -11,6 +11,7 @@ call is taken up again wherever the job is claimed next. The grant is recorded i
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -21,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 from affidavit.core.errors import ConfigError
 from affidavit.core.rates import Rate, parse_rate
 from affidavit.store import Store, Transaction
+from affidavit.store._limit_waits import IN_USE_US, Declared, declare_limit, wait_begin, wait_end
 
 if TYPE_CHECKING:
     from affidavit.runtime._journal import Journal, RunControl
+    from affidavit.runtime._sdk import ToolRegistry
 
 _NAME_MAX = 200
 # The longest single wait between two takes of a grant only a release can free.
@@ -123,7 +126,8 @@ class Limiter:
     """Takes and releases the grants of one run's limited calls.
 
     ``stop_check`` is called between takes: it raises to end the run while waiting (the worker
-    stopping, the lease lost); ``on_wait(name, reason)`` is told once a call starts waiting."""
+    stopping, the lease lost). A waiting call is shown (store/_limit_waits.py: not the record)
+    until it is granted; ``on_wait(name, reason)`` is told once a call starts waiting."""
 
     def __init__(
         self,
@@ -154,30 +158,60 @@ class Limiter:
         grant_id = uuid.uuid4().hex
         poll = 0.002
         waiting = False
-        while True:
-            with self.store.transaction(durable=False) as tx:
-                answer = tx.limit_take(
-                    name,
-                    grant_id=grant_id,
-                    job_id=self.job_id,
-                    attempt_id=self.attempt_id,
-                    clock=now_us,
-                    rate=limit.rate_us,
-                    concurrency=limit.concurrency,
-                )
-            if answer.granted_us is not None:
-                return Grant(name, grant_id, answer.granted_us, self.attempt_id, limit)
-            if answer.reason == "fenced":
-                raise Stop("lost")
-            if not waiting and self.on_wait is not None:
-                self.on_wait(name, answer.reason)
-            waiting = True
-            self.stop_check()
-            if answer.wait_seconds is not None:  # a rate: the window frees a slot then
-                self.sleep(min(answer.wait_seconds, _POLL_MAX))
-            else:  # a release frees it: look again soon, then less often
-                self.sleep(poll)
-                poll = min(poll * 2, _POLL_MAX)
+        try:
+            while True:
+                with self.store.transaction(durable=False) as tx:
+                    answer = tx.limit_take(
+                        name,
+                        grant_id=grant_id,
+                        job_id=self.job_id,
+                        attempt_id=self.attempt_id,
+                        clock=now_us,
+                        rate=limit.rate_us,
+                        concurrency=limit.concurrency,
+                    )
+                    if waiting and answer.granted_us is not None:  # with the grant: no gap
+                        wait_end(
+                            tx, grant_id=grant_id, job_id=self.job_id, attempt_id=self.attempt_id
+                        )
+                if answer.granted_us is not None:
+                    waiting = False
+                    return Grant(name, grant_id, answer.granted_us, self.attempt_id, limit)
+                if answer.reason == "fenced":
+                    raise Stop("lost")
+                if not waiting:
+                    self._wait_begin(name, grant_id, answer.reason)
+                    waiting = True
+                self.stop_check()
+                if answer.wait_seconds is not None:  # a rate: the window frees a slot then
+                    self.sleep(min(answer.wait_seconds, _POLL_MAX))
+                else:  # a release frees it: look again soon, then less often
+                    self.sleep(poll)
+                    poll = min(poll * 2, _POLL_MAX)
+        finally:
+            if waiting:  # the run stops waiting (Stop, an error): nothing to show any more
+                self._wait_end(grant_id)
+
+    def _wait_begin(self, name: str, grant_id: str, reason: str) -> None:
+        """Show the wait (``limit_waits``: not the record), then tell ``on_wait``."""
+        with self.store.transaction(durable=False) as tx:
+            wait_begin(
+                tx,
+                grant_id=grant_id,
+                name=name,
+                job_id=self.job_id,
+                attempt_id=self.attempt_id,
+                since=iso_us(now_us()),
+                reason=reason,
+            )
+        if self.on_wait is not None:
+            self.on_wait(name, reason)
+
+    def _wait_end(self, grant_id: str) -> None:
+        # Best effort: a row left behind (the database unavailable now) is not shown once the
+        # claim is over, and goes with the job's next grant.
+        with contextlib.suppress(Exception), self.store.transaction(durable=False) as tx:
+            wait_end(tx, grant_id=grant_id, job_id=self.job_id, attempt_id=self.attempt_id)
 
     def release(self, grant: Grant) -> None:
         """Release ``grant`` in a transaction of its own (a call that stopped before its T2)."""
@@ -205,3 +239,40 @@ def release_in(tx: Transaction, grant: Grant | None) -> None:
     """Release ``grant`` in ``tx`` (a T2): the call it let start is over."""
     if grant is not None:
         tx.limit_release(grant.grant_id, at_us=now_us())
+
+
+def declare_limits(store: Store, tools: ToolRegistry) -> None:
+    """Declare the limits of ``tools`` (a worker starting): refused when two of them declare
+    one name differently, or when the store's declaration of a name differs and is in use
+    (store/_limit_waits.py), so that every worker enforces one limit per name.
+
+    Raises:
+        ConfigError: a conflicting declaration, with a hint.
+    """
+    mine: dict[str, tuple[str, Declared]] = {}
+    for tool_name in tools.names():
+        t = tools.get(tool_name)
+        if t is None or t.limit is None:
+            continue
+        name = t.limit.name_for(tool_name)
+        declared = Declared(t.limit.rate_us, t.limit.concurrency)
+        if name in mine and mine[name][1] != declared:
+            raise ConfigError(
+                f"limit {name!r} is declared twice: {mine[name][1].describe()} by "
+                f"{mine[name][0]!r}, {declared.describe()} by {tool_name!r}",
+                hint="Tools sharing a limit name must declare the same Limit: declare it once "
+                "(shared = affidavit.Limit(..., name=...)) and pass it to each tool.",
+            )
+        mine[name] = (tool_name, declared)
+    for name, (tool_name, declared) in sorted(mine.items()):
+        with store.transaction(durable=False) as tx:
+            theirs = declare_limit(tx, name, declared, now_us=now_us())
+        if theirs is not None:
+            raise ConfigError(
+                f"limit {name!r} is in use as {theirs.describe()}; this worker's tool "
+                f"{tool_name!r} declares {declared.describe()}",
+                hint="Every worker must declare the same Limit for one name: load the same "
+                "--tools code in all of them, or stop the workers using the other one and "
+                f"start this one once the limit has been idle for {IN_USE_US // 1_000_000}s "
+                "(see `affidavit limits list`).",
+            )

@@ -23,6 +23,7 @@ from affidavit.core.ids import new_attempt_id
 from affidavit.record import Sealer
 from affidavit.runtime._claim_loop import OUTAGE_FIRST_WAIT, OUTAGE_MAX_WAIT, ClaimLoop, LoopEnds
 from affidavit.runtime._lease import Heartbeats, Lease
+from affidavit.runtime._limits import declare_limits
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._queues import QueueClaims
 from affidavit.runtime._run_base import (
@@ -421,6 +422,7 @@ class Worker:
         with contextlib.suppress(StoreUnavailable):
             self.check_clock()
             self.sealer.admit(self.store)  # (else at the first claim)
+            declare_limits(self.store, self.tools)  # one declaration per limit name
         stop = stop or threading.Event()
         ends = LoopEnds()
         threads = [
