@@ -397,20 +397,10 @@ def _run(
         return failed(f"cannot start {command.program!r}: {exc}")
     if sandboxed:
         os.close(launch.status_w)
-    assert proc.stdout is not None and proc.stderr is not None
     out, err = Capture(config.max_output_bytes), Capture(config.max_output_bytes)
-    deadline = started + timeout
-    timed_out = False
     try:
-        timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, deadline)
-        if not timed_out:  # without a pidfd the exit may still be ahead
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_tree(proc.pid)
+        timed_out = _await_exit(proc, out, err, started + timeout)
     finally:
-        _kill_group(proc.pid)  # at a timeout everything; otherwise what was left running
         return_code: int | None = proc.wait()
         status = _read_status(launch.status_r) if sandboxed else None
     elapsed = (time.perf_counter() - started) * 1000
@@ -434,6 +424,24 @@ def _run(
         workdir,
         limit_doc,
     )
+
+
+def _await_exit(proc: subprocess.Popen[bytes], out: Capture, err: Capture, deadline: float) -> bool:
+    """Capture the output until the command exits or ``deadline`` passes (then kill its tree);
+    in any case kill what is left of its process group. True: it timed out."""
+    assert proc.stdout is not None and proc.stderr is not None
+    timed_out = False
+    try:
+        timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, deadline)
+        if not timed_out:  # without a pidfd the exit may still be ahead
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_tree(proc.pid)
+    finally:
+        _kill_group(proc.pid)  # at a timeout everything; otherwise what was left running
+    return timed_out
 
 
 def _in_child(
