@@ -214,19 +214,11 @@ def _agent_runs(
     return child.returncode, jobs
 
 
-def run_demo(
-    directory: str | None = None, *, db_url: str | None = None, lease_seconds: float = LEASE_SECONDS
-) -> DemoResult:
-    """Run the demonstration in ``directory`` (a new temporary directory by default, kept so
-    it can be inspected), on a fresh SQLite file there — or on the database ``db_url`` (its
-    jobs are left there; this run's idempotency key is its own, so runs do not meet).
-    ``lease_seconds``: the lease of the workers, and so how long the recovery waits for the
-    killed run's lease to expire."""
-    started = time.perf_counter()
-    root = Path(directory or tempfile.mkdtemp(prefix="affidavit-demo-"))
-    data_dir = refund.setup_shop(root / "shop")
-    db_path = root / "affidavit.db"
-    url = db_url if db_url is not None else f"sqlite:///{db_path}"
+def _plan_runs(
+    url: str, root: Path, data_dir: Path, lease_seconds: float
+) -> tuple[subprocess.CompletedProcess[str], list[DemoJob]]:
+    """Steps (2)-(4): the refund as a plan, one clean run and one killed (in a child process)
+    between paying and recording the payment, then recovered; the child and both jobs."""
     crash_key = f"refund-A-1002-{root.name}"
     plan_file = root / "refund-plan.json"
     plan_file.write_text(json.dumps(refund.PLAN, indent=2))
@@ -261,7 +253,7 @@ def run_demo(
         # only the demo's own job: a database given with --db may hold others
         while not rt.run_job(second.job_id).terminal and time.monotonic() < deadline:
             time.sleep(0.1)  # the killed run's lease has not expired yet
-        jobs = []
+        jobs: list[DemoJob] = []
         for order_id, job_id, crashed in (
             ("A-1001", first.job_id, False),
             ("A-1002", second.job_id, True),
@@ -278,6 +270,23 @@ def run_demo(
                     verify_job(rt.store, job_id),
                 )
             )
+    return child, jobs
+
+
+def run_demo(
+    directory: str | None = None, *, db_url: str | None = None, lease_seconds: float = LEASE_SECONDS
+) -> DemoResult:
+    """Run the demonstration in ``directory`` (a new temporary directory by default, kept so
+    it can be inspected), on a fresh SQLite file there — or on the database ``db_url`` (its
+    jobs are left there; this run's idempotency key is its own, so runs do not meet).
+    ``lease_seconds``: the lease of the workers, and so how long the recovery waits for the
+    killed run's lease to expire."""
+    started = time.perf_counter()
+    root = Path(directory or tempfile.mkdtemp(prefix="affidavit-demo-"))
+    data_dir = refund.setup_shop(root / "shop")
+    db_path = root / "affidavit.db"
+    url = db_url if db_url is not None else f"sqlite:///{db_path}"
+    child, jobs = _plan_runs(url, root, data_dir, lease_seconds)
 
     # (5a) the refund as an agent: one clean, one killed after the payment and recovered
     agent_code, agent_jobs = _agent_runs(url, root, data_dir, lease_seconds)

@@ -93,14 +93,7 @@ def create_app(
         claims_sandbox,
         ClaimSlots(claim_limits or ClaimLimits()),
     )
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(_StoreCollector(store))
-    latency = Histogram(
-        "affidavit_http_request_duration_seconds",
-        "HTTP request latency by route, method and status.",
-        ["route", "method", "status"],
-        registry=registry,
-    )
+    registry = _metrics_registry(store)
     app.state.metrics = registry
     errors.install(app)
     app.include_router(jobs.router)
@@ -110,6 +103,29 @@ def create_app(
     app.include_router(queues.router)
     app.include_router(log_api.router)
     ui.install(app)
+    _install_timing(app, registry)
+    # Outermost: authenticate and cap a body before anything reads it.
+    app.add_middleware(BodyGuard, store=store, max_body=max_body_bytes)
+    _install_service_routes(app, registry)
+    return app
+
+
+def _metrics_registry(store: Store) -> CollectorRegistry:
+    """The registry ``/metrics`` serves: the store's counts, read at scrape time."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_StoreCollector(store))
+    return registry
+
+
+def _install_timing(app: FastAPI, registry: CollectorRegistry) -> None:
+    """Time every request into a latency histogram (by route, method and status) in
+    ``registry``."""
+    latency = Histogram(
+        "affidavit_http_request_duration_seconds",
+        "HTTP request latency by route, method and status.",
+        ["route", "method", "status"],
+        registry=registry,
+    )
 
     @app.middleware("http")
     async def timing(
@@ -124,8 +140,9 @@ def create_app(
         )
         return response
 
-    # Outermost: authenticate and cap a body before anything reads it.
-    app.add_middleware(BodyGuard, store=store, max_body=max_body_bytes)
+
+def _install_service_routes(app: FastAPI, registry: CollectorRegistry) -> None:
+    """``/health`` (no key) and ``/metrics`` (admin keys: ``registry`` as Prometheus text)."""
     # /health answers on threads of its own: never behind requests that hold the others.
     health_threads = anyio.CapacityLimiter(2)
 
@@ -173,5 +190,3 @@ def create_app(
         """Prometheus text: jobs by status, ledger rows by status, request latencies. Counts of
         every namespace: admin keys only."""
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
-
-    return app

@@ -47,8 +47,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from affidavit.claims import cgroups, policy, rlimits
-from affidavit.claims.bwrap import Jail, bwrap_argv, jail_for, require_bwrap, why_not_started
+from affidavit.claims.bwrap import Jail, jail_for, require_bwrap, why_not_started
 from affidavit.claims.capture import Capture, Captured
+from affidavit.claims.launch import jailed_exit_code, plan_launch
 from affidavit.claims.policy import DEFAULT_ALLOWED_MODULES
 from affidavit.core.errors import CommandNotAllowed, ConfigError
 
@@ -374,68 +375,44 @@ def _run(
     executable = shutil.which(command.program, path=env["PATH"])
     if executable is None:
         return failed(f"program {command.program!r} was not found on the search path")
-    prefix = rlimits.prlimit_prefix(limits)
-    status_r = status_w = -1
-    pass_fds: tuple[int, ...] = ()
-    if isinstance(where, str):
-        argv = [executable, *command.argv[1:]]
-        cwd, spawn_env = config.project_dir or where, env
-    else:
-        bwrap, jail = where
-        status_r, status_w = os.pipe()
-        argv = bwrap_argv(bwrap, jail, env, [executable, *command.argv[1:]], status_w)
-        # bubblewrap itself (the sandbox's pid 1) gets no variable of the service's either.
-        cwd, spawn_env, pass_fds = "/", {"PATH": "/usr/bin:/bin"}, (status_w,)
-    if prefix:
-        argv = [*prefix, *argv]
+    launch = plan_launch(executable, list(command.argv[1:]), env, limits, where, config.project_dir)
     try:
         proc = subprocess.Popen(
-            argv,
-            executable=argv[0],
+            launch.argv,
+            executable=launch.argv[0],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=spawn_env,
+            cwd=launch.cwd,
+            env=launch.env,
             close_fds=True,
-            pass_fds=pass_fds,
+            pass_fds=launch.pass_fds,
             start_new_session=True,
-            preexec_fn=_in_child(leaf, None if prefix else rlimits.limit_setter(limits)),
+            preexec_fn=_in_child(leaf, None if launch.prefixed else rlimits.limit_setter(limits)),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         if sandboxed:
-            os.close(status_r)
-            os.close(status_w)
+            os.close(launch.status_r)
+            os.close(launch.status_w)
         return failed(f"cannot start {command.program!r}: {exc}")
     if sandboxed:
-        os.close(status_w)
-    assert proc.stdout is not None and proc.stderr is not None
+        os.close(launch.status_w)
     out, err = Capture(config.max_output_bytes), Capture(config.max_output_bytes)
-    deadline = started + timeout
-    timed_out = False
     try:
-        timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, deadline)
-        if not timed_out:  # without a pidfd the exit may still be ahead
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_tree(proc.pid)
+        timed_out = _await_exit(proc, out, err, started + timeout)
     finally:
-        _kill_group(proc.pid)  # at a timeout everything; otherwise what was left running
         return_code: int | None = proc.wait()
-        status = _read_status(status_r) if sandboxed else None
+        status = _read_status(launch.status_r) if sandboxed else None
     elapsed = (time.perf_counter() - started) * 1000
     stderr = err.result()
-    if sandboxed and not timed_out:
-        code = status.get("exit-code") if status is not None else None
-        if not isinstance(code, int):
+    if not isinstance(where, str) and not timed_out:
+        code = jailed_exit_code(status)
+        if code is None:
             # bubblewrap could not set up the sandbox or exec the program: it says why.
             reason = " ".join(stderr.segments()).strip() or f"bwrap exited {return_code}"
-            reason = reason[:500] + why_not_started(executable, jail)
+            reason = reason[:500] + why_not_started(executable, where[1])
             return failed(f"cannot start {command.program!r} in the sandbox: {reason}")
-        # bubblewrap reports a command killed by signal N as 128 + N
-        return_code = code if code <= 128 else -(code - 128)
+        return_code = code
     return RunResult(
         command,
         None if timed_out else return_code,
@@ -447,6 +424,24 @@ def _run(
         workdir,
         limit_doc,
     )
+
+
+def _await_exit(proc: subprocess.Popen[bytes], out: Capture, err: Capture, deadline: float) -> bool:
+    """Capture the output until the command exits or ``deadline`` passes (then kill its tree);
+    in any case kill what is left of its process group. True: it timed out."""
+    assert proc.stdout is not None and proc.stderr is not None
+    timed_out = False
+    try:
+        timed_out = _pump(proc, {proc.stdout: out, proc.stderr: err}, deadline)
+        if not timed_out:  # without a pidfd the exit may still be ahead
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_tree(proc.pid)
+    finally:
+        _kill_group(proc.pid)  # at a timeout everything; otherwise what was left running
+    return timed_out
 
 
 def _in_child(

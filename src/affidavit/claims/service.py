@@ -210,6 +210,33 @@ class ClaimService:
             SigningKeyError: the signing key cannot be read or created, so the trust-log entry
                 could not be sealed (checked before the command runs; nothing is recorded).
         """
+        claimant = self._claimant_for(agent_id, verifier_id)  # (1)-(4)
+        # (5)
+        kind = _claim_type(claim_type)
+        rules = parse_claim(claim_content)
+        if timeout_s is not None and not (
+            isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0
+        ):
+            raise ValidationError(f"timeout must be a positive number of seconds, not {timeout_s}")
+        # (6)
+        cmd = parse_command(command, self.sandbox)
+        kinds.check(kind, rules, cmd.argv)
+        if self.sandbox.isolation == "bwrap":
+            require_bwrap()
+        self.sealer.key()  # (its entry is sealed: a key that cannot be used refuses it now)
+        # (7), (8)
+        run = run_command(cmd, self.sandbox, timeout_s=timeout_s)
+        verdict = judge(rules, run)
+        # (9)
+        recorder = self._recorder()
+        record = recorder.evidence(
+            claimant, verifier_id, kind, rules, run, verdict, timeout_s, claim_id
+        )
+        return recorder.record(record, rules, verdict)
+
+    def _claimant_for(self, agent_id: str, verifier_id: str) -> Agent:
+        """Checks (1)-(4) of :meth:`verify_claim`: the claimant, once ``verifier_id`` may
+        verify its claims."""
         # (1)
         if verifier_id == agent_id:
             raise SelfVerificationError(f"agent {agent_id!r} cannot verify its own claim")
@@ -233,28 +260,7 @@ class ClaimService:
                 f"verifier {verifier_id!r} (namespace {verifier.namespace!r}) may not verify "
                 f"claims of {agent_id!r} (namespace {claimant.namespace!r})"
             )
-        # (5)
-        kind = _claim_type(claim_type)
-        rules = parse_claim(claim_content)
-        if timeout_s is not None and not (
-            isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0
-        ):
-            raise ValidationError(f"timeout must be a positive number of seconds, not {timeout_s}")
-        # (6)
-        cmd = parse_command(command, self.sandbox)
-        kinds.check(kind, rules, cmd.argv)
-        if self.sandbox.isolation == "bwrap":
-            require_bwrap()
-        self.sealer.key()  # (its entry is sealed: a key that cannot be used refuses it now)
-        # (7), (8)
-        run = run_command(cmd, self.sandbox, timeout_s=timeout_s)
-        verdict = judge(rules, run)
-        # (9)
-        recorder = self._recorder()
-        record = recorder.evidence(
-            claimant, verifier_id, kind, rules, run, verdict, timeout_s, claim_id
-        )
-        return recorder.record(record, rules, verdict)
+        return claimant
 
     def _recorder(self) -> Recorder:
         return Recorder(self.store, self.sandbox, self.trust, self.sealer)

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from affidavit.claims.bwrap import OPT_OUT_FLAG
-from affidavit.claims.model import ClaimType, Role
+from affidavit.claims.model import ClaimType, ClaimVerdict, Role
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.run_options import parse_json_arg
@@ -249,24 +249,29 @@ def verify(
     if as_json:
         output.emit_json(result.to_dict())
     else:
-        style = {"accurate": "green", "inaccurate": "red"}.get(result.verdict, "yellow")
-        output.out.print(
-            f"[bold {style}]{result.verdict}[/] (decided by {result.decided_by}); "
-            f"trust of {agent}: {_score(result.new_trust_score)}"
-        )
-        output.out.print(
-            _kv_table(
-                {
-                    "return_code": result.actual.get("return_code"),
-                    "duration_ms": result.actual.get("duration_ms"),
-                    "verification_id": result.verification_id,
-                    "evidence_id": result.evidence_id,
-                    "pattern": result.propagation_result["reason"],
-                }
-            )
-        )
+        _print_verdict(result, agent)
     if not result.accurate:
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def _print_verdict(result: ClaimVerdict, agent: str | None) -> None:
+    """The verdict, who decided it and ``agent``'s new trust, over a table of the run."""
+    style = {"accurate": "green", "inaccurate": "red"}.get(result.verdict, "yellow")
+    output.out.print(
+        f"[bold {style}]{result.verdict}[/] (decided by {result.decided_by}); "
+        f"trust of {agent}: {_score(result.new_trust_score)}"
+    )
+    output.out.print(
+        _kv_table(
+            {
+                "return_code": result.actual.get("return_code"),
+                "duration_ms": result.actual.get("duration_ms"),
+                "verification_id": result.verification_id,
+                "evidence_id": result.evidence_id,
+                "pattern": result.propagation_result["reason"],
+            }
+        )
+    )
 
 
 @claims_app.command("show")

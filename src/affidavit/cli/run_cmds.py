@@ -252,44 +252,57 @@ def worker(
                     message = f"cannot serve metrics on port {metrics_port}: {exc}"
                     raise ConfigError(message) from exc
             if not as_json:
-                output.err.print(
-                    f"worker {rt.worker.worker_id} on {rt.store.backend}"
-                    + (" (until idle)" if until_idle else " (Ctrl-C to stop)")
-                )
-                traced = rt.worker.on_job  # (spans, when OTEL_* configures them)
-
-                def on_job(job_id: str, status: str, seconds: float) -> None:
-                    output.err.print(job_line(job_id, status, seconds), highlight=False)
-                    if traced is not None:
-                        traced(job_id, status, seconds)
-
-                rt.worker.on_job = on_job
-            try:
-                from affidavit.runtime import background_scheduler
-
-                with (
-                    background_sequencer(rt.store),
-                    background_scheduler(rt.store, rt.tools, lease_seconds=rt.worker.lease_seconds),
-                    graceful_stop(rt.worker, quiet=as_json),
-                ):
-                    jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
-                if until_idle and not as_json:
-                    note = held_elsewhere_note(rt.store.list_jobs(HELD_ELSEWHERE), time.time())
-                    if note:
-                        output.err.print(note, highlight=False)
-            except KeyboardInterrupt:
-                jobs_run = rt.worker.jobs_run
-                if not as_json:
-                    output.err.print(
-                        "[yellow]stopped at once[/]: a step that was running may be left in "
-                        "flight; its job is recovered when its lease expires"
-                    )
+                _announce(rt, until_idle)
+            jobs_run = _run_worker(rt, until_idle, concurrency, quiet=as_json)
         finally:
             rt.close()
     if as_json:
         output.emit_json({"jobs_run": jobs_run})
     else:
         output.out.print(f"jobs run: {jobs_run}")
+
+
+def _announce(rt: Runtime, until_idle: bool) -> None:
+    """Say which worker runs on which database, then print a line as each run of a job ends
+    (after the spans, if OTEL_* configures them)."""
+    output.err.print(
+        f"worker {rt.worker.worker_id} on {rt.store.backend}"
+        + (" (until idle)" if until_idle else " (Ctrl-C to stop)")
+    )
+    traced = rt.worker.on_job  # (spans, when OTEL_* configures them)
+
+    def on_job(job_id: str, status: str, seconds: float) -> None:
+        output.err.print(job_line(job_id, status, seconds), highlight=False)
+        if traced is not None:
+            traced(job_id, status, seconds)
+
+    rt.worker.on_job = on_job
+
+
+def _run_worker(rt: Runtime, until_idle: bool, concurrency: int, *, quiet: bool) -> int:
+    """Run ``rt``'s worker, with the sequencer and the scheduler beside it, until it is idle
+    (``until_idle``) or stopped; return how many jobs it ran. A second Ctrl-C stops it at once."""
+    try:
+        from affidavit.runtime import background_scheduler
+
+        with (
+            background_sequencer(rt.store),
+            background_scheduler(rt.store, rt.tools, lease_seconds=rt.worker.lease_seconds),
+            graceful_stop(rt.worker, quiet=quiet),
+        ):
+            jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
+        if until_idle and not quiet:
+            note = held_elsewhere_note(rt.store.list_jobs(HELD_ELSEWHERE), time.time())
+            if note:
+                output.err.print(note, highlight=False)
+    except KeyboardInterrupt:
+        jobs_run = rt.worker.jobs_run
+        if not quiet:
+            output.err.print(
+                "[yellow]stopped at once[/]: a step that was running may be left in "
+                "flight; its job is recovered when its lease expires"
+            )
+    return jobs_run
 
 
 # The running jobs an until-idle worker looks at when it is done (more would only lengthen the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -24,6 +24,10 @@ from affidavit.faces.limits import (
     DEFAULT_MAX_BODY,
     ClaimLimits,
 )
+
+if TYPE_CHECKING:
+    from affidavit.claims.sandbox import SandboxConfig
+    from affidavit.store import Store
 
 apikeys_app = typer.Typer(help="API keys of the HTTP API.", no_args_is_help=True)
 
@@ -131,42 +135,14 @@ def serve(
 
     from affidavit.api.app import create_app
     from affidavit.faces.ratelimit import RateLimit
-    from affidavit.record import Sealer
     from affidavit.runtime import load_tools, registry
-    from affidavit.store import open_store
 
     with command(False):
         limit = None if rate_limit.strip().lower() == "off" else RateLimit.parse(rate_limit)
         for spec in tools or []:
             load_tools(spec)
-        # the socket is bound first: a port in use is an error before anything is opened or
-        # announced (not a banner followed by one)
-        sock = _listen(host, port)
-        try:
-            store = open_store(database_url(db))
-        except BaseException:
-            sock.close()
-            raise
-        try:  # the API seals the jobs it cancels or fails: a key the database refuses stops it
-            Sealer.for_store(store).admit(store)
-        except BaseException:
-            sock.close()
-            store.close()
-            raise
-    sandbox = None
-    if insecure_claims_without_sandbox:
-        from affidavit.claims.sandbox import SandboxConfig
-
-        sandbox = SandboxConfig(isolation="none")
-        output.err.print(
-            "[bold red]WARNING: claim commands run WITHOUT a sandbox: any agent key can run "
-            "allowed programs as this server's user.[/]"
-        )
-    elif find_bwrap() is None:
-        output.err.print(
-            f"[bold yellow]bubblewrap (`bwrap`) is not installed: claims will be refused. "
-            f"Install the `{PACKAGE}` package.[/]"
-        )
+        sock, store = _bind_and_open(host, port, db)
+    sandbox = _claims_sandbox(insecure_claims_without_sandbox)
     from affidavit.claims.announce import containment
 
     try:
@@ -193,6 +169,48 @@ def serve(
     finally:
         sock.close()
         store.close()
+
+
+def _bind_and_open(host: str, port: int, db: str | None) -> tuple[socket.socket, Store]:
+    """Listen on ``host``:``port``, then open the store and admit its signing key; on any
+    failure, close what was opened and raise."""
+    from affidavit.record import Sealer
+    from affidavit.store import open_store
+
+    # the socket is bound first: a port in use is an error before anything is opened or
+    # announced (not a banner followed by one)
+    sock = _listen(host, port)
+    try:
+        store = open_store(database_url(db))
+    except BaseException:
+        sock.close()
+        raise
+    try:  # the API seals the jobs it cancels or fails: a key the database refuses stops it
+        Sealer.for_store(store).admit(store)
+    except BaseException:
+        sock.close()
+        store.close()
+        raise
+    return sock, store
+
+
+def _claims_sandbox(insecure: bool) -> SandboxConfig | None:
+    """How claim commands run: ``None`` (bubblewrap, warned about when it is missing), or
+    without a sandbox when ``insecure``, with a warning."""
+    if insecure:
+        from affidavit.claims.sandbox import SandboxConfig
+
+        output.err.print(
+            "[bold red]WARNING: claim commands run WITHOUT a sandbox: any agent key can run "
+            "allowed programs as this server's user.[/]"
+        )
+        return SandboxConfig(isolation="none")
+    if find_bwrap() is None:
+        output.err.print(
+            f"[bold yellow]bubblewrap (`bwrap`) is not installed: claims will be refused. "
+            f"Install the `{PACKAGE}` package.[/]"
+        )
+    return None
 
 
 def _listen(host: str, port: int) -> socket.socket:

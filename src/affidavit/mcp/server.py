@@ -186,6 +186,17 @@ def build_server(
     slots = ClaimSlots(claim_limits or ClaimLimits())
     server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS)
 
+    _add_verify_job(server, store, calls)
+    _add_export_pack(server, store, calls)
+    _add_verify_pack(server, store, calls)
+    _add_verify_claim(server, store, calls, slots, claims_sandbox)
+    _add_get_trust(server, store, calls)
+    return server
+
+
+def _add_verify_job(server: MCPServer, store: Store, calls: _Calls) -> None:
+    """Register the ``verify_job`` tool on ``server``."""
+
     @server.tool(
         name="verify_job",
         description="Verification Mode for one job (read-only): execution hash, event chain "
@@ -209,6 +220,10 @@ def build_server(
             return verify_job(store, job_id, trusted_keys=trusted_keys or None).to_dict()
 
         return await calls.run(work)
+
+
+def _add_export_pack(server: MCPServer, store: Store, calls: _Calls) -> None:
+    """Register the ``export_pack`` tool on ``server``."""
 
     @server.tool(
         name="export_pack",
@@ -241,6 +256,10 @@ def build_server(
 
         return await calls.run(work)
 
+
+def _add_verify_pack(server: MCPServer, store: Store, calls: _Calls) -> None:
+    """Register the ``verify_pack`` tool on ``server``."""
+
     @server.tool(
         name="verify_pack",
         description="Verify a proof pack sent as a base64 .tar.gz (phases 1–5 of the RCE "
@@ -269,6 +288,16 @@ def build_server(
             }
 
         return await calls.run(work)
+
+
+def _add_verify_claim(
+    server: MCPServer,
+    store: Store,
+    calls: _Calls,
+    slots: ClaimSlots,
+    claims_sandbox: SandboxConfig | None,
+) -> None:
+    """Register the ``verify_claim`` tool on ``server``."""
 
     @server.tool(
         name="verify_claim",
@@ -316,6 +345,10 @@ def build_server(
         except AffidavitError as exc:
             raise _error(exc) from exc
 
+
+def _add_get_trust(server: MCPServer, store: Store, calls: _Calls) -> None:
+    """Register the ``get_trust`` tool on ``server``."""
+
     @server.tool(
         name="get_trust",
         description="An agent's trust score, whether it still requires verification, and its "
@@ -330,5 +363,3 @@ def build_server(
             return service.agent_dict(calls.visible_agent(service, caller, agent_id))
 
         return await calls.run(work)
-
-    return server

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from affidavit import ConfigError, Runtime, Store, StoredEvent, __version__
+from affidavit import ConfigError, JobRecord, Runtime, Store, StoredEvent, __version__
 
 __all__ = ["current_traceparent", "emit_job_spans", "instrument", "instrument_from_env"]
 
@@ -55,25 +55,12 @@ def current_traceparent() -> str | None:
     return carrier.get("traceparent")
 
 
-def emit_job_spans(store: Store, job_id: str, tracer: Tracer) -> int:
-    """Emit the spans of job ``job_id`` from its log; return how many.
-
-    One job span — ``invoke_agent NAME`` for an agent job, ``affidavit.job PLAN`` for a plan
-    job — from ``job_created`` to the job's last event; under it one ``affidavit.step NODE``
-    span per node attempt (``node_started`` → ``node_finished``), and under a tool step one
-    ``execute_tool TOOL`` span per invocation (``tool_invocation_started`` → ``_finished``).
-    A span the log never closed ends with the job, in error. The job span's parent is the
-    ``traceparent`` recorded at submit, else none (a new trace).
-    """
-    events = store.list_events(job_id)
-    if not events:
-        return 0
-    job = store.get_job(job_id)
+def _job_span(
+    tracer: Tracer, job_id: str, job: JobRecord, events: list[StoredEvent], start: int
+) -> tuple[Span, otel_context.Context]:
+    """Open the job span (``invoke_agent NAME`` or ``affidavit.job PLAN``) under the
+    ``traceparent`` recorded at submit, else in a new trace; return it and its context."""
     first = events[0].payload if isinstance(events[0].payload, dict) else {}
-    start = _ns(first.get("at"), 0)
-    last = events[-1]
-    end = _ns(last.payload.get("at") if isinstance(last.payload, dict) else None, start)
-
     parent = otel_context.Context()  # never the worker's current context
     traceparent = first.get("traceparent")
     if isinstance(traceparent, str):
@@ -96,88 +83,135 @@ def emit_job_spans(store: Store, job_id: str, tracer: Tracer) -> int:
         span_name = f"affidavit.job {first.get('plan_name') or job_id}"
         attributes["affidavit.plan.name"] = str(first.get("plan_name"))
     job_span = tracer.start_span(span_name, context=parent, start_time=start, attributes=attributes)
-    job_ctx = trace.set_span_in_context(job_span, parent)
-    count = 1
+    return job_span, trace.set_span_in_context(job_span, parent)
 
-    steps: dict[tuple[str, Any], Span] = {}  # (node id, attempt) → open step span
-    latest_step: dict[str, Span] = {}  # node id → its latest step span
-    calls: dict[str, Span] = {}  # invocation id → open execute_tool span
+
+class _StepSpans:
+    """The step and tool spans under one job span, opened and closed as its log is read."""
+
+    def __init__(self, tracer: Tracer, job_id: str, job_ctx: otel_context.Context) -> None:
+        self.tracer = tracer
+        self.job_id = job_id
+        self.job_ctx = job_ctx
+        self.count = 0
+        self.steps: dict[tuple[str, Any], Span] = {}  # (node id, attempt) → open step span
+        self.latest_step: dict[str, Span] = {}  # node id → its latest step span
+        self.calls: dict[str, Span] = {}  # invocation id → open execute_tool span
+
+    def node_started(self, p: dict[str, Any], node: str, at: int) -> None:
+        span = self.tracer.start_span(
+            f"affidavit.step {node}",
+            context=self.job_ctx,
+            start_time=at,
+            attributes={
+                "affidavit.job.id": self.job_id,
+                "affidavit.node.id": node,
+                "affidavit.step.id": str(p.get("step_id")),
+                "affidavit.step.attempt": int(p.get("attempt") or 0),
+            },
+        )
+        self.steps[(node, p.get("attempt"))] = self.latest_step[node] = span
+        self.count += 1
+
+    def node_finished(self, event: StoredEvent, p: dict[str, Any], node: str, at: int) -> None:
+        span_or_none = self.steps.pop((node, p.get("attempt")), None)
+        if span_or_none is None:  # finished by a later attempt: close the node's open one
+            open_keys = [k for k in self.steps if k[0] == node]
+            span_or_none = self.steps.pop(open_keys[-1]) if open_keys else None
+        if span_or_none is not None:
+            result_type = str(p.get("result_type"))
+            span_or_none.set_attributes(
+                {"affidavit.step.result_type": result_type, **_proof(event)}
+            )
+            if result_type.endswith("_failure"):
+                span_or_none.set_status(Status(StatusCode.ERROR, result_type))
+            span_or_none.end(end_time=at)
+
+    def tool_started(self, p: dict[str, Any], node: Any, at: int) -> None:
+        step_span = self.latest_step.get(node) if isinstance(node, str) else None
+        ctx = trace.set_span_in_context(step_span, self.job_ctx) if step_span else self.job_ctx
+        tool = str(p.get("tool_name"))
+        self.calls[str(p.get("invocation_id"))] = self.tracer.start_span(
+            f"execute_tool {tool}",
+            context=ctx,
+            start_time=at,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": str(p.get("step_id")),
+                "gen_ai.tool.type": "function",
+                "affidavit.job.id": self.job_id,
+                "affidavit.idempotency_key": str(p.get("idempotency_key")),
+                "affidavit.tool.attempt": int(p.get("attempt") or 0),
+            },
+        )
+        self.count += 1
+
+    def tool_finished(self, event: StoredEvent, p: dict[str, Any], at: int) -> None:
+        call = self.calls.pop(str(p.get("invocation_id")), None)
+        if call is not None:
+            outcome = str(p.get("outcome"))
+            call.set_attributes(
+                {
+                    "affidavit.tool.outcome": outcome,
+                    "affidavit.tool.catch_up": bool(p.get("catch_up")),
+                    **_proof(event),
+                }
+            )
+            if outcome != "success":
+                call.set_status(Status(StatusCode.ERROR, outcome))
+            call.end(end_time=at)
+
+    def end_open(self, end: int) -> None:
+        """End, in error, every span the log never closed."""
+        for open_span in [*self.calls.values(), *self.steps.values()]:
+            open_span.set_status(Status(StatusCode.ERROR, "not finished in the log"))
+            open_span.end(end_time=end)
+
+
+def emit_job_spans(store: Store, job_id: str, tracer: Tracer) -> int:
+    """Emit the spans of job ``job_id`` from its log; return how many.
+
+    One job span — ``invoke_agent NAME`` for an agent job, ``affidavit.job PLAN`` for a plan
+    job — from ``job_created`` to the job's last event; under it one ``affidavit.step NODE``
+    span per node attempt (``node_started`` → ``node_finished``), and under a tool step one
+    ``execute_tool TOOL`` span per invocation (``tool_invocation_started`` → ``_finished``).
+    A span the log never closed ends with the job, in error. The job span's parent is the
+    ``traceparent`` recorded at submit, else none (a new trace).
+    """
+    events = store.list_events(job_id)
+    if not events:
+        return 0
+    job = store.get_job(job_id)
+    first = events[0].payload if isinstance(events[0].payload, dict) else {}
+    start = _ns(first.get("at"), 0)
+    last = events[-1]
+    end = _ns(last.payload.get("at") if isinstance(last.payload, dict) else None, start)
+    job_span, job_ctx = _job_span(tracer, job_id, job, events, start)
+    spans = _StepSpans(tracer, job_id, job_ctx)
+
     closing: StoredEvent | None = None
     for event in events:
         p = event.payload if isinstance(event.payload, dict) else {}
         at = _ns(p.get("at"), end)
         node = p.get("node_id")
         if event.type == "node_started" and isinstance(node, str):
-            span = tracer.start_span(
-                f"affidavit.step {node}",
-                context=job_ctx,
-                start_time=at,
-                attributes={
-                    "affidavit.job.id": job_id,
-                    "affidavit.node.id": node,
-                    "affidavit.step.id": str(p.get("step_id")),
-                    "affidavit.step.attempt": int(p.get("attempt") or 0),
-                },
-            )
-            steps[(node, p.get("attempt"))] = latest_step[node] = span
-            count += 1
+            spans.node_started(p, node, at)
         elif event.type == "node_finished" and isinstance(node, str):
-            span_or_none = steps.pop((node, p.get("attempt")), None)
-            if span_or_none is None:  # finished by a later attempt: close the node's open one
-                open_keys = [k for k in steps if k[0] == node]
-                span_or_none = steps.pop(open_keys[-1]) if open_keys else None
-            if span_or_none is not None:
-                result_type = str(p.get("result_type"))
-                span_or_none.set_attributes(
-                    {"affidavit.step.result_type": result_type, **_proof(event)}
-                )
-                if result_type.endswith("_failure"):
-                    span_or_none.set_status(Status(StatusCode.ERROR, result_type))
-                span_or_none.end(end_time=at)
+            spans.node_finished(event, p, node, at)
         elif event.type == "tool_invocation_started":
-            step_span = latest_step.get(node) if isinstance(node, str) else None
-            ctx = trace.set_span_in_context(step_span, job_ctx) if step_span else job_ctx
-            tool = str(p.get("tool_name"))
-            calls[str(p.get("invocation_id"))] = tracer.start_span(
-                f"execute_tool {tool}",
-                context=ctx,
-                start_time=at,
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": tool,
-                    "gen_ai.tool.call.id": str(p.get("step_id")),
-                    "gen_ai.tool.type": "function",
-                    "affidavit.job.id": job_id,
-                    "affidavit.idempotency_key": str(p.get("idempotency_key")),
-                    "affidavit.tool.attempt": int(p.get("attempt") or 0),
-                },
-            )
-            count += 1
+            spans.tool_started(p, node, at)
         elif event.type == "tool_invocation_finished":
-            call = calls.pop(str(p.get("invocation_id")), None)
-            if call is not None:
-                outcome = str(p.get("outcome"))
-                call.set_attributes(
-                    {
-                        "affidavit.tool.outcome": outcome,
-                        "affidavit.tool.catch_up": bool(p.get("catch_up")),
-                        **_proof(event),
-                    }
-                )
-                if outcome != "success":
-                    call.set_status(Status(StatusCode.ERROR, outcome))
-                call.end(end_time=at)
+            spans.tool_finished(event, p, at)
         elif event.type in _TERMINAL_EVENTS:
             closing = event
 
-    for open_span in [*calls.values(), *steps.values()]:
-        open_span.set_status(Status(StatusCode.ERROR, "not finished in the log"))
-        open_span.end(end_time=end)
+    spans.end_open(end)
     job_span.set_attributes(_proof(closing or last))
     if job.status == "failed":
         job_span.set_status(Status(StatusCode.ERROR, "job failed"))
     job_span.end(end_time=end)
-    return count
+    return 1 + spans.count
 
 
 def instrument(runtime: Runtime, tracer_provider: TracerProvider | None = None) -> Tracer:
