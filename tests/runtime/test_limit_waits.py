@@ -21,7 +21,7 @@ from affidavit.core.errors import ConfigError
 from affidavit.record import job_trace
 from affidavit.runtime._worker import Worker
 from affidavit.store import Store, open_store
-from affidavit.store._limit_waits import waiting_for_limit
+from affidavit.store.limit_waits import waiting_for_limit
 from tests.cli.test_cli import cli, cli_process
 from tests.runtime.helpers import node, plan
 

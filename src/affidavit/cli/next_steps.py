@@ -15,10 +15,10 @@ def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
     """``{"waiting_for": [{"node_id", "wait_type", "correlation_key"}]}`` for a waiting job,
     ``{"parked": {...}}`` for a parked one (see :func:`~affidavit.record.park_doc`),
     ``{"waiting_for_limit": {"limit", "since", "reason"}}`` for a running one whose call waits
-    for a limit's grant (not in the log: store/_limit_waits.py), ``{}`` otherwise — read from
+    for a limit's grant (not in the log: store/limit_waits.py), ``{}`` otherwise — read from
     the job's log."""
     if job.status == "running":
-        from affidavit.store._limit_waits import waiting_for_limit
+        from affidavit.store.limit_waits import waiting_for_limit
 
         wait = waiting_for_limit(store, job.job_id, now_s=time.time())
         return {} if wait is None else {"waiting_for_limit": wait}

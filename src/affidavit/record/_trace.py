@@ -33,7 +33,7 @@ from affidavit.record._agent_trace import agent_trace_of, is_agent_log
 from affidavit.record._replay import ReplayContext, ReplayContextBuilder
 from affidavit.record._states import NodeFacts, node_state
 from affidavit.store import JobRecord, Store, StoredEvent
-from affidavit.store._limit_waits import waiting_for_limit
+from affidavit.store.limit_waits import waiting_for_limit
 
 # The state of a finished wait or approval node: a person answered it (its outcome, the world
 # semantics of the step, is `pure`, which on its own reads as a computation).

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from affidavit.core.errors import ConfigError
 from affidavit.core.rates import Rate, parse_rate
 from affidavit.store import Store, Transaction
-from affidavit.store._limit_waits import IN_USE_US, Declared, declare_limit, wait_begin, wait_end
+from affidavit.store.limit_waits import IN_USE_US, Declared, declare_limit, wait_begin, wait_end
 
 if TYPE_CHECKING:
     from affidavit.runtime._journal import Journal, RunControl
@@ -126,7 +126,7 @@ class Limiter:
     """Takes and releases the grants of one run's limited calls.
 
     ``stop_check`` is called between takes: it raises to end the run while waiting (the worker
-    stopping, the lease lost). A waiting call is shown (store/_limit_waits.py: not the record)
+    stopping, the lease lost). A waiting call is shown (store/limit_waits.py: not the record)
     until it is granted; ``on_wait(name, reason)`` is told once a call starts waiting."""
 
     def __init__(
@@ -244,7 +244,7 @@ def release_in(tx: Transaction, grant: Grant | None) -> None:
 def declare_limits(store: Store, tools: ToolRegistry) -> None:
     """Declare the limits of ``tools`` (a worker starting): refused when two of them declare
     one name differently, or when the store's declaration of a name differs and is in use
-    (store/_limit_waits.py), so that every worker enforces one limit per name.
+    (store/limit_waits.py), so that every worker enforces one limit per name.
 
     Raises:
         ConfigError: a conflicting declaration, with a hint.
