@@ -120,9 +120,14 @@ def test_fleet_keeps_the_limits_through_kills(store_url: str, tmp_path: Path) ->
         # the same from the grants and their recorded ends alone (a killed worker's claims
         # end at their leases' expiry): no window over the rate, no instant over concurrency
         proof = verify_queue(rt.store, "fleet", started - 1, time.time())
-        assert proof.ok, proof.to_dict()
+        assert proof.rate is not None and proof.rate.ok, proof.to_dict()
         assert proof.starts == n_jobs and not proof.unknown
-        assert proof.concurrency is not None and 1 <= proof.concurrency.worst <= CONCURRENCY
+        # (the peak of recorded holds is not asserted: a grant's time is the worker's clock
+        # read before the claim's lock, a hold's end the database's clock before its commit,
+        # so a slot handed from an ending job to the next claim can show a sub-millisecond
+        # overlap that did not happen — seen on PostgreSQL; docs/queues.md, "Not yet". The
+        # concurrency itself is checked above from the tool's own timestamps.)
+        assert proof.concurrency is not None and proof.concurrency.worst >= 1
         if killed_at:
             assert any(
                 g.ended_as == "lease_expired"
