@@ -1,11 +1,6 @@
 """SQL shared by both backends: the store logic over a backend's connections (reads, and
-writes each in a transaction of its own; see :mod:`affidavit.store._sql` for the transaction
-logic).
-
-Backends differ in connection handling, locking and durability (their own modules), in how
-they keep a job's log (the reads of :class:`LogSql`: PostgreSQL by its ``(job_id, version)``
-key, SQLite as a range of the rowid) and in the placeholder style: every SQL string here is
-written with ``?`` placeholders, which the PostgreSQL backend converts.
+writes each in a transaction of its own). The transaction logic, and how the backends differ,
+are in :mod:`affidavit.store._sql`; the SQL here uses its ``?`` placeholders too.
 """
 
 from __future__ import annotations

@@ -24,8 +24,6 @@ from affidavit.verify._budget import BudgetFold
 from affidavit.verify._limits import LimitFold
 from affidavit.verify._violation import _Violation
 
-# (the events of agent jobs, agent_started and step_called, are not folded here yet: a log
-# holding them is reported as an unknown event type)
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
 _OUTCOMES = frozenset({"success", "failure", "timeout", "lost", "unknown"})
 _NOT_RUNNING = ("pending", "parked", "waiting")
