@@ -218,3 +218,47 @@ def test_limits_list_shows_each_limits_use(store_url: str, store: Store) -> None
     )
     shown = cli("limits", "list", "--db", store_url)
     assert shown.returncode == 0 and "chat" in shown.stdout
+
+
+def test_a_grant_is_timed_after_the_release_it_counted(store_url: str, store: Store) -> None:
+    """A call's finish is timed before its release commits; a taker that counts the slot as
+    free must time its grant after that, or the log shows two calls in flight at once."""
+    if store_url.startswith("sqlite"):
+        pytest.skip("SQLite serializes writers: no release can commit while a take holds the lock")
+    with Runtime(store_url, tools=NO_CALLS) as rt:
+        a, attempt_a = _running_job(store, rt)
+        b, attempt_b = _running_job(store, rt)
+    first = uuid.uuid4().hex
+    with store.transaction() as tx:
+        assert tx.limit_take(
+            "x",
+            grant_id=first,
+            job_id=a,
+            attempt_id=attempt_a,
+            clock=lambda: time.time_ns() // 1000,
+            rate=None,
+            concurrency=1,
+        ).granted_us
+    ended: list[int] = []
+
+    def clock() -> int:
+        read = time.time_ns() // 1000
+        if not ended:  # a's call ends now: its finish is timed, then its release commits
+            ended.append(read + 1_000)
+            with store.transaction() as other:
+                other.limit_release(first, at_us=ended[0])
+            while time.time_ns() // 1000 <= ended[0]:
+                time.sleep(0.0005)
+        return read
+
+    with store.transaction() as tx:
+        taken = tx.limit_take(
+            "x",
+            grant_id=uuid.uuid4().hex,
+            job_id=b,
+            attempt_id=attempt_b,
+            clock=clock,
+            rate=None,
+            concurrency=1,
+        )
+    assert taken.granted_us is not None and taken.granted_us >= ended[0]

@@ -32,7 +32,8 @@ def rt(store_url: str) -> Iterator[Runtime]:
 def limited_log(rt: Runtime) -> tuple[str, list[dict[str, Any]]]:
     job_id = rt.submit(plan(*(node(f"n{i}", "chat") for i in range(3))), {}).job_id
     assert rt.run_job(job_id).status == "completed"
-    assert verify_job(rt.store, job_id).ok
+    verified = verify_job(rt.store, job_id)
+    assert verified.ok, [c for c in verified.checks() if not c.ok]
     return job_id, [{"type": e.type, "payload": e.payload} for e in rt.store.list_events(job_id)]
 
 

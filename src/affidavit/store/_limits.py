@@ -6,13 +6,15 @@ One take, in one transaction of its own:
 (1) lock the limit's state row (an upsert: PostgreSQL locks the row, SQLite's ``BEGIN
     IMMEDIATE`` already serializes writers), so concurrent takers of one limit take turns and
     each reads what the one before it committed;
-(2) the grant's time: this host's clock read now (a time read before the lock was granted
-    would be older than the release the taker waited for), but never before the limit's last
-    grant, so recorded grant times of one limit never go backwards and a window counted from
-    them is exact;
-(3) in flight: grants not released whose claim still holds its job's lease (a dead worker's
+(2) in flight: grants not released whose claim still holds its job's lease (a dead worker's
     grants end with its lease, a reclaimed job's with its old claim) — fewer than
     ``concurrency``, or wait;
+(3) the grant's time: this host's clock read after (2), never before the limit's last grant.
+    After (2): a release that (2) saw committed before it, and the finish its call recorded was
+    timed before that commit, so the grant is never timed before the end of the call it
+    replaced (read before (2), on PostgreSQL a release committing in between would let the
+    grant be timed before that call's recorded end). Never before the last grant: recorded
+    grant times of one limit never go backwards and a window counted from them is exact;
 (4) rate: grants with a time in the last period — fewer than ``count``, or wait until the
     oldest of them leaves the window;
 (5) insert the grant (fenced: only while the claim holds the job), and forget grants that no
@@ -125,13 +127,13 @@ class LimitOps:
         # (1)
         (last_us,) = self.query(_LOCK, (name, count, period_us, concurrency, utc_now()))[0]
         # (2)
-        at = max(clock(), int(last_us))
-        now_s = at / 1e6
-        # (3)
         if concurrency is not None:
-            (live,) = self.query(_IN_FLIGHT, (name, now_s))[0]
+            (live,) = self.query(_IN_FLIGHT, (name, max(clock(), int(last_us)) / 1e6))[0]
             if int(live) >= concurrency:
                 return GrantTaken(None, None, f"{live} of {concurrency} in flight")
+        # (3)
+        at = max(clock(), int(last_us))
+        now_s = at / 1e6
         # (4)
         if count is not None and period_us is not None:
             window = self.query(_WINDOW, (name, at - period_us, count))
