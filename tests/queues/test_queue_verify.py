@@ -191,3 +191,23 @@ def test_a_schema_before_recorded_ends_is_read_and_not_proved(store_url: str) ->
         reader.close()
     result = cli("verify", "--queue", "old", "--since", iso(time.time() - 60), "--db", store_url)
     assert result.returncode == 3
+
+
+def test_a_slot_handed_on_is_not_held_twice(store: Store) -> None:
+    """The next claim's worker read its clock before the lock, the ending job's end was timed
+    after that: by the claim times the two holds overlap, by ``held_from`` (the database's
+    clock after the lock, the clock of the end) they do not."""
+    set_queue(store, queue_config("h", concurrency=1))
+    a, b = submit(store, "h"), submit(store, "h")
+    since = time.time() - 1
+    assert claim(store, "h", time.time(), "a") == a
+    read_before_the_lock = time.time()
+    time.sleep(0.005)
+    with store.transaction() as tx:
+        tx.set_status(a, status="completed", fence="a")
+    assert claim(store, "h", read_before_the_lock, "b") == b
+    (first, second) = queue_grants(store, "h", since, 0, time.time())
+    assert first.end is not None and second.claimed_at < first.end <= second.held_from
+    proof = verify_queue(store, "h", since, time.time())
+    assert proof.concurrency is not None and proof.concurrency.ok
+    assert proof.concurrency.worst == 1, proof.to_dict()

@@ -27,8 +27,10 @@ UNKNOWN = "unknown"
 @dataclass(frozen=True, slots=True)
 class Grant:
     """One claim's grant: its job, attempt, worker, slot, whether it was a start, when it was
-    claimed and when its hold ended (``None``: unknown; still held: ``now``, ``ended_as`` =
-    ``held``), all times in Unix seconds."""
+    claimed (the worker's clock, the one the limits were counted at), when its hold began by
+    the database's clock (``held_from``: read after the claim's lock, the clock of the end; the
+    claim time for a grant made before migration 27) and when its hold ended (``None``:
+    unknown; still held: ``now``, ``ended_as`` = ``held``), all times in Unix seconds."""
 
     job_id: str
     attempt_id: str
@@ -38,6 +40,7 @@ class Grant:
     claimed_at: float
     end: float | None
     ended_as: str
+    held_from: float
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +50,7 @@ class Grant:
             "slot": self.slot,
             "started": self.started,
             "claimed_at": self.claimed_at,
+            "held_from": self.held_from,
             "ended_at": self.end if self.ended_as != HELD else None,
             "ended_as": self.ended_as,
         }
@@ -54,16 +58,28 @@ class Grant:
 
 QUEUES_MIGRATION = 18  # queue_grants
 ENDS_MIGRATION = 21  # ended_at, ended_as
+HELD_FROM_MIGRATION = 27  # held_from
 
 _COLUMNS = (
     "g.job_id, g.attempt_id, g.owner, g.slot, g.started, g.claimed_at, g.ended_at, g.ended_as, "
-    "j.attempt_id, j.status, j.lease_owner, j.lease_expires_at"
+    "g.held_from, j.attempt_id, j.status, j.lease_owner, j.lease_expires_at"
 )
 
 
+def _columns(tx: Transaction) -> str:
+    """:data:`_COLUMNS` for this database's schema (a store opened read-only may predate the
+    migrations of the ends and of ``held_from``: NULL stands for what it does not record)."""
+    columns = _COLUMNS
+    if not _applied(tx, ENDS_MIGRATION):
+        columns = columns.replace("g.ended_at, g.ended_as", "NULL, NULL")
+    if not _applied(tx, HELD_FROM_MIGRATION):
+        columns = columns.replace("g.held_from", "NULL")
+    return columns
+
+
 def _grant(row: Any, now: float) -> Grant:
-    job_id, attempt, owner, slot, started, claimed, ended, ended_as = row[:8]
-    current, status, lease_owner, expires = row[8:]
+    job_id, attempt, owner, slot, started, claimed, ended, ended_as, held_from = row[:9]
+    current, status, lease_owner, expires = row[9:]
     end: float | None = None if ended is None else float(ended)
     how = str(ended_as) if ended_as is not None else UNKNOWN
     if end is None and current == attempt and status == "running" and lease_owner is not None:
@@ -72,7 +88,15 @@ def _grant(row: Any, now: float) -> Grant:
         else:
             end, how = now, HELD
     return Grant(
-        str(job_id), str(attempt), str(owner), int(slot), bool(started), float(claimed), end, how
+        str(job_id),
+        str(attempt),
+        str(owner),
+        int(slot),
+        bool(started),
+        float(claimed),
+        end,
+        how,
+        float(claimed if held_from is None else held_from),
     )
 
 
@@ -96,7 +120,7 @@ def queue_grants(store: Store, name: str, since: float, lookback: float, now: fl
                 hint="Run `affidavit db migrate` with write access to the database first.",
             )
         rows = tx.query(
-            f"SELECT {_COLUMNS} FROM queue_grants g LEFT JOIN jobs j ON j.job_id = g.job_id "
+            f"SELECT {_columns(tx)} FROM queue_grants g LEFT JOIN jobs j ON j.job_id = g.job_id "
             "WHERE g.queue = ? AND g.claimed_at <= ? AND (g.claimed_at >= ? OR g.ended_at > ? "
             "OR (g.ended_at IS NULL AND j.attempt_id = g.attempt_id AND j.status = 'running' "
             "AND j.lease_owner IS NOT NULL)) ORDER BY g.claimed_at, g.job_id, g.attempt_id",
@@ -112,11 +136,8 @@ def job_queue_claims(store: Store, job_id: str, now: float) -> list[dict[str, An
     with store.transaction(durable=False) as tx:
         if not _applied(tx, QUEUES_MIGRATION):
             return []
-        columns = _COLUMNS
-        if not _applied(tx, ENDS_MIGRATION):  # (no recorded ends yet)
-            columns = columns.replace("g.ended_at, g.ended_as", "NULL, NULL")
         rows = tx.query(
-            f"SELECT g.queue, {columns} FROM queue_grants g LEFT JOIN jobs j "
+            f"SELECT g.queue, {_columns(tx)} FROM queue_grants g LEFT JOIN jobs j "
             "ON j.job_id = g.job_id WHERE g.job_id = ? ORDER BY g.claimed_at, g.attempt_id",
             (job_id,),
         )

@@ -15,7 +15,9 @@ nothing: its jobs' leases expire and they stop counting.
 
 Each claim records its grant (``queue_grants``): the attempt, its owner, the slot (how many of
 the queue's jobs were running before it), whether it started the job (a first claim, which
-the rate counts) and when.
+the rate counts) and when: ``claimed_at``, the worker's clock the limits were counted at,
+and ``held_from``, the database's clock after the lock (migration 27), the clock its hold's
+end is read from, so a hold never reads as starting before the end of the one it replaced.
 """
 
 from __future__ import annotations
@@ -341,7 +343,7 @@ def claim_from_queue(
         )
         tx.execute(
             "INSERT INTO queue_grants (queue, job_id, attempt_id, owner, slot, started, "
-            "claimed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            f"claimed_at, held_from) VALUES (?, ?, ?, ?, ?, ?, ?, {_DB_NOW_SQLITE})",
             (name, claimed.job_id, attempt_id, owner, running, started, now),
         )
         return claimed
@@ -406,6 +408,9 @@ def _claim_in_one(
 
 
 _LIVE_O = "o." + _LIVE.replace(" AND ", " AND o.")
+# The database's clock in Unix seconds (SQLite; the claim's writer lock is already held): a
+# grant's ``held_from``, the clock its hold's end is read from (migration 27).
+_DB_NOW_SQLITE = "(julianday('now') - 2440587.5) * 86400.0"
 # A job not started yet: no claim of it was granted before (its first claim is its start).
 _NOT_STARTED = "NOT EXISTS (SELECT 1 FROM queue_grants p WHERE p.job_id = j.job_id)"
 # The claim from a queue, one statement (PostgreSQL): the queue's configuration (q), its counts
@@ -441,8 +446,9 @@ _ONE_CLAIM = (
     "FROM c WHERE jobs.job_id = c.job_id RETURNING c.job_id, c.status, c.lease_owner, "
     "c.recoveries, c.recovery_progress), "
     "g AS (INSERT INTO queue_grants (queue, job_id, attempt_id, owner, slot, started, "
-    "claimed_at) SELECT ?, u.job_id, ?, ?, n.running, "
-    f"{_NOT_STARTED.replace('j.job_id', 'u.job_id')}, ? FROM u, n) "
+    "claimed_at, held_from) SELECT ?, u.job_id, ?, ?, n.running, "
+    f"{_NOT_STARTED.replace('j.job_id', 'u.job_id')}, ?, "
+    "extract(epoch FROM clock_timestamp())::double precision FROM u, n) "
     "SELECT u.job_id, u.status, u.lease_owner, u.recoveries, u.recovery_progress, "
     "CASE WHEN u.job_id IS NULL AND n.starts >= q.rate_count THEN "
     "(SELECT min(claimed_at) FROM queue_grants WHERE queue = q.name AND started "

@@ -4,8 +4,9 @@ grants (docs/queues.md, "Proving the limits held").
 Read-only. The rate: no window of the rate's period (half-open, ``(end - period, end]``) holds
 more starts than the rate allows; the worst window is reported. Concurrency: no instant has
 more holds on the queue's slots than ``concurrency``, nor more of one worker's than
-``worker_concurrency``; a hold runs from its claim to its recorded end (``[claimed, end)``), or
-to now while its lease is live. The peak is reported with its time and jobs. A hold whose end
+``worker_concurrency``; a hold runs from its claim to its recorded end (``[held_from, end)``,
+both by the database's clock: the claim's time read after its lock), or to now while its
+lease is live. The peak is reported with its time and jobs. A hold whose end
 was never recorded (a grant made before the database recorded ends) makes the concurrency
 unprovable, and the verdict fails: nothing is guessed.
 
@@ -183,7 +184,9 @@ def _concurrency(
 ) -> LimitCheck | None:
     if limit is None:
         return None
-    peak, at, members = peak_overlap([(max(g.claimed_at, since), _end(g)) for g in grants])
+    # a hold from its start by the clock of its end (held_from), so the slot a claim took from
+    # an ending job never reads as held twice at the hand-off
+    peak, at, members = peak_overlap([(max(g.held_from, since), _end(g)) for g in grants])
     return LimitCheck(limit, peak, at, [grants[i].job_id for i in members], unknown=unknown)
 
 
