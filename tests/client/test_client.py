@@ -61,6 +61,9 @@ def test_submit(api: Api, tmp_path: Path) -> None:
         assert len(hashes) == 1 and from_plan.plan_name == "from-file"
         with pytest.raises(ConfigError, match="cannot submit a int"):
             c.submit(7, {})
+        # the placement fields reach the server: an undeclared queue is refused there
+        with pytest.raises(ConfigError, match="no-such-queue"):
+            c.submit(ONE_TOOL, {}, queue="no-such-queue", priority=1, partition_key="k")
 
 
 def test_get(api: Api) -> None:
@@ -208,6 +211,8 @@ def test_verify(api: Api) -> None:
     job_id = approved_and_finished(api)
     with client(api, "observer_a") as c:
         result = c.verify(job_id)
+        with pytest.raises(ConfigError):  # (422 config_error: the pin reached the server)
+            c.verify(job_id, trusted_keys=["not-a-key"])
     assert isinstance(result, Verification) and result.ok and result.seal.ok
     assert result.stored_chain.event_count == api.store.get_job(job_id).version
 
