@@ -212,3 +212,10 @@ def test_importing_the_client_imports_neither_the_runtime_nor_the_store() -> Non
     assert loaded <= {"api", "client", "core", "faces"}, loaded
     for engine in ("runtime", "store", "record", "verify", "tlog", "packs"):
         assert engine not in loaded
+
+
+def test_wait_stops_where_the_runtimes_wait_does() -> None:
+    from affidavit.client import _calls
+    from affidavit.runtime import _waiting
+
+    assert _calls.SETTLED_STATUSES == _waiting.SETTLED_STATUSES

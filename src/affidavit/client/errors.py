@@ -141,4 +141,4 @@ def _retry_after(response: httpx.Response) -> float:
 def unreachable(url: str, exc: httpx.TransportError) -> ServerUnreachable:
     """The error of a request to ``url`` that got no answer."""
     kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
-    return ServerUnreachable(f"the request to {url} {kind}: {exc or type(exc).__name__}")
+    return ServerUnreachable(f"the request to {url} {kind}: {str(exc) or type(exc).__name__}")
