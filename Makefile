@@ -1,8 +1,10 @@
 # make demo | make test | make test-fast | make lint | make bench — each creates or reuses .venv.
+# `make demo` installs affidavit as a user would (no dev extras); the other targets add them.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
+USER_STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast test-all lint bench clean venv
 
@@ -10,16 +12,23 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Reinstall when the project metadata changes.
+# Reinstall when the project metadata changes. The dev install includes the user's.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(USER_STAMP)
+
+$(USER_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(USER_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(USER_STAMP)
 	$(BIN)/python -m compileall -q src >/dev/null
 	$(BIN)/affidavit demo
+	@echo
+	@echo "affidavit is installed in $(VENV): run $(BIN)/affidavit --help,"
+	@echo "or 'source $(BIN)/activate' first and then just: affidavit --help"
 
 # The whole suite, on SQLite and PostgreSQL (AFFIDAVIT_TEST_PG_URL, default the local server).
 # The sources are byte-compiled first: the suite starts several hundred `affidavit` processes,

@@ -30,10 +30,12 @@ ALLOWED = {
     "examples": {"affidavit", "runtime"},
     "demo": {"core", "store", "runtime", "verify", "examples"},
     # the package root: the public API's facade, and ``python -m affidavit``
-    "affidavit": {"core", "store", "record", "runtime", "verify", "claims"},
+    "affidavit": {"core", "store", "record", "runtime", "verify", "claims", "client"},
     "__main__": {"cli"},
     # what the faces share: API keys and roles, request limits, the error → exit code / status table
     "faces": {"core", "store"},
+    # the Python client of a served affidavit: the API's models and the errors, never the engine
+    "client": {"core", "api", "faces"},
 }
 # The faces: the command line, the HTTP API and the MCP server (``affidavit mcp``, in mcp/), which
 # is a face wherever it lives — every module that imports the MCP SDK's server side is one.
@@ -70,6 +72,7 @@ def test_public_api() -> None:
             "Agent",
             "AgentContext",
             "AgentNotFound",
+            "AsyncClient",
             "AuthorizationError",
             "Budget",
             "CanonicalizationError",
@@ -77,6 +80,7 @@ def test_public_api() -> None:
             "ClaimService",
             "ClaimType",
             "ClaimVerdict",
+            "Client",
             "CommandNotAllowed",
             "CompensatableError",
             "ConfigError",

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         SandboxConfig,
         TrustPolicy,
     )
+    from affidavit.client import AsyncClient, Client
     from affidavit.core.budget import Budget
     from affidavit.core.canonical import canonical, canonical_sha256, sha256_hex, sha256_prefixed
     from affidavit.core.chain import chain_root, check_stored_chain, execution_hash
@@ -89,7 +90,9 @@ _LAZY = (
     | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
     | {
         "AgentContext": "affidavit.runtime._agent",
+        "AsyncClient": "affidavit.client",
         "Budget": "affidavit.core.budget",
+        "Client": "affidavit.client",
         "CompensatableError": "affidavit.runtime._sdk",
         "Confirmation": "affidavit.runtime._confirm",
         "ConfirmationContext": "affidavit.runtime._confirm",
@@ -153,6 +156,7 @@ __all__ = [
     "Agent",
     "AgentContext",
     "AgentNotFound",
+    "AsyncClient",
     "AuthorizationError",
     "Budget",
     "CanonicalizationError",
@@ -160,6 +164,7 @@ __all__ = [
     "ClaimService",
     "ClaimType",
     "ClaimVerdict",
+    "Client",
     "CommandNotAllowed",
     "CompensatableError",
     "ConfigError",

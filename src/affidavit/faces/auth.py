@@ -16,11 +16,14 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from affidavit.core.approvals import APPROVING_ROLES, Principal
 from affidavit.core.errors import AffidavitError, ConfigError, NotFound
 from affidavit.core.events import utc_now
-from affidavit.store import ApiKeyRow, Store
+
+if TYPE_CHECKING:  # (the Python client imports this module's errors without the store)
+    from affidavit.store import ApiKeyRow, Store
 
 ROLES = ("observer", "approver", "agent", "admin")
 # what each role may do, by rank (approver: an observer that also decides approvals)
@@ -105,6 +108,8 @@ def create_api_key(
     check_namespace(namespace)
     if not agent_id or len(agent_id) > 128 or agent_id.strip() != agent_id:
         raise ConfigError(f"invalid agent id {agent_id!r}", hint="1–128 characters, no padding.")
+    from affidavit.store import ApiKeyRow
+
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     row = ApiKeyRow(key_id, agent_id, role, namespace, _hash(secret), utc_now(), None)

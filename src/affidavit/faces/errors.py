@@ -69,6 +69,8 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.faces.limits.PayloadTooLarge": (USAGE_OR_STORE, 413),
     "affidavit.faces.limits.ClaimsBusy": (USAGE_OR_STORE, 503),
     "affidavit.faces.ratelimit.RateLimited": (USAGE_OR_STORE, 429),
+    "affidavit.client.errors.ApiError": (USAGE_OR_STORE, 502),
+    "affidavit.client.errors.ServerUnreachable": (USAGE_OR_STORE, 503),
     "affidavit.claims.bwrap.SandboxUnavailable": (REFUSED, 503),
     "affidavit.claims.kinds.CommandUnfitForClaim": (REFUSED, 422),
     "affidavit.claims.made.ClaimNotFound": (NOT_FOUND, 404),
