@@ -112,6 +112,8 @@ def test_public_api() -> None:
             "StoreError",
             "StoreUnavailable",
             "StoredEvent",
+            "StreamError",
+            "StreamLimit",
             "Tool",
             "ToolCallError",
             "ToolContext",

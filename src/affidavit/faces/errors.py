@@ -47,6 +47,7 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.core.errors.JobNotFound": (NOT_FOUND, 404),
     "affidavit.core.errors.AgentNotFound": (NOT_FOUND, 404),
     "affidavit.core.errors.WaitTimeout": (USAGE_OR_STORE, 400),
+    "affidavit.core.errors.StreamError": (USAGE_OR_STORE, 422),
     "affidavit.core.errors.InvalidEventError": (USAGE_OR_STORE, 422),
     "affidavit.core.errors.VerificationError": (FAILED, 400),
     "affidavit.core.errors.TamperedRecordError": (FAILED, 409),

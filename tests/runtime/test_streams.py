@@ -1,0 +1,157 @@
+"""Live streams (``ctx.emit``) on both backends: each value one ``stream_emitted`` event of the
+sealed record; refused values record nothing; a recovered agent does not emit a recorded value
+again, after a worker killed at a crash point or anywhere in its function."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from affidavit import (
+    AgentContext,
+    Runtime,
+    StreamError,
+    StreamLimit,
+    ToolContext,
+    ToolRegistry,
+    agent,
+    pure,
+    tool,
+    verify_job,
+)
+from affidavit.core.streams import MAX_VALUE_BYTES
+from affidavit.record._replay import build_from_events
+from tests.runtime.crash_tools import REGISTRY, counts
+from tests.runtime.helpers import assert_log_sound, of_type, run_driver, wait_lease_expired
+
+
+@tool("st_send")
+def send(ctx: ToolContext, to: str) -> dict[str, Any]:
+    ctx.emit({"sending": to})
+    return {"sent": to}
+
+
+@pure("st_words")
+def words(ctx: ToolContext, text: str) -> list[str]:
+    out = text.split()
+    for w in out:
+        ctx.emit({"word": w})
+    return out
+
+
+REFUSED: list[str] = []
+
+
+@agent("st_agent", version="1")
+def st_agent(ctx: AgentContext, text: str) -> dict[str, Any]:
+    ctx.emit({"phase": "start"})
+    found = ctx.call(words, text=text)
+    for bad in ("x" * MAX_VALUE_BYTES, {1, 2}, float("nan")):
+        try:
+            ctx.emit(bad)
+        except StreamError as exc:
+            REFUSED.append(exc.message)
+    sent = ctx.call(send, to="ops")
+    ctx.emit({"phase": "done", "words": len(found)})
+    return sent
+
+
+@agent("st_capped", version="1", stream=StreamLimit(max_values=3, max_bytes=1000))
+def st_capped(ctx: AgentContext) -> int:
+    emitted = 0
+    for i in range(5):
+        try:
+            ctx.emit(i)
+            emitted += 1
+        except StreamError as exc:
+            REFUSED.append(exc.message)
+    return emitted
+
+
+@pytest.fixture
+def rt(store_url: str) -> Iterator[Runtime]:
+    REFUSED.clear()
+    tools = ToolRegistry([send, words, st_agent, st_capped])
+    with Runtime(store_url, tools=tools, lease_seconds=30) as runtime:
+        yield runtime
+
+
+def stream_of(events: list[Any]) -> list[dict[str, Any]]:
+    return of_type(events, "stream_emitted")
+
+
+def test_emits_are_sealed_events_that_verify(rt: Runtime) -> None:
+    job = rt.submit(st_agent, {"text": "a b"})
+    done = rt.run_job(job.job_id)
+    assert done.status == "completed", done.error
+    events = assert_log_sound(rt.store, job.job_id)
+    values = stream_of(events)
+    assert [v["value"] for v in values] == [
+        {"phase": "start"},
+        {"word": "a"},
+        {"word": "b"},
+        {"sending": "ops"},
+        {"phase": "done", "words": 2},
+    ]
+    assert [v["seq"] for v in values] == [0, 1, 2, 3, 4]
+    assert "node_id" not in values[0] and "node_id" not in values[4]
+    assert (values[1]["node_id"], values[1]["attempt"]) == ("#0", 1)
+    assert values[3]["node_id"] == "#1"
+    # the refused values recorded nothing, and said why
+    assert len(REFUSED) == 3
+    assert "over the 65536" in REFUSED[0] and "not JSON" in REFUSED[1]
+    replay = build_from_events(events)
+    assert (replay.stream_values, replay.agent_emits) == (5, 2)
+    result = verify_job(rt.store, job.job_id)
+    assert result.ok, result.to_dict()
+
+
+def test_the_job_stream_limit_is_recorded_and_kept(rt: Runtime) -> None:
+    job = rt.submit(st_capped, {})
+    done = rt.run_job(job.job_id)
+    assert (done.status, done.output) == ("completed", 3)
+    events = rt.store.list_events(job.job_id)
+    assert events[1].payload["stream"] == {"max_values": 3, "max_bytes": 1000}
+    assert [v["value"] for v in stream_of(events)] == [0, 1, 2]
+    assert REFUSED == ["ctx.emit: the job's stream has its 3 values already"] * 2
+    assert verify_job(rt.store, job.job_id).ok
+
+
+def test_stream_limit_is_checked() -> None:
+    with pytest.raises(Exception, match="max_values"):
+        StreamLimit(max_values=0)
+
+
+# --- recovery: a killed worker, then another runs the job --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "point", ["stream.after_emit:2", "pure.after_execute", "tool.after_commit"]
+)
+def test_a_recovered_agent_does_not_emit_again(store_url: str, tmp_path: Path, point: str) -> None:
+    side = tmp_path / "side.jsonl"
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        job_id = rt.submit("crash_stream_agent", {"side": str(side), "amount": 10}).job_id
+        proc = run_driver(store_url, "--job", job_id, "--lease", "0.5", crash=point)
+        assert proc.returncode == -9, f"driver did not die by SIGKILL: {proc}"
+        before = [v["value"] for v in stream_of(rt.store.list_events(job_id))]
+        assert before[:2] == (
+            ["start"] if point == "tool.after_commit" else ["start", {"charged": 10}]
+        )
+        wait_lease_expired(rt.store, job_id)
+        assert rt.run_until_idle() == 1
+        assert rt.get_job(job_id).status == "completed"
+        events = assert_log_sound(rt.store, job_id)
+        values = stream_of(events)
+        agent_values = [v["value"] for v in values if "node_id" not in v]
+        assert agent_values == ["start", {"charged": 10}, "done"]  # each once
+        tokens = [v["value"] for v in values if "node_id" in v]
+        thought = counts(side, "think")[(job_id, "#1")]
+        # the streaming step emits as often as it ran: again only when a crash cut it off
+        assert thought == (2 if point == "pure.after_execute" else 1)
+        assert tokens == [{"token": 0}, {"token": 1}] * thought
+        assert [v["seq"] for v in values] == list(range(len(values)))
+        assert verify_job(rt.store, job_id).ok
