@@ -69,6 +69,7 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.faces.auth.Forbidden": (USAGE_OR_STORE, 403),
     "affidavit.faces.limits.PayloadTooLarge": (USAGE_OR_STORE, 413),
     "affidavit.faces.limits.ClaimsBusy": (USAGE_OR_STORE, 503),
+    "affidavit.faces.limits.StreamsBusy": (USAGE_OR_STORE, 503),
     "affidavit.faces.ratelimit.RateLimited": (USAGE_OR_STORE, 429),
     "affidavit.claims.bwrap.SandboxUnavailable": (REFUSED, 503),
     "affidavit.claims.kinds.CommandUnfitForClaim": (REFUSED, 422),

@@ -38,7 +38,9 @@ class StreamFold:
         try:
             self.limit = StreamLimit.from_dict(recorded)
         except AffidavitError as exc:
-            raise _Violation(INVARIANT, f"the recorded stream limit is not one: {exc.message}")
+            raise _Violation(
+                INVARIANT, f"the recorded stream limit is not one: {exc.message}"
+            ) from None
 
     def emitted(self, p: Mapping[str, Any]) -> str | None:
         """A ``stream_emitted``: the node id of the step it names, for the caller to check
