@@ -121,7 +121,11 @@ def test_last_event_id_resumes_after_it(sapi: Api) -> None:
     with sapi.client("observer_a") as c:
         with c.stream("GET", f"/api/jobs/{job_id}/stream?after_version={ids[-1]}") as r:
             rest = [f for f in frames(r) if f.id is not None or f.event == "end"]
-    assert [f.event for f in rest] == ["end"]
+        assert [f.event for f in rest] == ["end"]
+        header = {"Last-Event-ID": str(ids[-1])}
+        with c.stream("GET", f"/api/jobs/{job_id}/stream?after_version=0", headers=header) as r:
+            rest = [f for f in frames(r) if f.id is not None or f.event == "end"]
+        assert [f.event for f in rest] == ["end"]
 
 
 def test_a_quiet_stream_gets_heartbeats_and_slots_are_bounded(sapi: Api) -> None:
