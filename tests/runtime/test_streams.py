@@ -23,6 +23,7 @@ from affidavit import (
     verify_job,
 )
 from affidavit.core.streams import MAX_VALUE_BYTES
+from affidavit.packs import export_pack, verify_pack
 from affidavit.record._replay import build_from_events
 from tests.runtime.crash_tools import REGISTRY, counts
 from tests.runtime.helpers import assert_log_sound, of_type, run_driver, wait_lease_expired
@@ -83,7 +84,7 @@ def stream_of(events: list[Any]) -> list[dict[str, Any]]:
     return of_type(events, "stream_emitted")
 
 
-def test_emits_are_sealed_events_that_verify(rt: Runtime) -> None:
+def test_emits_are_sealed_events_that_verify(rt: Runtime, tmp_path: Path) -> None:
     job = rt.submit(st_agent, {"text": "a b"})
     done = rt.run_job(job.job_id)
     assert done.status == "completed", done.error
@@ -107,6 +108,9 @@ def test_emits_are_sealed_events_that_verify(rt: Runtime) -> None:
     assert (replay.stream_values, replay.agent_emits) == (5, 2)
     result = verify_job(rt.store, job.job_id)
     assert result.ok, result.to_dict()
+    pack = export_pack(rt.store, job.job_id, tmp_path / "pack")  # the values travel in its log
+    checked = verify_pack(pack.pack_dir)
+    assert (checked.verdict, checked.exit_code) == ("MATCH", 0), checked.errors
 
 
 def test_the_job_stream_limit_is_recorded_and_kept(rt: Runtime) -> None:
