@@ -24,6 +24,7 @@ from affidavit import (
 )
 from affidavit.core.streams import MAX_VALUE_BYTES
 from affidavit.packs import export_pack, verify_pack
+from affidavit.record import job_trace
 from affidavit.record._replay import build_from_events
 from tests.runtime.crash_tools import REGISTRY, counts
 from tests.runtime.helpers import assert_log_sound, of_type, run_driver, wait_lease_expired
@@ -122,6 +123,33 @@ def test_the_job_stream_limit_is_recorded_and_kept(rt: Runtime) -> None:
     assert [v["value"] for v in stream_of(events)] == [0, 1, 2]
     assert REFUSED == ["ctx.emit: the job's stream has its 3 values already"] * 2
     assert verify_job(rt.store, job.job_id).ok
+
+
+def test_a_plan_jobs_steps_emit_too(rt: Runtime, tmp_path: Path) -> None:
+    plan = {
+        "name": "streamed-plan",
+        "nodes": [
+            {"id": "w", "type": "pure", "tool": "st_words", "args": {"text": "x y"}},
+            {"id": "s", "type": "tool", "tool": "st_send", "args": {"to": "${w}"},
+             "depends_on": ["w"]},
+        ],
+    }  # fmt: skip
+    job = rt.submit(plan, {})
+    assert rt.run_job(job.job_id).status == "completed"
+    events = assert_log_sound(rt.store, job.job_id)
+    values = stream_of(events)
+    assert [(v["node_id"], v["value"]) for v in values] == [
+        ("w", {"word": "x"}),
+        ("w", {"word": "y"}),
+        ("s", {"sending": ["x", "y"]}),
+    ]
+    assert verify_job(rt.store, job.job_id).ok
+    assert [n["state"] for n in job_trace(rt.store, job.job_id)["nodes"]] == [
+        "pure",
+        "side_effect_committed",
+    ]
+    checked = verify_pack(export_pack(rt.store, job.job_id, tmp_path / "pack").pack_dir)
+    assert checked.verdict == "MATCH", checked.errors
 
 
 def test_stream_limit_is_checked() -> None:
