@@ -12,6 +12,7 @@ import pytest
 
 from affidavit import (
     AgentContext,
+    ConfigError,
     Runtime,
     StreamError,
     StreamLimit,
@@ -26,13 +27,17 @@ from affidavit.core.streams import MAX_VALUE_BYTES
 from affidavit.packs import export_pack, verify_pack
 from affidavit.record import job_trace
 from affidavit.record._replay import build_from_events
+from affidavit.runtime._sdk import ToolError
 from tests.runtime.crash_tools import REGISTRY, counts
 from tests.runtime.helpers import assert_log_sound, of_type, run_driver, wait_lease_expired
+
+LEFT: list[ToolContext] = []  # the context of the last st_send call, kept past its return
 
 
 @tool("st_send")
 def send(ctx: ToolContext, to: str) -> dict[str, Any]:
     ctx.emit({"sending": to})
+    LEFT[:] = [ctx]
     return {"sent": to}
 
 
@@ -153,8 +158,19 @@ def test_a_plan_jobs_steps_emit_too(rt: Runtime, tmp_path: Path) -> None:
 
 
 def test_stream_limit_is_checked() -> None:
-    with pytest.raises(Exception, match="max_values"):
+    with pytest.raises(ConfigError, match="max_values"):
         StreamLimit(max_values=0)
+    with pytest.raises(ToolError, match="StreamLimit"):
+        agent("st_bad", version="1", stream={"max_values": 1})  # type: ignore[arg-type]
+
+
+def test_a_step_that_returned_emits_nothing_more(rt: Runtime) -> None:
+    job = rt.submit(st_agent, {"text": "a"})
+    assert rt.run_job(job.job_id).status == "completed"
+    before = rt.get_job(job.job_id).version
+    with pytest.raises(StreamError, match="is over"):
+        LEFT[0].emit("late")  # (as from a thread the tool left running)
+    assert rt.get_job(job.job_id).version == before
 
 
 # --- recovery: a killed worker, then another runs the job --------------------------------------

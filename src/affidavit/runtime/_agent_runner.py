@@ -575,7 +575,6 @@ class AgentRun:
     def emit(self, value: Any) -> None:
         if self._interrupt is not None:
             raise self._interrupt
-        assert self.executor.stream is not None
         try:
             self.executor.stream.emit(value)
         except (Stop, StoreError) as exc:  # (a StreamError, the agent's to handle, passes)

@@ -147,7 +147,7 @@ class StepExecutor:
         # told each recorded step's usage (ctx.report_usage): an agent job's budget meter
         self.on_usage: Callable[[dict[str, Any]], None] | None = None
         # the job's live stream (ctx.emit), which the steps' functions write to while they run
-        self.stream: StreamWriter | None = StreamWriter(journal, replay)
+        self.stream = StreamWriter(journal, replay)
 
     @property
     def job_id(self) -> str:
@@ -541,8 +541,7 @@ class StepExecutor:
         step (see :func:`affidavit.runtime._step_calls.call_step`), with the job's stream open
         to it until it returns; ``prelude``: the events still to be written with the step's
         record (see :meth:`unwritten`)."""
-        if self.stream is not None:
-            ctx.stream = self.stream.for_step(spec.node_id, spec.step_id, ctx.attempt, prelude)
+        ctx.stream = self.stream.for_step(spec.node_id, spec.step_id, ctx.attempt, prelude)
         try:
             return call_step(spec, fn, ctx, args)
         finally:
