@@ -4,6 +4,7 @@ again, after a worker killed at a crash point or anywhere in its function."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from affidavit.packs import export_pack, verify_pack
 from affidavit.record import job_trace
 from affidavit.record._replay import build_from_events
 from affidavit.runtime._sdk import ToolError
+from tests.api import stream_tools
 from tests.runtime.crash_tools import REGISTRY, counts
 from tests.runtime.helpers import assert_log_sound, of_type, run_driver, wait_lease_expired
 
@@ -117,6 +119,25 @@ def test_emits_are_sealed_events_that_verify(rt: Runtime, tmp_path: Path) -> Non
     pack = export_pack(rt.store, job.job_id, tmp_path / "pack")  # the values travel in its log
     checked = verify_pack(pack.pack_dir)
     assert (checked.verdict, checked.exit_code) == ("MATCH", 0), checked.errors
+
+
+def test_runtime_follow_sees_values_while_the_job_runs(store_url: str) -> None:
+    with Runtime(store_url, tools=stream_tools.TOOLS) as rt:
+        job_id = rt.submit("gated_agent", {}).job_id
+        gate = stream_tools.GATES[job_id] = threading.Event()
+        runner = threading.Thread(target=rt.run_job, args=(job_id,), daemon=True)
+        runner.start()
+        seen = []
+        for event in rt.follow(job_id):
+            if event.type == "stream_emitted":
+                seen.append(event.payload["value"])
+                if event.payload["value"] == {"held": True}:
+                    assert rt.get_job(job_id).status == "running"
+                    gate.set()
+        runner.join(30)
+        assert seen == ["first", {"held": True}, "second"]
+        assert event.type == "job_completed"  # it ends with the job
+        assert list(rt.follow(job_id, after_version=event.version)) == []
 
 
 def test_the_job_stream_limit_is_recorded_and_kept(rt: Runtime) -> None:
