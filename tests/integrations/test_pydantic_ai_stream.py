@@ -84,3 +84,25 @@ def test_model_events_stream_live_and_are_not_sent_again(store_url: str) -> None
         ]
         assert all(s["args"]["stream"] is True for s in model_steps)
         assert affidavit.verify_job(rt.store, job_id).ok
+
+
+capped = AffidavitAgent(
+    streaming,
+    name="capped_streamer",
+    version="1",
+    event_stream_handler=_handler,
+    stream=affidavit.StreamLimit(max_values=2, max_bytes=100_000),
+)
+
+
+def test_past_the_stream_limit_events_still_reach_the_handler(store_url: str) -> None:
+    HANDLED.clear()
+    with Runtime(store_url, tools=ToolRegistry(capped.registrations)) as rt:
+        job_id = rt.submit("capped_streamer", {"prompt": "note it"}).job_id
+        assert rt.run_job(job_id).status == "waiting"
+        rt.signal(job_id, "approve:send_note:n-1", {"approved": True}, approver="ann")
+        assert rt.run_job(job_id).status == "completed"
+        values = [e for e in rt.store.list_events(job_id) if e.type == "stream_emitted"]
+        assert len(values) == 2  # the limit
+        assert len(HANDLED) > 2 and (1, "PartDeltaEvent") in HANDLED  # the handler saw them all
+        assert affidavit.verify_job(rt.store, job_id).ok

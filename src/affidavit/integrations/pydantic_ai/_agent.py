@@ -122,6 +122,8 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
             go to the handler and to the job's stream (``ctx.emit``) live, while the step runs;
             a replayed request (recovery) sends them to neither. The events of tool calls reach
             the handler from the run itself, on every run of the function.
+        stream: the job's stream limit (``affidavit.StreamLimit``; each model event is one
+            value): past it, events still reach the handler but no longer the stream.
 
     Raises:
         affidavit.ConfigError: a bad name or option, or a name already registered.
@@ -141,6 +143,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         model_limit: affidavit.Limit | None = None,
         budget: affidavit.Budget | None = None,
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
+        stream: affidavit.StreamLimit | None = None,
     ) -> None:
         super().__init__(wrapped)
         from pydantic_ai.exceptions import UserError
@@ -189,9 +192,9 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
             return await self._run_job(ctx, prompt)
 
         run_job.__name__ = run_job.__qualname__ = f"pydantic_ai_{agent_name}"
-        self.job = affidavit.agent(agent_name, version=version, in_flight=in_flight, budget=budget)(
-            run_job
-        )
+        self.job = affidavit.agent(
+            agent_name, version=version, in_flight=in_flight, budget=budget, stream=stream
+        )(run_job)
 
     @property
     def name(self) -> str | None:
