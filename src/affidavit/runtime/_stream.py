@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from affidavit.core import crash
-from affidavit.core.errors import StreamError
+from affidavit.core.errors import ConfigError, StreamError
 from affidavit.core.streams import DEFAULT_LIMIT, StreamLimit, encode_value, over_limit
 
 if TYPE_CHECKING:
@@ -43,13 +43,18 @@ class StreamWriter:
 
     def __init__(self, journal: Journal, replay: ReplayContext) -> None:
         self._journal = journal
-        recorded = (replay.agent or {}).get("stream")
-        self.limit = StreamLimit.from_dict(recorded) if recorded is not None else DEFAULT_LIMIT
         self._values = replay.stream_values
         self._bytes = replay.stream_bytes
         self._recorded_agent = replay.agent_emits
         self._agent_calls = 0  # the agent function's emits in this run
         self._full: str | None = None  # why the stream refused a value for its limit
+        self.limit = DEFAULT_LIMIT
+        recorded = (replay.agent or {}).get("stream")
+        if recorded is not None:
+            try:
+                self.limit = StreamLimit.from_dict(recorded)
+            except ConfigError:  # (a record edited outside affidavit: verify says so)
+                self._full = "the job's recorded stream limit cannot be read"
         self._lock = threading.Lock()
 
     def emit(
