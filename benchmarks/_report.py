@@ -195,6 +195,10 @@ MEASURES = {
     "bench_api": (
         "Requests per second over loopback HTTP against a bare FastAPI app served the same way."
     ),
+    "bench_streams": (
+        "Live streams: from `ctx.emit` in a running job to a Server-Sent Events reader of"
+        " `/api/jobs/{id}/stream`, against one `GET /api/jobs/{id}` round trip."
+    ),
     "bench_integrations": (
         "What affidavit adds to each model request and tool call of a Pydantic AI agent"
         " (AffidavitAgent), next to the same agent alone and under DBOSAgent."

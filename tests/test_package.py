@@ -116,6 +116,8 @@ def test_public_api() -> None:
             "StoreError",
             "StoreUnavailable",
             "StoredEvent",
+            "StreamError",
+            "StreamLimit",
             "Tool",
             "ToolCallError",
             "ToolContext",

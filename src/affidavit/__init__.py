@@ -25,6 +25,7 @@ from affidavit.core.errors import (
     SignalRejected,
     StoreError,
     StoreUnavailable,
+    StreamError,
     ValidationError,
     VerificationError,
     WaitTimeout,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from affidavit.core.plan import Plan
     from affidavit.core.seal import PublicKey, Seal
     from affidavit.core.signing import SigningKey
+    from affidavit.core.streams import StreamLimit
     from affidavit.record._replay import ReplayContext, ReplayContextBuilder
     from affidavit.runtime._agent import AgentContext, agent
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
@@ -116,6 +118,7 @@ _LAZY = (
         "StateChange": "affidavit.runtime._sdk",
         "Store": "affidavit.store",
         "StoredEvent": "affidavit.store",
+        "StreamLimit": "affidavit.core.streams",
         "Tool": "affidavit.runtime._sdk",
         "ToolCallError": "affidavit.runtime._sdk",
         "ToolContext": "affidavit.runtime._sdk",
@@ -200,6 +203,8 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredEvent",
+    "StreamError",
+    "StreamLimit",
     "Tool",
     "ToolCallError",
     "ToolContext",

@@ -191,8 +191,30 @@ crash_agent_fail = agent(
 )(_crash_agent)
 
 
+@pure("crash_think")
+def think(ctx: ToolContext, side: str, n: int) -> dict[str, Any]:
+    """A pure step that streams ``n`` tokens as it runs (think: a model request)."""
+    record(side, kind="think", job=ctx.job_id, node=ctx.node_id, key=ctx.external_key)
+    for i in range(n):
+        ctx.emit({"token": i})
+    return {"thought": n}
+
+
+@agent("crash_stream_agent", version="1", retry={"max_attempts": 3, "backoff_seconds": 0})
+def stream_agent(ctx: AgentContext, side: str, amount: int) -> dict[str, Any]:
+    """Emits around a charge and a streaming pure step: start, charged, (tokens), done."""
+    ctx.emit("start")
+    charged = ctx.call("crash_charge", side=side, amount=amount)
+    ctx.emit({"charged": charged["amount"]})
+    ctx.call(think, side=side, n=2)
+    ctx.emit("done")
+    return {"ok": True}
+
+
 REGISTRY = ToolRegistry(
     [
+        stream_agent,
+        think,
         crash_agent,
         crash_agent_fail,
         charge,

@@ -19,11 +19,18 @@ from prometheus_client.registry import Collector
 
 from affidavit.api import claims, decisions, errors, jobs, keys, queues, ui
 from affidavit.api import log as log_api
+from affidavit.api import stream as stream_api
 from affidavit.api.deps import Admin, Service, ServiceDep, unique_json_keys
 from affidavit.api.models import ErrorBody, Health
 from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.errors import StoreError
-from affidavit.faces.limits import DEFAULT_MAX_BODY, BodyGuard, ClaimLimits, ClaimSlots
+from affidavit.faces.limits import (
+    DEFAULT_MAX_BODY,
+    BodyGuard,
+    ClaimLimits,
+    ClaimSlots,
+    StreamSlots,
+)
 from affidavit.faces.ratelimit import DEFAULT_RATE_LIMIT, Limiter, RateLimit
 from affidavit.runtime import ToolRegistry
 from affidavit.store import JOB_STATUSES, Store
@@ -69,13 +76,15 @@ def create_app(
     claims_sandbox: SandboxConfig | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY,
     claim_limits: ClaimLimits | None = None,
+    stream_slots: StreamSlots | None = None,
 ) -> FastAPI:
     """The API over ``store``. ``tools``: check submitted plans against these registered tools
     (``None``: workers check them when they run the job). ``rate_limit``: per API key
     (``None``: unlimited). ``claims_sandbox``: how claim commands run (``None``: the default,
     in bubblewrap; without it claims are refused). ``max_body_bytes``: the largest request body
     (413 beyond). ``claim_limits``: claims running at once, in all and per agent, and their
-    longest timeout (docs/api.md, limits)."""
+    longest timeout (docs/api.md, limits). ``stream_slots``: live streams open at once, how
+    long each, how often a heartbeat (docs/api.md, streams)."""
     from affidavit import __version__  # the package root, imported late (it imports every layer)
 
     app = FastAPI(
@@ -92,11 +101,13 @@ def create_app(
         Limiter(rate_limit) if rate_limit else None,
         claims_sandbox,
         ClaimSlots(claim_limits or ClaimLimits()),
+        stream_slots or StreamSlots(),
     )
     registry = _metrics_registry(store)
     app.state.metrics = registry
     errors.install(app)
     app.include_router(jobs.router)
+    app.include_router(stream_api.router)
     app.include_router(decisions.router)
     app.include_router(claims.router)
     app.include_router(keys.router)

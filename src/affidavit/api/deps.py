@@ -14,7 +14,7 @@ from affidavit.claims.sandbox import SandboxConfig
 from affidavit.core.canonical import DuplicateKeyError, loads_unique
 from affidavit.core.errors import JobNotFound
 from affidavit.faces.auth import Caller, Forbidden, authenticate
-from affidavit.faces.limits import ClaimLimits, ClaimSlots
+from affidavit.faces.limits import ClaimLimits, ClaimSlots, StreamSlots
 from affidavit.faces.ratelimit import Limiter
 from affidavit.runtime import ToolRegistry
 from affidavit.store import JobRecord, Store, unmatchable
@@ -30,6 +30,7 @@ class Service:
     limiter: Limiter | None
     sandbox: SandboxConfig | None = None  # claim commands (None: the default, bubblewrap)
     claims: ClaimSlots = field(default_factory=lambda: ClaimSlots(ClaimLimits()))
+    streams: StreamSlots = field(default_factory=StreamSlots)  # GET /api/jobs/{id}/stream
 
 
 def service(request: Request) -> Service:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -202,6 +203,82 @@ def wait_job(
         raise typer.Exit(EXIT_TIMEOUT)
     emit_job(job, as_json, decisions)
     raise typer.Exit(exit_for(job.status))
+
+
+@jobs_app.command("watch")
+def watch_job(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    after_version: Annotated[
+        int, typer.Option(min=0, help="Only events after this version (to pick up again).")
+    ] = 0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0,
+            help="Give up after this many seconds (exit 124). Default: as long as it takes.",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Follow a job as it runs: each value its code emits (`ctx.emit`) on stdout, one JSON
+    value a line, the moment it is recorded, and each other event on stderr — until the job
+    is finished, waits for a signal or a person, or is parked; then the job as `run` prints
+    it. With --json, stdout has JSON lines only: each event as `jobs events --json` shows it,
+    then {"job_id","status","output","error"}. Nothing is run or written here.
+
+    Exit codes: 0 completed; 1 failed or cancelled; 4 waiting or parked (a human is needed);
+    124 still pending or running after --timeout; 130 interrupted; 2 no such job; 3 store
+    error.
+    """
+    from affidavit.record import follow_job
+
+    with command(as_json), opened(db, read_only=True) as store:
+        store.get_job(job_id)  # a clear "not found" before anything is followed
+        followed = follow_job(store, job_id, after_version, timeout=timeout)
+        try:
+            while True:
+                try:
+                    event = next(followed)
+                except StopIteration as done:
+                    status = done.value
+                    break
+                _watched(event, as_json)
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        job = store.get_job(job_id)
+        decisions = None if as_json or status is None else decisions_doc(store, job)
+    if status is None:
+        if as_json:
+            _line(job_doc(job))
+        else:
+            output.err.print(f"[yellow]job {job_id} is still {job.status} after {timeout:g} s[/]")
+        raise typer.Exit(EXIT_TIMEOUT)
+    if as_json:
+        _line(job_doc(job))
+    else:
+        emit_job(job, False, decisions)
+    raise typer.Exit(exit_for(job.status))
+
+
+def _watched(event: StoredEvent, as_json: bool) -> None:
+    """One event of ``jobs watch``: a stream value on stdout, any other event on stderr (all
+    on stdout as JSON lines with --json). Written at once: a reader of the pipe sees it now."""
+    if as_json:
+        _line(event.to_dict())
+    elif event.type == "stream_emitted":
+        _line(event.payload.get("value"))
+    else:
+        node = event.payload.get("node_id") if isinstance(event.payload, dict) else None
+        where = f" {node}" if node else ""
+        output.err.print(f"v{event.version} {event.type}{where}", markup=False, highlight=False)
+
+
+def _line(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
 
 
 @jobs_app.command("events")

@@ -24,6 +24,7 @@ POINTS = frozenset(
         "wait.after_record",
         "sleep.after_record",
         "log.before_integrate",
+        "stream.after_emit",
     }
 )
 

@@ -240,6 +240,17 @@ class WaitTimeout(AffidavitError):
         self.job = job  # the JobRecord as last read
 
 
+class StreamError(AffidavitError):
+    """A value ``ctx.emit`` refused (not JSON, too large, or over the job's stream limit):
+    nothing was recorded."""
+
+    code = "stream_refused"
+    default_hint = (
+        "Emit JSON values of at most 64 KiB; a job whose stream needs more values or bytes "
+        "declares a larger limit: @affidavit.agent(..., stream=StreamLimit(...))."
+    )
+
+
 class InvalidEventError(AffidavitError):
     code = "invalid_event"
     default_hint = "Event payloads must match docs/formats.md §3."

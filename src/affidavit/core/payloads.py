@@ -67,12 +67,19 @@ class Usage(BaseModel):
     cost: float | None = Field(default=None, ge=0)
 
 
+class StreamSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_values: int = Field(ge=1)
+    max_bytes: int = Field(ge=1)
+
+
 class AgentStarted(_Payload):
     agent: str
     agent_version: str
     agent_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     policy: AgentPolicySettings
     budget: BudgetSettings | None = None  # affidavit.Budget (core/budget.py)
+    stream: StreamSettings | None = None  # affidavit.StreamLimit (core/streams.py)
 
 
 class StepCalled(_StepPayload):
@@ -221,6 +228,15 @@ class JobCancelled(_Payload):
     by: str | None
 
 
+class StreamEmitted(_Payload):
+    seq: int = Field(ge=0)
+    value: Any
+    # the step that emitted it (all three, or none: the agent function's own value)
+    node_id: str | None = None
+    step_id: str | None = None
+    attempt: int | None = Field(default=None, ge=1)
+
+
 PAYLOAD_MODELS: dict[EventType, type[_Payload]] = {
     EventType.JOB_CREATED: JobCreated,
     EventType.PLAN_GENERATED: PlanGenerated,
@@ -242,4 +258,5 @@ PAYLOAD_MODELS: dict[EventType, type[_Payload]] = {
     EventType.JOB_COMPLETED: JobCompleted,
     EventType.JOB_FAILED: JobFailed,
     EventType.JOB_CANCELLED: JobCancelled,
+    EventType.STREAM_EMITTED: StreamEmitted,
 }

@@ -229,3 +229,45 @@ async def send_error(
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+class StreamsBusy(AffidavitError):
+    """Every stream slot of the server is taken (``GET /api/jobs/{id}/stream``)."""
+
+    code = "streams_busy"
+    default_hint = "Retry in a few seconds, or read the log a page at a time (/events)."
+
+
+class StreamSlots:
+    """Live streams of job logs: at most ``max_connections`` open at once, each open at most
+    ``max_seconds`` (the reader reconnects where it was), a heartbeat every
+    ``heartbeat_seconds`` while it is quiet."""
+
+    def __init__(
+        self,
+        max_connections: int = 64,
+        max_seconds: float = 300.0,
+        heartbeat_seconds: float = 15.0,
+    ) -> None:
+        if max_connections < 1 or max_seconds <= 0 or heartbeat_seconds <= 0:
+            raise ConfigError("stream limits must be positive")
+        self.max_connections = max_connections
+        self.max_seconds = max_seconds
+        self.heartbeat_seconds = heartbeat_seconds
+        self._open = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        """Take a slot for a stream that starts (:meth:`give_back` it when it ends).
+
+        Raises:
+            StreamsBusy: every slot is taken.
+        """
+        with self._lock:
+            if self._open >= self.max_connections:
+                raise StreamsBusy(f"the server has {self.max_connections} streams open already")
+            self._open += 1
+
+    def give_back(self) -> None:
+        with self._lock:
+            self._open -= 1

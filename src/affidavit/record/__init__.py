@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from affidavit.record._agent_trace import AgentOutcome, agent_trace_of, is_agent_log
     from affidavit.record._args import ArgsResolutionError, check_input_references, resolve
     from affidavit.record._decision_context import decision_context
+    from affidavit.record._follow import JobFollower, follow_job, next_wait
     from affidavit.record._replay import (
         Invocation,
         ReplayContext,
@@ -52,6 +53,9 @@ _LAZY = {
     "check_input_references": "affidavit.record._args",
     "resolve": "affidavit.record._args",
     "decision_context": "affidavit.record._decision_context",
+    "JobFollower": "affidavit.record._follow",
+    "follow_job": "affidavit.record._follow",
+    "next_wait": "affidavit.record._follow",
     "Invocation": "affidavit.record._replay",
     "ReplayContext": "affidavit.record._replay",
     "ReplayContextBuilder": "affidavit.record._replay",
@@ -82,6 +86,7 @@ __all__ = [
     "AgentOutcome",
     "ArgsResolutionError",
     "Invocation",
+    "JobFollower",
     "NodeFacts",
     "ReplayContext",
     "ReplayContextBuilder",
@@ -92,9 +97,11 @@ __all__ = [
     "check_input_references",
     "decision_context",
     "default_key_path",
+    "follow_job",
     "is_agent_log",
     "job_trace",
     "key_status",
+    "next_wait",
     "node_state",
     "park_doc",
     "resolve",

@@ -41,6 +41,7 @@ from affidavit.core.agent_steps import (
     agent_node_id,
     agent_step_id,
 )
+from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, ReplayError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, FAILED_RESULT_TYPES
 from affidavit.core.plan import Plan
@@ -112,6 +113,11 @@ class ReplayContext:
     error: Any = None
     resumptions: list[dict[str, Any]] = field(default_factory=list)
     event_count: int = 0
+    # the job's stream (stream_emitted): how many values, their canonical bytes in all, and
+    # how many of them the agent function emitted itself (a recovered run skips as many)
+    stream_values: int = 0
+    stream_bytes: int = 0
+    agent_emits: int = 0
     # node id -> its invocations in log order, rebuilt when invocations were added (they are
     # never removed or replaced): node_output looks a node up instead of scanning every key
     _by_node: dict[str, list[Invocation]] = field(
@@ -206,6 +212,7 @@ class ReplayContextBuilder:
             "job_completed": self._job_completed,
             "job_failed": self._job_failed,
             "job_cancelled": self._job_cancelled,
+            "stream_emitted": self._stream_emitted,
         }
 
     @classmethod
@@ -516,6 +523,20 @@ class ReplayContextBuilder:
         self.ctx.parked = None
         self.ctx.parked_version = None
         self.ctx.status = "cancelled"
+
+    def _stream_emitted(self, p: dict[str, Any]) -> None:
+        ctx = self.ctx
+        if p["seq"] != ctx.stream_values:
+            self._fail(f"stream value {p['seq']!r} follows {ctx.stream_values} values")
+        if p.get("node_id") is not None:
+            self._step(p)
+        else:
+            ctx.agent_emits += 1
+        try:
+            ctx.stream_bytes += len(canonical(p["value"]))
+        except AffidavitError:
+            self._fail(f"stream value {p['seq']} is not canonical JSON")
+        ctx.stream_values += 1
 
 
 def build_from_events(events: Iterable[StoredEvent]) -> ReplayContext:

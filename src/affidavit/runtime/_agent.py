@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.budget import Budget
 from affidavit.core.errors import AffidavitError
+from affidavit.core.streams import StreamLimit
 from affidavit.runtime._sdk import Tool, ToolError, registry
 
 #: How many calls of one agent job run at once unless the agent says otherwise.
@@ -44,6 +45,7 @@ class Agent:
     )
     replay_verification: str = "strict"
     budget: Budget | None = None  # recorded in agent_started (core/budget.py)
+    stream: StreamLimit | None = None  # recorded in agent_started (core/streams.py)
 
     @property
     def is_async(self) -> bool:
@@ -95,6 +97,7 @@ def agent(
     retry: dict[str, Any] | None = None,
     replay_verification: str = "strict",
     budget: Budget | None = None,
+    stream: StreamLimit | None = None,
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register an agent function under ``name`` (in the module-level registry, which
     ``--tools`` modules fill). ``version`` defaults to a hash of the agent module's source.
@@ -102,7 +105,9 @@ def agent(
     ``retry`` and ``replay_verification`` are the job's policy, as a plan's. ``budget``
     (:class:`~affidavit.Budget`), recorded with each job: the call that would exceed it does
     not run, the job parks as ``budget_exceeded`` (``affidavit resume --decision continue
-    --budget JSON`` sets a new one).
+    --budget JSON`` sets a new one). ``stream`` (:class:`~affidavit.StreamLimit`), recorded
+    with each job: how many values and bytes ``ctx.emit`` may add to the job's stream (by
+    default 10,000 values, 16 MiB).
 
     Raises:
         ToolError: a bad name or option, or another agent under ``name``.
@@ -126,6 +131,8 @@ def agent(
         raise ToolError(f"agent {name!r}: retry needs max_attempts ≥ 1 and backoff_seconds")
     if budget is not None and not isinstance(budget, Budget):
         raise ToolError(f"agent {name!r}: budget must be an affidavit.Budget, not {budget!r}")
+    if stream is not None and not isinstance(stream, StreamLimit):
+        raise ToolError(f"agent {name!r}: stream must be an affidavit.StreamLimit, not {stream!r}")
 
     def register(fn: Callable[..., Any]) -> Agent:
         if not callable(fn):
@@ -139,6 +146,7 @@ def agent(
             {"max_attempts": attempts, "backoff_seconds": float(backoff)},
             replay_verification,
             budget,
+            stream,
         )
         registry.add_agent(made)
         return made
@@ -171,6 +179,8 @@ class _Backend(Protocol):
     def value(self, kind: str, args: dict[str, Any], make: Callable[[], Any]) -> Any: ...
 
     def patched(self, patch_id: str) -> bool: ...
+
+    def emit(self, value: Any) -> None: ...
 
 
 class AgentContext:
@@ -295,6 +305,20 @@ class AgentContext:
         import random
 
         return float(self._backend.value("random", {}, random.random))
+
+    def emit(self, value: Any) -> None:
+        """Append ``value`` (JSON, at most 64 KiB as canonical JSON) to the job's live stream,
+        at once: ``affidavit jobs watch`` and ``GET /api/jobs/{id}/stream`` readers see it while
+        the job runs, and it is part of the sealed record (a ``stream_emitted`` event). Not a
+        step: it returns ``None`` (nothing to await in an async agent). A recovered run does not
+        append again a value the record holds: the values of the function are numbered in
+        program order, and the first ones the log has are skipped.
+
+        Raises:
+            StreamError: the value is not JSON, over 64 KiB, or over the job's stream limit
+                (``@affidavit.agent(stream=StreamLimit(...))``); nothing is recorded.
+        """
+        self._backend.emit(value)
 
     def patched(self, patch_id: str) -> bool:
         """Whether this run takes the new code path marked ``patch_id``: ``True`` in jobs

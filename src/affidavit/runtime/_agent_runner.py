@@ -572,6 +572,14 @@ class AgentRun:
             raise self._end(exc) from None
         return value
 
+    def emit(self, value: Any) -> None:
+        if self._interrupt is not None:
+            raise self._interrupt
+        try:
+            self.executor.stream.emit(value)
+        except (Stop, StoreError) as exc:  # (a StreamError, the agent's to handle, passes)
+            raise self._end(exc) from None
+
     def patched(self, patch_id: str) -> bool:
         if not isinstance(patch_id, str) or not patch_id:
             raise ValueError("ctx.patched takes a non-empty text id")

@@ -64,9 +64,10 @@ def run_pure(
         grant = take_grant(ex.journal, ex.control, t.name, t.limit) if t.limit else None
         t0 = time.perf_counter()
         try:
-            output = ex.call(spec, t.fn, ctx, args)
+            output = ex.call(spec, t.fn, ctx, args, prelude)
             output_jcs = check_result(node_id, t, output)
         except Exception as exc:
+            prelude = ex.unwritten(ctx, prelude)
             retry = ex.retryable(t, exc) and attempt < limit
             finished: dict[str, Any] = {
                 "node_id": node_id,
@@ -86,6 +87,7 @@ def run_pure(
                 ex.backoff(attempt)
                 continue
             raise StepFailed(node_id, error_dict(exc)) from exc
+        prelude = ex.unwritten(ctx, prelude)
         crash.crash_point("pure.after_execute")
         finished = {
             "node_id": node_id,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from affidavit.core.errors import PlanError
 from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
 from affidavit.core.signing import SigningKey
-from affidavit.record import Sealer
+from affidavit.record import Sealer, follow_job
 from affidavit.runtime._agent import Agent
 from affidavit.runtime._cancel import request_cancel
 from affidavit.runtime._confirm import ResourceVerifier
@@ -29,7 +29,7 @@ from affidavit.runtime._sdk import Tool, ToolRegistry, registry
 from affidavit.runtime._submit import check_plan, submit_agent_job, submit_job
 from affidavit.runtime._waiting import wait_for_job
 from affidavit.runtime._worker import DEFAULT_LEASE_SECONDS, Worker
-from affidavit.store import JobRecord, Store, open_store
+from affidavit.store import JobRecord, Store, StoredEvent, open_store
 from affidavit.store.queues import placement
 
 __all__ = ["RESUME_DECISIONS", "InvalidStateError", "Runtime"]
@@ -254,6 +254,21 @@ class Runtime:
             poll_seconds=poll_seconds,
             store_retry_seconds=self.worker.store_retry_seconds,
         )
+
+    def follow(
+        self, job_id: str, after_version: int = 0, *, timeout: float | None = None
+    ) -> Iterator[StoredEvent]:
+        """Every event of ``job_id`` after ``after_version`` as it is recorded — its
+        ``stream_emitted`` values among them (``ctx.emit``) — until the job is finished, waits
+        or is parked, or ``timeout`` seconds passed: what ``affidavit jobs watch`` prints. See
+        :func:`affidavit.record.follow_job`.
+
+        Raises:
+            JobNotFound: no such job.
+            StoreError: the database failed.
+        """
+        self._check_open()
+        return follow_job(self.store, job_id, after_version, timeout=timeout)
 
     # --- human decisions (the service functions of :mod:`affidavit.runtime._decisions`) ---------
 

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.canonical import canonical
-from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigError
+from affidavit.core.errors import AffidavitError, CanonicalizationError, ConfigError, StreamError
 
 if TYPE_CHECKING:
     from affidavit.runtime._agent import Agent
     from affidavit.runtime._confirm import ResourceVerifier
     from affidavit.runtime._limits import Limit
+    from affidavit.runtime._stream import StepStream
 
 
 class RetryableError(Exception):
@@ -102,6 +103,22 @@ class ToolContext:
     usage: dict[str, int | float] = field(default_factory=dict)
     # Why nothing can be recorded any more (the step is over, or a pure step); None while open.
     _closed: str | None = field(default=None, init=False, repr=False, compare=False)
+    # the job's stream while the step's function runs (set by the step executor)
+    stream: StepStream | None = field(default=None, repr=False, compare=False)
+
+    def emit(self, value: Any) -> None:
+        """Append ``value`` (JSON, at most 64 KiB as canonical JSON) to the job's live stream
+        at once, naming this step and attempt (a ``stream_emitted`` event): readers see it
+        while the step runs. A completed step never runs again, so it never emits again; a
+        step that runs again (a retry, a pure step cut off by a crash) emits as it runs.
+
+        Raises:
+            StreamError: the value is not JSON, over 64 KiB or over the job's stream limit,
+                or the step is over; nothing is recorded.
+        """
+        if self.stream is None:
+            raise StreamError(f"ctx.emit: step {self.node_id!r} has no stream here")
+        self.stream.emit(value)
 
     def close(self, reason: str) -> None:
         """End recording: a later :meth:`record_state_change` raises ``ToolError(reason)``

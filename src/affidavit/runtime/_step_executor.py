@@ -59,6 +59,7 @@ from affidavit.runtime._sdk import (
     ToolRegistry,
 )
 from affidavit.runtime._step_calls import backoff_delay, backoff_left, call_step
+from affidavit.runtime._stream import StreamWriter
 from affidavit.store import LedgerRow
 
 # The longest single wait of a concurrent step's backoff, between looks at the run's end.
@@ -145,6 +146,8 @@ class StepExecutor:
         self.grants: dict[str, Grant] = {}
         # told each recorded step's usage (ctx.report_usage): an agent job's budget meter
         self.on_usage: Callable[[dict[str, Any]], None] | None = None
+        # the job's live stream (ctx.emit), which the steps' functions write to while they run
+        self.stream = StreamWriter(journal, replay)
 
     @property
     def job_id(self) -> str:
@@ -527,11 +530,28 @@ class StepExecutor:
     # --- calls, retries -----------------------------------------------------------------------
 
     def call(
-        self, spec: StepSpec, fn: Callable[..., Any], ctx: ToolContext, args: dict[str, Any]
+        self,
+        spec: StepSpec,
+        fn: Callable[..., Any],
+        ctx: ToolContext,
+        args: dict[str, Any],
+        prelude: tuple[Item, ...] = (),
     ) -> Any:
         """Call ``fn`` (a tool, a pure function, a reconcile hook or a compensation) for the
-        step (see :func:`affidavit.runtime._step_calls.call_step`)."""
-        return call_step(spec, fn, ctx, args)
+        step (see :func:`affidavit.runtime._step_calls.call_step`), with the job's stream open
+        to it until it returns; ``prelude``: the events still to be written with the step's
+        record (see :meth:`unwritten`)."""
+        ctx.stream = self.stream.for_step(spec.node_id, spec.step_id, ctx.attempt, prelude)
+        try:
+            return call_step(spec, fn, ctx, args)
+        finally:
+            if ctx.stream is not None:
+                ctx.stream.close()
+
+    @staticmethod
+    def unwritten(ctx: ToolContext, prelude: tuple[Item, ...]) -> tuple[Item, ...]:
+        """``prelude``, or nothing when the step's stream wrote it with its first value."""
+        return () if ctx.stream is not None and ctx.stream.prelude_written else prelude
 
     def backoff_delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt ``attempt``: the policy's backoff, doubled per

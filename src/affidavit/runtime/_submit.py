@@ -334,7 +334,8 @@ def submit_agent_job(
                     "agent_hash": identity,
                     "policy": policy,
                 }
-                | ({} if found.budget is None else {"budget": found.budget.to_dict()}),
+                | ({} if found.budget is None else {"budget": found.budget.to_dict()})
+                | ({} if found.stream is None else {"stream": found.stream.to_dict()}),
             ),
         ],
     )

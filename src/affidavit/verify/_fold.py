@@ -65,6 +65,11 @@ jobs") — before any event of that node. On top of the invariants above:
      ``signalled_by: "timer"``, not before its ``wake_at``), a wait or approval with the
      signal's payload as its output; a completed job finished every step it called (a step
      whose failure the agent caught finished as a failure).
+
+And for every job, (13) ``stream``: the ``stream_emitted`` values are numbered 0, 1, 2, … in
+log order, each at most 64 KiB as canonical JSON, within the job's stream limit, and each names
+a step of the job not completed yet — or, in an agent job, none (the agent function's own
+value); see :mod:`affidavit.verify._streams`.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ from affidavit.verify._fold_state import (
 )
 from affidavit.verify._fold_waits import EndEvents
 from affidavit.verify._limits import INVARIANT as LIMIT
+from affidavit.verify._streams import INVARIANT as STREAM
 from affidavit.verify._violation import _Violation
 
 
@@ -127,6 +133,7 @@ class LogFold(EndEvents):
             "job_cancelled": self._job_cancelled,
             "agent_started": self._agent_started,
             "step_called": self._step_called,
+            "stream_emitted": self._stream_emitted,
         }
         assert set(self._dispatch) == _KNOWN_TYPES
 
@@ -370,6 +377,16 @@ class LogFold(EndEvents):
         if kind_problem or not isinstance(payload, str | bytes | bytearray | memoryview):
             return head, None, None
         return head, event_type, data
+
+    def _stream_emitted(self, p: dict[str, Any]) -> None:
+        node_id = self.streams.emitted(p)
+        if node_id is None:
+            if not self.agent:
+                raise _Violation(STREAM, "a value with no step in a job with no agent function")
+            return
+        self._step(p)
+        if node_id in self.completed:
+            raise _Violation(STREAM, f"a value of step {node_id!r}, which had completed")
 
     # --- results --------------------------------------------------------------------------------
 

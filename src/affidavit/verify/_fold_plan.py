@@ -117,6 +117,8 @@ class PlanEvents(FoldState):
             # every node_finished goes through its handler from here on, for its usage
             self._known["node_finished"] = (self._known["node_finished"][0], 0)
             self.budget = BudgetFold(p["budget"])
+        if p.get("stream") is not None:
+            self.streams.limited(p["stream"])
 
     def _step_called(self, p: dict[str, Any]) -> None:
         if not self.agent:

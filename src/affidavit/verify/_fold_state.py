@@ -22,6 +22,7 @@ from affidavit.core.events import EventType
 from affidavit.verify._approvals import ApprovalFold
 from affidavit.verify._budget import BudgetFold
 from affidavit.verify._limits import LimitFold
+from affidavit.verify._streams import StreamFold
 from affidavit.verify._violation import _Violation
 
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
@@ -123,6 +124,7 @@ class FoldState:
         self.approvals = ApprovalFold(job_id)  # invariant ``approval`` (verify._approvals)
         self.limits = LimitFold()  # invariant ``limit`` (verify._limits)
         self.budget: BudgetFold | None = None  # invariant ``budget`` (verify._budget)
+        self.streams = StreamFold()  # invariant ``stream`` (verify._streams)
         # event type -> (its part of the chain hash input, its fast path or 0)
         self._known = {
             t: (_SEPARATORS[t], _FAST_KINDS.get(t, 0) if fast_paths else 0) for t in _KNOWN_TYPES

@@ -257,8 +257,60 @@ async function renderJob(content, jobId, onDecided) {
       el("td", { text: n.error ? n.error.message || JSON.stringify(n.error) : "" })));
   }
   content.append(el("h2", { text: "Steps" }), nodes);
-  content.append(el("h2", { text: "Events" }), eventsTable(await allEvents(jobId)));
+  const events = await allEvents(jobId);
+  content.append(el("h2", { text: "Stream" }), streamList(events));
+  content.append(el("h2", { text: "Events" }), eventsTable(events));
   return trace;
+}
+
+// --- the job's live stream (ctx.emit): its values, and new ones as they are recorded ------------
+
+function streamItem(e) {
+  const p = e.payload || {};
+  const from = p.node_id ? ` (${p.node_id}, attempt ${p.attempt})` : "";
+  return el("li", { "data-seq": String(p.seq), "data-version": String(e.version) },
+    el("code", { text: JSON.stringify(p.value) }), el("span", { class: "hint", text: from }));
+}
+
+function streamList(events) {
+  const list = el("ol", { id: "stream", start: "0" });
+  for (const e of events) if (e.type === "stream_emitted") list.append(streamItem(e));
+  return list;
+}
+
+// Read /api/jobs/<id>/stream (Server-Sent Events) with fetch, so that the key stays in the
+// Authorization header (an EventSource cannot send one): ``onEvent(type, event)`` for each
+// event after version ``after``, until the stream's ``end`` (the job finished). A stream the
+// server closed at its time limit is opened again after the last version read.
+async function follow(jobId, after, onEvent) {
+  const headers = { Authorization: `Bearer ${sessionStorage.getItem(KEY)}` };
+  let last = after;
+  for (;;) {
+    const response = await fetch(`/api/jobs/${jobId}/stream?after_version=${last}`,
+      { headers, cache: "no-store" });
+    if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => null));
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const fields = {};
+        for (const line of buffer.slice(0, cut).split("\n")) {
+          const i = line.indexOf(":");
+          if (i === 0) continue; // a comment (heartbeat)
+          const name = i < 0 ? line : line.slice(0, i);
+          fields[name] = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
+        }
+        buffer = buffer.slice(cut + 2);
+        if (fields.event === "end") return;
+        if (fields.id) last = Number(fields.id);
+        if (fields.data !== undefined) onEvent(fields.event, JSON.parse(fields.data));
+      }
+    }
+  }
 }
 
 // --- keeping a job's page current -----------------------------------------------------------------
@@ -299,7 +351,8 @@ async function drawJob(content, jobId, onDecided) {
   return trace;
 }
 
-// Show the job and poll it while it is not terminal: a new event or status redraws the page.
+// Show the job and follow its stream while it is not terminal: a stream value is added at once,
+// any other event redraws the page (once for a burst). Without a stream, poll.
 async function showJob(content, jobId) {
   let queue = Promise.resolve();
   let shown = null;
@@ -309,6 +362,15 @@ async function showJob(content, jobId) {
     return queue;
   };
   await redraw();
+  if (TERMINAL.includes(shown.job.status)) return;
+  let pending = null;
+  const later = () => { pending = pending || window.setTimeout(() => { pending = null; redraw(); }, 250); };
+  follow(jobId, shown.event_count, (type, event) => {
+    const list = document.querySelector("#stream");
+    if (type === "stream_emitted" && list
+        && !list.querySelector(`[data-version="${event.version}"]`)) list.append(streamItem(event));
+    if (type !== "stream_emitted") later();
+  }).then(later, (err) => { showError(err); window.setTimeout(tick, REFRESH_MS); });
   const tick = async () => {
     if (TERMINAL.includes(shown.job.status)) return;
     try {
@@ -322,7 +384,6 @@ async function showJob(content, jobId) {
     }
     window.setTimeout(tick, REFRESH_MS);
   };
-  window.setTimeout(tick, REFRESH_MS);
 }
 
 // --- agent jobs: the sequence of recorded calls (no task graph to draw) ---------------------------

@@ -13,7 +13,8 @@ How one job runs (the registered agent function, ``async``):
    run ids derived from the job id);
 2. each model request is ``ctx.call(<name>.model_request, ...)``: a pure step whose recorded
    output is the ``ModelResponse`` (``ModelMessagesTypeAdapter`` JSON); on recovery it is returned
-   as recorded and the model is not asked;
+   as recorded and the model is not asked; with an ``event_stream_handler`` the step streams,
+   its events going to the handler and the job's stream (``ctx.emit``) while it runs;
 3. each tool call is ``ctx.call(tool, **args)`` for a tool that is an ``@affidavit.tool`` (its
    ``reconcile`` hook and policies hold) or ``ctx.call(<name>.call_tool, tool=..., args=...,
    call_id=...)`` for any other tool (function tools, MCP servers' tools): the agent's in-flight
@@ -39,18 +40,23 @@ import sys
 import threading
 import typing
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ModelMessagesTypeAdapter
 from pydantic_ai import Tool as PydanticTool
-from pydantic_ai.agent import AbstractAgent, AgentRunResult, WrapperAgent
+from pydantic_ai.agent import AbstractAgent, AgentRunResult, EventStreamHandler, WrapperAgent
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelAPIError, ModelRetry
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, ModelResponseStreamEvent
+from pydantic_ai.models import (
+    CompletedStreamedResponse,
+    Model,
+    ModelRequestParameters,
+    StreamedResponse,
+)
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.output import OutputDataT
 from pydantic_ai.settings import ModelSettings
@@ -71,9 +77,9 @@ _MAX_KEY = 200
 
 @dataclass
 class _Pending:
-    """A coroutine a step thread is to run on the job's loop."""
+    """A coroutine a step thread is to run on the job's loop (made with the step's context)."""
 
-    make: Callable[[], Coroutine[Any, Any, Any]]
+    make: Callable[[ToolContext], Coroutine[Any, Any, Any]]
 
 
 @dataclass
@@ -111,6 +117,13 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         model_retries: attempts per model request for errors the provider reports
             (``ModelAPIError``: rate limits, outages).
         deps: the ``deps`` every run of the agent gets.
+        event_stream_handler: Pydantic AI's handler of a run's events (default: the wrapped
+            agent's). Inside a job each model request streams, as one recorded step: its events
+            go to the handler and to the job's stream (``ctx.emit``) live, while the step runs;
+            a replayed request (recovery) sends them to neither. The events of tool calls reach
+            the handler from the run itself, on every run of the function.
+        stream: the job's stream limit (``affidavit.StreamLimit``; each model event is one
+            value): past it, events still reach the handler but no longer the stream.
 
     Raises:
         affidavit.ConfigError: a bad name or option, or a name already registered.
@@ -129,6 +142,8 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         deps: Any = None,
         model_limit: affidavit.Limit | None = None,
         budget: affidavit.Budget | None = None,
+        event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
+        stream: affidavit.StreamLimit | None = None,
     ) -> None:
         super().__init__(wrapped)
         from pydantic_ai.exceptions import UserError
@@ -154,6 +169,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
                 )
         self._name = agent_name
         self._deps = deps
+        self._event_stream_handler = event_stream_handler or wrapped.event_stream_handler
         self._ledger_tools = {t.name: t for t in tools}
         self._current: ContextVar[_JobRun | None] = ContextVar(
             f"affidavit_pydantic_ai_{agent_name}", default=None
@@ -176,9 +192,9 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
             return await self._run_job(ctx, prompt)
 
         run_job.__name__ = run_job.__qualname__ = f"pydantic_ai_{agent_name}"
-        self.job = affidavit.agent(agent_name, version=version, in_flight=in_flight, budget=budget)(
-            run_job
-        )
+        self.job = affidavit.agent(
+            agent_name, version=version, in_flight=in_flight, budget=budget, stream=stream
+        )(run_job)
 
     @property
     def name(self) -> str | None:
@@ -225,6 +241,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
             prompt,
             output_type=listed,
             deps=self._deps,
+            event_stream_handler=self._event_stream_handler,
             run_id=_stable_id(ctx.job_id, 0),
             conversation_id=_stable_id(ctx.job_id, -1),
         )
@@ -237,6 +254,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
                 deps=self._deps,
                 message_history=result.all_messages(),
                 deferred_tool_results=answers,
+                event_stream_handler=self._event_stream_handler,
                 run_id=_stable_id(ctx.job_id, round_no),
                 conversation_id=_stable_id(ctx.job_id, -1),
             )
@@ -306,7 +324,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
     def _model_step(self, ctx: ToolContext, **args: Any) -> Any:
         run, pending = self._pending(ctx, args)
         try:
-            response = asyncio.run_coroutine_threadsafe(pending.make(), run.loop).result()
+            response = asyncio.run_coroutine_threadsafe(pending.make(ctx), run.loop).result()
         except ModelAPIError as exc:  # the provider's trouble: worth another attempt
             raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
         tokens = response.usage.input_tokens + response.usage.output_tokens
@@ -317,7 +335,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
     def _tool_step(self, ctx: ToolContext, tool: str, args: dict[str, Any], call_id: str) -> Any:
         run, pending = self._pending(ctx, {"tool": tool, "args": args, "call_id": call_id})
         try:
-            value = asyncio.run_coroutine_threadsafe(pending.make(), run.loop).result()
+            value = asyncio.run_coroutine_threadsafe(pending.make(ctx), run.loop).result()
         except ModelRetry as exc:  # an answer for the model, recorded as the call's outcome
             return {"retry": str(exc.message)}
         except ApprovalRequired as exc:
@@ -350,14 +368,11 @@ class _RecordedModel(WrapperModel):
             "history_sha256": _history_digest(messages),
         }
 
-        def make() -> Coroutine[Any, Any, ModelResponse]:
+        def make(_: ToolContext) -> Coroutine[Any, Any, ModelResponse]:
             return WrapperModel.request(self, messages, model_settings, model_request_parameters)
 
         recorded = await self._owner._record(run, self._owner.model_step, args, make)
-        response = ModelMessagesTypeAdapter.validate_python([recorded])[0]
-        if not isinstance(response, ModelResponse):
-            raise TypeError(f"step recorded a {type(response).__name__}, not a ModelResponse")
-        return response
+        return _response(recorded)
 
     @asynccontextmanager
     async def request_stream(
@@ -367,13 +382,35 @@ class _RecordedModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        if self._owner._job_run() is not None:
-            from pydantic_ai.exceptions import UserError
+        run = self._owner._job_run()
+        if run is not None:  # one recorded pure step, whose events stream live as it runs
+            handler = self._owner._event_stream_handler
+            args = {
+                "model": f"{self.wrapped.system}:{self.wrapped.model_name}",
+                "turn": sum(1 for m in messages if isinstance(m, ModelResponse)),
+                "messages": len(messages),
+                "history_sha256": _history_digest(messages),
+                "stream": True,
+            }
 
-            raise UserError(
-                "streaming model requests are not recorded in affidavit jobs: run the agent "
-                "without an event_stream_handler"
+            async def make(ctx: ToolContext) -> ModelResponse:
+                async with WrapperModel.request_stream(
+                    self, messages, model_settings, model_request_parameters, run_context
+                ) as streamed:
+                    events = _emitted(streamed, ctx)
+                    if handler is not None and run_context is not None:
+                        await handler(run_context, events)
+                    async for _ in events:  # (what the handler left)
+                        pass
+                return streamed.get()
+
+            recorded = await self._owner._record(run, self._owner.model_step, args, make)
+            # the events went out during the step (to the handler and the job's stream): the
+            # run's own stream of the recorded response has none, so nothing is seen twice
+            yield CompletedStreamedResponse(
+                _response(recorded), model_request_parameters=model_request_parameters
             )
+            return
         async with super().request_stream(
             messages, model_settings, model_request_parameters, run_context
         ) as streamed:
@@ -404,13 +441,33 @@ class _RecordedToolset(WrapperToolset[AgentDepsT]):
             return await run.ctx.call(own, **as_json)
         args = {"tool": name, "args": as_json, "call_id": ctx.tool_call_id or ""}
 
-        def make() -> Coroutine[Any, Any, Any]:
+        def make(_: ToolContext) -> Coroutine[Any, Any, Any]:
             return self.wrapped.call_tool(name, tool_args, ctx, tool)
 
         return _unwrap(await owner._record(run, owner.tool_step, args, make))
 
 
 # --- helpers ----------------------------------------------------------------------------------
+
+
+def _response(recorded: Any) -> ModelResponse:
+    response = ModelMessagesTypeAdapter.validate_python([recorded])[0]
+    if not isinstance(response, ModelResponse):
+        raise TypeError(f"step recorded a {type(response).__name__}, not a ModelResponse")
+    return response
+
+
+async def _emitted(
+    streamed: AsyncIterable[ModelResponseStreamEvent], ctx: ToolContext
+) -> AsyncIterator[ModelResponseStreamEvent]:
+    """The model's stream events, each emitted to the job's stream as it passes
+    (``{"pydantic_ai_event": <the event as JSON>}``). An event the stream refuses (over 64 KiB,
+    past the job's stream limit) is passed on all the same: the model's answer is recorded
+    whole in its step."""
+    async for event in streamed:
+        with suppress(affidavit.StreamError):
+            ctx.emit({"pydantic_ai_event": to_jsonable_python(event)})
+        yield event
 
 
 def _unwrap(recorded: Any) -> Any:
