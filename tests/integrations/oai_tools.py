@@ -185,9 +185,12 @@ agent = Agent(
 )
 
 
+QUIET = RunConfig(tracing_disabled=True)  # no trace export (there is no network here)
+
+
 @affidavit.agent("oai_support", version="1")
 async def oai_support(ctx: affidavit.AgentContext, prompt: str) -> dict[str, Any]:
-    result = await AffidavitRunner.run(agent, prompt, run_config=RunConfig(tracing_disabled=True))
+    result = await AffidavitRunner.run(agent, prompt, run_config=QUIET)
     return {"output": result.final_output}
 
 
