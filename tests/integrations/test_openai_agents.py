@@ -312,3 +312,75 @@ def test_without_the_sdk_the_import_error_says_what_to_install() -> None:
         env={**os.environ, "PYTHONPATH": SRC},
     )  # fmt: skip
     assert "pip install 'affidavit[openai-agents]'" in proc.stdout, proc.stdout + proc.stderr
+
+
+class _Handing(ot.ScriptedModel):
+    """The triage agent's model: hands off to billing on its first turn."""
+
+    async def get_response(self, system_instructions: Any, input: Any, *a: Any, **k: Any) -> Any:
+        from agents import ModelResponse, Usage
+
+        ot.side("triage")
+        call = ot._call("transfer_to_billing", {}, "call-handoff")
+        return ModelResponse(output=[call], usage=Usage(), response_id=None)
+
+
+class _Billing(ot.ScriptedModel):
+    async def get_response(self, system_instructions: Any, input: Any, *a: Any, **k: Any) -> Any:
+        from agents import ModelResponse, Usage
+
+        ot.side("billing", instructions=system_instructions)
+        return ModelResponse(output=[ot._say("billing here")], usage=Usage(), response_id=None)
+
+
+def _handoff_agents() -> Any:
+    from agents import Agent
+
+    billing = Agent(name="billing", instructions="Bill.", model=_Billing())
+    return Agent(name="triage", instructions="Route.", model=_Handing(), handoffs=[billing])
+
+
+@affidavit.agent("oai_triage", version="1")
+async def _triage(ctx: affidavit.AgentContext, prompt: str) -> Any:
+    result = await AffidavitRunner.run(_handoff_agents(), prompt, run_config=ot.QUIET)
+    return {"output": result.final_output, "last_agent": result.last_agent.name}
+
+
+def test_a_handoff_runs_in_the_same_job_with_its_model_recorded(store_url: str, side: Path) -> None:
+    with Runtime(store_url, tools=ToolRegistry([*STEPS, _triage])) as rt:
+        job_id = rt.submit(_triage, {"prompt": "my bill"}).job_id
+        done = rt.run_job(job_id)
+        assert done.status == "completed", done.error
+        assert done.output == {"output": "billing here", "last_agent": "billing"}
+        models = [c for c in step_calls(rt, job_id) if c["kind"] == "pure"]
+        assert [c["args"]["turn"] for c in models] == [0, 1]
+        assert affidavit.verify_job(rt.store, job_id).ok
+    assert [line["kind"] for line in ot.read_side(side)] == ["triage", "billing"]
+
+
+_INSTRUCTIONS = ["Be brief."]
+
+
+@affidavit.agent("oai_changing", version="1")
+async def _changing(ctx: affidavit.AgentContext, prompt: str) -> Any:
+    agent = ot.agent.clone(instructions=_INSTRUCTIONS[0])
+    result = await AffidavitRunner.run(agent, prompt, run_config=ot.QUIET)
+    return result.final_output
+
+
+def test_a_recovery_asking_about_another_conversation_parks(store_url: str, side: Path) -> None:
+    """The same agent version with other instructions would ask the model about another
+    conversation than the one recorded: the job parks as nondeterministic, the model unasked."""
+    _INSTRUCTIONS[0] = "Be brief."
+    with Runtime(store_url, tools=ToolRegistry([*STEPS, _changing])) as rt:
+        job_id = rt.submit(_changing, {"prompt": "mail ops@example.com"}).job_id
+        assert rt.run_job(job_id).status == "waiting"
+        [waiting] = [e.payload for e in rt.store.list_events(job_id) if e.type == "job_waiting"]
+        rt.signal(job_id, waiting["correlation_key"], {"approved": True}, approver="ann")
+        _INSTRUCTIONS[0] = "Be verbose."
+        done = rt.run_job(job_id)
+        assert done.status == "parked", done
+        [parked] = [e.payload for e in rt.store.list_events(job_id) if e.type == "job_parked"]
+        assert parked["reason"] == "nondeterministic", parked
+    assert [line["turn"] for line in ot.read_side(side) if line["kind"] == "model"] == [0]
+    assert not [line for line in ot.read_side(side) if line["kind"] == "mail"]
