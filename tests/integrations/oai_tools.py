@@ -14,6 +14,7 @@ Prompts (the job input's ``prompt``):
   turn 1 writes it to PATH (``oai_write_file``, an ``@affidavit.tool`` with a ``reconcile``
   hook, through ``ledger_tool``), turn 2 answers;
 - ``mail ADDRESS``: turn 0 calls ``send_mail`` (``needs_approval=True``), turn 1 answers;
+- ``two A B``: turn 0 asks for two ``lookup`` calls at once, turn 1 answers;
 - ``guarded TEXT``: an input guardrail checks the prompt first (tripped by ``forbidden``).
 """
 
@@ -115,6 +116,12 @@ class ScriptedModel(Model):
                 if turn == 0
                 else _say(f"mailed: {outputs}")
             )
+        elif prompt.startswith("two "):  # one turn asking for two calls, then an answer
+            first, second = prompt[4:].split()
+            if not outputs:
+                calls = [_call("lookup", {"q": q}, f"call-{q}") for q in (first, second)]
+                return ModelResponse(output=list(calls), usage=usage, response_id=None)
+            out = _say(f"looked up: {outputs}")
         elif prompt.startswith("guarded "):
             out = _say(f"ok: {prompt[8:]}")
         else:

@@ -384,3 +384,16 @@ def test_a_recovery_asking_about_another_conversation_parks(store_url: str, side
         assert parked["reason"] == "nondeterministic", parked
     assert [line["turn"] for line in ot.read_side(side) if line["kind"] == "model"] == [0]
     assert not [line for line in ot.read_side(side) if line["kind"] == "mail"]
+
+
+def test_calls_of_one_turn_are_steps_in_the_order_the_model_asked(
+    store_url: str, side: Path
+) -> None:
+    with Runtime(store_url, tools=registry()) as rt:
+        job_id = rt.submit("oai_support", {"prompt": "two a b"}).job_id
+        done = rt.run_job(job_id)
+        assert done.status == "completed", done.error
+        tools = [c["args"]["call_id"] for c in step_calls(rt, job_id) if c["kind"] == "tool"]
+        assert tools == ["call-a", "call-b"]
+        assert affidavit.verify_job(rt.store, job_id).ok
+    assert [line["q"] for line in ot.read_side(side) if line["kind"] == "lookup"] == ["a", "b"]
