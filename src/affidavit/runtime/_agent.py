@@ -204,11 +204,6 @@ class AgentContext:
         return _CURRENT.get()
 
     @property
-    def is_async(self) -> bool:
-        """Whether the agent is an ``async def`` (its calls return awaitables)."""
-        return self._async
-
-    @property
     def job_id(self) -> str:
         """The job's id."""
         return self._backend.job_id
