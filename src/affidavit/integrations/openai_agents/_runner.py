@@ -339,7 +339,11 @@ def _wrap_tool(tool: FunctionTool, run: _Run) -> FunctionTool:
             return recorded["return"]
         return recorded  # a result a person recorded deciding a park
 
-    return dataclasses.replace(tool, on_invoke_tool=invoke, needs_approval=False)
+    # No SDK timeout around the step: it would tell the model "timed out" while the step's
+    # thread goes on to commit the effect (and a recovery would then answer otherwise).
+    return dataclasses.replace(
+        tool, on_invoke_tool=invoke, needs_approval=False, timeout_seconds=None
+    )
 
 
 async def _asks_approval(rule: Any, tool_context: Any, parsed: Any, call_id: str) -> bool:
