@@ -397,3 +397,63 @@ def test_calls_of_one_turn_are_steps_in_the_order_the_model_asked(
         assert tools == ["call-a", "call-b"]
         assert affidavit.verify_job(rt.store, job_id).ok
     assert [line["q"] for line in ot.read_side(side) if line["kind"] == "lookup"] == ["a", "b"]
+
+
+class _FilesModel(ot.ScriptedModel):
+    """Asks the MCP server's ``write_file`` once, then answers."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    async def get_response(self, system_instructions: Any, input: Any, *a: Any, **k: Any) -> Any:
+        from agents import ModelResponse, Usage
+
+        items = [] if isinstance(input, str) else [ot._item(i) for i in input]
+        if not any(i.get("type") == "function_call_output" for i in items):
+            args = {"path": str(self.out), "text": "via mcp"}
+            out: Any = ot._call("write_file", args, "m-1")
+        else:
+            out = ot._say("written")
+        return ModelResponse(output=[out], usage=Usage(), response_id=None)
+
+
+def test_an_mcp_servers_tools_go_through_the_ledger_with_the_key_in_meta(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The SDK's own MCPServerStdio (a real MCP server subprocess) on the agent: each
+    tools/call is one tool step of the ledger, made once, carrying the step's external key in
+    ``_meta``."""
+    from agents import Agent
+    from agents.mcp import MCPServerStdio
+
+    out, files_side = tmp_path / "mcp-out.txt", tmp_path / "files-side.jsonl"
+    server_py = Path(__file__).with_name("mcp_files_server.py")
+    name = f"oai_mcp_{tmp_path.name[-12:]}"
+
+    async def fn(ctx: affidavit.AgentContext, prompt: str) -> Any:
+        params = {"command": sys.executable, "args": [str(server_py)],
+                  "env": {"FILES_SIDE": str(files_side)}}  # fmt: skip
+        async with MCPServerStdio(params=params, cache_tools_list=True) as server:  # type: ignore[arg-type]
+            agent = Agent(name="files", model=_FilesModel(out), mcp_servers=[server])
+            result = await AffidavitRunner.run(agent, prompt, run_config=ot.QUIET)
+        return result.final_output
+
+    job_agent = affidavit.agent(name, version="1")(fn)
+    with Runtime(store_url, tools=ToolRegistry([*STEPS, job_agent])) as rt:
+        job_id = rt.submit(name, {"prompt": "save it"}).job_id
+        done = rt.run_job(job_id)
+        assert done.status == "completed", done.error
+        assert done.output == "written"
+        [tool] = [c for c in step_calls(rt, job_id) if c["kind"] == "tool"]
+        assert (tool["tool_name"], tool["args"]["tool"]) == (
+            "openai_agents.call_tool",
+            "write_file",
+        )
+        [started] = [
+            e.payload for e in rt.store.list_events(job_id) if e.type == "tool_invocation_started"
+        ]
+        assert affidavit.verify_job(rt.store, job_id).ok
+    assert out.read_text().splitlines() == ["via mcp"]
+    [write] = [json.loads(x) for x in files_side.read_text().splitlines()]
+    assert write["job"] == job_id
+    assert write["key"].startswith(f"affidavit:{job_id}:{started['step_id']}:")

@@ -20,7 +20,9 @@ from typing import Any
 
 from affidavit import AgentContext, Tool, ToolContext, canonical_sha256
 
-Make = Callable[[], Coroutine[Any, Any, Any]]
+#: Makes the coroutine a step runs; given the step's context (its keys, for calls that pass them
+#: downstream).
+Make = Callable[[ToolContext], Coroutine[Any, Any, Any]]
 
 
 @dataclass
@@ -55,7 +57,7 @@ def close_bridge(job_id: str) -> None:
 
 async def record(ctx: AgentContext, step: Tool, args: dict[str, Any], make: Make) -> Any:
     """``ctx.call(step, **args)``, whose step (when it runs: not on a recorded replay) runs the
-    coroutine ``make()`` makes. Returns the step's result as recorded."""
+    coroutine ``make(step_context)`` makes. Returns the step's result as recorded."""
     key = canonical_sha256(args)
     with _LOCK:
         bridge = _JOBS[ctx.job_id]
@@ -89,6 +91,6 @@ def run_pending(ctx: ToolContext, args: dict[str, Any]) -> Any:
             "that makes it (call AffidavitRunner.run inside the agent function)"
         )
     if threading.get_ident() != bridge.thread:
-        return asyncio.run_coroutine_threadsafe(make(), bridge.loop).result()
+        return asyncio.run_coroutine_threadsafe(make(ctx), bridge.loop).result()
     with ThreadPoolExecutor(1, thread_name_prefix="affidavit-openai-agents") as helper:
-        return helper.submit(asyncio.run, make()).result()
+        return helper.submit(asyncio.run, make(ctx)).result()

@@ -10,7 +10,9 @@ How one run is recorded (the SDK's own loop runs; affidavit swaps what it calls)
 2. every function tool is cloned with its ``on_invoke_tool`` replaced: a call is the tool step
    ``openai_agents.call_tool`` through the ledger (``..._approved`` when its ``needs_approval``
    says so: the runtime's approval gate), or — for a tool made by :func:`ledger_tool` — the
-   ``@affidavit.tool`` itself, with its ``reconcile`` hook and policies;
+   ``@affidavit.tool`` itself, with its ``reconcile`` hook and policies; an agent's MCP
+   servers' tools are wrapped as they are listed, each turn, and their calls carry the step's
+   keys in ``_meta``;
 3. input and output guardrails (the agents' and the run config's) are cloned to run before the
    model (not beside it, so steps keep their order) as the pure step ``openai_agents.guardrail``;
 4. function tool calls of one turn run one at a time, in the order the model asked for them
@@ -23,6 +25,7 @@ import dataclasses
 import inspect
 import json
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 from agents import (
@@ -49,7 +52,7 @@ from agents.items import ModelResponse, TResponseStreamEvent
 from agents.tool_context import ToolContext as SdkToolContext
 
 import affidavit
-from affidavit import AgentContext, Tool
+from affidavit import AgentContext, Tool, ToolContext
 from affidavit.integrations.openai_agents import _steps
 from affidavit.integrations.openai_agents._bridge import close_bridge, open_bridge, record
 from affidavit.integrations.openai_agents._codec import (
@@ -58,6 +61,14 @@ from affidavit.integrations.openai_agents._codec import (
     load_response,
 )
 
+#: The ``_meta`` keys an MCP server's ``tools/call`` carries inside a job (as
+#: ``affidavit.integrations.mcp`` sends them): the step's external key, job and step ids.
+META_IDEMPOTENCY_KEY, META_JOB_ID, META_STEP_ID = (
+    "affidavit/idempotency_key",
+    "affidavit/job_id",
+    "affidavit/step_id",
+)
+_STEP: ContextVar[ToolContext | None] = ContextVar("affidavit_openai_agents_step", default=None)
 _LOCAL_TOOLS = (ComputerTool, LocalShellTool, ShellTool, ApplyPatchTool, CustomTool)
 _GET_RESPONSE = inspect.signature(Model.get_response)
 
@@ -95,8 +106,8 @@ class AffidavitRunner:
 
         Raises:
             affidavit.ConfigError: no agent job is running here; a ``session`` (its history
-                lives outside the job's record); an agent with MCP servers or local tools
-                (shell, computer, patches), whose calls would not go through the ledger.
+                lives outside the job's record); an agent with local tools (shell, computer,
+                patches), whose calls would not go through the ledger.
         """
         ctx = ctx if ctx is not None else AgentContext.current()
         if ctx is None:
@@ -138,13 +149,6 @@ def _wrap_agent(agent: Agent[Any], run: _Run) -> Agent[Any]:
     done = run.agents.get(id(agent))
     if done is not None:
         return done
-    if agent.mcp_servers:
-        raise affidavit.ConfigError(
-            f"agent {agent.name!r} has MCP servers: their tools' calls are not recorded by "
-            "AffidavitRunner yet",
-            hint="Register the server's tools with affidavit.integrations.mcp.load_servers and "
-            "give the agent ledger_tool(...) function tools for them.",
-        )
     local = [t for t in agent.tools if isinstance(t, _LOCAL_TOOLS)]
     if local:
         raise affidavit.ConfigError(
@@ -163,6 +167,18 @@ def _wrap_agent(agent: Agent[Any], run: _Run) -> Agent[Any]:
     )
     run.agents[id(agent)] = clone
     clone.handoffs = [_wrap_handoff(h, run) for h in agent.handoffs]
+    if agent.mcp_servers:
+        for server in agent.mcp_servers:
+            _pass_keys(server)
+        listed = clone.get_mcp_tools
+
+        async def mcp_tools(run_context: Any) -> list[Any]:
+            # the servers' tools, listed each turn as the SDK does: each call a ledger step
+            # (their names are in the conversation digest: a changed list is caught)
+            tools = await listed(run_context)
+            return [_wrap_tool(t, run) if isinstance(t, FunctionTool) else t for t in tools]
+
+        clone.get_mcp_tools = mcp_tools  # type: ignore[method-assign]
     return clone
 
 
@@ -176,6 +192,32 @@ def _wrap_handoff(handoff: Agent[Any] | Handoff[Any, Any], run: _Run) -> Any:
         return _wrap_agent(await original(context, arguments), run)
 
     return dataclasses.replace(handoff, on_invoke_handoff=invoke)
+
+
+def _pass_keys(server: Any) -> None:
+    """Give an MCP server a ``tool_meta_resolver`` that adds the running step's keys to each
+    call's ``_meta`` (after what a resolver it had answers), so a server that deduplicates can:
+    outside a step it answers what the server's own resolver does."""
+    own = getattr(server, "tool_meta_resolver", None)
+    if getattr(own, "affidavit_keys", False):
+        return
+
+    async def resolve(context: Any) -> dict[str, Any] | None:
+        answer = own(context) if own is not None else None
+        if inspect.isawaitable(answer):
+            answer = await answer
+        step = _STEP.get()
+        if step is None:
+            return answer
+        keys = {
+            META_IDEMPOTENCY_KEY: step.external_key,
+            META_JOB_ID: step.job_id,
+            META_STEP_ID: step.step_id,
+        }
+        return {**(answer or {}), **keys}
+
+    resolve.affidavit_keys = True  # type: ignore[attr-defined]
+    server.tool_meta_resolver = resolve
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -223,7 +265,7 @@ class _RecordedModel(Model):
         }
         self._run.turn += 1
 
-        def make() -> Any:
+        def make(step: Any) -> Any:
             return self._inner.get_response(*args, **kwargs)
 
         recorded = await record(self._run.ctx, _steps.model_response, step_args, make)
@@ -331,8 +373,12 @@ def _wrap_tool(tool: FunctionTool, run: _Run) -> FunctionTool:
         asked = await _asks_approval(needs_approval, tool_context, parsed, call["call_id"])
         step = _steps.call_tool_approved if asked else _steps.call_tool
 
-        def make() -> Any:
-            return original(tool_context, arguments)
+        async def make(step: ToolContext) -> Any:
+            token = _STEP.set(step)  # what an MCP server's call passes in _meta
+            try:
+                return await original(tool_context, arguments)
+            finally:
+                _STEP.reset(token)
 
         recorded = await record(run.ctx, step, call, make)
         if isinstance(recorded, dict) and set(recorded) == {"return"}:
@@ -368,7 +414,7 @@ def _input_guardrail(guardrail: InputGuardrail[Any], run: _Run) -> InputGuardrai
     name = guardrail.get_name()
 
     async def check(context: Any, agent: Agent[Any], value: Any) -> GuardrailFunctionOutput:
-        async def make() -> Any:
+        async def make(step: Any) -> Any:
             answer = original(context, agent, value)
             return await answer if inspect.isawaitable(answer) else answer
 
@@ -382,7 +428,7 @@ def _output_guardrail(guardrail: OutputGuardrail[Any], run: _Run) -> OutputGuard
     name = guardrail.get_name()
 
     async def check(context: Any, agent: Agent[Any], value: Any) -> GuardrailFunctionOutput:
-        async def make() -> Any:
+        async def make(step: Any) -> Any:
             answer = original(context, agent, value)
             return await answer if inspect.isawaitable(answer) else answer
 
