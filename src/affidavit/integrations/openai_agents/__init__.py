@@ -2,11 +2,11 @@
 :class:`AffidavitRunner` runs ``agents.Runner.run`` inside an affidavit agent job.
 
 Every model call is one recorded pure step (asked once; a recovery returns the recorded
-response and never asks the model again), every function tool call (an MCP server's
-tools included) one tool step through the invocation ledger (at most once; a :func:`ledger_tool` keeps its ``@affidavit.tool``'s
-``reconcile`` hook), tools marked ``needs_approval`` wait for an affidavit approval, guardrails
-are recorded, and each response's token usage counts toward the job's budget. See
-docs/integrations.md ("OpenAI Agents SDK").
+response and never asks the model again), every function tool call (an MCP server's tools
+included) one tool step through the invocation ledger (at most once; a :func:`ledger_tool`
+keeps its ``@affidavit.tool``'s ``reconcile`` hook), tools marked ``needs_approval`` wait for an
+affidavit approval, guardrails are recorded, and each response's token usage counts toward the
+job's budget. See docs/integrations.md ("OpenAI Agents SDK").
 """
 
 from __future__ import annotations
