@@ -4,12 +4,14 @@ divergent code parks the job; versions are enforced."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+import affidavit
 from affidavit import AgentContext, PlanError, Runtime, ToolRegistry
 from affidavit.core.agent_steps import agent_hash, agent_step_id
 from affidavit.core.errors import SignalRejected
@@ -373,3 +375,36 @@ def test_async_agent_waits_recovers_and_fails_like_a_sync_one(rt: Runtime) -> No
         assert_log_sound(rt.store, job_id)
     events = rt.store.list_events(bad)
     assert [c["kind"] for c in calls(events)] == ["tool", "wait", "tool", "tool"]
+
+
+_SEEN: list[tuple[str, bool]] = []
+
+
+@affidavit.agent("ag_current_sync", version="1")
+def _current_plain(ctx: AgentContext) -> str:
+    _SEEN.append(("sync", AgentContext.current() is ctx))
+    return ctx.job_id
+
+
+@affidavit.agent("ag_current_async", version="1")
+async def _current_coroutine(ctx: AgentContext) -> str:
+    async def task() -> bool:
+        return AgentContext.current() is ctx
+
+    _SEEN.append(("async", AgentContext.current() is ctx))
+    _SEEN.append(("task", await asyncio.create_task(task())))
+    return ctx.job_id
+
+
+def test_the_current_context_is_the_running_jobs(store_url: str) -> None:
+    """``AgentContext.current()`` (what framework adapters record with) is the job's context
+    inside its function — in a plain ``def`` agent, in an ``async def`` one and in the tasks it
+    starts — and ``None`` outside any job."""
+    _SEEN.clear()
+    assert AgentContext.current() is None
+    with Runtime(store_url, tools=ToolRegistry([_current_plain, _current_coroutine])) as rt:
+        for fn in (_current_plain, _current_coroutine):
+            job = rt.submit(fn, {})
+            assert rt.run_job(job.job_id).output == job.job_id
+    assert _SEEN == [("sync", True), ("async", True), ("task", True)]
+    assert AgentContext.current() is None

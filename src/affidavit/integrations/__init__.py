@@ -3,6 +3,8 @@
 - :mod:`affidavit.integrations.mcp` (``affidavit[mcp]``): MCP servers' tools as affidavit tools
   through the ledger (``affidavit mcp``, which serves affidavit's operations to agents, is a
   face: :mod:`affidavit.mcp`);
+- :mod:`affidavit.integrations.openai_agents` (``affidavit[openai-agents]``): the OpenAI Agents
+  SDK's ``Runner.run`` recorded in an agent job (``AffidavitRunner``);
 - :mod:`affidavit.integrations.otel` (``affidavit[otel]``): OpenTelemetry spans for jobs, steps
   and tool calls;
 - :mod:`affidavit.integrations.pydantic_ai` (``affidavit[pydantic-ai]``): a Pydantic AI agent as

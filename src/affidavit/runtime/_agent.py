@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -204,6 +206,13 @@ class AgentContext:
         self._backend = backend
         self._async = is_async
 
+    @staticmethod
+    def current() -> AgentContext | None:
+        """The context of the agent job whose function is running here (in its thread, or in
+        a task of its event loop), else ``None``: what a framework adapter called from inside
+        an agent function (``AffidavitRunner.run``) records its steps with."""
+        return _CURRENT.get()
+
     @property
     def job_id(self) -> str:
         """The job's id."""
@@ -325,6 +334,20 @@ class AgentContext:
         that reach this point with the new code (recorded), ``False`` in a job whose record
         was made by code without the patch here (it keeps the old path)."""
         return self._backend.patched(patch_id)
+
+
+_CURRENT: ContextVar[AgentContext | None] = ContextVar("affidavit_agent_context", default=None)
+
+
+@contextmanager
+def running(ctx: AgentContext) -> Iterator[None]:
+    """Make ``ctx`` what :meth:`AgentContext.current` answers while the agent function runs
+    (an ``asyncio.run`` inside copies it to the job's tasks)."""
+    token = _CURRENT.set(ctx)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
 
 
 def agents_in(items: Iterable[Any]) -> list[Agent]:

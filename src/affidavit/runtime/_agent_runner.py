@@ -33,7 +33,7 @@ from affidavit.core.agent_steps import (
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
 from affidavit.record import ReplayContext
-from affidavit.runtime._agent import Agent, AgentContext
+from affidavit.runtime._agent import Agent, AgentContext, running
 from affidavit.runtime._agent_waits import check_sleep, check_wait, rfc3339, timer_due, wait_extra
 from affidavit.runtime._budget import BudgetMeter
 from affidavit.runtime._cancel import end_cancelled
@@ -181,10 +181,11 @@ class AgentRun:
         kwargs = self.input if isinstance(self.input, dict) else {}
         try:
             try:
-                if self.agent.is_async:
-                    output = asyncio.run(self._main(ctx, kwargs))
-                else:
-                    output = self.agent.fn(ctx, **kwargs)
+                with running(ctx):
+                    if self.agent.is_async:
+                        output = asyncio.run(self._main(ctx, kwargs))
+                    else:
+                        output = self.agent.fn(ctx, **kwargs)
             finally:
                 self._drain()
             if self._interrupt is not None:  # the function caught it: it still ends the run

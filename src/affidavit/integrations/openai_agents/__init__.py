@@ -1,0 +1,25 @@
+"""OpenAI Agents SDK integration, the ``affidavit[openai-agents]`` extra:
+:class:`AffidavitRunner` runs ``agents.Runner.run`` inside an affidavit agent job.
+
+Every model call is one recorded pure step (asked once; a recovery returns the recorded
+response and never asks the model again), every function tool call (an MCP server's tools
+included) one tool step through the invocation ledger (at most once; a :func:`ledger_tool`
+keeps its ``@affidavit.tool``'s ``reconcile`` hook), tools marked ``needs_approval`` wait for an
+affidavit approval, guardrails are recorded, and each response's token usage counts toward the
+job's budget. See docs/integrations.md ("OpenAI Agents SDK").
+"""
+
+from __future__ import annotations
+
+try:
+    import agents as _agents  # noqa: F401
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "affidavit.integrations.openai_agents needs the OpenAI Agents SDK, which is not "
+        "installed: pip install 'affidavit[openai-agents]' (or pip install openai-agents)"
+    ) from _exc
+
+from affidavit.integrations.openai_agents._runner import AffidavitRunner, ledger_tool
+from affidavit.integrations.openai_agents._steps import STEPS
+
+__all__ = ["STEPS", "AffidavitRunner", "ledger_tool"]
