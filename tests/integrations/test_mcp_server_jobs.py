@@ -246,3 +246,25 @@ def test_a_bad_option_exits_3_with_a_message(world: World, options: list[str]) -
     )
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr and re.search(r"[Ee]rror", proc.stderr)
+
+
+def test_what_an_agent_sends_is_bounded_over_stdio_too(world: World) -> None:
+    big = "x" * (1 << 20)
+    refused = error_of(world, "stdio", "agent_a", "submit_job", plan=WAIT_PLAN, input=big)
+    assert refused["code"] == "invalid_input" and "more than 1048576" in refused["message"]
+    payload = error_of(
+        world, "stdio", "agent_a", "signal", job_id=world.job_a, key="k", payload=big
+    )
+    assert payload["code"] == "invalid_input" and "the payload" in payload["message"]
+
+
+def test_verify_pack_names_a_corrupted_archive(world: World) -> None:
+    import base64
+
+    exported = call(world, "http", "observer_a", "export_pack", job_id=world.job_a)
+    data = base64.b64decode(exported["archive_base64"])
+    damaged = data[:-8] + bytes(b ^ 0xFF for b in data[-8:-4]) + data[-4:]  # the CRC-32
+    encoded = base64.b64encode(damaged).decode()
+    refused = error_of(world, "stdio", "observer_a", "verify_pack", archive_base64=encoded)
+    assert refused["code"] == "invalid_pack_archive"
+    assert "incorrect data check" in refused["message"]

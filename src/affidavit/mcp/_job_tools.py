@@ -27,6 +27,20 @@ Status = Literal["pending", "running", "waiting", "parked", "completed", "failed
 MAX_SUBMIT_BYTES = DEFAULT_MAX_BODY  # a plan and its input, as JSON: the HTTP API's body cap
 
 
+def _bounded(value: Any, what: str) -> None:
+    """Over stdio no body cap applies: what an agent sends is bounded here as over HTTP.
+
+    Raises:
+        ValidationError: ``value`` is more than ``MAX_SUBMIT_BYTES`` as JSON.
+    """
+    size = len(json.dumps(value, ensure_ascii=False, default=str).encode())
+    if size > MAX_SUBMIT_BYTES:
+        raise ValidationError(
+            f"{what}: {size} bytes as JSON, more than {MAX_SUBMIT_BYTES}",
+            hint="Send less; large data belongs in the tools, not in the job's record.",
+        )
+
+
 def job_tools(store: Store, calls: Calls) -> list[Tool]:
     return [
         _list_jobs(store, calls),
@@ -106,12 +120,7 @@ def _submit_job(store: Store, calls: Calls) -> Tool:
     ) -> S.Submitted:
         def work() -> Any:
             caller = calls.caller(ctx, "agent")
-            size = len(json.dumps([plan, input], ensure_ascii=False, default=str).encode())
-            if size > MAX_SUBMIT_BYTES:
-                raise ValidationError(
-                    f"the plan and input are {size} bytes as JSON, more than {MAX_SUBMIT_BYTES}",
-                    hint="Send a smaller plan; large data belongs in the tools, not the input.",
-                )
+            _bounded([plan, input], "the plan and input")
             where = check_namespace(namespace or caller.namespace)
             if where != caller.namespace and caller.role != "admin":
                 raise Forbidden(f"only an admin may submit into namespace {where!r}")
@@ -150,6 +159,7 @@ def _signal(store: Store, calls: Calls) -> Tool:
         def work() -> Any:
             caller = calls.caller(ctx, "agent")
             calls.visible_job(caller, job_id)
+            _bounded(payload, "the payload")
             job, appended = signal_job(
                 store,
                 job_id,
