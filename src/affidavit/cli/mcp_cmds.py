@@ -63,16 +63,7 @@ def mcp(
     that cannot be listened on), a missing key, the mcp extra not installed, or a store error.
     """
     with command(False):
-        if transport not in TRANSPORTS:
-            raise ConfigError(
-                f"unknown transport {transport!r}", hint=f"Use one of: {', '.join(TRANSPORTS)}."
-            )
-        if not re.fullmatch(PATH_PATTERN, path):
-            raise ConfigError(
-                f"--path {path!r} is not an endpoint path",
-                hint="Give an absolute URL path such as /mcp: '/' then letters, digits and "
-                "'-._~/'.",
-            )
+        _check(transport, path)
         limit = None if rate_limit.strip().lower() == "off" else RateLimit.parse(rate_limit)
         api_key = os.environ.get(API_KEY_ENV) or None
         if transport == "stdio" and api_key is None:
@@ -120,6 +111,19 @@ def mcp(
         store.close()
         if listening is not None:
             listening.close()
+
+
+def _check(transport: str, path: str) -> None:
+    """Raises: ConfigError: an unknown transport, or a ``--path`` that is no URL path."""
+    if transport not in TRANSPORTS:
+        raise ConfigError(
+            f"unknown transport {transport!r}", hint=f"Use one of: {', '.join(TRANSPORTS)}."
+        )
+    if not re.fullmatch(PATH_PATTERN, path):
+        raise ConfigError(
+            f"--path {path!r} is not an endpoint path",
+            hint="Give an absolute URL path such as /mcp: '/' then letters, digits and '-._~/'.",
+        )
 
 
 def _listen(host: str, port: int) -> socket.socket:

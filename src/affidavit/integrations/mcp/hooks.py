@@ -17,16 +17,16 @@ load_servers("mcp-servers.yaml")          # fs: npx @modelcontextprotocol/server
 
 @affidavit.mcp_reconcile("fs/write_file")
 def find_write(ctx: affidavit.ToolContext, call: McpCall) -> object | None:
-    text = call.ask("read_text_file", {"path": call.arguments["path"]})
-    found = text["content"][0]["text"] == call.arguments["content"]
+    text = call.ask("read_text_file", {"path": call.arguments["path"]})["content"]
+    found = text == call.arguments["content"]
     return {"content": [{"type": "text", "text": "found on recovery"}]} if found else None
 ```
 
 The hooks are kept by the runtime (``affidavit.mcp_reconcile``: the decorator, and the table
-:func:`~affidavit.integrations.mcp.load_servers` attaches them from). A hook may be registered
-before or after :func:`~affidavit.integrations.mcp.load_servers`
-registers the tool. A tool given ``reconcile:`` or ``idempotent: true`` in the servers file has
-its resolution there, and a hook for it is refused (one answer per tool).
+:func:`~affidavit.integrations.mcp.load_servers` attaches them from); a hook may be registered
+before or after ``load_servers`` registers the tool. A tool given ``reconcile:`` or
+``idempotent: true`` in the servers file has its resolution there, and a hook for it is refused
+(one answer per tool).
 """
 
 from __future__ import annotations
