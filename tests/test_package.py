@@ -134,6 +134,7 @@ def test_public_api() -> None:
             "check_stored_chain",
             "execution_hash",
             "load_tools",
+            "mcp_reconcile",
             "open_store",
             "pure",
             "queue",

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from affidavit.runtime._agent import AgentContext, agent
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._limits import Limit
+    from affidavit.runtime._mcp_hooks import mcp_reconcile
     from affidavit.runtime._queues import queue
     from affidavit.runtime._runtime import Runtime
     from affidavit.runtime._sdk import (
@@ -130,6 +131,7 @@ _LAZY = (
         "check_stored_chain": "affidavit.core.chain",
         "execution_hash": "affidavit.core.chain",
         "load_tools": "affidavit.runtime._sdk",
+        "mcp_reconcile": "affidavit.runtime._mcp_hooks",
         "open_store": "affidavit.store",
         "pure": "affidavit.runtime._sdk",
         "queue": "affidavit.runtime._queues",
@@ -221,6 +223,7 @@ __all__ = [
     "check_stored_chain",
     "execution_hash",
     "load_tools",
+    "mcp_reconcile",
     "open_store",
     "pure",
     "queue",

@@ -30,7 +30,18 @@ from affidavit.claims.sealing import TrustSealer
 from affidavit.faces.auth import create_api_key
 from affidavit.store import open_store
 
-TOOL_NAMES = {"verify_job", "export_pack", "verify_pack", "verify_claim", "get_trust"}
+TOOL_NAMES = {
+    "verify_job",
+    "export_pack",
+    "verify_pack",
+    "verify_claim",
+    "get_trust",
+    "list_jobs",
+    "get_job",
+    "submit_job",
+    "signal",
+    "approve",
+}
 
 
 def _act(ctx: ToolContext, x: int) -> dict[str, Any]:
@@ -48,6 +59,7 @@ PLAN = {
 class World:
     db_url: str
     keys: dict[str, str]
+    key_file: Path
     job_a: str  # a completed job in namespace a
     job_b: str  # one in namespace b
     env: dict[str, str]
@@ -83,6 +95,8 @@ def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wor
         ("agent_a", "bot-a", "agent", "a"),
         ("agent_b", "bot-b", "agent", "b"),
         ("admin", "root", "admin", "ops"),
+        ("approver_a", "judge-a", "approver", "a"),
+        ("approver_bot_a", "bot-a", "approver", "a"),  # the agent bot-a, holding an approver key
     ]:
         _, keys[name] = create_api_key(store, agent_id=agent, role=role, namespace=ns)
     service = ClaimService(store, sealer=TrustSealer(key_file))  # (one key seals here)
@@ -108,7 +122,7 @@ def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wor
     )
     try:
         _wait_http(f"http://127.0.0.1:{port}/", proc)
-        yield World(db_url, keys, job_a, job_b, env, f"http://127.0.0.1:{port}/mcp")
+        yield World(db_url, keys, key_file, job_a, job_b, env, f"http://127.0.0.1:{port}/mcp")
     finally:
         proc.terminate()
         proc.wait(10)
@@ -131,7 +145,7 @@ def connect(world: World, transport: str, key: str | None) -> Client:
     return Client(target)
 
 
-def call(world: World, transport: str, key: str | None, tool: str, **args: Any) -> Any:
+def call(world: World, transport: str, key: str | None, tool: str, /, **args: Any) -> Any:
     """One tools/call on a fresh connection: the structured result, or ``("error", code)``."""
 
     async def go() -> Any:

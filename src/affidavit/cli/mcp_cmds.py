@@ -4,6 +4,8 @@ HTTP). The MCP SDK is imported only when the command runs (the ``mcp`` extra).""
 from __future__ import annotations
 
 import os
+import re
+import socket
 from typing import Annotated
 
 import typer
@@ -17,6 +19,7 @@ from affidavit.faces.ratelimit import RateLimit
 
 API_KEY_ENV = "AFFIDAVIT_API_KEY"
 TRANSPORTS = ("stdio", "http")
+PATH_PATTERN = r"/[A-Za-z0-9._~/-]{0,200}"
 
 
 # Long because typer reads the command's options from its signature and its --help from its
@@ -46,8 +49,9 @@ def mcp(
     ] = 600.0,
     db: DbOption = None,
 ) -> None:
-    """Serve affidavit's operations as MCP tools: verify_job, export_pack, verify_pack,
-    verify_claim, get_trust — each with an API key's role and namespace enforced as over HTTP.
+    """Serve affidavit's operations as MCP tools: list_jobs, get_job, submit_job, signal,
+    approve, verify_job, export_pack, verify_pack, verify_claim, get_trust — each with an API
+    key's role and namespace enforced as over HTTP.
 
     stdio: every call acts with the key in $AFFIDAVIT_API_KEY (required). http: every request
     brings its own key (`Authorization: Bearer <key>`, 401 without: checked before the body is
@@ -55,14 +59,11 @@ def mcp(
     --max-body-bytes refused (413), and a key holds at most --sessions-per-key sessions (one
     more is refused with 429 until one closes or idles out after --session-idle-timeout).
 
-    Exit codes: 0 stopped; 3 a bad option, a missing key, the mcp extra not installed, or a
-    store error.
+    Exit codes: 0 stopped; 3 a bad option (a --path that is no URL path, a --host or --port
+    that cannot be listened on), a missing key, the mcp extra not installed, or a store error.
     """
     with command(False):
-        if transport not in TRANSPORTS:
-            raise ConfigError(
-                f"unknown transport {transport!r}", hint=f"Use one of: {', '.join(TRANSPORTS)}."
-            )
+        _check(transport, path)
         limit = None if rate_limit.strip().lower() == "off" else RateLimit.parse(rate_limit)
         api_key = os.environ.get(API_KEY_ENV) or None
         if transport == "stdio" and api_key is None:
@@ -82,6 +83,7 @@ def mcp(
         from affidavit.store import open_store
 
         sessions = SessionLimits(sessions_per_key, session_idle_timeout)
+        listening = _listen(host, port) if transport == "http" else None
         store = open_store(database_url(db))
     try:
         server = build_server(store, api_key=api_key if transport == "stdio" else None)
@@ -99,12 +101,55 @@ def mcp(
                 max_body=max_body_bytes,
                 sessions=sessions,
             )
+            assert listening is not None
             output.err.print(
                 f"affidavit MCP server on http://{host}:{port}{path} ({store.backend})"
             )
-            uvicorn.run(app, host=host, port=port, log_level="warning")
+            config = uvicorn.Config(app, log_level="warning")
+            uvicorn.Server(config).run(sockets=[listening])
     finally:
         store.close()
+        if listening is not None:
+            listening.close()
+
+
+def _check(transport: str, path: str) -> None:
+    """Raises: ConfigError: an unknown transport, or a ``--path`` that is no URL path."""
+    if transport not in TRANSPORTS:
+        raise ConfigError(
+            f"unknown transport {transport!r}", hint=f"Use one of: {', '.join(TRANSPORTS)}."
+        )
+    if not re.fullmatch(PATH_PATTERN, path):
+        raise ConfigError(
+            f"--path {path!r} is not an endpoint path",
+            hint="Give an absolute URL path such as /mcp: '/' then letters, digits and '-._~/'.",
+        )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (before the server starts: a bad host or a port in
+    use is a clear error, exit 3).
+
+    Raises:
+        ConfigError: the address cannot be bound.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"--host {host!r} is no address to listen on: {exc}") from exc
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="Choose another --port (or stop what holds it) or another --host.",
+        ) from exc
+    return sock
 
 
 def register(app: typer.Typer) -> None:

@@ -65,7 +65,9 @@ def export(
 # Long because typer reads the command's options from its signature and its --help from its
 # docstring (so this reason is not there); the body itself is under 50 lines.
 def verify(
-    pack_dir: Annotated[Path, typer.Argument(help="The pack directory.")],
+    pack_dir: Annotated[
+        Path, typer.Argument(help="The pack directory, or a pack archive (.tar.gz).")
+    ],
     out_dir: Annotated[
         Path,
         typer.Option(
@@ -116,14 +118,18 @@ def verify(
     of the pack giving a key twice in one object is INTEGRITY_FAIL (readers would disagree on
     its value).
 
-    Exit codes: 0 MATCH; 1 DIVERGE; 2 INTEGRITY_FAIL; 3 usage error, no such pack directory,
-    or OUT_DIR exists without --overwrite.
+    PACK_DIR may be a pack archive (.tar.gz, as GET /api/jobs/{id}/pack gives): it is read
+    whole and checked first (gzip trailer, every tar block, bounded members, no links, absolute
+    paths or '..'); a corrupted or refused archive is INTEGRITY_FAIL naming the corruption.
+
+    Exit codes: 0 MATCH; 1 DIVERGE; 2 INTEGRITY_FAIL; 3 usage error, no such pack directory
+    or archive, or OUT_DIR exists without --overwrite.
     """
     from affidavit.packs import verify_pack, write_verdict
 
     with command(as_json):
-        if not pack_dir.is_dir():
-            raise ConfigError(f"no pack directory at {str(pack_dir)!r}")
+        if not (pack_dir.is_dir() or pack_dir.is_file()):
+            raise ConfigError(f"no pack directory or archive at {str(pack_dir)!r}")
         if out_dir.exists() and not overwrite:
             raise ConfigError(
                 f"{str(out_dir)!r} already exists", hint="Remove it first or pass --overwrite."

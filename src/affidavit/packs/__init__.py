@@ -1,5 +1,7 @@
 """Proof packs: RCE v0.1 export and offline verification (docs/packs.md)."""
 
+from affidavit.packs._errors import PackArchiveError
+from affidavit.packs.archive import ArchiveLimits, PackArchive, read_pack_archive, write_members
 from affidavit.packs.export import (
     ExportResult,
     PackError,
@@ -13,7 +15,10 @@ from affidavit.packs.export import (
 from affidavit.packs.verify import PackVerdict, verify_pack, write_verdict
 
 __all__ = [
+    "ArchiveLimits",
     "ExportResult",
+    "PackArchive",
+    "PackArchiveError",
     "PackError",
     "PackExistsError",
     "PackVerdict",
@@ -22,6 +27,8 @@ __all__ = [
     "export_archive",
     "export_pack",
     "pack_archive",
+    "read_pack_archive",
     "verify_pack",
+    "write_members",
     "write_verdict",
 ]

@@ -1,4 +1,4 @@
-"""Why a pack cannot be exported."""
+"""Why a pack cannot be exported, or an archive read as one."""
 
 from __future__ import annotations
 
@@ -30,4 +30,15 @@ class TraceStateError(PackError):
     default_hint = (
         "Every trace state maps to a step status (docs/packs.md); export with the affidavit "
         "version that ran the job."
+    )
+
+
+class PackArchiveError(AffidavitError):
+    """What was given as a pack archive (``.tar.gz``) is not one: corrupted, too large, or
+    holding what a pack does not (a link, an absolute path, ``..``)."""
+
+    code = "invalid_pack_archive"
+    default_hint = (
+        "Give the .tar.gz that GET /api/jobs/{id}/pack or the export_pack MCP tool gives "
+        "(one directory; regular files only), unaltered."
     )

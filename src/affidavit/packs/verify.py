@@ -17,6 +17,7 @@ import binascii
 import json
 import platform
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from affidavit.core.seal import PublicKey
 from affidavit.packs import _format as F
 from affidavit.packs._contract import check_contract
 from affidavit.packs._episode import check_completeness, compare, contract_hash
+from affidavit.packs._errors import PackArchiveError
 from affidavit.packs._eventlog import check_event_log
 from affidavit.packs._integrity import check_integrity
 from affidavit.packs._schemas import contract_schema_errors, schema_errors
@@ -47,6 +49,7 @@ from affidavit.packs._state import (
     State,
 )
 from affidavit.packs._tlog import check_log_proof
+from affidavit.packs.archive import ArchiveLimits, read_pack_archive, write_members
 
 __all__ = [
     "DIVERGE",
@@ -182,7 +185,9 @@ def verify_pack(
     min_witnesses: int | None = None,
     log_url: str | None = None,
 ) -> PackVerdict:
-    """Verify the pack directory at ``path`` (phases 1–5 of docs/packs.md). Never raises on a
+    """Verify the pack directory at ``path`` (phases 1–5 of docs/packs.md), or the pack archive
+    (``.tar.gz``) at ``path``: read whole and checked first (:mod:`~affidavit.packs.archive`),
+    a corrupted or refused archive being INTEGRITY_FAIL with the reason. Never raises on a
     malformed pack.
 
     ``trusted_keys`` (raw 32-byte Ed25519 public keys or their base64) pins the accepted
@@ -201,10 +206,36 @@ def verify_pack(
         ConfigError: ``max_file_bytes`` (or its variable) is not a positive whole number.
     """
     limit = pack_max_file_bytes(max_file_bytes)
+    log_check = (log_key, witness_keys, min_witnesses, log_url)
+    where = Path(path)
+    if where.is_file():  # a .tar.gz: read whole, checked, and verified from a temp directory
+        return _verify_archive(where, trusted_keys, now, limit, log_check)
     with collector_paused():  # hundreds of thousands of parsed objects, no cycles
-        return _verify(
-            Path(path), trusted_keys, now, limit, (log_key, witness_keys, min_witnesses, log_url)
-        )
+        return _verify(where, trusted_keys, now, limit, log_check)
+
+
+def _verify_archive(
+    path: Path,
+    trusted_keys: Iterable[bytes | str] | None,
+    now: datetime | None,
+    max_file_bytes: int,
+    log_check: tuple[Verifier | None, Sequence[Verifier], int | None, str | None],
+) -> PackVerdict:
+    limits = ArchiveLimits(max_member_bytes=max_file_bytes)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limits.max_total_bytes + 1)
+        if len(data) > limits.max_total_bytes:
+            raise PackArchiveError(f"pack archive is larger than {limits.max_total_bytes} bytes")
+        archive = read_pack_archive(data, limits)
+    except OSError as exc:
+        return _verify(path, trusted_keys, now, max_file_bytes, log_check, failed=str(exc))
+    except PackArchiveError as exc:
+        return _verify(path, trusted_keys, now, max_file_bytes, log_check, failed=exc.message)
+    with tempfile.TemporaryDirectory(prefix="affidavit-pack-verify-") as tmp:
+        root = write_members(archive, Path(tmp))
+        with collector_paused():
+            return _verify(root, trusted_keys, now, max_file_bytes, log_check)
 
 
 def _verify(
@@ -218,6 +249,8 @@ def _verify(
         None,
         None,
     ),
+    *,
+    failed: str | None = None,
 ) -> PackVerdict:
     st = State(path, max_file_bytes=max_file_bytes)
     trusted = None if trusted_keys is None else {_raw_key(k) for k in trusted_keys}
@@ -246,6 +279,9 @@ def _verify(
         details["signer"] = _signer(st, trusted)
         return PackVerdict(verdict, EXIT_CODES[verdict], phase, list(st.errors), receipt, details)
 
+    if failed is not None:  # the archive it came in is unreadable or refused
+        st.errors.append(f"{st.root.name}: {failed}")
+        return done(INTEGRITY_FAIL, 1, [])
     if not st.root.is_dir():
         st.errors.append(f"{st.root}: not a directory")
         return done(INTEGRITY_FAIL, 1, [])

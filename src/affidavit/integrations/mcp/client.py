@@ -10,7 +10,8 @@ server is never asked again.
 
 An invocation caught in flight (the worker died during the call) is resolved by the tool's
 ``reconcile`` tool, or by repeating it with the dead attempt's key when the server is
-``idempotent``, else by the in-flight policy (park by default). A call whose answer was lost
+``idempotent``, or by its Python hook (``@affidavit.mcp_reconcile``, hooks.py), else by the
+in-flight policy (park by default). A call whose answer was lost
 to a broken connection is never retried blindly: the step fails ("outcome unknown") unless the
 server is idempotent.
 """
@@ -36,13 +37,23 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 from mcp_types import RequestParamsMeta
 
-from affidavit import AffidavitError, RetryableError, Tool, ToolContext, ToolRegistry, pure, tool
+from affidavit import (
+    AffidavitError,
+    RetryableError,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    mcp_reconcile,
+    pure,
+    tool,
+)
 from affidavit.integrations.mcp.config import (
     McpServersFile,
     ServerConfig,
     ToolOptions,
     read_servers_file,
 )
+from affidavit.integrations.mcp.hooks import McpCall, ReconcileHook
 
 __all__ = [
     "META_IDEMPOTENCY_KEY",
@@ -194,6 +205,16 @@ class McpConnection:
                 "server acted is unknown"
             ) from exc
 
+    def ask(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        """One ``tools/call`` of ``tool`` (no idempotency key: a reconcile hook's read), its
+        answer as :func:`_answer` records one.
+
+        Raises:
+            McpConnectionError: the server cannot be reached.
+            McpToolError: the server answered with an error, or the answer was lost.
+        """
+        return _answer(self.call(tool, arguments, {}), tool_name(self.name, tool))
+
     def close(self) -> None:
         """Close the connection (a stdio server's process ends) and its event loop."""
         self._drop()
@@ -315,8 +336,34 @@ def load_servers(
         for mcp_tool in listed:
             options = config.options(mcp_tool)
             name, fn, reconcile = _make_tool(connection, mcp_tool, options)
-            registered.append(_register(name, fn, reconcile, options, registry))
+            registered_tool = _register(name, fn, reconcile, options, registry)
+            registered.append(name)
+            _hook_up(connection, mcp_tool, options, registered_tool)
     return sorted(registered)
+
+
+def _hook_up(connection: McpConnection, mcp_tool: str, options: ToolOptions, t: Tool) -> None:
+    """Give the tool its ``@mcp_reconcile`` hook (now, or when it is registered), unless the
+    servers file resolves it.
+
+    Raises:
+        ConfigError: the file resolves it and a hook is registered for it too.
+    """
+    alias = f"{connection.name}/{mcp_tool}"
+    if options.kind == "pure":
+        return
+    if options.idempotent or options.reconcile is not None:
+        mcp_reconcile.resolved_in_file(alias, "idempotent" if options.idempotent else "reconcile")
+        return
+
+    def wrap(hook: ReconcileHook) -> Callable[..., Any]:
+        def reconcile(ctx: ToolContext, **arguments: Any) -> Any:
+            call = McpCall(connection.name, mcp_tool, arguments, ctx.external_key, connection)
+            return hook(ctx, call)
+
+        return reconcile
+
+    mcp_reconcile.attach(alias, t, wrap)
 
 
 def _register(
@@ -325,27 +372,25 @@ def _register(
     reconcile: Callable[..., Any] | None,
     options: ToolOptions,
     registry: ToolRegistry | None,
-) -> str:
+) -> Tool:
     if registry is not None:
-        registry.add(
-            Tool(
-                name,
-                fn,
-                options.kind,
-                options.version,
-                options.retry,
-                (),
-                options.in_flight,
-                reconcile,
-            )
+        made = Tool(
+            name,
+            fn,
+            options.kind,
+            options.version,
+            options.retry,
+            (),
+            options.in_flight,
+            reconcile,
         )
-        return name
+        registry.add(made)
+        return made
     if options.kind == "pure":
-        pure(name, version=options.version, retry=options.retry)(fn)
-        return name
+        return pure(name, version=options.version, retry=options.retry)(fn)
     registered = tool(
         name, version=options.version, retry=options.retry, in_flight=options.in_flight
     )(fn)
     if reconcile is not None:
         registered.reconcile(reconcile)
-    return name
+    return registered
