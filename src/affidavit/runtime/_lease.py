@@ -40,6 +40,8 @@ class Lease:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.lost = threading.Event()
+        # set by a renewal that finds the job asked to cancel (ToolContext.cancelled)
+        self.cancel_asked = threading.Event()
         self.seconds = seconds
         self._store = store
         self._claim = claim
@@ -60,7 +62,8 @@ class Lease:
 
     def renew(self) -> bool:
         """Extend the lease to ``seconds`` from now, if this claim still holds the job; when
-        another attempt holds it, set :attr:`lost` and return ``False``.
+        another attempt holds it, set :attr:`lost` and return ``False``. A cancel request in
+        force sets :attr:`cancel_asked` (one read in the same transaction, none once set).
 
         Raises:
             StoreError: the renewal could not be written (nothing is known either way).
@@ -71,6 +74,9 @@ class Lease:
         # would let another worker reclaim the job while this one calls the tool.
         with self._store.transaction(durable=True) as tx:
             alive = tx.heartbeat(self._claim.job_id, self._claim.attempt_id, expires)
+            asked = alive and not self.cancel_asked.is_set()
+            if asked and tx.cancel_request(self._claim.job_id) is not None:
+                self.cancel_asked.set()
         if not alive:
             self.lost.set()
             return False
