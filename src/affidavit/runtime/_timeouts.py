@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from affidavit.core import crash
 from affidavit.runtime._in_flight import NOT_FOUND
 from affidavit.runtime._ledger_steps import commit, record_failure
 from affidavit.runtime._run_base import Item, StepFailed, check_result, elapsed_ms, error_dict
@@ -44,6 +45,7 @@ def resolve_timeout(
         StepFailed: no try is left.
         Stop: the job parked on the call (or the run must end).
     """
+    crash.crash_point("tool.after_timeout")  # (the call open: recovery resolves it)
     spec, t = try_.spec, try_.tool
     seconds = spec.timeout_seconds
     lookup_error: dict[str, Any] | None = None

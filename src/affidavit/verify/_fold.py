@@ -180,6 +180,7 @@ class LogFold(EndEvents):
         invocation_ids, started, success = self.invocation_ids, self.started, self.success
         open_invocations, open_by_key = self.open_invocations, self.open_by_key
         limited = self.limits.open  # limited calls: their handlers check the grants
+        timed, timed_out = self.timed, self.timed_out  # timeouts: their handlers check them
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
         outcomes, failing, completing = _OUTCOMES, _ANY_NODE_FAILS, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
@@ -251,6 +252,9 @@ class LogFold(EndEvents):
                                     and key not in open_by_key
                                     and "requires_approval" not in p
                                     and "limit_grant" not in p
+                                    and "timeout_seconds" not in p
+                                    and "idempotent" not in p
+                                    and key not in timed_out
                                     and (
                                         prior is _NO_START
                                         or prior[1:4] == (node_id, tool_name, hashed)
@@ -279,6 +283,9 @@ class LogFold(EndEvents):
                                     and started[started_key][1] == node_id
                                     and open_by_key.get(started_key) == invocation
                                     and invocation not in limited
+                                    and invocation not in timed
+                                    and outcome != "timeout"
+                                    and "resolution" not in p
                                 ):
                                     del open_invocations[invocation]
                                     del open_by_key[started_key]
