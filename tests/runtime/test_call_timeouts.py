@@ -15,11 +15,10 @@ import pytest
 from affidavit import Runtime
 from affidavit.verify import verify_job
 from affidavit.verify.verification import verify_event_rows
-from tests.runtime.cancel_tools import effects
 from tests.runtime.crash_tools import REGISTRY as CRASH_TOOLS
 from tests.runtime.crash_tools import counts
 from tests.runtime.helpers import assert_log_sound, of_type, run_driver
-from tests.runtime.timeout_tools import REGISTRY, one_call
+from tests.runtime.timeout_tools import REGISTRY, effects, one_call
 from tests.verify.helpers import rows
 
 

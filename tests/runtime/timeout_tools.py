@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from affidavit import AgentContext, ToolContext, ToolRegistry, agent, tool
-from tests.runtime.cancel_tools import GATE_SECONDS, effects
+
+GATE_SECONDS = 60.0  # how long a call hangs (or loops) at most
+
+
+def effects(where: str | Path) -> list[dict[str, Any]]:
+    """Every effect that happened, in order."""
+    path = Path(where) / "effects.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines()]
 
 
 def effect(ctx: ToolContext, where: str) -> dict[str, Any]:
@@ -83,6 +92,8 @@ def loop(ctx: ToolContext, dir: str) -> dict[str, Any]:
     end = time.monotonic() + GATE_SECONDS
     units = 0
     while time.monotonic() < end:
+        if ctx.cancelled:
+            (Path(dir) / "stopped").touch()
         ctx.check_cancelled()
         units += 1
         time.sleep(0.02)
