@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from affidavit import Runtime, Tool, ToolCancelled, ToolContext, ToolRegistry
 from affidavit.verify import verify_job
 from tests.cli.test_cli import cli, cli_env, json_of
@@ -102,4 +104,23 @@ def test_check_cancelled_without_a_request_is_an_ordinary_failure(
         job_id = rt.submit(plan, {}).job_id
         rt.run_until_idle()
         assert rt.get_job(job_id).status == "failed"
+        assert verify_job(rt.store, job_id).ok
+
+
+@pytest.mark.parametrize("how", ["sleep", "wait"])
+def test_a_cancel_ends_a_sleeping_or_waiting_agent_job(
+    store_url: str, tmp_path: Path, how: str
+) -> None:
+    """No worker holds a sleeping or waiting job: the cancel ends it at once, and its timer
+    never wakes it (nothing runs after)."""
+    with Runtime(store_url, tools=REGISTRY) as rt:
+        job_id = rt.submit("to_sleeper", {"dir": str(tmp_path), "how": how}).job_id
+        rt.run_until_idle()
+        assert rt.get_job(job_id).status == "waiting"
+        assert rt.cancel(job_id, reason="not needed").status == "cancelled"
+        rt.run_until_idle()
+        assert rt.get_job(job_id).status == "cancelled"
+        assert not (tmp_path / "effects.jsonl").exists()
+        events = assert_log_sound(rt.store, job_id)
+        assert not of_type(events, "wait_completed")
         assert verify_job(rt.store, job_id).ok

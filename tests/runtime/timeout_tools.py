@@ -106,7 +106,17 @@ def pay_agent(ctx: AgentContext, dir: str) -> Any:
     return ctx.call(pay, timeout_seconds=0.3, dir=dir)
 
 
-REGISTRY = ToolRegistry([pay, pay_default, put, pay_found, loop, pay_agent])
+@agent("to_sleeper", version="1")
+def sleeper(ctx: AgentContext, dir: str, how: str) -> Any:
+    """An agent job that sleeps an hour (or waits for a signal), then pays."""
+    if how == "sleep":
+        ctx.sleep(3600)
+    else:
+        ctx.wait("never", timeout_seconds=3600)
+    return ctx.call(pay, dir=dir)
+
+
+REGISTRY = ToolRegistry([pay, pay_default, put, pay_found, loop, pay_agent, sleeper])
 
 
 def one_call(tool_name: str, where: str | Path, timeout: float | None = 0.3) -> dict[str, Any]:
