@@ -31,11 +31,15 @@ def worker(url: str, lease: float) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("shape", ["plan", "agent"])
 def test_a_tool_loop_stops_on_cancel_and_the_job_ends_cancelled(
-    store_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path, shape: str
 ) -> None:
     with Runtime(store_url, tools=REGISTRY) as rt:
-        job_id = rt.submit(one_call("to_loop", tmp_path, None), {}).job_id
+        if shape == "agent":
+            job_id = rt.submit("to_loop_agent", {"dir": str(tmp_path)}).job_id
+        else:
+            job_id = rt.submit(one_call("to_loop", tmp_path, None), {}).job_id
         proc = worker(store_url, lease=1.5)  # a heartbeat every 0.5 s
         try:
             wait_for("the call", (tmp_path / "started").exists, proc)

@@ -106,6 +106,12 @@ def pay_agent(ctx: AgentContext, dir: str) -> Any:
     return ctx.call(pay, timeout_seconds=0.3, dir=dir)
 
 
+@agent("to_loop_agent", version="1")
+def loop_agent(ctx: AgentContext, dir: str) -> Any:
+    """An agent job whose one call is the long loop."""
+    return ctx.call(loop, dir=dir)
+
+
 @agent("to_sleeper", version="1")
 def sleeper(ctx: AgentContext, dir: str, how: str) -> Any:
     """An agent job that sleeps an hour (or waits for a signal), then pays."""
@@ -116,7 +122,7 @@ def sleeper(ctx: AgentContext, dir: str, how: str) -> Any:
     return ctx.call(pay, dir=dir)
 
 
-REGISTRY = ToolRegistry([pay, pay_default, put, pay_found, loop, pay_agent, sleeper])
+REGISTRY = ToolRegistry([pay, pay_default, put, pay_found, loop, pay_agent, loop_agent, sleeper])
 
 
 def one_call(tool_name: str, where: str | Path, timeout: float | None = 0.3) -> dict[str, Any]:

@@ -41,7 +41,8 @@ with the version of the first event that violates it:
      node; a ``job_resumed`` follows a ``job_parked``, with a decision that resolves the
      park's reason (``DECISIONS_BY_REASON``; any of the format's for a reason the runtime does
      not know) and a ``result`` only with ``accept_result``; a park ``in_flight`` that names a
-     key names an open invocation of its node;
+     key names an open invocation of its node; a key closed as ``timeout`` starts again only
+     if its start declared ``idempotent`` (and a timed-out closing agrees with its start);
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node,
      and its output maps exactly the plan's sink nodes to their outputs: a tool node's
      committed result, a pure node's recorded output, a wait or approval node's signal
