@@ -114,6 +114,7 @@ def test_public_api() -> None:
             "StoredEvent",
             "Tool",
             "ToolCallError",
+            "ToolCancelled",
             "ToolContext",
             "ToolRegistry",
             "TrustPolicy",
