@@ -113,6 +113,28 @@ def test_a_timed_out_call_is_resolved_by_its_reconcile_hook(store_url: str, tmp_
         assert len(effects(tmp_path)) == 1
 
 
+def test_a_timed_out_call_its_hook_finds_nothing_of_is_tried_again(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Nothing found: the call is closed as ``lost`` (the hook's answer is the evidence) and
+    the next try, with the same external key, acts."""
+    with Runtime(store_url, tools=REGISTRY) as rt:
+        job_id = rt.submit(one_call("to_slow_found", tmp_path), {}).job_id
+        rt.run_until_idle()
+        assert rt.get_job(job_id).status == "completed"
+        [done] = effects(tmp_path)
+        events = assert_log_sound(rt.store, job_id)
+        first, second = of_type(events, "tool_invocation_started")
+        lost, success = of_type(events, "tool_invocation_finished")
+        assert lost["outcome"] == "lost" and lost["resolution"] == "reconcile"
+        assert lost["invocation_id"] == first["invocation_id"]
+        assert success["outcome"] == "success" and success["result"] == {"effect": done["key"]}
+        assert success["invocation_id"] == second["invocation_id"]
+        assert verify_job(rt.store, job_id).ok
+        released(tmp_path)
+        assert len(effects(tmp_path)) == 1
+
+
 def _log(rt: Runtime, job_id: str) -> list[dict[str, Any]]:
     return [{"type": e.type, "payload": e.payload} for e in rt.store.list_events(job_id)]
 

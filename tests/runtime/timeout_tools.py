@@ -84,6 +84,22 @@ def _look_up(ctx: ToolContext, dir: str) -> dict[str, Any] | None:
     return None
 
 
+@tool("to_slow_found")
+def slow_found(ctx: ToolContext, dir: str) -> dict[str, Any]:
+    """A payment whose first call hangs before it acts (and never acts), with a reconcile hook:
+    the hook finds nothing, and the next try acts at once."""
+    tried = Path(dir) / "tried"
+    if tried.exists():
+        return effect(ctx, dir)
+    tried.touch()
+    _hang(dir)
+    (Path(dir) / "returned").touch()
+    return {"effect": None}
+
+
+slow_found.reconcile(_look_up)
+
+
 @tool("to_loop")
 def loop(ctx: ToolContext, dir: str) -> dict[str, Any]:
     """A long job in small units: it looks at ``ctx.cancelled`` between them and stops when
@@ -122,7 +138,9 @@ def sleeper(ctx: AgentContext, dir: str, how: str) -> Any:
     return ctx.call(pay, dir=dir)
 
 
-REGISTRY = ToolRegistry([pay, pay_default, put, pay_found, loop, pay_agent, loop_agent, sleeper])
+REGISTRY = ToolRegistry(
+    [pay, pay_default, put, pay_found, slow_found, loop, pay_agent, loop_agent, sleeper]
+)
 
 
 def one_call(tool_name: str, where: str | Path, timeout: float | None = 0.3) -> dict[str, Any]:
