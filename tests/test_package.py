@@ -120,6 +120,7 @@ def test_public_api() -> None:
             "StreamLimit",
             "Tool",
             "ToolCallError",
+            "ToolCancelled",
             "ToolContext",
             "ToolRegistry",
             "TrustPolicy",

@@ -357,6 +357,8 @@ def test_retries_exhausted_fail_the_job(make_runtime: Any, calls: Calls) -> None
 
 
 def test_timeout_is_retried(make_runtime: Any, calls: Calls) -> None:
+    """A tool declared idempotent is tried again after a timeout (tests/runtime/
+    test_call_timeouts.py: the tools that are not)."""
     release = threading.Event()
 
     def slow(ctx: ToolContext) -> dict[str, Any]:
@@ -365,7 +367,7 @@ def test_timeout_is_retried(make_runtime: Any, calls: Calls) -> None:
             release.wait(5)  # the first try hangs past its timeout
         return {"done": True}
 
-    rt = make_runtime(Tool("slow", slow, "tool"))
+    rt = make_runtime(Tool("slow", slow, "tool", idempotent=True))
     raw = node("s", "slow")
     raw["timeout_seconds"] = 0.2
     job_id = rt.submit(plan(raw), {}).job_id

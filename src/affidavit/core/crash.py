@@ -17,6 +17,7 @@ POINTS = frozenset(
     {
         "tool.after_acquire",
         "tool.after_execute",
+        "tool.after_timeout",
         "tool.after_commit",
         "pure.after_execute",
         "job.before_complete",

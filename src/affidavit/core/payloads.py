@@ -116,6 +116,9 @@ class ToolInvocationStarted(_StepPayload):
     approval_key: str | None = None
     # a limited call's grant (runtime/_limits.py): taken before this event was written
     limit_grant: LimitGrant | None = None
+    # the call's time limit, and whether its tool is declared safe to repeat (runtime/_timeouts.py)
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    idempotent: Literal[True] | None = None
 
 
 class ToolInvocationFinished(_StepPayload):
@@ -125,6 +128,9 @@ class ToolInvocationFinished(_StepPayload):
     result: Any = None
     error: Any = None
     catch_up: bool
+    # a call that ran past its time limit: the limit, and what resolved it (runtime/_timeouts.py)
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    resolution: Literal["retry", "reconcile"] | None = None
 
 
 class CommandCommitted(_StepPayload):

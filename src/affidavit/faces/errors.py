@@ -94,6 +94,7 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.runtime._decisions.InvalidStateError": (USAGE_OR_STORE, 409),
     "affidavit.runtime._schedules.ScheduleNotFound": (NOT_FOUND, 404),
     "affidavit.runtime._sdk.ToolError": (USAGE_OR_STORE, 400),
+    "affidavit.runtime._sdk.ToolCancelled": (USAGE_OR_STORE, 409),
     "affidavit.tlog._audit.EntriesMismatch": (FAILED, 400),
     "affidavit.tlog._audit.ForkDetected": (FAILED, 400),
     "affidavit.tlog._audit.AuditInterrupted": (USAGE_OR_STORE, 400),

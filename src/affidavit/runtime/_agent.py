@@ -23,7 +23,7 @@ from affidavit.core.approvals import ApprovalPolicy
 from affidavit.core.budget import Budget
 from affidavit.core.errors import AffidavitError
 from affidavit.core.streams import StreamLimit
-from affidavit.runtime._sdk import Tool, ToolError, registry
+from affidavit.runtime._sdk import Tool, ToolError, check_timeout, registry
 
 #: How many calls of one agent job run at once unless the agent says otherwise.
 DEFAULT_MAX_CONCURRENCY = 8
@@ -168,7 +168,9 @@ class _Backend(Protocol):
     job_id: str
     input: Any
 
-    def call(self, target: Tool | str, args: dict[str, Any], *, start: bool) -> Any: ...
+    def call(
+        self, target: Tool | str, args: dict[str, Any], *, start: bool, timeout: float | None
+    ) -> Any: ...
 
     def gather(self, handles: Iterable[Any]) -> list[Any]: ...
 
@@ -223,27 +225,36 @@ class AgentContext:
         """The job's input, as submitted (the agent function's keyword arguments)."""
         return self._backend.input
 
-    def call(self, tool: Tool | str, /, **args: Any) -> Any:
+    def call(
+        self, tool: Tool | str, /, *, timeout_seconds: float | None = None, **args: Any
+    ) -> Any:
         """Call a ``@tool`` or ``@pure`` function (the object or its registered name) with
         ``args`` as one step: a tool through the invocation ledger (at most once, reconciled
         or parked when caught in flight), a pure function once (its output recorded). On
         recovery a recorded call returns its recorded result without running. Returns the
         result as recorded (JSON values), or an awaitable of it in an async agent.
 
+        ``timeout_seconds``: each try's time limit (default: the tool's own). A tool call past
+        it has an unknown outcome, resolved by the tool's reconcile hook, else tried again
+        only for an ``idempotent`` tool, else the job parks (docs/runtime.md, "Timeouts").
+
         Raises:
             BaseException subclass: the step failed for good, or the job parked or must stop.
+            ConfigError: ``timeout_seconds`` is not a number > 0.
         """
-        if self._async:
-            return self._backend.call(tool, args, start=True)
-        return self._backend.call(tool, args, start=False)
+        check_timeout("ctx.call", timeout_seconds)
+        return self._backend.call(tool, args, start=self._async, timeout=timeout_seconds)
 
-    def start(self, tool: Tool | str, /, **args: Any) -> StepHandle:
+    def start(
+        self, tool: Tool | str, /, *, timeout_seconds: float | None = None, **args: Any
+    ) -> StepHandle:
         """Start :meth:`call` without waiting for it (plain ``def`` agents): the step takes
         its sequence number now and runs concurrently, at most the agent's
         ``max_concurrency`` at once; ``handle.result()`` (or :meth:`gather`) waits for it."""
         if self._async:
             raise TypeError("ctx.start is for def agents; an async agent awaits ctx.call")
-        handle: StepHandle = self._backend.call(tool, args, start=True)
+        check_timeout("ctx.start", timeout_seconds)
+        handle: StepHandle = self._backend.call(tool, args, start=True, timeout=timeout_seconds)
         return handle
 
     def gather(self, *calls: StepHandle) -> list[Any]:

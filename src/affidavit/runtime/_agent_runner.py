@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -372,11 +373,15 @@ class AgentRun:
             )
         return found
 
-    def call(self, target: Tool | str, args: dict[str, Any], *, start: bool) -> Any:
+    def call(
+        self, target: Tool | str, args: dict[str, Any], *, start: bool, timeout: float | None
+    ) -> Any:
         t = self._tool(target)
         if t.requires_approval:  # it may ask for an approval, which ends the run as a wait does:
             self._quiesce()  # the calls still running record their outcome first, and it runs alone
         spec, args_jcs, called = self._next(t.kind, t.name, args)
+        if timeout is not None:
+            spec = replace(spec, timeout_seconds=timeout)
         if called is not None and self.budget is not None:
             self._within_budget(t)
         if not start or t.requires_approval:

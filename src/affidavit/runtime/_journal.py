@@ -54,9 +54,12 @@ class RunControl:
         confirm_lease: Callable[[], bool] | None = None,
         stopping: threading.Event | None = None,
         store_retry_seconds: float = DEFAULT_STORE_RETRY_SECONDS,
+        cancel_asked: threading.Event | None = None,
     ) -> None:
         self.job_id = job_id
         self.lease_lost = lease_lost
+        # set once a heartbeat found the job asked to cancel: what a tool's ctx.cancelled reads
+        self.cancel_asked = cancel_asked if cancel_asked is not None else threading.Event()
         self._confirm_lease = confirm_lease
         # set when the worker is asked to stop: the run ends at the next step boundary
         self.stopping = stopping

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from affidavit.core.errors import StoreError, StoreUnavailable
 from affidavit.runtime._run_base import Claim
-from affidavit.store import Store
+from affidavit.store import JobRecord, Store
 
 
 class Lease:
@@ -40,6 +40,8 @@ class Lease:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.lost = threading.Event()
+        # set by a renewal that finds the job asked to cancel (ToolContext.cancelled)
+        self.cancel_asked = threading.Event()
         self.seconds = seconds
         self._store = store
         self._claim = claim
@@ -60,7 +62,9 @@ class Lease:
 
     def renew(self) -> bool:
         """Extend the lease to ``seconds`` from now, if this claim still holds the job; when
-        another attempt holds it, set :attr:`lost` and return ``False``.
+        another attempt holds it, set :attr:`lost` and return ``False``. A cancel request in
+        force, or a job cancelled with ``--force``, sets :attr:`cancel_asked` (one read in the
+        same transaction, none once set).
 
         Raises:
             StoreError: the renewal could not be written (nothing is known either way).
@@ -71,6 +75,12 @@ class Lease:
         # would let another worker reclaim the job while this one calls the tool.
         with self._store.transaction(durable=True) as tx:
             alive = tx.heartbeat(self._claim.job_id, self._claim.attempt_id, expires)
+            if not self.cancel_asked.is_set() and (
+                tx.cancel_request(self._claim.job_id) is not None
+                if alive
+                else _cancelled(tx.get_job(self._claim.job_id))  # (a forced cancel)
+            ):
+                self.cancel_asked.set()
         if not alive:
             self.lost.set()
             return False
@@ -117,6 +127,10 @@ class Lease:
             raise
         except StoreError:
             return False  # not known to be ours: do not act
+
+
+def _cancelled(job: JobRecord | None) -> bool:
+    return job is not None and job.status == "cancelled"
 
 
 class Heartbeats:

@@ -92,9 +92,12 @@ def commit(
     catch_up: bool,
     step_id: str | None = None,
     result_jcs: bytes | None = None,
+    timed_out: dict[str, Any] | None = None,
 ) -> Any:
     """T2 (or a catch-up's commit). Returns the result as recorded — read back from its
-    canonical bytes, as a replay reads it — for the steps that take it as their input."""
+    canonical bytes, as a replay reads it — for the steps that take it as their input.
+    ``timed_out``: the fields of a call that ran past its time limit and was resolved by the
+    tool's reconcile hook (``timeout_seconds``, ``resolution``)."""
     base = {"node_id": spec.node_id, "step_id": step_id or spec.step_id}
     jcs = result_jcs if result_jcs is not None else canonical(result)
     items: list[Item] = [
@@ -107,6 +110,7 @@ def commit(
                 "outcome": "success",
                 "result": orjson.Fragment(jcs),
                 "catch_up": catch_up,
+                **(timed_out or {}),
             },
         ),
         (

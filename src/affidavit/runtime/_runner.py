@@ -160,6 +160,7 @@ class JobRunner:
             confirm_lease=self._lease.confirm if self._lease is not None else None,
             stopping=self._stopping,
             store_retry_seconds=self.store_retry_seconds,
+            cancel_asked=self._lease.cancel_asked if self._lease is not None else None,
         )
         journal = Journal(
             self.store,

@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,15 @@ class ToolCallError(TypeError):
 class ToolError(AffidavitError):
     code = "tool_error"
     default_hint = "Check the tool's registration and the values it returns."
+
+
+class ToolCancelled(AffidavitError):
+    """Raised by :meth:`ToolContext.check_cancelled` in a tool whose job was asked to cancel
+    (``affidavit cancel``). A tool that lets it out stops of its own decision: the call is
+    recorded as the failure it is (never retried) and the job then ends cancelled."""
+
+    code = "tool_cancelled"
+    default_hint = "The job was asked to cancel; the tool stopped before it finished."
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +130,30 @@ class ToolContext:
         if self.stream is None:
             raise StreamError(f"ctx.emit: step {self.node_id!r} has no stream here")
         self.stream.emit(value)
+
+    # set once the run learns that the job was asked to cancel (its lease's heartbeat polls
+    # the store's cancel request): what :attr:`cancelled` reads, without a query
+    cancel_asked: threading.Event | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was asked to cancel (``affidavit cancel``) while this call runs —
+        learnt from the run's heartbeat, so up to a heartbeat interval late. A long-running
+        tool may look at it between units of work and stop (see :meth:`check_cancelled`)."""
+        return self.cancel_asked is not None and self.cancel_asked.is_set()
+
+    def check_cancelled(self) -> None:
+        """Stop here if the job was asked to cancel.
+
+        Raises:
+            ToolCancelled: :attr:`cancelled` is true. Let it out of the tool: the call is
+                recorded as failed with it (the tool's own decision, never retried) and the
+                job ends cancelled.
+        """
+        if self.cancelled:
+            raise ToolCancelled(
+                f"step {self.node_id!r} stopped: job {self.job_id} was asked to cancel"
+            )
 
     def close(self, reason: str) -> None:
         """End recording: a later :meth:`record_state_change` raises ``ToolError(reason)``
@@ -196,6 +231,9 @@ class Tool:
     requires_approval: bool | Callable[..., bool] = False
     approval_policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     limit: Limit | None = None  # calls across workers (runtime/_limits.py)
+    # a call past its timeout may be made again (the effect is safe to repeat)
+    idempotent: bool = False
+    timeout_seconds: float | None = None  # per call; a plan node's or ctx.call's comes first
 
     def needs_approval(self, args: Mapping[str, Any]) -> bool:
         """Whether a call with ``args`` may act only once approved (see
@@ -361,6 +399,16 @@ def _check_limit(name: str, limit: object) -> None:
         )
 
 
+def check_timeout(what: str, timeout: object) -> None:
+    """Refuse a time limit that is not a positive, finite number of seconds (``None``: none)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ConfigError(f"timeout_seconds of {what} must be a number > 0, not {timeout!r}")
+    if not 0 < timeout < math.inf:
+        raise ConfigError(f"timeout_seconds of {what} must be a number > 0, not {timeout!r}")
+
+
 def _check_function(name: str, fn: object) -> None:
     if isinstance(fn, Tool):
         raise ToolError(
@@ -387,8 +435,15 @@ def tool(
     approvers: list[str] | None = None,
     min_approvals: int | None = None,
     limit: Limit | None = None,
+    idempotent: bool = False,
+    timeout_seconds: float | None = None,
 ) -> Callable[[ToolFn], Tool]:
     """Register a tool that may change the world. See the module docstring.
+
+    ``timeout_seconds``: each call's time limit, unless the plan node or ``ctx.call`` gives
+    one. A call past it has an unknown outcome: the tool's ``reconcile`` hook resolves it;
+    without one it is tried again only when ``idempotent=True`` (the effect is safe to
+    repeat), else the job parks for a person (docs/runtime.md, "Timeouts").
 
     ``requires_approval``: ``True``, or a function called with the call's arguments (as
     keywords) that says whether this call needs approval (``lambda amount, **_: amount >
@@ -401,6 +456,9 @@ def tool(
     concurrency); a call waits for its slot before it starts."""
     _check_options(name, version, retry)
     _check_limit(name, limit)
+    check_timeout(f"tool {name!r}", timeout_seconds)
+    if type(idempotent) is not bool:
+        raise ConfigError(f"idempotent of tool {name!r} must be True or False, not {idempotent!r}")
     if not (type(requires_approval) is bool or callable(requires_approval)):
         raise ConfigError(
             f"requires_approval of tool {name!r} must be True, False or a function of the "
@@ -425,6 +483,7 @@ def tool(
         t = Tool(name, fn, "tool", version, retry, tuple(retry_on), in_flight)
         t.requires_approval, t.approval_policy = requires_approval, policy
         t.limit = limit
+        t.idempotent, t.timeout_seconds = idempotent, timeout_seconds
         registry.add(t)
         return t
 

@@ -10,6 +10,7 @@ a lost lease cuts short, is the executor's
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,14 @@ from affidavit.runtime._sdk import ToolContext
 
 if TYPE_CHECKING:
     from affidavit.runtime._step_executor import StepSpec
+
+log = logging.getLogger("affidavit.runner")
+
+
+class CallTimedOut(TimeoutError):
+    """A call ran past its step's ``timeout_seconds`` and was abandoned (a thread cannot be
+    killed: it may still act). Unlike a ``TimeoutError`` the function raised itself, its
+    outcome is unknown (see :mod:`affidavit.runtime._timeouts`)."""
 
 
 def call_step(
@@ -96,6 +105,22 @@ def _call_timed(
     try:
         return outcome.result(timeout=spec.timeout_seconds)
     except FutureTimeout:
-        raise TimeoutError(
+        # What the abandoned call does later is ignored: its outcome is decided (and
+        # recorded) without it, and its context records nothing any more.
+        outcome.add_done_callback(lambda done: _late(spec, ctx, done))
+        raise CallTimedOut(
             f"step {spec.node_id!r} timed out after {spec.timeout_seconds}s"
         ) from None
+
+
+def _late(spec: StepSpec, ctx: ToolContext, done: Future[Any]) -> None:
+    """Log the late end of an abandoned call (nothing is recorded of it)."""
+    failed = done.exception()
+    log.warning(
+        "job %s: the abandoned call of step %r (attempt %d) ended after its timeout, with %s; "
+        "ignored (its outcome was decided without it)",
+        ctx.job_id,
+        spec.node_id,
+        ctx.attempt,
+        "a result" if failed is None else f"{type(failed).__name__}",
+    )

@@ -25,12 +25,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from affidavit.core import crash
 from affidavit.core.approvals import NOT_APPROVED
-from affidavit.core.errors import LedgerRowExists
+from affidavit.core.errors import CancelRequestedError, LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
 from affidavit.record import ReplayContext
@@ -55,11 +55,13 @@ from affidavit.runtime._sdk import (
     RetryableError,
     Tool,
     ToolCallError,
+    ToolCancelled,
     ToolContext,
     ToolRegistry,
 )
-from affidavit.runtime._step_calls import backoff_delay, backoff_left, call_step
+from affidavit.runtime._step_calls import CallTimedOut, backoff_delay, backoff_left, call_step
 from affidavit.runtime._stream import StreamWriter
+from affidavit.runtime._timeouts import resolve_timeout
 from affidavit.store import LedgerRow
 
 # The longest single wait of a concurrent step's backoff, between looks at the run's end.
@@ -113,6 +115,17 @@ class _Try:
     invocation: str
     key: str  # the idempotency key
     t0: float  # when the call began (time.perf_counter)
+
+
+def _timed(spec: StepSpec, t: Tool) -> dict[str, Any]:
+    """The fields of a try's ``tool_invocation_started`` that say how a timeout of it is
+    resolved (runtime/_timeouts.py): its time limit, and the tool's ``idempotent``."""
+    fields: dict[str, Any] = {}
+    if spec.timeout_seconds is not None:
+        fields["timeout_seconds"] = spec.timeout_seconds
+    if t.idempotent:
+        fields["idempotent"] = True
+    return fields
 
 
 class StepExecutor:
@@ -200,6 +213,9 @@ class StepExecutor:
             Stop: the job parked or failed on an in-flight invocation, or the run must end.
         """
         t = self.tool_of(spec)
+        timeout = spec.timeout_seconds if spec.timeout_seconds is not None else t.timeout_seconds
+        if timeout is not None:  # (the tool's default; recorded as canonical JSON writes it)
+            spec = replace(spec, timeout_seconds=int(timeout) if timeout % 1 == 0 else timeout)
         node_id, step = spec.node_id, spec.step_id
         job_id = self.job_id
         claim = self.journal.claim
@@ -221,7 +237,7 @@ class StepExecutor:
                 self.grants[key] = take_grant(self.journal, self.control, t.name, t.limit)
                 gated = {**gated, "limit_grant": self.grants[key].record()}
             started_events = self._started_events(
-                base, t, key, hashed_args, invocation, attempt, gated
+                base, t, key, hashed_args, invocation, attempt, {**gated, **_timed(spec, t)}
             )
             # (1) T1: acquire + started, durable before the tool may act.
             t1 = (spec, t.name, key, hashed_args, invocation, (*prelude, *started_events))
@@ -247,6 +263,7 @@ class StepExecutor:
             ctx = ToolContext(
                 job_id, node_id, step, attempt, key, external_key(job_id, step, claim.attempt_id)
             )
+            ctx.cancel_asked = self.control.cancel_asked  # (fed by the run's heartbeat)
             t0 = time.perf_counter()
             try_ = _Try(spec, t, ctx, args, base, attempt, invocation, key, t0)
             done, output = self._execute_try(try_, limit)
@@ -271,7 +288,13 @@ class StepExecutor:
                 # KeyboardInterrupt, SystemExit, ...: the run ends as in a crash, the
                 # invocation open; a type listed in ``retry_on`` is a failure like any other.
                 raise
+            if isinstance(exc, CallTimedOut):  # abandoned: its outcome is unknown
+                return resolve_timeout(self, try_, exc, limit)
             retryable, error = self._failed_try(try_, exc, returned)
+            if isinstance(exc, ToolCancelled) and self.control.cancel_asked.is_set():
+                # the tool stopped for the job's cancel request (its failure is recorded):
+                # the job ends cancelled, as at the store's refusal of a new step
+                raise CancelRequestedError(str(exc), job_id=self.job_id) from exc
             if retryable and attempt < limit:
                 self.backoff(attempt)
                 return False, None
@@ -406,7 +429,7 @@ class StepExecutor:
                     **base,
                     "invocation_id": try_.invocation,
                     "idempotency_key": try_.key,
-                    "outcome": "timeout" if isinstance(exc, TimeoutError) else "failure",
+                    "outcome": "failure",  # (a timeout of the call itself: _timeouts.py)
                     "error": error,
                     "catch_up": False,
                 },

@@ -41,7 +41,8 @@ with the version of the first event that violates it:
      node; a ``job_resumed`` follows a ``job_parked``, with a decision that resolves the
      park's reason (``DECISIONS_BY_REASON``; any of the format's for a reason the runtime does
      not know) and a ``result`` only with ``accept_result``; a park ``in_flight`` that names a
-     key names an open invocation of its node;
+     key names an open invocation of its node; a key closed as ``timeout`` starts again only
+     if its start declared ``idempotent`` (and a timed-out closing agrees with its start);
 (9)  ``after_terminal``: nothing follows a terminal event; a completed job completed every node,
      and its output maps exactly the plan's sink nodes to their outputs: a tool node's
      committed result, a pure node's recorded output, a wait or approval node's signal
@@ -187,6 +188,7 @@ class LogFold(EndEvents):
         invocation_ids, started, success = self.invocation_ids, self.started, self.success
         open_invocations, open_by_key = self.open_invocations, self.open_by_key
         limited = self.limits.open  # limited calls: their handlers check the grants
+        timed, timed_out = self.timed, self.timed_out  # timeouts: their handlers check them
         dumps, sort_keys = orjson.dumps, orjson.OPT_SORT_KEYS
         outcomes, failing, completing = _OUTCOMES, _ANY_NODE_FAILS, COMPLETED_RESULT_TYPES
         # state a handler may rebind (plan_generated, a terminal event): re-read after each call
@@ -258,6 +260,9 @@ class LogFold(EndEvents):
                                     and key not in open_by_key
                                     and "requires_approval" not in p
                                     and "limit_grant" not in p
+                                    and "timeout_seconds" not in p
+                                    and "idempotent" not in p
+                                    and key not in timed_out
                                     and (
                                         prior is _NO_START
                                         or prior[1:4] == (node_id, tool_name, hashed)
@@ -286,6 +291,9 @@ class LogFold(EndEvents):
                                     and started[started_key][1] == node_id
                                     and open_by_key.get(started_key) == invocation
                                     and invocation not in limited
+                                    and invocation not in timed
+                                    and outcome != "timeout"
+                                    and "resolution" not in p
                                 ):
                                     del open_invocations[invocation]
                                     del open_by_key[started_key]

@@ -159,6 +159,10 @@ class FoldState:
         # hash under that same string)
         self.success: dict[str, tuple[Any, Any, str, int]] = {}
         self.unknown: dict[str, None] = {}  # keys last closed as `unknown` (may have acted)
+        # open invocation -> (timeout_seconds, idempotent) its start declared, if either; and
+        # key -> idempotent, of a key last closed as `timeout` (runtime/_timeouts.py)
+        self.timed: dict[str, tuple[Any, bool]] = {}
+        self.timed_out: dict[str, bool] = {}
         self.committed: dict[str, str] = {}  # key -> result_hash
         # tool nodes that failed as compensatable_failure, with no step_compensated since; and
         # those with a step_compensated, not finished as compensated yet

@@ -120,6 +120,14 @@ class ToolEvents(PlanEvents):
                 "closing_rule",
                 f"key {key[:16]}… started again while invocation {self.open_by_key[key]} is open",
             )
+        if self.timed_out.pop(key, True) is False:
+            raise _Violation(
+                "closing_rule",
+                f"key {key[:16]}… started again after a timeout, though its tool is not "
+                "declared idempotent: a blind retry of a call that may have acted",
+            )
+        if "timeout_seconds" in p or "idempotent" in p:
+            self.timed[invocation] = (p.get("timeout_seconds"), p.get("idempotent") is True)
         self._start(invocation, key, node_id, tool_name, p)
 
     def _invocation_finished(self, p: dict[str, Any]) -> None:
@@ -168,7 +176,35 @@ class ToolEvents(PlanEvents):
             )
         if outcome not in _OUTCOMES:
             raise _Violation("payload", f"unknown outcome {outcome!r}")
+        self._check_timed_out(invocation, key, p)
         self._close(invocation, started_key, p)
+
+    def _check_timed_out(self, invocation: str, key: str, p: dict[str, Any]) -> None:
+        """A closing of a call past its time limit agrees with the call's start (its
+        ``timeout_seconds``), and its ``resolution`` with its outcome; a key closed as
+        ``timeout`` may start again only if its start declared the tool idempotent."""
+        timeout, idempotent = self.timed.pop(invocation, (None, False))
+        outcome, resolution = p.get("outcome"), p.get("resolution")
+        if "timeout_seconds" in p and (timeout is None or p["timeout_seconds"] != timeout):
+            raise _Violation(
+                "closing_rule",
+                f"invocation {invocation} closed as timed out after {p['timeout_seconds']!r}s; "
+                f"it started with the time limit {timeout!r}",
+            )
+        fits = {None: True, "retry": outcome == "timeout" and idempotent}
+        fits["reconcile"] = outcome in ("success", "lost") and p.get("catch_up") is True
+        if (
+            resolution not in fits
+            or not fits[resolution]
+            or (resolution is not None and "timeout_seconds" not in p)
+        ):
+            raise _Violation(
+                "closing_rule",
+                f"invocation {invocation} closed with resolution {resolution!r} and outcome "
+                f"{outcome!r}, which do not fit",
+            )
+        if outcome == "timeout":
+            self.timed_out[key] = idempotent
 
     def _command_committed(self, p: dict[str, Any]) -> None:
         try:
