@@ -6,6 +6,7 @@ approval of a deferred tool call from the CLI resumes the job."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -294,6 +295,15 @@ def test_without_pydantic_ai_the_import_error_says_what_to_install() -> None:
         env={**os.environ, "PYTHONPATH": SRC},
     )  # fmt: skip
     assert "pip install 'affidavit[pydantic-ai]'" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_default_version_is_the_record_format_and_the_code_is_the_users() -> None:
+    """Not a hash of the source: edited code of the same wrapper format continues a job that
+    it reproduces; the source recorded for information is the module constructing it."""
+    from affidavit.integrations.pydantic_ai._agent import RECORD_FORMAT
+
+    assert pt.support.job.version == RECORD_FORMAT
+    assert pt.support.job.code_sha256 == hashlib.sha256(TOOLS.read_bytes()).hexdigest()
 
 
 def test_a_recovery_asking_about_another_conversation_parks(

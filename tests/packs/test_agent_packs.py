@@ -44,7 +44,26 @@ def _failed_log() -> AgentLog:
     return log
 
 
-LOGS = {"refund": refund_agent_log, "caught_failure": _caught_failure_log, "failed": _failed_log}
+def _unpinned_log() -> AgentLog:
+    """An agent not pinned (``agent_version`` null), continued by edited code: each step
+    records the hash of the source that called it."""
+    log = AgentLog(version=None).start()
+    log.events[1][1]["code_sha256"] = "a" * 64
+    log.tool("lookup_order", {"order_id": "A-1"}, {"total": 5})
+    log.recorded("now", 1.5)
+    for n, (event_type, payload) in enumerate(log.events):
+        if event_type == "step_called":
+            payload["code_sha256"] = "a" * 64 if n < 5 else "b" * 64
+    log.complete({"refunded": 0})
+    return log
+
+
+LOGS = {
+    "refund": refund_agent_log,
+    "caught_failure": _caught_failure_log,
+    "failed": _failed_log,
+    "unpinned": _unpinned_log,
+}
 
 
 @pytest.mark.parametrize("name", sorted(LOGS))

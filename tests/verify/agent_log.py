@@ -49,7 +49,7 @@ class AgentLog:
 
     job_id: str = field(default_factory=new_job_id)
     agent: str = AGENT
-    version: str = VERSION
+    version: str | None = VERSION  # None: an agent not pinned
     events: list[Event] = field(default_factory=list)
     ledger: list[Ledger] = field(default_factory=list)
     seq: int = 0

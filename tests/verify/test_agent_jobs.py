@@ -59,6 +59,28 @@ def test_execution_hash_is_over_agent_identity_and_recorded_calls(store: Store) 
     assert agent_hash(other.agent, other.version) != agent_hash(log.agent, log.version)
 
 
+def _unpinned(log: AgentLog, events: list[Event]) -> None:
+    """The log as an unpinned agent writes it: ``agent_version`` null, the source's hash
+    recorded with the job and with each step."""
+    started = _payload(events, log, "agent_started", 0)
+    started.update(agent_version=None, agent_hash=agent_hash(log.agent, None))
+    started["code_sha256"] = "a" * 64
+    for t, p in events:
+        if t == "step_called":
+            p["code_sha256"] = "b" * 64 if p["seq"] > 1 else "a" * 64  # edited code continued
+
+
+def test_an_unpinned_agent_job_verifies(store: Store) -> None:
+    log = refund_agent_log()
+    events = copy.deepcopy(log.events)
+    _unpinned(log, events)
+    job_id = store_log(store, log, events=events, status="completed")
+    result = verify_job(store, job_id)
+    assert result.ok, result.to_dict()
+    finished = [(p["node_id"], p["result_type"]) for t, p in events if t == "node_finished"]
+    assert result.execution_hash == execution_hash(agent_hash("refund_agent", None), finished)
+
+
 def test_offline_verification_agrees(store: Store) -> None:
     job_id = store_log(store, refund_agent_log())
     online = verify_job(store, job_id)
@@ -275,6 +297,24 @@ def _agent_version(log: AgentLog, events: list[Event]) -> None:
     _payload(events, log, "agent_started", 0)["agent_version"] = "2"
 
 
+def _unpinned_under_the_pinned_hash(log: AgentLog, events: list[Event]) -> None:
+    _payload(events, log, "agent_started", 0)["agent_version"] = None
+
+
+def _no_version_at_all(log: AgentLog, events: list[Event]) -> None:
+    started = _payload(events, log, "agent_started", 0)
+    del started["agent_version"]
+    started["agent_hash"] = agent_hash(log.agent, None)
+
+
+def _code_hash(event_type: str, value: Any) -> Edit:
+    def edit(log: AgentLog, events: list[Event]) -> None:
+        _unpinned(log, events)
+        _payload(events, log, event_type, 0)["code_sha256"] = value
+
+    return edit
+
+
 def _not_an_agent_job(log: AgentLog, events: list[Event]) -> None:
     del _payload(events, log, "job_created", 0)["kind"]
 
@@ -315,6 +355,10 @@ FORGED: dict[str, tuple[Edit, str]] = {
     "step_never_finished": (_drop("node_finished", 0, "#1"), "after_terminal"),
     "agent_hash_changed": (_agent_hash, "plan"),
     "agent_version_changed": (_agent_version, "plan"),
+    "unpinned_under_the_pinned_hash": (_unpinned_under_the_pinned_hash, "plan"),
+    "agent_version_removed": (_no_version_at_all, "plan"),
+    "job_code_hash_not_hex": (_code_hash("agent_started", "A" * 64), "payload"),
+    "step_code_hash_not_text": (_code_hash("step_called", 7), "payload"),
     "created_as_plan_job": (_not_an_agent_job, "plan"),
     "plan_in_agent_job": (_plan_too, "plan"),
     "event_before_its_call": (_event_before_its_call, "node_in_plan"),

@@ -54,9 +54,9 @@ def agent_step_id(job_id: str, seq: int, kind: str) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def agent_hash(name: str, version: str) -> str:
+def agent_hash(name: str, version: str | None) -> str:
     """hex(SHA-256(JCS({"agent": name, "version": version}))): the agent's identity, in the
-    execution hash where a plan job has its plan hash."""
+    execution hash where a plan job has its plan hash (``version`` ``None``: not pinned)."""
     return hashlib.sha256(canonical({"agent": name, "version": version})).hexdigest()
 
 

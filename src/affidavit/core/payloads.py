@@ -75,8 +75,9 @@ class StreamSettings(BaseModel):
 
 class AgentStarted(_Payload):
     agent: str
-    agent_version: str
+    agent_version: str | None  # None: not pinned (any code reproducing the calls continues)
     agent_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    code_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")  # the submitter's source
     policy: AgentPolicySettings
     budget: BudgetSettings | None = None  # affidavit.Budget (core/budget.py)
     stream: StreamSettings | None = None  # affidavit.StreamLimit (core/streams.py)
@@ -88,6 +89,7 @@ class StepCalled(_StepPayload):
     tool_name: str | None
     args: dict[str, Any]
     args_hash: str = Field(pattern=r"^[0-9a-f]{16}$")
+    code_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")  # the caller's source
 
 
 class NodeStarted(_StepPayload):

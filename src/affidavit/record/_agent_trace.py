@@ -82,6 +82,7 @@ class _Steps:
                 "name": p.get("agent"),
                 "version": p.get("agent_version"),
                 "agent_hash": p.get("agent_hash"),
+                "code_sha256": p.get("code_sha256"),
                 "policy": p.get("policy"),
             }
         elif kind == "step_called":
@@ -96,6 +97,7 @@ class _Steps:
                 "depends_on": [],
                 "step_id": p.get("step_id"),
                 "args_hash": p.get("args_hash"),
+                "code_sha256": p.get("code_sha256"),  # the code that called it
                 "called_at": at,
                 "started_at": None,
                 "finished_at": None,

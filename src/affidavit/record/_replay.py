@@ -342,7 +342,7 @@ class ReplayContextBuilder:
         ctx = self.ctx
         if self._plan is not None or ctx.agent is not None:
             self._fail("a second agent_started, or one in a plan job")
-        if not isinstance(p["agent"], str) or not isinstance(p["agent_version"], str):
+        if not isinstance(p["agent"], str) or not isinstance(p["agent_version"], str | None):
             self._fail("agent_started names no agent and version")
         if p.get("agent_hash") != agent_hash(p["agent"], p["agent_version"]):
             self._fail("agent_started's agent_hash is not the hash of its agent and version")

@@ -34,12 +34,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True, eq=False)
 class Agent:
-    """A registered agent function. ``version`` is recorded with every job it runs; a worker
-    with another version of the agent does not run (or recover) the job."""
+    """A registered agent function. ``version`` is recorded with every job it runs: ``None``
+    (the default, not pinned) lets any code of the agent continue a job whose recorded calls
+    it reproduces; a pinned version runs only on workers whose agent has that version.
+    ``code_sha256`` (the SHA-256 of the module's source, ``None`` when it cannot be read) is
+    recorded for information with the job and each step this code calls."""
 
     name: str
     fn: Callable[..., Any]
-    version: str
+    version: str | None
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     in_flight: str = "park"
     retry: dict[str, Any] = field(
@@ -48,6 +51,23 @@ class Agent:
     replay_verification: str = "strict"
     budget: Budget | None = None  # recorded in agent_started (core/budget.py)
     stream: StreamLimit | None = None  # recorded in agent_started (core/streams.py)
+    code_sha256: str | None = None
+
+    def refusal(self, recorded: str | None) -> str | None:
+        """Why this agent must not run a job whose ``agent_started`` recorded version
+        ``recorded``, else ``None``: a pinned version on either side must match. A 16-hex
+        version recorded by an earlier release, whose default was the first 16 hex of the
+        source's hash, runs on an unpinned agent whose source has that hash."""
+        if recorded == self.version or (
+            self.version is None
+            and self.code_sha256 is not None
+            and recorded == self.code_sha256[:16]
+        ):
+            return None
+        return (
+            f"agent {self.name!r} version {_shown(recorded)} "
+            f"(this worker has version {_shown(self.version)})"
+        )
 
     @property
     def is_async(self) -> bool:
@@ -67,10 +87,13 @@ class Agent:
         return self.fn(*args, **kwargs)
 
 
-def source_version(fn: Callable[..., Any]) -> str:
-    """The default version of an agent: the first 16 hex characters of the SHA-256 of its
-    module's source (of the function's own source when the module's cannot be read), so that
-    a worker running changed code does not silently recover jobs recorded by the old code."""
+def _shown(version: str | None) -> str:
+    return "unpinned" if version is None else repr(version)
+
+
+def source_sha256(fn: Callable[..., Any]) -> str | None:
+    """The hex SHA-256 of the source of ``fn``'s module (of the function's own source when
+    the module's cannot be read; ``None`` when neither can): which code ran, for the record."""
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
     source: str | None = None
     for obj in (module, fn):
@@ -82,12 +105,8 @@ def source_version(fn: Callable[..., Any]) -> str:
         except (OSError, TypeError):
             continue
     if source is None:
-        raise ToolError(
-            f"the source of agent function {getattr(fn, '__name__', fn)!r} cannot be read "
-            "to derive its version",
-            hint="Pass version=... to @affidavit.agent.",
-        )
-    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        return None
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def agent(
@@ -102,7 +121,9 @@ def agent(
     stream: StreamLimit | None = None,
 ) -> Callable[[Callable[..., Any]], Agent]:
     """Register an agent function under ``name`` (in the module-level registry, which
-    ``--tools`` modules fill). ``version`` defaults to a hash of the agent module's source.
+    ``--tools`` modules fill). ``version`` pins the jobs it runs to workers with that
+    version; by default (``None``) any code of the agent continues a job whose recorded calls
+    it reproduces (a divergent call parks the job as ``nondeterministic``).
     ``max_concurrency`` bounds the calls of one job that run at once; ``in_flight``,
     ``retry`` and ``replay_verification`` are the job's policy, as a plan's. ``budget``
     (:class:`~affidavit.Budget`), recorded with each job: the call that would exceed it does
@@ -142,13 +163,14 @@ def agent(
         made = Agent(
             name,
             fn,
-            version if version is not None else source_version(fn),
+            version,
             max_concurrency,
             in_flight,
             {"max_attempts": attempts, "backoff_seconds": float(backoff)},
             replay_verification,
             budget,
             stream,
+            source_sha256(fn),
         )
         registry.add_agent(made)
         return made

@@ -67,15 +67,11 @@ def run_agent_job(
 ) -> str:
     """Run the agent job of ``claim`` (its log ``events``, its ``agent_started`` payload
     ``started``); the resulting status as :meth:`JobRunner.run` returns it."""
-    name, version = str(started["agent"]), str(started["agent_version"])
+    name = str(started["agent"])
     agent = runner.tools.get_agent(name)
-    if agent is None:
-        runner.missing_tools = [f"agent {name!r}"]
-        return "unrunnable"
-    if agent.version != version:
-        runner.missing_tools = [
-            f"agent {name!r} version {version!r} (this worker has version {agent.version!r})"
-        ]
+    refused = f"agent {name!r}" if agent is None else agent.refusal(started["agent_version"])
+    if agent is None or refused is not None:
+        runner.missing_tools = [str(refused)]
         return "unrunnable"
     missing = sorted(
         {
@@ -318,7 +314,7 @@ class AgentRun:
             "tool_name": tool_name,
             "args": orjson.Fragment(args_jcs),
             "args_hash": hashed,
-        }
+        } | ({} if self.agent.code_sha256 is None else {"code_sha256": self.agent.code_sha256})
         self._kinds[node_id] = kind
         self._called[node_id] = {**payload, "args": args}
         return StepSpec(node_id, step, kind, tool_name), args_jcs, ("step_called", payload)

@@ -334,6 +334,7 @@ def submit_agent_job(
                     "agent_hash": identity,
                     "policy": policy,
                 }
+                | ({} if found.code_sha256 is None else {"code_sha256": found.code_sha256})
                 | ({} if found.budget is None else {"budget": found.budget.to_dict()})
                 | ({} if found.stream is None else {"stream": found.stream.to_dict()}),
             ),

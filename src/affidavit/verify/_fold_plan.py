@@ -92,7 +92,8 @@ class PlanEvents(FoldState):
             self.violate("plan", 1, "agent_started: the log does not start with job_created")
         name, version, recorded = p.get("agent"), p.get("agent_version"), p.get("agent_hash")
         computed: str | None = None
-        if type(name) is str and type(version) is str:
+        pinned_or_not = type(version) is str or (version is None and "agent_version" in p)
+        if type(name) is str and pinned_or_not:
             try:
                 computed = agent_hash(name, version)
             except AffidavitError:  # (not Unicode text)
@@ -104,7 +105,10 @@ class PlanEvents(FoldState):
             self._exec.update(f"{node_id}:{result_type}\n".encode())
         self._finished_before_plan.clear()
         if computed is None:
-            raise _Violation("plan", "agent_started: agent and agent_version must be text")
+            raise _Violation(
+                "plan", "agent_started: agent must be text, agent_version text or null"
+            )
+        _check_code_hash(p)
         if recorded != computed:
             raise _Violation(
                 "plan", f"agent_hash {recorded!r} is not the hash of the agent's name and version"
@@ -141,6 +145,7 @@ class PlanEvents(FoldState):
             raise _Violation(
                 "node_in_plan", f"step id {p.get('step_id')!r} of step {node_id} is not {step!r}"
             )
+        _check_code_hash(p)
         tool_name, args = p.get("tool_name"), p.get("args")
         if kind in _CALLED_KINDS and (type(tool_name) is not str or not tool_name):
             raise _Violation("payload", f"a {kind} step names no tool")
@@ -187,3 +192,13 @@ class PlanEvents(FoldState):
                 raise _Violation(
                     "after_terminal", f"job completed but step {node_id} never finished"
                 )
+
+
+def _check_code_hash(p: dict[str, Any]) -> None:
+    """``code_sha256`` of ``agent_started`` or ``step_called``, when present, is a SHA-256 in
+    hex (which code submitted the job or called the step: information, not identity)."""
+    code = p.get("code_sha256")
+    if "code_sha256" in p and (
+        type(code) is not str or len(code) != 64 or code.strip("0123456789abcdef")
+    ):
+        raise _Violation("payload", f"code_sha256 {code!r} is not a SHA-256 in hex")

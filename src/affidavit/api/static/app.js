@@ -408,7 +408,9 @@ function agentCalls(trace) {
       el("td", { text: n.duration_ms === null ? "" : `${n.duration_ms.toFixed(1)} ms` }),
       el("td", { text: (n.waits || []).map(waitText).join("; ") })));
   }
-  const title = `Agent ${agent.name || ""} version ${agent.version || ""} — `
+  const pinned = agent.version === null || agent.version === undefined
+    ? "not pinned" : `version ${agent.version}`;
+  const title = `Agent ${agent.name || ""} ${pinned} — `
     + `${trace.nodes.length} recorded calls`;
   return [el("h2", { text: "Agent calls" }), legend(),
     el("div", { class: "card" }, el("p", { text: title }), table)];

@@ -109,9 +109,11 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         tools: ``@affidavit.tool`` functions the model may call besides the agent's own tools:
             each call is that tool's step (its ``reconcile`` hook, retries and in-flight policy
             hold). Their parameters after the ``ToolContext`` are the tool's schema.
-        version: the version recorded with each job (default: a hash of the source of the
-            module that constructs the wrapper): a worker with another version does not run or
-            recover the job.
+        version: the version recorded with each job (default: :data:`RECORD_FORMAT`, how the
+            wrapper records steps): a worker with another version does not run or recover the
+            job. Within one version, edited code continues a job whose recorded calls it
+            reproduces; a divergent call parks it as ``nondeterministic``. The hash of the
+            constructing module's source is recorded for information (``code_sha256``).
         in_flight: what a tool call caught in flight becomes when its tool has no ``reconcile``
             hook: ``"park"`` (a person decides) or ``"fail"``.
         model_retries: attempts per model request for errors the provider reports
@@ -177,7 +179,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         self._runs: dict[str, _JobRun] = {}  # job id -> its run (step threads look it up)
         self._runs_lock = threading.Lock()
         self._model = _RecordedModel(wrapped.model, self)
-        version = version or _module_version(sys._getframe(1))
+        constructing = sys._getframe(1).f_globals.get("__name__")
 
         if model_limit is not None and model_limit.name is None:  # one limit per model name
             model_limit = dataclasses.replace(model_limit, name=f"model:{wrapped.model.model_name}")
@@ -192,8 +194,14 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
             return await self._run_job(ctx, prompt)
 
         run_job.__name__ = run_job.__qualname__ = f"pydantic_ai_{agent_name}"
+        if isinstance(constructing, str):  # its code_sha256 names the module constructing this
+            run_job.__module__ = constructing
         self.job = affidavit.agent(
-            agent_name, version=version, in_flight=in_flight, budget=budget, stream=stream
+            agent_name,
+            version=version or RECORD_FORMAT,
+            in_flight=in_flight,
+            budget=budget,
+            stream=stream,
         )(run_job)
 
     @property
@@ -556,20 +564,3 @@ def _first_control(group: BaseExceptionGroup[BaseException]) -> BaseException:
         if not isinstance(leaf, Exception):
             return leaf
     return leaves[0] if leaves else group
-
-
-def _module_version(frame: Any) -> str:
-    """The default version: a hash of the source of the module constructing the wrapper."""
-    module = sys.modules.get(frame.f_globals.get("__name__", ""))
-    try:
-        source = inspect.getsource(module) if module is not None else None
-    except (OSError, TypeError):
-        source = None
-    if source is None:
-        raise affidavit.ConfigError(
-            "the source of the module constructing this AffidavitAgent cannot be read to "
-            "derive its version",
-            hint="Pass version=... to AffidavitAgent.",
-        )
-    material = f"{RECORD_FORMAT}\x00{source}".encode("utf-8", "surrogatepass")
-    return hashlib.sha256(material).hexdigest()[:16]
