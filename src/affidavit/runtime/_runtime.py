@@ -30,6 +30,7 @@ from affidavit.runtime._submit import check_plan, submit_agent_job, submit_job
 from affidavit.runtime._waiting import wait_for_job
 from affidavit.runtime._worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, Store, open_store
+from affidavit.runtime._fork import _SAME_INPUT, fork_job
 from affidavit.store.queues import placement
 
 __all__ = ["RESUME_DECISIONS", "InvalidStateError", "Runtime"]
@@ -275,6 +276,20 @@ class Runtime:
         who = operator(approver) if isinstance(approver, str) else approver
         job, _ = signal_job(self.store, job_id, key, payload, by=by, principal=who)
         return job
+
+    def fork(
+        self,
+        job_id: str,
+        from_step: str,
+        input: Any = _SAME_INPUT,
+        *,
+        submitted_by: str | None = None,
+    ) -> JobRecord:
+        """A new job reusing sealed job ``job_id``'s recorded steps up to and including
+        ``from_step`` and running the rest with the tools registered now; see
+        :func:`~affidavit.runtime._fork.fork_job`."""
+        self._check_open()
+        return fork_job(self.store, job_id, from_step, input, submitted_by=submitted_by)
 
     def cancel(
         self,

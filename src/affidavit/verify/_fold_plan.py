@@ -81,6 +81,31 @@ class PlanEvents(FoldState):
             raise _Violation("plan", "plan_hash is present but not a string")
         if (self.created_payload or {}).get("kind") == "agent":
             raise _Violation("plan", "plan_generated in a job created as an agent job")
+        forked = (self.created_payload or {}).get("forked_from")
+        if isinstance(forked, dict):
+            self._reuse(forked.get("reused"))
+
+    def _reuse(self, reused: Any) -> None:
+        """A fork's prefix (``job_created``'s ``forked_from``, docs/formats.md §3): nodes of the
+        plan, each after its dependencies, completed here with the source's recorded outputs
+        (checked against the source's record by :func:`affidavit.verify.check_fork`)."""
+        if not isinstance(reused, list) or not reused:
+            raise _Violation("payload", "forked_from.reused is not a list of steps")
+        for step in reused:
+            node_id = step.get("node_id") if isinstance(step, dict) else None
+            if node_id not in self.node_type:
+                raise _Violation("node_in_plan", f"the fork reuses {node_id!r}, not a plan node")
+            if node_id in self.completed:
+                raise _Violation("not_rerun", f"the fork reuses node {node_id!r} twice")
+            missing = [dep for dep in self.deps[node_id] if dep not in self.completed]
+            if missing:
+                raise _Violation(
+                    "dependencies_first",
+                    f"node {node_id!r} reused before its dependency {missing[0]!r} completed",
+                )
+            self.completed.add(node_id)
+            if self.node_type[node_id] == "pure":
+                self._outputs[node_id] = step.get("output")
 
     # --- agent jobs -----------------------------------------------------------------------------
 

@@ -1,0 +1,132 @@
+"""Fork / re-run from a step, on SQLite and PostgreSQL: the reused prefix never runs again, the
+rest runs with the tools registered now, the fork verifies (and its reuse is checked against the
+source's record), and a fork that cannot be made writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from affidavit import Runtime, Tool, ToolContext, ToolRegistry
+from affidavit.core.errors import ForkRefused
+from affidavit.verify import check_fork, verify_job
+from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
+
+FIVE = plan(
+    node("s1", "charge", args={"amount": "${input.amount}"}),
+    node("s2", "charge", args={"amount": 2}, deps=["s1"]),
+    node("s3", "add", "pure", args={"a": "${s1}", "b": "${s2}"}, deps=["s2"]),
+    node("s4", "charge", args={"amount": "${s3.total}"}, deps=["s3"]),
+    node("s5", "charge", args={"amount": "${input.amount}"}, deps=["s4"]),
+)
+
+
+def tools(calls: Calls, bonus: int = 0) -> list[Tool]:
+    def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        calls.add(ctx, "charge")
+        return {"charged": amount + bonus}
+
+    def add(ctx: ToolContext, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        calls.add(ctx, "add")
+        return {"total": a["charged"] + b["charged"]}
+
+    return [Tool("charge", charge, "tool"), Tool("add", add, "pure")]
+
+
+@pytest.fixture
+def make_runtime(store_url: str) -> Iterator[Callable[..., Runtime]]:
+    opened: list[Runtime] = []
+
+    def make(*registered: Tool) -> Runtime:
+        rt = Runtime(store_url, tools=ToolRegistry(registered), lease_seconds=5)
+        opened.append(rt)
+        return rt
+
+    yield make
+    for rt in opened:
+        rt.close()
+
+
+def _source(make_runtime: Callable[..., Runtime], calls: Calls) -> tuple[Runtime, str]:
+    rt = make_runtime(*tools(calls))
+    job_id = rt.submit(FIVE, {"amount": 1}).job_id
+    rt.run_until_idle()
+    assert rt.store.get_job(job_id).status == "completed"  # type: ignore[union-attr]
+    assert calls.count() == 5
+    return rt, job_id
+
+
+def test_fork_from_step_3_runs_only_steps_4_and_5(
+    make_runtime: Callable[..., Runtime], calls: Calls
+) -> None:
+    rt, source = _source(make_runtime, calls)
+    fixed = Calls()  # the code deployed now: another charge tool, counted apart
+    now = make_runtime(*tools(fixed, bonus=100))
+    fork = now.fork(source, "s3", {"amount": 7})
+    now.run_until_idle()
+    assert now.store.get_job(fork.job_id).status == "completed"  # type: ignore[union-attr]
+    assert fixed.count(node_id="s4") == 1 and fixed.count(node_id="s5") == 1
+    assert fixed.count() == 2  # s1, s2 (effects) and s3 never ran again
+    assert calls.count() == 5  # nor did the source's tools
+    events = assert_log_sound(now.store, fork.job_id)
+    forked = events[0].payload["forked_from"]
+    assert (forked["job_id"], forked["step"]) == (source, "s3")
+    assert [r["node_id"] for r in forked["reused"]] == ["s1", "s2", "s3"]
+    # the ledger of the fork holds only the effects that ran in it
+    assert sorted(r.node_id for r in ledger_rows(now.store, fork.job_id)) == ["s4", "s5"]
+    started = {p["node_id"] for p in of_type(events, "node_started")}
+    assert started == {"s4", "s5"}
+    # s4 used the recorded s3 (1 + 2 = 3) and s5 the new input
+    output = events[-1].payload["output"]
+    assert output == {"s5": {"charged": 107}}
+    report = verify_job(now.store, fork.job_id)
+    assert report.ok, report
+    checked = check_fork(now.store, fork.job_id)
+    assert checked is not None and checked.status == "verified", checked
+
+
+def test_fork_by_step_id_keeps_the_input(
+    make_runtime: Callable[..., Runtime], calls: Calls
+) -> None:
+    rt, source = _source(make_runtime, calls)
+    step_id = rt.store.list_events(source)[2].payload["step_id"]
+    fork = rt.fork(source, step_id)
+    rt.run_until_idle()
+    events = rt.store.list_events(fork.job_id)
+    assert events[0].payload["input"] == {"amount": 1}
+    assert events[0].payload["forked_from"]["step"] == "s1"
+    assert calls.count() == 5 + 4
+
+
+def test_fork_refused_for_an_unsealed_job_or_an_unknown_step(
+    make_runtime: Callable[..., Runtime], calls: Calls
+) -> None:
+    rt = make_runtime(*tools(calls))
+    pending = rt.submit(FIVE, {"amount": 1}).job_id
+    count = len(rt.store.list_jobs())
+    with pytest.raises(ForkRefused, match="no seal"):
+        rt.fork(pending, "s3")
+    rt.run_until_idle()
+    with pytest.raises(ForkRefused, match="no step 'nope'"):
+        rt.fork(pending, "nope")
+    assert len(rt.store.list_jobs()) == count
+
+
+def test_a_fork_with_an_edited_copied_result_fails(
+    make_runtime: Callable[..., Runtime], calls: Calls
+) -> None:
+    rt, source = _source(make_runtime, calls)
+    fork = rt.fork(source, "s3")
+    rt.run_until_idle()
+    # the copied results are checked against the source's record: a source whose recorded
+    # result no longer matches (or a fork whose copy differs) fails the reference check
+    src = rt.store.list_events(source)
+    forked = dict(rt.store.list_events(fork.job_id)[0].payload["forked_from"])
+    forked["reused"] = [dict(r) for r in forked["reused"]]
+    forked["reused"][0]["output"] = {"charged": 1000}
+    from affidavit.verify import check_reuse
+
+    problem = check_reuse(forked, src, forked["seal_hash"])
+    assert problem is not None and "s1" in problem
