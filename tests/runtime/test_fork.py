@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import ForkRefused
 from affidavit.verify import check_fork, verify_job
 from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
+from tests.verify.helpers import RawDb
 
 FIVE = plan(
     node("s1", "charge", args={"amount": "${input.amount}"}),
@@ -61,7 +63,7 @@ def _source(make_runtime: Callable[..., Runtime], calls: Calls) -> tuple[Runtime
 def test_fork_from_step_3_runs_only_steps_4_and_5(
     make_runtime: Callable[..., Runtime], calls: Calls
 ) -> None:
-    rt, source = _source(make_runtime, calls)
+    _, source = _source(make_runtime, calls)
     fixed = Calls()  # the code deployed now: another charge tool, counted apart
     now = make_runtime(*tools(fixed, bonus=100))
     fork = now.fork(source, "s3", {"amount": 7})
@@ -115,18 +117,41 @@ def test_fork_refused_for_an_unsealed_job_or_an_unknown_step(
 
 
 def test_a_fork_with_an_edited_copied_result_fails(
-    make_runtime: Callable[..., Runtime], calls: Calls
+    make_runtime: Callable[..., Runtime], calls: Calls, store_url: str
 ) -> None:
     rt, source = _source(make_runtime, calls)
-    fork = rt.fork(source, "s3")
+    fork = rt.fork(source, "s3").job_id
     rt.run_until_idle()
-    # the copied results are checked against the source's record: a source whose recorded
-    # result no longer matches (or a fork whose copy differs) fails the reference check
-    src = rt.store.list_events(source)
-    forked = dict(rt.store.list_events(fork.job_id)[0].payload["forked_from"])
-    forked["reused"] = [dict(r) for r in forked["reused"]]
-    forked["reused"][0]["output"] = {"charged": 1000}
-    from affidavit.verify import check_reuse
+    assert verify_job(rt.store, fork).ok
+    raw = RawDb(store_url)
+    rows = raw.events(fork)
+    created = orjson.loads(rows[0][3])
+    created["forked_from"]["reused"][0]["output"] = {"charged": 1000}
+    edited = orjson.dumps(created)
+    # edited in place: the chain breaks
+    raw.set_payload(fork, 1, edited)
+    assert not verify_job(rt.store, fork).ok
+    checked = check_fork(rt.store, fork)
+    assert checked is not None and checked.status == "failed"
+    assert "'s1'" in (checked.problem or "")
+    # re-chained by a forger: the seal, and the reference check, still fail
+    raw.rewrite_log(fork, [(e, t, edited if v == 1 else p) for v, e, t, p, _ in rows])
+    assert not verify_job(rt.store, fork).ok
+    assert check_fork(rt.store, fork).status == "failed"  # type: ignore[union-attr]
 
-    problem = check_reuse(forked, src, forked["seal_hash"])
-    assert problem is not None and "s1" in problem
+
+def test_without_its_source_the_prefix_is_unverified_by_reference(
+    make_runtime: Callable[..., Runtime], calls: Calls, store_url: str
+) -> None:
+    rt, source = _source(make_runtime, calls)
+    fork = rt.fork(source, "s3").job_id
+    rt.run_until_idle()
+    # a record copied without its source: the source job is unknown here
+    raw = RawDb(store_url)
+    rows = raw.events(fork)
+    created = orjson.loads(rows[0][3])
+    created["forked_from"]["job_id"] = "job-elsewhere"
+    raw.set_payload(fork, 1, orjson.dumps(created))
+    checked = check_fork(rt.store, fork)
+    assert checked is not None and checked.status == "unverified" and checked.ok
+    assert check_fork(rt.store, source) is None

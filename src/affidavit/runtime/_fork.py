@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from affidavit.core.canonical import canonical_nested, canonical_sha256
-from affidavit.core.errors import ForkRefused, JobNotFound
+from affidavit.core.errors import ForkRefused
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
 from affidavit.record import build_from_events
@@ -39,8 +39,6 @@ def fork_job(
             steps it completed; nothing is written.
     """
     source = store.get_job(job_id)
-    if source is None:
-        raise JobNotFound(job_id)
     seal = store.get_seal(job_id)
     if seal is None:
         raise ForkRefused(f"job {job_id} is {source.status}, not finished: it has no seal to fork")

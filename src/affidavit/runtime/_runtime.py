@@ -22,6 +22,7 @@ from affidavit.runtime._decisions import (
     resume_job,
     signal_job,
 )
+from affidavit.runtime._fork import _SAME_INPUT, fork_job
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._queues import require_queue, write_declared
 from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
@@ -30,7 +31,6 @@ from affidavit.runtime._submit import check_plan, submit_agent_job, submit_job
 from affidavit.runtime._waiting import wait_for_job
 from affidavit.runtime._worker import DEFAULT_LEASE_SECONDS, Worker
 from affidavit.store import JobRecord, Store, open_store
-from affidavit.runtime._fork import _SAME_INPUT, fork_job
 from affidavit.store.queues import placement
 
 __all__ = ["RESUME_DECISIONS", "InvalidStateError", "Runtime"]

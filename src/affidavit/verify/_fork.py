@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_sha256
-from affidavit.core.errors import AffidavitError
-from affidavit.store import StoredEvent, Store
+from affidavit.core.errors import AffidavitError, JobNotFound
+from affidavit.store import Store, StoredEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,9 @@ def check_fork(store: Store, job_id: str) -> ForkCheck | None:
     if not isinstance(forked, dict):
         return None
     source, step = str(forked.get("job_id")), str(forked.get("step"))
-    if store.get_job(source) is None:
+    try:
+        store.get_job(source)
+    except JobNotFound:
         return ForkCheck(job_id, source, step, "unverified")
     seal = store.get_seal(source)
     if seal is None:
