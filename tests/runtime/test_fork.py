@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from affidavit import Runtime, Tool, ToolContext, ToolRegistry
+from affidavit import AgentContext, Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import ForkRefused
+from affidavit.runtime._agent import Agent
 from affidavit.verify import check_fork, verify_job
 from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
 from tests.verify.helpers import RawDb
@@ -155,3 +156,52 @@ def test_without_its_source_the_prefix_is_unverified_by_reference(
     checked = check_fork(rt.store, fork)
     assert checked is not None and checked.status == "unverified" and checked.ok
     assert check_fork(rt.store, source) is None
+
+
+def _agent_tools(calls: Calls, bonus: int = 0) -> list[Tool]:
+    def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        calls.add(ctx, "charge")
+        return {"charged": amount + bonus}
+
+    return [Tool("ag_charge", charge, "tool")]
+
+
+def _five_calls(version: str, step: int) -> Agent:
+    """Five charges, #0..#4; the later ones use the results of the earlier ones."""
+
+    def fn(ctx: AgentContext, amount: int) -> Any:
+        out = [ctx.call("ag_charge", amount=amount)]
+        out.append(ctx.call("ag_charge", amount=2))
+        out.append(ctx.call("ag_charge", amount=out[0]["charged"] + out[1]["charged"]))
+        out.append(ctx.call("ag_charge", amount=out[2]["charged"] + step))
+        out.append(ctx.call("ag_charge", amount=amount + step))
+        return [o["charged"] for o in out]
+
+    return Agent("five", fn, version)
+
+
+def test_an_agent_fork_from_step_3_runs_only_steps_4_and_5(store_url: str) -> None:
+    calls, fixed = Calls(), Calls()
+    with Runtime(store_url, tools=ToolRegistry([*_agent_tools(calls), _five_calls("1", 0)])) as rt:
+        source = rt.submit("five", {"amount": 1}).job_id
+        assert rt.run_job(source).status == "completed"
+        assert calls.count() == 5
+    # the code deployed now: version 2 of the agent decides calls 4 and 5 differently
+    now = ToolRegistry([*_agent_tools(fixed, bonus=100), _five_calls("2", 10)])
+    with Runtime(store_url, tools=now) as rt:
+        with pytest.raises(ForkRefused, match="no step '#9'"):
+            rt.fork(source, "#9")
+        fork = rt.fork(source, "#2", {"amount": 1})  # step 3 is #2 (0-based)
+        assert rt.run_job(fork.job_id).status == "completed"
+        assert calls.count() == 5 and fixed.count() == 2
+        assert {fixed.count(node_id="#3"), fixed.count(node_id="#4")} == {1}
+        events = assert_log_sound(rt.store, fork.job_id)
+        forked = events[0].payload["forked_from"]
+        assert (forked["job_id"], forked["step"]) == (source, "#2")
+        assert [p["seq"] for p in of_type(events, "step_called")] == [3, 4]
+        assert sorted(r.node_id for r in ledger_rows(rt.store, fork.job_id)) == ["#3", "#4"]
+        # #0..#2 are the recorded 1, 2, 3; #3 charged 3 + 10 (+100), #4 1 + 10 (+100)
+        assert events[-1].payload["output"] == [1, 2, 3, 113, 111]
+        assert verify_job(rt.store, fork.job_id).ok
+        checked = check_fork(rt.store, fork.job_id)
+        assert checked is not None and checked.status == "verified", checked

@@ -26,6 +26,12 @@ class ReusedStep(BaseModel):
     node_id: str = Field(max_length=256)
     step_id: str = Field(max_length=256)  # the source job's step id
     output: Any  # the source's recorded output of the step
+    # an agent job's step: its source's step_called (the new job's step id derives from it)
+    seq: int | None = Field(default=None, ge=0)
+    kind: str | None = Field(default=None, max_length=32)
+    tool_name: str | None = Field(default=None, max_length=256)
+    args: dict[str, Any] | None = None
+    args_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
 
 
 class ForkedFrom(BaseModel):

@@ -344,14 +344,18 @@ class ReplayContextBuilder:
             if node_id not in self._plan.by_id:
                 self._fail(f"the fork reuses node {node_id!r}, which is not in the plan")
             self._check_ready(node_id, "reused")
-            self.ctx.node_finished[node_id] = {
-                "node_id": node_id,
-                "step_id": self.ctx.step_ids[node_id],
-                "result_type": "pure",
-                "output": step["output"],
-                "reused_from": step["step_id"],
-            }
-            self._completed_at[node_id] = self._version
+            self._reused(step)
+
+    def _reused(self, step: dict[str, Any]) -> None:
+        node_id = step["node_id"]
+        self.ctx.node_finished[node_id] = {
+            "node_id": node_id,
+            "step_id": self.ctx.step_ids[node_id],
+            "result_type": "pure",
+            "output": step["output"],
+            "reused_from": step["step_id"],
+        }
+        self._completed_at[node_id] = self._version
 
     def _agent_started(self, p: dict[str, Any]) -> None:
         ctx = self.ctx
@@ -364,6 +368,20 @@ class ReplayContextBuilder:
         ctx.kind = "agent"
         ctx.agent = p
         ctx.policy = p.get("policy")
+        if ctx.forked_from is not None:
+            for step in ctx.forked_from["reused"]:
+                self._step_called(
+                    {
+                        "seq": step["seq"],
+                        "node_id": step["node_id"],
+                        "step_id": agent_step_id(str(ctx.job_id), step["seq"], step["kind"]),
+                        "kind": step["kind"],
+                        "tool_name": step.get("tool_name"),
+                        "args": step.get("args"),
+                        "args_hash": step.get("args_hash"),
+                    }
+                )
+                self._reused(step)
 
     def _step_called(self, p: dict[str, Any]) -> None:
         ctx = self.ctx

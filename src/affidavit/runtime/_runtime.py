@@ -286,10 +286,20 @@ class Runtime:
         submitted_by: str | None = None,
     ) -> JobRecord:
         """A new job reusing sealed job ``job_id``'s recorded steps up to and including
-        ``from_step`` and running the rest with the tools registered now; see
+        ``from_step`` and running the rest with the tools (and the version of its agent)
+        registered now; see
         :func:`~affidavit.runtime._fork.fork_job`."""
         self._check_open()
-        return fork_job(self.store, job_id, from_step, input, submitted_by=submitted_by)
+        plan_name = self.store.get_job(job_id).plan_name
+        deployed = self.tools.get_agent(plan_name) if plan_name else None
+        return fork_job(
+            self.store,
+            job_id,
+            from_step,
+            input,
+            submitted_by=submitted_by,
+            agent_version=deployed.version if deployed is not None else None,
+        )
 
     def cancel(
         self,

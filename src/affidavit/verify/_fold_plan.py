@@ -138,10 +138,38 @@ class PlanEvents(FoldState):
             raise _Violation("plan", "agent_started in a job not created as an agent job")
         self.agent = True
         self.has_plan = True
+        forked = (self.created_payload or {}).get("forked_from")
+        if isinstance(forked, dict):  # (before the budget: it counts this job's calls only)
+            self._reuse_agent_steps(forked.get("reused"))
         if p.get("budget") is not None:
             # every node_finished goes through its handler from here on, for its usage
             self._known["node_finished"] = (self._known["node_finished"][0], 0)
             self.budget = BudgetFold(p["budget"])
+
+    def _reuse_agent_steps(self, reused: Any) -> None:
+        """An agent fork's prefix: the source's calls 0, 1, 2, ... as if called here (each
+        checked as a ``step_called``, under this job's step ids), completed with the source's
+        recorded results; no tool of theirs is invoked here."""
+        if not isinstance(reused, list) or not reused:
+            raise _Violation("payload", "forked_from.reused is not a list of steps")
+        for step in reused:
+            if not isinstance(step, dict) or type(step.get("seq")) is not int:
+                raise _Violation("payload", "a reused agent step has no seq")
+            kind = step.get("kind")
+            if kind not in AGENT_KINDS:
+                raise _Violation("payload", f"unknown step kind {kind!r}")
+            self._step_called(
+                {
+                    "seq": step["seq"],
+                    "node_id": step.get("node_id"),
+                    "step_id": agent_step_id(self.job_id, step["seq"], kind),
+                    "kind": kind,
+                    "tool_name": step.get("tool_name"),
+                    "args": step.get("args"),
+                    "args_hash": step.get("args_hash"),
+                }
+            )
+            self.completed.add(str(step["node_id"]))
 
     def _step_called(self, p: dict[str, Any]) -> None:
         if not self.agent:
