@@ -32,8 +32,8 @@ def fork_job(
     agent_version: str | None = None,
 ) -> JobRecord:
     """Create a job that reuses the sealed job ``job_id``'s recorded steps up to and including
-    ``from_step`` (a plan node id, an agent step's ``#SEQ`` or a step id) and runs the rest; ``input`` (when given)
-    replaces the source's input for the steps that run. The new job's ``job_created`` names
+    ``from_step`` (a plan node id, an agent step's ``#SEQ`` or a step id) and runs the rest;
+    ``input`` (when given) replaces the source's input for the steps that run. The new job's ``job_created`` names
     the source, the hash of its seal, the step and each reused step's recorded output. An
     agent fork runs ``agent_version`` of the source's agent (default: the source's version).
 
