@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         NodeFacts,
         node_state,
     )
-    from affidavit.record._trace import job_trace, park_doc, trace_of
+    from affidavit.record._trace import fork_lineage, job_trace, park_doc, trace_of
 
 _LAZY = {
     "AgentOutcome": "affidavit.record._agent_trace",
@@ -67,6 +67,7 @@ _LAZY = {
     "NODE_STATES": "affidavit.record._states",
     "NodeFacts": "affidavit.record._states",
     "node_state": "affidavit.record._states",
+    "fork_lineage": "affidavit.record._trace",
     "job_trace": "affidavit.record._trace",
     "park_doc": "affidavit.record._trace",
     "trace_of": "affidavit.record._trace",
@@ -92,6 +93,7 @@ __all__ = [
     "check_input_references",
     "decision_context",
     "default_key_path",
+    "fork_lineage",
     "is_agent_log",
     "job_trace",
     "key_status",

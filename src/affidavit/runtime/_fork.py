@@ -15,6 +15,7 @@ from affidavit.core.errors import ForkRefused
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
 from affidavit.record import ReplayContext, build_from_events
+from affidavit.runtime._sdk import ToolRegistry
 from affidavit.store import JobRecord, NewEvent, Store
 from affidavit.store.queues import Placement
 
@@ -29,13 +30,14 @@ def fork_job(
     *,
     submitted_by: str | None = None,
     placement: Placement | None = None,
-    agent_version: str | None = None,
+    tools: ToolRegistry | None = None,
 ) -> JobRecord:
     """Create a job that reuses the sealed job ``job_id``'s recorded steps up to and including
     ``from_step`` (a plan node id, an agent step's ``#SEQ`` or a step id) and runs the rest;
-    ``input`` (when given) replaces the source's input for the steps that run. The new job's ``job_created`` names
-    the source, the hash of its seal, the step and each reused step's recorded output. An
-    agent fork runs ``agent_version`` of the source's agent (default: the source's version).
+    ``input`` (when given) replaces the source's input for the steps that run. The new job's
+    ``job_created`` names the source, the hash of its seal, the step and each reused step's
+    recorded output. An agent fork runs the version of the source's agent registered in
+    ``tools`` (the code deployed now; without one there, the source's version).
 
     Raises:
         JobNotFound: no job ``job_id``.
@@ -48,7 +50,9 @@ def fork_job(
         raise ForkRefused(f"job {job_id} is {source.status}, not finished: it has no seal to fork")
     replay = build_from_events(store.list_events(job_id))
     if replay.agent is not None:
-        node_id, reused, second = _agent_prefix(replay, job_id, from_step, agent_version)
+        deployed = tools.get_agent(str(replay.agent["agent"])) if tools is not None else None
+        version = deployed.version if deployed is not None else None
+        node_id, reused, second = _agent_prefix(replay, job_id, from_step, version)
     else:
         node_id, reused, second = _plan_prefix(replay, job_id, from_step)
     job_input = replay.input if input is _SAME_INPUT else input

@@ -290,15 +290,8 @@ class Runtime:
         registered now; see
         :func:`~affidavit.runtime._fork.fork_job`."""
         self._check_open()
-        plan_name = self.store.get_job(job_id).plan_name
-        deployed = self.tools.get_agent(plan_name) if plan_name else None
         return fork_job(
-            self.store,
-            job_id,
-            from_step,
-            input,
-            submitted_by=submitted_by,
-            agent_version=deployed.version if deployed is not None else None,
+            self.store, job_id, from_step, input, submitted_by=submitted_by, tools=self.tools
         )
 
     def cancel(
