@@ -5,6 +5,7 @@ source's record), and a fork that cannot be made writes nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -12,6 +13,8 @@ import pytest
 
 from affidavit import AgentContext, Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import ForkRefused
+from affidavit.packs import export_pack
+from affidavit.packs.verify import verify_pack
 from affidavit.runtime._agent import Agent
 from affidavit.verify import check_fork, verify_job
 from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
@@ -205,3 +208,14 @@ def test_an_agent_fork_from_step_3_runs_only_steps_4_and_5(store_url: str) -> No
         assert verify_job(rt.store, fork.job_id).ok
         checked = check_fork(rt.store, fork.job_id)
         assert checked is not None and checked.status == "verified", checked
+
+
+def test_a_forks_proof_pack_verifies(
+    make_runtime: Callable[..., Runtime], calls: Calls, tmp_path: Path
+) -> None:
+    rt, source = _source(make_runtime, calls)
+    fork = rt.fork(source, "s3").job_id
+    rt.run_until_idle()
+    export_pack(rt.store, fork, tmp_path / "pack")
+    verdict = verify_pack(tmp_path / "pack")
+    assert verdict.verdict == "MATCH", verdict.errors
