@@ -12,11 +12,14 @@ import orjson
 import pytest
 
 from affidavit import AgentContext, Runtime, Tool, ToolContext, ToolRegistry
+from affidavit.core.canonical import canonical
+from affidavit.core.chain import GENESIS, chain_next
 from affidavit.core.errors import ForkRefused
+from affidavit.core.plan import Plan
 from affidavit.packs import export_pack
 from affidavit.packs.verify import verify_pack
 from affidavit.runtime._agent import Agent
-from affidavit.verify import check_fork, verify_job
+from affidavit.verify import check_fork, verify_events, verify_job
 from tests.runtime.helpers import Calls, assert_log_sound, ledger_rows, node, of_type, plan
 from tests.verify.helpers import RawDb
 
@@ -219,3 +222,48 @@ def test_a_forks_proof_pack_verifies(
     export_pack(rt.store, fork, tmp_path / "pack")
     verdict = verify_pack(tmp_path / "pack")
     assert verdict.verdict == "MATCH", verdict.errors
+
+
+def _log_of(rt: Runtime, job_id: str) -> list[dict[str, Any]]:
+    return [
+        {"version": e.version, "event_id": e.event_id, "type": e.type, "payload": e.payload}
+        for e in rt.store.list_events(job_id)
+    ]
+
+
+def _rechained(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` renumbered and chained again (what a forger can always do)."""
+    head = GENESIS
+    out = []
+    for version, e in enumerate(events, start=1):
+        data = canonical(e["payload"])
+        head = chain_next(head, e["event_id"], e["type"], data)
+        out.append({**e, "version": version, "payload": data, "chain_hash": head.hex()})
+    return out
+
+
+def test_a_reused_step_that_runs_again_in_the_fork_fails(
+    make_runtime: Callable[..., Runtime], calls: Calls
+) -> None:
+    rt, source = _source(make_runtime, calls)
+    fork = rt.fork(source, "s3").job_id
+    rt.run_until_idle()
+    log = _log_of(rt, fork)
+    assert verify_events(_rechained(log), status="completed", job_id=fork).replay_proof_result.ok
+    started = next(e for e in log if e["type"] == "node_started")
+    graph = log[1]["payload"]["task_graph"]
+    s2 = Plan.of_recorded_graph(graph, log[1]["payload"]["plan_hash"]).step_ids(fork)["s2"]
+    rerun = {**started, "event_id": "f" * 32,
+             "payload": {**started["payload"], "node_id": "s2", "step_id": s2}}  # fmt: skip
+    broken = verify_events(_rechained([*log[:2], rerun, *log[2:]]), status="completed", job_id=fork)
+    assert broken.replay_proof_result.error.startswith("not_rerun"), broken.replay_proof_result
+    # a reused node that is not in the plan, or out of its dependencies' order, fails too
+    created = log[0]["payload"]
+    for reused in (
+        [{"node_id": "zz", "step_id": "0" * 16, "output": None}],
+        list(reversed(created["forked_from"]["reused"])),
+    ):
+        edited = {**log[0], "payload": {**created, "forked_from": {
+            **created["forked_from"], "reused": reused}}}  # fmt: skip
+        result = verify_events(_rechained([edited, *log[1:]]), status="completed", job_id=fork)
+        assert not result.replay_proof_result.ok, reused
