@@ -71,7 +71,6 @@ class _Read:
         elif kind == "job_cancelled":
             self.status = "cancelled"
 
-
     def _reused(self, plan: Plan) -> None:
         """A plan fork's reused nodes (docs/formats.md "Forks"): steps that passed with the
         source's recorded outputs, under this job's step ids. (An agent fork's reused calls
