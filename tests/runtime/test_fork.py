@@ -267,3 +267,30 @@ def test_a_reused_step_that_runs_again_in_the_fork_fails(
             **created["forked_from"], "reused": reused}}}  # fmt: skip
         result = verify_events(_rechained([edited, *log[1:]]), status="completed", job_id=fork)
         assert not result.replay_proof_result.ok, reused
+
+
+def test_a_fork_of_a_fork_and_a_fork_asked_for_while_running(
+    make_runtime: Callable[..., Runtime], calls: Calls
+) -> None:
+    rt, source = _source(make_runtime, calls)
+    first = rt.fork(source, "s3").job_id
+    rt.run_until_idle()
+    second = rt.fork(first, "s4").job_id  # reuses s1..s3 (copied in first) and s4 (run there)
+    rt.run_until_idle()
+    assert calls.count() == 5 + 2 + 1
+    assert verify_job(rt.store, second).ok
+    checked = check_fork(rt.store, second)
+    assert checked is not None and checked.status == "verified", checked
+    refusals: list[str] = []
+
+    def during(ctx: ToolContext) -> dict[str, Any]:
+        with pytest.raises(ForkRefused, match="running, not finished") as refused:
+            rt.fork(ctx.job_id, "a")
+        refusals.append(str(refused.value))
+        return {}
+
+    rt.tools.add(Tool("during", during, "tool"))
+    running = rt.submit({"name": "r", "nodes": [{"id": "a", "type": "tool", "tool": "during"}]})
+    rt.run_until_idle()
+    assert len(refusals) == 1
+    assert rt.store.get_job(running.job_id).status == "completed"  # type: ignore[union-attr]

@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from affidavit.core.agent_steps import agent_step_id
 from affidavit.core.canonical import canonical, canonical_sha256
 from affidavit.core.errors import AffidavitError, JobNotFound
+from affidavit.core.plan import Plan
 from affidavit.store import Store, StoredEvent
 
 
@@ -61,7 +63,10 @@ def check_fork(store: Store, job_id: str) -> ForkCheck | None:
     seal = store.get_seal(source)
     if seal is None:
         return ForkCheck(job_id, source, step, "failed", f"the source job {source} has no seal")
-    problem = check_reuse(forked, store.list_events(source), canonical_sha256(seal.to_dict()))
+    try:
+        problem = check_reuse(forked, store.list_events(source), canonical_sha256(seal.to_dict()))
+    except (AffidavitError, KeyError, TypeError, AttributeError) as exc:  # a broken source log
+        problem = f"the source's log cannot be read: {type(exc).__name__} {exc}"
     return ForkCheck(job_id, source, step, "failed" if problem else "verified", problem)
 
 
@@ -93,22 +98,39 @@ def check_reuse(
 def _recorded_results(events: Iterable[StoredEvent]) -> dict[str, tuple[str, Any]]:
     """Node id → (step id, recorded output) of every node the source log completed: a pure,
     wait or approval node's ``node_finished`` output, a tool node's committed result (read
-    from the log here, independently of the runtime's replay)."""
-    results: dict[str, Any] = {}
+    from the log here, independently of the runtime's replay); a source that is a fork itself
+    adds the steps it reused, under its own step ids."""
     committed: dict[str, Any] = {}  # node id -> committed result
     finished: dict[str, Any] = {}  # invocation id -> result of a successful finish
     out: dict[str, tuple[str, Any]] = {}
+    reused: list[Any] = []
     for event in events:
         p = event.payload
-        if event.type == "tool_invocation_finished" and p.get("outcome") == "success":
+        if event.type == "job_created" and isinstance(p.get("forked_from"), dict):
+            reused = list(p["forked_from"].get("reused") or ())
+        elif event.type in ("plan_generated", "agent_started") and reused:
+            out.update(_own_reused(event.job_id, event.type, p, reused))
+        elif event.type == "tool_invocation_finished" and p.get("outcome") == "success":
             finished[p["invocation_id"]] = p.get("result")
         elif event.type == "command_committed":
             committed[p["node_id"]] = finished.get(p["command_id"])
-        elif event.type == "node_finished" and p.get("result_type") in (
-            "pure",
-            "side_effect_committed",
-        ):
+        elif event.type == "node_finished" and p.get("result_type") in _PASSED:
             node_id = p["node_id"]
-            results[node_id] = p.get("output") if "output" in p else committed.get(node_id)
-            out[node_id] = (p["step_id"], results[node_id])
+            out[node_id] = (p["step_id"], p["output"] if "output" in p else committed.get(node_id))
     return out
+
+
+_PASSED = ("pure", "side_effect_committed")
+
+
+def _own_reused(
+    job_id: str, event_type: str, p: dict[str, Any], reused: list[Any]
+) -> dict[str, tuple[str, Any]]:
+    """The steps a fork reused, under the fork's own step ids (docs/formats.md "Forks")."""
+    if event_type == "agent_started":
+        return {
+            r["node_id"]: (agent_step_id(job_id, r["seq"], r["kind"]), r.get("output"))
+            for r in reused
+        }
+    steps = Plan.of_recorded_graph(p["task_graph"], p.get("plan_hash")).step_ids(job_id)
+    return {r["node_id"]: (steps[r["node_id"]], r.get("output")) for r in reused}
