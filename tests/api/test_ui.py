@@ -201,3 +201,25 @@ def test_swagger_ui_at_docs_renders_with_no_network_but_the_servers(browser: Any
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "docs-offline.png"))
     page.close()
+
+
+def test_trace_page_of_a_fork_links_to_its_source(browser: Any, api: Api) -> None:
+    plan = {
+        "name": "fork-ui",
+        "nodes": [
+            {"id": "a", "type": "tool", "tool": "act"},
+            {"id": "b", "type": "tool", "tool": "act", "depends_on": ["a"]},
+        ],
+    }
+    source = api.runtime.submit(plan, {}, namespace="a").job_id
+    api.runtime.run_job(source)
+    fork = api.runtime.fork(source, "a").job_id
+    api.runtime.run_job(fork)
+    page = open_page(browser, api, f"/ui/jobs/{fork}", "observer_a")
+    assert f"Forked from {source} after step a" in page.inner_text("#forked-from")
+    page.click("#forked-from a")
+    page.wait_for_url(f"**/ui/jobs/{source}")
+    page.wait_for_selector("body[data-ready]")
+    assert page.inner_text("h1 .mono") == source
+    assert not page.query_selector_all("#forked-from")  # the source is no fork
+    page.close()

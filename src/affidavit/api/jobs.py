@@ -21,6 +21,7 @@ from affidavit.api.models import (
     CancelResult,
     ErrorBody,
     EventPage,
+    Fork,
     Job,
     JobList,
     JobSeal,
@@ -33,8 +34,9 @@ from affidavit.api.models import (
 )
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
-from affidavit.record import job_trace
+from affidavit.record import fork_lineage, job_trace
 from affidavit.runtime import (
+    fork_job,
     registry,
     request_cancel,
     require_queue,
@@ -174,7 +176,31 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)
 def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
-    return visible_job(svc.store, caller, job_id).to_dict()
+    doc = visible_job(svc.store, caller, job_id).to_dict()
+    lineage = fork_lineage(svc.store.list_events(job_id, limit=1))
+    return doc if lineage is None else {**doc, "forked_from": lineage}
+
+
+@router.post(
+    "/{job_id}/fork", status_code=201, response_model=Job, response_model_exclude_unset=True
+)
+def fork(job_id: str, body: Fork, svc: ServiceDep, caller: Admin) -> dict[str, Any]:
+    """A new job (201) that reuses the finished job's recorded steps up to and including
+    `from_step` and runs the rest with the tools deployed now; `input` replaces the input of
+    the steps that run. A job with no seal yet, or a step it did not complete, is refused
+    (409, `fork_refused`) and nothing is written."""
+    visible_job(svc.store, caller, job_id)
+    given = "input" in body.model_fields_set
+    job = fork_job(
+        svc.store,
+        job_id,
+        body.from_step,
+        *((body.input,) if given else ()),
+        submitted_by=caller.agent_id,
+        tools=svc.tools,
+    )
+    lineage = fork_lineage(svc.store.list_events(job.job_id, limit=1))
+    return {**job.to_dict(), "forked_from": lineage}
 
 
 @router.get("/{job_id}/events", response_model=EventPage)

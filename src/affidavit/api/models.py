@@ -66,6 +66,18 @@ class Resume(_Body):
     )
 
 
+class Fork(_Body):
+    from_step: str = Field(
+        max_length=256,
+        description="The step the reused prefix ends with: a plan node id, an agent step's "
+        "`#SEQ` (0-based) or a step id.",
+    )
+    input: Any = Field(
+        default=None,
+        description="Replaces the source's input for the steps that run (absent: the source's).",
+    )
+
+
 class Cancel(_Body):
     reason: str | None = Field(default=None, max_length=2000)
     force: bool = Field(
@@ -95,6 +107,11 @@ class Job(BaseModel):
         default=None,
         description="Only when the stored output or error is not JSON (the job row was changed "
         "outside affidavit): each such field, read as null, with why. Absent for a sound job.",
+    )
+    forked_from: dict[str, Any] | None = Field(
+        default=None,
+        description="A fork's source job, the step its reused prefix ends with and the hash "
+        "of the source's seal. Absent for a job that is no fork.",
     )
 
 
@@ -197,6 +214,8 @@ class Trace(BaseModel):
     event_count: int
     # a call of the running job waiting for a limit's grant: {"limit", "since", "reason"}
     waiting_for_limit: dict[str, Any] | None = None
+    # a fork's source: {"job_id", "step", "seal_hash"}
+    forked_from: dict[str, Any] | None = None
 
 
 class Health(BaseModel):

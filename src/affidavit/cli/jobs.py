@@ -13,13 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from affidavit.cli import output
-from affidavit.cli.common import DbOption, JsonOption, command, opened
-from affidavit.cli.job_view import emit_job, exit_for, job_doc
+from affidavit.cli.common import DbOption, JsonOption, command, opened, opened_for_job
+from affidavit.cli.job_view import emit_job, exit_for, job_doc, state_user
 from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, status_markup
-from affidavit.cli.run_options import seconds_setting
+from affidavit.cli.run_options import InputOption, parse_json_arg, seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import WaitTimeout
+from affidavit.record import fork_lineage
 from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
 
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -112,6 +113,9 @@ def show_job(
         doc["seal"] = sealed["seal"]
         if sealed["error"] is not None:
             doc["seal_error"] = sealed["error"]
+        lineage = fork_lineage(store.list_events(job_id, limit=1))
+        if lineage is not None:  # a fork: its source job, step and the source's seal hash
+            doc["forked_from"] = lineage
         doc.update(decisions_doc(store, job))
         claims = job_queue_claims(store, job_id, time.time())
         if claims:  # a job of a named queue: each claim's grant (none for the default queue)
@@ -405,3 +409,43 @@ def job_trace_cmd(
     for row in rows:  # (node ids come from the plan: never read as markup)
         table.add_row(*map(escape, row))
     output.out.print(table)
+
+
+@jobs_app.command("fork")
+def fork_job_cmd(
+    job_id: Annotated[str, typer.Argument(help="The finished job to fork.")],
+    from_step: Annotated[
+        str,
+        typer.Option(
+            "--from-step",
+            help="The last reused step: a plan node id, an agent step's #SEQ (0-based) or a "
+            "step id.",
+        ),
+    ],
+    input: InputOption = None,
+    by: Annotated[str | None, typer.Option(help="Who forks (recorded).")] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make a new job that reuses the job's recorded steps up to and including --from-step
+    (they are not run again: their results are the recorded ones) and runs the rest with the
+    code deployed now; --input replaces the input for the steps that run. The new job waits
+    for a worker like a submitted one; `affidavit verify` checks its reused steps against the
+    source's record.
+
+    Exit codes: 0 created; 2 no such job; 3 the job has no seal yet (not finished), no such
+    step, bad --input, or store error (nothing is written).
+    """
+    from affidavit.runtime import fork_job
+
+    with command(as_json):
+        # (checked before the database is opened: a bad --input creates nothing)
+        args = (parse_json_arg(input, "--input"),) if input is not None else ()
+        with opened_for_job(db, job_id) as store:
+            job = fork_job(store, job_id, from_step, *args, submitted_by=by or state_user())
+            lineage = fork_lineage(store.list_events(job.job_id, limit=1))
+    if as_json:
+        output.emit_json({**job.to_dict(), "forked_from": lineage})
+        return
+    output.err.print(f"job {job.job_id}: forked from {job_id} after step {from_step!r}")
+    output.out.print(job.job_id, markup=False, highlight=False)

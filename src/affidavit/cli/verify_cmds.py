@@ -19,7 +19,14 @@ from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.errors import ConfigError
 from affidavit.store import JOB_STATUSES, JobFilter, Store
-from affidavit.verify import CHECKS, VerificationResult, verify_all, verify_one
+from affidavit.verify import (
+    CHECKS,
+    ForkCheck,
+    VerificationResult,
+    check_fork,
+    verify_all,
+    verify_one,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -129,6 +136,7 @@ def verify(
                         spool.emit(total, failed, agents, bad_agents)
             else:
                 result = verify_one(store, job_id, trusted_keys=trusted_key or None)
+                fork = check_fork(store, job_id) if not result.orphan else None
     if job_id is None:
         if not as_json:
             render_all(total, failed)
@@ -137,11 +145,31 @@ def verify(
             raise typer.Exit(output.EXIT_FAILED)
         return
     if as_json:
-        output.emit_json(result.to_dict())
+        doc = result.to_dict()
+        if fork is not None:  # a fork: its reused steps against the source's record
+            doc["forked_from"] = fork.to_dict()
+            doc["ok"] = doc["ok"] and fork.ok
+        output.emit_json(doc)
     else:
         render(result)
-    if not result.ok:
+        if fork is not None:
+            render_fork(fork)
+    if not result.ok or (fork is not None and not fork.ok):
         raise typer.Exit(output.EXIT_FAILED)
+
+
+def render_fork(fork: ForkCheck) -> None:
+    """The line of a fork's reused prefix under the table (ids from the database: escaped)."""
+    what = f"fork of job {escape(fork.source_job_id)} up to step {escape(fork.step)}"
+    if fork.status == "verified":
+        output.out.print(f"[green]✓[/] {what}: reused steps match the source's sealed record")
+    elif fork.status == "unverified":
+        output.out.print(
+            f"[yellow]?[/] {what}: reused steps unverified by reference (the source job is "
+            "not in this database)"
+        )
+    else:
+        output.out.print(f"[bold red]✗[/] {what}: {escape(fork.problem or 'failed')}")
 
 
 def _check_selection(

@@ -330,6 +330,17 @@ class SignalPayloadError(AffidavitError):
     )
 
 
+class ForkRefused(AffidavitError):
+    """A fork that cannot be made: its source job is not finished (has no seal), or the step it
+    names is not one the source completed."""
+
+    code = "fork_refused"
+    default_hint = (
+        "Fork a sealed job from a step it completed (a plan node id, an agent step's #SEQ or a "
+        "step id; see `affidavit jobs show JOB`). Nothing was written."
+    )
+
+
 # --- claims and trust -----------------------------------------------------------------------
 
 

@@ -21,6 +21,27 @@ class _StepPayload(_Payload):
     step_id: str
 
 
+class ReusedStep(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    node_id: str = Field(max_length=256)
+    step_id: str = Field(max_length=256)  # the source job's step id
+    output: Any  # the source's recorded output of the step
+    # an agent job's step: its source's step_called (the new job's step id derives from it)
+    seq: int | None = Field(default=None, ge=0)
+    kind: str | None = Field(default=None, max_length=32)
+    tool_name: str | None = Field(default=None, max_length=256)
+    args: dict[str, Any] | None = None
+    args_hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
+
+
+class ForkedFrom(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    job_id: str = Field(max_length=256)
+    seal_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    step: str = Field(max_length=256)  # the node id the prefix ends with
+    reused: list[ReusedStep] = Field(min_length=1, max_length=10_000)
+
+
 class JobCreated(_Payload):
     input: Any
     plan_name: str | None
@@ -29,6 +50,7 @@ class JobCreated(_Payload):
     idempotency_key: str | None
     kind: Literal["agent"] | None = None  # absent on plan jobs
     traceparent: str | None = Field(None, pattern=TRACEPARENT)
+    forked_from: ForkedFrom | None = None  # absent on a job that is no fork
 
 
 class RetrySettings(BaseModel):

@@ -55,6 +55,7 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.core.errors.UnreadableEventError": (USAGE_OR_STORE, 409),
     "affidavit.core.errors.SignalRejected": (FAILED, 409),
     "affidavit.core.errors.SignalPayloadError": (USAGE_OR_STORE, 422),
+    "affidavit.core.errors.ForkRefused": (USAGE_OR_STORE, 409),
     "affidavit.core.errors.AgentExistsError": (USAGE_OR_STORE, 409),
     "affidavit.core.errors.ClaimRejected": (REFUSED, 400),
     "affidavit.core.errors.SelfVerificationError": (REFUSED, 403),

@@ -185,7 +185,7 @@ def _bind_result(
             st.errors.append(f"{F.EVENT_LOG}: {name} does not match {F.EVENTS}")
     if result.ok:
         try:
-            expected = log_traces(log_entries)
+            expected = log_traces(log_entries, result.job_id)
         except (KeyError, TypeError, AttributeError) as exc:
             st.errors.append(f"{F.EVENTS}: cannot be replayed ({type(exc).__name__}: {exc})")
         else:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from affidavit.core.events import COMPLETED_RESULT_TYPES
+from affidavit.core.plan import Plan
 from affidavit.packs import _format as F
 
 # What a recorded invocation outcome gives the step's trace: ``True`` — its result, which a
@@ -41,6 +42,8 @@ class _Read:
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)
     succeeded: dict[str, Any] = field(default_factory=dict)  # idempotency key -> result
     committed: dict[str, Any] = field(default_factory=dict)  # node -> its committed result
+    job_id: str | None = None
+    forked: Any = None  # job_created's forked_from: a fork's reused steps
 
     def add(self, kind: str, p: Any) -> None:
         if kind == "node_started":
@@ -58,12 +61,27 @@ class _Read:
             self.called[p["node_id"]] = (p["seq"], p["step_id"])
         elif kind == "job_created":
             self.job_input = p.get("input")
+            self.forked = p.get("forked_from")
+        elif kind == "plan_generated" and isinstance(self.forked, dict) and self.job_id:
+            self._reused(Plan.of_recorded_graph(p["task_graph"], p.get("plan_hash")))
         elif kind == "job_completed":
             self.status, self.output = "completed", p.get("output")
         elif kind == "job_failed":
             self.status, self.error = "failed", p.get("error")
         elif kind == "job_cancelled":
             self.status = "cancelled"
+
+    def _reused(self, plan: Plan) -> None:
+        """A plan fork's reused nodes (docs/formats.md "Forks"): steps that passed with the
+        source's recorded outputs, under this job's step ids. (An agent fork's reused calls
+        have no step_called here: the pack has no step for them.)"""
+        steps = plan.step_ids(str(self.job_id))
+        for step in self.forked["reused"]:
+            node_id = step["node_id"]
+            if "seq" in step or node_id not in steps:
+                continue
+            self.step_of[node_id] = steps[node_id]
+            self.finished[node_id] = {"result_type": "pure", "output": step.get("output")}
 
 
 # The result types of a node that make it a PASS step: it finished with its output. A
@@ -105,13 +123,14 @@ class LogTraces:
         return self.mislabels.get(step_id)
 
 
-def log_traces(log: Iterable[tuple[str, Any]]) -> LogTraces:
-    """The traces ``log`` (``(type, parsed payload)`` per event, in order) implies.
+def log_traces(log: Iterable[tuple[str, Any]], job_id: str | None = None) -> LogTraces:
+    """The traces ``log`` (``(type, parsed payload)`` per event, in order) of job ``job_id``
+    implies (the job id derives a plan fork's step ids).
 
     Raises:
         KeyError, TypeError, AttributeError: an event lacks a field these need.
     """
-    read = _Read()
+    read = _Read(job_id=job_id)
     for kind, p in log:
         read.add(kind, p)
     expected: dict[str, Any] = {

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         NodeFacts,
         node_state,
     )
-    from affidavit.record._trace import job_trace, park_doc, trace_of
+    from affidavit.record._trace import fork_lineage, job_trace, park_doc, trace_of
 
 _LAZY = {
     "AgentOutcome": "affidavit.record._agent_trace",
@@ -71,6 +71,7 @@ _LAZY = {
     "NODE_STATES": "affidavit.record._states",
     "NodeFacts": "affidavit.record._states",
     "node_state": "affidavit.record._states",
+    "fork_lineage": "affidavit.record._trace",
     "job_trace": "affidavit.record._trace",
     "park_doc": "affidavit.record._trace",
     "trace_of": "affidavit.record._trace",
@@ -98,6 +99,7 @@ __all__ = [
     "decision_context",
     "default_key_path",
     "follow_job",
+    "fork_lineage",
     "is_agent_log",
     "job_trace",
     "key_status",

@@ -88,6 +88,7 @@ class ReplayContext:
     agent_steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> step_called
     namespace: str | None = None
     submitted_by: str | None = None  # job_created's: who may not decide the job's approvals
+    forked_from: dict[str, Any] | None = None  # job_created's: the source of a fork
     task_graph: dict[str, Any] | None = None
     plan_hash: str | None = None
     policy: dict[str, Any] | None = None
@@ -323,6 +324,7 @@ class ReplayContextBuilder:
         self.ctx.input = p.get("input")
         self.ctx.namespace = p.get("namespace")
         self.ctx.submitted_by = p.get("submitted_by")
+        self.ctx.forked_from = p.get("forked_from")
 
     def _plan_generated(self, p: dict[str, Any]) -> None:
         ctx = self.ctx
@@ -337,6 +339,30 @@ class ReplayContextBuilder:
         ctx.plan_hash = p.get("plan_hash")
         ctx.policy = p.get("policy")
         ctx.step_ids = self._plan.step_ids(ctx.job_id)
+        if ctx.forked_from is not None:
+            self._reuse(ctx.forked_from["reused"])
+
+    def _reuse(self, reused: list[dict[str, Any]]) -> None:
+        """A fork's prefix (``job_created``'s ``forked_from``): its nodes completed with the
+        source's recorded outputs, as if they had finished here; they never run in this job."""
+        assert self._plan is not None
+        for step in reused:
+            node_id = step["node_id"]
+            if node_id not in self._plan.by_id:
+                self._fail(f"the fork reuses node {node_id!r}, which is not in the plan")
+            self._check_ready(node_id, "reused")
+            self._reused(step)
+
+    def _reused(self, step: dict[str, Any]) -> None:
+        node_id = step["node_id"]
+        self.ctx.node_finished[node_id] = {
+            "node_id": node_id,
+            "step_id": self.ctx.step_ids[node_id],
+            "result_type": "pure",
+            "output": step["output"],
+            "reused_from": step["step_id"],
+        }
+        self._completed_at[node_id] = self._version
 
     def _agent_started(self, p: dict[str, Any]) -> None:
         ctx = self.ctx
@@ -349,6 +375,20 @@ class ReplayContextBuilder:
         ctx.kind = "agent"
         ctx.agent = p
         ctx.policy = p.get("policy")
+        if ctx.forked_from is not None:
+            for step in ctx.forked_from["reused"]:
+                self._step_called(
+                    {
+                        "seq": step["seq"],
+                        "node_id": step["node_id"],
+                        "step_id": agent_step_id(str(ctx.job_id), step["seq"], step["kind"]),
+                        "kind": step["kind"],
+                        "tool_name": step.get("tool_name"),
+                        "args": step.get("args"),
+                        "args_hash": step.get("args_hash"),
+                    }
+                )
+                self._reused(step)
 
     def _step_called(self, p: dict[str, Any]) -> None:
         ctx = self.ctx

@@ -55,11 +55,24 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     events = store.list_events(job_id)
     # an agent job's trace is the sequence of its calls: see affidavit.record._agent_trace
     trace = agent_trace_of(job, events)[0] if is_agent_log(events) else trace_of(job, events)[0]
+    lineage = fork_lineage(events)
+    if lineage is not None:
+        trace["forked_from"] = lineage
     if job.status == "running":  # a call waiting for a limit: not in the log (store-side)
         wait = waiting_for_limit(store, job_id, now_s=time.time())
         if wait is not None:
             trace["waiting_for_limit"] = wait
     return trace
+
+
+def fork_lineage(events: Sequence[StoredEvent]) -> dict[str, Any] | None:
+    """A fork's source as ``jobs show`` and the trace name it: ``{"job_id", "step",
+    "seal_hash"}`` of ``job_created``'s ``forked_from``; ``None`` for a job that is no fork."""
+    first = events[0].payload if events and events[0].type == "job_created" else None
+    forked = first.get("forked_from") if isinstance(first, dict) else None
+    if not isinstance(forked, dict):
+        return None
+    return {k: forked.get(k) for k in ("job_id", "step", "seal_hash")}
 
 
 def park_doc(replay: ReplayContext) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from affidavit.runtime._cancel import CancelResult, request_cancel
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
+    from affidavit.runtime._fork import fork_job
     from affidavit.runtime._queues import require_queue, write_declared
     from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
     from affidavit.runtime._runtime import Runtime
@@ -85,6 +86,7 @@ _LAZY = {
     "ResourceVerifier": "affidavit.runtime._confirm",
     "CancelResult": "affidavit.runtime._cancel",
     "request_cancel": "affidavit.runtime._cancel",
+    "fork_job": "affidavit.runtime._fork",
     "InvalidStateError": "affidavit.runtime._decisions",
     "cancel_job": "affidavit.runtime._decisions",
     "resume_job": "affidavit.runtime._decisions",
@@ -180,6 +182,7 @@ __all__ = [
     "check_timing",
     "clock_problem",
     "delete_schedule",
+    "fork_job",
     "get_schedule",
     "list_runs",
     "list_schedules",

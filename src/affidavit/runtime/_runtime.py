@@ -22,6 +22,7 @@ from affidavit.runtime._decisions import (
     resume_job,
     signal_job,
 )
+from affidavit.runtime._fork import _SAME_INPUT, fork_job
 from affidavit.runtime._metrics import RuntimeMetrics
 from affidavit.runtime._queues import require_queue, write_declared
 from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
@@ -290,6 +291,23 @@ class Runtime:
         who = operator(approver) if isinstance(approver, str) else approver
         job, _ = signal_job(self.store, job_id, key, payload, by=by, principal=who)
         return job
+
+    def fork(
+        self,
+        job_id: str,
+        from_step: str,
+        input: Any = _SAME_INPUT,
+        *,
+        submitted_by: str | None = None,
+    ) -> JobRecord:
+        """A new job reusing sealed job ``job_id``'s recorded steps up to and including
+        ``from_step`` and running the rest with the tools (and the version of its agent)
+        registered now; see
+        :func:`~affidavit.runtime._fork.fork_job`."""
+        self._check_open()
+        return fork_job(
+            self.store, job_id, from_step, input, submitted_by=submitted_by, tools=self.tools
+        )
 
     def cancel(
         self,

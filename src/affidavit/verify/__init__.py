@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from affidavit.verify._batch import verify_all, verify_one
 from affidavit.verify._checks import CHECKS, CheckDef
+from affidavit.verify._fork import ForkCheck, check_fork, check_reuse
 from affidavit.verify._trust_log import TrustLogCheck, check_trust_log
 from affidavit.verify.result import (
     Check,
@@ -19,12 +20,15 @@ __all__ = [
     "CHECKS",
     "Check",
     "CheckDef",
+    "ForkCheck",
     "LedgerProof",
     "ReplayProof",
     "SealCheck",
     "StoredChainCheck",
     "TrustLogCheck",
     "VerificationResult",
+    "check_fork",
+    "check_reuse",
     "check_trust_log",
     "verify_all",
     "verify_events",

@@ -81,6 +81,31 @@ class PlanEvents(FoldState):
             raise _Violation("plan", "plan_hash is present but not a string")
         if (self.created_payload or {}).get("kind") == "agent":
             raise _Violation("plan", "plan_generated in a job created as an agent job")
+        forked = (self.created_payload or {}).get("forked_from")
+        if isinstance(forked, dict):
+            self._reuse(forked.get("reused"))
+
+    def _reuse(self, reused: Any) -> None:
+        """A fork's prefix (``job_created``'s ``forked_from``, docs/formats.md §3): nodes of the
+        plan, each after its dependencies, completed here with the source's recorded outputs
+        (checked against the source's record by :func:`affidavit.verify.check_fork`)."""
+        if not isinstance(reused, list) or not reused:
+            raise _Violation("payload", "forked_from.reused is not a list of steps")
+        for step in reused:
+            node_id = step.get("node_id") if isinstance(step, dict) else None
+            if node_id not in self.node_type:
+                raise _Violation("node_in_plan", f"the fork reuses {node_id!r}, not a plan node")
+            if node_id in self.completed:
+                raise _Violation("not_rerun", f"the fork reuses node {node_id!r} twice")
+            missing = [dep for dep in self.deps[node_id] if dep not in self.completed]
+            if missing:
+                raise _Violation(
+                    "dependencies_first",
+                    f"node {node_id!r} reused before its dependency {missing[0]!r} completed",
+                )
+            self.completed.add(node_id)
+            if self.node_type[node_id] == "pure":
+                self._outputs[node_id] = step.get("output")
 
     # --- agent jobs -----------------------------------------------------------------------------
 
@@ -117,12 +142,40 @@ class PlanEvents(FoldState):
             raise _Violation("plan", "agent_started in a job not created as an agent job")
         self.agent = True
         self.has_plan = True
+        forked = (self.created_payload or {}).get("forked_from")
+        if isinstance(forked, dict):  # (before the budget: it counts this job's calls only)
+            self._reuse_agent_steps(forked.get("reused"))
         if p.get("budget") is not None:
             # every node_finished goes through its handler from here on, for its usage
             self._known["node_finished"] = (self._known["node_finished"][0], 0)
             self.budget = BudgetFold(p["budget"])
         if p.get("stream") is not None:
             self.streams.limited(p["stream"])
+
+    def _reuse_agent_steps(self, reused: Any) -> None:
+        """An agent fork's prefix: the source's calls 0, 1, 2, ... as if called here (each
+        checked as a ``step_called``, under this job's step ids), completed with the source's
+        recorded results; no tool of theirs is invoked here."""
+        if not isinstance(reused, list) or not reused:
+            raise _Violation("payload", "forked_from.reused is not a list of steps")
+        for step in reused:
+            if not isinstance(step, dict) or type(step.get("seq")) is not int:
+                raise _Violation("payload", "a reused agent step has no seq")
+            kind = step.get("kind")
+            if kind not in AGENT_KINDS:
+                raise _Violation("payload", f"unknown step kind {kind!r}")
+            self._step_called(
+                {
+                    "seq": step["seq"],
+                    "node_id": step.get("node_id"),
+                    "step_id": agent_step_id(self.job_id, step["seq"], kind),
+                    "kind": kind,
+                    "tool_name": step.get("tool_name"),
+                    "args": step.get("args"),
+                    "args_hash": step.get("args_hash"),
+                }
+            )
+            self.completed.add(str(step["node_id"]))
 
     def _step_called(self, p: dict[str, Any]) -> None:
         if not self.agent:

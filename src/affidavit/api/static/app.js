@@ -229,6 +229,13 @@ async function renderJob(content, jobId, onDecided) {
   content.append(el("p", { text: `plan ${job.plan_name || "(unnamed)"} · namespace `
     + `${job.namespace} · ${trace.event_count} events · head ${short(job.head_hash)}` }));
   content.append(await badges(jobId));
+  if (trace.forked_from) {  // a fork: a link to the source job (text nodes: never markup)
+    const src = trace.forked_from;
+    content.append(el("p", { id: "forked-from" }, "Forked from ",
+      el("a", { href: `/ui/jobs/${encodeURIComponent(src.job_id)}`, class: "mono",
+        text: src.job_id }),
+      ` after step ${src.step}: the steps up to it are the source's recorded results`));
+  }
   if (trace.parked) {
     content.append(el("p", { class: "card", id: "parked",
       text: `Parked on ${trace.parked.node_id} (${trace.parked.reason}). Decide with `
