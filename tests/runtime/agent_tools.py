@@ -48,6 +48,16 @@ def flaky(ctx: ToolContext, n: int) -> dict[str, Any]:
     return {"n": n, "attempt": ctx.attempt}
 
 
+@pure("ag_flaky_pure")
+def flaky_pure(ctx: ToolContext, n: int) -> dict[str, Any]:
+    CALLS["flaky_pure"] += 1
+    if ctx.attempt < 2:
+        from affidavit import RetryableError
+
+        raise RetryableError("not yet")
+    return {"n": n, "attempt": ctx.attempt}
+
+
 @tool("ag_decline")
 def decline(ctx: ToolContext) -> dict[str, Any]:
     CALLS["decline"] += 1
@@ -136,6 +146,11 @@ def retry_agent(ctx: AgentContext) -> Any:
     return ctx.call(flaky, n=7)
 
 
+@agent("retry_pure_agent", version="1", retry={"max_attempts": 3, "backoff_seconds": 0})
+def retry_pure_agent(ctx: AgentContext) -> Any:
+    return ctx.call(flaky_pure, n=3)
+
+
 @agent("failing_agent", version="1", retry={"max_attempts": 1, "backoff_seconds": 0})
 def failing_agent(ctx: AgentContext) -> Any:
     try:
@@ -151,7 +166,16 @@ def raising_agent(ctx: AgentContext) -> Any:
     raise RuntimeError("the agent's own bug")
 
 
-TOOLS = [lookup_order, decide_refund, issue_refund, send_email, flaky, decline, cancel_own_job]
+TOOLS = [
+    lookup_order,
+    decide_refund,
+    issue_refund,
+    send_email,
+    flaky,
+    flaky_pure,
+    decline,
+    cancel_own_job,
+]
 AGENTS = [
     refund_agent,
     fanout_agent,
@@ -161,6 +185,7 @@ AGENTS = [
     wait_agent,
     sleep_agent,
     retry_agent,
+    retry_pure_agent,
     failing_agent,
     raising_agent,
     stubborn_agent,

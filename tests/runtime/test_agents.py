@@ -190,6 +190,13 @@ def test_retries_and_failures(rt: Runtime) -> None:
     assert done.status == "completed" and done.output == {"n": 7, "attempt": 2}
     assert_log_sound(rt.store, job.job_id)
 
+    # a pure step's failed attempt is recorded with its call, and the step is tried again
+    pure_retry = rt.submit("retry_pure_agent", {})
+    done = rt.run_job(pure_retry.job_id)
+    assert done.status == "completed", done.error
+    assert done.output == {"n": 3, "attempt": 2} and at.CALLS["flaky_pure"] == 2
+    assert_log_sound(rt.store, pure_retry.job_id)
+
     failing = rt.submit("failing_agent", {})
     done = rt.run_job(failing.job_id)
     assert done.status == "failed" and done.error["message"] == "card declined"

@@ -80,7 +80,9 @@ def run_pure(
                 **({"limit_grant": grant.record()} if grant else {}),
             }
             ex.count_usage(ctx)
-            ex.journal.write(*prelude, ("node_started", started), ("node_finished", finished))
+            ex.journal.write(
+                *prelude, ("node_started", started), ("node_finished", finished), fast=True
+            )
             ex.give_back(grant)
             prelude = ()
             if retry:
