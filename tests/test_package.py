@@ -69,6 +69,7 @@ def test_public_api() -> None:
             "AffidavitError",
             "Agent",
             "AgentContext",
+            "ChildResult",
             "AgentNotFound",
             "AuthorizationError",
             "Budget",

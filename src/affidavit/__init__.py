@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from affidavit.core.signing import SigningKey
     from affidavit.record._replay import ReplayContext, ReplayContextBuilder
     from affidavit.runtime._agent import AgentContext, agent
+    from affidavit.runtime._children import ChildResult
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._limits import Limit
     from affidavit.runtime._queues import queue
@@ -89,6 +90,7 @@ _LAZY = (
     | {"verify_events": "affidavit.verify", "verify_job": "affidavit.verify"}
     | {
         "AgentContext": "affidavit.runtime._agent",
+        "ChildResult": "affidavit.runtime._children",
         "Budget": "affidavit.core.budget",
         "CompensatableError": "affidavit.runtime._sdk",
         "Confirmation": "affidavit.runtime._confirm",
@@ -152,6 +154,7 @@ __all__ = [
     "AffidavitError",
     "Agent",
     "AgentContext",
+    "ChildResult",
     "AgentNotFound",
     "AuthorizationError",
     "Budget",

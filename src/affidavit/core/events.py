@@ -43,6 +43,7 @@ class EventType(StrEnum):
     JOB_COMPLETED = "job_completed"
     JOB_FAILED = "job_failed"
     JOB_CANCELLED = "job_cancelled"
+    CHILD_COMPLETED = "child_completed"
 
 
 ResultType = Literal[

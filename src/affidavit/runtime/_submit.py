@@ -287,11 +287,14 @@ def submit_agent_job(
     replay_verification: str | None = None,
     traceparent: str | None = None,
     placement: Placement | None = None,
+    parent: tuple[str, str] | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
     ``agent_started`` with the agent's name, version and policy. The input is the agent
     function's keyword arguments (a JSON object). Same idempotency rules as
     :func:`submit_job` (the same key with another agent, version or input is a conflict).
+    ``parent``: ``(parent_job_id, parent_step_id)`` of a child job (recorded in its
+    ``job_created`` and linked in the store).
 
     Raises:
         PlanError: the agent is not registered, or the input does not fit its parameters.
@@ -311,6 +314,7 @@ def submit_agent_job(
         idempotency_key=idempotency_key,
         submitted_by=submitted_by,
         placement=placement,
+        parent=parent,
         events=[
             NewEvent(
                 "job_created",
@@ -323,7 +327,12 @@ def submit_agent_job(
                     "idempotency_key": idempotency_key,
                     "kind": "agent",
                 }
-                | ({} if traceparent is None else {"traceparent": traceparent}),
+                | ({} if traceparent is None else {"traceparent": traceparent})
+                | (
+                    {}
+                    if parent is None
+                    else {"parent_job_id": parent[0], "parent_step_id": parent[1]}
+                ),
             ),
             NewEvent(
                 "agent_started",

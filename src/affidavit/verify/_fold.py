@@ -127,6 +127,7 @@ class LogFold(EndEvents):
             "job_cancelled": self._job_cancelled,
             "agent_started": self._agent_started,
             "step_called": self._step_called,
+            "child_completed": self._child_completed,
         }
         assert set(self._dispatch) == _KNOWN_TYPES
 
