@@ -179,6 +179,13 @@ def undo_migration_20(url: str) -> None:
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 20")
 
 
+def undo_migration_23(url: str) -> None:
+    """Take the child-job links (migration 23) out of the database at ``url``."""
+    raw = RawDb(url)
+    raw.execute("DROP TABLE job_children")
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 23")
+
+
 def undo_migration_22(url: str) -> None:
     """Take the limit waits (migration 22) out of the database at ``url``."""
     raw = RawDb(url)
@@ -198,6 +205,7 @@ def undo_migration_12(url: str) -> None:
     """Turn the database at ``url`` back into a version-11 one: its seals as that release
     signed them (v1: no events root), the two seal columns gone (the later migrations undone
     first)."""
+    undo_migration_23(url)
     undo_migration_22(url)
     undo_migration_21(url)
     undo_migration_20(url)

@@ -1,3 +1,4 @@
+-- older schema readable
 -- Child jobs (ctx.start_job): each child's parent job and the parent's step that created it. The
 -- row is written in the transaction that creates the child. `awaited` is set by the parent's
 -- transaction that makes it wait for the child (ctx.join): the transaction that ends an awaited
