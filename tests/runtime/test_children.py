@@ -65,3 +65,29 @@ def test_parent_waits_without_a_worker_and_the_child_wakes_it(rt: Runtime) -> No
     assert_log_sound(rt.store, job.job_id)
     # created once: the same step's key names the same child
     assert len(rt.store.list_jobs(JobFilter(parent=job.job_id))) == 1
+
+
+def test_cancelling_the_parent_cancels_its_children(rt: Runtime) -> None:
+    job = rt.submit(ca.parent, {"orders": ["WAIT-2", "WAIT-3"]})
+    rt.run_until_idle()
+    children = [j.job_id for j in rt.store.list_jobs(JobFilter(parent=job.job_id))]
+    assert len(children) == 2
+    assert {rt.store.get_job(c).status for c in children} == {"waiting"}
+    rt.cancel(job.job_id, reason="not needed")
+    assert rt.store.get_job(job.job_id).status == "cancelled"
+    assert {rt.store.get_job(c).status for c in children} == {"cancelled"}
+    rt.run_until_idle()
+    assert ca.CALLS == {}
+    assert_log_sound(rt.store, job.job_id)
+
+
+def test_a_cancelled_child_is_its_parents_result(rt: Runtime) -> None:
+    job = rt.submit(ca.one, {"order_id": "WAIT-4"})
+    rt.run_until_idle()
+    (child,) = [j.job_id for j in rt.store.list_jobs(JobFilter(parent=job.job_id))]
+    rt.cancel(child)
+    rt.run_until_idle()
+    done = rt.store.get_job(job.job_id)
+    assert done.status == "completed", done.error
+    assert done.output == {"status": "cancelled", "output": None}
+    assert ca.CALLS == {}
