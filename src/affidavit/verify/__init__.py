@@ -13,6 +13,7 @@ from affidavit.verify.result import (
     StoredChainCheck,
     VerificationResult,
 )
+from affidavit.verify._tree import TreeLink, TreeResult, verify_tree
 from affidavit.verify.verification import verify_events, verify_job, verify_orphans
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "ReplayProof",
     "SealCheck",
     "StoredChainCheck",
+    "TreeLink",
+    "TreeResult",
     "TrustLogCheck",
     "VerificationResult",
     "check_trust_log",
@@ -31,4 +34,5 @@ __all__ = [
     "verify_job",
     "verify_one",
     "verify_orphans",
+    "verify_tree",
 ]
