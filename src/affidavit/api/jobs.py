@@ -35,6 +35,7 @@ from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
 from affidavit.record import job_trace
 from affidavit.runtime import (
+    family_doc,
     registry,
     request_cancel,
     require_queue,
@@ -150,6 +151,7 @@ def list_jobs(
             "`next_before` of the previous page)."
         ),
     ] = None,
+    parent: Annotated[str | None, Query(description="Only the child jobs of this job.")] = None,
 ) -> dict[str, Any]:
     """Jobs of the caller's namespace (an admin's: every namespace, or `namespace`), newest
     first; a full page names the cursor of the next one (`next_before`)."""
@@ -162,7 +164,14 @@ def list_jobs(
     if before is not None:
         visible_job(svc.store, caller, before)  # another namespace's job: not found
     jobs = svc.store.list_jobs(
-        JobFilter(status=status, namespace=namespace, limit=limit, offset=offset, before=before)
+        JobFilter(
+            status=status,
+            namespace=namespace,
+            limit=limit,
+            offset=offset,
+            before=before,
+            parent=parent,
+        )
     )
     page: dict[str, Any] = {"jobs": [j.to_dict() for j in jobs], "limit": limit, "offset": offset}
     if before is not None:
@@ -174,7 +183,7 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)
 def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
-    return visible_job(svc.store, caller, job_id).to_dict()
+    return visible_job(svc.store, caller, job_id).to_dict() | family_doc(svc.store, job_id)
 
 
 @router.get("/{job_id}/events", response_model=EventPage)

@@ -19,6 +19,7 @@ from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import WaitTimeout
+from affidavit.runtime import family_doc
 from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
 
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -45,6 +46,9 @@ def list_jobs(
             "stable while new jobs arrive.",
         ),
     ] = None,
+    parent: Annotated[
+        str | None, typer.Option(metavar="JOB", help="Only the child jobs of JOB.")
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -60,6 +64,7 @@ def list_jobs(
                 limit=limit,
                 offset=offset,
                 before=before,
+                parent=parent,
             )
         )
     if as_json:
@@ -111,6 +116,7 @@ def show_job(
         doc["seal"] = sealed["seal"]
         if sealed["error"] is not None:
             doc["seal_error"] = sealed["error"]
+        doc.update(family_doc(store, job_id))
         doc.update(decisions_doc(store, job))
         claims = job_queue_claims(store, job_id, time.time())
         if claims:  # a job of a named queue: each claim's grant (none for the default queue)

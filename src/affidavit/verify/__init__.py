@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from affidavit.verify._batch import verify_all, verify_one
 from affidavit.verify._checks import CHECKS, CheckDef
+from affidavit.verify._tree import TreeLink, TreeResult, verify_tree
 from affidavit.verify._trust_log import TrustLogCheck, check_trust_log
 from affidavit.verify.result import (
     Check,
@@ -13,7 +14,6 @@ from affidavit.verify.result import (
     StoredChainCheck,
     VerificationResult,
 )
-from affidavit.verify._tree import TreeLink, TreeResult, verify_tree
 from affidavit.verify.verification import verify_events, verify_job, verify_orphans
 
 __all__ = [
