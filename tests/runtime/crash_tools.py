@@ -191,8 +191,18 @@ crash_agent_fail = agent(
 )(_crash_agent)
 
 
+@agent("crash_parent", version="1")
+def crash_parent(ctx: AgentContext, side: str, children: int = 2) -> dict[str, Any]:
+    """Starts ``children`` charge agents as child jobs and joins them."""
+    started = [
+        ctx.start_job("crash_agent", {"side": side, "amount": 10 + i}) for i in range(children)
+    ]
+    return {"children": [r.to_dict() for r in ctx.join_all(started)]}
+
+
 REGISTRY = ToolRegistry(
     [
+        crash_parent,
         crash_agent,
         crash_agent_fail,
         charge,

@@ -24,6 +24,8 @@ POINTS = frozenset(
         "wait.after_record",
         "sleep.after_record",
         "log.before_integrate",
+        "child.after_create",
+        "child.before_link",
     }
 )
 

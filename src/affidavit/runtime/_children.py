@@ -203,6 +203,7 @@ def run_join(
             return True
 
         if journal.tx_retrying(True, wait):
+            crash.crash_point("wait.after_record")
             raise Stop("waiting")
 
 
