@@ -14,8 +14,9 @@ CHILD_TOOLS = str(Path(__file__).resolve().parents[1] / "runtime" / "child_agent
 
 
 def test_a_tree_from_the_command_line(store_url: str) -> None:
+    orders = json.dumps({"orders": ["A", "B"]})
     submitted = cli("submit", "--agent", "ch_parent", "--tools", CHILD_TOOLS,
-                    "--input", json.dumps({"orders": ["A", "B"]}), "--db", store_url, "--json")  # fmt: skip
+                    "--input", orders, "--db", store_url, "--json")  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
     root = json_of(submitted)["job_id"]
     w = cli("worker", "--tools", CHILD_TOOLS, "--until-idle", "--db", store_url, "--json")
