@@ -38,5 +38,33 @@ def one(ctx: AgentContext, order_id: str) -> dict[str, Any]:
     return {"status": result.status, "output": result.output}
 
 
+@agent("ch_async_parent", version="1")
+async def async_parent(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
+    handles = [await ctx.start_job(refund_agent, {"order_id": o}) for o in orders]
+    first = await ctx.join(handles[0])
+    rest = await ctx.join_all(handles[1:])
+    return [first.to_dict(), *[r.to_dict() for r in rest]]
+
+
+@agent("ch_bad_join", version="1")
+def bad_join(ctx: AgentContext) -> None:
+    ctx.join("not a handle")
+
+
+@agent("ch_bad_start", version="1")
+def bad_start(ctx: AgentContext) -> list[str]:
+    refused = []
+    for target, job_input, queue in [
+        ("ghost_agent", {}, None),
+        (refund_agent, {"nope": 1}, None),
+        (refund_agent, {"order_id": "Q"}, "no-such-queue"),
+    ]:
+        try:
+            ctx.start_job(target, job_input, queue=queue)
+        except ValueError as exc:
+            refused.append(str(exc))
+    return refused
+
+
 def registry() -> ToolRegistry:
-    return ToolRegistry([refund, refund_agent, parent, one])
+    return ToolRegistry([refund, refund_agent, parent, one, async_parent, bad_join, bad_start])

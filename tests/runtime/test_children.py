@@ -91,3 +91,45 @@ def test_a_cancelled_child_is_its_parents_result(rt: Runtime) -> None:
     assert done.status == "completed", done.error
     assert done.output == {"status": "cancelled", "output": None}
     assert ca.CALLS == {}
+
+
+def test_an_async_parent_awaits_its_children(rt: Runtime) -> None:
+    job = rt.submit(ca.async_parent, {"orders": ["A", "WAIT-5", "C"]})
+    rt.run_until_idle()
+    assert rt.store.get_job(job.job_id).status == "waiting"
+    (waiting,) = [
+        j.job_id for j in rt.store.list_jobs(JobFilter(parent=job.job_id, status=["waiting"]))
+    ]
+    rt.signal(waiting, "go-WAIT-5", None)
+    rt.run_until_idle()
+    done = rt.store.get_job(job.job_id)
+    assert done.status == "completed", done.error
+    assert [r["output"] for r in done.output] == [
+        {"refunded": "A"},
+        {"refunded": "WAIT-5"},
+        {"refunded": "C"},
+    ]
+    assert ca.CALLS == {"A": 1, "WAIT-5": 1, "C": 1}
+    assert_log_sound(rt.store, job.job_id)
+
+
+def test_bad_child_calls_fail_clearly_and_change_nothing(rt: Runtime) -> None:
+    job = rt.submit(ca.bad_join, {})
+    done = rt.run_job(job.job_id)
+    assert done.status == "failed"
+    assert "ctx.start_job" in done.error["message"]
+    assert rt.store.list_jobs(JobFilter(parent=job.job_id)) == []
+
+
+def test_a_child_that_cannot_be_created_is_refused_before_anything_is_recorded(
+    rt: Runtime,
+) -> None:
+    job = rt.submit(ca.bad_start, {})
+    done = rt.run_job(job.job_id)
+    assert done.status == "completed", done.error
+    assert len(done.output) == 3
+    assert "not registered" in done.output[0] and "does not fit" in done.output[1]
+    assert "no-such-queue" in done.output[2]
+    events = assert_log_sound(rt.store, job.job_id)
+    assert of_type(events, "step_called") == []
+    assert rt.store.list_jobs(JobFilter(parent=job.job_id)) == []

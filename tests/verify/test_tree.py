@@ -75,3 +75,25 @@ def test_a_child_row_rewritten_fails_the_tree(rt: Runtime, store_url: str) -> No
     tree = verify_tree(rt.store, root)
     assert not tree.ok
     assert [r.ok for r in tree.results] == [True, True, False]
+
+
+@pytest.mark.parametrize("edit", ["drop_a_child", "name_a_child_twice", "move_before_the_wait"])
+def test_a_parents_links_rewritten_and_rechained_fail_its_replay_proof(
+    rt: Runtime, store_url: str, edit: str
+) -> None:
+    root, _ = _tree(rt)
+    raw = RawDb(store_url)
+    rows = [(event_id, t, payload) for _, event_id, t, payload, _ in raw.events(root)]
+    linked = [i for i, (_, t, _) in enumerate(rows) if t == "child_completed"]
+    if edit == "drop_a_child":
+        del rows[linked[0]]
+    elif edit == "name_a_child_twice":
+        rows[linked[1]] = (rows[linked[1]][0], "child_completed", rows[linked[0]][2])
+    else:
+        waiting = next(i for i, (_, t, _) in enumerate(rows) if t == "job_waiting")
+        rows.insert(waiting, rows.pop(linked[0]))
+    raw.rewrite_log(root, rows)
+    result = verify_job(rt.store, root)
+    assert not result.ok
+    assert result.replay_proof_result.invariant == "closing_rule", result.to_dict()
+    assert not verify_tree(rt.store, root).ok

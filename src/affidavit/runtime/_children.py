@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from affidavit.core import crash
-from affidavit.core.errors import StoreError
+from affidavit.core.errors import AffidavitError, StoreError
 from affidavit.core.seal import seal_sha256
 from affidavit.runtime._agent import Agent
 from affidavit.runtime._run_base import Item, Stop
@@ -93,6 +93,27 @@ def start_args(target: Agent | str, job_input: Any, queue: str | None) -> dict[s
     if queue is not None:
         args["queue"] = queue
     return args
+
+
+def check_child(run: AgentRun, args: dict[str, Any]) -> None:
+    """Refuse, before the step takes a sequence number (nothing recorded), a child this worker
+    cannot create: an agent it does not have, an input that does not fit, an unknown queue.
+
+    Raises:
+        ValueError: what is wrong (the agent may catch it; the job's record is unchanged).
+    """
+    from affidavit.runtime._queues import require_queue
+    from affidavit.runtime._submit import check_agent_input, resolve_agent
+    from affidavit.store.queues import placement
+
+    try:
+        found = resolve_agent(str(args["agent"]), run.parts.tools)
+        check_agent_input(found, args["input"])
+        where = placement(args.get("queue"))
+        if where is not None:
+            require_queue(run.journal.store, where.queue)
+    except AffidavitError as exc:
+        raise ValueError(f"ctx.start_job: {exc.message}") from None
 
 
 def create_child(run: AgentRun, spec: StepSpec, args: dict[str, Any]) -> str:
@@ -210,6 +231,7 @@ def run_join(
 def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -> ChildHandle:
     """``ctx.start_job``: the ``job`` step — create the child once, record its id."""
     args = start_args(target, job_input, queue)
+    check_child(run, args)
     run.quiesce()
     spec, _, called = run.next_step("job", None, args)
     if spec.node_id in run.replay.completed_nodes:
