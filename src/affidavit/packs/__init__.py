@@ -1,5 +1,6 @@
 """Proof packs: RCE v0.1 export and offline verification (docs/packs.md)."""
 
+from affidavit.packs._tree import TreeVerdict, export_tree, verify_tree_packs
 from affidavit.packs.export import (
     ExportResult,
     PackError,
@@ -18,10 +19,13 @@ __all__ = [
     "PackExistsError",
     "PackVerdict",
     "TraceStateError",
+    "TreeVerdict",
     "UnfinishedJobError",
     "export_archive",
     "export_pack",
+    "export_tree",
     "pack_archive",
     "verify_pack",
+    "verify_tree_packs",
     "write_verdict",
 ]
