@@ -218,7 +218,8 @@ def run_join(
             statuses = tx.await_children(run.job_id, job_ids)
             if all(statuses.get(j) in ("completed", "failed", "cancelled") for j in job_ids):
                 return False  # they ended meanwhile: record them instead
-            journal.append(tx, *prelude, *waiting)
+            if prelude or waiting:  # (woken before the last child ended: recorded already)
+                journal.append(tx, *prelude, *waiting)
             tx.set_status(run.job_id, status="waiting", fence=journal.claim.attempt_id)
             tx.set_lease(run.job_id, attempt_id=None, owner=None, expires_at=None)
             return True
