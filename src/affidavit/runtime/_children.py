@@ -6,9 +6,9 @@ A child is created exactly once per (parent, sequence number): its idempotency k
 it (crash point ``child.after_create``) finds the same child on recovery. The child is linked
 to its parent in the transaction that creates it.
 
-A join is a wait without a worker: the parent's transaction that makes it wait locks its own
-row, marks the children awaited and reads their statuses — when all have ended it does not
-wait. The transaction that ends an awaited child makes the waiting parent ``pending`` again
+A join is a wait without a worker: the parent's transaction that makes it wait first marks
+the children awaited and reads their statuses — when all have ended it does not wait. The
+transaction that ends an awaited child makes the waiting parent ``pending`` again
 (``affidavit.store`` does it for every way a job ends), so the wake-up is never lost. The
 parent, on whichever worker claims it, reads the ended children and records one
 ``child_completed`` each (its final status, chain head, event count and seal hash), the wait's
@@ -214,8 +214,7 @@ def run_join(
             return results
 
         def wait(tx: Transaction) -> bool:
-            tx.get_job(run.job_id, for_update=True)  # (see the module docstring)
-            statuses = tx.await_children(run.job_id, job_ids)
+            statuses = tx.await_children(run.job_id, job_ids)  # first: affidavit.store._children
             if all(statuses.get(j) in ("completed", "failed", "cancelled") for j in job_ids):
                 return False  # they ended meanwhile: record them instead
             if prelude or waiting:  # (woken before the last child ended: recorded already)

@@ -2,10 +2,14 @@
 children a waiting parent awaits.
 
 The transaction that ends a child (any terminal status, whoever writes it) makes its parent
-runnable again when the parent waits and awaits that child: it locks the parent's row first,
-so that it and the parent's own wait transaction (which sets ``awaited`` and then reads the
-children's statuses) are serialized — either the parent sees the child ended and does not
-wait, or the child's end sees the parent waiting and wakes it. The wake-up cannot be lost.
+runnable again when the parent waits and awaits that child. Both it and the parent's wait
+transaction write the child's row here first — the child's end its ``ended_at``, the parent's
+wait its ``awaited`` (and only then reads the children's statuses and changes its own status) —
+so the two are serialized on that row: either the parent's wait reads the child ended and does
+not wait, or the child's end sees the parent waiting and awaiting it, and wakes it. The
+wake-up cannot be lost; taking this row before any job row keeps the lock order one way (no
+deadlock), and the child's two statements are writes a backend may send with the commit (no
+round trip of their own).
 
 Mixed into :class:`~affidavit.store._sql.SqlTransaction`. SQL uses ``?`` placeholders.
 """
@@ -24,8 +28,6 @@ _PARENT_OF = "SELECT parent_job_id FROM job_children WHERE child_job_id = ?"
 class ChildOps:
     """The child-job statements of a transaction."""
 
-    FOR_UPDATE: str
-
     @abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
 
@@ -42,8 +44,8 @@ class ChildOps:
         )
 
     def await_children(self, parent_job_id: str, child_job_ids: Sequence[str]) -> dict[str, str]:
-        """Mark ``child_job_ids`` awaited by ``parent_job_id`` (whose row the caller has
-        locked, by the status change that makes it wait) and return each one's status now."""
+        """Mark ``child_job_ids`` awaited by ``parent_job_id`` and return each one's status
+        now — before the transaction writes the parent's row (see the module docstring)."""
         if not child_job_ids:
             return {}
         marks = ", ".join("?" for _ in child_job_ids)
@@ -59,19 +61,16 @@ class ChildOps:
 
     def wake_parent(self, child_job_id: str) -> None:
         """The child ``child_job_id`` ended: if its parent waits for it, the parent is
-        ``pending`` again (see the module docstring for why the parent's row is locked first)."""
-        rows = self.query(
-            "SELECT j.job_id FROM jobs j JOIN job_children c ON j.job_id = c.parent_job_id "
-            "WHERE c.child_job_id = ?" + (" FOR UPDATE OF j" if self.FOR_UPDATE else ""),
-            (child_job_id,),
-        )
-        if not rows:
-            return
+        ``pending`` again (see the module docstring). Two writes, no read."""
+        now = utc_now()
         self.execute(
-            "UPDATE jobs SET status = 'pending', updated_at = ? WHERE job_id = ? "
-            "AND status = 'waiting' AND EXISTS (SELECT 1 FROM job_children "
-            "WHERE child_job_id = ? AND awaited = 1)",
-            (utc_now(), rows[0][0], child_job_id),
+            "UPDATE job_children SET ended_at = ? WHERE child_job_id = ?", (now, child_job_id)
+        )
+        self.execute(
+            "UPDATE jobs SET status = 'pending', updated_at = ? WHERE status = 'waiting' "
+            "AND job_id = (SELECT parent_job_id FROM job_children WHERE child_job_id = ? "
+            "AND awaited = 1)",
+            (now, child_job_id),
         )
 
 
