@@ -448,7 +448,7 @@ class ReplayContextBuilder:
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
         # (a tool's call waits for its approval as the tool node: see runtime._approvals)
-        node_id = self._step(p, *(("tool",) if "call" in p else ("wait", "approval")))
+        node_id = self._step(p, *(("tool",) if "call" in p else ("wait", "approval", "job")))
         key = p["correlation_key"]
         if key in self.ctx.waits:
             self._fail(f"a second job_waiting for correlation key {key!r}")

@@ -24,8 +24,11 @@ from typing import TYPE_CHECKING, Any
 from affidavit.core import crash
 from affidavit.core.errors import AffidavitError, StoreError
 from affidavit.core.seal import seal_sha256
+from affidavit.record import ReplayContext
 from affidavit.runtime._agent import Agent
-from affidavit.runtime._run_base import Item, Stop
+from affidavit.runtime._journal import Journal
+from affidavit.runtime._run_base import Item, StepFailed, Stop
+from affidavit.runtime._sdk import ToolRegistry
 from affidavit.runtime._step_executor import StepSpec
 from affidavit.store import JobFilter, Store, Transaction
 
@@ -116,24 +119,32 @@ def check_child(run: AgentRun, args: dict[str, Any]) -> None:
         raise ValueError(f"ctx.start_job: {exc.message}") from None
 
 
-def create_child(run: AgentRun, spec: StepSpec, args: dict[str, Any]) -> str:
-    """Create (or find, after a crash) the child of the ``job`` step ``spec``; its job id."""
-    from affidavit.runtime._submit import submit_agent_job
+def create_child(
+    journal: Journal, tools: ToolRegistry, spec: StepSpec, args: dict[str, Any]
+) -> str:
+    """Create (or find, after a crash) the child of the step ``spec`` (``args``: its ``agent``
+    or ``plan``, ``input`` and ``queue``); its job id.
+
+    Raises:
+        PlanError, ConfigError: the child cannot be created (an unknown agent, a bad plan).
+    """
+    from affidavit.runtime._submit import submit_agent_job, submit_job
     from affidavit.store.queues import placement
 
-    store = run.journal.store
-    parent = store.get_job(run.job_id)
-    job, _ = submit_agent_job(
-        store,
-        str(args["agent"]),
-        args["input"],
-        tools=run.parts.tools,
-        idempotency_key=child_key(spec.step_id),
-        namespace=parent.namespace,
-        submitted_by=parent.submitted_by,
-        placement=placement(args.get("queue")),
-        parent=(run.job_id, spec.step_id),
-    )
+    store = journal.store
+    parent = store.get_job(journal.job_id)
+    common: dict[str, Any] = {
+        "tools": tools,
+        "idempotency_key": child_key(spec.step_id),
+        "namespace": parent.namespace,
+        "submitted_by": parent.submitted_by,
+        "placement": placement(args.get("queue")),
+        "parent": (journal.job_id, spec.step_id),
+    }
+    if "plan" in args:
+        job, _ = submit_job(store, str(args["plan"]), args["input"], **common)
+    else:
+        job, _ = submit_agent_job(store, str(args["agent"]), args["input"], **common)
     crash.crash_point("child.after_create")
     return job.job_id
 
@@ -162,13 +173,19 @@ def ended_children(store: Store, job_ids: Sequence[str]) -> list[dict[str, Any]]
 
 
 def run_join(
-    run: AgentRun, spec: StepSpec, job_ids: list[str], called: Item | None
-) -> list[dict[str, Any]]:
-    """The join step ``spec``: the children's results (as dicts) once all have ended, or
-    :class:`Stop` ``"waiting"`` (the job waits, without a worker, until the last one ends)."""
-    journal, replay = run.journal, run.replay
-    key = f"{run.job_id}:{spec.node_id}:children"
-    prelude: tuple[Item, ...] = (run.plain(called),) if called is not None else ()
+    journal: Journal,
+    replay: ReplayContext,
+    spec: StepSpec,
+    job_ids: list[str],
+    prelude: tuple[Item, ...] = (),
+    *,
+    single: bool = False,
+) -> Any:
+    """The join step ``spec`` (``prelude``: its ``step_called``, when not recorded yet): the
+    children's results (as dicts; ``single``: the one child's, the output of a plan's job
+    node) once all have ended, or :class:`Stop` ``"waiting"`` (the job waits, without a
+    worker, until the last one ends)."""
+    key = f"{journal.job_id}:{spec.node_id}:children"
     base = {"node_id": spec.node_id, "step_id": spec.step_id}
     waiting: tuple[Item, ...] = ()
     if key not in replay.waits:
@@ -200,7 +217,7 @@ def run_join(
                 **base,
                 "attempt": 1,
                 "result_type": "pure",
-                "output": results,
+                "output": results[0] if single else results,
                 "duration_ms": 0,
             }
             journal.write(
@@ -210,21 +227,42 @@ def run_join(
                 ("wait_completed", answer),
                 ("node_finished", finished),
             )  # (not synced: a record lost to a power failure reads the same children again)
-            return results
+            return results[0] if single else results
 
         def wait(tx: Transaction) -> bool:
-            statuses = tx.await_children(run.job_id, job_ids)  # first: affidavit.store._children
+            statuses = tx.await_children(
+                journal.job_id, job_ids
+            )  # first: affidavit.store._children
             if all(statuses.get(j) in ("completed", "failed", "cancelled") for j in job_ids):
                 return False  # they ended meanwhile: record them instead
             if prelude or waiting:  # (woken before the last child ended: recorded already)
                 journal.append(tx, *prelude, *waiting)
-            tx.set_status(run.job_id, status="waiting", fence=journal.claim.attempt_id)
-            tx.set_lease(run.job_id, attempt_id=None, owner=None, expires_at=None)
+            tx.set_status(journal.job_id, status="waiting", fence=journal.claim.attempt_id)
+            tx.set_lease(journal.job_id, attempt_id=None, owner=None, expires_at=None)
             return True
 
         if journal.tx_retrying(True, wait):
             crash.crash_point("wait.after_record")
             raise Stop("waiting")
+
+
+def run_job_node(
+    journal: Journal, replay: ReplayContext, tools: ToolRegistry, spec: StepSpec, args: Any
+) -> Any:
+    """A plan's ``job`` node (``args``: its ``agent`` or ``plan`` and resolved ``input``):
+    create its child once and join it; the child's result (a dict) is the node's output.
+
+    Raises:
+        StepFailed: the child cannot be created (the job fails, naming the node).
+        Stop: ``"waiting"``, until the child ends.
+    """
+    try:
+        child = create_child(journal, tools, spec, dict(args))
+    except StoreError:
+        raise
+    except AffidavitError as exc:
+        raise StepFailed(spec.node_id, {"type": exc.code, "message": exc.message}) from exc
+    return run_join(journal, replay, spec, [child], single=True)
 
 
 def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -> ChildHandle:
@@ -239,7 +277,7 @@ def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -
     try:
         run.control.check_stopping()
         run.control.check_lease()
-        child = create_child(run, spec, args)
+        child = create_child(run.journal, run.parts.tools, spec, args)
         finished = {
             "node_id": spec.node_id,
             "step_id": spec.step_id,
@@ -271,7 +309,8 @@ def join_children(run: AgentRun, handles: list[Any]) -> list[ChildResult]:
         recorded = run.replay.node_output(spec.node_id)
     else:
         try:
-            recorded = run_join(run, spec, job_ids, called)
+            prelude = (run.plain(called),) if called is not None else ()
+            recorded = run_join(run.journal, run.replay, spec, job_ids, prelude)
         except Stop as stop:
             raise run.interrupted(stop) from None
         except StoreError as exc:

@@ -105,6 +105,7 @@ def submit_job(
     replay_verification: str | None = None,
     traceparent: str | None = None,
     placement: Placement | None = None,
+    parent: tuple[str, str] | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
     (per namespace) returns the existing job and ``created=False``. Nothing is written unless
@@ -144,12 +145,15 @@ def submit_job(
     }
     if traceparent is not None:
         created_payload["traceparent"] = traceparent
+    if parent is not None:  # a child job (see runtime/_children.py)
+        created_payload["parent_job_id"], created_payload["parent_step_id"] = parent
     job, created = store.create_job(
         namespace=namespace,
         plan_name=parsed.name,
         idempotency_key=idempotency_key,
         submitted_by=submitted_by,
         placement=placement,
+        parent=parent,
         events=[
             NewEvent("job_created", created_payload),
             NewEvent(

@@ -54,7 +54,14 @@ _WAIT_KINDS = (
     "join",
 )  # (join: waits for child jobs)  # (sleep: an agent's durable timer)
 # the wait_type of a job_waiting, by the type of the node that waits (docs/formats.md §3)
-_WAIT_TYPE = {"wait": "signal", "approval": "approval", "sleep": "timer", "join": "child"}
+_WAIT_TYPE = {
+    "wait": "signal",
+    "approval": "approval",
+    "sleep": "timer",
+    "join": "child",
+    "job": "child",  # a plan's job node (an agent's job step never waits)
+}
+_JOIN_NODES = {True: ("join",), False: ("job",)}  # what awaits children: an agent's, a plan's
 _NO_DEPS: list[str] = []  # an agent step's dependencies (never mutated)
 _CALLED_KINDS = ("tool", "pure")  # the agent step kinds that name a tool
 # the result types a node of any type may finish with; the others are a tool node's

@@ -8,6 +8,7 @@ from typing import Any
 from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._fold_state import (
+    _JOIN_NODES,
     _WAIT_KINDS,
     _WAIT_TYPE,
     _instant,
@@ -22,7 +23,8 @@ class EndEvents(ToolEvents):
     """The handlers of waits, parks and the job's end (see :mod:`affidavit.verify._fold`)."""
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
-        node_id = self._node(p, ("tool",) if "call" in p else _WAIT_KINDS)  # (a call's approval)
+        kinds = _WAIT_KINDS if self.agent else (*_WAIT_KINDS, "job")
+        node_id = self._node(p, ("tool",) if "call" in p else kinds)  # (a call's approval)
         wait_type = _WAIT_TYPE.get(self.node_type[node_id], "approval")
         if p.get("wait_type") != wait_type:
             raise _Violation(
@@ -52,7 +54,7 @@ class EndEvents(ToolEvents):
                 "closing_rule",
                 f"wait_completed names node {p.get('node_id')!r}; the wait is {waiting!r}'s",
             )
-        if self.node_type.get(waiting) == "join":
+        if self.node_type.get(waiting) in _JOIN_NODES[bool(self.agent)]:
             self._child_results_match(waiting, p.get("payload"))
         timer = self.timers.get(key)
         by_timer = p.get("signalled_by") == "timer"
@@ -211,7 +213,8 @@ class EndEvents(ToolEvents):
         names each child once (``verify --tree`` holds the child to what is recorded here)."""
         node_id = _str(p, "node_id")
         key = next((k for k, n in self.waits.items() if n == node_id), None)
-        if key is None or self.node_type.get(node_id) != "join" or key in self.answered:
+        joins = _JOIN_NODES[bool(self.agent)]
+        if key is None or self.node_type.get(node_id) not in joins or key in self.answered:
             raise _Violation(
                 "closing_rule", f"child_completed for node {node_id!r}, which awaits no child now"
             )
