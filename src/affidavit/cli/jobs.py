@@ -19,7 +19,6 @@ from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import WaitTimeout
-from affidavit.runtime import family_doc
 from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
 
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -106,6 +105,7 @@ def show_job(
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
+    from affidavit.runtime import family_doc
     from affidavit.store.queue_grants import job_queue_claims
     from affidavit.verify.verification import seal_document
 
