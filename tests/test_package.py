@@ -76,6 +76,7 @@ def test_public_api() -> None:
             "AuthorizationError",
             "Budget",
             "CanonicalizationError",
+            "ChildResult",
             "ClaimRejected",
             "ClaimService",
             "ClaimType",

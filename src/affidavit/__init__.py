@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from affidavit.core.streams import StreamLimit
     from affidavit.record._replay import ReplayContext, ReplayContextBuilder
     from affidavit.runtime._agent import AgentContext, agent
+    from affidavit.runtime._children import ChildResult
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._limits import Limit
     from affidavit.runtime._mcp_hooks import mcp_reconcile
@@ -95,6 +96,7 @@ _LAZY = (
     | {
         "AgentContext": "affidavit.runtime._agent",
         "AsyncClient": "affidavit.client",
+        "ChildResult": "affidavit.runtime._children",
         "Budget": "affidavit.core.budget",
         "Client": "affidavit.client",
         "CompensatableError": "affidavit.runtime._sdk",
@@ -167,6 +169,7 @@ __all__ = [
     "AuthorizationError",
     "Budget",
     "CanonicalizationError",
+    "ChildResult",
     "ClaimRejected",
     "ClaimService",
     "ClaimType",

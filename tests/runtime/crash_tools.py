@@ -211,10 +211,20 @@ def stream_agent(ctx: AgentContext, side: str, amount: int) -> dict[str, Any]:
     return {"ok": True}
 
 
+@agent("crash_parent", version="1")
+def crash_parent(ctx: AgentContext, side: str, children: int = 2) -> dict[str, Any]:
+    """Starts ``children`` charge agents as child jobs and joins them."""
+    started = [
+        ctx.start_job("crash_agent", {"side": side, "amount": 10 + i}) for i in range(children)
+    ]
+    return {"children": [r.to_dict() for r in ctx.join_all(started)]}
+
+
 REGISTRY = ToolRegistry(
     [
         stream_agent,
         think,
+        crash_parent,
         crash_agent,
         crash_agent_fail,
         charge,

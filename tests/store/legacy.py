@@ -186,6 +186,13 @@ def undo_migration_27(url: str) -> None:
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 27")
 
 
+def undo_migration_23(url: str) -> None:
+    """Take the child-job links (migration 23) out of the database at ``url``."""
+    raw = RawDb(url)
+    raw.execute("DROP TABLE job_children")
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 23")
+
+
 def undo_migration_22(url: str) -> None:
     """Take the limit waits (migration 22) out of the database at ``url``."""
     raw = RawDb(url)
@@ -206,6 +213,7 @@ def undo_migration_12(url: str) -> None:
     signed them (v1: no events root), the two seal columns gone (the later migrations undone
     first)."""
     undo_migration_27(url)
+    undo_migration_23(url)
     undo_migration_22(url)
     undo_migration_21(url)
     undo_migration_20(url)

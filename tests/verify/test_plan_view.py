@@ -123,7 +123,12 @@ def test_a_dag_gives_the_runtimes_order_and_step_ids(graph: dict[str, Any]) -> N
     plan = Plan.parse(
         {
             "nodes": [
-                {**n, "tool": "t"} if n["type"] in ("tool", "pure") else n for n in graph["nodes"]
+                {**n, "tool": "t"}
+                if n["type"] in ("tool", "pure")
+                else {**n, "agent": "a"}
+                if n["type"] == "job"
+                else n
+                for n in graph["nodes"]
             ]
         }
     )

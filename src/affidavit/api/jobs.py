@@ -36,6 +36,7 @@ from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
 from affidavit.record import fork_lineage, job_trace
 from affidavit.runtime import (
+    family_doc,
     fork_job,
     registry,
     request_cancel,
@@ -152,6 +153,7 @@ def list_jobs(
             "`next_before` of the previous page)."
         ),
     ] = None,
+    parent: Annotated[str | None, Query(description="Only the child jobs of this job.")] = None,
 ) -> dict[str, Any]:
     """Jobs of the caller's namespace (an admin's: every namespace, or `namespace`), newest
     first; a full page names the cursor of the next one (`next_before`)."""
@@ -164,7 +166,14 @@ def list_jobs(
     if before is not None:
         visible_job(svc.store, caller, before)  # another namespace's job: not found
     jobs = svc.store.list_jobs(
-        JobFilter(status=status, namespace=namespace, limit=limit, offset=offset, before=before)
+        JobFilter(
+            status=status,
+            namespace=namespace,
+            limit=limit,
+            offset=offset,
+            before=before,
+            parent=parent,
+        )
     )
     page: dict[str, Any] = {"jobs": [j.to_dict() for j in jobs], "limit": limit, "offset": offset}
     if before is not None:
@@ -176,7 +185,7 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)
 def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
-    doc = visible_job(svc.store, caller, job_id).to_dict()
+    doc = visible_job(svc.store, caller, job_id).to_dict() | family_doc(svc.store, job_id)
     lineage = fork_lineage(svc.store.list_events(job_id, limit=1))
     return doc if lineage is None else {**doc, "forked_from": lineage}
 

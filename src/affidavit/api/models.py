@@ -103,6 +103,12 @@ class Job(BaseModel):
     lease_expires_at: float | None
     output: Any = None
     error: Any = None
+    parent_job_id: str | None = Field(
+        default=None, description="The job that created this one as a child job (ctx.start_job)."
+    )
+    children: list[str] | None = Field(
+        default=None, description="The ids of this job's child jobs, oldest first (up to 1000)."
+    )
     unreadable: dict[str, str] | None = Field(
         default=None,
         description="Only when the stored output or error is not JSON (the job row was changed "

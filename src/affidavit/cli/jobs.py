@@ -47,6 +47,9 @@ def list_jobs(
             "stable while new jobs arrive.",
         ),
     ] = None,
+    parent: Annotated[
+        str | None, typer.Option(metavar="JOB", help="Only the child jobs of JOB.")
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -62,6 +65,7 @@ def list_jobs(
                 limit=limit,
                 offset=offset,
                 before=before,
+                parent=parent,
             )
         )
     if as_json:
@@ -103,6 +107,7 @@ def show_job(
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
+    from affidavit.runtime import family_doc
     from affidavit.store.queue_grants import job_queue_claims
     from affidavit.verify.verification import seal_document
 
@@ -116,6 +121,7 @@ def show_job(
         lineage = fork_lineage(store.list_events(job_id, limit=1))
         if lineage is not None:  # a fork: its source job, step and the source's seal hash
             doc["forked_from"] = lineage
+        doc.update(family_doc(store, job_id))
         doc.update(decisions_doc(store, job))
         claims = job_queue_claims(store, job_id, time.time())
         if claims:  # a job of a named queue: each claim's grant (none for the default queue)

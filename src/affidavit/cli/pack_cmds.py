@@ -34,6 +34,14 @@ def export(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace OUT_DIR if it exists.")
     ] = False,
+    tree: Annotated[
+        bool,
+        typer.Option(
+            "--tree",
+            help="Also export every descendant (child jobs): OUT_DIR/<job id>/ per job and "
+            "OUT_DIR/tree.json; check it with `pack verify OUT_DIR --tree`.",
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -43,8 +51,16 @@ def export(
     Exit codes: 0 written; 2 no such job; 3 unfinished job, OUT_DIR exists, no signing key, an
     event row changed outside affidavit (replay_error), or store error.
     """
-    from affidavit.packs import export_pack
+    from affidavit.packs import export_pack, export_tree
 
+    if tree:
+        with command(as_json), opened(db) as store:
+            doc = export_tree(store, job_id, out_dir, overwrite=overwrite)
+        if as_json:
+            output.emit_json(doc)
+        else:
+            output.out.print(f"wrote {out_dir}: {len(doc['jobs'])} packs and tree.json")
+        return
     with command(as_json), opened(db) as store:
         result = export_pack(store, job_id, out_dir, overwrite=overwrite)
     if as_json:
@@ -111,6 +127,15 @@ def verify(
     ] = None,
     witness_key: WitnessKeysOption = None,
     log_url: LogUrlOption = None,
+    tree: Annotated[
+        bool,
+        typer.Option(
+            "--tree",
+            help="PACK_DIR is a tree (`pack export --tree`): verify every job's pack (each "
+            "verdict under OUT_DIR/<job id>/) and that each child's pack is the job its "
+            "parent recorded; exit 2 when a link does not hold.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a proof pack offline (RCE v0.1 phases 1-4, and the job's event log, seal and
@@ -127,6 +152,9 @@ def verify(
     """
     from affidavit.packs import verify_pack, write_verdict
 
+    if tree:
+        _verify_tree(pack_dir, out_dir, overwrite, pretty, trusted_key, max_file_bytes, as_json)
+        return
     with command(as_json):
         if not (pack_dir.is_dir() or pack_dir.is_file()):
             raise ConfigError(f"no pack directory or archive at {str(pack_dir)!r}")
@@ -164,6 +192,41 @@ def verify(
             output.out.print(f"  - {error}", markup=False)
         output.out.print(f"wrote: {receipt_path}\nwrote: {details_path}")
     raise typer.Exit(verdict.exit_code)
+
+
+def _verify_tree(
+    pack_dir: Path,
+    out_dir: Path,
+    overwrite: bool,
+    pretty: bool,
+    trusted_key: list[str] | None,
+    max_file_bytes: int | None,
+    as_json: bool,
+) -> None:
+    """``pack verify DIR --tree``: each job's verdict written under OUT_DIR/<job id>/."""
+    from affidavit.packs import verify_tree_packs, write_verdict
+
+    with command(as_json):
+        if not pack_dir.is_dir():
+            raise ConfigError(f"no pack directory at {str(pack_dir)!r}")
+        if out_dir.exists() and not overwrite:
+            raise ConfigError(
+                f"{str(out_dir)!r} already exists", hint="Remove it first or pass --overwrite."
+            )
+        keys = [_load_key(k) for k in trusted_key] if trusted_key else None
+        verdict = verify_tree_packs(pack_dir, trusted_keys=keys, max_file_bytes=max_file_bytes)
+        for job_id, each in verdict.packs.items():
+            write_verdict(each, out_dir / job_id, pretty=pretty)
+    code = max((v.exit_code for v in verdict.packs.values()), default=2)
+    code = 0 if verdict.ok else max(code, 2 if verdict.problems else 1)
+    if as_json:
+        output.emit_json({**verdict.to_dict(), "exit_code": code})
+    else:
+        shown = "MATCH" if verdict.ok else "FAIL"
+        output.out.print(f"tree verdict: {shown} ({len(verdict.packs)} packs)")
+        for problem in verdict.problems[:20]:
+            output.out.print(f"  - {problem}", markup=False)
+    raise typer.Exit(code)
 
 
 def _load_key(value: str) -> bytes:

@@ -26,6 +26,7 @@ from affidavit.verify import (
     check_fork,
     verify_all,
     verify_one,
+    verify_tree,
 )
 
 
@@ -70,6 +71,15 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    tree: Annotated[
+        bool,
+        typer.Option(
+            "--tree",
+            help="With a job id: verify the job and every descendant (child jobs), and that "
+            "each child is the one its parent recorded (its chain head, length and seal "
+            "hash); exit 1 if any job or link fails.",
+        ),
+    ] = False,
     queue: Annotated[
         str | None,
         typer.Option(
@@ -112,6 +122,9 @@ def verify(
 
         alone = job_id is None and not all_jobs and not status and namespace is None
         verify_queue_cmd(queue, since, db, as_json, alone=alone and not trusted_key)
+        return
+    if tree:
+        _verify_tree_cmd(job_id, db, as_json, trusted_key or None)
         return
     with command(as_json):
         _check_selection(job_id, all_jobs, status, namespace)
@@ -170,6 +183,30 @@ def render_fork(fork: ForkCheck) -> None:
         )
     else:
         output.out.print(f"[bold red]✗[/] {what}: {escape(fork.problem or 'failed')}")
+
+
+def _verify_tree_cmd(
+    job_id: str | None, db: str | None, as_json: bool, trusted_keys: list[str] | None
+) -> None:
+    """``verify JOB --tree``: every job of the tree as ``verify JOB`` shows it, then the links."""
+    with command(as_json):
+        if job_id is None:
+            raise ConfigError("--tree takes a job id", hint="Run `affidavit verify JOB --tree`.")
+        with opened(db, read_only=True) as store:
+            result = verify_tree(store, job_id, trusted_keys=trusted_keys)
+    if as_json:
+        output.emit_json(result.to_dict())
+    else:
+        for each in result.results:
+            render(each)
+        for link in result.links:
+            mark = "[red]✗[/red]" if link.problem else "[green]✓[/green]"
+            detail = escape(link.problem) if link.problem else "as recorded"
+            output.out.print(
+                f"{mark} {escape(link.parent_job_id)} → {escape(link.child_job_id)}: {detail}"
+            )
+    if not result.ok:
+        raise typer.Exit(output.EXIT_FAILED)
 
 
 def _check_selection(

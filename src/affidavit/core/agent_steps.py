@@ -27,6 +27,8 @@ AGENT_KINDS: tuple[str, ...] = (
     "uuid",
     "random",
     "patched",
+    "job",
+    "join",
 )
 
 #: The plan node type whose events a call of each kind writes (FORMATS §3 applies unchanged).
@@ -40,6 +42,8 @@ NODE_TYPE_OF_KIND: dict[str, str] = {
     "uuid": "pure",
     "random": "pure",
     "patched": "pure",
+    "job": "pure",  # ctx.start_job: its output is the child's job id
+    "join": "wait",  # ctx.join / join_all: waits for children (wait_type "child")
 }
 
 

@@ -26,6 +26,8 @@ POINTS = frozenset(
         "sleep.after_record",
         "log.before_integrate",
         "stream.after_emit",
+        "child.after_create",
+        "child.before_link",
     }
 )
 

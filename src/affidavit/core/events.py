@@ -44,6 +44,7 @@ class EventType(StrEnum):
     JOB_FAILED = "job_failed"
     JOB_CANCELLED = "job_cancelled"
     STREAM_EMITTED = "stream_emitted"
+    CHILD_COMPLETED = "child_completed"
 
 
 ResultType = Literal[

@@ -51,6 +51,8 @@ class JobCreated(_Payload):
     kind: Literal["agent"] | None = None  # absent on plan jobs
     traceparent: str | None = Field(None, pattern=TRACEPARENT)
     forked_from: ForkedFrom | None = None  # absent on a job that is no fork
+    parent_job_id: str | None = None  # a child job (ctx.start_job): its parent
+    parent_step_id: str | None = None  # and the parent's step that created it
 
 
 class RetrySettings(BaseModel):
@@ -107,7 +109,19 @@ class AgentStarted(_Payload):
 
 class StepCalled(_StepPayload):
     seq: int = Field(ge=0)
-    kind: Literal["tool", "pure", "wait", "approval", "sleep", "now", "uuid", "random", "patched"]
+    kind: Literal[
+        "tool",
+        "pure",
+        "wait",
+        "approval",
+        "sleep",
+        "now",
+        "uuid",
+        "random",
+        "patched",
+        "job",
+        "join",
+    ]
     tool_name: str | None
     args: dict[str, Any]
     args_hash: str = Field(pattern=r"^[0-9a-f]{16}$")
@@ -189,7 +203,7 @@ class NodeFinished(_StepPayload):
 
 class JobWaiting(_Payload):
     node_id: str
-    wait_type: Literal["signal", "approval", "timer"]
+    wait_type: Literal["signal", "approval", "timer", "child"]
     correlation_key: str
     reason: str
     wake_at: str | None = Field(default=None, pattern=_RFC3339_MICRO)  # timers and timeouts
@@ -267,6 +281,20 @@ class StreamEmitted(_Payload):
     attempt: int | None = Field(default=None, ge=1)
 
 
+class ChildCompleted(_Payload):
+    """A child job (``ctx.start_job``) ended, as its parent's join saw it: the child's final
+    status, chain head and seal hash (what ``verify --tree`` holds the child to)."""
+
+    node_id: str  # the join step
+    job_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    chain_head: str
+    event_count: int = Field(ge=1)
+    seal_sha256: str | None
+    output: Any = None
+    error: Any = None
+
+
 PAYLOAD_MODELS: dict[EventType, type[_Payload]] = {
     EventType.JOB_CREATED: JobCreated,
     EventType.PLAN_GENERATED: PlanGenerated,
@@ -289,4 +317,5 @@ PAYLOAD_MODELS: dict[EventType, type[_Payload]] = {
     EventType.JOB_FAILED: JobFailed,
     EventType.JOB_CANCELLED: JobCancelled,
     EventType.STREAM_EMITTED: StreamEmitted,
+    EventType.CHILD_COMPLETED: ChildCompleted,
 }

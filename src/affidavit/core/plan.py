@@ -42,14 +42,26 @@ from affidavit.core.errors import (
 )
 from affidavit.core.inputs import InputTooLarge, read_limited_text
 
-NodeType = Literal["tool", "pure", "wait", "approval"]
-NODE_TYPES: tuple[str, ...] = ("tool", "pure", "wait", "approval")
+NodeType = Literal["tool", "pure", "wait", "approval", "job"]
+NODE_TYPES: tuple[str, ...] = ("tool", "pure", "wait", "approval", "job")
 IN_FLIGHT_POLICIES: tuple[str, ...] = ("park", "fail")
 REPLAY_MODES: tuple[str, ...] = ("strict", "warn", "human")
 
 _PLAN_FIELDS = frozenset({"name", "nodes", "in_flight", "replay_verification", "retry"})
 _NODE_FIELDS = frozenset(
-    {"id", "type", "tool", "args", "depends_on", "timeout_seconds", "approvers", "min_approvals"}
+    {
+        "id",
+        "type",
+        "tool",
+        "args",
+        "depends_on",
+        "timeout_seconds",
+        "approvers",
+        "min_approvals",
+        "agent",  # a job node: the child's agent (a registered name) ...
+        "plan",  # ... or its plan (a plan file's path)
+        "input",  # ... and its input, with ${...} references
+    }
 )
 _RETRY_FIELDS = frozenset({"max_attempts", "backoff_seconds"})
 _NODE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
@@ -482,6 +494,10 @@ def _parse_node(raw: Any, index: int) -> Node:
     args = raw.get("args", {})
     if not isinstance(args, dict):
         raise PlanError(f"node {node_id!r}: `args` must be an object", node_id=node_id)
+    if node_type == "job":
+        args = _job_node_args(node_id, raw)
+    elif {"agent", "plan", "input"} & set(raw):
+        raise PlanError(f"{node_type} node {node_id!r}: only a job node names agent, plan, input")
     depends_on = raw.get("depends_on", [])
     if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
         raise PlanError(
@@ -509,6 +525,22 @@ def _parse_node(raw: Any, index: int) -> Node:
         timeout_seconds=float(timeout) if timeout is not None else None,
         raw=raw,
     )
+
+
+def _job_node_args(node_id: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A job node's ``agent`` or ``plan`` and ``input``, as the args its ``${...}`` references
+    are checked and resolved in."""
+    where = f"job node {node_id!r}"
+    if "args" in raw:
+        raise PlanError(f"{where}: the child's input is `input`, not `args`", node_id=node_id)
+    named = [k for k in ("agent", "plan") if k in raw]
+    if len(named) != 1 or not isinstance(raw[named[0]], str) or not raw[named[0]]:
+        raise PlanError(
+            f"{where} needs exactly one of `agent` (a registered agent's name) or `plan` (a "
+            "plan file's path), as text",
+            node_id=node_id,
+        )
+    return {named[0]: raw[named[0]], "input": raw.get("input", {})}
 
 
 # Plans parsed in this process from recorded task graphs, by plan hash, the most recently used

@@ -214,6 +214,7 @@ class ReplayContextBuilder:
             "job_failed": self._job_failed,
             "job_cancelled": self._job_cancelled,
             "stream_emitted": self._stream_emitted,
+            "child_completed": self._child_completed,
         }
 
     @classmethod
@@ -494,7 +495,7 @@ class ReplayContextBuilder:
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
         # (a tool's call waits for its approval as the tool node: see runtime._approvals)
-        node_id = self._step(p, *(("tool",) if "call" in p else ("wait", "approval")))
+        node_id = self._step(p, *(("tool",) if "call" in p else ("wait", "approval", "job")))
         key = p["correlation_key"]
         if key in self.ctx.waits:
             self._fail(f"a second job_waiting for correlation key {key!r}")
@@ -557,6 +558,12 @@ class ReplayContextBuilder:
     def _job_failed(self, p: dict[str, Any]) -> None:
         self.ctx.status = "failed"
         self.ctx.error = p.get("error")
+
+    def _child_completed(self, p: dict[str, Any]) -> None:
+        # a join's view of one child (the join's wait_completed carries the results)
+        wait = next((w for w in self.ctx.waits.values() if w.get("node_id") == p["node_id"]), None)
+        if wait is None or wait.get("wait_type") != "child":
+            self._fail(f"child_completed for node {p['node_id']!r}, which waits for no child")
 
     def _job_cancelled(self, p: dict[str, Any]) -> None:
         # a job cancelled while parked is parked no more: no park is left to decide about

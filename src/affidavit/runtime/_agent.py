@@ -207,6 +207,9 @@ class _Backend(Protocol):
     def patched(self, patch_id: str) -> bool: ...
 
     def emit(self, value: Any) -> None: ...
+    def start_job(self, target: Any, job_input: Any, queue: str | None, *, start: bool) -> Any: ...
+
+    def join(self, handles: Iterable[Any], *, start: bool) -> Any: ...
 
 
 class AgentContext:
@@ -362,6 +365,29 @@ class AgentContext:
         """
         self._backend.emit(value)
 
+    def start_job(self, agent: Any, input: Any = None, *, queue: str | None = None) -> Any:
+        """Start a child job running ``agent`` (an agent or its registered name) with
+        ``input``, in ``queue`` (default: the default queue), as one step: the child is
+        created once, also across crashes. Returns a handle for :meth:`join`."""
+        return self._backend.start_job(agent, input, queue, start=self._async)
+
+    def join(self, handle: Any) -> Any:
+        """Wait for a child job (without a worker) and return its
+        :class:`~affidavit.ChildResult`: a child's failure or cancellation is data."""
+        if self._async:
+            return _first(self._backend.join([handle], start=True))
+        return self._backend.join([handle], start=False)[0]
+
+    def join_all(self, handles: Iterable[Any]) -> Any:
+        """:meth:`join` for several children, as one step: their results in order."""
+        return self._backend.join(handles, start=self._async)
+
+    def run_job(self, agent: Any, input: Any = None, *, queue: str | None = None) -> Any:
+        """:meth:`start_job` and :meth:`join` (plain ``def`` agents)."""
+        if self._async:
+            raise TypeError("ctx.run_job is for def agents; an async agent awaits both steps")
+        return self.join(self.start_job(agent, input, queue=queue))
+
     def patched(self, patch_id: str) -> bool:
         """Whether this run takes the new code path marked ``patch_id``: ``True`` in jobs
         that reach this point with the new code (recorded), ``False`` in a job whose record
@@ -381,6 +407,10 @@ def running(ctx: AgentContext) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+async def _first(results: Any) -> Any:
+    return (await results)[0]
 
 
 def agents_in(items: Iterable[Any]) -> list[Agent]:

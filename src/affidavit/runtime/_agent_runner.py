@@ -38,6 +38,7 @@ from affidavit.runtime._agent import Agent, AgentContext, running
 from affidavit.runtime._agent_waits import check_sleep, check_wait, rfc3339, timer_due, wait_extra
 from affidavit.runtime._budget import BudgetMeter
 from affidavit.runtime._cancel import end_cancelled
+from affidavit.runtime._children import join_children, start_child
 from affidavit.runtime._recovery import Recovery
 from affidavit.runtime._run_base import Claim, Item, StepFailed, Stop, error_dict, log
 from affidavit.runtime._sdk import Tool
@@ -236,15 +237,15 @@ class AgentRun:
             raise cause  # (a cancel request's refusal included: see run_agent_job)
         return cause.status
 
-    def _end(self, exc: Stop | StepFailed | StoreError) -> AgentInterrupt:
+    def end(self, exc: Stop | StepFailed | StoreError) -> AgentInterrupt:
         """What a failed write or step inside a ``ctx`` call does to the run: a write fenced
         off ends it as ``lost``; anything else as itself (never an exception the agent's own
         code could catch and carry on after)."""
         if isinstance(exc, FencedError):
-            return self._interrupted(Stop("lost"))
-        return self._interrupted(exc)
+            return self.interrupted(Stop("lost"))
+        return self.interrupted(exc)
 
-    def _interrupted(self, cause: Stop | StepFailed | StoreError) -> AgentInterrupt:
+    def interrupted(self, cause: Stop | StepFailed | StoreError) -> AgentInterrupt:
         """Record what ends the run (the first cause wins, a step's own outcome over a
         worker's stop) and tell the steps still running to start no new try."""
         with self._lock:
@@ -271,7 +272,7 @@ class AgentRun:
 
     # --- sequence numbers ---------------------------------------------------------------------
 
-    def _next(
+    def next_step(
         self, kind: str, tool_name: str | None, args: dict[str, Any]
     ) -> tuple[StepSpec, bytes, Item | None]:
         """Take the next sequence number for a call: its spec, its args' canonical bytes and
@@ -319,7 +320,7 @@ class AgentRun:
         self._called[node_id] = {**payload, "args": args}
         return StepSpec(node_id, step, kind, tool_name), args_jcs, ("step_called", payload)
 
-    def _plain(self, called: Item) -> Item:
+    def plain(self, called: Item) -> Item:
         """A ``step_called`` event with its args as a plain object, for a write whose payloads
         are canonicalized in full (its args are held as canonical bytes for the fast path)."""
         event_type, payload = called
@@ -346,8 +347,8 @@ class AgentRun:
                 detail={"seq": seq, "recorded": was, "called": called, "message": message},
             )
         except (Stop, StoreError) as exc:  # (a lost lease while parking)
-            return self._end(exc)
-        return self._interrupted(stop)
+            return self.end(exc)
+        return self.interrupted(stop)
 
     # --- the AgentContext backend -------------------------------------------------------------
 
@@ -374,8 +375,8 @@ class AgentRun:
     ) -> Any:
         t = self._tool(target)
         if t.requires_approval:  # it may ask for an approval, which ends the run as a wait does:
-            self._quiesce()  # the calls still running record their outcome first, and it runs alone
-        spec, args_jcs, called = self._next(t.kind, t.name, args)
+            self.quiesce()  # the calls still running record their outcome first, and it runs alone
+        spec, args_jcs, called = self.next_step(t.kind, t.name, args)
         if timeout is not None:
             spec = replace(spec, timeout_seconds=timeout)
         if called is not None and self.budget is not None:
@@ -398,18 +399,18 @@ class AgentRun:
         if reason is None:
             return
         detail = self.budget.detail(reason, t.kind, t.name)
-        self._quiesce()  # the calls still running record their outcome first
+        self.quiesce()  # the calls still running record their outcome first
         try:
             stop = self.journal.park("budget_exceeded", node_id=None, step_id=None, detail=detail)
         except (Stop, StoreError) as exc:
-            raise self._end(exc) from None
-        raise self._interrupted(stop)
+            raise self.end(exc) from None
+        raise self.interrupted(stop)
 
     def _write_or_interrupt(self, *items: Item) -> None:
         try:
             self.journal.write(*items, fast=True)
         except (Stop, StoreError) as exc:
-            raise self._end(exc) from None
+            raise self.end(exc) from None
 
     def _submit(self, fn: Callable[[], Any]) -> Future[Any]:
         if self._pool is None:
@@ -434,7 +435,7 @@ class AgentRun:
                 return self.executor.run_tool(spec, args, args_jcs, prelude=prelude)
             return self.executor.run_pure(spec, args, prelude=prelude)
         except (Stop, StepFailed, StoreError) as exc:
-            raise self._end(exc) from None
+            raise self.end(exc) from None
 
     def gather(self, handles: Iterable[Any]) -> list[Any]:
         listed = list(handles)
@@ -459,8 +460,8 @@ class AgentRun:
 
     def _wait(self, kind: str, key: str, args: dict[str, Any], timeout: float | None) -> Any:
         check_wait(key, timeout)
-        self._quiesce()
-        spec, _, called = self._next(kind, None, args)
+        self.quiesce()
+        spec, _, called = self.next_step(kind, None, args)
         recorded_wait = self.replay.waits.get(key)
         if key in self._keys or (
             recorded_wait is not None and recorded_wait.get("node_id") != spec.node_id
@@ -477,8 +478,8 @@ class AgentRun:
 
     def _sleep(self, seconds: float) -> None:
         check_sleep(seconds)
-        self._quiesce()
-        spec, _, called = self._next("sleep", None, {"seconds": seconds})
+        self.quiesce()
+        spec, _, called = self.next_step("sleep", None, {"seconds": seconds})
         wake_at = time.time() + float(seconds)
         key = f"{self.job_id}:{spec.node_id}"
         self._wait_step(spec, key, "timer", {"wake_at": rfc3339(wake_at)}, wake_at, called)
@@ -502,8 +503,8 @@ class AgentRun:
                 try:
                     stopped = self.journal.wait(wake_at=due)
                 except (Stop, StoreError) as exc:
-                    raise self._end(exc) from None
-                raise self._interrupted(stopped)
+                    raise self.end(exc) from None
+                raise self.interrupted(stopped)
         try:
             return self.executor.run_wait(
                 spec,
@@ -512,16 +513,16 @@ class AgentRun:
                 reason=f"agent {self.agent.name!r}: {spec.kind} {key!r}",
                 extra=extra,
                 wake_at=wake_at,
-                prelude=(self._plain(called),) if called else (),
+                prelude=(self.plain(called),) if called else (),
             )
         except Stop as stop:
             if stop.status == "waiting" and recorded is None:
                 crash.crash_point(
                     "sleep.after_record" if wait_type == "timer" else "wait.after_record"
                 )
-            raise self._interrupted(stop) from None
+            raise self.interrupted(stop) from None
         except (StepFailed, StoreError) as exc:
-            raise self._end(exc) from None
+            raise self.end(exc) from None
 
     def _fire_timer(self, spec: StepSpec, key: str, recorded: dict[str, Any]) -> float | None:
         """A recorded wait with a ``wake_at`` that has passed (a sleep, or a wait's timeout)
@@ -542,7 +543,7 @@ class AgentRun:
         self.replay.completed_waits[key] = completed
         return None
 
-    def _quiesce(self) -> None:
+    def quiesce(self) -> None:
         """Before a wait: let every call still running record its outcome (a wait may end the
         run, and must not cut a running step off)."""
         self._drain_outstanding()
@@ -554,7 +555,7 @@ class AgentRun:
             wait_futures(list(self._outstanding))
 
     def value(self, kind: str, args: dict[str, Any], make: Callable[[], Any]) -> Any:
-        spec, _, called = self._next(kind, None, args)
+        spec, _, called = self.next_step(kind, None, args)
         if spec.node_id in self.replay.completed_nodes:
             crash.crash_point("agent.replay_step")
             return self.replay.node_output(spec.node_id)
@@ -567,11 +568,11 @@ class AgentRun:
             "output": value,
             "duration_ms": 0,
         }
-        items: list[Item] = [self._plain(called)] if called else []
+        items: list[Item] = [self.plain(called)] if called else []
         try:
             self.journal.write(*items, ("node_finished", finished))
         except (Stop, StoreError) as exc:
-            raise self._end(exc) from None
+            raise self.end(exc) from None
         return value
 
     def emit(self, value: Any) -> None:
@@ -580,7 +581,13 @@ class AgentRun:
         try:
             self.executor.stream.emit(value)
         except (Stop, StoreError) as exc:  # (a StreamError, the agent's to handle, passes)
-            raise self._end(exc) from None
+            raise self.end(exc) from None
+
+    def start_job(self, target: Any, job_input: Any, queue: str | None, *, start: bool) -> Any:
+        return self._settled(lambda: start_child(self, target, job_input, queue), start)
+
+    def join(self, handles: Iterable[Any], *, start: bool) -> Any:
+        return self._settled(lambda: join_children(self, list(handles)), start)
 
     def patched(self, patch_id: str) -> bool:
         if not isinstance(patch_id, str) or not patch_id:

@@ -20,18 +20,30 @@ A cancel is one durable transaction that locks the job first:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from affidavit.core.errors import FencedError, JobNotFound
 from affidavit.core.events import utc_now
 from affidavit.record import Sealer
-from affidavit.runtime._decisions import _finished
+from affidavit.runtime._decisions import InvalidStateError, _finished
 from affidavit.runtime._journal import Journal
 from affidavit.runtime._run_base import Item, close_open_invocations, open_closings
-from affidavit.store import CancelRequest, JobRecord, LedgerRow, NewEvent, Store, Transaction
+from affidavit.store import (
+    CancelRequest,
+    JobFilter,
+    JobRecord,
+    LedgerRow,
+    NewEvent,
+    Store,
+    Transaction,
+)
+
+# The most live children of one job a cancel reaches in one pass (a join awaits at most 1000)
+MAX_CHILDREN_LISTED = 10_000
 
 # The error of an invocation a forced cancel abandoned
 ABANDONED = {
@@ -121,6 +133,10 @@ def request_cancel(
     module docstring). A job cancelled now is sealed in the same transaction, with ``sealer``
     (default: the key file for this store). A second request returns the first.
 
+    Its child jobs (``ctx.start_job``) that have not ended are cancelled the same way, first
+    (each reports ``cancelled`` to the parent as its result) and again after the parent's
+    cancel, for a child its run created meanwhile.
+
     Raises:
         JobNotFound: no such job.
         InvalidStateError: the job already completed, failed or was cancelled.
@@ -130,6 +146,39 @@ def request_cancel(
     if found.terminal:  # nor does a refusal (checked again under the lock)
         raise _finished(found)
     sealer.admit(store)  # load or create it, and admit it, before the transaction
+    _cancel_children(store, job_id, reason, by, force, sealer, clock)
+    done = _cancel_one(store, job_id, reason, by, force, sealer, clock)
+    _cancel_children(store, job_id, reason, by, force, sealer, clock)
+    return done
+
+
+def _cancel_children(
+    store: Store,
+    job_id: str,
+    reason: str | None,
+    by: str | None,
+    force: bool,
+    sealer: Sealer,
+    clock: Callable[[], float],
+) -> None:
+    """Cancel every child of ``job_id`` that has not ended (and theirs)."""
+    live = JobFilter(parent=job_id, status=("pending", "running", "waiting", "parked"))
+    for child in [j.job_id for j in store.list_jobs(replace(live, limit=MAX_CHILDREN_LISTED))]:
+        with contextlib.suppress(InvalidStateError):  # it ended meanwhile: that is its result
+            request_cancel(
+                store, child, reason=reason, by=by, force=force, sealer=sealer, clock=clock
+            )
+
+
+def _cancel_one(
+    store: Store,
+    job_id: str,
+    reason: str | None,
+    by: str | None,
+    force: bool,
+    sealer: Sealer,
+    clock: Callable[[], float],
+) -> CancelResult:
     with store.transaction(durable=True) as tx:
         job = tx.get_job(job_id, for_update=True)  # the open invocations come from the ledger
         if job is None:

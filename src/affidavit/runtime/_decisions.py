@@ -95,6 +95,10 @@ def signal_job(
             raise SignalRejected(
                 f"the wait {key!r} of job {job_id} is a timer (ctx.sleep): it ends on its own"
             )
+        if wait.get("wait_type") == "child":
+            raise SignalRejected(
+                f"the wait {key!r} of job {job_id} is for child jobs: it ends when they do"
+            )
         if wait.get("wait_type") == "approval":
             return record_decision(tx, job, replay, wait, key, payload, principal)
         if not may_signal:

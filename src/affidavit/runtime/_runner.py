@@ -27,6 +27,7 @@ from affidavit.core.errors import (
 from affidavit.core.plan import Node, Plan
 from affidavit.record import ReplayContext, ReplayContextBuilder, Sealer, resolve
 from affidavit.runtime._cancel import end_cancelled
+from affidavit.runtime._children import run_job_node
 from affidavit.runtime._journal import Journal, RunControl
 from affidavit.runtime._lease import Lease
 from affidavit.runtime._metrics import RuntimeMetrics
@@ -289,6 +290,9 @@ class PlanRun:
             if node.type == "pure":
                 self.executor.tool_of(spec)
                 return self.executor.run_pure(spec, self._resolve_args(node)[0])
+            if node.type == "job":
+                args = self._resolve_args(node)[0]
+                return run_job_node(self.journal, self.replay, self.parts.tools, spec, args)
             policy = (
                 ApprovalPolicy.parse(node.raw.get("approvers"), node.raw.get("min_approvals"), "")
                 if node.type == "approval"
@@ -370,7 +374,7 @@ class PlanRun:
                             node = self.plan.node(node_id)
                             if not all(d in done for d in node.depends_on):
                                 continue
-                            if node.type in ("wait", "approval") or self._may_ask(node):
+                            if node.type in ("wait", "approval", "job") or self._may_ask(node):
                                 if running:
                                     continue  # a wait ends the run: let the running steps finish
                                 remaining.remove(node_id)

@@ -105,6 +105,7 @@ def submit_job(
     replay_verification: str | None = None,
     traceparent: str | None = None,
     placement: Placement | None = None,
+    parent: tuple[str, str] | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
     (per namespace) returns the existing job and ``created=False``. Nothing is written unless
@@ -144,12 +145,15 @@ def submit_job(
     }
     if traceparent is not None:
         created_payload["traceparent"] = traceparent
+    if parent is not None:  # a child job (see runtime/_children.py)
+        created_payload["parent_job_id"], created_payload["parent_step_id"] = parent
     job, created = store.create_job(
         namespace=namespace,
         plan_name=parsed.name,
         idempotency_key=idempotency_key,
         submitted_by=submitted_by,
         placement=placement,
+        parent=parent,
         events=[
             NewEvent("job_created", created_payload),
             NewEvent(
@@ -287,11 +291,14 @@ def submit_agent_job(
     replay_verification: str | None = None,
     traceparent: str | None = None,
     placement: Placement | None = None,
+    parent: tuple[str, str] | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
     ``agent_started`` with the agent's name, version and policy. The input is the agent
     function's keyword arguments (a JSON object). Same idempotency rules as
     :func:`submit_job` (the same key with another agent, version or input is a conflict).
+    ``parent``: ``(parent_job_id, parent_step_id)`` of a child job (recorded in its
+    ``job_created`` and linked in the store).
 
     Raises:
         PlanError: the agent is not registered, or the input does not fit its parameters.
@@ -311,6 +318,7 @@ def submit_agent_job(
         idempotency_key=idempotency_key,
         submitted_by=submitted_by,
         placement=placement,
+        parent=parent,
         events=[
             NewEvent(
                 "job_created",
@@ -323,7 +331,12 @@ def submit_agent_job(
                     "idempotency_key": idempotency_key,
                     "kind": "agent",
                 }
-                | ({} if traceparent is None else {"traceparent": traceparent}),
+                | ({} if traceparent is None else {"traceparent": traceparent})
+                | (
+                    {}
+                    if parent is None
+                    else {"parent_job_id": parent[0], "parent_step_id": parent[1]}
+                ),
             ),
             NewEvent(
                 "agent_started",

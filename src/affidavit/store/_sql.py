@@ -24,6 +24,7 @@ from affidavit.core.events import utc_now
 from affidavit.core.ids import new_job_id
 from affidavit.store._apikeys import ApiKeyWrites
 from affidavit.store._cancels import CancelOps
+from affidavit.store._children import ChildOps
 from affidavit.store._claims import ClaimOps
 from affidavit.store._ledger import LedgerOps
 from affidavit.store._limits import LimitOps
@@ -41,6 +42,7 @@ from affidavit.store._sql_rows import (
 )
 from affidavit.store._tlog import TlogWrites
 from affidavit.store._trust import TrustOps
+from affidavit.store._types import TERMINAL_STATUSES
 from affidavit.store.base import (
     Encoded,
     JobRecord,
@@ -123,6 +125,7 @@ class Cursor(Protocol):
 class SqlTransaction(
     LedgerOps,
     CancelOps,
+    ChildOps,
     LimitOps,
     SealOps,
     SealKeyOps,
@@ -372,6 +375,8 @@ class SqlTransaction(
         err = canonical(error).decode() if error is not None else None
         now = utc_now()
         self.execute(_STATUS_UPDATE, (new_status, out, err, now, job_id))
+        if new_status in TERMINAL_STATUSES:
+            self.wake_parent(job_id)
         return replace(
             current,
             status=new_status,
@@ -401,6 +406,8 @@ class SqlTransaction(
                 fence,
             ),
         )
+        if status in TERMINAL_STATUSES:
+            self.wake_parent(job_id)
 
     def set_lease(
         self, job_id: str, *, attempt_id: str | None, owner: str | None, expires_at: float | None

@@ -255,7 +255,7 @@ def jobs_where(f: JobFilter) -> tuple[str, list[Any]]:
             _check_status(s)
         where.append("j.status IN (" + ", ".join("?" for _ in f.status) + ")")
         params.extend(f.status)
-    for text in (f.namespace, f.plan_name, *(f.status or ())):
+    for text in (f.namespace, f.plan_name, f.parent, *(f.status or ())):
         if text is not None and unmatchable(text):
             raise ConfigError(f"filter value {text!r} holds a NUL or a byte that is not UTF-8")
     if f.namespace is not None:
@@ -264,6 +264,11 @@ def jobs_where(f: JobFilter) -> tuple[str, list[Any]]:
     if f.plan_name is not None:
         where.append("j.plan_name = ?")
         params.append(f.plan_name)
+    if f.parent is not None:
+        where.append(
+            "j.job_id IN (SELECT c.child_job_id FROM job_children c WHERE c.parent_job_id = ?)"
+        )
+        params.append(f.parent)
     if f.before is not None:
         if unmatchable(f.before):
             raise ConfigError(f"job id {f.before!r} holds a NUL or a byte that is not UTF-8")

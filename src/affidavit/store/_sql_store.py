@@ -20,6 +20,7 @@ from affidavit.core.errors import (
 from affidavit.core.seal import PublicKey, Seal
 from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads
+from affidavit.store._children import parent_sql
 from affidavit.store._seals import (
     KEYS_SELECT,
     LEGACY_SEAL_SELECT,
@@ -181,6 +182,7 @@ class SqlStore(ApiKeyReads, ABC):
         events: Sequence[NewEvent] = (),
         durable: bool = True,
         placement: Placement | None = None,
+        parent: tuple[str, str] | None = None,
     ) -> tuple[JobRecord, bool]:
         encoded = encode_events(events)
         with self.transaction(durable=durable) as tx:
@@ -193,10 +195,20 @@ class SqlStore(ApiKeyReads, ABC):
             )
             if created and placement is not None:
                 place_job(tx, job.job_id, placement)
+            if created and parent is not None:
+                tx.link_child(job.job_id, *parent)
             if created and encoded:
                 stored = tx.append(job.job_id, encoded=encoded, expected_version=0)
                 job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)
             return job, created
+
+    def job_parent(self, job_id: str) -> str | None:
+        if unmatchable(job_id):
+            return None
+        with self._reader() as cur:
+            cur.execute(self._q(parent_sql()), (job_id,))
+            row = cur.fetchone()
+        return None if row is None else str(row[0])
 
     def get_job(self, job_id: str) -> JobRecord:
         if unmatchable(job_id):  # no job can have it

@@ -297,6 +297,7 @@ class JobFilter:
     status: Sequence[str] | None = None
     namespace: str | None = None
     plan_name: str | None = None
+    parent: str | None = None  # only the child jobs of this job (ctx.start_job)
     limit: int = 100
     offset: int = 0
     # A keyset cursor: only the jobs listed after this job (a job id; newest first), so the

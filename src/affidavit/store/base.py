@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
+from affidavit.store._children import ChildTransaction
 from affidavit.store._claims import ClaimsTransaction
 from affidavit.store._lease_protocol import CancelTransaction, LeaseTransaction, LimitTransaction
 from affidavit.store._tlog_protocol import TlogReader, TlogWriter
@@ -77,6 +78,7 @@ __all__ = [
 
 class Transaction(
     LeaseTransaction,
+    ChildTransaction,
     CancelTransaction,
     LimitTransaction,
     TlogWriter,
@@ -442,14 +444,21 @@ class Store(Protocol):
         events: Sequence[NewEvent] = (),
         durable: bool = True,
         placement: Placement | None = None,
+        parent: tuple[str, str] | None = None,
     ) -> tuple[JobRecord, bool]:
         """Create a job and append its first ``events`` atomically; with an idempotency key
         already used in the namespace, return the existing job (and ``False``), writing nothing.
-        ``placement``: the job's queue and its place in it (None: the default queue)."""
+        ``placement``: the job's queue and its place in it (None: the default queue).
+        ``parent``: ``(parent_job_id, parent_step_id)`` of a child job, linked in the same
+        transaction (see :mod:`affidavit.store._children`)."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord:
         """Raises :class:`JobNotFound`."""
+        ...
+
+    def job_parent(self, job_id: str) -> str | None:
+        """The job that created ``job_id`` as a child job (``ctx.start_job``), if any."""
         ...
 
     def list_jobs(self, filters: JobFilter | None = None) -> list[JobRecord]:

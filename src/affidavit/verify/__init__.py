@@ -5,6 +5,7 @@ from __future__ import annotations
 from affidavit.verify._batch import verify_all, verify_one
 from affidavit.verify._checks import CHECKS, CheckDef
 from affidavit.verify._fork import ForkCheck, check_fork, check_reuse
+from affidavit.verify._tree import TreeLink, TreeResult, verify_tree
 from affidavit.verify._trust_log import TrustLogCheck, check_trust_log
 from affidavit.verify.result import (
     Check,
@@ -25,6 +26,8 @@ __all__ = [
     "ReplayProof",
     "SealCheck",
     "StoredChainCheck",
+    "TreeLink",
+    "TreeResult",
     "TrustLogCheck",
     "VerificationResult",
     "check_fork",
@@ -35,4 +38,5 @@ __all__ = [
     "verify_job",
     "verify_one",
     "verify_orphans",
+    "verify_tree",
 ]

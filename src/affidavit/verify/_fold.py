@@ -135,6 +135,7 @@ class LogFold(EndEvents):
             "agent_started": self._agent_started,
             "step_called": self._step_called,
             "stream_emitted": self._stream_emitted,
+            "child_completed": self._child_completed,
         }
         assert set(self._dispatch) == _KNOWN_TYPES
 

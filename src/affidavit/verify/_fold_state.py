@@ -48,9 +48,21 @@ _FAST_KINDS = {
 }
 _NOWHERE = object()
 _NO_START = (None, None, None, None, None)  # what a key not started yet was started with
-_WAIT_KINDS = ("wait", "approval", "sleep")  # (sleep: an agent's durable timer)
+_WAIT_KINDS = (
+    "wait",
+    "approval",
+    "sleep",
+    "join",
+)  # (join: waits for child jobs)  # (sleep: an agent's durable timer)
 # the wait_type of a job_waiting, by the type of the node that waits (docs/formats.md §3)
-_WAIT_TYPE = {"wait": "signal", "approval": "approval", "sleep": "timer"}
+_WAIT_TYPE = {
+    "wait": "signal",
+    "approval": "approval",
+    "sleep": "timer",
+    "join": "child",
+    "job": "child",  # a plan's job node (an agent's job step never waits)
+}
+_JOIN_NODES = {True: ("join",), False: ("job",)}  # what awaits children: an agent's, a plan's
 _NO_DEPS: list[str] = []  # an agent step's dependencies (never mutated)
 _CALLED_KINDS = ("tool", "pure")  # the agent step kinds that name a tool
 # the result types a node of any type may finish with; the others are a tool node's
@@ -172,6 +184,7 @@ class FoldState:
         # every key invoked, and what its ledger row must say
         self.started: dict[str, tuple[str, str, Any, Any, Any]] = {}
         self.waits: dict[str, str] = {}  # correlation key -> the waiting node
+        self.children: list[dict[str, Any]] = []  # child_completed, in log order
         self.answered: set[str] = set()  # correlation keys a wait_completed answered
         # wait and approval node -> the payload of the wait_completed that answered it (its
         # output); kept for the plan's sinks only (see _job_completed)

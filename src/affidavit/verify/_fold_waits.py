@@ -8,6 +8,7 @@ from typing import Any
 from affidavit.core.parks import DECISIONS_BY_REASON, RESUME_DECISIONS
 from affidavit.verify._digest import canonical_hash_matches
 from affidavit.verify._fold_state import (
+    _JOIN_NODES,
     _WAIT_KINDS,
     _WAIT_TYPE,
     _instant,
@@ -22,7 +23,8 @@ class EndEvents(ToolEvents):
     """The handlers of waits, parks and the job's end (see :mod:`affidavit.verify._fold`)."""
 
     def _job_waiting(self, p: dict[str, Any]) -> None:
-        node_id = self._node(p, ("tool",) if "call" in p else _WAIT_KINDS)  # (a call's approval)
+        kinds = _WAIT_KINDS if self.agent else (*_WAIT_KINDS, "job")
+        node_id = self._node(p, ("tool",) if "call" in p else kinds)  # (a call's approval)
         wait_type = _WAIT_TYPE.get(self.node_type[node_id], "approval")
         if p.get("wait_type") != wait_type:
             raise _Violation(
@@ -52,6 +54,8 @@ class EndEvents(ToolEvents):
                 "closing_rule",
                 f"wait_completed names node {p.get('node_id')!r}; the wait is {waiting!r}'s",
             )
+        if self.node_type.get(waiting) in _JOIN_NODES[bool(self.agent)]:
+            self._child_results_match(waiting, p.get("payload"))
         timer = self.timers.get(key)
         by_timer = p.get("signalled_by") == "timer"
         if timer is not None and timer[1] and not by_timer:
@@ -203,6 +207,44 @@ class EndEvents(ToolEvents):
         self._terminal("failed")
         if p.get("node_id") is not None:  # (optional: a job may fail outside any node)
             self._node(p, ())
+
+    def _child_completed(self, p: dict[str, Any]) -> None:
+        """A join's record of one child: the join waits for children, not answered yet, and
+        names each child once (``verify --tree`` holds the child to what is recorded here)."""
+        node_id = _str(p, "node_id")
+        key = next((k for k, n in self.waits.items() if n == node_id), None)
+        joins = _JOIN_NODES[bool(self.agent)]
+        if key is None or self.node_type.get(node_id) not in joins or key in self.answered:
+            raise _Violation(
+                "closing_rule", f"child_completed for node {node_id!r}, which awaits no child now"
+            )
+        child = _str(p, "job_id")
+        if any(c["job_id"] == child for c in self.children):
+            raise _Violation("closing_rule", f"a second child_completed for job {child}")
+        self.children.append(
+            {
+                "node_id": node_id,
+                "job_id": child,
+                "status": p.get("status"),
+                "chain_head": p.get("chain_head"),
+                "event_count": p.get("event_count"),
+                "seal_sha256": p.get("seal_sha256"),
+            }
+        )
+
+    def _child_results_match(self, node_id: str, payload: Any) -> None:
+        """A join's answer is the results its child_completed events recorded, in order."""
+        recorded = [(c["job_id"], c["status"]) for c in self.children if c["node_id"] == node_id]
+        given = (
+            [(r.get("job_id"), r.get("status")) for r in payload if isinstance(r, dict)]
+            if isinstance(payload, list)
+            else None
+        )
+        if given != recorded:
+            raise _Violation(
+                "closing_rule",
+                f"the join {node_id!r} was answered with other children than it recorded",
+            )
 
     def _job_cancelled(self, p: dict[str, Any]) -> None:
         self._terminal("cancelled")

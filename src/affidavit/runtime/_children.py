@@ -1,0 +1,318 @@
+"""Child jobs of agent jobs: ``ctx.start_job`` creates one, ``ctx.join`` / ``ctx.join_all``
+wait for them (docs/runtime.md, "Child jobs").
+
+A child is created exactly once per (parent, sequence number): its idempotency key is
+``child:<the parent's step id>``, so a parent killed between creating the child and recording
+it (crash point ``child.after_create``) finds the same child on recovery. The child is linked
+to its parent in the transaction that creates it.
+
+A join is a wait without a worker: the parent's transaction that makes it wait first marks
+the children awaited and reads their statuses — when all have ended it does not wait. The
+transaction that ends an awaited child makes the waiting parent ``pending`` again
+(``affidavit.store`` does it for every way a job ends), so the wake-up is never lost. The
+parent, on whichever worker claims it, reads the ended children and records one
+``child_completed`` each (its final status, chain head, event count and seal hash), the wait's
+``wait_completed`` (the results) and the join's ``node_finished``, in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from affidavit.core import crash
+from affidavit.core.errors import AffidavitError, StoreError
+from affidavit.core.seal import seal_sha256
+from affidavit.record import ReplayContext
+from affidavit.runtime._agent import Agent
+from affidavit.runtime._journal import Journal
+from affidavit.runtime._run_base import Item, StepFailed, Stop
+from affidavit.runtime._sdk import ToolRegistry
+from affidavit.runtime._step_executor import StepSpec
+from affidavit.store import JobFilter, Store, Transaction
+
+if TYPE_CHECKING:
+    from affidavit.runtime._agent_runner import AgentRun
+
+#: The most children ``jobs show`` lists (``jobs list --parent`` pages through all).
+MAX_LISTED_CHILDREN = 1000
+#: The most children one join waits for.
+MAX_JOIN = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ChildResult:
+    """How a child job ended: ``status`` is ``completed`` (``output`` its result),
+    ``failed`` (``error``) or ``cancelled``. A failure is data the parent decides on."""
+
+    job_id: str
+    status: str
+    output: Any = None
+    error: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "status": self.status,
+            "output": self.output,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ChildResult:
+        return cls(str(data["job_id"]), str(data["status"]), data.get("output"), data.get("error"))
+
+
+@dataclass(frozen=True, slots=True)
+class ChildHandle:
+    """A child job started with ``ctx.start_job``: pass it to ``ctx.join``."""
+
+    job_id: str
+
+
+def family_doc(store: Store, job_id: str) -> dict[str, Any]:
+    """``parent_job_id`` (``None`` for a job no job created) and ``children`` (the ids of the
+    job's child jobs, oldest first, at most :data:`MAX_LISTED_CHILDREN`) of ``job_id``, as
+    ``jobs show`` and ``GET /api/jobs/{id}`` carry them."""
+    listed = store.list_jobs(JobFilter(parent=job_id, limit=MAX_LISTED_CHILDREN))
+    return {
+        "parent_job_id": store.job_parent(job_id),
+        "children": [j.job_id for j in reversed(listed)],
+    }
+
+
+def child_key(parent_step_id: str) -> str:
+    """The idempotency key of the child a parent's step creates."""
+    return f"child:{parent_step_id}"
+
+
+def start_args(target: Agent | str, job_input: Any, queue: str | None) -> dict[str, Any]:
+    """What a ``job`` step records (and is matched against on replay)."""
+    name = target.name if isinstance(target, Agent) else target
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"ctx.start_job takes an agent or its registered name, not {target!r}")
+    args: dict[str, Any] = {"agent": name, "input": {} if job_input is None else job_input}
+    if queue is not None:
+        args["queue"] = queue
+    return args
+
+
+def check_child(run: AgentRun, args: dict[str, Any]) -> None:
+    """Refuse, before the step takes a sequence number (nothing recorded), a child this worker
+    cannot create: an agent it does not have, an input that does not fit, an unknown queue.
+
+    Raises:
+        ValueError: what is wrong (the agent may catch it; the job's record is unchanged).
+    """
+    from affidavit.runtime._queues import require_queue
+    from affidavit.runtime._submit import check_agent_input, resolve_agent
+    from affidavit.store.queues import placement
+
+    try:
+        found = resolve_agent(str(args["agent"]), run.parts.tools)
+        check_agent_input(found, args["input"])
+        where = placement(args.get("queue"))
+        if where is not None:
+            require_queue(run.journal.store, where.queue)
+    except AffidavitError as exc:
+        raise ValueError(f"ctx.start_job: {exc.message}") from None
+
+
+def create_child(
+    journal: Journal, tools: ToolRegistry, spec: StepSpec, args: dict[str, Any]
+) -> str:
+    """Create (or find, after a crash) the child of the step ``spec`` (``args``: its ``agent``
+    or ``plan``, ``input`` and ``queue``); its job id.
+
+    Raises:
+        PlanError, ConfigError: the child cannot be created (an unknown agent, a bad plan).
+    """
+    from affidavit.runtime._submit import submit_agent_job, submit_job
+    from affidavit.store.queues import placement
+
+    store = journal.store
+    parent = store.get_job(journal.job_id)
+    common: dict[str, Any] = {
+        "tools": tools,
+        "idempotency_key": child_key(spec.step_id),
+        "namespace": parent.namespace,
+        "submitted_by": parent.submitted_by,
+        "placement": placement(args.get("queue")),
+        "parent": (journal.job_id, spec.step_id),
+    }
+    if "plan" in args:
+        job, _ = submit_job(store, str(args["plan"]), args["input"], **common)
+    else:
+        job, _ = submit_agent_job(store, str(args["agent"]), args["input"], **common)
+    crash.crash_point("child.after_create")
+    return job.job_id
+
+
+def ended_children(store: Store, job_ids: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The ``child_completed`` payloads (less ``node_id``) of ``job_ids``, ``None`` while one
+    of them has not ended."""
+    found: list[dict[str, Any]] = []
+    for job_id in job_ids:
+        job = store.get_job(job_id)
+        if not job.terminal or job.head_hash is None:
+            return None
+        seal = store.get_seal(job_id)
+        found.append(
+            {
+                "job_id": job_id,
+                "status": job.status,
+                "chain_head": job.head_hash,
+                "event_count": job.version,
+                "seal_sha256": None if seal is None else seal_sha256(seal),
+                "output": job.output,
+                "error": job.error,
+            }
+        )
+    return found
+
+
+def run_join(
+    journal: Journal,
+    replay: ReplayContext,
+    spec: StepSpec,
+    job_ids: list[str],
+    prelude: tuple[Item, ...] = (),
+    *,
+    single: bool = False,
+) -> Any:
+    """The join step ``spec`` (``prelude``: its ``step_called``, when not recorded yet): the
+    children's results (as dicts; ``single``: the one child's, the output of a plan's job
+    node) once all have ended, or :class:`Stop` ``"waiting"`` (the job waits, without a
+    worker, until the last one ends)."""
+    key = f"{journal.job_id}:{spec.node_id}:children"
+    base = {"node_id": spec.node_id, "step_id": spec.step_id}
+    waiting: tuple[Item, ...] = ()
+    if key not in replay.waits:
+        waiting = (
+            ("node_started", {**base, "attempt": 1, "worker_id": journal.claim.worker_id}),
+            (
+                "job_waiting",
+                {
+                    "node_id": spec.node_id,
+                    "wait_type": "child",
+                    "correlation_key": key,
+                    "reason": f"waiting for {len(job_ids)} child job(s)",
+                },
+            ),
+        )
+    while True:
+        ended = ended_children(journal.store, job_ids)
+        if ended is not None:
+            crash.crash_point("child.before_link")
+            results = [{k: c[k] for k in ("job_id", "status", "output", "error")} for c in ended]
+            linked = [("child_completed", {"node_id": spec.node_id, **c}) for c in ended]
+            answer = {
+                "node_id": spec.node_id,
+                "correlation_key": key,
+                "payload": results,
+                "signalled_by": "children",
+            }
+            finished = {
+                **base,
+                "attempt": 1,
+                "result_type": "pure",
+                "output": results[0] if single else results,
+                "duration_ms": 0,
+            }
+            journal.write(
+                *prelude,
+                *waiting,
+                *linked,
+                ("wait_completed", answer),
+                ("node_finished", finished),
+            )  # (not synced: a record lost to a power failure reads the same children again)
+            return results[0] if single else results
+
+        def wait(tx: Transaction) -> bool:
+            statuses = tx.await_children(
+                journal.job_id, job_ids
+            )  # first: affidavit.store._children
+            if all(statuses.get(j) in ("completed", "failed", "cancelled") for j in job_ids):
+                return False  # they ended meanwhile: record them instead
+            if prelude or waiting:  # (woken before the last child ended: recorded already)
+                journal.append(tx, *prelude, *waiting)
+            tx.set_status(journal.job_id, status="waiting", fence=journal.claim.attempt_id)
+            tx.set_lease(journal.job_id, attempt_id=None, owner=None, expires_at=None)
+            return True
+
+        if journal.tx_retrying(True, wait):
+            crash.crash_point("wait.after_record")
+            raise Stop("waiting")
+
+
+def run_job_node(
+    journal: Journal, replay: ReplayContext, tools: ToolRegistry, spec: StepSpec, args: Any
+) -> Any:
+    """A plan's ``job`` node (``args``: its ``agent`` or ``plan`` and resolved ``input``):
+    create its child once and join it; the child's result (a dict) is the node's output.
+
+    Raises:
+        StepFailed: the child cannot be created (the job fails, naming the node).
+        Stop: ``"waiting"``, until the child ends.
+    """
+    try:
+        child = create_child(journal, tools, spec, dict(args))
+    except StoreError:
+        raise
+    except AffidavitError as exc:
+        raise StepFailed(spec.node_id, {"type": exc.code, "message": exc.message}) from exc
+    return run_join(journal, replay, spec, [child], single=True)
+
+
+def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -> ChildHandle:
+    """``ctx.start_job``: the ``job`` step — create the child once, record its id."""
+    args = start_args(target, job_input, queue)
+    check_child(run, args)
+    run.quiesce()
+    spec, _, called = run.next_step("job", None, args)
+    if spec.node_id in run.replay.completed_nodes:
+        crash.crash_point("agent.replay_step")
+        return ChildHandle(str(run.replay.node_output(spec.node_id)["job_id"]))
+    try:
+        run.control.check_stopping()
+        run.control.check_lease()
+        child = create_child(run.journal, run.parts.tools, spec, args)
+        finished = {
+            "node_id": spec.node_id,
+            "step_id": spec.step_id,
+            "attempt": 1,
+            "result_type": "pure",
+            "output": {"job_id": child},
+            "duration_ms": 0,
+        }
+        items: list[Item] = [run.plain(called)] if called else []
+        # (not synced: a record lost to a power failure finds the same child again)
+        run.journal.write(*items, ("node_finished", finished))
+    except (Stop, StoreError) as exc:
+        raise run.end(exc) from None
+    return ChildHandle(child)
+
+
+def join_children(run: AgentRun, handles: list[Any]) -> list[ChildResult]:
+    """``ctx.join_all``: the ``join`` step — the children's results once all have ended."""
+    if not handles or len(handles) > MAX_JOIN:
+        raise ValueError(f"ctx.join_all takes 1 to {MAX_JOIN} handles")
+    for h in handles:
+        if not isinstance(h, ChildHandle):
+            raise TypeError(f"ctx.join takes handles from ctx.start_job, not {h!r}")
+    job_ids = [h.job_id for h in handles]
+    run.quiesce()
+    spec, _, called = run.next_step("join", None, {"job_ids": job_ids})
+    if spec.node_id in run.replay.completed_nodes:
+        crash.crash_point("agent.replay_step")
+        recorded = run.replay.node_output(spec.node_id)
+    else:
+        try:
+            prelude = (run.plain(called),) if called is not None else ()
+            recorded = run_join(run.journal, run.replay, spec, job_ids, prelude)
+        except Stop as stop:
+            raise run.interrupted(stop) from None
+        except StoreError as exc:
+            raise run.end(exc) from None
+    return [ChildResult.from_dict(r) for r in recorded]

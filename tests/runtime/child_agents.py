@@ -1,0 +1,70 @@
+"""Agents for the child-job tests: a parent that delegates refunds to child agents, and children
+that complete, fail or wait. Every real tool execution is counted in :data:`CALLS`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from affidavit import AgentContext, ToolContext, ToolRegistry, agent, tool
+
+CALLS: Counter[str] = Counter()
+
+
+@tool("ch_refund")
+def refund(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+    CALLS[order_id] += 1
+    return {"refunded": order_id}
+
+
+@agent("ch_refund_agent", version="1")
+def refund_agent(ctx: AgentContext, order_id: str) -> dict[str, Any]:
+    if order_id.startswith("BAD"):
+        raise RuntimeError(f"cannot refund {order_id}")
+    if order_id.startswith("WAIT"):
+        ctx.wait(f"go-{order_id}")
+    return dict(ctx.call(refund, order_id=order_id))
+
+
+@agent("ch_parent", version="1")
+def parent(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
+    handles = [ctx.start_job(refund_agent, {"order_id": o}) for o in orders]
+    return [r.to_dict() for r in ctx.join_all(handles)]
+
+
+@agent("ch_one", version="1")
+def one(ctx: AgentContext, order_id: str) -> dict[str, Any]:
+    result = ctx.run_job("ch_refund_agent", {"order_id": order_id})
+    return {"status": result.status, "output": result.output}
+
+
+@agent("ch_async_parent", version="1")
+async def async_parent(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
+    handles = [await ctx.start_job(refund_agent, {"order_id": o}) for o in orders]
+    first = await ctx.join(handles[0])
+    rest = await ctx.join_all(handles[1:])
+    return [first.to_dict(), *[r.to_dict() for r in rest]]
+
+
+@agent("ch_bad_join", version="1")
+def bad_join(ctx: AgentContext) -> None:
+    ctx.join("not a handle")
+
+
+@agent("ch_bad_start", version="1")
+def bad_start(ctx: AgentContext) -> list[str]:
+    refused = []
+    for target, job_input, queue in [
+        ("ghost_agent", {}, None),
+        (refund_agent, {"nope": 1}, None),
+        (refund_agent, {"order_id": "Q"}, "no-such-queue"),
+    ]:
+        try:
+            ctx.start_job(target, job_input, queue=queue)
+        except ValueError as exc:
+            refused.append(str(exc))
+    return refused
+
+
+def registry() -> ToolRegistry:
+    return ToolRegistry([refund, refund_agent, parent, one, async_parent, bad_join, bad_start])
