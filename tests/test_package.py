@@ -466,3 +466,16 @@ def test_read_commands_and_submit_import_only_what_they_use(tmp_path: Path) -> N
     submitted = ("submit", str(plan), "--tools", "affidavit.examples.refund", "--input", job_input)
     assert loaded(*submitted) == "[]"
     assert loaded("jobs", "list") == "[]"
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module a reader cannot hold at once is split where its parts meet (STYLE.md)."""
+    long = {
+        str(path.relative_to(SRC)): n
+        for path in SRC.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, long

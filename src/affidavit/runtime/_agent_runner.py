@@ -35,7 +35,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
 from affidavit.record import ReplayContext
 from affidavit.runtime._agent import Agent, AgentContext, running
-from affidavit.runtime._agent_waits import check_sleep, check_wait, rfc3339, timer_due, wait_extra
+from affidavit.runtime._agent_waits import check_sleep, check_wait, rfc3339, wait_extra, wait_step
 from affidavit.runtime._budget import BudgetMeter
 from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._children import join_children, start_child
@@ -386,7 +386,7 @@ class AgentRun:
             return value if not start else _finished(value, self.agent.is_async)
         if called is not None:
             # written now, in program order, so that the log numbers calls as they started
-            self._write_or_interrupt(called)
+            self.write_or_interrupt(called)
         future = self._submit(lambda: self._run_step(spec, args, args_jcs, ()))
         if self.agent.is_async:
             return asyncio.wrap_future(future)
@@ -406,7 +406,7 @@ class AgentRun:
             raise self.end(exc) from None
         raise self.interrupted(stop)
 
-    def _write_or_interrupt(self, *items: Item) -> None:
+    def write_or_interrupt(self, *items: Item) -> None:
         try:
             self.journal.write(*items, fast=True)
         except (Stop, StoreError) as exc:
@@ -469,8 +469,8 @@ class AgentRun:
             raise ValueError(f"the wait key {key!r} is used twice in job {self.job_id}")
         self._keys.add(key)
         extra, wake_at = wait_extra(kind, args, timeout)
-        return self._wait_step(
-            spec, key, "approval" if kind == "approval" else "signal", extra, wake_at, called
+        return wait_step(
+            self, spec, key, "approval" if kind == "approval" else "signal", extra, wake_at, called
         )
 
     def sleep(self, seconds: float, *, start: bool) -> Any:
@@ -482,66 +482,7 @@ class AgentRun:
         spec, _, called = self.next_step("sleep", None, {"seconds": seconds})
         wake_at = time.time() + float(seconds)
         key = f"{self.job_id}:{spec.node_id}"
-        self._wait_step(spec, key, "timer", {"wake_at": rfc3339(wake_at)}, wake_at, called)
-
-    def _wait_step(
-        self,
-        spec: StepSpec,
-        key: str,
-        wait_type: str,
-        extra: dict[str, Any],
-        wake_at: float | None,
-        called: Item | None,
-    ) -> Any:
-        if spec.node_id in self.replay.completed_nodes:
-            crash.crash_point("agent.replay_step")
-            return self.replay.node_output(spec.node_id)
-        recorded = self.replay.waits.get(key)
-        if recorded is not None and key not in self.replay.completed_waits:
-            due = self._fire_timer(spec, key, recorded)
-            if due is not None:  # claimed before its timer (another host's clock): wait on
-                try:
-                    stopped = self.journal.wait(wake_at=due)
-                except (Stop, StoreError) as exc:
-                    raise self.end(exc) from None
-                raise self.interrupted(stopped)
-        try:
-            return self.executor.run_wait(
-                spec,
-                correlation_key=key,
-                wait_type=wait_type,
-                reason=f"agent {self.agent.name!r}: {spec.kind} {key!r}",
-                extra=extra,
-                wake_at=wake_at,
-                prelude=(self.plain(called),) if called else (),
-            )
-        except Stop as stop:
-            if stop.status == "waiting" and recorded is None:
-                crash.crash_point(
-                    "sleep.after_record" if wait_type == "timer" else "wait.after_record"
-                )
-            raise self.interrupted(stop) from None
-        except (StepFailed, StoreError) as exc:
-            raise self.end(exc) from None
-
-    def _fire_timer(self, spec: StepSpec, key: str, recorded: dict[str, Any]) -> float | None:
-        """A recorded wait with a ``wake_at`` that has passed (a sleep, or a wait's timeout)
-        is completed by its timer: ``wait_completed`` with ``signalled_by: "timer"``. Returns
-        the time it is due when that is still to come (``None`` otherwise)."""
-        due = timer_due(recorded)
-        if due is None:
-            return None
-        if time.time() < due:
-            return due
-        completed = {
-            "node_id": spec.node_id,
-            "correlation_key": key,
-            "payload": None,
-            "signalled_by": "timer",
-        }
-        self._write_or_interrupt(("wait_completed", completed))
-        self.replay.completed_waits[key] = completed
-        return None
+        wait_step(self, spec, key, "timer", {"wake_at": rfc3339(wake_at)}, wake_at, called)
 
     def quiesce(self) -> None:
         """Before a wait: let every call still running record its outcome (a wait may end the

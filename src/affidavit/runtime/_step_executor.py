@@ -29,7 +29,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from affidavit.core import crash
-from affidavit.core.approvals import NOT_APPROVED
 from affidavit.core.errors import CancelRequestedError, LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
@@ -44,7 +43,6 @@ from affidavit.runtime._pure_steps import run_pure
 from affidavit.runtime._run_base import (
     Item,
     StepFailed,
-    Stop,
     StopAwareSleep,
     check_result,
     elapsed_ms,
@@ -62,6 +60,7 @@ from affidavit.runtime._sdk import (
 from affidavit.runtime._step_calls import CallTimedOut, backoff_delay, backoff_left, call_step
 from affidavit.runtime._stream import StreamWriter
 from affidavit.runtime._timeouts import resolve_timeout
+from affidavit.runtime._wait_steps import run_wait
 from affidavit.store import LedgerRow
 
 # The longest single wait of a concurrent step's backoff, between looks at the run's end.
@@ -512,43 +511,16 @@ class StepExecutor:
             Stop: ``"waiting"``.
             StepFailed: an approval answered ``{"approved": false}``.
         """
-        done = self.replay.completed_waits.get(correlation_key)
-        base = {"node_id": spec.node_id, "step_id": spec.step_id}
-        if done is not None:
-            payload = done.get("payload")
-            approved = not (
-                wait_type == "approval"
-                and isinstance(payload, dict)
-                and payload.get("approved") is False
-            )
-            finished: dict[str, Any] = {
-                **base,
-                "attempt": 1,
-                "result_type": "pure" if approved else "permanent_failure",
-                "duration_ms": 0,
-            }
-            if approved:
-                finished["output"] = payload
-            else:
-                finished["error"] = dict(NOT_APPROVED)
-            self.journal.write(*prelude, ("node_finished", finished))
-            if not approved:
-                # (the error recorded: a recovery that ends the job from the log says the same)
-                raise StepFailed(spec.node_id, dict(NOT_APPROVED))
-            return payload
-        if correlation_key not in self.replay.waits:
-            started = {**base, "attempt": 1, "worker_id": self.journal.claim.worker_id}
-            waiting = {
-                "node_id": spec.node_id,
-                "wait_type": wait_type,
-                "correlation_key": correlation_key,
-                "reason": reason,
-                **(extra or {}),
-            }
-            raise self.journal.wait(
-                *prelude, ("node_started", started), ("job_waiting", waiting), wake_at=wake_at
-            )
-        raise Stop("waiting")
+        return run_wait(
+            self,
+            spec,
+            correlation_key=correlation_key,
+            wait_type=wait_type,
+            reason=reason,
+            extra=extra,
+            wake_at=wake_at,
+            prelude=prelude,
+        )
 
     # --- calls, retries -----------------------------------------------------------------------
 
