@@ -19,7 +19,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from affidavit import AgentContext, ConfigError, Runtime, Tool, ToolContext, ToolRegistry, agent
+from affidavit import (
+    AgentContext,
+    ConfigError,
+    Runtime,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    agent,
+    verify_job,
+)
 from affidavit.api.app import create_app
 from affidavit.faces.auth import create_api_key
 from affidavit.integrations.otel import enabled_by_env, instrument
@@ -355,3 +364,19 @@ def test_a_recovered_job_has_the_catch_up_call_and_no_dangling_step(
     assert all(s.status.status_code != StatusCode.ERROR for s in steps), [
         (s.name, s.status.description) for s in steps
     ]
+
+
+def test_a_step_hook_that_raises_never_fails_the_run(store_url: str) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def broken(job_id: str, claimed: int) -> None:
+        seen.append((job_id, claimed))
+        raise RuntimeError("exporter down")
+
+    with Runtime(store_url, tools=ToolRegistry(TOOL_LIST)) as rt:
+        rt.worker.on_step = broken
+        job = rt.submit(PLAN, {"amount": 5})
+        assert rt.run_job(job.job_id).status == "completed"
+        assert verify_job(rt.store, job.job_id).ok
+    # told once per step-finishing commit, with the version the run claimed the job at
+    assert len(seen) == 2 and {claimed for _, claimed in seen} == {seen[0][1]} and seen[0][1] > 0
