@@ -19,7 +19,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from affidavit import AgentContext, ConfigError, Runtime, Tool, ToolContext, ToolRegistry, agent
+from affidavit import (
+    AgentContext,
+    ConfigError,
+    Runtime,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    agent,
+    verify_job,
+)
 from affidavit.api.app import create_app
 from affidavit.faces.auth import create_api_key
 from affidavit.integrations.otel import enabled_by_env, instrument
@@ -161,12 +170,13 @@ def test_an_agent_job_is_invoke_agent(store_url: str) -> None:
     assert call.parent.span_id == spans["affidavit.step #0"].context.span_id  # type: ignore[union-attr]
 
 
-def test_a_waiting_job_has_no_spans_until_it_finishes(store_url: str) -> None:
+def test_a_waiting_jobs_finished_steps_are_visible_and_emitted_once(store_url: str) -> None:
     plan = {
         "name": "otel-wait",
         "nodes": [
-            {"id": "ok", "type": "approval"},
-            {"id": "pay", "type": "tool", "tool": "otel_pay", "args": {"amount": 1},
+            {"id": "pay", "type": "tool", "tool": "otel_pay", "args": {"amount": 1}},
+            {"id": "ok", "type": "approval", "depends_on": ["pay"]},
+            {"id": "think", "type": "pure", "tool": "otel_think", "args": {"x": 1},
              "depends_on": ["ok"]},
         ],
     }  # fmt: skip
@@ -174,10 +184,26 @@ def test_a_waiting_job_has_no_spans_until_it_finishes(store_url: str) -> None:
     with rt:
         job = rt.submit(plan, {})
         assert rt.run_job(job.job_id).status == "waiting"
-        assert exporter.get_finished_spans() == ()
+        # the finished step and its call are exported while the job waits; no job span yet
+        waiting = by_name(exporter.get_finished_spans())
+        assert set(waiting) == {"affidavit.step pay", "execute_tool otel_pay"}
         rt.signal(job.job_id, f"{job.job_id}:ok", {"approved": True}, approver="ann")
         assert rt.run_job(job.job_id).status == "completed"
-    assert "execute_tool otel_pay" in by_name(exporter.get_finished_spans())
+    spans = by_name(exporter.get_finished_spans())  # each span once
+    assert set(spans) == {
+        "affidavit.job otel-wait",
+        "affidavit.step pay",
+        "affidavit.step ok",
+        "affidavit.step think",
+        "execute_tool otel_pay",
+    }
+    # the spans of the first run are children of the job span emitted at the end
+    job_span = spans["affidavit.job otel-wait"]
+    assert waiting["affidavit.step pay"].parent.span_id == job_span.context.span_id  # type: ignore[union-attr]
+    assert waiting["affidavit.step pay"].context.trace_id == job_span.context.trace_id
+    assert not any(
+        s.attributes["affidavit.step.recovered"] for s in spans.values() if s is not job_span
+    )  # type: ignore[index]
 
 
 def test_http_traceparent_is_recorded_with_the_job(store_url: str) -> None:
@@ -261,9 +287,11 @@ def _cli_run(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess
 def test_cli_exports_spans_when_otel_env_says_so(tmp_path: Path) -> None:
     proc = _cli_run(tmp_path, {"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "shop"})
     assert proc.returncode == 0, proc.stderr
-    assert '"name": "execute_tool otel_cli_pay"' in proc.stdout
-    assert '"gen_ai.tool.name": "otel_cli_pay"' in proc.stdout
-    assert '"service.name": "shop"' in proc.stdout
+    # the spans go to stderr: stdout is the command's output, JSON alone
+    assert json.loads(proc.stdout)["status"] == "completed"
+    assert '"name": "execute_tool otel_cli_pay"' in proc.stderr
+    assert '"gen_ai.tool.name": "otel_cli_pay"' in proc.stderr
+    assert '"service.name": "shop"' in proc.stderr
 
 
 def test_cli_refuses_an_exporter_that_is_not_installed(tmp_path: Path) -> None:
@@ -321,7 +349,34 @@ def test_a_recovered_job_has_the_catch_up_call_and_no_dangling_step(
     assert len(calls) == 2  # charge1 (caught up) and charge2
     caught = [s for s in calls if s.attributes["affidavit.tool.catch_up"]]  # type: ignore[index]
     assert len(caught) == 1 and caught[0].status.status_code != StatusCode.ERROR
+    # the call and the step the dead worker started are marked recovered, nothing else is
+    assert [s.attributes["affidavit.step.recovered"] for s in calls] == [  # type: ignore[index]
+        s is caught[0] for s in calls
+    ]
+    recovered = [s.name for s in spans if s.attributes.get("affidavit.step.recovered")]  # type: ignore[union-attr]
+    step_id = caught[0].attributes["affidavit.step.id"]  # type: ignore[index]
+    [caught_step] = [
+        s for s in spans if s.name.startswith("affidavit.step ")
+        and s.attributes["affidavit.step.id"] == step_id  # type: ignore[index]
+    ]  # fmt: skip
+    assert sorted(recovered) == sorted([caught[0].name, caught_step.name])
     steps = [s for s in spans if s.name.startswith("affidavit.step ")]
     assert all(s.status.status_code != StatusCode.ERROR for s in steps), [
         (s.name, s.status.description) for s in steps
     ]
+
+
+def test_a_step_hook_that_raises_never_fails_the_run(store_url: str) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def broken(job_id: str, claimed: int) -> None:
+        seen.append((job_id, claimed))
+        raise RuntimeError("exporter down")
+
+    with Runtime(store_url, tools=ToolRegistry(TOOL_LIST)) as rt:
+        rt.worker.on_step = broken
+        job = rt.submit(PLAN, {"amount": 5})
+        assert rt.run_job(job.job_id).status == "completed"
+        assert verify_job(rt.store, job.job_id).ok
+    # told once per step-finishing commit, with the version the run claimed the job at
+    assert len(seen) == 2 and {claimed for _, claimed in seen} == {seen[0][1]} and seen[0][1] > 0

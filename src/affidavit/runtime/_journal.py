@@ -150,6 +150,10 @@ class Journal:
         self._attempted: tuple[int, bytes, tuple[tuple[str, str], ...]] | None = None
         # (node type, result type) of the node_finished events of the open transaction
         self._finished_steps: list[tuple[str, str]] = []
+        # told (job id, version at claim) after a commit that finished a step (the spans of
+        # affidavit.integrations.otel); what it raises is its own affair, never the run's
+        self.on_step: Callable[[str, int], None] | None = None
+        self.claimed_version = self.version
 
     @property
     def job_id(self) -> str:
@@ -396,6 +400,7 @@ class _JournalTransaction:
         tb: TracebackType | None,
     ) -> None:
         j = self._journal
+        finished = False
         try:
             self._inner.__exit__(exc_type, exc, tb)
             if exc is not None:
@@ -403,6 +408,7 @@ class _JournalTransaction:
             else:
                 for node_type, result_type in j._finished_steps:
                     j.metrics.steps.inc(node_type, result_type)
+                finished = bool(j._finished_steps)
         except BaseException:
             if (j.version, j.head) != self._saved:  # the commit failed after appends
                 j._attempted = (j.version, j.head, tuple(j._finished_steps))
@@ -411,3 +417,8 @@ class _JournalTransaction:
         finally:
             j._finished_steps.clear()
             j.lock.release()
+        if exc is None and finished and j.on_step is not None:
+            try:
+                j.on_step(j.job_id, j.claimed_version)
+            except Exception:  # telemetry must not fail a step
+                log.warning("job %s: the step hook failed", j.job_id, exc_info=True)

@@ -81,6 +81,7 @@ class JobRunner:
         if step_concurrency < 1:
             raise ValueError("step_concurrency must be ≥ 1")
         self.max_recoveries = max_recoveries
+        self.on_step: Callable[[str, int], None] | None = None  # see Worker.on_step
         if store_retry_seconds < 0:
             raise ValueError("store_retry_seconds must not be negative")
         # how long a run keeps trying a write while the database is unavailable
@@ -172,6 +173,7 @@ class JobRunner:
             sealer=self.sealer,
             node_type=node_type,
         )
+        journal.on_step = self.on_step
         step_policy = StepPolicy.of(policy)
         executor = StepExecutor(
             journal,

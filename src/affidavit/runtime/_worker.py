@@ -181,6 +181,8 @@ class Worker:
         # status is "lost" when the run was fenced off, "released" when it was handed back by a
         # stopping worker (see request_stop)
         self.on_job = on_job
+        # called with (job id, version at claim) after a commit that finished a step
+        self.on_step: Callable[[str, int], None] | None = None
         self._count_lock = threading.Lock()
         self._heartbeats = Heartbeats()
         self.jobs_run = 0
@@ -339,6 +341,7 @@ class Worker:
             store_retry_seconds=self.store_retry_seconds,
             max_recoveries=self.max_recoveries,
         )
+        runner.on_step = self.on_step
         heart = self._heartbeats.keep(lease, self.lease_seconds / 3)
         started = time.perf_counter()
         status = "error"

@@ -1,13 +1,15 @@
 """OpenTelemetry spans for affidavit jobs, the ``affidavit[otel]`` extra (docs/integrations.md).
 
-:func:`instrument` makes a :class:`~affidavit.Runtime` emit, for every job one of its runs
-finishes, a job span (``invoke_agent NAME`` for an agent job), a span per step and an
-``execute_tool TOOL`` span per tool call (GenAI semantic conventions: ``gen_ai.tool.name``,
-``gen_ai.tool.call.id`` = the step id). The spans are built from the job's event log — their
-times are the recorded ones — and each carries ``affidavit.job.id`` and the chain hash and
-version of the event that closed it, so a trace joins to the job's proof. A job submitted with
-a ``traceparent`` (HTTP header, or ``Runtime.submit(traceparent=...)``) is a child of that
-trace.
+:func:`instrument` makes a :class:`~affidavit.Runtime` emit its jobs' spans as their steps
+finish, following the OpenTelemetry GenAI semantic conventions: a job span (``invoke_agent
+NAME`` for an agent job, with the provider, the agent's name, version and id and the job id as
+``gen_ai.conversation.id``), a ``chat MODEL`` span per model request (Pydantic AI, the OpenAI
+Agents SDK: the models and the token usage recorded), a span per other step and an
+``execute_tool TOOL`` span per tool call (the tool the model named, its call id). The spans are
+built from the job's event log — their times are the recorded ones — and each carries
+``affidavit.job.id`` and the chain hash and version of the event that closed it, so a trace
+joins to the job's proof. A job submitted with a ``traceparent`` (HTTP header, or
+``Runtime.submit(traceparent=...)``) is a child of that trace.
 
 Off unless configured: :func:`enabled_by_env` reads the standard ``OTEL_*`` variables without
 importing OpenTelemetry; ``affidavit run`` / ``worker`` call :func:`instrument_from_env`.
