@@ -29,6 +29,7 @@ from affidavit.core.canonical import (
     unsafe_integers_as_doubles,
 )
 from affidavit.core.errors import CanonicalizationError
+from tests.conftest import examples
 
 # RFC 8785 §3.2.2 (the "numbers/string/literals" example) and §3.2.3 (key sorting by UTF-16).
 RFC_EXAMPLE_IN = (
@@ -201,7 +202,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(300, 5000), deadline=None)
 @given(json_values)
 def test_bytes_identical_to_rfc8785_reference(value: Any) -> None:
     try:
@@ -303,7 +304,7 @@ def test_astral_keys_sort_like_the_reference(value: dict[str, int]) -> None:
     assert canonical(value) == expected
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(1000, 20000), deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_every_double_is_written_as_the_reference_writes_it(x: float) -> None:
     # the fast path takes non-integral doubles from 1e-4 up; the rest go to rfc8785
@@ -319,7 +320,7 @@ def test_doubles_at_the_fast_path_boundaries(x: float) -> None:
     assert canonical([x]) == rfc8785.dumps([x])
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(250, 5000), deadline=None)
 @given(json_values)
 def test_canonical_of_parsed_values_is_the_reference(value: Any) -> None:
     try:
@@ -396,7 +397,7 @@ _DIFFERENT_NUMBER = re.compile(rb"(?:^|[:,\[\n])-?[0-9]+(?:(?:\.[0-9]+)?e[-+]|\.
 _SCAN_ALPHABET = st.sampled_from(list(b'0123456789.-+e:,[]{}"\nax'))
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(1000, 20000), deadline=None)
 @given(st.lists(_SCAN_ALPHABET, max_size=40).map(bytes))
 def test_number_scan_agrees_with_its_regular_expression(data: bytes) -> None:
     from affidavit.core.canonical import _has_different_number
@@ -445,7 +446,7 @@ _PARSED = st.recursive(
 )
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(200, 5000), deadline=None)
 @given(st.lists(_PARSED, max_size=8))
 def test_exact_canonical_of_many_parsed_values(values: list[Any]) -> None:
     from affidavit.core.canonical import canonical_parsed_exact
@@ -515,7 +516,7 @@ _JSON_TEXT = st.one_of(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(500, 10000), deadline=None)
 @given(_JSON_TEXT, st.booleans())
 def test_parse_agrees_with_the_reference_parser(text: str, as_bytes: bool) -> None:
     data: bytes | str = text.encode("utf-8", "surrogatepass") if as_bytes else text

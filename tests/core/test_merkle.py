@@ -22,6 +22,7 @@ from affidavit.core.merkle import (
     verify_consistency,
     verify_inclusion,
 )
+from tests.conftest import examples
 
 VECTORS = Path(__file__).parent.parent / "vectors" / "merkle"
 
@@ -112,7 +113,7 @@ def test_empty_tree_root() -> None:
         MemoryTree().inclusion_proof(0)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(10, 200), deadline=None)
 @given(st.integers(1, 20_000), st.data())
 def test_every_proof_verifies_and_no_wrong_one_does(size: int, data: st.DataObject) -> None:
     tree = MemoryTree()

@@ -31,6 +31,7 @@ from affidavit.packs import _format as F
 from affidavit.packs._files import PlainFiles, read, safe_path
 from affidavit.packs._state import Fail, State
 from affidavit.packs.verify import PackVerdict, verify_pack
+from tests.conftest import examples
 from tests.packs import assay_packs
 from tests.packs.helpers import assay_verify, resign, run_job
 from tests.packs.test_fuzz import WRONG, _apply, _files, mutations
@@ -159,7 +160,7 @@ def _canonical_or_error(value: Any) -> bytes | str:
         return type(exc).__name__
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(250, 5000), deadline=None)
 @given(values=st.lists(PARSED, max_size=6))
 def test_canonical_all_is_canonical_of_each(values: list[Any]) -> None:
     expected = [_canonical_or_error(v) for v in values]

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import psycopg
 import pytest
@@ -282,7 +282,9 @@ def test_a_worker_frozen_inside_a_transaction_does_not_hold_its_job_forever(
     and a cancel waits for it: without a bound on a session idle in a transaction, the frozen
     process would keep the job from every other worker for as long as it stays frozen. The
     server ends that session, the job is reclaimed and completed, and the thawed worker
-    writes nothing."""
+    writes nothing. (The frozen worker's URL sets the bound to 2 s instead of the default
+    10 s, which tests/store/test_postgres_url.py checks: the wait is the bound's, not the
+    test's.)"""
     url = with_schema(PG_URL, pg_schema)
     side = tmp_path / "side.jsonl"
     steps = [
@@ -297,7 +299,8 @@ def test_a_worker_frozen_inside_a_transaction_does_not_hold_its_job_forever(
     ]
     with Runtime(url, tools=REGISTRY, lease_seconds=30) as rt:
         job_id = rt.submit({"nodes": steps}, {"side": str(side)}).job_id
-        frozen_url = f"{url}&application_name=frozen_{pg_schema}"
+        bound = quote("-c idle_in_transaction_session_timeout=2000", safe="")
+        frozen_url = f"{url}&application_name=frozen_{pg_schema}&options={bound}"
         proc = spawn_driver(frozen_url, "--job", job_id, "--lease", "0.5")
         try:
             end = time.monotonic() + 30
