@@ -1,5 +1,5 @@
 """The disk under the database fills up while a job runs, on SQLite and PostgreSQL — a real
-filesystem: a 1 MiB tmpfs mounted for the test (SQLite: the database file's directory;
+filesystem: a 2 MiB tmpfs mounted for the test (SQLite: the database file's directory;
 PostgreSQL: a tablespace the test's tables are created in, through the connection's
 ``default_tablespace``), grown afterwards as an operator would free space.
 
@@ -49,7 +49,7 @@ def receipt() -> str:
 def _mount_small(where: Path) -> None:
     where.mkdir(exist_ok=True)
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)],
         capture_output=True,
         text=True,
         check=False,
@@ -61,7 +61,7 @@ def _mount_small(where: Path) -> None:
 
 @pytest.fixture(params=BACKENDS)
 def small_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """(the URL of an empty database on a 1 MiB disk, that disk's mount point)"""
+    """(the URL of an empty database on a 2 MiB disk, that disk's mount point)"""
     mount = tmp_path / "small"
     if request.param == "sqlite":
         _mount_small(mount)
