@@ -4,6 +4,8 @@ and the parent's log records each child's end."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -133,3 +135,43 @@ def test_a_child_that_cannot_be_created_is_refused_before_anything_is_recorded(
     events = assert_log_sound(rt.store, job.job_id)
     assert of_type(events, "step_called") == []
     assert rt.store.list_jobs(JobFilter(parent=job.job_id)) == []
+
+
+def test_the_last_child_to_end_wakes_its_parent_and_no_earlier_one(rt: Runtime) -> None:
+    """Each wake-up is a claim and a replay of the parent's log: only the end of the last
+    awaited child wakes it — also when the last two end at once (on PostgreSQL the second
+    waits on the parent's row until the first commits, then sees it ended)."""
+    job = rt.submit(ca.parent, {"orders": ["WAIT-1", "WAIT-2", "WAIT-3"]})
+    rt.run_until_idle()
+    assert rt.store.get_job(job.job_id).status == "waiting"
+    first, second, third = (
+        c.job_id
+        for c in sorted(
+            rt.store.list_jobs(JobFilter(parent=job.job_id)),
+            key=lambda c: rt.store.list_events(c.job_id, limit=1)[0].payload["input"]["order_id"],
+        )
+    )
+    with rt.store.transaction() as tx:  # the first ends: two still run, the parent sleeps on
+        tx.update_job(first, status="cancelled")
+    assert rt.store.get_job(job.job_id).status == "waiting"
+    ended_one = threading.Event()
+
+    def end_second() -> None:
+        with rt.store.transaction() as tx:
+            tx.update_job(second, status="cancelled")
+            tx.query("SELECT 1")  # (its writes sent now, not with the commit)
+            ended_one.set()
+            time.sleep(0.3)  # the third ends meanwhile, before this commits
+
+    ending = threading.Thread(target=end_second)
+    ending.start()
+    assert ended_one.wait(10)
+    with rt.store.transaction() as tx:
+        tx.update_job(third, status="cancelled")
+    ending.join()
+    assert rt.store.get_job(job.job_id).status == "pending"  # woken, once
+    rt.run_until_idle()
+    done = rt.store.get_job(job.job_id)
+    assert done.status == "completed", done.error
+    assert [r["status"] for r in done.output] == ["cancelled"] * 3
+    assert_log_sound(rt.store, job.job_id)

@@ -59,17 +59,36 @@ class ChildOps:
         )
         return {str(r[0]): str(r[1]) for r in rows}
 
+    FOR_UPDATE: str  # the backend's row-lock clause (empty on SQLite: its writers take turns)
+
     def wake_parent(self, child_job_id: str) -> None:
-        """The child ``child_job_id`` ended: if its parent waits for it, the parent is
-        ``pending`` again (see the module docstring). Two writes, no read."""
+        """The child ``child_job_id`` ended: if its parent waits for it and for no child still
+        running, the parent is ``pending`` again (see the module docstring). Writes only, no
+        read to wait for.
+
+        The parent is woken once, by its last awaited child to end, not by each (every wake-up
+        is a claim and a replay of the parent's log). Two children ending at once take turns
+        on the waiting parent's row (locked by a statement of its own, as the wake-up's update
+        locked it before: only while the parent waits), and the wake-up's statement, begun
+        after that lock, sees what the other committed: the second to end sees the first ended,
+        so one of them always wakes the parent. A parent not waiting yet reads its children's
+        statuses after their rows here (``await_children``), as before."""
         now = utc_now()
         self.execute(
             "UPDATE job_children SET ended_at = ? WHERE child_job_id = ?", (now, child_job_id)
         )
+        if self.FOR_UPDATE:
+            self.execute(
+                "SELECT 1 FROM jobs WHERE status = 'waiting' AND job_id = (SELECT "
+                f"parent_job_id FROM job_children WHERE child_job_id = ? AND awaited = 1)"
+                f"{self.FOR_UPDATE}",
+                (child_job_id,),
+            )
         self.execute(
             "UPDATE jobs SET status = 'pending', updated_at = ? WHERE status = 'waiting' "
             "AND job_id = (SELECT parent_job_id FROM job_children WHERE child_job_id = ? "
-            "AND awaited = 1)",
+            "AND awaited = 1) AND NOT EXISTS (SELECT 1 FROM job_children o "
+            "WHERE o.parent_job_id = jobs.job_id AND o.awaited = 1 AND o.ended_at IS NULL)",
             (now, child_job_id),
         )
 
