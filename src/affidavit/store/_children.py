@@ -2,7 +2,8 @@
 children a waiting parent awaits.
 
 The transaction that ends a child (any terminal status, whoever writes it) makes its parent
-runnable again when the parent waits and awaits that child. Both it and the parent's wait
+runnable again when the parent waits, awaits that child and no other awaited child still runs
+(see :meth:`ChildOps.wake_parent`). Both it and the parent's wait
 transaction write the child's row here first — the child's end its ``ended_at``, the parent's
 wait its ``awaited`` (and only then reads the children's statuses and changes its own status) —
 so the two are serialized on that row: either the parent's wait reads the child ended and does
