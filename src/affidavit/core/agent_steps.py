@@ -12,12 +12,12 @@ Idempotency and external keys follow from the step id as for plan steps.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Literal, get_args
 
 from affidavit.core.canonical import canonical
 
-#: The kinds of recorded agent calls.
-AGENT_KINDS: tuple[str, ...] = (
+#: The kinds of recorded agent calls (the type of ``step_called.kind``).
+AgentKind = Literal[
     "tool",
     "pure",
     "wait",
@@ -29,7 +29,8 @@ AGENT_KINDS: tuple[str, ...] = (
     "patched",
     "job",
     "join",
-)
+]
+AGENT_KINDS: tuple[str, ...] = get_args(AgentKind)
 
 #: The plan node type whose events a call of each kind writes (FORMATS §3 applies unchanged).
 NODE_TYPE_OF_KIND: dict[str, str] = {

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from affidavit.core.agent_steps import AgentKind
 from affidavit.core.events import TRACEPARENT, EventType, ResultType
 
 _RFC3339_MICRO = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
@@ -109,19 +110,7 @@ class AgentStarted(_Payload):
 
 class StepCalled(_StepPayload):
     seq: int = Field(ge=0)
-    kind: Literal[
-        "tool",
-        "pure",
-        "wait",
-        "approval",
-        "sleep",
-        "now",
-        "uuid",
-        "random",
-        "patched",
-        "job",
-        "join",
-    ]
+    kind: AgentKind
     tool_name: str | None
     args: dict[str, Any]
     args_hash: str = Field(pattern=r"^[0-9a-f]{16}$")
