@@ -12,6 +12,7 @@ from __future__ import annotations
 import compileall
 import os
 import platform
+import re
 import secrets
 import sqlite3
 import statistics
@@ -220,42 +221,42 @@ MEASURES = {
 
 def summarize(name: str, body: str) -> str:
     """The report's view of a benchmark's write-up: its title, what it measures (``MEASURES``),
-    the machine in one line, its subheadings and every table; the rest stays in the results
-    file it links."""
+    the machine in one line and its goal tables (a table with a goal or "met" column; the first
+    table when none has one), each under its subheading; the rest stays in the results file it
+    links, so the report reads in two minutes."""
     lines = body.strip().splitlines()
-    out: list[str] = []
-    date = cpu = ""
+    date = cpu = title = ""
     for line in lines:
         if line.startswith("- Date: "):
             date = line.removeprefix("- Date: ")
         elif line.startswith("- CPU: "):
             cpu = line.removeprefix("- CPU: ")
-    in_table = False
+        elif line.startswith("## ") and not title:
+            title = line
+    tables: list[tuple[str, list[str]]] = []  # (the subheading above it, its lines)
+    heading = ""
     for i, line in enumerate(lines):
-        if line.startswith("## ") and not out:
-            out += [line, ""]
-            if name in MEASURES:
-                out += [MEASURES[name], ""]
-            if date:
-                out += [f"Measured {date} on {cpu}." if cpu else f"Measured {date}.", ""]
-        elif line.startswith("### "):
-            out += ["", line, ""]
+        if line.startswith("### "):
+            heading = line
         elif line.startswith("|"):
-            if not in_table and out and out[-1] != "":
-                out.append("")
-            out.append(line)
-        in_table = line.startswith("|")
-        if not in_table and i + 1 < len(lines) and lines[i + 1].startswith("|") and out:
-            out.append("")
-    out += [
-        "",
-        f"Method and full numbers: [`benchmarks/results/{name}.md`]"
-        f"(../benchmarks/results/{name}.md).",
-    ]
-    text = "\n".join(out)
-    while "\n\n\n" in text:
-        text = text.replace("\n\n\n", "\n\n")
-    return text
+            if i == 0 or not lines[i - 1].startswith("|"):
+                tables.append((heading, []))
+            tables[-1][1].append(line)
+    goal_tables = [t for t in tables if re.search(r"\b(goal|met)\b", t[1][0], re.IGNORECASE)]
+    out = [title, ""] if title else []
+    if name in MEASURES:
+        out += [MEASURES[name], ""]
+    if date:
+        out += [f"Measured {date} on {cpu}." if cpu else f"Measured {date}.", ""]
+    shown = ""
+    for sub, table in goal_tables or tables[:1]:
+        if sub and sub != shown:
+            out += [sub, ""]
+            shown = sub
+        out += [*table, ""]
+    link = f"benchmarks/results/{name}.md"
+    out.append(f"Method and full numbers: [`{link}`](../{link}).")
+    return "\n".join(out)
 
 
 def write_section(name: str, body: str, path: Path = PERFORMANCE_MD) -> None:
