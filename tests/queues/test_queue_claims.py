@@ -222,3 +222,65 @@ def test_concurrent_claimers_never_take_one_more(store_url: str) -> None:
         check.close()
     assert int(running) == 3
     assert len(taken) == 3
+
+
+def _claim_as(store: Store, queue: str, attempt: str, now: float, owner: str = "w1") -> str:
+    claimed = claim_from_queue(
+        store, queue, owner=owner, attempt_id=attempt, now=now, lease_seconds=LEASE
+    )
+    assert claimed is not None
+    return claimed.job_id
+
+
+def _heartbeat(store: Store, job_id: str, attempt: str, now: float) -> bool:
+    with store.transaction() as tx:
+        return tx.heartbeat(job_id, attempt, now + LEASE, now)
+
+
+@pytest.mark.parametrize(
+    ("config", "where", "second_owner"),
+    [
+        ({"concurrency": 1}, {}, "w2"),
+        ({"worker_concurrency": 1}, {}, "w1"),
+        ({"partitioned": True}, {"partition_key": "customer-7"}, "w2"),
+    ],
+    ids=["concurrency", "worker_concurrency", "partition"],
+)
+def test_an_expired_lease_is_renewed_only_within_the_queues_limits(
+    store: Store, config: dict[str, Any], where: dict[str, Any], second_owner: str
+) -> None:
+    """A heartbeat that comes after its lease expired, once the slot went to another job, does
+    not take the slot back: the queue would run one job over its limit."""
+    set_queue(store, queue_config("q", **config))
+    first, second = submit(store, "q", **where), submit(store, "q", **where)
+    assert _claim_as(store, "q", "a1", 1000.0) == first
+    assert _heartbeat(store, first, "a1", 1010.0)  # live: renewed to 1040
+    late = 1040.0 + 1  # the lease ran out; the other job takes the slot
+    with store.transaction() as tx:  # the first job's attempt must not be the one taken up
+        tx.execute("UPDATE jobs SET not_before = ? WHERE job_id = ?", (late + 100, first))
+    assert _claim_as(store, "q", "a2", late, owner=second_owner) == second
+    assert not _heartbeat(store, first, "a1", late + 1)
+    assert store.get_job(first).lease_expires_at == pytest.approx(1040.0)
+    with store.transaction() as tx:  # the other job ends: now there is room again
+        tx.execute("UPDATE jobs SET status = 'completed' WHERE job_id = ?", (second,))
+    assert _heartbeat(store, first, "a1", late + 2)
+    assert store.get_job(first).lease_expires_at == pytest.approx(late + 2 + LEASE)
+
+
+def test_an_expired_lease_outside_named_queues_is_renewed(store: Store) -> None:
+    """Nothing limits the default queue (nor a queue with no configuration): a late heartbeat
+    renews the lease as a timely one does."""
+    job_id, _ = store.create_job(plan_name="p")
+    with store.transaction() as tx:
+        assert tx.claim(owner="w1", attempt_id="a1", now=1000.0, lease_seconds=LEASE)
+    assert _heartbeat(store, job_id.job_id, "a1", 1100.0)
+    assert store.get_job(job_id.job_id).lease_expires_at == pytest.approx(1100.0 + LEASE)
+    assert not _heartbeat(store, job_id.job_id, "other", 1101.0)
+    unconfigured = submit(store, "nowhere")
+    with store.transaction() as tx:
+        tx.execute(
+            "UPDATE jobs SET status = 'running', attempt_id = 'a3', lease_owner = 'w1', "
+            "lease_expires_at = 10 WHERE job_id = ?",
+            (unconfigured,),
+        )
+    assert _heartbeat(store, unconfigured, "a3", 50.0)

@@ -69,12 +69,13 @@ class Lease:
         Raises:
             StoreError: the renewal could not be written (nothing is known either way).
         """
-        expires = self._clock() + self.seconds
+        now = self._clock()
+        expires = now + self.seconds
         # Durable: the run may act on the world trusting this renewal (see :meth:`confirm`),
         # with no durable commit in between — a renewal a crash of the database could lose
         # would let another worker reclaim the job while this one calls the tool.
         with self._store.transaction(durable=True) as tx:
-            alive = tx.heartbeat(self._claim.job_id, self._claim.attempt_id, expires)
+            alive = tx.heartbeat(self._claim.job_id, self._claim.attempt_id, expires, now)
             if not self.cancel_asked.is_set() and (
                 tx.cancel_request(self._claim.job_id) is not None
                 if alive

@@ -43,8 +43,13 @@ class LeaseTransaction(Protocol):
         transaction's commit as it was; a commit that fails leaves the claim unmade."""
         ...
 
-    def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool:
-        """Extend the lease if ``attempt_id`` still holds it; ``False`` if it was lost."""
+    def heartbeat(
+        self, job_id: str, attempt_id: str, expires_at: float, now: float | None = None
+    ) -> bool:
+        """Extend the lease if ``attempt_id`` still holds it; ``False`` if it was lost. Given
+        ``now`` (the clock leases are read by), a lease already expired at ``now`` on a job of
+        a named queue is extended only if the queue's limits allow it, as a claim would be
+        (:mod:`affidavit.store.queue_leases`)."""
         ...
 
     def set_recoveries(self, job_id: str, attempt_id: str, count: int, progress: int) -> None:

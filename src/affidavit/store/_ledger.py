@@ -260,14 +260,23 @@ class LedgerOps:
             (count, progress, job_id, attempt_id),
         )
 
-    def heartbeat(self, job_id: str, attempt_id: str, expires_at: float) -> bool:
-        """Extend the lease if ``attempt_id`` still holds it; ``False`` if it was lost."""
+    def heartbeat(
+        self, job_id: str, attempt_id: str, expires_at: float, now: float | None = None
+    ) -> bool:
+        """Extend the lease if ``attempt_id`` still holds it; ``False`` if it was lost. Given
+        ``now``, a lease already expired then on a job of a named queue is extended only
+        within the queue's limits (:func:`~affidavit.store.queue_leases.renew_expired`)."""
+        live = "" if now is None else " AND (queue IS NULL OR lease_expires_at >= ?)"
         rows = self.query(
             "UPDATE jobs SET lease_expires_at = ? WHERE job_id = ? AND attempt_id = ? "
-            "AND status = 'running' RETURNING job_id",
-            (expires_at, job_id, attempt_id),
+            f"AND status = 'running'{live} RETURNING job_id",
+            (expires_at, job_id, attempt_id) + (() if now is None else (now,)),
         )
-        return bool(rows)
+        if rows or now is None:
+            return bool(rows)
+        from affidavit.store.queue_leases import renew_expired  # (queues imports this module)
+
+        return renew_expired(self, job_id, attempt_id, expires_at, now)  # type: ignore[arg-type]
 
     def release_lease(
         self,

@@ -322,7 +322,7 @@ def claim_from_queue(
         if not rows:
             return None
         config = _config_from_row(rows[0])
-        running, mine, starts = _counts(tx, config, owner, now)
+        running, mine, starts = live_counts(tx, config, owner, now)
         if config.concurrency is not None and running >= config.concurrency:
             return None
         if config.worker_concurrency is not None and mine >= config.worker_concurrency:
@@ -470,7 +470,9 @@ def _filters(now: float, job_id: str | None, skip: Collection[str]) -> tuple[str
     return sql, params
 
 
-def _counts(tx: Transaction, config: QueueConfig, owner: str, now: float) -> tuple[int, int, int]:
+def live_counts(
+    tx: Transaction, config: QueueConfig, owner: str, now: float
+) -> tuple[int, int, int]:
     """The queue's running jobs, this owner's, and the starts in the rate's window (after the
     queue's lock: a statement of its own)."""
     rate = config.rate
@@ -483,6 +485,24 @@ def _counts(tx: Transaction, config: QueueConfig, owner: str, now: float) -> tup
     )
     running, mine, starts = rows[0]
     return int(running), int(mine), int(starts) if rate is not None else 0
+
+
+def get_config_for_update(tx: Transaction, name: str) -> QueueConfig | None:
+    """Queue ``name``'s configuration, its row locked for this transaction (claims of the queue
+    wait for it); ``None`` if the queue is not configured."""
+    rows = tx.query(
+        f"SELECT {_CONFIG_COLUMNS} FROM queues WHERE name = ?{_for_update(tx)}", (name,)
+    )
+    return _config_from_row(rows[0]) if rows else None
+
+
+def partition_taken(tx: Transaction, queue: str, key: str, job_id: str, now: float) -> bool:
+    """Whether a job of ``queue`` other than ``job_id`` runs in partition ``key`` at ``now``."""
+    rows = tx.query(
+        f"SELECT 1 FROM jobs WHERE queue = ? AND partition_key = ? AND job_id <> ? AND {_LIVE}",
+        (queue, key, job_id, now),
+    )
+    return bool(rows)
 
 
 def _next_start(tx: Transaction, name: str, rate: Rate, now: float, held: list[float]) -> None:
