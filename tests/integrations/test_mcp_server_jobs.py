@@ -9,6 +9,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,10 @@ from typing import Any
 import anyio
 import pytest
 
-from affidavit import Runtime
+from affidavit import Runtime, ToolRegistry
 from affidavit.mcp.server import ROLES
+from affidavit.store import JobFilter, open_store
+from affidavit.store.queues import claim_from_queue, queue_config, set_queue
 from tests.integrations.test_mcp_server import (
     TOOL_NAMES,
     TOOLS,
@@ -30,7 +34,8 @@ from tests.integrations.test_mcp_server import (
 
 __all__ = ["world"]  # (the module's fixture, shared)
 
-DOCS = Path(__file__).parents[2] / "docs" / "integrations.md"
+ROOT = Path(__file__).parents[2]
+DOCS = ROOT / "docs" / "integrations.md"
 APPROVAL_PLAN = {
     "name": "mcp-approval",
     "nodes": [
@@ -246,6 +251,99 @@ def test_a_bad_option_exits_3_with_a_message(world: World, options: list[str]) -
     )
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr and re.search(r"[Ee]rror", proc.stderr)
+
+
+def _stdio_with_tools(world: World, key: str) -> Any:
+    from mcp.client.stdio import StdioServerParameters
+
+    env = {**world.env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    env["AFFIDAVIT_API_KEY"] = world.keys[key]
+    args = ["-m", "affidavit", "mcp", "--tools", "tests.integrations.mcp_submit_agent"]
+    return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(ROOT))
+
+
+def _call_with_tools(world: World, key: str, tool: str, /, **args: Any) -> Any:
+    from mcp.client.client import Client
+
+    async def go() -> Any:
+        async with Client(_stdio_with_tools(world, key)) as client:
+            result = await client.call_tool(tool, args)
+        if result.is_error:
+            text = result.content[0].text  # type: ignore[union-attr]
+            return ("error", json.loads(text[text.index("{") :])["error"])
+        return result.structured_content
+
+    return anyio.run(go)
+
+
+def test_submit_job_takes_an_agent_registered_with_tools(world: World) -> None:
+    """``affidavit mcp --tools MODULE`` submits the agents MODULE registers; without it an
+    agent is not found, and the error says how to register it."""
+    from tests.integrations.mcp_submit_agent import greeter
+
+    submitted = _call_with_tools(
+        world, "agent_a", "submit_job", agent="mcp_greeter", input={"name": "ada"}
+    )
+    assert submitted["created"] is True and submitted["submitted_by"] == "bot-a"
+    tools = ToolRegistry([])
+    tools.add_agent(greeter)
+    with Runtime(world.db_url, tools=tools, signing_key=world.key_file) as rt:
+        assert rt.run_job(submitted["job_id"]).status == "completed"
+        assert rt.store.get_job(submitted["job_id"]).output == {"greeting": "hello ada"}
+    wrong = _call_with_tools(world, "agent_a", "submit_job", agent="mcp_greeter", input={"x": 1})
+    assert wrong[0] == "error" and wrong[1]["code"] == "invalid_plan"
+    unknown = error_of(world, "http", "agent_a", "submit_job", agent="mcp_greeter")
+    assert unknown["code"] == "invalid_plan" and "--tools" in unknown["hint"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{}, {"plan": WAIT_PLAN, "agent": "mcp_greeter"}],
+    ids=["neither", "both"],
+)
+def test_submit_job_takes_exactly_one_of_plan_and_agent(world: World, args: dict[str, Any]) -> None:
+    before = len(open_store(world.db_url).list_jobs(JobFilter(limit=1000)))
+    refused = error_of(world, "http", "agent_a", "submit_job", **args)
+    assert refused["code"] == "invalid_input" and "exactly one" in refused["message"]
+    assert len(open_store(world.db_url).list_jobs(JobFilter(limit=1000))) == before
+
+
+def test_submit_job_places_the_job_in_a_queue(world: World) -> None:
+    """``queue``, ``priority``, ``partition_key`` and ``not_before`` reach the job's place: the
+    queue's claim takes the higher priority first and nothing before ``not_before``."""
+    store = open_store(world.db_url)
+    set_queue(store, queue_config("mcp-q", priority=True))
+    later = "2031-01-01T00:00:00Z"
+    low = call(world, "http", "agent_a", "submit_job", plan=WAIT_PLAN, queue="mcp-q", priority=5)
+    high = call(
+        world,
+        "http",
+        "agent_a",
+        "submit_job",
+        plan=WAIT_PLAN,
+        queue="mcp-q",
+        priority=1,
+        partition_key="customer-7",
+    )
+    held = call(
+        world, "http", "agent_a", "submit_job", plan=WAIT_PLAN, queue="mcp-q", not_before=later
+    )
+    now = time.time()
+    taken = [
+        claim_from_queue(store, "mcp-q", owner="w", attempt_id=f"a{i}", now=now, lease_seconds=30)
+        for i in range(3)
+    ]
+    assert [c.job_id if c else None for c in taken] == [high["job_id"], low["job_id"], None]
+    start = datetime(2031, 1, 1, tzinfo=UTC).timestamp()
+    after = claim_from_queue(
+        store, "mcp-q", owner="w", attempt_id="a9", now=start + 1, lease_seconds=30
+    )
+    assert after is not None and after.job_id == held["job_id"]
+    nowhere = error_of(world, "http", "agent_a", "submit_job", plan=WAIT_PLAN, queue="none-such")
+    assert nowhere["code"] == "config_error" and "no queue" in nowhere["message"]
+    bad = call(world, "http", "agent_a", "submit_job", plan=WAIT_PLAN, priority=2**40)
+    assert bad[0] == "error"
+    store.close()
 
 
 def test_what_an_agent_sends_is_bounded_over_stdio_too(world: World) -> None:

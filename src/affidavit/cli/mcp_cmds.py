@@ -12,6 +12,7 @@ import typer
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, command
+from affidavit.cli.run_options import ToolsOption
 from affidavit.core.config import database_url
 from affidavit.core.errors import ConfigError
 from affidavit.faces.limits import DEFAULT_MAX_BODY
@@ -47,6 +48,7 @@ def mcp(
         float,
         typer.Option(min=0.001, help="http: seconds an idle session lives before it is closed."),
     ] = 600.0,
+    tools: ToolsOption = None,
     db: DbOption = None,
 ) -> None:
     """Serve affidavit's operations as MCP tools: list_jobs, get_job, submit_job, signal,
@@ -58,6 +60,9 @@ def mcp(
     read); the endpoint is http://HOST:PORT/mcp. Each key is rate limited (429), a body above
     --max-body-bytes refused (413), and a key holds at most --sessions-per-key sessions (one
     more is refused with 429 until one closes or idles out after --session-idle-timeout).
+
+    With --tools, submit_job checks plans against those tools and finds the agents they
+    register; without, workers check plans when they run them, and agents cannot be submitted.
 
     Exit codes: 0 stopped; 3 a bad option (a --path that is no URL path, a --host or --port
     that cannot be listened on), a missing key, the mcp extra not installed, or a store error.
@@ -80,13 +85,20 @@ def mcp(
                 f"the MCP SDK is not installed: {exc}",
                 hint="pip install 'affidavit[mcp]'",
             ) from exc
+        from affidavit.runtime import load_tools, registry
         from affidavit.store import open_store
 
+        for spec in tools or []:
+            load_tools(spec)
         sessions = SessionLimits(sessions_per_key, session_idle_timeout)
         listening = _listen(host, port) if transport == "http" else None
         store = open_store(database_url(db))
     try:
-        server = build_server(store, api_key=api_key if transport == "stdio" else None)
+        server = build_server(
+            store,
+            api_key=api_key if transport == "stdio" else None,
+            tools=registry if tools else None,
+        )
         if transport == "stdio":
             server.run("stdio")
         else:

@@ -11,15 +11,23 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from affidavit.core.errors import ValidationError
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.faces.limits import DEFAULT_MAX_BODY
 from affidavit.mcp import _schemas as S
 from affidavit.mcp._calls import Calls, make_tool
-from affidavit.runtime import signal_job, submit_job
+from affidavit.runtime import (
+    ToolRegistry,
+    registry,
+    require_queue,
+    signal_job,
+    submit_agent_job,
+    submit_job,
+)
 from affidavit.store import JobFilter, Store
+from affidavit.store.queues import placement
 
 JobId = Annotated[str, Field(min_length=1, max_length=200)]
 Key = Annotated[str, Field(min_length=1, max_length=1000, description="The wait's key.")]
@@ -41,11 +49,14 @@ def _bounded(value: Any, what: str) -> None:
         )
 
 
-def job_tools(store: Store, calls: Calls) -> list[Tool]:
+def job_tools(store: Store, calls: Calls, tools: ToolRegistry | None = None) -> list[Tool]:
+    """The job tools; ``tools``: the registry submitted plans are checked against and agents
+    are found in (``None``: plans are checked by the workers that run them, agents are looked
+    up in the process's registry)."""
     return [
         _list_jobs(store, calls),
         _get_job(calls),
-        _submit_job(store, calls),
+        _submit_job(store, calls, tools),
         _signal(store, calls),
         _approve(store, calls),
     ]
@@ -108,31 +119,71 @@ def _get_job(calls: Calls) -> Tool:
     )
 
 
-def _submit_job(store: Store, calls: Calls) -> Tool:
+def _submit_job(store: Store, calls: Calls, tools: ToolRegistry | None) -> Tool:
     async def submit_job_tool(
-        plan: Annotated[dict[str, Any], Field(description="The task graph (docs/plans.md).")],
         ctx: Context,
+        plan: Annotated[
+            dict[str, Any] | None, Field(description="The task graph (docs/plans.md).")
+        ] = None,
+        agent: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=200,
+                description="Instead of a plan: the name of an agent registered in the "
+                "server (@affidavit.agent in its --tools module); `input` holds its keyword "
+                "arguments.",
+            ),
+        ] = None,
         input: Annotated[Any, Field(description="The job input (JSON).")] = None,
         idempotency_key: Annotated[
             str | None, Field(min_length=1, max_length=200, description="Same key, same job.")
         ] = None,
         namespace: Annotated[str | None, Field(max_length=64, description="Admins only.")] = None,
+        queue: Annotated[
+            str | None, Field(max_length=128, description="The queue the job waits in.")
+        ] = None,
+        priority: Annotated[
+            int | None, Field(ge=-(2**31), le=2**31 - 1, description="Lower runs first.")
+        ] = None,
+        partition_key: Annotated[
+            str | None, Field(max_length=256, description="One running job per key.")
+        ] = None,
+        not_before: Annotated[
+            AwareDatetime | None,
+            Field(description="Not claimed before this time (ISO 8601 with a zone)."),
+        ] = None,
     ) -> S.Submitted:
         def work() -> Any:
             caller = calls.caller(ctx, "agent")
+            if (plan is None) == (agent is None):
+                raise ValidationError(
+                    "give exactly one of `plan` and `agent`",
+                    hint="A plan is a task graph (docs/plans.md); an agent is the name of one "
+                    "registered in the server's --tools module.",
+                )
             _bounded([plan, input], "the plan and input")
             where = check_namespace(namespace or caller.namespace)
             if where != caller.namespace and caller.role != "admin":
                 raise Forbidden(f"only an admin may submit into namespace {where!r}")
-            job, created = submit_job(
-                store,
-                plan,
-                input,
-                tools=None,  # the workers check the plan's tools when they run it
-                idempotency_key=idempotency_key,
-                namespace=where,
-                submitted_by=caller.agent_id,
+            place = placement(
+                queue, priority=priority, partition_key=partition_key, not_before=not_before
             )
+            if place is not None:
+                require_queue(store, place.queue)
+            common: dict[str, Any] = {
+                "idempotency_key": idempotency_key,
+                "namespace": where,
+                "submitted_by": caller.agent_id,
+                "placement": place,
+            }
+            if agent is not None:
+                found = tools if tools is not None else registry
+                job, created = submit_agent_job(store, agent, input, tools=found, **common)
+            else:
+                assert plan is not None
+                # without --tools, the workers check the plan's tools when they run it
+                job, created = submit_job(store, plan, input, tools=tools, **common)
             return {**job.to_dict(), "created": created}
 
         return await calls.run(work)
@@ -140,10 +191,11 @@ def _submit_job(store: Store, calls: Calls) -> Tool:
     return make_tool(
         submit_job_tool,
         "submit_job",
-        "Validate and enqueue a job (a plan and its input) in the caller's namespace, "
-        "submitted by the caller's agent; with an idempotency_key already used there, the "
-        "existing job (`created: false`). Nothing is written for an invalid plan or input. "
-        "Role: agent.",
+        "Validate and enqueue a job — a plan and its input, or a registered agent and its "
+        "arguments — in the caller's namespace, submitted by the caller's agent, optionally in "
+        "a queue (with a priority, a partition key, a start no earlier than `not_before`); "
+        "with an idempotency_key already used there, the existing job (`created: false`). "
+        "Nothing is written for an invalid plan, agent, input or queue. Role: agent.",
         read_only=False,
         idempotent=True,  # (by its idempotency_key)
     )

@@ -32,6 +32,7 @@ from affidavit.mcp._verify_tools import (
     verify_tools,
 )
 from affidavit.packs import PackArchiveError
+from affidavit.runtime import ToolRegistry
 from affidavit.store import Store
 
 __all__ = [
@@ -69,6 +70,7 @@ def build_server(
     name: str = "affidavit",
     claims_sandbox: SandboxConfig | None = None,
     claim_limits: ClaimLimits | None = None,
+    tools: ToolRegistry | None = None,
 ) -> MCPServer:
     """An MCP server (the SDK's ``MCPServer``, its ``serverInfo.version`` affidavit's) whose
     tools call affidavit's services on ``store``. ``api_key``: the key every call on a
@@ -77,11 +79,13 @@ def build_server(
 
     ``claims_sandbox``: how claim commands run (``None``: the default, bubblewrap), as
     ``create_app``'s; ``claim_limits``: how many claims run at once (in all and per verifying
-    agent) and the longest timeout one may ask for, as the HTTP API's. Run it with
+    agent) and the longest timeout one may ask for, as the HTTP API's. ``tools``: the registry
+    ``submit_job`` checks plans against and finds agents in (``None``: the workers check plans,
+    agents are looked up in the process's registry). Run it with
     ``server.run("stdio")`` or serve ``server.streamable_http_app()``.
     """
     calls = Calls(store, api_key)
     slots = ClaimSlots(claim_limits or ClaimLimits())
-    tools = verify_tools(store, calls, slots, claims_sandbox) + job_tools(store, calls)
+    tools = verify_tools(store, calls, slots, claims_sandbox) + job_tools(store, calls, tools)
     assert {t.name for t in tools} == set(ROLES)
     return MCPServer(name, instructions=INSTRUCTIONS, version=__version__, tools=tools)
