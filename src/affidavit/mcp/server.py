@@ -86,6 +86,6 @@ def build_server(
     """
     calls = Calls(store, api_key)
     slots = ClaimSlots(claim_limits or ClaimLimits())
-    tools = verify_tools(store, calls, slots, claims_sandbox) + job_tools(store, calls, tools)
-    assert {t.name for t in tools} == set(ROLES)
-    return MCPServer(name, instructions=INSTRUCTIONS, version=__version__, tools=tools)
+    served = verify_tools(store, calls, slots, claims_sandbox) + job_tools(store, calls, tools)
+    assert {t.name for t in served} == set(ROLES)
+    return MCPServer(name, instructions=INSTRUCTIONS, version=__version__, tools=served)
