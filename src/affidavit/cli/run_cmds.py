@@ -39,6 +39,7 @@ from affidavit.cli.run_options import (
     seconds_setting,
 )
 from affidavit.cli.submit_cmds import prepared_job
+from affidavit.cli.worker_processes import watch_supervisor, write_report
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS, database_url
 from affidavit.core.errors import ConfigError
 from affidavit.runtime import (
@@ -48,7 +49,7 @@ from affidavit.runtime import (
     load_tools,
     open_store_waiting,
 )
-from affidavit.store import JobFilter, JobRecord
+from affidavit.store import JobFilter, JobRecord, Store
 
 
 def open_runtime(
@@ -215,6 +216,16 @@ def worker(
     recoveries: MaxRecoveriesOption = None,
     max_outage: MaxOutageOption = None,
     queue: WorkerQueuesOption = None,
+    processes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Worker processes under one supervisor, each running --concurrency jobs at "
+            "once (a killed one is started again; signals reach them all).",
+        ),
+    ] = 1,
+    report_file: Annotated[Path | None, typer.Option("--report-file", hidden=True)] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -228,9 +239,27 @@ def worker(
     them. While the database is unavailable — also when the worker starts — it waits and tries
     again, until it is back or, with --max-outage-seconds, until it has been unavailable that
     long.
+    With --processes N, a supervisor runs N worker processes (docs/runtime.md): it forwards
+    signals, starts a killed one again, sums their counters at --metrics-port and stops them
+    all (exit 3) on a child's usage or store error or a crash loop.
     Exit codes: 0 done; 3 usage or store error (a database unavailable past
     --max-outage-seconds included).
     """
+    if processes > 1:
+        options = _WorkerOptions(
+            tools,
+            until_idle,
+            concurrency,
+            step_concurrency,
+            lease,
+            store_retry,
+            recoveries,
+            max_outage,
+            queue,
+            db,
+        )
+        _supervise(options, processes, metrics_port, as_json)
+        return
     with command(as_json):
         rt = open_runtime(
             db,
@@ -253,9 +282,15 @@ def worker(
                     raise ConfigError(message) from exc
             if not as_json:
                 _announce(rt, until_idle)
-            jobs_run = _run_worker(rt, until_idle, concurrency, quiet=as_json)
+            if report_file is not None:
+                watch_supervisor(rt.worker.request_stop)
+            jobs_run = _run_worker(
+                rt, until_idle, concurrency, quiet=as_json, note=report_file is None
+            )
         finally:
             rt.close()
+    if report_file is not None:
+        write_report(report_file, jobs_run)
     if as_json:
         output.emit_json({"jobs_run": jobs_run})
     else:
@@ -279,9 +314,13 @@ def _announce(rt: Runtime, until_idle: bool) -> None:
     rt.worker.on_job = on_job
 
 
-def _run_worker(rt: Runtime, until_idle: bool, concurrency: int, *, quiet: bool) -> int:
+def _run_worker(
+    rt: Runtime, until_idle: bool, concurrency: int, *, quiet: bool, note: bool = True
+) -> int:
     """Run ``rt``'s worker, with the sequencer and the scheduler beside it, until it is idle
-    (``until_idle``) or stopped; return how many jobs it ran. A second Ctrl-C stops it at once."""
+    (``until_idle``) or stopped; return how many jobs it ran. A second Ctrl-C stops it at once.
+    ``note``: at the end, say which jobs are held by other workers' leases (a supervised
+    worker leaves that to its supervisor)."""
     try:
         from affidavit.runtime import background_scheduler
 
@@ -291,10 +330,8 @@ def _run_worker(rt: Runtime, until_idle: bool, concurrency: int, *, quiet: bool)
             graceful_stop(rt.worker, quiet=quiet),
         ):
             jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)
-        if until_idle and not quiet:
-            note = held_elsewhere_note(rt.store.list_jobs(HELD_ELSEWHERE), time.time())
-            if note:
-                output.err.print(note, highlight=False)
+        if until_idle and not quiet and note:
+            _print_held_elsewhere(rt.store)
     except KeyboardInterrupt:
         jobs_run = rt.worker.jobs_run
         if not quiet:
@@ -303,6 +340,98 @@ def _run_worker(rt: Runtime, until_idle: bool, concurrency: int, *, quiet: bool)
                 "flight; its job is recovered when its lease expires"
             )
     return jobs_run
+
+
+def _print_held_elsewhere(store: Store) -> None:
+    note = held_elsewhere_note(store.list_jobs(HELD_ELSEWHERE), time.time())
+    if note:
+        output.err.print(note, highlight=False)
+
+
+@dataclass(frozen=True)
+class _WorkerOptions:
+    """The options a supervisor gives each of its worker processes."""
+
+    tools: list[str] | None
+    until_idle: bool
+    concurrency: int
+    step_concurrency: int
+    lease: float | None
+    store_retry: float | None
+    recoveries: int | None
+    max_outage: float | None
+    queues: list[str] | None
+    db: str | None
+
+    def argv(self, *, verbose: bool, as_json: bool) -> list[str]:
+        """``affidavit [--verbose] worker ...`` with these options, for a child."""
+        args = ["--verbose"] if verbose else []
+        args += ["worker", "--concurrency", str(self.concurrency)]
+        args += ["--step-concurrency", str(self.step_concurrency)]
+        for spec in self.tools or []:
+            args += ["--tools", spec]
+        for name in self.queues or []:
+            args += ["--queue", name]
+        for option, value in [
+            ("--lease-seconds", self.lease),
+            ("--store-retry-seconds", self.store_retry),
+            ("--max-recoveries", self.recoveries),
+            ("--max-outage-seconds", self.max_outage),
+            ("--db", self.db),
+        ]:
+            if value is not None:
+                args += [option, str(value)]
+        if self.until_idle:
+            args.append("--until-idle")
+        if as_json:
+            args.append("--json")
+        return args
+
+
+def _supervise(
+    options: _WorkerOptions, processes: int, metrics_port: int | None, as_json: bool
+) -> None:
+    """``worker --processes N`` (:mod:`affidavit.cli.worker_processes`): the options are
+    checked here first (a bad one exits 3 before any process starts)."""
+    from affidavit.cli.common import opened, state
+    from affidavit.cli.worker_processes import Supervisor, serve_summed_metrics
+
+    with command(as_json):
+        database_url(options.db)
+        for spec in options.tools or []:
+            load_tools(spec)
+        lease_seconds(options.lease)
+        max_recoveries(options.recoveries)
+        supervisor = Supervisor(
+            options.argv(verbose=state.verbose, as_json=as_json),
+            processes,
+            until_idle=options.until_idle,
+            quiet=as_json,
+            metrics=metrics_port is not None,
+        )
+        if metrics_port is not None:
+            try:
+                serve_summed_metrics(supervisor, metrics_port)
+            except OSError as exc:
+                message = f"cannot serve metrics on port {metrics_port}: {exc}"
+                raise ConfigError(message) from exc
+        if not as_json:
+            output.err.print(
+                f"worker supervisor: {processes} processes of {options.concurrency} job(s) at "
+                "once" + (" (until idle)" if options.until_idle else " (Ctrl-C to stop)")
+            )
+        outcome = supervisor.run()
+        if outcome.exit_code:
+            raise typer.Exit(outcome.exit_code)
+        if options.until_idle and not as_json:
+            with opened(options.db, read_only=True) as store:
+                _print_held_elsewhere(store)
+    if as_json:
+        output.emit_json(
+            {"jobs_run": outcome.jobs_run, "processes": processes, "restarts": outcome.restarts}
+        )
+    else:
+        output.out.print(f"jobs run: {outcome.jobs_run}")
 
 
 # The running jobs an until-idle worker looks at when it is done (more would only lengthen the
