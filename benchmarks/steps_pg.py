@@ -143,9 +143,18 @@ def _affidavit_cli() -> str:
     return str(Path(sys.executable).with_name("affidavit"))
 
 
-def run_affidavit(url: str, jobs: int, steps: int, tmp: Path) -> tuple[float, float]:
-    """steps/s of one ``affidavit worker --until-idle --concurrency 4`` process, and the
-    per-tool-step p50 in ms (from ``tool_invocation_started`` to ``node_finished``)."""
+def run_affidavit(
+    url: str,
+    jobs: int,
+    steps: int,
+    tmp: Path,
+    *,
+    processes: int = 1,
+    concurrency: int = CONCURRENCY,
+) -> tuple[float, float]:
+    """steps/s of one ``affidavit worker --until-idle --concurrency 4`` process (or of
+    ``--processes N --concurrency C``), and the per-tool-step p50 in ms (from
+    ``tool_invocation_started`` to ``node_finished``)."""
     tools = tmp / "bench_pg_tools.py"
     tools.write_text(TOOLS_MODULE, encoding="utf-8")
     with pg_fresh_schema(url, "bench_pg") as store_url:
@@ -162,9 +171,9 @@ def run_affidavit(url: str, jobs: int, steps: int, tmp: Path) -> tuple[float, fl
             str(tools),
             "--until-idle",
             "--concurrency",
-            str(CONCURRENCY),
+            str(concurrency),
             "--json",
-        ]
+        ] + (["--processes", str(processes)] if processes > 1 else [])
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
         elapsed = time.perf_counter() - start
