@@ -380,3 +380,36 @@ def test_a_step_hook_that_raises_never_fails_the_run(store_url: str) -> None:
         assert verify_job(rt.store, job.job_id).ok
     # told once per step-finishing commit, with the version the run claimed the job at
     assert len(seen) == 2 and {claimed for _, claimed in seen} == {seen[0][1]} and seen[0][1] > 0
+
+
+def test_live_spans_read_only_what_each_step_added_to_the_log(
+    store_url: str,
+) -> None:
+    """Live spans cost each step a read of the events it added, not of the whole log (which
+    made a long job's telemetry quadratic in its length)."""
+    steps = 12
+    chain: list[dict[str, Any]] = [
+        {"id": f"p{i}", "type": "tool", "tool": "otel_pay", "args": {"amount": i}}
+        | ({"depends_on": [f"p{i - 1}"]} if i else {})
+        for i in range(steps)
+    ]
+    rt, exporter = traced_runtime(store_url)
+    reads: list[int] = []  # events returned by each read of the job's log
+    with rt:
+        job = rt.submit({"name": "otel-long", "nodes": chain}, {})
+        real = rt.store.list_events
+
+        def counted(job_id: str, *, after_version: int = 0, limit: int | None = None) -> Any:
+            found = real(job_id, after_version=after_version, limit=limit)
+            if job_id == job.job_id:
+                reads.append(len(found))
+            return found
+
+        rt.store.list_events = counted  # type: ignore[method-assign]
+        assert rt.run_job(job.job_id).status == "completed"
+        length = len(real(job.job_id))
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names.count("execute_tool otel_pay") == steps
+    assert names.count("affidavit.job otel-long") == 1
+    # the whole log at most twice (the run's own read of it, and the spans'), not once a step
+    assert sum(reads) <= 2 * length, (reads, length)

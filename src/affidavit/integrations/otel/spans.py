@@ -288,7 +288,13 @@ def _emit(
 
 
 def emit_job_spans(
-    store: Store, job_id: str, tracer: Tracer, *, after: int = 0, recovered_before: int = 0
+    store: Store,
+    job_id: str,
+    tracer: Tracer,
+    *,
+    after: int = 0,
+    recovered_before: int = 0,
+    events: list[StoredEvent] | None = None,
 ) -> tuple[int, int]:
     """Emit the spans of job ``job_id`` that events after version ``after`` closed; return how
     many, and the version read up to (the next call's ``after``).
@@ -302,9 +308,11 @@ def emit_job_spans(
     version ``recovered_before`` (the claim of the run that closes it) and not waited on since
     (``job_waiting``) is marked ``affidavit.step.recovered``: a crash or a lost lease cut the
     run that opened it. Span ids are made from the job id, so the spans of one job
-    emitted by several processes form one tree (with the SDK's tracer).
+    emitted by several processes form one tree (with the SDK's tracer). ``events``: the job's
+    whole log as read already (else it is read from ``store``).
     """
-    events = store.list_events(job_id)
+    if events is None:
+        events = store.list_events(job_id)
     if not events:
         return 0, after
     job, spans = _log_spans(job_id, events)
@@ -334,30 +342,49 @@ def emit_job_spans(
 
 
 class _Live:
-    """Emits a job's spans as its steps finish: what each run closed, once per process."""
+    """Emits a job's spans as its steps finish: what each run closed, once per process. The
+    log of a job in a run is read once and then only what each step added to it."""
 
     def __init__(self, store: Store, tracer: Tracer) -> None:
         self.store, self.tracer = store, tracer
         self.lock = threading.Lock()
         self.runs: dict[str, tuple[int, int]] = {}  # job id → (version at claim, emitted up to)
+        self.logs: dict[str, list[StoredEvent]] = {}  # job id → its log as read so far
+
+    def _log(self, job_id: str) -> list[StoredEvent]:
+        log = self.logs.setdefault(job_id, [])
+        log += self.store.list_events(job_id, after_version=log[-1].version if log else 0)
+        return log
 
     def step(self, job_id: str, claimed: int) -> None:
         with self.lock:
             _, done = self.runs.get(job_id, (claimed, claimed))
             _, done = emit_job_spans(
-                self.store, job_id, self.tracer, after=max(done, claimed), recovered_before=claimed
+                self.store,
+                job_id,
+                self.tracer,
+                after=max(done, claimed),
+                recovered_before=claimed,
+                events=self._log(job_id),
             )
             self.runs[job_id] = (claimed, done)
 
     def run_ended(self, job_id: str, status: str) -> None:
         with self.lock:
             run = self.runs.pop(job_id, None)
-            if status in SETTLED:
+            events = self._log(job_id)
+            del self.logs[job_id]
+            if status in SETTLED and events:
                 claimed, done = run if run is not None else (0, 0)
                 if run is None:  # no step finished in this run: only the job span is new
-                    done = max(e.version for e in self.store.list_events(job_id)) - 1
+                    done = events[-1].version - 1
                 emit_job_spans(
-                    self.store, job_id, self.tracer, after=done, recovered_before=claimed
+                    self.store,
+                    job_id,
+                    self.tracer,
+                    after=done,
+                    recovered_before=claimed,
+                    events=events,
                 )
 
 
