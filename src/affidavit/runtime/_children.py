@@ -249,14 +249,21 @@ def run_join(
 def run_job_node(
     journal: Journal, replay: ReplayContext, tools: ToolRegistry, spec: StepSpec, args: Any
 ) -> Any:
-    """A plan's ``job`` node (``args``: its ``agent`` or ``plan`` and resolved ``input``):
-    create its child once and join it; the child's result (a dict) is the node's output.
+    """A plan's ``job`` node (``args``: its ``agent`` or ``plan``, resolved ``input`` and
+    ``queue``): create its child once, in that queue, and join it; the child's result (a
+    dict) is the node's output.
 
     Raises:
         StepFailed: the child cannot be created (the job fails, naming the node).
         Stop: ``"waiting"``, until the child ends.
     """
+    from affidavit.runtime._queues import require_queue
+    from affidavit.store.queues import placement
+
     try:
+        where = placement(args.get("queue"))
+        if where is not None:  # (checked on submit too; it may have been removed since)
+            require_queue(journal.store, where.queue)
         child = create_child(journal, tools, spec, dict(args))
     except StoreError:
         raise
