@@ -66,5 +66,13 @@ def bad_start(ctx: AgentContext) -> list[str]:
     return refused
 
 
+@agent("ch_forget", version="1")
+def forget(ctx: AgentContext, orders: list[str]) -> list[str]:
+    """Starts a child per order and never joins them."""
+    return [ctx.start_job(refund_agent, {"order_id": o}).job_id for o in orders]
+
+
 def registry() -> ToolRegistry:
-    return ToolRegistry([refund, refund_agent, parent, one, async_parent, bad_join, bad_start])
+    return ToolRegistry(
+        [refund, refund_agent, parent, one, async_parent, bad_join, bad_start, forget]
+    )

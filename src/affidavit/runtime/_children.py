@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 MAX_LISTED_CHILDREN = 1000
 #: The most children one join waits for.
 MAX_JOIN = 1000
+#: The events a job is created with (``job_created``, then ``plan_generated`` or
+#: ``agent_started``).
+CREATION_EVENTS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +122,22 @@ def check_child(run: AgentRun, args: dict[str, Any]) -> None:
         raise ValueError(f"ctx.start_job: {exc.message}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class CreatedChild:
+    """A child as its creation left it: ``chain_head`` is the chain hash of its creation
+    events (the first ``event_count``), which a parent's ``job`` step records so that
+    ``verify --tree`` holds even a child it never joined to the start it saw."""
+
+    job_id: str
+    chain_head: str
+    event_count: int
+
+
 def create_child(
     journal: Journal, tools: ToolRegistry, spec: StepSpec, args: dict[str, Any]
-) -> str:
+) -> CreatedChild:
     """Create (or find, after a crash) the child of the step ``spec`` (``args``: its ``agent``
-    or ``plan``, ``input`` and ``queue``); its job id.
+    or ``plan``, ``input`` and ``queue``).
 
     Raises:
         PlanError, ConfigError: the child cannot be created (an unknown agent, a bad plan).
@@ -142,11 +156,16 @@ def create_child(
         "parent": (journal.job_id, spec.step_id),
     }
     if "plan" in args:
-        job, _ = submit_job(store, str(args["plan"]), args["input"], **common)
+        job, created = submit_job(store, str(args["plan"]), args["input"], **common)
     else:
-        job, _ = submit_agent_job(store, str(args["agent"]), args["input"], **common)
+        job, created = submit_agent_job(store, str(args["agent"]), args["input"], **common)
     crash.crash_point("child.after_create")
-    return job.job_id
+    if created:
+        assert job.head_hash is not None
+        return CreatedChild(job.job_id, job.head_hash, job.version)
+    # found after a crash: it may have run since, its creation is its first events
+    first = store.list_events(job.job_id, limit=CREATION_EVENTS)
+    return CreatedChild(job.job_id, first[-1].chain_hash, first[-1].version)
 
 
 def ended_children(store: Store, job_ids: Sequence[str]) -> list[dict[str, Any]] | None:
@@ -269,7 +288,7 @@ def run_job_node(
         raise
     except AffidavitError as exc:
         raise StepFailed(spec.node_id, {"type": exc.code, "message": exc.message}) from exc
-    return run_join(journal, replay, spec, [child], single=True)
+    return run_join(journal, replay, spec, [child.job_id], single=True)
 
 
 def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -> ChildHandle:
@@ -290,7 +309,11 @@ def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -
             "step_id": spec.step_id,
             "attempt": 1,
             "result_type": "pure",
-            "output": {"job_id": child},
+            "output": {
+                "job_id": child.job_id,
+                "created_chain_head": child.chain_head,
+                "created_event_count": child.event_count,
+            },
             "duration_ms": 0,
         }
         items: list[Item] = [run.plain(called)] if called else []
@@ -298,7 +321,7 @@ def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -
         run.journal.write(*items, ("node_finished", finished))
     except (Stop, StoreError) as exc:
         raise run.end(exc) from None
-    return ChildHandle(child)
+    return ChildHandle(child.job_id)
 
 
 def join_children(run: AgentRun, handles: list[Any]) -> list[ChildResult]:
