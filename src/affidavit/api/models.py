@@ -287,6 +287,13 @@ class SealCheck(BaseModel):
     )
 
 
+class ForkVerification(BaseModel):
+    source_job_id: str
+    step: str
+    status: Literal["verified", "unverified", "failed"]
+    problem: str | None = None
+
+
 class Verification(BaseModel):
     job_id: str
     execution_hash: str
@@ -296,6 +303,11 @@ class Verification(BaseModel):
     stored_chain: StoredChain
     seal: SealCheck
     ok: bool
+    forked_from: ForkVerification | None = Field(
+        default=None,
+        description="A fork's reused steps checked against its source's record. Absent for a "
+        "job that is no fork.",
+    )
 
 
 class SealRecord(BaseModel):
