@@ -134,7 +134,11 @@ class CreatedChild:
 
 
 def create_child(
-    journal: Journal, tools: ToolRegistry, spec: StepSpec, args: dict[str, Any]
+    journal: Journal,
+    replay: ReplayContext,
+    tools: ToolRegistry,
+    spec: StepSpec,
+    args: dict[str, Any],
 ) -> CreatedChild:
     """Create (or find, after a crash) the child of the step ``spec`` (``args``: its ``agent``
     or ``plan``, ``input`` and ``queue``).
@@ -146,12 +150,15 @@ def create_child(
     from affidavit.store.queues import placement
 
     store = journal.store
-    parent = store.get_job(journal.job_id)
+    namespace, submitted_by = replay.namespace, replay.submitted_by  # (job_created's)
+    if namespace is None:  # (a log that does not say: the job's row does)
+        parent = store.get_job(journal.job_id)
+        namespace, submitted_by = parent.namespace, parent.submitted_by
     common: dict[str, Any] = {
         "tools": tools,
         "idempotency_key": child_key(spec.step_id),
-        "namespace": parent.namespace,
-        "submitted_by": parent.submitted_by,
+        "namespace": namespace,
+        "submitted_by": submitted_by,
         "placement": placement(args.get("queue")),
         "parent": (journal.job_id, spec.step_id),
     }
@@ -168,15 +175,24 @@ def create_child(
     return CreatedChild(job.job_id, first[-1].chain_hash, first[-1].version)
 
 
-def ended_children(store: Store, job_ids: Sequence[str]) -> list[dict[str, Any]] | None:
-    """The ``child_completed`` payloads (less ``node_id``) of ``job_ids``, ``None`` while one
-    of them has not ended."""
+def ended_children(
+    store: Store, parent_job_id: str, job_ids: Sequence[str]
+) -> list[dict[str, Any]] | None:
+    """The ``child_completed`` payloads (less ``node_id``) of ``job_ids`` (children of
+    ``parent_job_id``), ``None`` while one of them has not ended. Two statements for the
+    common join of a parent's children (their rows listed by parent, their seals at once)."""
+    wanted = set(job_ids)
+    listed = store.list_jobs(JobFilter(parent=parent_job_id, limit=MAX_LISTED_CHILDREN))
+    jobs = {j.job_id: j for j in listed if j.job_id in wanted}
+    for job_id in job_ids:  # (a handle of another job's child, or past the page: one by one)
+        if job_id not in jobs:
+            jobs[job_id] = store.get_job(job_id)
+        if not jobs[job_id].terminal or jobs[job_id].head_hash is None:
+            return None
+    seals = store.get_seals(job_ids)
     found: list[dict[str, Any]] = []
     for job_id in job_ids:
-        job = store.get_job(job_id)
-        if not job.terminal or job.head_hash is None:
-            return None
-        seal = store.get_seal(job_id)
+        job, seal = jobs[job_id], seals.get(job_id)
         found.append(
             {
                 "job_id": job_id,
@@ -221,7 +237,7 @@ def run_join(
             ),
         )
     while True:
-        ended = ended_children(journal.store, job_ids)
+        ended = ended_children(journal.store, journal.job_id, job_ids)
         if ended is not None:
             crash.crash_point("child.before_link")
             results = [{k: c[k] for k in ("job_id", "status", "output", "error")} for c in ended]
@@ -283,7 +299,7 @@ def run_job_node(
         where = placement(args.get("queue"))
         if where is not None:  # (checked on submit too; it may have been removed since)
             require_queue(journal.store, where.queue)
-        child = create_child(journal, tools, spec, dict(args))
+        child = create_child(journal, replay, tools, spec, dict(args))
     except StoreError:
         raise
     except AffidavitError as exc:
@@ -303,7 +319,7 @@ def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -
     try:
         run.control.check_stopping()
         run.control.check_lease()
-        child = create_child(run.journal, run.parts.tools, spec, args)
+        child = create_child(run.journal, run.replay, run.parts.tools, spec, args)
         finished = {
             "node_id": spec.node_id,
             "step_id": spec.step_id,
