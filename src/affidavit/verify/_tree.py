@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from affidavit.core.agent_steps import agent_step_id
-from affidavit.core.errors import JobNotFound
+from affidavit.core.errors import JobNotFound, UnreadableEventError
 from affidavit.core.seal import seal_sha256
 from affidavit.store import JobFilter, Store
 from affidavit.verify._plan import PlanProblem, read_plan
@@ -115,6 +115,19 @@ def verify_tree(
     return tree
 
 
+# the events of a parent's log that say something of its children
+_READ = frozenset(
+    {
+        "child_completed",
+        "job_created",
+        "plan_generated",
+        "step_called",
+        "node_finished",
+        "agent_started",
+    }
+)
+
+
 @dataclass
 class _ParentLog:
     """What a parent's log says of its children: the ``child_completed`` of each joined child,
@@ -138,7 +151,15 @@ class _ParentLog:
         agent_jobs: set[str] = set()  # an agent's job steps (ctx.start_job)
         calls = 0  # an agent's calls recorded (a fork's reused ones included)
         for e in store.iter_events(job_id):
-            p, node = e.payload, e.payload.get("node_id")
+            if e.type not in _READ:
+                continue
+            try:
+                p = e.payload
+            except UnreadableEventError:
+                continue  # ((1) reports the row)
+            if not isinstance(p, dict):
+                continue
+            node = p.get("node_id")
             if e.type == "child_completed":
                 log.joined.setdefault(str(p.get("job_id")), p)
             elif e.type == "job_created" and isinstance(p.get("forked_from"), dict):
@@ -166,7 +187,12 @@ class _ParentLog:
         except JobNotFound:
             return f"child job {child_id} is not in the store"
         first = store.list_events(child_id, limit=1)
-        created = first[0].payload if first and first[0].type == "job_created" else {}
+        try:
+            created = first[0].payload if first and first[0].type == "job_created" else {}
+        except UnreadableEventError:
+            return f"child job {child_id}'s job_created cannot be read"
+        if not isinstance(created, dict):
+            created = {}
         named, step = created.get("parent_job_id"), created.get("parent_step_id")
         if named != self.job_id:
             return f"child job {child_id} names parent {named!r}, not {self.job_id}"
