@@ -39,3 +39,8 @@ def test_parent_and_children_over_http(child_api: Api) -> None:
         listed = c.get("/api/jobs", params={"parent": root}).json()["jobs"]
         assert sorted(j["job_id"] for j in listed) == sorted(children)
         assert c.get("/api/jobs", params={"parent": children[0]}).json()["jobs"] == []
+        traced = c.get(f"/api/jobs/{root}/trace").json()
+        assert traced["parent_job_id"] is None
+        assert traced["children"] == [{"job_id": j, "status": "completed"} for j in children]
+        leaf = c.get(f"/api/jobs/{children[0]}/trace").json()
+        assert leaf["parent_job_id"] == root and leaf["children"] == []

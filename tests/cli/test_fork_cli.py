@@ -66,3 +66,19 @@ def test_jobs_fork_and_verify(store_url: str) -> None:
     human = cli("verify", fork, "--db", store_url)
     assert human.returncode == 1  # the edit broke the chain
     assert "unverified by reference" in human.stdout
+
+
+def test_jobs_fork_with_an_idempotency_key(store_url: str) -> None:
+    with Runtime(store_url, tools=TOOLS) as rt:
+        source = rt.submit(PLAN, {"x": 1}).job_id
+        assert rt.run_job(source).status == "completed"
+    key = ("--idempotency-key", "fork-cli-1", "--db", store_url, "--json")
+    first = cli("jobs", "fork", source, "--from-step", "a", *key)
+    again = cli("jobs", "fork", source, "--from-step", "a", *key)
+    assert first.returncode == 0 and again.returncode == 0, (first.stderr, again.stderr)
+    assert json_of(first)["job_id"] == json_of(again)["job_id"]
+    other = cli("jobs", "fork", source, "--from-step", "a", "--input", '{"x": 2}', *key)
+    assert other.returncode == 3
+    assert json_of(other)["error"]["code"] == "idempotency_conflict"
+    with Runtime(store_url, tools=TOOLS) as rt:
+        assert len(rt.store.list_jobs(JobFilter())) == 2  # the source and one fork

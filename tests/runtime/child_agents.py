@@ -3,6 +3,7 @@ that complete, fail or wait. Every real tool execution is counted in :data:`CALL
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -66,5 +67,35 @@ def bad_start(ctx: AgentContext) -> list[str]:
     return refused
 
 
+@agent("ch_forget", version="1")
+def forget(ctx: AgentContext, orders: list[str]) -> list[str]:
+    """Starts a child per order and never joins them."""
+    return [ctx.start_job(refund_agent, {"order_id": o}).job_id for o in orders]
+
+
+@tool("ch_hang")
+def hang(ctx: ToolContext, seconds: float) -> dict[str, Any]:
+    """A call that answers late (past the time limit its caller gives it)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not ctx.cancelled:
+        time.sleep(0.02)
+    return {"late": True}
+
+
+@agent("ch_parent_then", version="1")
+def parent_then(ctx: AgentContext, order_id: str) -> dict[str, Any]:
+    """Starts a child, waits for a signal, then fails or parks (a call past its timeout has
+    an unknown outcome: the job parks) as the signal says."""
+    ctx.start_job(refund_agent, {"order_id": order_id})
+    then = ctx.wait("then")
+    if then == "fail":
+        raise RuntimeError("the parent gives up")
+    ctx.call(hang, timeout_seconds=0.2, seconds=2.0)
+    return {}
+
+
 def registry() -> ToolRegistry:
-    return ToolRegistry([refund, refund_agent, parent, one, async_parent, bad_join, bad_start])
+    return ToolRegistry(
+        [refund, refund_agent, parent, one, async_parent, bad_join, bad_start, forget, hang,
+         parent_then]
+    )  # fmt: skip

@@ -37,19 +37,19 @@ from affidavit.packs import export_archive
 from affidavit.record import fork_lineage, job_trace
 from affidavit.runtime import (
     family_doc,
-    fork_job,
     registry,
     request_cancel,
     require_queue,
     resume_job,
     signal_job,
     submit_agent_job,
+    submit_fork,
     submit_job,
     valid_traceparent,
 )
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.store.queues import placement
-from affidavit.verify import verify_one
+from affidavit.verify import verification_document, verify_one_fork
 from affidavit.verify.verification import check_trusted_keys, seal_document
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -193,21 +193,40 @@ def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
 @router.post(
     "/{job_id}/fork", status_code=201, response_model=Job, response_model_exclude_unset=True
 )
-def fork(job_id: str, body: Fork, svc: ServiceDep, caller: Admin) -> dict[str, Any]:
+def fork(
+    job_id: str,
+    body: Fork,
+    svc: ServiceDep,
+    caller: Admin,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="The same key returns the same fork.",
+            max_length=200,
+        ),
+    ] = None,
+) -> dict[str, Any]:
     """A new job (201) that reuses the finished job's recorded steps up to and including
     `from_step` and runs the rest with the tools deployed now; `input` replaces the input of
-    the steps that run. A job with no seal yet, or a step it did not complete, is refused
+    the steps that run. With an `Idempotency-Key` already used in the source's namespace, the
+    fork it made (200) — for another source, step or input, a refusal (409,
+    `idempotency_conflict`). A job with no seal yet, or a step it did not complete, is refused
     (409, `fork_refused`) and nothing is written."""
     visible_job(svc.store, caller, job_id)
     given = "input" in body.model_fields_set
-    job = fork_job(
+    job, created = submit_fork(
         svc.store,
         job_id,
         body.from_step,
         *((body.input,) if given else ()),
         submitted_by=caller.agent_id,
         tools=svc.tools,
+        idempotency_key=idempotency_key,
     )
+    if not created:
+        response.status_code = 200
     lineage = fork_lineage(svc.store.list_events(job.job_id, limit=1))
     return {**job.to_dict(), "forked_from": lineage}
 
@@ -257,11 +276,14 @@ def verify(
     unknown job or one of another namespace; 422 for a `trusted_key` that is no key. A job id
     whose job row is gone but whose events, ledger rows or seal remain gets the result of
     those (failing, `orphan`), as `affidavit verify` reports it — for an admin key only: such
-    records name no namespace."""
+    records name no namespace. A fork's `forked_from` checks its reused steps against the
+    source's record: `verified`, `unverified` (the source is not in this database; `ok` is
+    not failed for it) or `failed` (then `ok` is false)."""
     if trusted_key:
         check_trusted_keys(svc.store, trusted_key)  # a bad key is an error, job or not
     check_verifiable(svc.store, caller, job_id)
-    return verify_one(svc.store, job_id, trusted_keys=trusted_key or None).to_dict()
+    result, fork = verify_one_fork(svc.store, job_id, trusted_keys=trusted_key or None)
+    return verification_document(result, fork)
 
 
 @router.get("/{job_id}/seal", response_model=JobSeal, response_model_exclude_unset=True)

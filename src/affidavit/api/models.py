@@ -206,6 +206,11 @@ class TraceNode(BaseModel):
     waits: list[dict[str, Any]] | None = None
 
 
+class TraceChild(BaseModel):
+    job_id: str
+    status: str
+
+
 class Trace(BaseModel):
     job: Job
     kind: Literal["agent"] | None = None  # an agent job: nodes are its steps, in seq order
@@ -222,6 +227,12 @@ class Trace(BaseModel):
     waiting_for_limit: dict[str, Any] | None = None
     # a fork's source: {"job_id", "step", "seal_hash"}
     forked_from: dict[str, Any] | None = None
+    parent_job_id: str | None = Field(
+        default=None, description="The job that created this one as a child job, if any."
+    )
+    children: list[TraceChild] | None = Field(
+        default=None, description="This job's child jobs, oldest first (up to 1000)."
+    )
 
 
 class Health(BaseModel):
@@ -276,6 +287,13 @@ class SealCheck(BaseModel):
     )
 
 
+class ForkVerification(BaseModel):
+    source_job_id: str
+    step: str
+    status: Literal["verified", "unverified", "failed"]
+    problem: str | None = None
+
+
 class Verification(BaseModel):
     job_id: str
     execution_hash: str
@@ -285,6 +303,11 @@ class Verification(BaseModel):
     stored_chain: StoredChain
     seal: SealCheck
     ok: bool
+    forked_from: ForkVerification | None = Field(
+        default=None,
+        description="A fork's reused steps checked against its source's record. Absent for a "
+        "job that is no fork.",
+    )
 
 
 class SealRecord(BaseModel):

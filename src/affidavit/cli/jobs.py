@@ -430,6 +430,14 @@ def fork_job_cmd(
     ],
     input: InputOption = None,
     by: Annotated[str | None, typer.Option(help="Who forks (recorded).")] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            help="The same key (in the source's namespace) returns the same fork; another "
+            "source, step or input with it is refused.",
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -440,7 +448,8 @@ def fork_job_cmd(
     source's record.
 
     Exit codes: 0 created; 2 no such job; 3 the job has no seal yet (not finished), no such
-    step, bad --input, or store error (nothing is written).
+    step, bad --input, an --idempotency-key used for another fork, or store error (nothing
+    is written).
     """
     from affidavit.runtime import fork_job
 
@@ -448,7 +457,14 @@ def fork_job_cmd(
         # (checked before the database is opened: a bad --input creates nothing)
         args = (parse_json_arg(input, "--input"),) if input is not None else ()
         with opened_for_job(db, job_id) as store:
-            job = fork_job(store, job_id, from_step, *args, submitted_by=by or state_user())
+            job = fork_job(
+                store,
+                job_id,
+                from_step,
+                *args,
+                submitted_by=by or state_user(),
+                idempotency_key=idempotency_key,
+            )
             lineage = fork_lineage(store.list_events(job.job_id, limit=1))
     if as_json:
         output.emit_json({**job.to_dict(), "forked_from": lineage})

@@ -136,6 +136,17 @@ def verify(
             "parent recorded; exit 2 when a link does not hold.",
         ),
     ] = False,
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--source",
+            help="PACK_DIR is a fork's pack: also check the steps it reused against this pack "
+            "of its source job (a directory or archive); a prefix the source does not hold is "
+            "INTEGRITY_FAIL. Without it a fork's reused steps are reported 'source not "
+            "checked'.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Verify a proof pack offline (RCE v0.1 phases 1-4, and the job's event log, seal and
@@ -173,6 +184,7 @@ def verify(
             log_key=read_vkey(log_key) if log_key else None,
             witness_keys=[read_vkey(w) for w in witness_key or []],
             log_url=log_url,
+            fork_source=source,
         )
         receipt_path, details_path = write_verdict(verdict, out_dir, pretty=pretty)
     document = {
@@ -183,6 +195,9 @@ def verify(
         "details_path": str(details_path),
         "exit_code": verdict.exit_code,
     }
+    fork = verdict.details.get("fork")
+    if fork is not None:
+        document["fork"] = fork
     if as_json:
         output.emit_json(document)
     else:
@@ -190,6 +205,13 @@ def verify(
         output.out.print(f"rce verdict: [{colour}]{verdict.verdict}[/]")
         for error in verdict.errors[:20]:
             output.out.print(f"  - {error}", markup=False)
+        if fork is not None:  # (ids from the pack: printed as text, never markup)
+            said = fork.get("reason") or fork.get("problem") or "the source's pack holds them"
+            output.out.print(
+                f"fork of job {fork.get('source_job_id')} up to step {fork.get('step')}: "
+                f"{fork.get('status')} — {said}",
+                markup=False,
+            )
         output.out.print(f"wrote: {receipt_path}\nwrote: {details_path}")
     raise typer.Exit(verdict.exit_code)
 

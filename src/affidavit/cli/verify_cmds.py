@@ -23,9 +23,9 @@ from affidavit.verify import (
     CHECKS,
     ForkCheck,
     VerificationResult,
-    check_fork,
+    verification_document,
     verify_all,
-    verify_one,
+    verify_one_fork,
     verify_tree,
 )
 
@@ -148,8 +148,7 @@ def verify(
                     if spool is not None:
                         spool.emit(total, failed, agents, bad_agents)
             else:
-                result = verify_one(store, job_id, trusted_keys=trusted_key or None)
-                fork = check_fork(store, job_id) if not result.orphan else None
+                result, fork = verify_one_fork(store, job_id, trusted_keys=trusted_key or None)
     if job_id is None:
         if not as_json:
             render_all(total, failed)
@@ -158,11 +157,7 @@ def verify(
             raise typer.Exit(output.EXIT_FAILED)
         return
     if as_json:
-        doc = result.to_dict()
-        if fork is not None:  # a fork: its reused steps against the source's record
-            doc["forked_from"] = fork.to_dict()
-            doc["ok"] = doc["ok"] and fork.ok
-        output.emit_json(doc)
+        output.emit_json(verification_document(result, fork))
     else:
         render(result)
         if fork is not None:

@@ -61,6 +61,7 @@ _NODE_FIELDS = frozenset(
         "agent",  # a job node: the child's agent (a registered name) ...
         "plan",  # ... or its plan (a plan file's path)
         "input",  # ... and its input, with ${...} references
+        "queue",  # ... and the queue the child runs in (its limits apply to it)
     }
 )
 _RETRY_FIELDS = frozenset({"max_attempts", "backoff_seconds"})
@@ -496,8 +497,10 @@ def _parse_node(raw: Any, index: int) -> Node:
         raise PlanError(f"node {node_id!r}: `args` must be an object", node_id=node_id)
     if node_type == "job":
         args = _job_node_args(node_id, raw)
-    elif {"agent", "plan", "input"} & set(raw):
-        raise PlanError(f"{node_type} node {node_id!r}: only a job node names agent, plan, input")
+    elif {"agent", "plan", "input", "queue"} & set(raw):
+        raise PlanError(
+            f"{node_type} node {node_id!r}: only a job node names agent, plan, input, queue"
+        )
     depends_on = raw.get("depends_on", [])
     if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
         raise PlanError(
@@ -540,7 +543,16 @@ def _job_node_args(node_id: str, raw: Mapping[str, Any]) -> dict[str, Any]:
             "plan file's path), as text",
             node_id=node_id,
         )
-    return {named[0]: raw[named[0]], "input": raw.get("input", {})}
+    args = {named[0]: raw[named[0]], "input": raw.get("input", {})}
+    if "queue" in raw:  # a name, not a reference: the submission checks the queue exists
+        queue = raw["queue"]
+        if not isinstance(queue, str) or not queue or REFERENCE.search(queue):
+            raise PlanError(
+                f"{where}: `queue` is the name of a queue, as text (no ${{...}} reference)",
+                node_id=node_id,
+            )
+        args["queue"] = queue
+    return args
 
 
 # Plans parsed in this process from recorded task graphs, by plan hash, the most recently used

@@ -184,6 +184,7 @@ def verify_pack(
     witness_keys: Sequence[Verifier] = (),
     min_witnesses: int | None = None,
     log_url: str | None = None,
+    fork_source: Path | str | None = None,
 ) -> PackVerdict:
     """Verify the pack directory at ``path`` (phases 1–5 of docs/packs.md), or the pack archive
     (``.tar.gz``) at ``path``: read whole and checked first (:mod:`~affidavit.packs.archive`),
@@ -202,16 +203,22 @@ def verify_pack(
     base URL) it also reads every leaf before the pack's and fails if one is the same job's
     (the details' ``first_for_job`` says what was proven; see docs/transparency.md).
 
+    A fork's pack (its job reused a source job's steps) has ``details["fork"]``: its source is
+    ``unverified`` ("source not checked"), unless ``fork_source`` is the source's pack (a
+    directory or archive): then the prefix is checked against it, and a prefix it does not
+    hold is INTEGRITY_FAIL (:mod:`affidavit.packs._fork`).
+
     Raises:
         ConfigError: ``max_file_bytes`` (or its variable) is not a positive whole number.
     """
     limit = pack_max_file_bytes(max_file_bytes)
+    source = None if fork_source is None else Path(fork_source)
     log_check = (log_key, witness_keys, min_witnesses, log_url)
     where = Path(path)
     if where.is_file():  # a .tar.gz: read whole, checked, and verified from a temp directory
-        return _verify_archive(where, trusted_keys, now, limit, log_check)
+        return _verify_archive(where, trusted_keys, now, limit, log_check, source)
     with collector_paused():  # hundreds of thousands of parsed objects, no cycles
-        return _verify(where, trusted_keys, now, limit, log_check)
+        return _verify(where, trusted_keys, now, limit, log_check, fork_source=source)
 
 
 def _verify_archive(
@@ -220,6 +227,7 @@ def _verify_archive(
     now: datetime | None,
     max_file_bytes: int,
     log_check: tuple[Verifier | None, Sequence[Verifier], int | None, str | None],
+    fork_source: Path | None,
 ) -> PackVerdict:
     limits = ArchiveLimits(max_member_bytes=max_file_bytes)
     try:
@@ -235,7 +243,9 @@ def _verify_archive(
     with tempfile.TemporaryDirectory(prefix="affidavit-pack-verify-") as tmp:
         root = write_members(archive, Path(tmp))
         with collector_paused():
-            return _verify(root, trusted_keys, now, max_file_bytes, log_check)
+            return _verify(
+                root, trusted_keys, now, max_file_bytes, log_check, fork_source=fork_source
+            )
 
 
 def _verify(
@@ -251,6 +261,7 @@ def _verify(
     ),
     *,
     failed: str | None = None,
+    fork_source: Path | None = None,
 ) -> PackVerdict:
     st = State(path, max_file_bytes=max_file_bytes)
     trusted = None if trusted_keys is None else {_raw_key(k) for k in trusted_keys}
@@ -303,6 +314,8 @@ def _verify(
     replayed, divergent = compare(steps, by_id, traces)
     details["divergent_steps"] = divergent
     details["affidavit"] = check_event_log(st, traces, trusted)
+    if not st.errors and details["affidavit"].get("present"):
+        _check_fork(st, details, fork_source, trusted)
     log_key, witness_keys, min_witnesses, log_url = log_check
     if log_key is not None:
         details["transparency_log"] = check_log_proof(
@@ -312,6 +325,33 @@ def _verify(
         return done(INTEGRITY_FAIL, 5, parents)
     verdict = DIVERGE if divergent else MATCH
     return done(verdict, 4, parents, replayed=replayed, divergent=divergent)
+
+
+def _check_fork(
+    st: State,
+    details: dict[str, Any],
+    source: Path | None,
+    trusted_keys: Iterable[bytes | str] | None,
+) -> None:
+    """A fork's ``details["fork"]`` (see :mod:`affidavit.packs._fork`); a prefix its source's
+    pack does not hold is an error."""
+    from affidavit.packs._fork import fork_details, forked_from, pack_events
+
+    try:
+        forked = forked_from(pack_events(st.root, st.max_file_bytes))
+    except (Fail, ValueError) as exc:  # (read and verified just before: not expected)
+        st.errors.append(f"{F.EVENTS}: {exc}")
+        return
+    if forked is None:
+        return
+    details["fork"], error = fork_details(
+        forked,
+        source,
+        trusted_keys=trusted_keys,
+        max_file_bytes=st.max_file_bytes,
+    )
+    if error is not None:
+        st.errors.append(error)
 
 
 def _raw_key(key: bytes | str) -> bytes:

@@ -32,7 +32,7 @@ from typing import Any
 from affidavit.record._agent_trace import agent_trace_of, is_agent_log
 from affidavit.record._replay import ReplayContext, ReplayContextBuilder
 from affidavit.record._states import NodeFacts, node_state
-from affidavit.store import JobRecord, Store, StoredEvent
+from affidavit.store import JobFilter, JobRecord, Store, StoredEvent
 from affidavit.store.limit_waits import waiting_for_limit
 
 # The state of a finished wait or approval node: a person answered it (its outcome, the world
@@ -58,11 +58,27 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     lineage = fork_lineage(events)
     if lineage is not None:
         trace["forked_from"] = lineage
+    trace.update(job_family(store, job_id))
     if job.status == "running":  # a call waiting for a limit: not in the log (store-side)
         wait = waiting_for_limit(store, job_id, now_s=time.time())
         if wait is not None:
             trace["waiting_for_limit"] = wait
     return trace
+
+
+#: The most child jobs a trace lists (``jobs list --parent`` pages through all).
+MAX_TRACED_CHILDREN = 1000
+
+
+def job_family(store: Store, job_id: str) -> dict[str, Any]:
+    """The job's place in its tree as the trace shows it: ``parent_job_id`` (``None`` for a
+    job no job created) and ``children``, each ``{"job_id", "status"}``, oldest first, at most
+    :data:`MAX_TRACED_CHILDREN`."""
+    listed = store.list_jobs(JobFilter(parent=job_id, limit=MAX_TRACED_CHILDREN))
+    return {
+        "parent_job_id": store.job_parent(job_id),
+        "children": [{"job_id": j.job_id, "status": j.status} for j in reversed(listed)],
+    }
 
 
 def fork_lineage(events: Sequence[StoredEvent]) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from affidavit.runtime._children import family_doc
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
-    from affidavit.runtime._fork import fork_job
+    from affidavit.runtime._fork import fork_job, submit_fork
     from affidavit.runtime._queues import require_queue, write_declared
     from affidavit.runtime._run_base import DEFAULT_MAX_RECOVERIES, DEFAULT_STORE_RETRY_SECONDS
     from affidavit.runtime._runtime import Runtime
@@ -88,6 +88,7 @@ _LAZY = {
     "CancelResult": "affidavit.runtime._cancel",
     "request_cancel": "affidavit.runtime._cancel",
     "fork_job": "affidavit.runtime._fork",
+    "submit_fork": "affidavit.runtime._fork",
     "InvalidStateError": "affidavit.runtime._decisions",
     "cancel_job": "affidavit.runtime._decisions",
     "resume_job": "affidavit.runtime._decisions",
@@ -205,6 +206,7 @@ __all__ = [
     "signal_job",
     "store_schedule",
     "submit_agent_job",
+    "submit_fork",
     "submit_job",
     "tool",
     "valid_traceparent",

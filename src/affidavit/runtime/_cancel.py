@@ -42,6 +42,7 @@ from affidavit.store import (
     Transaction,
 )
 
+_LIVE = ("pending", "running", "waiting", "parked")  # a child that has not ended
 # The most live children of one job a cancel reaches in one pass (a join awaits at most 1000)
 MAX_CHILDREN_LISTED = 10_000
 
@@ -152,6 +153,21 @@ def request_cancel(
     return done
 
 
+def cancel_children_of_failed(store: Store, job_id: str, *, sealer: Sealer | None = None) -> None:
+    """After ``job_id`` failed: cancel its child jobs that have not ended (and theirs), by the
+    rules of :func:`request_cancel` — a child with a tool call in flight finishes that call
+    and records its real outcome, then ends ``cancelled``; a pending or waiting child ends
+    ``cancelled`` now. Nothing will join them, and a child left running would act for a
+    parent that gave up. (A parked parent leaves its children running: a person decides the
+    park, and may resume the parent, which then joins them.)"""
+    if not store.list_jobs(JobFilter(parent=job_id, status=_LIVE, limit=1)):
+        return  # (the common case: one query)
+    sealer = sealer if sealer is not None else Sealer.for_store(store)
+    _cancel_children(
+        store, job_id, f"parent job {job_id} failed", "affidavit", False, sealer, time.time
+    )
+
+
 def _cancel_children(
     store: Store,
     job_id: str,
@@ -162,7 +178,7 @@ def _cancel_children(
     clock: Callable[[], float],
 ) -> None:
     """Cancel every child of ``job_id`` that has not ended (and theirs)."""
-    live = JobFilter(parent=job_id, status=("pending", "running", "waiting", "parked"))
+    live = JobFilter(parent=job_id, status=_LIVE)
     for child in [j.job_id for j in store.list_jobs(replace(live, limit=MAX_CHILDREN_LISTED))]:
         with contextlib.suppress(InvalidStateError):  # it ended meanwhile: that is its result
             request_cancel(

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 MAX_LISTED_CHILDREN = 1000
 #: The most children one join waits for.
 MAX_JOIN = 1000
+#: The events a job is created with (``job_created``, then ``plan_generated`` or
+#: ``agent_started``).
+CREATION_EVENTS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +122,26 @@ def check_child(run: AgentRun, args: dict[str, Any]) -> None:
         raise ValueError(f"ctx.start_job: {exc.message}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class CreatedChild:
+    """A child as its creation left it: ``chain_head`` is the chain hash of its creation
+    events (the first ``event_count``), which a parent's ``job`` step records so that
+    ``verify --tree`` holds even a child it never joined to the start it saw."""
+
+    job_id: str
+    chain_head: str
+    event_count: int
+
+
 def create_child(
-    journal: Journal, tools: ToolRegistry, spec: StepSpec, args: dict[str, Any]
-) -> str:
+    journal: Journal,
+    replay: ReplayContext,
+    tools: ToolRegistry,
+    spec: StepSpec,
+    args: dict[str, Any],
+) -> CreatedChild:
     """Create (or find, after a crash) the child of the step ``spec`` (``args``: its ``agent``
-    or ``plan``, ``input`` and ``queue``); its job id.
+    or ``plan``, ``input`` and ``queue``).
 
     Raises:
         PlanError, ConfigError: the child cannot be created (an unknown agent, a bad plan).
@@ -132,32 +150,49 @@ def create_child(
     from affidavit.store.queues import placement
 
     store = journal.store
-    parent = store.get_job(journal.job_id)
+    namespace, submitted_by = replay.namespace, replay.submitted_by  # (job_created's)
+    if namespace is None:  # (a log that does not say: the job's row does)
+        parent = store.get_job(journal.job_id)
+        namespace, submitted_by = parent.namespace, parent.submitted_by
     common: dict[str, Any] = {
         "tools": tools,
         "idempotency_key": child_key(spec.step_id),
-        "namespace": parent.namespace,
-        "submitted_by": parent.submitted_by,
+        "namespace": namespace,
+        "submitted_by": submitted_by,
         "placement": placement(args.get("queue")),
         "parent": (journal.job_id, spec.step_id),
     }
     if "plan" in args:
-        job, _ = submit_job(store, str(args["plan"]), args["input"], **common)
+        job, created = submit_job(store, str(args["plan"]), args["input"], **common)
     else:
-        job, _ = submit_agent_job(store, str(args["agent"]), args["input"], **common)
+        job, created = submit_agent_job(store, str(args["agent"]), args["input"], **common)
     crash.crash_point("child.after_create")
-    return job.job_id
+    if created:
+        assert job.head_hash is not None
+        return CreatedChild(job.job_id, job.head_hash, job.version)
+    # found after a crash: it may have run since, its creation is its first events
+    first = store.list_events(job.job_id, limit=CREATION_EVENTS)
+    return CreatedChild(job.job_id, first[-1].chain_hash, first[-1].version)
 
 
-def ended_children(store: Store, job_ids: Sequence[str]) -> list[dict[str, Any]] | None:
-    """The ``child_completed`` payloads (less ``node_id``) of ``job_ids``, ``None`` while one
-    of them has not ended."""
+def ended_children(
+    store: Store, parent_job_id: str, job_ids: Sequence[str]
+) -> list[dict[str, Any]] | None:
+    """The ``child_completed`` payloads (less ``node_id``) of ``job_ids`` (children of
+    ``parent_job_id``), ``None`` while one of them has not ended. Two statements for the
+    common join of a parent's children (their rows listed by parent, their seals at once)."""
+    wanted = set(job_ids)
+    listed = store.list_jobs(JobFilter(parent=parent_job_id, limit=MAX_LISTED_CHILDREN))
+    jobs = {j.job_id: j for j in listed if j.job_id in wanted}
+    for job_id in job_ids:  # (a handle of another job's child, or past the page: one by one)
+        if job_id not in jobs:
+            jobs[job_id] = store.get_job(job_id)
+        if not jobs[job_id].terminal or jobs[job_id].head_hash is None:
+            return None
+    seals = store.get_seals(job_ids)
     found: list[dict[str, Any]] = []
     for job_id in job_ids:
-        job = store.get_job(job_id)
-        if not job.terminal or job.head_hash is None:
-            return None
-        seal = store.get_seal(job_id)
+        job, seal = jobs[job_id], seals.get(job_id)
         found.append(
             {
                 "job_id": job_id,
@@ -202,7 +237,7 @@ def run_join(
             ),
         )
     while True:
-        ended = ended_children(journal.store, job_ids)
+        ended = ended_children(journal.store, journal.job_id, job_ids)
         if ended is not None:
             crash.crash_point("child.before_link")
             results = [{k: c[k] for k in ("job_id", "status", "output", "error")} for c in ended]
@@ -249,20 +284,27 @@ def run_join(
 def run_job_node(
     journal: Journal, replay: ReplayContext, tools: ToolRegistry, spec: StepSpec, args: Any
 ) -> Any:
-    """A plan's ``job`` node (``args``: its ``agent`` or ``plan`` and resolved ``input``):
-    create its child once and join it; the child's result (a dict) is the node's output.
+    """A plan's ``job`` node (``args``: its ``agent`` or ``plan``, resolved ``input`` and
+    ``queue``): create its child once, in that queue, and join it; the child's result (a
+    dict) is the node's output.
 
     Raises:
         StepFailed: the child cannot be created (the job fails, naming the node).
         Stop: ``"waiting"``, until the child ends.
     """
+    from affidavit.runtime._queues import require_queue
+    from affidavit.store.queues import placement
+
     try:
-        child = create_child(journal, tools, spec, dict(args))
+        where = placement(args.get("queue"))
+        if where is not None:  # (checked on submit too; it may have been removed since)
+            require_queue(journal.store, where.queue)
+        child = create_child(journal, replay, tools, spec, dict(args))
     except StoreError:
         raise
     except AffidavitError as exc:
         raise StepFailed(spec.node_id, {"type": exc.code, "message": exc.message}) from exc
-    return run_join(journal, replay, spec, [child], single=True)
+    return run_join(journal, replay, spec, [child.job_id], single=True)
 
 
 def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -> ChildHandle:
@@ -277,13 +319,17 @@ def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -
     try:
         run.control.check_stopping()
         run.control.check_lease()
-        child = create_child(run.journal, run.parts.tools, spec, args)
+        child = create_child(run.journal, run.replay, run.parts.tools, spec, args)
         finished = {
             "node_id": spec.node_id,
             "step_id": spec.step_id,
             "attempt": 1,
             "result_type": "pure",
-            "output": {"job_id": child},
+            "output": {
+                "job_id": child.job_id,
+                "created_chain_head": child.chain_head,
+                "created_event_count": child.event_count,
+            },
             "duration_ms": 0,
         }
         items: list[Item] = [run.plain(called)] if called else []
@@ -291,7 +337,7 @@ def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -
         run.journal.write(*items, ("node_finished", finished))
     except (Stop, StoreError) as exc:
         raise run.end(exc) from None
-    return ChildHandle(child)
+    return ChildHandle(child.job_id)
 
 
 def join_children(run: AgentRun, handles: list[Any]) -> list[ChildResult]:

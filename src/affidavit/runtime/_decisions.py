@@ -170,7 +170,8 @@ def resume_job(
     - ``fail``: the job fails.
 
     A job failed here is sealed in the same transaction, with ``sealer`` (default: the key
-    file for this store, see :mod:`affidavit.record._sealing`).
+    file for this store, see :mod:`affidavit.record._sealing`); then its child jobs that have
+    not ended are cancelled (:func:`~affidavit.runtime._cancel.cancel_children_of_failed`).
 
     ``park_version`` pins the decision to one park: the version of its ``job_parked`` event
     (``parked.version`` in ``jobs show`` and the trace; unique in the job's log). The decision
@@ -207,10 +208,14 @@ def resume_job(
                 | resumed,
             )
         )
-        if decision == "fail":
-            return _fail_parked(tx, job, replay, reason, events, at, sealer)
-        tx.append(job_id, events, expected_version=job.version)
-        return tx.update_job(job_id, status="pending")
+        if decision != "fail":
+            tx.append(job_id, events, expected_version=job.version)
+            return tx.update_job(job_id, status="pending")
+        failed = _fail_parked(tx, job, replay, reason, events, at, sealer)
+    from affidavit.runtime._cancel import cancel_children_of_failed
+
+    cancel_children_of_failed(store, job_id, sealer=sealer)  # (after the commit: its own)
+    return failed
 
 
 def _check_decision(decision: str, result: Any, park_version: int | None) -> None:

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from affidavit.core.agent_steps import agent_hash, agent_node_id
-from affidavit.core.canonical import canonical_nested, canonical_sha256
-from affidavit.core.errors import ForkRefused
+from affidavit.core.canonical import canonical, canonical_nested, canonical_sha256
+from affidavit.core.errors import ForkRefused, IdempotencyConflict
 from affidavit.core.events import utc_now
 from affidavit.core.plan import Plan
 from affidavit.record import ReplayContext, build_from_events
@@ -31,19 +31,54 @@ def fork_job(
     submitted_by: str | None = None,
     placement: Placement | None = None,
     tools: ToolRegistry | None = None,
+    idempotency_key: str | None = None,
 ) -> JobRecord:
-    """Create a job that reuses the sealed job ``job_id``'s recorded steps up to and including
-    ``from_step`` (a plan node id, an agent step's ``#SEQ`` or a step id) and runs the rest;
-    ``input`` (when given) replaces the source's input for the steps that run. The new job's
-    ``job_created`` names the source, the hash of its seal, the step and each reused step's
-    recorded output. An agent fork runs the version of the source's agent registered in
-    ``tools`` (the code deployed now; without one there, the source's version).
+    """The fork :func:`submit_fork` makes (or finds by ``idempotency_key``); it raises what
+    that raises."""
+    return submit_fork(
+        store,
+        job_id,
+        from_step,
+        input,
+        submitted_by=submitted_by,
+        placement=placement,
+        tools=tools,
+        idempotency_key=idempotency_key,
+    )[0]
+
+
+def submit_fork(
+    store: Store,
+    job_id: str,
+    from_step: str,
+    input: Any = _SAME_INPUT,
+    *,
+    submitted_by: str | None = None,
+    placement: Placement | None = None,
+    tools: ToolRegistry | None = None,
+    idempotency_key: str | None = None,
+) -> tuple[JobRecord, bool]:
+    """``(job, created)``: a job that reuses the sealed job ``job_id``'s recorded steps up to
+    and including ``from_step`` (a plan node id, an agent step's ``#SEQ`` or a step id) and
+    runs the rest; ``input`` (when given) replaces the source's input for the steps that run.
+    The new job's ``job_created`` names the source, the hash of its seal, the step and each
+    reused step's recorded output. An agent fork runs the version of the source's agent
+    registered in ``tools`` (the code deployed now; without one there, the source's version).
+
+    ``idempotency_key`` (in the source's namespace): the same key returns the fork it made
+    before, for the same source, step and input.
 
     Raises:
         JobNotFound: no job ``job_id``.
         ForkRefused: the source has no seal, or ``from_step`` is none of the steps it
             completed; nothing is written.
+        IdempotencyConflict: ``idempotency_key`` names a job that is not this fork (another
+            source, step or input, or no fork); nothing is written.
+        ConfigError: an idempotency key that is not non-empty text.
     """
+    from affidavit.runtime._submit import check_idempotency_key
+
+    check_idempotency_key(idempotency_key)
     source = store.get_job(job_id)
     seal = store.get_seal(job_id)
     if seal is None:
@@ -65,10 +100,10 @@ def fork_job(
     }
     at = utc_now()
     namespace = replay.namespace or source.namespace
-    job, _ = store.create_job(
+    job, created = store.create_job(
         namespace=namespace,
         plan_name=source.plan_name,
-        idempotency_key=None,
+        idempotency_key=idempotency_key,
         submitted_by=submitted_by,
         placement=placement,
         events=[
@@ -80,7 +115,7 @@ def fork_job(
                     "plan_name": source.plan_name,
                     "namespace": namespace,
                     "submitted_by": submitted_by,
-                    "idempotency_key": None,
+                    "idempotency_key": idempotency_key,
                     "forked_from": forked_from,
                 }
                 | ({"kind": "agent"} if replay.agent is not None else {}),
@@ -88,7 +123,35 @@ def fork_job(
             NewEvent(second[0], {"at": at, **second[1]}),
         ],
     )
-    return job
+    if not created:
+        _same_fork(store, job, forked_from, job_input)
+    return job, created
+
+
+def _same_fork(store: Store, job: JobRecord, forked_from: dict[str, Any], job_input: Any) -> None:
+    """A key already used names the same fork only for the same source, step and input.
+
+    Raises:
+        IdempotencyConflict: the key's job is another fork, or no fork.
+    """
+    first = store.list_events(job.job_id, limit=1)
+    created = first[0].payload if first and first[0].type == "job_created" else {}
+    recorded = created.get("forked_from")
+    recorded = recorded if isinstance(recorded, dict) else {}
+    differs = [
+        what
+        for what, same in (
+            ("source job", recorded.get("job_id") == forked_from["job_id"]),
+            ("step", recorded.get("step") == forked_from["step"]),
+            ("input", canonical(created.get("input")) == canonical(job_input)),
+        )
+        if not same
+    ]
+    if differs:
+        raise IdempotencyConflict(
+            f"idempotency key {job.idempotency_key!r} names job {job.job_id}, "
+            + ("not a fork" if not recorded else f"forked with another {' and '.join(differs)}")
+        )
 
 
 Prefix = tuple[str, list[dict[str, Any]], tuple[str, dict[str, Any]]]

@@ -107,7 +107,16 @@ class JobRunner:
         lease; return the resulting status (``"lost"`` when fenced off, ``"released"`` when
         it stopped at a step boundary because the worker is stopping, ``"unrunnable"`` —
         nothing written — when its remaining nodes need tools this runner lacks, listed in
-        :attr:`missing_tools`)."""
+        :attr:`missing_tools`). A job that failed has its child jobs that have not ended
+        cancelled (:func:`~affidavit.runtime._cancel.cancel_children_of_failed`)."""
+        status = self._run(claim)
+        if status == "failed":
+            from affidavit.runtime._cancel import cancel_children_of_failed
+
+            cancel_children_of_failed(self.store, claim.job_id, sealer=self.sealer)
+        return status
+
+    def _run(self, claim: Claim) -> str:
         try:
             events = self._read_log(claim)
         except Stop as stop:

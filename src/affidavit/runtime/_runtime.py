@@ -299,14 +299,21 @@ class Runtime:
         input: Any = _SAME_INPUT,
         *,
         submitted_by: str | None = None,
+        idempotency_key: str | None = None,
     ) -> JobRecord:
         """A new job reusing sealed job ``job_id``'s recorded steps up to and including
         ``from_step`` and running the rest with the tools (and the version of its agent)
-        registered now; see
+        registered now (the same ``idempotency_key`` returns the same fork); see
         :func:`~affidavit.runtime._fork.fork_job`."""
         self._check_open()
         return fork_job(
-            self.store, job_id, from_step, input, submitted_by=submitted_by, tools=self.tools
+            self.store,
+            job_id,
+            from_step,
+            input,
+            submitted_by=submitted_by,
+            tools=self.tools,
+            idempotency_key=idempotency_key,
         )
 
     def cancel(

@@ -63,6 +63,28 @@ def check_plan(plan: Plan, tools: ToolRegistry) -> None:
             )
 
 
+def check_job_queues(store: Store, plan: Plan) -> None:
+    """Every ``queue`` a job node of ``plan`` names is a queue the database knows (its
+    child runs under that queue's limits).
+
+    Raises:
+        PlanError: naming the node and the queue.
+    """
+    from affidavit.runtime._queues import require_queue
+    from affidavit.store.queues import check_queue_name
+
+    for node in plan.nodes:
+        queue = node.args.get("queue") if node.type == "job" else None
+        if queue is None:
+            continue
+        try:
+            require_queue(store, check_queue_name(queue))
+        except ConfigError as exc:
+            raise PlanError(
+                f"job node {node.id!r}: {exc.message}", node_id=node.id, hint=exc.hint
+            ) from None
+
+
 #: The longest idempotency key accepted (the HTTP API's ``Idempotency-Key`` header has the same).
 MAX_IDEMPOTENCY_KEY = 200
 
@@ -130,6 +152,7 @@ def submit_job(
     parsed = _parsed_plan(plan)
     if tools is not None:
         check_plan(parsed, tools)
+    check_job_queues(store, parsed)
     policy = _job_policy(parsed.policy.to_dict(), replay_verification)
     job_input = {} if input is None else input
     canonical_nested(job_input)  # rejects non-JSON input with its path, before anything is written

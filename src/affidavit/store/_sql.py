@@ -308,10 +308,8 @@ class SqlTransaction(
     ) -> tuple[JobRecord, bool]:
         _check_status(status)
         by_key = f"{self.log_sql.job_select} WHERE j.namespace = ? AND j.idempotency_key = ?"
-        if idempotency_key is not None:
-            existing = self._one(by_key, (namespace, idempotency_key))
-            if existing is not None:
-                return job_from_row(existing), False
+        # The insert first: a key already used makes it a no-op (its unique index), and only
+        # then is the key's job read — a new job costs one statement, not two.
         now = utc_now()
         new_id = job_id or new_job_id()
         inserted = self._one(
@@ -335,7 +333,8 @@ class SqlTransaction(
             )
             return job, True
         if idempotency_key is not None:
-            # A concurrent submitter with the same key committed first (PostgreSQL waits for it).
+            # The key's job: from before, or a concurrent submitter's that committed first
+            # (PostgreSQL waits for it).
             existing = self._one(by_key, (namespace, idempotency_key))
             if existing is not None:
                 return job_from_row(existing), False

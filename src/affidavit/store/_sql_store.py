@@ -58,6 +58,10 @@ if TYPE_CHECKING:
     from affidavit.store._snapshot import SqlSnapshot
 
 
+#: The most seals one statement of :meth:`get_seals` reads (SQLite binds at most 32766).
+_SEALS_AT_ONCE = 500
+
+
 class SqlStore(ApiKeyReads, ABC):
     """The :class:`~affidavit.store.base.Store` methods both backends share. A backend supplies
     connections: ``_reader()`` (a cursor for reads) and ``transaction()``."""
@@ -276,6 +280,19 @@ class SqlStore(ApiKeyReads, ABC):
             cur.execute(self._q(self.seal_select), (job_id,))
             row = cur.fetchone()
         return seal_from_row(row) if row is not None else None
+
+    def get_seals(self, job_ids: Sequence[str]) -> dict[str, Seal]:
+        ids = [j for j in dict.fromkeys(job_ids) if not unmatchable(j)]
+        select = self.seal_select.removesuffix("job_id = ?")
+        found: dict[str, Seal] = {}
+        for i in range(0, len(ids), _SEALS_AT_ONCE):
+            chunk = ids[i : i + _SEALS_AT_ONCE]
+            with self._reader() as cur:
+                cur.execute(self._q(f"{select}job_id IN ({', '.join('?' * len(chunk))})"), chunk)
+                for row in cur.fetchall():
+                    seal = seal_from_row(row)
+                    found[seal.job_id] = seal
+        return found
 
     def signing_keys(self) -> list[PublicKey]:
         with self._reader() as cur:

@@ -516,6 +516,11 @@ class Store(Protocol):
         """The job's seal, if it has one."""
         ...
 
+    def get_seals(self, job_ids: Sequence[str]) -> dict[str, Seal]:
+        """The seals of those of ``job_ids`` that have one, by job id (a few statements for
+        any number of jobs: a join reads its children's seals at once)."""
+        ...
+
     def signing_keys(self) -> list[PublicKey]:
         """Every public key recorded for checking seals (retired ones included)."""
         ...

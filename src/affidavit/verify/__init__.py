@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from affidavit.verify._batch import verify_all, verify_one
+from affidavit.verify._batch import (
+    verification_document,
+    verify_all,
+    verify_one,
+    verify_one_fork,
+)
 from affidavit.verify._checks import CHECKS, CheckDef
 from affidavit.verify._fork import ForkCheck, check_fork, check_reuse
 from affidavit.verify._tree import TreeLink, TreeResult, verify_tree
@@ -33,10 +38,12 @@ __all__ = [
     "check_fork",
     "check_reuse",
     "check_trust_log",
+    "verification_document",
     "verify_all",
     "verify_events",
     "verify_job",
     "verify_one",
+    "verify_one_fork",
     "verify_orphans",
     "verify_tree",
 ]

@@ -5,10 +5,12 @@ same way (the faces only render)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from affidavit.core.collector import collector_paused
 from affidavit.core.errors import JobNotFound
 from affidavit.store import JobFilter, Store
+from affidavit.verify._fork import ForkCheck, check_fork
 from affidavit.verify.result import VerificationResult
 from affidavit.verify.verification import (
     KeyLike,
@@ -42,6 +44,28 @@ def verify_one(
         if not orphans:
             raise
         return orphans[0]
+
+
+def verify_one_fork(
+    store: Store, job_id: str, *, trusted_keys: Iterable[KeyLike] | None = None
+) -> tuple[VerificationResult, ForkCheck | None]:
+    """:func:`verify_one`, and for a fork the check of its reused prefix against its source's
+    record (:func:`~affidavit.verify.check_fork`; ``None``: no fork, or an orphan). It raises
+    what :func:`verify_one` raises."""
+    result = verify_one(store, job_id, trusted_keys=trusted_keys)
+    return result, (check_fork(store, job_id) if not result.orphan else None)
+
+
+def verification_document(result: VerificationResult, fork: ForkCheck | None) -> dict[str, Any]:
+    """The document ``verify --json`` and ``GET /api/jobs/{id}/verify`` print: the result's,
+    with a fork's ``forked_from`` check, whose failure fails ``ok`` (a prefix the source's
+    record does not hold is no verified job; one whose source is not in the store is
+    ``unverified`` and said so, not failed)."""
+    doc = result.to_dict()
+    if fork is not None:
+        doc["forked_from"] = fork.to_dict()
+        doc["ok"] = doc["ok"] and fork.ok
+    return doc
 
 
 def verify_all(

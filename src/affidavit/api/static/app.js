@@ -236,6 +236,7 @@ async function renderJob(content, jobId, onDecided) {
         text: src.job_id }),
       ` after step ${src.step}: the steps up to it are the source's recorded results`));
   }
+  content.append(...family(trace));
   if (trace.parked) {
     content.append(el("p", { class: "card", id: "parked",
       text: `Parked on ${trace.parked.node_id} (${trace.parked.reason}). Decide with `
@@ -268,6 +269,30 @@ async function renderJob(content, jobId, onDecided) {
   content.append(el("h2", { text: "Stream" }), streamList(events));
   content.append(el("h2", { text: "Events" }), eventsTable(events));
   return trace;
+}
+
+// --- the job's tree: its parent and its child jobs, each a link to its own page --------------------
+
+function jobLink(jobId) {
+  return el("a", { href: `/ui/jobs/${encodeURIComponent(jobId)}`, class: "mono", text: jobId });
+}
+
+function family(trace) {
+  const shown = [];
+  if (trace.parent_job_id) {
+    shown.push(el("p", { id: "parent-job" }, "Child job of ", jobLink(trace.parent_job_id)));
+  }
+  const children = trace.children || [];
+  if (children.length) {
+    const table = el("table", { id: "children" });
+    table.append(el("tr", {}, ...["child job", "status"].map((h) => el("th", { text: h }))));
+    for (const c of children) {
+      table.append(el("tr", { "data-child": c.job_id, "data-status": c.status },
+        el("td", {}, jobLink(c.job_id)), el("td", { class: "status", text: c.status })));
+    }
+    shown.push(el("h2", { text: `Child jobs (${children.length})` }), table);
+  }
+  return shown;
 }
 
 // --- the job's live stream (ctx.emit): its values, and new ones as they are recorded ------------
