@@ -180,13 +180,6 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
         assert self._backend is not None
         return self._backend
 
-    def get_toolset(self) -> AbstractToolset[AgentDepsT] | None:
-        if not self._ledger_tools:
-            return None
-        return FunctionToolset(
-            [_schema_tool(t) for t in self._ledger_tools.values()], id=LEDGER_TOOLSET_ID
-        )
-
     def _bind_to_agent(self, agent: AbstractAgent[AgentDepsT, Any]) -> None:
         self.register(agent, self.name)
         assert self._shared.steps is not None
@@ -194,8 +187,10 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
             self._shared.steps, self._shared.current.get, self._ledger_tools
         )
         self._register_toolsets(agent)
+        steps = self._shared.steps
         for toolset in agent.toolsets:
-            toolset.apply(_pass_keys)
+            toolset.apply(lambda ts: _pass_keys(ts, steps))
+            toolset.apply(lambda ts: _watch_tools(ts, steps, self._ledger_tools))
 
     def _model_stream_event_handler(self) -> EventStreamHandler[AgentDepsT] | None:
         handler = self._event_stream_handler
@@ -304,7 +299,11 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
     def run_options(self) -> dict[str, Any]:
         """Options every run of the job passes: the capability itself when it was not given
         to the agent's constructor (``AffidavitAgent`` wraps an agent built without it)."""
-        return {"capabilities": [self]} if self._per_run else {}
+        options: dict[str, Any] = {"capabilities": [self]} if self._per_run else {}
+        if self._ledger_tools:  # (a toolset of the run: its tools are the ledger's calls)
+            tools = [_schema_tool(t, self._shared.current) for t in self._ledger_tools.values()]
+            options["toolsets"] = [FunctionToolset(tools, id=LEDGER_TOOLSET_ID)]
+        return options
 
     async def _converse(self, agent: AbstractAgent[Any, Any], ctx: AgentContext, prompt: str) -> Any:
         output_type: Any = agent.output_type
@@ -371,16 +370,41 @@ def _function_tool_names(agent: AbstractAgent[Any, Any]) -> list[str]:
     return names
 
 
-def _pass_keys(toolset: AbstractToolset[Any]) -> None:
-    """Give an MCP toolset a ``process_tool_call`` that adds the running step's keys to each
-    call's ``_meta`` (after what a hook it had adds), so a server that deduplicates can."""
+def _watch_tools(toolset: AbstractToolset[Any], steps: AgentSteps, ledger: dict[str, Tool]) -> None:
+    """Register the step of each function tool of ``toolset`` now, and of each one added to
+    it later (``@agent.tool`` after the agent is made): a worker loading the module with
+    ``--tools`` knows every step a job of the agent can have recorded before it runs one."""
+    if not isinstance(toolset, FunctionToolset) or getattr(toolset.add_tool, "affidavit", False):
+        return
+    for name in toolset.tools:
+        if name not in ledger:
+            steps.function_tool(name)
+    add = toolset.add_tool
+
+    def add_tool(tool: Any) -> None:
+        add(tool)
+        if tool.name not in ledger:
+            steps.function_tool(tool.name)
+
+    add_tool.affidavit = True  # type: ignore[attr-defined]
+    toolset.add_tool = add_tool  # type: ignore[method-assign]
+
+
+def _pass_keys(toolset: AbstractToolset[Any], steps: AgentSteps) -> None:
+    """Register an MCP toolset's steps, and give it a ``process_tool_call`` that adds the
+    running step's keys to each call's ``_meta`` (after what a hook it had adds), so a server
+    that deduplicates can."""
     try:
         from pydantic_ai.mcp import MCPToolset
     except ImportError:  # pragma: no cover - without fastmcp
         return
-    if not isinstance(toolset, MCPToolset) or getattr(
-        toolset.process_tool_call, "affidavit_keys", False
-    ):
+    if not isinstance(toolset, MCPToolset):
+        return
+    if toolset.id is not None:
+        steps.mcp_call(toolset.id)
+        steps.mcp_discovery(toolset.id, "get_tools")
+        steps.mcp_discovery(toolset.id, "get_instructions")
+    if getattr(toolset.process_tool_call, "affidavit_keys", False):
         return
     own = toolset.process_tool_call
 
@@ -415,26 +439,32 @@ async def _emitted(events: AsyncIterable[Any]) -> AsyncIterator[Any]:
         yield event
 
 
-def _schema_tool(t: Tool) -> PydanticTool[Any]:
-    """A Pydantic AI tool with ``t``'s parameters after its ``ToolContext`` (its schema); the
-    call itself goes through the ledger (the backend), never through this function."""
+def _schema_tool(t: Tool, current: ContextVar[AgentContext | None]) -> PydanticTool[Any]:
+    """A Pydantic AI tool with ``t``'s parameters after its ``ToolContext`` (its schema), whose
+    call inside a job is ``t``'s own step (``ctx.call``: the ledger, its reconcile hook)."""
     fn = t.fn
     signature = inspect.signature(fn)
     params = list(signature.parameters.values())[1:]
     hints = typing.get_type_hints(fn)
 
-    def stub(**kwargs: Any) -> Any:
-        raise RuntimeError(f"@affidavit.tool {t.name!r} runs only inside an affidavit job")
+    async def call(**kwargs: Any) -> Any:
+        ctx = current.get()
+        if ctx is None:
+            raise affidavit.ConfigError(
+                f"@affidavit.tool {t.name!r} runs only inside an affidavit agent job"
+            )
+        answer = ctx.call(t, **to_jsonable_python(kwargs))
+        return await answer if inspect.isawaitable(answer) else answer
 
-    stub.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    stub.__annotations__ = {p.name: hints[p.name] for p in params if p.name in hints}
+    call.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    call.__annotations__ = {p.name: hints[p.name] for p in params if p.name in hints}
     if "return" in hints:
-        stub.__annotations__["return"] = hints["return"]
-    stub.__name__ = stub.__qualname__ = getattr(fn, "__name__", t.name)
-    stub.__doc__ = fn.__doc__
-    stub.__module__ = getattr(fn, "__module__", __name__)
+        call.__annotations__["return"] = hints["return"]
+    call.__name__ = call.__qualname__ = getattr(fn, "__name__", t.name)
+    call.__doc__ = fn.__doc__
+    call.__module__ = getattr(fn, "__module__", __name__)
     # one that may ask for an approval runs alone (the runtime's approval gate quiesces)
-    return PydanticTool(stub, name=t.name, takes_ctx=False, sequential=bool(t.requires_approval))
+    return PydanticTool(call, name=t.name, takes_ctx=False, sequential=bool(t.requires_approval))
 
 
 def _stable_id(job_id: str, n: int) -> str:
