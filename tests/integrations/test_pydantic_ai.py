@@ -282,7 +282,9 @@ def test_a_recovery_asking_about_another_conversation_parks(
     """The same agent version with other instructions would ask the model about another
     conversation than the one recorded: the job parks as nondeterministic, the model unasked."""
     source = TOOLS.read_text()
-    pinned = source.replace("AffidavitDurability(tools=", 'AffidavitDurability(version="pinned", tools=')
+    pinned = source.replace(
+        "AffidavitDurability(tools=", 'AffidavitDurability(version="pinned", tools='
+    )
     assert pinned != source
     before, after = tmp_path / "before" / "support.py", tmp_path / "after" / "support.py"
     for path, text in ((before, pinned), (after, pinned.replace("Be brief.", "Be verbose."))):

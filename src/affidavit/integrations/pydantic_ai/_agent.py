@@ -17,6 +17,7 @@ from pydantic_ai.tools import AgentDepsT
 import affidavit
 from affidavit import Tool
 from affidavit.integrations.pydantic_ai._durability import AffidavitDurability
+from affidavit.runtime import Agent as AgentJob
 
 
 class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
@@ -94,7 +95,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         raise UserError("the name of an AffidavitAgent is fixed: it names its recorded jobs")
 
     @property
-    def job(self) -> affidavit.Agent:
+    def job(self) -> AgentJob:
         """The registered agent job."""
         return self.durability.job
 

@@ -62,7 +62,9 @@ class AffidavitOperationBackend(DurableOperationBackend[None]):
         self._current = current
         self._ledger = ledger_tools
 
-    def bind(self, operation: DurableOperation[Any, Any, Any]) -> BoundDurableOperation[Any, Any, Any]:
+    def bind(
+        self, operation: DurableOperation[Any, Any, Any]
+    ) -> BoundDurableOperation[Any, Any, Any]:
         return _Bound(operation, self)
 
     def config_for_tool(
@@ -155,9 +157,10 @@ def _call_result(payload: Any) -> CallToolResult:
     """A tool step's recorded outcome as the call's result. A value without the codec's shape
     (a result a person recorded deciding a park) is the tool's return."""
     try:
-        return _CALL_RESULT.validate_python(payload)
+        loaded: CallToolResult = _CALL_RESULT.validate_python(payload)
     except ValidationError:
-        return _CALL_RESULT.validate_python({"kind": "tool_return", "result": payload})
+        loaded = _CALL_RESULT.validate_python({"kind": "tool_return", "result": payload})
+    return loaded
 
 
 def _model_args(params: ModelRequestParams, *, streaming: bool) -> dict[str, Any]:

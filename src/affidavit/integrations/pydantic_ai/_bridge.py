@@ -25,7 +25,9 @@ from affidavit import AgentContext, Tool, ToolContext, canonical_sha256
 Make = Callable[[ToolContext], Coroutine[Any, Any, Any]]
 
 #: The step whose coroutine is running (what an MCP call passes in ``_meta``).
-CURRENT_STEP: ContextVar[ToolContext | None] = ContextVar("affidavit_pydantic_ai_step", default=None)
+CURRENT_STEP: ContextVar[ToolContext | None] = ContextVar(
+    "affidavit_pydantic_ai_step", default=None
+)
 
 
 @dataclass
@@ -96,8 +98,7 @@ def run_pending(ctx: ToolContext, args: dict[str, Any]) -> Any:
                 make = bridge.claimed[ctx.step_id] = waiting.pop(0)
     if bridge is None or make is None:
         raise RuntimeError(
-            f"step {ctx.step_id} of job {ctx.job_id} runs outside the Pydantic AI run that "
-            "makes it"
+            f"step {ctx.step_id} of job {ctx.job_id} runs outside the Pydantic AI run that makes it"
         )
 
     async def run() -> Any:

@@ -45,6 +45,7 @@ from affidavit import AgentContext, Tool
 from affidavit.integrations.pydantic_ai._backend import AffidavitOperationBackend
 from affidavit.integrations.pydantic_ai._bridge import CURRENT_STEP, close_bridge, open_bridge
 from affidavit.integrations.pydantic_ai._steps import AgentSteps
+from affidavit.runtime import Agent as AgentJob
 
 #: The version recorded with each job by default: a change of how steps record is a new format.
 RECORD_FORMAT = "affidavit-pydantic-ai/2"
@@ -67,7 +68,7 @@ class _Shared:
     and per run): the registered job and steps, and the job whose run is in progress."""
 
     name: str = ""
-    job: affidavit.Agent | None = None
+    job: AgentJob | None = None
     steps: AgentSteps | None = None
     agent: AbstractAgent[Any, Any] | None = None
     current: ContextVar[AgentContext | None] = field(
@@ -193,9 +194,9 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
             toolset.apply(lambda ts: _watch_tools(ts, steps, self._ledger_tools))
 
     def _model_stream_event_handler(self) -> EventStreamHandler[AgentDepsT] | None:
+        # (called inside the model request's step, whose coroutine runs in a context of its
+        # own: the events go to the job's stream when a step is running them, see _emitted)
         handler = self._event_stream_handler
-        if not self.in_durable_context:
-            return handler
 
         async def emitting(ctx: RunContext[AgentDepsT], events: AsyncIterable[Any]) -> None:
             passed = _emitted(events)
@@ -261,7 +262,7 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
         )(run_job)
 
     @property
-    def job(self) -> affidavit.Agent:
+    def job(self) -> AgentJob:
         """The registered agent job (after the capability is bound to an agent)."""
         if self._shared.job is None:
             raise affidavit.ConfigError("AffidavitDurability is not bound to an agent yet")
@@ -305,7 +306,9 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
             options["toolsets"] = [FunctionToolset(tools, id=LEDGER_TOOLSET_ID)]
         return options
 
-    async def _converse(self, agent: AbstractAgent[Any, Any], ctx: AgentContext, prompt: str) -> Any:
+    async def _converse(
+        self, agent: AbstractAgent[Any, Any], ctx: AgentContext, prompt: str
+    ) -> Any:
         output_type: Any = agent.output_type
         listed = list(output_type) if isinstance(output_type, list | tuple) else [output_type]
         if DeferredToolRequests not in listed:
@@ -418,10 +421,14 @@ def _pass_keys(toolset: AbstractToolset[Any], steps: AgentSteps) -> None:
             META_STEP_ID: step.step_id,
         }
 
-        async def with_keys(n: str, a: dict[str, Any], *, metadata: Any = None) -> Any:
+        async def with_keys(
+            n: str, a: dict[str, Any], *, metadata: dict[str, Any] | None = None
+        ) -> Any:
             return await call_tool(n, a, metadata={**(metadata or {}), **keys})
 
-        return await (own(ctx, with_keys, name, args) if own else with_keys(name, args))
+        if own is None:
+            return await with_keys(name, args)
+        return await own(ctx, typing.cast(Any, with_keys), name, args)
 
     process.affidavit_keys = True  # type: ignore[attr-defined]
     toolset.process_tool_call = process
