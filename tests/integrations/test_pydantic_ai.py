@@ -60,17 +60,19 @@ def step_calls(rt: Runtime, job_id: str) -> list[dict[str, Any]]:
     return [e.payload for e in rt.store.list_events(job_id) if e.type == "step_called"]
 
 
-def submit(url: str, tools: Path, job_input: dict[str, Any], env: dict[str, str]) -> str:
+def submit(
+    url: str, tools: Path, job_input: dict[str, Any], env: dict[str, str], agent: str = "support"
+) -> str:
     """Submit an agent job from another process that loads ``tools`` (its agent's version)."""
     code = (
         "import json, sys\n"
         "from affidavit import Runtime, load_tools\n"
         "load_tools(sys.argv[1])\n"
         "with Runtime(sys.argv[2]) as rt:\n"
-        "    print(rt.submit('support', json.loads(sys.argv[3])).job_id)\n"
+        "    print(rt.submit(sys.argv[4], json.loads(sys.argv[3])).job_id)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(tools), url, json.dumps(job_input)],
+        [sys.executable, "-c", code, str(tools), url, json.dumps(job_input), agent],
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "PYTHONPATH": SRC, **env},
     )  # fmt: skip
@@ -78,18 +80,20 @@ def submit(url: str, tools: Path, job_input: dict[str, Any], env: dict[str, str]
     return proc.stdout.strip().splitlines()[-1]
 
 
-def worker(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def worker(url: str, env: dict[str, str], tools: Path = TOOLS) -> subprocess.CompletedProcess[str]:
     """``affidavit worker --until-idle`` with the agent's tools file, a short lease."""
-    return cli("worker", "--tools", str(TOOLS), "--until-idle", "--lease-seconds", "1",
+    return cli("worker", "--tools", str(tools), "--until-idle", "--lease-seconds", "1",
                "--db", url, env=env)  # fmt: skip
 
 
-def run_until_done(url: str, job_id: str, env: dict[str, str]) -> dict[str, Any]:
+def run_until_done(
+    url: str, job_id: str, env: dict[str, str], tools: Path = TOOLS
+) -> dict[str, Any]:
     """Workers (subprocesses) until the job ends or waits: a dead worker's lease must expire
     before another can take the job, so this polls, bounded."""
     deadline = time.monotonic() + 120
     while True:
-        ran = worker(url, env)
+        ran = worker(url, env, tools)
         assert ran.returncode == 0, ran.stderr
         shown = json.loads(cli("jobs", "show", job_id, "--db", url, "--json").stdout)
         if shown["status"] not in ("pending", "running") or time.monotonic() > deadline:
