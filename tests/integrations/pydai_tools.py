@@ -1,7 +1,8 @@
 """A Pydantic AI agent run as an affidavit job, for the integration tests: imported by the test
 process and loaded with ``--tools`` by worker subprocesses (the same source, the same version).
 
-The model is Pydantic AI's ``FunctionModel`` following a script (no network). What really
+The agent has the ``AffidavitDurability`` capability; its model is Pydantic AI's
+``FunctionModel`` following a script (no network). What really
 happens is appended to a side channel (``PYDAI_SIDE``, one JSON line per event, a single
 ``os.write`` on an ``O_APPEND`` descriptor, so a line survives a SIGKILL right after it):
 each time the model is asked (``model``, with its turn), each real ``lookup`` call. The file
@@ -35,7 +36,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import affidavit
 from affidavit import ToolContext
-from affidavit.integrations.pydantic_ai import AffidavitAgent
+from affidavit.integrations.pydantic_ai import AffidavitDurability
 
 
 def side(kind: str, **fields: Any) -> None:
@@ -100,23 +101,6 @@ def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[TextPart(f"wrote {text!r} to {path}")])
 
 
-agent = Agent(FunctionModel(script), name="support", instructions="Be brief.")
-
-
-@agent.tool_plain
-def lookup(q: str) -> dict[str, Any]:
-    """Look ``q`` up (a read, counted in the side channel)."""
-    side("lookup", q=q)
-    return {"q": q, "known": True}
-
-
-@agent.tool_plain(requires_approval=True)
-def send_mail(to: str) -> str:
-    """Send a mail (a person approves each call)."""
-    side("mail", to=to)
-    return f"sent to {to}"
-
-
 @affidavit.tool("pydai_write_file")
 def write_file(ctx: ToolContext, path: str, text: str) -> dict[str, Any]:
     """Append ``text`` to the file at ``path`` (the real side effect)."""
@@ -140,4 +124,21 @@ def _written(ctx: ToolContext, path: str, text: str) -> dict[str, Any] | None:
     return None
 
 
-support = AffidavitAgent(agent, name="support", tools=[write_file])
+support = AffidavitDurability(tools=[write_file])
+agent = Agent(
+    FunctionModel(script), name="support", instructions="Be brief.", capabilities=[support]
+)
+
+
+@agent.tool_plain
+def lookup(q: str) -> dict[str, Any]:
+    """Look ``q`` up (a read, counted in the side channel)."""
+    side("lookup", q=q)
+    return {"q": q, "known": True}
+
+
+@agent.tool_plain(requires_approval=True)
+def send_mail(to: str) -> str:
+    """Send a mail (a person approves each call)."""
+    side("mail", to=to)
+    return f"sent to {to}"

@@ -142,10 +142,9 @@ def test_a_pydantic_ai_agent(
         assert (
             chat.attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] == response["usage"]["output_tokens"]
         )  # type: ignore[index]
-    # the real tool and the model's call id, not the generic step support.call_tool
+    # the real tool (its step support.tool.lookup)
     lookup = tools["execute_tool lookup"]
-    assert lookup.attributes[gen_ai.GEN_AI_TOOL_CALL_ID] == "call-1"  # type: ignore[index]
-    assert lookup.attributes["affidavit.tool.step_name"] == "support.call_tool"  # type: ignore[index]
+    assert lookup.attributes["affidavit.tool.step_name"] == "support.tool.lookup"  # type: ignore[index]
     assert "execute_tool pydai_write_file" in tools
     assert not any("call_tool" in name for name in tools)
 

@@ -22,7 +22,7 @@ from pydantic_ai.models.test import TestModel
 
 import affidavit
 from affidavit import ConfigError, Runtime, ToolRegistry
-from affidavit.integrations.pydantic_ai import AffidavitAgent
+from affidavit.integrations.pydantic_ai import RECORD_FORMAT, AffidavitAgent, AffidavitDurability
 from tests.integrations import pydai_tools as pt
 from tests.packs.helpers import assay_verify
 
@@ -60,17 +60,19 @@ def step_calls(rt: Runtime, job_id: str) -> list[dict[str, Any]]:
     return [e.payload for e in rt.store.list_events(job_id) if e.type == "step_called"]
 
 
-def submit(url: str, tools: Path, job_input: dict[str, Any], env: dict[str, str]) -> str:
+def submit(
+    url: str, tools: Path, job_input: dict[str, Any], env: dict[str, str], agent: str = "support"
+) -> str:
     """Submit an agent job from another process that loads ``tools`` (its agent's version)."""
     code = (
         "import json, sys\n"
         "from affidavit import Runtime, load_tools\n"
         "load_tools(sys.argv[1])\n"
         "with Runtime(sys.argv[2]) as rt:\n"
-        "    print(rt.submit('support', json.loads(sys.argv[3])).job_id)\n"
+        "    print(rt.submit(sys.argv[4], json.loads(sys.argv[3])).job_id)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(tools), url, json.dumps(job_input)],
+        [sys.executable, "-c", code, str(tools), url, json.dumps(job_input), agent],
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "PYTHONPATH": SRC, **env},
     )  # fmt: skip
@@ -78,18 +80,20 @@ def submit(url: str, tools: Path, job_input: dict[str, Any], env: dict[str, str]
     return proc.stdout.strip().splitlines()[-1]
 
 
-def worker(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def worker(url: str, env: dict[str, str], tools: Path = TOOLS) -> subprocess.CompletedProcess[str]:
     """``affidavit worker --until-idle`` with the agent's tools file, a short lease."""
-    return cli("worker", "--tools", str(TOOLS), "--until-idle", "--lease-seconds", "1",
+    return cli("worker", "--tools", str(tools), "--until-idle", "--lease-seconds", "1",
                "--db", url, env=env)  # fmt: skip
 
 
-def run_until_done(url: str, job_id: str, env: dict[str, str]) -> dict[str, Any]:
+def run_until_done(
+    url: str, job_id: str, env: dict[str, str], tools: Path = TOOLS
+) -> dict[str, Any]:
     """Workers (subprocesses) until the job ends or waits: a dead worker's lease must expire
     before another can take the job, so this polls, bounded."""
     deadline = time.monotonic() + 120
     while True:
-        ran = worker(url, env)
+        ran = worker(url, env, tools)
         assert ran.returncode == 0, ran.stderr
         shown = json.loads(cli("jobs", "show", job_id, "--db", url, "--json").stdout)
         if shown["status"] not in ("pending", "running") or time.monotonic() > deadline:
@@ -106,12 +110,12 @@ def test_steps_recorded_once_each(rt: Runtime, side: Path, tmp_path: Path) -> No
     calls = step_calls(rt, job.job_id)
     assert [(c["kind"], c["tool_name"]) for c in calls] == [
         ("pure", "support.model_request"),
-        ("tool", "support.call_tool"),
+        ("tool", "support.tool.lookup"),
         ("pure", "support.model_request"),
         ("tool", "pydai_write_file"),
         ("pure", "support.model_request"),
     ]
-    assert calls[1]["args"] == {"tool": "lookup", "args": {"q": "hello"}, "call_id": "call-1"}
+    assert calls[1]["args"] == {"q": "hello"}  # the tool's own arguments
     assert calls[3]["args"] == {"path": str(out), "text": "hello"}
     assert [c["args"]["turn"] for c in calls if c["kind"] == "pure"] == [0, 1, 2]
     # the model's answers are the recorded outputs, as ModelMessagesTypeAdapter JSON
@@ -219,69 +223,41 @@ def test_a_denied_call_fails_the_job_and_never_runs(store_url: str, side: Path) 
 
 
 def test_bad_construction_is_refused() -> None:
-    with pytest.raises(Exception, match="needs a name"):
-        AffidavitAgent(Agent(TestModel()))
-    with pytest.raises(Exception, match="needs a model"):
-        AffidavitAgent(Agent(name="modelless"), name="modelless")
+    with pytest.raises(Exception, match="needs to have a unique `name`"):
+        Agent(TestModel(), capabilities=[AffidavitDurability()])
     with pytest.raises(ConfigError, match=r"@affidavit\.tool"):
-        AffidavitAgent(Agent(TestModel()), name="wrong_tools", tools=[pt.lookup])  # type: ignore[list-item]
+        AffidavitDurability(tools=[pt.lookup])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="in_flight"):
+        AffidavitDurability(in_flight="retry")
+    durability = AffidavitDurability()
+    Agent(TestModel(), name="pydai_once", capabilities=[durability])
+    with pytest.raises(ConfigError, match="registers agent 'pydai_once'"):
+        Agent(TestModel(), name="pydai_twice", capabilities=[durability])
+    with pytest.warns(DeprecationWarning), pytest.raises(Exception, match="needs a name"):
+        AffidavitAgent(Agent(TestModel()))
+    with pytest.warns(DeprecationWarning), pytest.raises(Exception, match="needs a model"):
+        AffidavitAgent(Agent(name="modelless"), name="modelless")
 
 
-def test_outside_a_job_it_is_the_wrapped_agent() -> None:
-    """Not in a job, the wrapper runs the wrapped agent as Pydantic AI does (not durable)."""
+def test_outside_a_job_the_agent_runs_as_without_the_capability() -> None:
+    """Not in a job, the agent (and the deprecated wrapper) runs as Pydantic AI does (not
+    durable)."""
     seen: list[int] = []
-    plain = Agent(TestModel(), name="pydai_plain")
+    plain = Agent(TestModel(), name="pydai_plain", capabilities=[AffidavitDurability()])
 
     @plain.tool_plain
     def count(n: int) -> int:
         seen.append(n)
         return n
 
-    wrapper = AffidavitAgent(plain, name="pydai_plain", version="1")
-    result = wrapper.run_sync("hi")
+    assert plain.run_sync("hi").output == '{"count":0}'
     assert seen == [0]  # TestModel calls each tool once with generated arguments
-    assert result.output == '{"count":0}'
-
-
-def test_an_mcp_servers_tools_go_through_the_ledger(store_url: str, tmp_path: Path) -> None:
-    """Pydantic AI's own MCPToolset (a real MCP server subprocess over stdio) inside the
-    wrapper: each tools/call is one tool step of the ledger, made once."""
-    pytest.importorskip("fastmcp", reason="pydantic_ai's MCPToolset needs fastmcp (dev extra)")
-    from fastmcp.client.transports import StdioTransport
-    from pydantic_ai.mcp import MCPToolset
-    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-    from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-    out, files_side = tmp_path / "mcp-out.txt", tmp_path / "files-side.jsonl"
-    server = Path(__file__).with_name("mcp_files_server.py")
-    asked: list[int] = []
-
-    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        turn = sum(1 for m in messages if isinstance(m, ModelResponse))
-        asked.append(turn)
-        if turn == 0:
-            args = {"path": str(out), "text": "via mcp"}
-            return ModelResponse(parts=[ToolCallPart("write_file", args, tool_call_id="m-1")])
-        return ModelResponse(parts=[TextPart("written")])
-
-    transport = StdioTransport(sys.executable, [str(server)], env={"FILES_SIDE": str(files_side)})
-    name = f"pydai_mcp_{tmp_path.name[-12:]}"
-    agent = Agent(FunctionModel(model), toolsets=[MCPToolset(transport, id="files")])
-    wrapper = AffidavitAgent(agent, name=name, version="1")
-    with Runtime(store_url, tools=ToolRegistry(wrapper.registrations)) as rt:
-        job_id = rt.submit(name, {"prompt": "save it"}).job_id
-        done = rt.run_job(job_id)
-        assert done.status == "completed", done.error
-        assert done.output == {"output": "written"}
-        tool_steps = [c for c in step_calls(rt, job_id) if c["kind"] == "tool"]
-        assert [(c["tool_name"], c["args"]["tool"]) for c in tool_steps] == [
-            (f"{name}.call_tool", "write_file")
-        ]
-        assert rt.store.get_job(job_id).status == "completed"
-        assert affidavit.verify_job(rt.store, job_id).ok
-    assert out.read_text().splitlines() == ["via mcp"]
-    assert [json.loads(x)["kind"] for x in files_side.read_text().splitlines()] == ["write"]
-    assert asked == [0, 1]
+    bare = Agent(TestModel())
+    bare.tool_plain(count)
+    with pytest.warns(DeprecationWarning, match="AffidavitDurability"):
+        wrapper = AffidavitAgent(bare, name="pydai_plain_wrapped", version="1")
+    assert wrapper.run_sync("hi").output == '{"count":0}'
+    assert seen == [0, 0]
 
 
 def test_without_pydantic_ai_the_import_error_says_what_to_install() -> None:
@@ -300,8 +276,6 @@ def test_without_pydantic_ai_the_import_error_says_what_to_install() -> None:
 def test_the_default_version_is_the_record_format_and_the_code_is_the_users() -> None:
     """Not a hash of the source: edited code of the same wrapper format continues a job that
     it reproduces; the source recorded for information is the module constructing it."""
-    from affidavit.integrations.pydantic_ai._agent import RECORD_FORMAT
-
     assert pt.support.job.version == RECORD_FORMAT
     assert pt.support.job.code_sha256 == hashlib.sha256(TOOLS.read_bytes()).hexdigest()
 
@@ -312,7 +286,9 @@ def test_a_recovery_asking_about_another_conversation_parks(
     """The same agent version with other instructions would ask the model about another
     conversation than the one recorded: the job parks as nondeterministic, the model unasked."""
     source = TOOLS.read_text()
-    pinned = source.replace('name="support", tools=', 'name="support", version="pinned", tools=')
+    pinned = source.replace(
+        "AffidavitDurability(tools=", 'AffidavitDurability(version="pinned", tools='
+    )
     assert pinned != source
     before, after = tmp_path / "before" / "support.py", tmp_path / "after" / "support.py"
     for path, text in ((before, pinned), (after, pinned.replace("Be brief.", "Be verbose."))):
@@ -404,20 +380,18 @@ def test_model_usage_is_recorded_the_model_limit_granted_and_the_budget_holds(
         return ModelResponse(parts=[TextPart("done")], usage=usage)
 
     fn_model = FunctionModel(model)
-    agent = Agent(fn_model)
+    name = f"pydai_budget_{tmp_path.name[-12:]}"
+    wrapper = AffidavitDurability(
+        version="1",
+        model_limit=affidavit.Limit(concurrency=1),
+        budget=affidavit.Budget(model_tokens=1200),
+    )
+    agent = Agent(fn_model, name=name, capabilities=[wrapper])
 
     @agent.tool_plain
     def bump(n: int) -> int:
         return n + 1
 
-    name = f"pydai_budget_{tmp_path.name[-12:]}"
-    wrapper = AffidavitAgent(
-        agent,
-        name=name,
-        version="1",
-        model_limit=affidavit.Limit(concurrency=1),
-        budget=affidavit.Budget(model_tokens=1200),
-    )
     with Runtime(store_url, tools=ToolRegistry(wrapper.registrations)) as rt:
         job_id = rt.submit(name, {"prompt": "go"}).job_id
         assert rt.run_job(job_id).status == "parked"

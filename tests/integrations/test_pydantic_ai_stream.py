@@ -1,4 +1,5 @@
-"""Pydantic AI's ``event_stream_handler`` inside affidavit jobs, on both backends (the real
+"""Pydantic AI's ``event_stream_handler`` inside affidavit jobs (``AffidavitDurability``'s, and
+the deprecated ``AffidavitAgent``'s), on both backends (the real
 library, a scripted streaming ``FunctionModel``): each model request is one recorded step whose
 events reach the handler and the job's stream live, while it runs; a model step replayed after
 the job waited for an approval reaches neither again."""
@@ -14,7 +15,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 import affidavit
 from affidavit import Runtime, ToolRegistry
-from affidavit.integrations.pydantic_ai import AffidavitAgent
+from affidavit.integrations.pydantic_ai import AffidavitAgent, AffidavitDurability
 
 ASKED: list[int] = []  # the turns the model was really asked, in this process
 HANDLED: list[tuple[int, str]] = []  # (turn, kind) of the model events the handler saw
@@ -44,15 +45,19 @@ async def _handler(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]
             HANDLED.append((turn, type(event).__name__))
 
 
-streaming = Agent(FunctionModel(_script, stream_function=_stream))
-
-
-@streaming.tool_plain(requires_approval=True)
 def send_note(to: str) -> str:
     return f"noted for {to}"
 
 
-streamer = AffidavitAgent(streaming, name="streamer", version="1", event_stream_handler=_handler)
+streamer = AffidavitDurability(version="1", event_stream_handler=_handler)
+Agent(
+    FunctionModel(_script, stream_function=_stream),
+    name="streamer",
+    capabilities=[streamer],
+).tool_plain(requires_approval=True)(send_note)
+# the deprecated wrapper, over an agent made without the capability
+streaming = Agent(FunctionModel(_script, stream_function=_stream))
+streaming.tool_plain(requires_approval=True)(send_note)
 
 
 def test_model_events_stream_live_and_are_not_sent_again(store_url: str) -> None:

@@ -2,8 +2,9 @@
 
 A model request (a Pydantic AI agent's ``NAME.model_request`` step, an OpenAI Agents SDK run's
 ``openai_agents.model_response`` step) is a ``chat MODEL`` span; a tool call that a framework
-made through one generic step (``NAME.call_tool``, ``openai_agents.call_tool[_approved]``) is
-an ``execute_tool TOOL`` span with the tool the model named and the model's call id.
+made through one generic step (``NAME...call_tool``, ``openai_agents.call_tool[_approved]``) is
+an ``execute_tool TOOL`` span with the tool the model named and the model's call id; a Pydantic
+AI function tool's step ``NAME.tool.TOOL`` is an ``execute_tool TOOL`` span.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 
 OPENAI_AGENTS_MODEL = "openai_agents.model_response"
 OPENAI_AGENTS_TOOLS = frozenset({"openai_agents.call_tool", "openai_agents.call_tool_approved"})
+#: between an agent's name and its tool's in the step of a Pydantic AI function tool
+PYDANTIC_AI_TOOL = ".tool."
 #: the provider of a job with no model request of a known provider
 DEFAULT_PROVIDER = "affidavit"
 
@@ -82,6 +85,8 @@ def tool_attributes(tool_name: str, step_id: str, called: dict[str, Any] | None)
         name = args["tool"]
         if isinstance(args.get("call_id"), str) and args["call_id"]:
             call_id = args["call_id"]
+    elif PYDANTIC_AI_TOOL in tool_name:  # AffidavitDurability's step of one function tool
+        name = tool_name.split(PYDANTIC_AI_TOOL, 1)[1] or tool_name
     return {
         gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value,
         gen_ai.GEN_AI_TOOL_NAME: name,

@@ -1,11 +1,14 @@
-"""Pydantic AI integration, the ``affidavit[pydantic-ai]`` extra: :class:`AffidavitAgent` runs a
-Pydantic AI ``Agent`` as an affidavit agent job.
+"""Pydantic AI integration, the ``affidavit[pydantic-ai]`` extra: :class:`AffidavitDurability`,
+Pydantic AI's durability capability for affidavit agent jobs
+(``Agent(name="support", capabilities=[AffidavitDurability()])``).
 
 Every model request is one recorded pure step (asked once; a recovery returns the recorded
-response and never asks the model again), every tool call — function tools, MCP servers' tools,
-any toolset — is one tool step through the invocation ledger (at most once; reconciled, parked or
-failed when caught in flight), and tool calls that need a person's approval wait as affidavit
-approvals. See docs/integrations.md ("Pydantic AI").
+response and never asks the model again), every tool call — function tools, MCP servers' tools
+— is one tool step through the invocation ledger named after the tool (at most once;
+reconciled, parked or failed when caught in flight; the tool calls of one model turn run
+concurrently), MCP servers' tool lists are recorded, and tool calls that need a person's
+approval wait as affidavit approvals. :class:`AffidavitAgent` is the deprecated wrapper of
+earlier releases. See docs/integrations.md ("Pydantic AI").
 """
 
 from __future__ import annotations
@@ -19,5 +22,6 @@ except ImportError as _exc:  # pragma: no cover - exercised only without the ext
     ) from _exc
 
 from affidavit.integrations.pydantic_ai._agent import AffidavitAgent
+from affidavit.integrations.pydantic_ai._durability import RECORD_FORMAT, AffidavitDurability
 
-__all__ = ["AffidavitAgent"]
+__all__ = ["RECORD_FORMAT", "AffidavitAgent", "AffidavitDurability"]
