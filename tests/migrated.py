@@ -16,8 +16,9 @@ migrations run once per test process (each xdist worker); a test is then given:
   test that dropped a trigger, altered a table, granted a role or ran a migration backwards
   changed one of them: the schema is then dropped, not reused), and (4) empties the tables
   that are not as migrated (``TRUNCATE``, which gives them new, empty files: no dead rows,
-  no statistics) and writes back the rows the migrations seeded; the sequences and the
-  tables' statistics and activity counters are reset as well.
+  no statistics) and writes back the rows the migrations seeded; the sequences, the sizes the
+  planner reads from ``pg_class``, the tables' statistics and their activity counters (which
+  start autovacuum) are set back as well.
 
 Tests of the migrations themselves ask for ``empty_store_url`` (tests/conftest.py), whose
 database is empty as before.
@@ -136,6 +137,14 @@ class PgSchemas:
             (self._model.oid,),
         ):
             self._referrers.setdefault(_bare(referenced), set()).add(_bare(referrer))
+        self._sizes = [
+            (str(name), int(pages), float(tuples), int(visible))
+            for name, pages, tuples, visible in self._admin.execute(
+                "SELECT relname, relpages, reltuples, relallvisible FROM pg_class "
+                "WHERE relnamespace = %s",
+                (self._model.oid,),
+            )
+        ]
         self._sequence_state = {
             s: self._admin.execute(
                 sql.SQL("SELECT last_value, is_called FROM {}.{}").format(
@@ -235,6 +244,17 @@ class PgSchemas:
                         "SELECT setval(%s::regclass, %s, %s)",
                         (f'"{fresh}"."{seq}"', last, called),
                     )
+                names, pages, tuples, visible = zip(*self._sizes, strict=True)
+                conn.execute(  # (as a catalog row, since the planner reads them)
+                    "UPDATE pg_class c SET relpages = m.relpages, reltuples = m.reltuples, "
+                    "relallvisible = m.relallvisible "
+                    "FROM unnest(%s::text[], %s::int[], %s::real[], %s::int[]) "
+                    "AS m (relname, relpages, reltuples, relallvisible) "
+                    "WHERE c.relnamespace = %s AND m.relname = c.relname "
+                    "AND (c.relpages, c.reltuples, c.relallvisible) "
+                    "IS DISTINCT FROM (m.relpages, m.reltuples, m.relallvisible)",
+                    (list(names), list(pages), list(tuples), list(visible), schema.oid),
+                )
                 conn.execute(
                     "DELETE FROM pg_statistic WHERE starelid IN "
                     "(SELECT oid FROM pg_class WHERE relnamespace = %s)",
@@ -245,9 +265,9 @@ class PgSchemas:
                     "WHERE relnamespace = %s AND relkind = 'r'",
                     (schema.oid,),
                 )
-        except _Changed:
+        except (_Changed, psycopg.errors.LockNotAvailable):
             return False
-        except psycopg.errors.LockNotAvailable:
+        except psycopg.errors.UndefinedTable:  # (a table the test dropped)
             return False
         schema.name = fresh
         return True

@@ -434,7 +434,8 @@ def test_run_with_an_unusable_signing_key_submits_nothing(
     shop = refund.setup_shop(tmp_path / "shop")
     job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
     result = cli("run", str(plan_file), "--tools", TOOLS, "--input", job_input,
-                 "--db", empty_store_url, "--json", env={"AFFIDAVIT_SIGNING_KEY": str(key)})  # fmt: skip
+                 "--db", empty_store_url, "--json",
+                 env={"AFFIDAVIT_SIGNING_KEY": str(key)})  # fmt: skip
     assert result.returncode == 3, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     assert "signing key" in json_of(result)["error"]["message"]
