@@ -1,7 +1,8 @@
 """Shared fixtures. Every store test runs against SQLite and PostgreSQL via ``store_url``.
 
 PostgreSQL: ``AFFIDAVIT_TEST_PG_URL`` (default the local server). Each test gets a schema of its
-own, dropped afterwards, so runs never collide. With ``AFFIDAVIT_REQUIRE_PG=1`` (CI) an
+own (``store_url``: a migrated one, given back empty; ``pg_schema``, ``empty_store_url``: a new
+one, dropped afterwards), so runs never collide. With ``AFFIDAVIT_REQUIRE_PG=1`` (CI) an
 unreachable server fails the run instead of skipping the PostgreSQL half.
 """
 
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 
 from affidavit.store import Store, open_store
+from tests.migrated import PgSchemas, SqliteTemplate
 
 PG_URL = os.environ.get("AFFIDAVIT_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
 REQUIRE_PG = os.environ.get("AFFIDAVIT_REQUIRE_PG") == "1"
@@ -101,25 +103,64 @@ def drop_schema(schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-@pytest.fixture
-def pg_schema() -> Iterator[str]:
-    """A fresh PostgreSQL schema name, dropped after the test."""
+def _require_pg() -> None:
     if not pg_available():
         if REQUIRE_PG:
             pytest.fail(f"PostgreSQL is required but unreachable at {PG_URL}")
         pytest.skip(f"PostgreSQL unreachable at {PG_URL} (set AFFIDAVIT_REQUIRE_PG=1 to fail)")
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema name, dropped after the test."""
+    _require_pg()
     schema = f"t_{uuid.uuid4().hex[:16]}"
     yield schema
     drop_schema(schema)
 
 
 @pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL of an empty database, once per backend."""
+def empty_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty database (nothing migrated), once per backend: for the tests of
+    migrating a database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'affidavit.db'}"
     schema = request.getfixturevalue("pg_schema")
     return with_schema(PG_URL, schema)
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplate:
+    return SqliteTemplate(tmp_path_factory.mktemp("migrated"))
+
+
+@pytest.fixture(scope="session")
+def _pg_schemas() -> Iterator[PgSchemas]:
+    _require_pg()
+    schemas = PgSchemas(PG_URL)
+    yield schemas
+    schemas.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of a migrated database with no jobs (nor anything else but what the migrations
+    write), once per backend: a copy of one migrated once per test process
+    (tests/migrated.py). A test that also asks for ``pg_schema`` gets that schema, migrated
+    when the test first opens it."""
+    if request.param == "sqlite":
+        template: SqliteTemplate = request.getfixturevalue("_sqlite_template")
+        yield template.copy_to(tmp_path / "affidavit.db")
+        return
+    if "pg_schema" in request.fixturenames:
+        yield with_schema(PG_URL, request.getfixturevalue("pg_schema"))
+        return
+    schemas: PgSchemas = request.getfixturevalue("_pg_schemas")
+    schema = schemas.lend()
+    try:
+        yield with_schema(PG_URL, schema)
+    finally:
+        schemas.give_back(schema)
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ def test_submit_agent_then_worker_signal_and_cancel(store_url: str) -> None:
     assert json_of(c)["status"] == "cancelled"
 
 
-def test_bad_agent_submissions_write_nothing(store_url: str, tmp_path: Path) -> None:
+def test_bad_agent_submissions_write_nothing(empty_store_url: str, tmp_path: Path) -> None:
     cases = [
         (["--agent", "no_such_agent"], "not registered"),
         (["--agent", "refund_agent", "--input", '{"nope": 1}'], "does not fit"),
@@ -61,7 +61,7 @@ def test_bad_agent_submissions_write_nothing(store_url: str, tmp_path: Path) -> 
         ([], "--agent"),
     ]
     for extra, fragment in cases:
-        r = cli("submit", *extra, "--tools", AGENT_TOOLS, "--db", store_url, "--json")
+        r = cli("submit", *extra, "--tools", AGENT_TOOLS, "--db", empty_store_url, "--json")
         assert r.returncode == 3, (extra, r.stdout, r.stderr)
         assert fragment in json_of(r)["error"]["message"], (extra, r.stdout)
-    assert not database_exists(store_url)  # refused before the database was opened
+    assert not database_exists(empty_store_url)  # refused before the database was opened

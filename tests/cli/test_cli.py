@@ -251,19 +251,19 @@ def test_version() -> None:
     assert result.stdout.strip() == f"affidavit {__version__}"
 
 
-def test_db_migrate(store_url: str) -> None:
-    first = cli("db", "migrate", "--db", store_url, "--json")
+def test_db_migrate(empty_store_url: str) -> None:
+    first = cli("db", "migrate", "--db", empty_store_url, "--json")
     assert first.returncode == 0, first.stderr
-    sqlite = store_url.startswith("sqlite")
+    sqlite = empty_store_url.startswith("sqlite")
     known = [m.version for m in migrations.load("sqlite" if sqlite else "postgres")]
     assert json_of(first) == {
         "backend": "sqlite" if sqlite else "postgresql",
         "applied": known,
         "schema_version": known[-1],
     }
-    again = cli("db", "migrate", "--db", store_url, "--json")
+    again = cli("db", "migrate", "--db", empty_store_url, "--json")
     assert json_of(again)["applied"] == []
-    human = cli("db", "migrate", "--db", store_url)
+    human = cli("db", "migrate", "--db", empty_store_url)
     assert "up to date" in human.stdout
 
 

@@ -108,16 +108,16 @@ def test_run_and_serve_refuse_a_key_the_database_does_not_accept(
 
 
 def test_racing_workers_on_an_empty_database_register_one_key(
-    store_url: str, tmp_path: Path, plan_file: Path
+    empty_store_url: str, tmp_path: Path, plan_file: Path
 ) -> None:
     """Two hosts' workers start together on a new database: one key is registered, the
     other worker refuses (exit 3)."""
     shop = refund.setup_shop(tmp_path / "shop")
     for order_id in ("A-1001", "A-1002"):
-        submit(store_url, plan_file, shop, order_id)
+        submit(empty_store_url, plan_file, shop, order_id)
     paths = [host_key(tmp_path, host)[0] for host in ("a", "b")]
     command = [sys.executable, "-m", "affidavit", "worker", "--tools", TOOLS, "--until-idle",
-               "--db", store_url, "--json"]  # fmt: skip
+               "--db", empty_store_url, "--json"]  # fmt: skip
     procs = [
         subprocess.Popen(
             command,
@@ -134,7 +134,7 @@ def test_racing_workers_on_an_empty_database_register_one_key(
         p.stdout.close()
         p.stderr.close()
     assert codes == [0, 3]
-    listed = json_of(cli("keys", "list", "--db", store_url, "--json"))["keys"]
+    listed = json_of(cli("keys", "list", "--db", empty_store_url, "--json"))["keys"]
     assert len(listed) == 1
     assert listed[0]["key_id"] in {SigningKey.load(p).key_id for p in paths}
 

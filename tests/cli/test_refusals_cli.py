@@ -54,7 +54,7 @@ def plan_file(tmp_path: Path) -> Path:
     ["plan_not_utf8", "input_not_utf8", "bad_plan", "unknown_tool", "bad_input", "blank_key"],
 )
 def test_a_refused_submission_creates_no_database(
-    store_url: str, tmp_path: Path, plan_file: Path, command: str, case: str
+    empty_store_url: str, tmp_path: Path, plan_file: Path, command: str, case: str
 ) -> None:
     plan, input_arg, key = plan_file, '{"order_id": "A-1001"}', []
     if case == "plan_not_utf8":
@@ -79,14 +79,24 @@ def test_a_refused_submission_creates_no_database(
         "bad_input": "not finite",
         "blank_key": "the idempotency key is blank",
     }[case]
-    args = [command, str(plan), "--tools", TOOLS, "--input", input_arg, *key, "--db", store_url]
+    args = [
+        command,
+        str(plan),
+        "--tools",
+        TOOLS,
+        "--input",
+        input_arg,
+        *key,
+        "--db",
+        empty_store_url,
+    ]
     assert_refused(cli(*args, "--json"), fragment)
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
 
 
 @pytest.mark.parametrize("case", ["input_key_twice", "input_too_deep", "plan_too_deep"])
 def test_ambiguous_or_too_deep_json_is_refused(
-    store_url: str, tmp_path: Path, plan_file: Path, case: str
+    empty_store_url: str, tmp_path: Path, plan_file: Path, case: str
 ) -> None:
     """An input giving a key twice (a parser keeps one of the two values silently), and JSON
     or YAML nested deeper than the parser can read: a one-line error, nothing written."""
@@ -104,19 +114,19 @@ def test_ambiguous_or_too_deep_json_is_refused(
         "input_too_deep": "--input is not valid JSON: arrays and objects are nested too deeply",
         "plan_too_deep": "is not valid YAML: sequences and mappings are nested too deeply",
     }[case]
-    args = ["submit", str(plan), "--tools", TOOLS, "--input", input_arg, "--db", store_url]
+    args = ["submit", str(plan), "--tools", TOOLS, "--input", input_arg, "--db", empty_store_url]
     assert_refused(cli(*args, "--json"), fragment)
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
 
 
 @pytest.mark.parametrize("command", ["cancel", "signal", "resume"])
-def test_a_decision_on_an_unknown_job_creates_nothing(store_url: str, command: str) -> None:
+def test_a_decision_on_an_unknown_job_creates_nothing(empty_store_url: str, command: str) -> None:
     extra = {"signal": ["--key", "k"], "resume": ["--decision", "fail"], "cancel": []}[command]
-    result = cli(command, "no-such-job", *extra, "--db", store_url, "--json")
+    result = cli(command, "no-such-job", *extra, "--db", empty_store_url, "--json")
     assert result.returncode in (2, 3), result.stderr  # unknown job, or no database at all
     assert "Traceback" not in result.stderr
     assert "error" in json_of(result)
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
     assert not Path(os.environ["AFFIDAVIT_SIGNING_KEY"]).exists()
 
 
@@ -163,29 +173,29 @@ def test_a_decision_on_a_known_job_still_works(
 
 @pytest.mark.parametrize("how", ["flag", "environment"])
 def test_a_lease_that_never_ends_is_refused(
-    store_url: str, plan_file: Path, tmp_path: Path, how: str
+    empty_store_url: str, plan_file: Path, tmp_path: Path, how: str
 ) -> None:
     shop = refund.setup_shop(tmp_path / "shop")
     job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
-    args = ["run", str(plan_file), "--tools", TOOLS, "--input", job_input, "--db", store_url]
+    args = ["run", str(plan_file), "--tools", TOOLS, "--input", job_input, "--db", empty_store_url]
     if how == "flag":
         result = cli(*args, "--lease-seconds", "inf", "--json")
     else:
         result = cli(*args, "--json", env={**os.environ, "AFFIDAVIT_LEASE_SECONDS": "inf"})
     assert_refused(result, "finite")
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
 
 
 def test_a_lease_below_the_minimum_is_refused_from_the_environment(
-    store_url: str, plan_file: Path, tmp_path: Path
+    empty_store_url: str, plan_file: Path, tmp_path: Path
 ) -> None:
     """`$AFFIDAVIT_LEASE_SECONDS` holds the lease to the bound `--lease-seconds` has (≥ 0.1)."""
     shop = refund.setup_shop(tmp_path / "shop")
     job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
-    args = ["run", str(plan_file), "--tools", TOOLS, "--input", job_input, "--db", store_url]
+    args = ["run", str(plan_file), "--tools", TOOLS, "--input", job_input, "--db", empty_store_url]
     result = cli(*args, "--json", env={**os.environ, "AFFIDAVIT_LEASE_SECONDS": "0.001"})
     assert_refused(result, "0.1")
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
 
 
 def test_a_result_goes_only_with_accept_result(store_url: str, tmp_path: Path) -> None:
@@ -286,16 +296,16 @@ def stamp(ctx: affidavit.ToolContext) -> dict:
     ids=["exits", "syntax", "raises"],
 )
 def test_a_tools_file_that_fails_to_import_is_refused(
-    store_url: str, tmp_path: Path, source: str, fragment: str
+    empty_store_url: str, tmp_path: Path, source: str, fragment: str
 ) -> None:
     tools = tmp_path / "my tools.py"
     tools.write_text(source)
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"nodes": [{"id": "s", "type": "tool", "tool": "stamp"}]}))
-    result = cli("run", str(plan), "--tools", str(tools), "--db", store_url, "--json")
+    result = cli("run", str(plan), "--tools", str(tools), "--db", empty_store_url, "--json")
     assert_refused(result, fragment)
     assert json_of(result)["error"]["hint"]
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
 
 
 def test_the_same_tools_file_twice_is_loaded_once(store_url: str, tmp_path: Path) -> None:
@@ -345,21 +355,21 @@ def test_a_tools_file_imports_the_modules_beside_it(store_url: str, tmp_path: Pa
     ids=["its-import-missing", "itself-missing"],
 )
 def test_a_missing_import_is_told_from_a_missing_tools_module(
-    store_url: str, tmp_path: Path, spec: str, hint: str
+    empty_store_url: str, tmp_path: Path, spec: str, hint: str
 ) -> None:
     (tmp_path / "tools.py").write_text("import not_installed_anywhere\n")
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"nodes": [{"id": "s", "type": "tool", "tool": "stamp"}]}))
     given = str(tmp_path / spec) if spec.endswith(".py") else spec
-    result = cli("run", str(plan), "--tools", given, "--db", store_url, "--json")
+    result = cli("run", str(plan), "--tools", given, "--db", empty_store_url, "--json")
     assert_refused(result, "cannot import tools module")
     assert json_of(result)["error"]["hint"] == hint
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
 
 
 @pytest.mark.parametrize("index", ["\u00b2", "\u0663"], ids=["superscript-two", "arabic-three"])
 def test_a_list_index_that_is_not_ascii_digits_is_refused(
-    store_url: str, tmp_path: Path, index: str
+    empty_store_url: str, tmp_path: Path, index: str
 ) -> None:
     """`${input.xs.²}` names no element of a list: refused like any missing field, not with a
     traceback (Python counts '²' as a digit but cannot make it an int)."""
@@ -370,10 +380,18 @@ def test_a_list_index_that_is_not_ascii_digits_is_refused(
     )
     job_input = json.dumps({"xs": [1, 2, 3, 4]})
     result = cli(
-        "submit", str(plan), "--tools", TOOLS, "--input", job_input, "--db", store_url, "--json"
+        "submit",
+        str(plan),
+        "--tools",
+        TOOLS,
+        "--input",
+        job_input,
+        "--db",
+        empty_store_url,
+        "--json",
     )
     assert_refused(result, f"'input.xs' has no field {index!r}")
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
 
 
 NOT_UTF8 = "job-\udcff"  # the byte 0xff on the command line, as Python decodes argv
@@ -406,7 +424,7 @@ def test_an_argument_that_is_not_utf8_is_refused(store_url: str, command: list[s
 
 
 def test_run_with_an_unusable_signing_key_submits_nothing(
-    store_url: str, tmp_path: Path, plan_file: Path
+    empty_store_url: str, tmp_path: Path, plan_file: Path
 ) -> None:
     """The key that would seal the job is checked before the job is submitted: a run that
     cannot seal does not leave a pending job behind its error."""
@@ -416,12 +434,13 @@ def test_run_with_an_unusable_signing_key_submits_nothing(
     shop = refund.setup_shop(tmp_path / "shop")
     job_input = json.dumps({"order_id": "A-1001", "data_dir": str(shop)})
     result = cli("run", str(plan_file), "--tools", TOOLS, "--input", job_input,
-                 "--db", store_url, "--json", env={"AFFIDAVIT_SIGNING_KEY": str(key)})  # fmt: skip
+                 "--db", empty_store_url, "--json",
+                 env={"AFFIDAVIT_SIGNING_KEY": str(key)})  # fmt: skip
     assert result.returncode == 3, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     assert "signing key" in json_of(result)["error"]["message"]
-    if database_exists(store_url):
-        with Runtime(store_url, signing_key=tmp_path / "other.key") as rt:
+    if database_exists(empty_store_url):
+        with Runtime(empty_store_url, signing_key=tmp_path / "other.key") as rt:
             assert rt.store.list_jobs() == []
 
 

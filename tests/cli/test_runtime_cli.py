@@ -104,15 +104,17 @@ def test_submit_then_worker(store_url: str, shop: Path, plan_file: Path) -> None
     ],
 )
 def test_bad_input_submits_nothing(
-    store_url: str, tmp_path: Path, plan_patch: dict[str, object] | None, input_json: str,
+    empty_store_url: str, tmp_path: Path, plan_patch: dict[str, object] | None, input_json: str,
     fragment: str,
 ) -> None:  # fmt: skip
     path = tmp_path / "p.json"
     path.write_text(json.dumps(plan_patch or refund.PLAN))
-    r = cli("run", str(path), "--tools", TOOLS, "--input", input_json, "--db", store_url, "--json")
+    r = cli(
+        "run", str(path), "--tools", TOOLS, "--input", input_json, "--db", empty_store_url, "--json"
+    )
     assert r.returncode == 3
     assert fragment in json_of(r)["error"]["message"]
-    assert not database_exists(store_url)  # refused before the database was even opened
+    assert not database_exists(empty_store_url)  # refused before the database was even opened
 
 
 def test_crash_park_and_resume(store_url: str, shop: Path, tmp_path: Path) -> None:

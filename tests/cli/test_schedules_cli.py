@@ -105,23 +105,23 @@ def test_a_schedule_fires_from_a_worker_and_lists_its_runs(store_url: str, tmp_p
     ],
 )
 def test_a_bad_schedule_is_refused_and_no_database_is_made(
-    store_url: str, args: tuple[str, ...], says: str, hint: str
+    empty_store_url: str, args: tuple[str, ...], says: str, hint: str
 ) -> None:
     result = cli(
         "schedules", "add", "nightly", *args, "--agent", "sched_agent", "--tools", TOOLS,
-        "--input", '{"dir": "/tmp"}', "--db", store_url, cwd=ROOT,
+        "--input", '{"dir": "/tmp"}', "--db", empty_store_url, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 3, (result.stdout, result.stderr)
     assert says in result.stderr and hint in result.stderr
     assert "Traceback" not in result.stderr
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)
 
 
-def test_an_unknown_agent_is_refused_and_no_database_is_made(store_url: str) -> None:
+def test_an_unknown_agent_is_refused_and_no_database_is_made(empty_store_url: str) -> None:
     result = cli(
         "schedules", "add", "nightly", "--every", "1h", "--agent", "nope", "--tools", TOOLS,
-        "--db", store_url, cwd=ROOT,
+        "--db", empty_store_url, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 3 and "agent 'nope' is not registered" in result.stderr
     assert "Registered agents: sched_agent" in result.stderr
-    assert not database_exists(store_url)
+    assert not database_exists(empty_store_url)

@@ -123,11 +123,11 @@ def test_a_copy_made_before_migration_6_is_read_as_it_is(store_url: str) -> None
         store.close()
 
 
-def test_a_database_without_the_schema_is_refused(store_url: str, tmp_path: Path) -> None:
-    if store_url.startswith("sqlite:///"):
-        Path(store_url[len("sqlite:///") :]).write_bytes(b"")  # an empty file
+def test_a_database_without_the_schema_is_refused(empty_store_url: str, tmp_path: Path) -> None:
+    if empty_store_url.startswith("sqlite:///"):
+        Path(empty_store_url[len("sqlite:///") :]).write_bytes(b"")  # an empty file
     with pytest.raises(MigrationError, match="no affidavit schema"):
-        open_store(store_url, read_only=True)
+        open_store(empty_store_url, read_only=True)
 
 
 def test_sqlite_evidence_copy_in_a_read_only_directory(tmp_path: Path) -> None:

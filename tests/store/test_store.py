@@ -449,8 +449,8 @@ def test_list_jobs_pages_by_cursor(store: Store) -> None:
         store.list_jobs(JobFilter(before="bad\x00id"))
 
 
-def test_migrations_are_idempotent(store_url: str) -> None:
-    first = open_store(store_url, migrate=False)
+def test_migrations_are_idempotent(empty_store_url: str) -> None:
+    first = open_store(empty_store_url, migrate=False)
     try:
         known = [
             m.version
@@ -463,7 +463,7 @@ def test_migrations_are_idempotent(store_url: str) -> None:
         assert first.schema_version() == known[-1]
     finally:
         first.close()
-    second = open_store(store_url)  # migrate on open: nothing left to do, data intact
+    second = open_store(empty_store_url)  # migrate on open: nothing left to do, data intact
     try:
         assert second.migrate() == []
         assert second.schema_version() == known[-1]
