@@ -22,6 +22,7 @@ from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import WaitTimeout
 from affidavit.record import fork_lineage
 from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
+from affidavit.store.tags import read_tags, tag_filter, with_tags
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_INTERRUPTED = 130
@@ -50,13 +51,35 @@ def list_jobs(
     parent: Annotated[
         str | None, typer.Option(metavar="JOB", help="Only the child jobs of JOB.")
     ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag",
+            metavar="KEY=VALUE",
+            help="Only jobs with this tag; repeatable (every one must match).",
+            show_default=False,
+        ),
+    ] = None,
+    archived: Annotated[
+        bool,
+        typer.Option(
+            "--archived",
+            help="Instead: the jobs retention removed from the live store (newest first), "
+            "each with its seal's hash and its pack's path (`affidavit verify JOB` checks it).",
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List jobs, newest first.
+    """List jobs, newest first. A job retention removed is not listed (see --archived).
 
     Exit codes: 0 listed; 2 no job JOB (--before); 3 bad filter or store error.
     """
+    if archived:
+        from affidavit.cli.retention_cmds import list_archived
+
+        list_archived(namespace, limit, db, as_json)
+        return
     with command(as_json), opened(db, read_only=True) as store:
         jobs = store.list_jobs(
             JobFilter(
@@ -66,10 +89,14 @@ def list_jobs(
                 offset=offset,
                 before=before,
                 parent=parent,
+                tags=tag_filter(tag or ()),
             )
         )
+        tags = read_tags(store, [j.job_id for j in jobs]) if as_json else {}
     if as_json:
-        output.emit_json([j.to_dict() for j in jobs])
+        output.emit_json(
+            [j.to_dict() | ({"tags": tags[j.job_id]} if j.job_id in tags else {}) for j in jobs]
+        )
         return
     if not jobs:
         output.err.print("no jobs")
@@ -113,7 +140,7 @@ def show_job(
 
     with command(as_json), opened(db, read_only=True) as store:
         job = store.get_job(job_id)
-        doc = job.to_dict()
+        doc = with_tags(store, job.to_dict())
         sealed = seal_document(store, job_id)  # what `verify_events(..., seal=...)` takes
         doc["seal"] = sealed["seal"]
         if sealed["error"] is not None:

@@ -27,6 +27,7 @@ from affidavit.cli.run_options import (
     parse_json_arg,
 )
 from affidavit.core.canonical import canonical
+from affidavit.core.tags import parse_tags
 from affidavit.core.errors import ConfigError
 from affidavit.core.plan import Plan
 from affidavit.record import check_input_references
@@ -99,6 +100,16 @@ def submit(
     priority: PriorityOption = None,
     partition_key: PartitionKeyOption = None,
     not_before: NotBeforeOption = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag",
+            metavar="KEY=VALUE",
+            help="Tag the job (repeatable; at most 16): `jobs list --tag` finds it. Tags are "
+            "stored in plain text, never encrypted: never put personal data in them.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -112,6 +123,7 @@ def submit(
             plan, tools, input, idempotency_key=idempotency_key, agent=agent
         )
         replay = replay_verification.value if replay_verification else None
+        tags = parse_tags(tag or ())
         where = placement(
             queue,
             priority=priority,
@@ -131,6 +143,7 @@ def submit(
                     idempotency_key=idempotency_key,
                     replay_verification=replay,
                     placement=where,
+                    tags=tags,
                 )
             else:
                 job, _ = submit_job(
@@ -141,6 +154,7 @@ def submit(
                     idempotency_key=idempotency_key,
                     replay_verification=replay,
                     placement=where,
+                    tags=tags,
                 )
     if as_json:
         output.emit_json({"job_id": job.job_id, "status": job.status})

@@ -141,8 +141,10 @@ def submit(
     replay_verification: str | None,
     idempotency_key: str | None,
     traceparent: str | None,
+    tags: Mapping[str, str] | None = None,
 ) -> Call[Job]:
     fields = {
+        "tags": None if tags is None else dict(tags),
         "queue": queue,
         "priority": priority,
         "partition_key": partition_key,
@@ -184,8 +186,10 @@ def list_jobs(
     limit: int,
     offset: int,
     before: str | None,
+    tag: Mapping[str, str] | Sequence[str] | str | None = None,
 ) -> Call[JobList]:
     params: list[tuple[str, str | int]] = [("limit", limit), ("offset", offset)]
+    params += [("tag", t) for t in tag_texts(tag)]
     statuses = [status] if isinstance(status, str) else list(status or ())
     params += [("status", s) for s in statuses]
     if namespace is not None:
@@ -193,6 +197,18 @@ def list_jobs(
     if before is not None:
         params.append(("before", before))
     return Call("GET", "/api/jobs", model(JobList), params=tuple(params))
+
+
+def tag_texts(tag: Mapping[str, str] | Sequence[str] | str | None) -> list[str]:
+    """``KEY=VALUE`` texts of a tag filter: a mapping (every pair must match), ``KEY=VALUE``
+    texts, or one such text."""
+    if tag is None:
+        return []
+    if isinstance(tag, str):
+        return [tag]
+    if isinstance(tag, Mapping):
+        return [f"{k}={v}" for k, v in tag.items()]
+    return list(tag)
 
 
 def signal(job_id: str, key: str, payload: Any) -> Call[SignalResult]:

@@ -111,9 +111,7 @@ def check_tag_filter(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str],
     Raises:
         InvalidTags: a key or value out of bounds, or too many.
     """
-    checked = tuple(
-        (check_key(k), _check_text("value", v, MAX_VALUE_CHARS)) for k, v in pairs
-    )
+    checked = tuple((check_key(k), _check_text("value", v, MAX_VALUE_CHARS)) for k, v in pairs)
     if len(checked) > MAX_TAGS:
         raise InvalidTags(f"{len(checked)} tag filters given; at most {MAX_TAGS} are allowed")
     return checked

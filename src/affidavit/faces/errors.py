@@ -83,6 +83,7 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.core.merkle.ProofError": (FAILED, 400),
     "affidavit.core.note.NoteError": (FAILED, 400),
     "affidavit.core.signing.SigningKeyError": (USAGE_OR_STORE, 422),
+    "affidavit.core.tags.InvalidTags": (USAGE_OR_STORE, 422),
     "affidavit.core.signing.SealKeyRefused": (USAGE_OR_STORE, 422),
     "affidavit.integrations.mcp.client.McpConnectionError": (USAGE_OR_STORE, 400),
     "affidavit.mcp.http_gate.TooManySessions": (USAGE_OR_STORE, 429),

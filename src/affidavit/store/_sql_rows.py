@@ -271,7 +271,9 @@ def jobs_where(f: JobFilter) -> tuple[str, list[Any]]:
         params.append(f.parent)
     for key, value in f.tags:  # (checked by the caller: affidavit.core.tags.check_tag_filter)
         if unmatchable(key) or unmatchable(value):
-            raise ConfigError(f"tag filter {key!r}={value!r} holds a NUL or a byte that is not UTF-8")
+            raise ConfigError(
+                f"tag filter {key!r}={value!r} holds a NUL or a byte that is not UTF-8"
+            )
         where.append(
             "j.job_id IN (SELECT t.job_id FROM job_tags t WHERE t.key = ? AND t.value = ?)"
         )

@@ -6,9 +6,10 @@ read by job id, and matched by ``JobFilter.tags`` (see ``jobs_where``) through t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from affidavit.core.tags import check_tag_filter, parse_tag
 from affidavit.store._types import unmatchable
 
 if TYPE_CHECKING:
@@ -32,7 +33,9 @@ class Writes(Rows, Protocol):
 def tag_job(tx: Writes, job_id: str, tags: Mapping[str, str]) -> None:
     """Write ``job_id``'s tags (inside the transaction that creates the job)."""
     for key, value in tags.items():
-        tx.execute("INSERT INTO job_tags (job_id, key, value) VALUES (?, ?, ?)", (job_id, key, value))
+        tx.execute(
+            "INSERT INTO job_tags (job_id, key, value) VALUES (?, ?, ?)", (job_id, key, value)
+        )
 
 
 def tags_of(rows: Rows, job_ids: Sequence[str]) -> dict[str, dict[str, str]]:
@@ -61,3 +64,19 @@ def read_tags(store: Store, job_ids: Sequence[str]) -> dict[str, dict[str, str]]
         return {}
     with store.snapshot() as snap:
         return tags_of(cast(Rows, snap), job_ids)
+
+
+def with_tags(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
+    """A job's document (``JobRecord.to_dict``) with its ``tags`` when it has any."""
+    found = read_tags(store, [doc["job_id"]]).get(doc["job_id"])
+    return doc if not found else doc | {"tags": found}
+
+
+def tag_filter(texts: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """Repeated ``KEY=VALUE`` filters (``jobs list --tag``, ``?tag=``) as
+    :attr:`JobFilter.tags <affidavit.store.JobFilter>` pairs.
+
+    Raises:
+        InvalidTags: a malformed or out-of-bounds one, or more than 16.
+    """
+    return check_tag_filter(parse_tag(text) for text in texts)
