@@ -48,8 +48,8 @@ from affidavit.runtime import (
     valid_traceparent,
 )
 from affidavit.store import JOB_STATUSES, JobFilter
-from affidavit.store.tags import read_tags, tag_filter, with_tags
 from affidavit.store.queues import placement
+from affidavit.store.tags import read_tags, tag_filter, with_tags
 from affidavit.verify import verify_one
 from affidavit.verify.verification import check_trusted_keys, seal_document
 

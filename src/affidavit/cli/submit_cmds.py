@@ -27,9 +27,9 @@ from affidavit.cli.run_options import (
     parse_json_arg,
 )
 from affidavit.core.canonical import canonical
-from affidavit.core.tags import parse_tags
 from affidavit.core.errors import ConfigError
 from affidavit.core.plan import Plan
+from affidavit.core.tags import parse_tags
 from affidavit.record import check_input_references
 from affidavit.runtime import (
     Agent,

@@ -127,7 +127,8 @@ class SqlSnapshot(TlogReads, ABC):
         """``(job_id, what)`` for every job id that names events (``what`` is ``events``),
         ledger rows (``ledger rows``) or a seal (``seal``) but has no job row — records left
         behind when a job row was deleted outside the store (the seal of a job retention
-        archived is not one) — ordered by job id, each pair once; only ``job_id``'s when given. One anti-join per table, streamed."""
+        archived is not one) — ordered by job id, each pair once; only ``job_id``'s when
+        given. One anti-join per table, streamed."""
         if job_id is not None and unmatchable(job_id):
             return iter(())
         only = " AND t.job_id = ?" if job_id is not None else ""
