@@ -28,6 +28,9 @@ POINTS = frozenset(
         "stream.after_emit",
         "child.after_create",
         "child.before_link",
+        "retention.after_pack_written",
+        "retention.after_pack_verified",
+        "retention.after_delete_commit",
     }
 )
 
