@@ -280,14 +280,17 @@ def _announce(rt: Runtime, until_idle: bool) -> None:
 
 
 def _run_worker(rt: Runtime, until_idle: bool, concurrency: int, *, quiet: bool) -> int:
-    """Run ``rt``'s worker, with the sequencer and the scheduler beside it, until it is idle
-    (``until_idle``) or stopped; return how many jobs it ran. A second Ctrl-C stops it at once."""
+    """Run ``rt``'s worker, with the sequencer, the scheduler and (when a policy is set)
+    retention beside it, until it is idle (``until_idle``) or stopped; return how many jobs it
+    ran. A second Ctrl-C stops it at once."""
     try:
+        from affidavit.retention import background_retention
         from affidavit.runtime import background_scheduler
 
         with (
             background_sequencer(rt.store),
             background_scheduler(rt.store, rt.tools, lease_seconds=rt.worker.lease_seconds),
+            background_retention(rt.store),
             graceful_stop(rt.worker, quiet=quiet),
         ):
             jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)

@@ -119,11 +119,11 @@ def submit(
     unknown tool, bad input or store error (nothing is written).
     """
     with command(as_json):
+        tags = parse_tags(tag or ())
         parsed, job_input = prepared_job(
             plan, tools, input, idempotency_key=idempotency_key, agent=agent
         )
         replay = replay_verification.value if replay_verification else None
-        tags = parse_tags(tag or ())
         where = placement(
             queue,
             priority=priority,

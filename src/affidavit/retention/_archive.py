@@ -1,5 +1,6 @@
 """A job's pack in the archive: written whole or not at all, then verified against the live
-record before anything of the job is deleted."""
+record before anything of the job is deleted. (The packs are imported on use, so that
+``affidavit verify`` of a job in the live store does not load them.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 import orjson
 
 from affidavit.core.seal import Seal, seal_sha256
-from affidavit.packs import PackArchiveError, read_pack_archive, verify_pack
 
 RECEIPTS = "receipt_pack.jsonl"
 CHUNK = 1 << 20
@@ -68,6 +68,8 @@ def pack_record(data: bytes) -> PackRecord:
     Raises:
         PackArchiveError: the archive cannot be read.
     """
+    from affidavit.packs import read_pack_archive  # (the packs load on use: `verify` of a job)
+
     files = read_pack_archive(data).files
     status = head = count = sealed = None
     for line in files.get(RECEIPTS, b"").splitlines():
@@ -94,6 +96,8 @@ def pack_problem(
     ``seal_hash`` (``None``: it is): it must verify (MATCH) with a seal signed by one of
     ``trusted_keys``, carry that very seal and, given ``record``, the same status, chain head
     and length."""
+    from affidavit.packs import PackArchiveError, verify_pack
+
     verdict = verify_pack(path, trusted_keys=trusted_keys)
     if not verdict.ok:
         return f"the pack does not verify ({verdict.verdict}): {'; '.join(verdict.errors[:3])}"

@@ -41,7 +41,6 @@ from affidavit.core.errors import AffidavitError, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.seal import seal_sha256
 from affidavit.core.signing import SigningKey
-from affidavit.packs import export_archive
 from affidavit.retention._archive import (
     PackRecord,
     pack_file,
@@ -183,6 +182,8 @@ class Retention:
         path: Path | None = None
         digest: str | None = None
         if policy.archive_dir is not None:
+            from affidavit.packs import export_archive
+
             path = pack_file(policy.archive_dir, job_id)
             try:
                 data, _ = export_archive(self.store, job_id, signing_key=self.signing_key)
