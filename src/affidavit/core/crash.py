@@ -30,6 +30,7 @@ POINTS = frozenset(
         "child.before_link",
         "retention.after_pack_written",
         "retention.after_pack_verified",
+        "retention.before_delete_commit",
         "retention.after_delete_commit",
     }
 )

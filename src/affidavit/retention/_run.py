@@ -12,7 +12,8 @@ transparency log, no hold, no child still running, no parent still in the live s
     ``retention.after_pack_verified``;
 (3) one transaction locks the job row, checks (again) that the job may be removed, writes the
     tombstone (the seal's hash, the pack's path and the file's SHA-256) and deletes the job's
-    rows (see :func:`affidavit.store.retention.remove_job_txn`) — crash point
+    rows (see :func:`affidavit.store.retention.remove_job_txn`) — crash points
+    ``retention.before_delete_commit`` (inside it: rolled back) and
     ``retention.after_delete_commit``.
 
 A crash before (3) commits leaves the job in the live store, whole, and perhaps its pack in the
@@ -231,6 +232,7 @@ class Retention:
                 report.skipped[job_id] = "the job's seal changed while its pack was written"
                 return
             remove_job_txn(tx, job_id, tombstone, by_range=self.store.backend == "sqlite")
+            crash.crash_point("retention.before_delete_commit")  # (rolled back)
         crash.crash_point("retention.after_delete_commit")
         report.archived[job_id] = tombstone.pack_path
 
