@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
@@ -61,3 +62,38 @@ def removed_rows(store: Store, job_id: str) -> dict[str, int]:
                 tx.query(f"SELECT count(*) FROM {table} WHERE {column} = ?", (job_id,))[0][0]
             )
     return counts
+
+
+LIVE_TABLES = ("jobs", "events", "tool_invocations", "job_tags")
+
+
+def live_size(url: str) -> int:
+    """The bytes the live store takes once compacted: the SQLite file after ``VACUUM`` (its
+    WAL checkpointed), or on PostgreSQL the total size of the job tables (with their indexes
+    and TOAST) after ``VACUUM FULL``."""
+    import psycopg
+    from psycopg import sql
+
+    from affidavit.store import connect_raw
+    from affidavit.store.postgres import split_url
+
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :]
+        conn = connect_raw(path, autocommit=True)
+        try:
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+        return Path(path).stat().st_size
+    conninfo, schema = split_url(url)
+    with psycopg.connect(conninfo, autocommit=True) as pg:
+        if schema:
+            pg.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        total = 0
+        for table in LIVE_TABLES:
+            pg.execute(sql.SQL("VACUUM FULL {}").format(sql.Identifier(table)))
+            row = pg.execute("SELECT pg_total_relation_size(%s::regclass)", (table,)).fetchone()
+            assert row is not None
+            total += int(row[0])
+        return total

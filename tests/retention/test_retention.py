@@ -26,6 +26,7 @@ from tests.retention.helpers import (
     LATER,
     finished_jobs,
     integrate,
+    live_size,
     one_step,
     removed_rows,
     tools,
@@ -159,3 +160,24 @@ def test_one_worker_at_a_time(store_url: str, tmp_path: Path) -> None:
         assert busy.busy and busy.archived == {}
     finally:
         store.close()
+
+
+def test_the_live_store_shrinks(store_url: str, tmp_path: Path) -> None:
+    """Measured as the store is compacted (SQLite: the file after VACUUM; PostgreSQL: the job
+    tables after VACUUM FULL): removing jobs gives back at least the bytes of their inputs."""
+    with Runtime(store_url, tools=tools()) as rt:
+        ids = [rt.submit(one_step(n), {"note": "x" * 4000}).job_id for n in range(40)]
+        rt.run_until_idle()
+        integrate(rt.store)
+        keep = ids[-4:]
+        for job_id in keep:
+            hold_job(rt.store, job_id, "kept for the measure")
+    before = live_size(store_url)
+    store = open_store(store_url)
+    try:
+        set_policy(store, 0, tmp_path)
+        assert len(Retention(store, clock=lambda: LATER).run().archived) == 36
+    finally:
+        store.close()
+    after = live_size(store_url)
+    assert before - after >= 36 * 4000, (before, after)
