@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -186,6 +186,32 @@ class AsyncClient:
             if page.next_after_version is None:
                 return found
             after_version = page.next_after_version
+
+    async def stream(
+        self, job_id: str, *, after_version: int = 0, retry_seconds: float = 60.0
+    ) -> AsyncIterator[Event]:
+        """:meth:`Client.stream <affidavit.client.Client.stream>`: the job's events as they
+        are recorded, resumed on its own, ending with the job."""
+        last = after_version
+        retry = calls.Reconnects(retry_seconds)
+        url = calls.stream_path(job_id)
+        while True:
+            reader = calls.SseReader()
+            try:
+                async with self._http.stream("GET", url, headers=calls.stream_headers(last)) as r:
+                    if r.is_error:
+                        await r.aread()
+                        raise error_from(r)
+                    async for line in r.aiter_lines():
+                        event = reader.feed(line)
+                        if event is not None and event.version > last:
+                            last = event.version
+                            retry.progressed()
+                            yield event
+                        if reader.ended is not None:
+                            return
+            except httpx.TransportError as exc:
+                await asyncio.sleep(retry.failed(unreachable(self.url + url, exc)))
 
     # --- what a person decides ---------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -185,6 +185,42 @@ class Client:
             if page.next_after_version is None:
                 return found
             after_version = page.next_after_version
+
+    def stream(
+        self, job_id: str, *, after_version: int = 0, retry_seconds: float = 60.0
+    ) -> Iterator[Event]:
+        """The job's events as they are recorded (``GET /api/jobs/{id}/stream``, Server-Sent
+        Events), after ``after_version``, in version order, each once; the iterator ends when
+        the job has finished and every event was read. It resumes on its own: when the server
+        closes the stream (its time limit) or the connection fails, it reconnects with
+        ``Last-Event-ID`` (a failing server is tried for up to ``retry_seconds`` without an
+        event in between).
+
+        Raises:
+            JobNotFound: no such job (also another namespace's).
+            StreamsBusy: (as ApiError) the server has as many streams open as it allows.
+            ServerUnreachable: for longer than ``retry_seconds``.
+        """
+        last = after_version
+        retry = calls.Reconnects(retry_seconds)
+        url = calls.stream_path(job_id)
+        while True:
+            reader = calls.SseReader()
+            try:
+                with self._http.stream("GET", url, headers=calls.stream_headers(last)) as r:
+                    if r.is_error:
+                        r.read()
+                        raise error_from(r)
+                    for line in r.iter_lines():
+                        event = reader.feed(line)
+                        if event is not None and event.version > last:
+                            last = event.version
+                            retry.progressed()
+                            yield event
+                        if reader.ended is not None:
+                            return
+            except httpx.TransportError as exc:
+                time.sleep(retry.failed(unreachable(self.url + url, exc)))
 
     # --- what a person decides ---------------------------------------------------------------
 
