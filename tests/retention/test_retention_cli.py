@@ -81,6 +81,8 @@ def test_retention_commands(store_url: str, tmp_path: Path) -> None:
     gone = json_of(cli("jobs", "list", "--archived", *db, "--json"))
     assert [t["job_id"] for t in gone] == [archived]
     assert json_of(cli("retention", "show", *db, "--json"))["archived"] == 1
+    shown = cli("jobs", "show", archived, *db, "--json")
+    assert shown.returncode == 2 and "was archived at" in json_of(shown)["error"]["message"]
 
     pack = archive / f"pack-{archived}.tar.gz"
     pack.write_bytes(pack.read_bytes()[:-8])  # the pack changed after it was archived

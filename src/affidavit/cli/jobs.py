@@ -19,9 +19,9 @@ from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import InputOption, parse_json_arg, seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
-from affidavit.core.errors import WaitTimeout
+from affidavit.core.errors import JobNotFound, WaitTimeout
 from affidavit.record import fork_lineage
-from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
+from affidavit.store import JOB_STATUSES, JobFilter, JobRecord, Store, StoredEvent
 from affidavit.store.tags import read_tags, tag_filter, with_tags
 
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -139,7 +139,7 @@ def show_job(
     from affidavit.verify.verification import seal_document
 
     with command(as_json), opened(db, read_only=True) as store:
-        job = store.get_job(job_id)
+        job = archived_or_job(store, job_id)
         doc = with_tags(store, job.to_dict())
         sealed = seal_document(store, job_id)  # what `verify_events(..., seal=...)` takes
         doc["seal"] = sealed["seal"]
@@ -174,6 +174,27 @@ def show_job(
         output.cut_note(key, length, f"affidavit jobs show {job_id} --json")
     for line in next_steps(doc):
         output.out.print(escape(line), highlight=False, soft_wrap=True)  # (copied whole)
+
+
+def archived_or_job(store: Store, job_id: str) -> JobRecord:
+    """The job ``job_id``; for one retention removed, a not-found error that says where its
+    pack is.
+
+    Raises:
+        JobNotFound: no such job in the live store.
+    """
+    try:
+        return store.get_job(job_id)
+    except JobNotFound as exc:
+        from affidavit.retention import archived_job
+
+        tomb = archived_job(store, job_id)
+        if tomb is not None:
+            where = tomb.pack_path or "no pack (the policy kept none)"
+            exc.message = f"job {job_id} was archived at {tomb.archived_at}: {where}"
+            exc.args = (exc.message,)
+            exc.hint = f"`affidavit verify {job_id}` checks it; `affidavit pack verify` the pack."
+        raise
 
 
 @jobs_app.command("wait")
