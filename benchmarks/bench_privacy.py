@@ -144,6 +144,15 @@ def retention(jobs: int, steps: int, reps: int, backends: Sequence[str]) -> list
     return rows
 
 
+HEADERS = (
+    "backend",
+    "jobs archived/s",
+    "packs exported/s (baseline)",
+    "ratio",
+    "live store (compacted)",
+)
+
+
 def retention_markdown(rows: list[dict[str, Any]], jobs: int, steps: int, reps: int) -> str:
     table = [
         (
