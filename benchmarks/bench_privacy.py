@@ -177,7 +177,7 @@ def retention_markdown(rows: list[dict[str, Any]], jobs: int, steps: int, reps: 
                 "packs exported/s (baseline)",
                 "ratio",
                 "live store (compacted)",
-            ],  # fmt: skip
+            ],
             table,
             "lrrrl",
         )
