@@ -177,23 +177,20 @@ def show_job(
 
 
 def archived_or_job(store: Store, job_id: str) -> JobRecord:
-    """The job ``job_id``; for one retention removed, a not-found error that says where its
-    pack is.
+    """The job ``job_id``.
 
     Raises:
-        JobNotFound: no such job in the live store.
+        JobArchived: retention removed it (the error says where its pack went).
+        JobNotFound: no such job.
     """
     try:
         return store.get_job(job_id)
-    except JobNotFound as exc:
-        from affidavit.retention import archived_job
+    except JobNotFound:
+        from affidavit.retention import JobArchived, archived_job
 
         tomb = archived_job(store, job_id)
         if tomb is not None:
-            where = tomb.pack_path or "no pack (the policy kept none)"
-            exc.message = f"job {job_id} was archived at {tomb.archived_at}: {where}"
-            exc.args = (exc.message,)
-            exc.hint = f"`affidavit verify {job_id}` checks it; `affidavit pack verify` the pack."
+            raise JobArchived(tomb) from None
         raise
 
 

@@ -93,6 +93,7 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.packs._errors.TraceStateError": (USAGE_OR_STORE, 409),
     "affidavit.packs._errors.PackArchiveError": (USAGE_OR_STORE, 400),
     "affidavit.record._args.ArgsResolutionError": (USAGE_OR_STORE, 422),
+    "affidavit.retention._check.JobArchived": (NOT_FOUND, 404),
     "affidavit.retention._policy.RetentionError": (USAGE_OR_STORE, 409),
     "affidavit.runtime._decisions.InvalidStateError": (USAGE_OR_STORE, 409),
     "affidavit.runtime._schedules.ScheduleNotFound": (NOT_FOUND, 404),

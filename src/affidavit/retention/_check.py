@@ -15,10 +15,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from affidavit.core.errors import JobNotFound
 from affidavit.core.seal import seal_sha256
 from affidavit.retention._archive import pack_problem, sha256_file
 from affidavit.store import Store
 from affidavit.store.retention import Rows, Tombstone, tombstone_of
+
+
+class JobArchived(JobNotFound):
+    """The job is not in the live store: retention removed it (its tombstone says when, and
+    where its pack went)."""
+
+    code = "job_archived"
+
+    def __init__(self, tombstone: Tombstone) -> None:
+        where = tombstone.pack_path or "no pack (the policy kept none)"
+        super().__init__(tombstone.job_id)
+        self.message = f"job {tombstone.job_id} was archived at {tombstone.archived_at}: {where}"
+        self.args = (self.message,)
+        self.hint = (
+            f"`affidavit verify {tombstone.job_id}` on the store's host checks it and its pack; "
+            "`affidavit pack verify PACK` checks the pack anywhere."
+        )
 
 
 @dataclass(frozen=True, slots=True)
