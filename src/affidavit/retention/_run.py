@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from affidavit.core import crash
-from affidavit.core.errors import AffidavitError, StoreError, StoreUnavailable
+from affidavit.core.errors import AffidavitError, JobNotFound, StoreError, StoreUnavailable
 from affidavit.core.events import utc_now
 from affidavit.core.seal import seal_sha256
 from affidavit.core.signing import SigningKey
@@ -174,7 +174,11 @@ class Retention:
                     passed.add(job_id)
 
     def _one(self, job_id: str, policy: RetentionPolicy, cutoff: str, report: RunReport) -> None:
-        job = self.store.get_job(job_id)
+        try:
+            job = self.store.get_job(job_id)
+        except JobNotFound:
+            report.skipped[job_id] = "no such job in the live store"
+            return
         seal = self.store.get_seal(job_id)
         if seal is None:
             report.skipped[job_id] = "not sealed"
