@@ -165,6 +165,10 @@ def _markers(name: str) -> tuple[str, str]:
 
 # What each benchmark measures, in a sentence or two: the report's line under its title.
 MEASURES = {
+    "bench_privacy": (
+        "Retention: old finished jobs archived per second (each pack exported, written, read"
+        " back and verified, then the job removed), against exporting the packs alone."
+    ),
     "bench_log": (
         "The transparency log: queued seals integrated per second by the sequencer, a job's"
         " tlog-proof generated and verified at a large tree, and seal → integrated latency."

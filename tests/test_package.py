@@ -25,6 +25,8 @@ ALLOWED = {
     "tlog": {"core", "store", "record"},
     "packs": {"core", "store", "record", "verify", "tlog"},
     "claims": {"core", "store", "record", "verify"},
+    # retention archives finished jobs as packs before it removes them from the live store
+    "retention": {"core", "store", "packs"},
     # built on the public API (``import affidavit``) only
     "integrations": {"affidavit"},
     "examples": {"affidavit", "runtime"},

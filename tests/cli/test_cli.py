@@ -76,6 +76,7 @@ IN_PROCESS: frozenset[tuple[str, ...]] = frozenset(
         ("log", "rejected"),
         ("claims", "show"),
         ("agents",),
+        ("retention",),
     }
 )
 

@@ -88,10 +88,28 @@ def visible_job(store: Store, caller: Caller, job_id: str) -> JobRecord:
     Raises:
         JobNotFound: no such job, or not the caller's namespace.
     """
-    job = store.get_job(job_id)
+    try:
+        job = store.get_job(job_id)
+    except JobNotFound:
+        raise_if_archived(store, caller, job_id)
+        raise
     if not caller.sees(job.namespace):
         raise JobNotFound(job_id)
     return job
+
+
+def raise_if_archived(store: Store, caller: Caller, job_id: str) -> None:
+    """For a job not in the live store: if retention removed it and the caller sees its
+    namespace, say so (and where its pack went).
+
+    Raises:
+        JobArchived: it was archived.
+    """
+    from affidavit.retention import JobArchived, archived_job
+
+    tomb = archived_job(store, job_id)
+    if tomb is not None and caller.sees(tomb.namespace):
+        raise JobArchived(tomb)
 
 
 def check_verifiable(store: Store, caller: Caller, job_id: str) -> None:
@@ -107,6 +125,7 @@ def check_verifiable(store: Store, caller: Caller, job_id: str) -> None:
     with store.snapshot(lenient_text=True) as snap:
         row = snap.job_row(job_id)
     if row is None:
+        raise_if_archived(store, caller, job_id)
         if not caller.has("admin"):
             raise JobNotFound(job_id)
     elif not caller.sees(row["namespace"]):

@@ -49,7 +49,8 @@ from affidavit.runtime import (
 )
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.store.queues import placement
-from affidavit.verify import verification_document, verify_one_fork
+from affidavit.store.tags import read_tags, tag_filter, with_tags
+from affidavit.verify import verification_document, verify_one, verify_one_fork
 from affidavit.verify.verification import check_trusted_keys, seal_document
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -116,10 +117,11 @@ def submit(
             replay_verification=body.replay_verification,
             traceparent=traceparent if valid_traceparent(traceparent) else None,
             placement=where,
+            tags=body.tags,
         )
         if not created:
             response.status_code = 200
-        return job.to_dict()
+        return with_tags(svc.store, job.to_dict())
     assert body.plan is not None  # (the body's validator)
     job, created = submit_job(
         svc.store,
@@ -132,10 +134,11 @@ def submit(
         replay_verification=body.replay_verification,
         traceparent=traceparent if valid_traceparent(traceparent) else None,
         placement=where,
+        tags=body.tags,
     )
     if not created:
         response.status_code = 200
-    return job.to_dict()
+    return with_tags(svc.store, job.to_dict())
 
 
 @router.get("", response_model=JobList, response_model_exclude_unset=True)
@@ -154,6 +157,13 @@ def list_jobs(
         ),
     ] = None,
     parent: Annotated[str | None, Query(description="Only the child jobs of this job.")] = None,
+    tag: Annotated[
+        list[str] | None,
+        Query(
+            description="`KEY=VALUE`: only the jobs with this tag; repeatable (every one must "
+            "match)."
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Jobs of the caller's namespace (an admin's: every namespace, or `namespace`), newest
     first; a full page names the cursor of the next one (`next_before`)."""
@@ -173,9 +183,17 @@ def list_jobs(
             offset=offset,
             before=before,
             parent=parent,
+            tags=tag_filter(tag or ()),
         )
     )
-    page: dict[str, Any] = {"jobs": [j.to_dict() for j in jobs], "limit": limit, "offset": offset}
+    tags = read_tags(svc.store, [j.job_id for j in jobs])
+    page: dict[str, Any] = {
+        "jobs": [
+            j.to_dict() | ({"tags": tags[j.job_id]} if j.job_id in tags else {}) for j in jobs
+        ],
+        "limit": limit,
+        "offset": offset,
+    }
     if before is not None:
         page["before"] = before
     if len(jobs) == limit:
@@ -185,7 +203,8 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)
 def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
-    doc = visible_job(svc.store, caller, job_id).to_dict() | family_doc(svc.store, job_id)
+    doc = with_tags(svc.store, visible_job(svc.store, caller, job_id).to_dict())
+    doc |= family_doc(svc.store, job_id)
     lineage = fork_lineage(svc.store.list_events(job_id, limit=1))
     return doc if lineage is None else {**doc, "forked_from": lineage}
 

@@ -40,6 +40,11 @@ class SubmitJob(_Body):
     not_before: AwareDatetime | None = Field(
         default=None, description="Not claimed before this time (ISO 8601 with a zone)."
     )
+    tags: dict[str, str] | None = Field(
+        default=None,
+        description="Up to 16 `key → value` texts to list the job by (`GET /api/jobs?tag=K=V`); "
+        "stored in plain text, never encrypted: they must not hold personal data.",
+    )
 
     @model_validator(mode="after")
     def _plan_or_agent(self) -> SubmitJob:
@@ -103,6 +108,9 @@ class Job(BaseModel):
     lease_expires_at: float | None
     output: Any = None
     error: Any = None
+    tags: dict[str, str] | None = Field(
+        default=None, description="The job's tags (absent when it has none)."
+    )
     parent_job_id: str | None = Field(
         default=None, description="The job that created this one as a child job (ctx.start_job)."
     )

@@ -19,9 +19,10 @@ from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import InputOption, parse_json_arg, seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
-from affidavit.core.errors import WaitTimeout
+from affidavit.core.errors import JobNotFound, WaitTimeout
 from affidavit.record import fork_lineage
-from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
+from affidavit.store import JOB_STATUSES, JobFilter, JobRecord, Store, StoredEvent
+from affidavit.store.tags import read_tags, tag_filter, with_tags
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_INTERRUPTED = 130
@@ -50,13 +51,35 @@ def list_jobs(
     parent: Annotated[
         str | None, typer.Option(metavar="JOB", help="Only the child jobs of JOB.")
     ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag",
+            metavar="KEY=VALUE",
+            help="Only jobs with this tag; repeatable (every one must match).",
+            show_default=False,
+        ),
+    ] = None,
+    archived: Annotated[
+        bool,
+        typer.Option(
+            "--archived",
+            help="Instead: the jobs retention removed from the live store (newest first), "
+            "each with its seal's hash and its pack's path (`affidavit verify JOB` checks it).",
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List jobs, newest first.
+    """List jobs, newest first. A job retention removed is not listed (see --archived).
 
     Exit codes: 0 listed; 2 no job JOB (--before); 3 bad filter or store error.
     """
+    if archived:
+        from affidavit.cli.retention_cmds import list_archived
+
+        list_archived(namespace, limit, db, as_json)
+        return
     with command(as_json), opened(db, read_only=True) as store:
         jobs = store.list_jobs(
             JobFilter(
@@ -66,10 +89,14 @@ def list_jobs(
                 offset=offset,
                 before=before,
                 parent=parent,
+                tags=tag_filter(tag or ()),
             )
         )
+        tags = read_tags(store, [j.job_id for j in jobs]) if as_json else {}
     if as_json:
-        output.emit_json([j.to_dict() for j in jobs])
+        output.emit_json(
+            [j.to_dict() | ({"tags": tags[j.job_id]} if j.job_id in tags else {}) for j in jobs]
+        )
         return
     if not jobs:
         output.err.print("no jobs")
@@ -112,8 +139,8 @@ def show_job(
     from affidavit.verify.verification import seal_document
 
     with command(as_json), opened(db, read_only=True) as store:
-        job = store.get_job(job_id)
-        doc = job.to_dict()
+        job = archived_or_job(store, job_id)
+        doc = with_tags(store, job.to_dict())
         sealed = seal_document(store, job_id)  # what `verify_events(..., seal=...)` takes
         doc["seal"] = sealed["seal"]
         if sealed["error"] is not None:
@@ -147,6 +174,24 @@ def show_job(
         output.cut_note(key, length, f"affidavit jobs show {job_id} --json")
     for line in next_steps(doc):
         output.out.print(escape(line), highlight=False, soft_wrap=True)  # (copied whole)
+
+
+def archived_or_job(store: Store, job_id: str) -> JobRecord:
+    """The job ``job_id``.
+
+    Raises:
+        JobArchived: retention removed it (the error says where its pack went).
+        JobNotFound: no such job.
+    """
+    try:
+        return store.get_job(job_id)
+    except JobNotFound:
+        from affidavit.retention import JobArchived, archived_job
+
+        tomb = archived_job(store, job_id)
+        if tomb is not None:
+            raise JobArchived(tomb) from None
+        raise
 
 
 @jobs_app.command("wait")

@@ -65,6 +65,7 @@ COMMAND_MODULES: dict[str, str] = {
     "claims": "claims_cmds:claims_app",
     "trust": "claims_cmds:trust_app",
     "queues": "queue_cmds:queues_app",
+    "retention": "retention_cmds:retention_app",
 }
 _registered: set[str] = set()
 

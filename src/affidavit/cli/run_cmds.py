@@ -317,16 +317,18 @@ def _announce(rt: Runtime, until_idle: bool) -> None:
 def _run_worker(
     rt: Runtime, until_idle: bool, concurrency: int, *, quiet: bool, note: bool = True
 ) -> int:
-    """Run ``rt``'s worker, with the sequencer and the scheduler beside it, until it is idle
-    (``until_idle``) or stopped; return how many jobs it ran. A second Ctrl-C stops it at once.
-    ``note``: at the end, say which jobs are held by other workers' leases (a supervised
-    worker leaves that to its supervisor)."""
+    """Run ``rt``'s worker, with the sequencer, the scheduler and (when a policy is set)
+    retention beside it, until it is idle (``until_idle``) or stopped; return how many jobs it
+    ran. A second Ctrl-C stops it at once. ``note``: at the end, say which jobs are held by
+    other workers' leases (a supervised worker leaves that to its supervisor)."""
     try:
+        from affidavit.retention import background_retention
         from affidavit.runtime import background_scheduler
 
         with (
             background_sequencer(rt.store),
             background_scheduler(rt.store, rt.tools, lease_seconds=rt.worker.lease_seconds),
+            background_retention(rt.store),
             graceful_stop(rt.worker, quiet=quiet),
         ):
             jobs_run = rt.worker.run(until_idle=until_idle, concurrency=concurrency)

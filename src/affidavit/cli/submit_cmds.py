@@ -29,6 +29,7 @@ from affidavit.cli.run_options import (
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import ConfigError
 from affidavit.core.plan import Plan
+from affidavit.core.tags import parse_tags
 from affidavit.record import check_input_references
 from affidavit.runtime import (
     Agent,
@@ -99,6 +100,16 @@ def submit(
     priority: PriorityOption = None,
     partition_key: PartitionKeyOption = None,
     not_before: NotBeforeOption = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag",
+            metavar="KEY=VALUE",
+            help="Tag the job (repeatable; at most 16): `jobs list --tag` finds it. Tags are "
+            "stored in plain text, never encrypted: never put personal data in them.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -108,6 +119,7 @@ def submit(
     unknown tool, bad input or store error (nothing is written).
     """
     with command(as_json):
+        tags = parse_tags(tag or ())
         parsed, job_input = prepared_job(
             plan, tools, input, idempotency_key=idempotency_key, agent=agent
         )
@@ -131,6 +143,7 @@ def submit(
                     idempotency_key=idempotency_key,
                     replay_verification=replay,
                     placement=where,
+                    tags=tags,
                 )
             else:
                 job, _ = submit_job(
@@ -141,6 +154,7 @@ def submit(
                     idempotency_key=idempotency_key,
                     replay_verification=replay,
                     placement=where,
+                    tags=tags,
                 )
     if as_json:
         output.emit_json({"job_id": job.job_id, "status": job.status})

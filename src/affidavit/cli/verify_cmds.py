@@ -18,6 +18,7 @@ from rich.table import Table
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.core.errors import ConfigError
+from affidavit.retention import ArchivedCheck, check_archived
 from affidavit.store import JOB_STATUSES, JobFilter, Store
 from affidavit.verify import (
     CHECKS,
@@ -115,7 +116,9 @@ def verify(
 
     Exit codes: 0 every check holds (with --all: for every job and agent, also when there is
     none; with --queue: every limit held); 1 some check failed; 2 no such job; 3 usage or
-    store error.
+    store error. A job retention removed exits 0 with status `archived` (its pack's path; the
+    pack, when there, must still match its recorded SHA-256 and verify, else exit 1) or
+    `removed` (no archive was kept); --all does not count them.
     """
     if queue is not None or since is not None:
         from affidavit.cli.queue_verify import verify_queue_cmd
@@ -126,6 +129,7 @@ def verify(
     if tree:
         _verify_tree_cmd(job_id, db, as_json, trusted_key or None)
         return
+    archived: ArchivedCheck | None = None
     with command(as_json):
         _check_selection(job_id, all_jobs, status, namespace)
         with opened(db, read_only=True) as store:
@@ -148,7 +152,14 @@ def verify(
                     if spool is not None:
                         spool.emit(total, failed, agents, bad_agents)
             else:
-                result, fork = verify_one_fork(store, job_id, trusted_keys=trusted_key or None)
+                archived = check_archived(store, job_id)
+                if archived is None:
+                    result, fork = verify_one_fork(
+                        store, job_id, trusted_keys=trusted_key or None
+                    )
+    if job_id is not None and archived is not None:
+        render_archived(archived, as_json)
+        return
     if job_id is None:
         if not as_json:
             render_all(total, failed)
@@ -163,6 +174,28 @@ def verify(
         if fork is not None:
             render_fork(fork)
     if not result.ok or (fork is not None and not fork.ok):
+        raise typer.Exit(output.EXIT_FAILED)
+
+
+def render_archived(checked: ArchivedCheck, as_json: bool) -> None:
+    """A job retention removed: ``archived`` (or ``removed``, no pack kept) and its pack's
+    path; exit 1 when its pack no longer matches or its seal changed."""
+    if as_json:
+        output.emit_json(checked.to_dict())
+    else:
+        t = checked.tombstone
+        mark = "[green]✓[/]" if checked.ok else "[bold red]✗[/]"
+        what = f"job {escape(t.job_id)} is {checked.status} (removed from the live store at "
+        what += f"{escape(t.archived_at)}; its seal stays in the transparency log)"
+        output.out.print(f"{mark} {what}")
+        if t.pack_path is not None:
+            state = "checked" if checked.pack_present else "not there now"
+            output.out.print(
+                f"  pack: {escape(t.pack_path)} ({state}; sha256 {escape(t.pack_sha256 or '')})"
+            )
+        for problem in checked.problems:
+            output.out.print(f"  [bold red]✗[/] {escape(problem)}")
+    if not checked.ok:
         raise typer.Exit(output.EXIT_FAILED)
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -100,13 +100,16 @@ class AsyncClient:
         replay_verification: str | None = None,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> Job:
         """Enqueue a job (``POST /api/jobs``; nothing runs here: a worker claims it).
         ``plan_or_agent``: a plan (a dict, an :class:`affidavit.Plan`, or a ``.json``/
         ``.yaml``/``.yml`` file's path, read here) or an agent registered in the server's
         ``--tools`` (its name, or the ``@affidavit.agent`` object). The same
         ``idempotency_key`` returns the same job. ``queue``, ``priority``, ``partition_key``,
-        ``not_before``: docs/queues.md; ``namespace``: admins only.
+        ``not_before``: docs/queues.md; ``namespace``: admins only. ``tags``: up to 16
+        ``key → value`` texts to list the job by (plain text, never encrypted: no personal
+        data).
 
         Raises:
             PlanError: the plan file cannot be read or is not a plan.
@@ -127,6 +130,7 @@ class AsyncClient:
                 replay_verification=replay_verification,
                 idempotency_key=idempotency_key,
                 traceparent=traceparent,
+                tags=tags,
             )
         )
 
@@ -182,6 +186,32 @@ class AsyncClient:
             if page.next_after_version is None:
                 return found
             after_version = page.next_after_version
+
+    async def stream(
+        self, job_id: str, *, after_version: int = 0, retry_seconds: float = 60.0
+    ) -> AsyncIterator[Event]:
+        """:meth:`Client.stream <affidavit.client.Client.stream>`: the job's events as they
+        are recorded, resumed on its own, ending with the job."""
+        last = after_version
+        retry = calls.Reconnects(retry_seconds)
+        url = calls.stream_path(job_id)
+        while True:
+            reader = calls.SseReader()
+            try:
+                async with self._http.stream("GET", url, headers=calls.stream_headers(last)) as r:
+                    if r.is_error:
+                        await r.aread()
+                        raise error_from(r)
+                    async for line in r.aiter_lines():
+                        event = reader.feed(line)
+                        if event is not None and event.version > last:
+                            last = event.version
+                            retry.progressed()
+                            yield event
+                        if reader.ended is not None:
+                            return
+            except httpx.TransportError as exc:
+                await asyncio.sleep(retry.failed(unreachable(self.url + url, exc)))
 
     # --- what a person decides ---------------------------------------------------------------
 
@@ -283,12 +313,19 @@ class AsyncClient:
         limit: int = 50,
         offset: int = 0,
         before: str | None = None,
+        tag: Mapping[str, str] | Sequence[str] | str | None = None,
     ) -> JobList:
         """A page of jobs, newest first: the key's namespace (an admin's: all, or
         ``namespace``), of any of ``status``; a full page names the next one's ``before``
-        (``next_before``)."""
+        (``next_before``). ``tag``: only jobs with these tags (a mapping, or ``KEY=VALUE``
+        texts; every one must match)."""
         return await self._run(
             calls.list_jobs(
-                status=status, namespace=namespace, limit=limit, offset=offset, before=before
+                status=status,
+                namespace=namespace,
+                limit=limit,
+                offset=offset,
+                before=before,
+                tag=tag,
             )
         )

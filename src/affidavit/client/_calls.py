@@ -20,6 +20,7 @@ from affidavit.api.models import (
     Cancel,
     CancelResult,
     Decisions,
+    Event,
     EventPage,
     Job,
     JobList,
@@ -141,8 +142,10 @@ def submit(
     replay_verification: str | None,
     idempotency_key: str | None,
     traceparent: str | None,
+    tags: Mapping[str, str] | None = None,
 ) -> Call[Job]:
     fields = {
+        "tags": None if tags is None else dict(tags),
         "queue": queue,
         "priority": priority,
         "partition_key": partition_key,
@@ -184,8 +187,10 @@ def list_jobs(
     limit: int,
     offset: int,
     before: str | None,
+    tag: Mapping[str, str] | Sequence[str] | str | None = None,
 ) -> Call[JobList]:
     params: list[tuple[str, str | int]] = [("limit", limit), ("offset", offset)]
+    params += [("tag", t) for t in tag_texts(tag)]
     statuses = [status] if isinstance(status, str) else list(status or ())
     params += [("status", s) for s in statuses]
     if namespace is not None:
@@ -193,6 +198,18 @@ def list_jobs(
     if before is not None:
         params.append(("before", before))
     return Call("GET", "/api/jobs", model(JobList), params=tuple(params))
+
+
+def tag_texts(tag: Mapping[str, str] | Sequence[str] | str | None) -> list[str]:
+    """``KEY=VALUE`` texts of a tag filter: a mapping (every pair must match), ``KEY=VALUE``
+    texts, or one such text."""
+    if tag is None:
+        return []
+    if isinstance(tag, str):
+        return [tag]
+    if isinstance(tag, Mapping):
+        return [f"{k}={v}" for k, v in tag.items()]
+    return list(tag)
 
 
 def signal(job_id: str, key: str, payload: Any) -> Call[SignalResult]:
@@ -242,6 +259,105 @@ def decisions(job_id: str) -> Call[Decisions]:
 def verify(job_id: str, trusted_keys: Sequence[str] | None) -> Call[Verification]:
     params = tuple(("trusted_key", k) for k in trusted_keys or ())
     return Call("GET", _job_path(job_id, "/verify"), model(Verification), params=params)
+
+
+def stream_path(job_id: str) -> str:
+    return _job_path(job_id, "/stream")
+
+
+def stream_headers(after_version: int) -> dict[str, str]:
+    """The headers of a (re)connection to a job's stream that has read up to
+    ``after_version``: ``Last-Event-ID`` as an EventSource sends it, and SSE's media type."""
+    headers = {"Accept": "text/event-stream"}
+    if after_version:
+        headers["Last-Event-ID"] = str(after_version)
+    return headers
+
+
+@dataclass(slots=True)
+class SseReader:
+    """Server-Sent Events from the lines of a stream, one :meth:`feed` a line: an event of the
+    job's log comes back as the API's :class:`~affidavit.api.models.Event` once its frame is
+    complete; ``ended`` is set by the server's ``end`` event (the job finished and every event
+    was sent). Comments (heartbeats) and ``retry:`` are skipped. A frame larger than
+    ``max_frame_chars`` is refused: the stream is not the API's."""
+
+    max_frame_chars: int = 64 * 1024 * 1024
+    ended: dict[str, Any] | None = None
+    _event: str | None = None
+    _data: list[str] = field(default_factory=list)
+    _size: int = 0
+
+    def feed(self, line: str) -> Event | None:
+        if line == "":
+            return self._dispatch()
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        self._size += len(line)
+        if self._size > self.max_frame_chars:
+            raise ApiError(
+                f"a stream frame is larger than {self.max_frame_chars} characters",
+                status=200,
+                code="unexpected_answer",
+                hint="Is the server an affidavit of the same version as this client?",
+            )
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+    def _dispatch(self) -> Event | None:
+        kind, data = self._event, "\n".join(self._data)
+        self._event, self._data, self._size = None, [], 0
+        if not data:
+            return None
+        try:
+            if kind == "end":
+                self.ended = dict(Ended.model_validate_json(data).model_dump())
+                return None
+            return Event.model_validate_json(data)
+        except pydantic.ValidationError as exc:
+            raise ApiError(
+                f"a stream frame is not an event: {str(exc)[:300]}",
+                status=200,
+                code="unexpected_answer",
+                hint="Is the server an affidavit of the same version as this client?",
+            ) from None
+
+
+class Ended(pydantic.BaseModel):
+    """The ``end`` event of a job's stream."""
+
+    status: str
+    version: int
+
+
+class Reconnects:
+    """When :meth:`Client.stream` reconnects: after the server closed the stream without its
+    ``end`` (its time limit), at once; after a connection that failed, with a pause doubling
+    from 50 ms up to 2 s, for up to ``retry_seconds`` without an event in between."""
+
+    def __init__(self, retry_seconds: float) -> None:
+        if retry_seconds < 0:
+            raise ValueError("retry_seconds must not be negative")
+        self.retry_seconds = retry_seconds
+        self.failing_since: float | None = None
+        self.next = FIRST_POLL_SECONDS
+
+    def progressed(self) -> None:
+        self.failing_since, self.next = None, FIRST_POLL_SECONDS
+
+    def failed(self, exc: AffidavitError) -> float:
+        """The pause before the next attempt; raises ``exc`` when the time is up."""
+        now = time.monotonic()
+        self.failing_since = self.failing_since if self.failing_since is not None else now
+        if now - self.failing_since >= self.retry_seconds:
+            raise exc
+        pause, self.next = self.next, min(self.next * 2, 2.0)
+        return pause
 
 
 def log_proof(job_id: str) -> Call[str]:

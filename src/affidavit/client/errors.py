@@ -26,6 +26,7 @@ from affidavit.core import errors as core_errors
 from affidavit.core.approvals import ApprovalRefused
 from affidavit.core.errors import AffidavitError
 from affidavit.core.inputs import InputTooLarge
+from affidavit.core.tags import InvalidTags
 from affidavit.faces.auth import ApiKeyNotFound, Forbidden, Unauthorized
 from affidavit.faces.ratelimit import RateLimited
 
@@ -70,6 +71,7 @@ def _known_classes() -> dict[str, type[AffidavitError]]:
         RateLimited,
         ApprovalRefused,
         InputTooLarge,
+        InvalidTags,
     ]
     classes += [
         value

@@ -28,6 +28,10 @@ POINTS = frozenset(
         "stream.after_emit",
         "child.after_create",
         "child.before_link",
+        "retention.after_pack_written",
+        "retention.after_pack_verified",
+        "retention.before_delete_commit",
+        "retention.after_delete_commit",
     }
 )
 

@@ -54,6 +54,7 @@ class JobCreated(_Payload):
     forked_from: ForkedFrom | None = None  # absent on a job that is no fork
     parent_job_id: str | None = None  # a child job (ctx.start_job): its parent
     parent_step_id: str | None = None  # and the parent's step that created it
+    tags: dict[str, str] | None = None  # absent on a job without tags (see core/tags.py)
 
 
 class RetrySettings(BaseModel):

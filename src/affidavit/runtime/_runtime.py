@@ -150,6 +150,7 @@ class Runtime:
         priority: int | None = None,
         partition_key: str | None = None,
         not_before: datetime | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> JobRecord:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
         Nothing is written unless the plan, its tools and the input are all valid. See
@@ -162,7 +163,11 @@ class Runtime:
         ``queue``: the queue the job waits in (default: the default queue, unlimited), where
         it is claimed lowest ``priority`` first (when the queue orders by priority), at most
         one running job per ``partition_key`` (a partitioned queue), and not before
-        ``not_before`` (see docs/queues.md)."""
+        ``not_before`` (see docs/queues.md).
+
+        ``tags``: up to 16 ``key → value`` texts to list the job by (``jobs list --tag``);
+        stored in plain text, never encrypted — they must not hold personal data (see
+        :mod:`affidavit.core.tags`)."""
         self._check_open()
         where = placement(
             queue, priority=priority, partition_key=partition_key, not_before=not_before
@@ -183,6 +188,7 @@ class Runtime:
                 replay_verification=replay_verification,
                 traceparent=traceparent,
                 placement=where,
+                tags=tags,
             )
             return job
         job, _ = submit_job(
@@ -196,6 +202,7 @@ class Runtime:
             replay_verification=replay_verification,
             traceparent=traceparent,
             placement=where,
+            tags=tags,
         )
         return job
 

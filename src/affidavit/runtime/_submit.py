@@ -17,6 +17,7 @@ from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import TRACEPARENT, utc_now
 from affidavit.core.plan import Plan
+from affidavit.core.tags import check_tags
 from affidavit.record import check_input_references
 from affidavit.runtime._agent import Agent
 from affidavit.runtime._confirm import REPLAY_VERIFICATION_MODES
@@ -128,6 +129,7 @@ def submit_job(
     traceparent: str | None = None,
     placement: Placement | None = None,
     parent: tuple[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
     (per namespace) returns the existing job and ``created=False``. Nothing is written unless
@@ -137,7 +139,9 @@ def submit_job(
     ``replay_verification`` (``strict`` | ``warn`` | ``human``) overrides the plan's mode for
     this job; the effective policy is recorded in ``plan_generated``. ``traceparent`` (a W3C
     trace context, e.g. an HTTP request's header) is recorded in ``job_created``, so that the
-    job's spans join the trace it was submitted in.
+    job's spans join the trace it was submitted in. ``tags``: the job's tags (plain text,
+    never encrypted: see :mod:`affidavit.core.tags`), recorded in ``job_created`` and indexed
+    for ``jobs list --tag``; a job the idempotency key returns keeps the tags it has.
 
     Raises:
         PlanError: the plan is invalid or uses a tool that is not registered.
@@ -145,10 +149,12 @@ def submit_job(
         ArgsResolutionError: an ``${input...}`` reference names a field the input lacks.
         ConfigError: an unknown ``replay_verification`` mode, an idempotency key that is not
             non-empty text (see :func:`check_idempotency_key`), or a malformed ``traceparent``.
+        InvalidTags: tags out of bounds (:func:`affidavit.core.tags.check_tags`).
         CanonicalizationError: the input is not JSON that can be recorded.
     """
     check_idempotency_key(idempotency_key)
     check_traceparent(traceparent)
+    job_tags = check_tags(tags)
     parsed = _parsed_plan(plan)
     if tools is not None:
         check_plan(parsed, tools)
@@ -170,6 +176,8 @@ def submit_job(
         created_payload["traceparent"] = traceparent
     if parent is not None:  # a child job (see runtime/_children.py)
         created_payload["parent_job_id"], created_payload["parent_step_id"] = parent
+    if job_tags:
+        created_payload["tags"] = job_tags
     job, created = store.create_job(
         namespace=namespace,
         plan_name=parsed.name,
@@ -177,6 +185,7 @@ def submit_job(
         submitted_by=submitted_by,
         placement=placement,
         parent=parent,
+        tags=job_tags,
         events=[
             NewEvent("job_created", created_payload),
             NewEvent(
@@ -315,6 +324,7 @@ def submit_agent_job(
     traceparent: str | None = None,
     placement: Placement | None = None,
     parent: tuple[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
     ``agent_started`` with the agent's name, version and policy. The input is the agent
@@ -325,10 +335,12 @@ def submit_agent_job(
 
     Raises:
         PlanError: the agent is not registered, or the input does not fit its parameters.
-        IdempotencyConflict, ConfigError, CanonicalizationError: as :func:`submit_job`.
+        IdempotencyConflict, ConfigError, InvalidTags, CanonicalizationError: as
+            :func:`submit_job`.
     """
     check_idempotency_key(idempotency_key)
     check_traceparent(traceparent)
+    job_tags = check_tags(tags)
     found = resolve_agent(agent, tools)
     job_input = {} if input is None else input
     check_agent_input(found, job_input)
@@ -342,6 +354,7 @@ def submit_agent_job(
         submitted_by=submitted_by,
         placement=placement,
         parent=parent,
+        tags=job_tags,
         events=[
             NewEvent(
                 "job_created",
@@ -359,7 +372,8 @@ def submit_agent_job(
                     {}
                     if parent is None
                     else {"parent_job_id": parent[0], "parent_step_id": parent[1]}
-                ),
+                )
+                | ({"tags": job_tags} if job_tags else {}),
             ),
             NewEvent(
                 "agent_started",

@@ -55,6 +55,10 @@ JOB_ROW_COLUMNS = (
 # that names a job, each id once per table; `{only}` narrows them to one job id.
 _NO_JOB_ROW = "NOT EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = {t}.job_id){only}"
 ORPHAN_TABLES = (("events", "events"), ("tool_invocations", "ledger rows"), ("seals", "seal"))
+# A job retention removed keeps its seal (a logged seal cannot be deleted) and has a tombstone:
+# its seal is no orphan. Its events or ledger rows would still be (the removal deletes them in
+# the transaction that writes the tombstone).
+_NOT_ARCHIVED = " AND NOT EXISTS (SELECT 1 FROM archived_jobs a WHERE a.job_id = t.job_id)"
 
 
 class SqlSnapshot(TlogReads, ABC):
@@ -64,6 +68,7 @@ class SqlSnapshot(TlogReads, ABC):
     # costly to convert per row)
     log_sql = BY_JOB_ID
     seal_select = SEAL_SELECT  # (LEGACY_SEAL_SELECT on a copy made before migration 12)
+    retention_tables = True  # (False on a copy made before migration 25: none archived)
 
     @abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -121,14 +126,17 @@ class SqlSnapshot(TlogReads, ABC):
     ) -> Iterator[tuple[str, str]]:
         """``(job_id, what)`` for every job id that names events (``what`` is ``events``),
         ledger rows (``ledger rows``) or a seal (``seal``) but has no job row — records left
-        behind when a job row was deleted outside the store — ordered by job id, each pair
-        once; only ``job_id``'s when given. One anti-join per table, streamed."""
+        behind when a job row was deleted outside the store (the seal of a job retention
+        archived is not one) — ordered by job id, each pair once; only ``job_id``'s when
+        given. One anti-join per table, streamed."""
         if job_id is not None and unmatchable(job_id):
             return iter(())
         only = " AND t.job_id = ?" if job_id is not None else ""
         parts = []
         for table, what in ORPHAN_TABLES:
             where = _NO_JOB_ROW.format(t="t", only=only)
+            if table == "seals" and self.retention_tables:
+                where += _NOT_ARCHIVED
             parts.append(f"SELECT DISTINCT t.job_id, '{what}' FROM {table} t WHERE {where}")
         sql = " UNION ALL ".join(parts) + " ORDER BY 1, 2"
         params = (job_id,) * len(parts) if job_id is not None else ()

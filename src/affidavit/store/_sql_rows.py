@@ -269,6 +269,15 @@ def jobs_where(f: JobFilter) -> tuple[str, list[Any]]:
             "j.job_id IN (SELECT c.child_job_id FROM job_children c WHERE c.parent_job_id = ?)"
         )
         params.append(f.parent)
+    for key, value in f.tags:  # (checked by the caller: affidavit.core.tags.check_tag_filter)
+        if unmatchable(key) or unmatchable(value):
+            raise ConfigError(
+                f"tag filter {key!r}={value!r} holds a NUL or a byte that is not UTF-8"
+            )
+        where.append(
+            "j.job_id IN (SELECT t.job_id FROM job_tags t WHERE t.key = ? AND t.value = ?)"
+        )
+        params.extend((key, value))
     if f.before is not None:
         if unmatchable(f.before):
             raise ConfigError(f"job id {f.before!r} holds a NUL or a byte that is not UTF-8")

@@ -6,7 +6,7 @@ are in :mod:`affidavit.store._sql`; the SQL here uses its ``?`` placeholders too
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -53,6 +53,7 @@ from affidavit.store.base import (
     unmatchable,
 )
 from affidavit.store.queues import Placement, place_job
+from affidavit.store.tags import RETENTION_MIGRATION, tag_job
 
 if TYPE_CHECKING:
     from affidavit.store._snapshot import SqlSnapshot
@@ -72,6 +73,7 @@ class SqlStore(ApiKeyReads, ABC):
     seal_select = SEAL_SELECT  # (LEGACY_SEAL_SELECT on a copy made before migration 12)
     tlog_tables = True  # (False on a copy made before migration 10)
     trust_tables = True  # (False on a copy made before migration 15, read as it is)
+    retention_tables = True  # (False on a copy made before migration 25: no tags, no archive)
 
     @abstractmethod
     def _reader(self) -> AbstractContextManager[Cursor]: ...
@@ -128,6 +130,8 @@ class SqlStore(ApiKeyReads, ABC):
             self.tlog_tables = False  # (no log tables yet: a job has no leaves)
         if any(m.version == TRUST_MIGRATION for m in pending):
             self.trust_tables = False  # (no outcome and no trust seal yet)
+        if any(m.version == RETENTION_MIGRATION for m in pending):
+            self.retention_tables = False  # (no tag, no archived job yet)
         if not all(m.older_schema_readable for m in pending):
             raise MigrationError(
                 f"the database schema is at version {max(applied)}, older than this "
@@ -187,6 +191,7 @@ class SqlStore(ApiKeyReads, ABC):
         durable: bool = True,
         placement: Placement | None = None,
         parent: tuple[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> tuple[JobRecord, bool]:
         encoded = encode_events(events)
         with self.transaction(durable=durable) as tx:
@@ -201,6 +206,8 @@ class SqlStore(ApiKeyReads, ABC):
                 place_job(tx, job.job_id, placement)
             if created and parent is not None:
                 tx.link_child(job.job_id, *parent)
+            if created and tags:
+                tag_job(tx, job.job_id, tags)
             if created and encoded:
                 stored = tx.append(job.job_id, encoded=encoded, expected_version=0)
                 job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)

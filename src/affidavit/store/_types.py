@@ -298,6 +298,8 @@ class JobFilter:
     namespace: str | None = None
     plan_name: str | None = None
     parent: str | None = None  # only the child jobs of this job (ctx.start_job)
+    # only the jobs with every one of these tags (key, value): AND (see store/tags.py)
+    tags: Sequence[tuple[str, str]] = ()
     limit: int = 100
     offset: int = 0
     # A keyset cursor: only the jobs listed after this job (a job id; newest first), so the

@@ -8,7 +8,7 @@ write events and ledger rows together. Backends: :mod:`affidavit.store.sqlite` a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
@@ -445,12 +445,15 @@ class Store(Protocol):
         durable: bool = True,
         placement: Placement | None = None,
         parent: tuple[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> tuple[JobRecord, bool]:
         """Create a job and append its first ``events`` atomically; with an idempotency key
         already used in the namespace, return the existing job (and ``False``), writing nothing.
         ``placement``: the job's queue and its place in it (None: the default queue).
         ``parent``: ``(parent_job_id, parent_step_id)`` of a child job, linked in the same
-        transaction (see :mod:`affidavit.store._children`)."""
+        transaction (see :mod:`affidavit.store._children`). ``tags``: the job's tags (checked
+        by the caller: :func:`affidavit.core.tags.check_tags`), written in the same
+        transaction (see :mod:`affidavit.store.tags`)."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord:

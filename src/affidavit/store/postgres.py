@@ -380,6 +380,7 @@ class PostgresStore(SqlStore):
             )
             snap = PostgresSnapshot(conn)
             snap.seal_select, snap.tlog_tables = self.seal_select, self.tlog_tables
+            snap.retention_tables = self.retention_tables
             try:
                 yield snap
             finally:

@@ -366,6 +366,7 @@ class SqliteStore(SqlStore):
             conn.execute("BEGIN")
             snap = SqliteSnapshot(conn, self.log_sql, lenient_text)
             snap.seal_select, snap.tlog_tables = self.seal_select, self.tlog_tables
+            snap.retention_tables = self.retention_tables
             yield snap
         except READ_ERRORS as exc:
             raise self._error(f"SQLite read failed on {self.path!r}", exc) from exc
