@@ -50,7 +50,7 @@ from affidavit.runtime import (
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.store.queues import placement
 from affidavit.store.tags import read_tags, tag_filter, with_tags
-from affidavit.verify import verification_document, verify_one, verify_one_fork
+from affidavit.verify import verification_document, verify_one_fork
 from affidavit.verify.verification import check_trusted_keys, seal_document
 
 ERRORS: dict[int | str, dict[str, Any]] = {
