@@ -32,6 +32,7 @@ from affidavit.faces.limits import (
     StreamSlots,
 )
 from affidavit.faces.ratelimit import DEFAULT_RATE_LIMIT, Limiter, RateLimit
+from affidavit.faces.sealed_cache import DEFAULT_SEALED_CACHE_BYTES, SealedCache
 from affidavit.runtime import ToolRegistry
 from affidavit.store import JOB_STATUSES, Store
 
@@ -77,6 +78,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY,
     claim_limits: ClaimLimits | None = None,
     stream_slots: StreamSlots | None = None,
+    sealed_cache_bytes: int = DEFAULT_SEALED_CACHE_BYTES,
 ) -> FastAPI:
     """The API over ``store``. ``tools``: check submitted plans against these registered tools
     (``None``: workers check them when they run the job). ``rate_limit``: per API key
@@ -84,7 +86,9 @@ def create_app(
     in bubblewrap; without it claims are refused). ``max_body_bytes``: the largest request body
     (413 beyond). ``claim_limits``: claims running at once, in all and per agent, and their
     longest timeout (docs/api.md, limits). ``stream_slots``: live streams open at once, how
-    long each, how often a heartbeat (docs/api.md, streams)."""
+    long each, how often a heartbeat (docs/api.md, streams). ``sealed_cache_bytes``: the memory
+    the traces, verifications and packs of sealed jobs may keep (``0``: computed every time;
+    docs/api.md, sealed jobs)."""
     from affidavit import __version__  # the package root, imported late (it imports every layer)
 
     app = FastAPI(
@@ -102,6 +106,7 @@ def create_app(
         claims_sandbox,
         ClaimSlots(claim_limits or ClaimLimits()),
         stream_slots or StreamSlots(),
+        SealedCache(sealed_cache_bytes),
     )
     registry = _metrics_registry(store)
     app.state.metrics = registry

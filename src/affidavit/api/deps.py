@@ -16,6 +16,7 @@ from affidavit.core.errors import JobNotFound
 from affidavit.faces.auth import Caller, Forbidden, authenticate
 from affidavit.faces.limits import ClaimLimits, ClaimSlots, StreamSlots
 from affidavit.faces.ratelimit import Limiter
+from affidavit.faces.sealed_cache import SealedCache
 from affidavit.runtime import ToolRegistry
 from affidavit.store import JobRecord, Store, unmatchable
 
@@ -23,7 +24,8 @@ from affidavit.store import JobRecord, Store, unmatchable
 @dataclass
 class Service:
     """What the app serves from: one store, the tools submissions are checked against (``None``:
-    workers check them when they run), the rate limiter, how claim commands run."""
+    workers check them when they run), the rate limiter, how claim commands run, the answers
+    about sealed jobs computed so far."""
 
     store: Store
     tools: ToolRegistry | None
@@ -31,6 +33,7 @@ class Service:
     sandbox: SandboxConfig | None = None  # claim commands (None: the default, bubblewrap)
     claims: ClaimSlots = field(default_factory=lambda: ClaimSlots(ClaimLimits()))
     streams: StreamSlots = field(default_factory=StreamSlots)  # GET /api/jobs/{id}/stream
+    sealed: SealedCache = field(default_factory=SealedCache)  # answers about sealed jobs
 
 
 def service(request: Request) -> Service:
@@ -92,25 +95,6 @@ def visible_job(store: Store, caller: Caller, job_id: str) -> JobRecord:
     if not caller.sees(job.namespace):
         raise JobNotFound(job_id)
     return job
-
-
-def check_verifiable(store: Store, caller: Caller, job_id: str) -> None:
-    """:func:`check_visible` for verification, which also reports what is left of a job whose
-    job row is gone (see :func:`~affidavit.verify.verify_one`): such records name no namespace,
-    so only an admin (who sees every namespace) may have them verified.
-
-    Raises:
-        JobNotFound: no such job, one of another namespace, or no job row and not an admin.
-    """
-    if unmatchable(job_id):  # no job can have it
-        raise JobNotFound(job_id)
-    with store.snapshot(lenient_text=True) as snap:
-        row = snap.job_row(job_id)
-    if row is None:
-        if not caller.has("admin"):
-            raise JobNotFound(job_id)
-    elif not caller.sees(row["namespace"]):
-        raise JobNotFound(job_id)
 
 
 def check_visible(store: Store, caller: Caller, job_id: str) -> None:

@@ -222,6 +222,16 @@ class Trace(BaseModel):
     waiting_for_limit: dict[str, Any] | None = None
     # a fork's source: {"job_id", "step", "seal_hash"}
     forked_from: dict[str, Any] | None = None
+    computed_at: str | None = Field(
+        default=None,
+        description="When the server computed this answer (RFC 3339, UTC). A sealed job's "
+        "answer is computed once and served again: `fresh=1` computes it now.",
+    )
+    cached: bool | None = Field(
+        default=None,
+        description="true: the answer kept since `computed_at` for the job's seal, not read "
+        "from the store for this request; false: computed for this request.",
+    )
 
 
 class Health(BaseModel):
@@ -285,6 +295,16 @@ class Verification(BaseModel):
     stored_chain: StoredChain
     seal: SealCheck
     ok: bool
+    computed_at: str | None = Field(
+        default=None,
+        description="When the server computed this answer (RFC 3339, UTC). A sealed job's "
+        "answer is computed once and served again: `fresh=1` computes it now.",
+    )
+    cached: bool | None = Field(
+        default=None,
+        description="true: the answer kept since `computed_at` for the job's seal, not read "
+        "from the store for this request; false: computed for this request.",
+    )
 
 
 class SealRecord(BaseModel):
