@@ -7,15 +7,16 @@ and calls the service function the CLI calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 import anyio
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from affidavit.api import claims, decisions, errors, jobs, keys, queues, ui
 from affidavit.api import log as log_api
@@ -32,6 +33,7 @@ from affidavit.faces.limits import (
     StreamSlots,
 )
 from affidavit.faces.ratelimit import DEFAULT_RATE_LIMIT, Limiter, RateLimit
+from affidavit.faces.sealed_cache import DEFAULT_SEALED_CACHE_BYTES, SealedCache
 from affidavit.runtime import ToolRegistry
 from affidavit.store import JOB_STATUSES, Store
 
@@ -77,6 +79,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY,
     claim_limits: ClaimLimits | None = None,
     stream_slots: StreamSlots | None = None,
+    sealed_cache_bytes: int = DEFAULT_SEALED_CACHE_BYTES,
 ) -> FastAPI:
     """The API over ``store``. ``tools``: check submitted plans against these registered tools
     (``None``: workers check them when they run the job). ``rate_limit``: per API key
@@ -84,7 +87,9 @@ def create_app(
     in bubblewrap; without it claims are refused). ``max_body_bytes``: the largest request body
     (413 beyond). ``claim_limits``: claims running at once, in all and per agent, and their
     longest timeout (docs/api.md, limits). ``stream_slots``: live streams open at once, how
-    long each, how often a heartbeat (docs/api.md, streams)."""
+    long each, how often a heartbeat (docs/api.md, streams). ``sealed_cache_bytes``: the memory
+    the traces, verifications and packs of sealed jobs may keep (``0``: computed every time;
+    docs/api.md, sealed jobs)."""
     from affidavit import __version__  # the package root, imported late (it imports every layer)
 
     app = FastAPI(
@@ -102,6 +107,7 @@ def create_app(
         claims_sandbox,
         ClaimSlots(claim_limits or ClaimLimits()),
         stream_slots or StreamSlots(),
+        SealedCache(sealed_cache_bytes),
     )
     registry = _metrics_registry(store)
     app.state.metrics = registry
@@ -128,6 +134,37 @@ def _metrics_registry(store: Store) -> CollectorRegistry:
     return registry
 
 
+class _Timing:
+    """ASGI middleware: each request's latency into ``latency`` by route, method and status.
+    (Plain ASGI, not ``@app.middleware("http")``, which copies every response through a stream
+    of its own: a millisecond of every request's CPU.)"""
+
+    def __init__(self, app: ASGIApp, *, latency: Histogram) -> None:
+        self.app = app
+        self.latency = latency
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = 500  # (what the client gets when the app raises)
+
+        async def send_noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting_status)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")  # (set by the router)
+            self.latency.labels(path, scope["method"], str(status)).observe(
+                time.perf_counter() - t0
+            )
+
+
 def _install_timing(app: FastAPI, registry: CollectorRegistry) -> None:
     """Time every request into a latency histogram (by route, method and status) in
     ``registry``."""
@@ -137,19 +174,7 @@ def _install_timing(app: FastAPI, registry: CollectorRegistry) -> None:
         ["route", "method", "status"],
         registry=registry,
     )
-
-    @app.middleware("http")
-    async def timing(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        latency.labels(path, request.method, str(response.status_code)).observe(
-            time.perf_counter() - t0
-        )
-        return response
+    app.add_middleware(_Timing, latency=latency)
 
 
 def _install_service_routes(app: FastAPI, registry: CollectorRegistry) -> None:

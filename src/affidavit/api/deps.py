@@ -16,6 +16,7 @@ from affidavit.core.errors import JobNotFound
 from affidavit.faces.auth import Caller, Forbidden, authenticate
 from affidavit.faces.limits import ClaimLimits, ClaimSlots, StreamSlots
 from affidavit.faces.ratelimit import Limiter
+from affidavit.faces.sealed_cache import SealedCache
 from affidavit.runtime import ToolRegistry
 from affidavit.store import JobRecord, Store, unmatchable
 
@@ -23,7 +24,8 @@ from affidavit.store import JobRecord, Store, unmatchable
 @dataclass
 class Service:
     """What the app serves from: one store, the tools submissions are checked against (``None``:
-    workers check them when they run), the rate limiter, how claim commands run."""
+    workers check them when they run), the rate limiter, how claim commands run, the answers
+    about sealed jobs computed so far."""
 
     store: Store
     tools: ToolRegistry | None
@@ -31,6 +33,7 @@ class Service:
     sandbox: SandboxConfig | None = None  # claim commands (None: the default, bubblewrap)
     claims: ClaimSlots = field(default_factory=lambda: ClaimSlots(ClaimLimits()))
     streams: StreamSlots = field(default_factory=StreamSlots)  # GET /api/jobs/{id}/stream
+    sealed: SealedCache = field(default_factory=SealedCache)  # answers about sealed jobs
 
 
 def service(request: Request) -> Service:

@@ -32,6 +32,7 @@ from affidavit.api.models import (
     Trace,
     Verification,
 )
+from affidavit.api.sealed import sealed_key, serve_bytes, serve_json
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
 from affidavit.record import fork_lineage, job_trace
@@ -64,6 +65,13 @@ MAX_INT = 2**53  # the largest integer every JSON reader and both databases hold
 ASSAY_DIVERGING_COUNT = "X-Affidavit-Assay-Diverging-Count"
 ASSAY_DIVERGING_STEPS = "X-Affidavit-Assay-Diverging-Steps"
 ASSAY_STEPS_LISTED = 50
+FreshQuery = Annotated[
+    bool,
+    Query(
+        description="Compute the answer again from the store as it is now, instead of serving "
+        "the one kept for the job's seal (which says when it was computed)."
+    ),
+]
 StatusQuery = Annotated[
     list[str] | None, Query(description=f"Any of: {', '.join(JOB_STATUSES)}; repeatable.")
 ]
@@ -269,10 +277,17 @@ def events(
 
 
 @router.get("/{job_id}/trace", response_model=Trace, response_model_exclude_unset=True)
-def trace(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
-    """Each node with its state, outcome, attempts and timings; the waits and the park."""
-    visible_job(svc.store, caller, job_id)
-    return job_trace(svc.store, job_id)
+def trace(job_id: str, svc: ServiceDep, caller: Observer, fresh: FreshQuery = False) -> Response:
+    """Each node with its state, outcome, attempts and timings; the waits and the park. A
+    sealed job's trace is computed once and served again (`cached`, `computed_at`)."""
+    key = sealed_key(svc.store, caller, job_id)
+    return serve_json(
+        svc.sealed,
+        None if key is None else ("trace", job_id, *key),
+        Trace,
+        lambda: job_trace(svc.store, job_id),
+        fresh=fresh,
+    )
 
 
 @router.get("/{job_id}/verify", response_model=Verification, response_model_exclude_unset=True)
@@ -289,7 +304,8 @@ def verify(
             "accepted.",
         ),
     ] = None,
-) -> dict[str, Any]:
+    fresh: FreshQuery = False,
+) -> Response:
     """Verification Mode (read-only, any status): execution hash, event chain root, ledger
     proof, replay proof, stored chain, seal. 200 whatever the verdict (see `ok`); 404 for an
     unknown job or one of another namespace; 422 for a `trusted_key` that is no key. A job id
@@ -297,12 +313,26 @@ def verify(
     those (failing, `orphan`), as `affidavit verify` reports it — for an admin key only: such
     records name no namespace. A fork's `forked_from` checks its reused steps against the
     source's record: `verified`, `unverified` (the source is not in this database; `ok` is
-    not failed for it) or `failed` (then `ok` is false)."""
+    not failed for it) or `failed` (then `ok` is false). A sealed job's result is computed once
+    (for the same keys) and served again, saying so (`cached`, `computed_at`): `fresh=1`
+    verifies the store as it is now."""
     if trusted_key:
         check_trusted_keys(svc.store, trusted_key)  # a bad key is an error, job or not
     check_verifiable(svc.store, caller, job_id)
-    result, fork = verify_one_fork(svc.store, job_id, trusted_keys=trusted_key or None)
-    return verification_document(result, fork)
+    key = sealed_key(svc.store, caller, job_id, orphans=True, keys=True)
+    pinned = tuple(sorted(set(trusted_key or ())))
+
+    def compute() -> dict[str, Any]:
+        result, fork = verify_one_fork(svc.store, job_id, trusted_keys=trusted_key or None)
+        return verification_document(result, fork)
+
+    return serve_json(
+        svc.sealed,
+        None if key is None else ("verify", job_id, *key, *pinned),
+        Verification,
+        compute,
+        fresh=fresh,
+    )
 
 
 @router.get("/{job_id}/seal", response_model=JobSeal, response_model_exclude_unset=True)
@@ -319,18 +349,30 @@ def seal(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
     response_class=Response,
     responses={200: {"content": {"application/gzip": {}}, "description": "a .tar.gz"}},
 )
-def pack(job_id: str, svc: ServiceDep, caller: Observer) -> Response:
+def pack(job_id: str, svc: ServiceDep, caller: Observer, fresh: FreshQuery = False) -> Response:
     """The finished job as a signed RCE v0.1 proof pack: a `.tar.gz` of the pack directory
     `affidavit pack export` writes (verify it offline with `affidavit pack verify`). 404 for an
-    unknown job or one of another namespace; 409 for a job that has not finished."""
-    visible_job(svc.store, caller, job_id)
-    data, result = export_archive(svc.store, job_id)
-    headers = {"Content-Disposition": f'attachment; filename="pack-{job_id}.tar.gz"'}
-    steps = result.assay_diverging_steps
-    if steps:  # what `affidavit pack export` notes on stderr (docs/api.md)
-        headers[ASSAY_DIVERGING_COUNT] = str(len(steps))
-        headers[ASSAY_DIVERGING_STEPS] = ",".join(steps[:ASSAY_STEPS_LISTED])
-    return Response(data, media_type="application/gzip", headers=headers)
+    unknown job or one of another namespace; 409 for a job that has not finished. A sealed
+    job's pack is made once and served again (headers `X-Affidavit-Cached`,
+    `X-Affidavit-Computed-At`); `fresh=1` makes it again from the store as it is now."""
+    key = sealed_key(svc.store, caller, job_id)
+
+    def make() -> tuple[bytes, dict[str, str]]:
+        data, result = export_archive(svc.store, job_id)
+        headers = {"Content-Disposition": f'attachment; filename="pack-{job_id}.tar.gz"'}
+        steps = result.assay_diverging_steps
+        if steps:  # what `affidavit pack export` notes on stderr (docs/api.md)
+            headers[ASSAY_DIVERGING_COUNT] = str(len(steps))
+            headers[ASSAY_DIVERGING_STEPS] = ",".join(steps[:ASSAY_STEPS_LISTED])
+        return data, headers
+
+    return serve_bytes(
+        svc.sealed,
+        None if key is None else ("pack", job_id, *key),
+        "application/gzip",
+        make,
+        fresh=fresh,
+    )
 
 
 @router.post("/{job_id}/signal", response_model=SignalResult, response_model_exclude_unset=True)

@@ -241,6 +241,16 @@ class Trace(BaseModel):
     children: list[TraceChild] | None = Field(
         default=None, description="This job's child jobs, oldest first (up to 1000)."
     )
+    computed_at: str | None = Field(
+        default=None,
+        description="When the server computed this answer (RFC 3339, UTC). A sealed job's "
+        "answer is computed once and served again: `fresh=1` computes it now.",
+    )
+    cached: bool | None = Field(
+        default=None,
+        description="true: the answer kept since `computed_at` for the job's seal, not read "
+        "from the store for this request; false: computed for this request.",
+    )
 
 
 class Health(BaseModel):
@@ -315,6 +325,16 @@ class Verification(BaseModel):
         default=None,
         description="A fork's reused steps checked against its source's record. Absent for a "
         "job that is no fork.",
+    )
+    computed_at: str | None = Field(
+        default=None,
+        description="When the server computed this answer (RFC 3339, UTC). A sealed job's "
+        "answer is computed once and served again: `fresh=1` computes it now.",
+    )
+    cached: bool | None = Field(
+        default=None,
+        description="true: the answer kept since `computed_at` for the job's seal, not read "
+        "from the store for this request; false: computed for this request.",
     )
 
 

@@ -154,9 +154,7 @@ def verify(
             else:
                 archived = check_archived(store, job_id)
                 if archived is None:
-                    result, fork = verify_one_fork(
-                        store, job_id, trusted_keys=trusted_key or None
-                    )
+                    result, fork = verify_one_fork(store, job_id, trusted_keys=trusted_key or None)
     if job_id is not None and archived is not None:
         render_archived(archived, as_json)
         return

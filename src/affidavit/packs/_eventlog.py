@@ -23,7 +23,7 @@ from affidavit.packs._json import loads_lines
 from affidavit.packs._log_traces import LogTraces, log_traces
 from affidavit.packs._state import Fail, State, payload
 from affidavit.store import StoredEvent
-from affidavit.verify import VerificationResult
+from affidavit.verify.result import VerificationResult
 from affidavit.verify.verification import verify_event_rows
 
 Row = tuple[int, str, str, bytes, str | None]  # (version, event_id, type, payload, chain hash)

@@ -10,13 +10,14 @@ the seal the pack's signed ``affidavit.seal/v0`` receipt holds). Verifiers that 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from affidavit.core.note import Verifier
 from affidavit.core.seal import Seal, log_leaf
 from affidavit.packs import _format as F
 from affidavit.packs._state import State
-from affidavit.tlog import HttpEntries, check_proof
+
+if TYPE_CHECKING:
+    from affidavit.core.note import Verifier
 
 TLOG_PROOF = "log.tlog-proof"
 MAX_PROOF_BYTES = 256 * 1024
@@ -47,6 +48,8 @@ def check_log_proof(
     if path.stat().st_size > MAX_PROOF_BYTES:
         st.errors.append(f"{TLOG_PROOF}: larger than {MAX_PROOF_BYTES} bytes")
         return {"present": True, "ok": False}
+    from affidavit.tlog import HttpEntries, check_proof  # (only with a log key: not at start-up)
+
     entries = HttpEntries(log_url) if log_url else None
     try:
         result = check_proof(

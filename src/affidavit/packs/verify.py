@@ -21,15 +21,13 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from affidavit.core.canonical import canonical
 from affidavit.core.collector import collector_paused
 from affidavit.core.config import pack_max_file_bytes
 from affidavit.core.errors import AffidavitError
-from affidavit.core.note import Verifier
 from affidavit.core.seal import PublicKey
 from affidavit.packs import _format as F
 from affidavit.packs._contract import check_contract
@@ -50,6 +48,9 @@ from affidavit.packs._state import (
 )
 from affidavit.packs._tlog import check_log_proof
 from affidavit.packs.archive import ArchiveLimits, read_pack_archive, write_members
+
+if TYPE_CHECKING:
+    from affidavit.core.note import Verifier
 
 __all__ = [
     "DIVERGE",
@@ -83,6 +84,8 @@ class PackVerdict:
 
 
 def _version() -> str:
+    from importlib import metadata  # (~60 ms to import: only once a receipt is written)
+
     try:
         return metadata.version("affidavit")
     except metadata.PackageNotFoundError:

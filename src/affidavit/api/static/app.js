@@ -171,7 +171,7 @@ async function badges(jobId) {
   const box = el("div", { class: "badges", id: "proofs" });
   let verdict;
   try {
-    verdict = await api(`/api/jobs/${jobId}/verify`);
+    verdict = await api(`/api/jobs/${jobId}/verify?fresh=1`);  // a verdict of the store as it is now
   } catch (err) {
     if (err.status === 404 || err.status === 405) {
       box.append(el("span", { class: "badge na", "data-proof": "all", text: "proofs: not available" }));
