@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         ReplayContext,
         ReplayContextBuilder,
         build_from_events,
+        opened_payload,
     )
     from affidavit.record._sealing import (
         Sealer,
@@ -60,6 +61,7 @@ _LAZY = {
     "ReplayContext": "affidavit.record._replay",
     "ReplayContextBuilder": "affidavit.record._replay",
     "build_from_events": "affidavit.record._replay",
+    "opened_payload": "affidavit.record._replay",
     "SealKeyRefused": "affidavit.record._sealing",
     "Sealer": "affidavit.record._sealing",
     "default_key_path": "affidavit.record._sealing",
@@ -105,6 +107,7 @@ __all__ = [
     "key_status",
     "next_wait",
     "node_state",
+    "opened_payload",
     "park_doc",
     "resolve",
     "trace_of",

@@ -41,8 +41,10 @@ from affidavit.store._types import (
 )
 
 if TYPE_CHECKING:
+    from affidavit.core.privacy import JobCipher
     from affidavit.core.seal import PublicKey, Seal
     from affidavit.store._sealkeys import SealKeyAdmission
+    from affidavit.store._subjects import SubjectKeys, SubjectRow
     from affidavit.store.migrations import Migration
     from affidavit.store.queues import Placement
 
@@ -148,6 +150,18 @@ class Transaction(
             CanonicalizationError: a payload is not representable (nothing is written).
             ValueError: both ``events`` and ``encoded`` are given.
         """
+        ...
+
+    def bind_subject(self, job_id: str, subject: str) -> str:
+        """Make ``job_id`` a job of ``subject`` (see :mod:`affidavit.store._subjects`)."""
+        ...
+
+    def job_cipher(self, job_id: str) -> JobCipher | None:
+        """The writer's cipher of ``job_id``'s subject; ``None`` without one."""
+        ...
+
+    def erase_subject(self, subject_id: str, reason: str | None) -> tuple[str, list[str]]:
+        """Delete the subject's data key; returns the time and the subject's jobs."""
         ...
 
     def head(self, job_id: str) -> tuple[int, bytes]:
@@ -445,12 +459,36 @@ class Store(Protocol):
         durable: bool = True,
         placement: Placement | None = None,
         parent: tuple[str, str] | None = None,
+        subject: str | None = None,
     ) -> tuple[JobRecord, bool]:
         """Create a job and append its first ``events`` atomically; with an idempotency key
         already used in the namespace, return the existing job (and ``False``), writing nothing.
         ``placement``: the job's queue and its place in it (None: the default queue).
         ``parent``: ``(parent_job_id, parent_step_id)`` of a child job, linked in the same
-        transaction (see :mod:`affidavit.store._children`)."""
+        transaction (see :mod:`affidavit.store._children`). ``subject``: the job's data
+        subject, whose key seals its values (see :mod:`affidavit.store._subjects`)."""
+        ...
+
+    @property
+    def subjects(self) -> SubjectKeys:
+        """The store's key provider and its writers' data keys."""
+        ...
+
+    def job_key(self, job_id: str) -> tuple[str, JobCipher | None] | None:
+        """``job_id``'s subject id and data key cipher (``None`` once erased); ``None``
+        without a subject. Read each time."""
+        ...
+
+    def writer_cipher(self, job_id: str) -> JobCipher | None:
+        """The cipher a writer of ``job_id`` seals with (``None``: no subject), cached."""
+        ...
+
+    def list_subjects(self, subject_id: str | None = None) -> list[SubjectRow]: ...
+
+    def subject_job_ids(self, subject_id: str) -> list[str]: ...
+
+    def scrub_erased(self) -> None:
+        """Remove what the database's files still hold of deleted key rows."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord:

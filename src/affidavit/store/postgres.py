@@ -321,6 +321,8 @@ class PostgresStore(SqlStore):
             try:
                 tx = PostgresTransaction(conn, durable=durable, prepare=self.prepare)
                 tx.trust_tables = self.trust_tables
+                tx.subjects = self.subjects
+                tx.subject_tables = self.subject_tables
                 yield tx
                 tx.commit()
             except BaseException:

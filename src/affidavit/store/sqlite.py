@@ -114,6 +114,8 @@ class _WriteTransaction:
         store._in_write = True
         tx = SqliteTransaction(store._writer, cursor)
         tx.trust_tables = store.trust_tables
+        tx.subjects = store.subjects
+        tx.subject_tables = store.subject_tables
         return tx
 
     def __exit__(
