@@ -28,6 +28,8 @@ POINTS = frozenset(
         "stream.after_emit",
         "child.after_create",
         "child.before_link",
+        "erase.before_commit",
+        "erase.after_commit",
     }
 )
 

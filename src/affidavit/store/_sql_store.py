@@ -357,6 +357,7 @@ class SqlStore(ApiKeyReads, ABC):
         )
         return [str(r[0]) for r in rows]
 
-    def scrub_erased(self) -> None:
+    def scrub_erased(self) -> bool:
         """Remove the copies the database's files may still hold of deleted key rows (the
-        backend's own way: see docs/privacy.md). By default nothing is needed."""
+        backend's own way: see docs/privacy.md); whether it could all be done."""
+        return True

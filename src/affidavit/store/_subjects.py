@@ -13,6 +13,7 @@ Mixed into :class:`~affidavit.store._sql.SqlTransaction`. SQL uses ``?`` placeho
 from __future__ import annotations
 
 import threading
+import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -125,6 +126,7 @@ class SubjectOps:
 
     subjects: SubjectKeys | None = None  # set by the store on each transaction
     subject_tables = True
+    FOR_UPDATE: str  # the backend's row-lock clause (empty on SQLite: its writers take turns)
 
     @abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
@@ -144,9 +146,11 @@ class SubjectOps:
         provider = keys.provider
         subject_id = provider.subject_id(subject)
         now = utc_now()
+        # (the subject's row locked: an erasure that commits first is seen, never outrun)
         rows = self.query(
             "SELECT s.erased_at, k.wrapped_key FROM subjects s "
-            "LEFT JOIN subject_keys k ON k.subject_id = s.subject_id WHERE s.subject_id = ?",
+            "LEFT JOIN subject_keys k ON k.subject_id = s.subject_id WHERE s.subject_id = ?"
+            + (" FOR UPDATE OF s" if self.FOR_UPDATE else ""),
             (subject_id,),
         )
         if rows and rows[0][0] is not None:
@@ -214,33 +218,55 @@ class SubjectOps:
         cipher = self.job_cipher(job_id)
         return value if cipher is None else cipher.seal(value)
 
-    def erase_subject(self, subject_id: str, reason: str | None) -> tuple[str, list[str]]:
-        """Delete the subject's data key and mark it erased; returns (the time, its jobs).
-
-        Raises:
-            SubjectError: no such subject, or erased already.
-        """
-        rows = self.query("SELECT erased_at FROM subjects WHERE subject_id = ?", (subject_id,))
+    def lock_subject(self, subject_id: str) -> tuple[str | None, str | None] | None:
+        """Lock the subject's row for the rest of the transaction; ``(erased_at, receipt)``, or
+        ``None`` for no such subject."""
+        rows = self.query(
+            f"SELECT erased_at, receipt FROM subjects WHERE subject_id = ?{self.FOR_UPDATE}",
+            (subject_id,),
+        )
         if not rows:
-            raise SubjectError(f"no subject {subject_id[:16]}… in this store")
-        if rows[0][0] is not None:
-            raise SubjectError(f"subject {subject_id[:16]}… was erased at {rows[0][0]} already")
-        at = utc_now()
-        jobs = [
-            str(r[0])
-            for r in self.query(
-                "SELECT job_id FROM job_subjects WHERE subject_id = ? ORDER BY created_at, job_id",
-                (subject_id,),
-            )
-        ]
+            return None
+        return (
+            None if rows[0][0] is None else str(rows[0][0]),
+            None if rows[0][1] is None else str(rows[0][1]),
+        )
+
+    def subject_jobs_locked(self, subject_id: str) -> list[tuple[str, str]]:
+        """``(job_id, status)`` of each of the subject's jobs, oldest first, their rows locked
+        (a job that is not finished cannot end or be claimed meanwhile)."""
+        lock = " FOR UPDATE OF j" if self.FOR_UPDATE else ""
+        rows = self.query(
+            "SELECT j.job_id, j.status FROM job_subjects s JOIN jobs j ON j.job_id = s.job_id "
+            f"WHERE s.subject_id = ? ORDER BY s.created_at, s.job_id{lock}",
+            (subject_id,),
+        )
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def subject_key_id(self, subject_id: str) -> str | None:
+        rows = self.query("SELECT key_id FROM subjects WHERE subject_id = ?", (subject_id,))
+        return str(rows[0][0]) if rows else None
+
+    def erase_subject(
+        self, subject_id: str, *, at: str, reason: str | None, receipt: str, leaf: bytes
+    ) -> None:
+        """Delete the subject's data key, mark it erased with its signed ``receipt``, and
+        queue ``leaf`` (the receipt's transparency-log leaf), all in this transaction; the
+        caller locked the subject (:meth:`lock_subject`) and checked its jobs."""
         self.execute("DELETE FROM subject_keys WHERE subject_id = ?", (subject_id,))
         self.execute(
-            "UPDATE subjects SET erased_at = ?, erase_reason = ? WHERE subject_id = ?",
-            (at, reason, subject_id),
+            "UPDATE subjects SET erased_at = ?, erase_reason = ?, receipt = ? WHERE subject_id = ?",
+            (at, reason, receipt, subject_id),
+        )
+        self.execute(
+            "INSERT INTO tlog_queue (job_id, leaf, queued_at) VALUES (?, ?, ?)",
+            (f"{ERASURE_RECORD_PREFIX}{subject_id}", leaf, time.time()),
         )
         if self.subjects is not None:
-            self.subjects.forget(jobs)
-        return at, jobs
+            self.subjects.forget([job_id for job_id, _ in self.subject_jobs_locked(subject_id)])
+
+
+ERASURE_RECORD_PREFIX = "erasure:"  # a receipt's record id in the transparency log
 
 
 SUBJECT_LIST = (

@@ -160,8 +160,20 @@ class Transaction(
         """The writer's cipher of ``job_id``'s subject; ``None`` without one."""
         ...
 
-    def erase_subject(self, subject_id: str, reason: str | None) -> tuple[str, list[str]]:
-        """Delete the subject's data key; returns the time and the subject's jobs."""
+    def lock_subject(self, subject_id: str) -> tuple[str | None, str | None] | None:
+        """Lock the subject's row; ``(erased_at, receipt)``, ``None`` for no such subject."""
+        ...
+
+    def subject_jobs_locked(self, subject_id: str) -> list[tuple[str, str]]:
+        """``(job_id, status)`` of the subject's jobs, their rows locked."""
+        ...
+
+    def subject_key_id(self, subject_id: str) -> str | None: ...
+
+    def erase_subject(
+        self, subject_id: str, *, at: str, reason: str | None, receipt: str, leaf: bytes
+    ) -> None:
+        """Delete the subject's data key, record the erasure and queue its log leaf."""
         ...
 
     def head(self, job_id: str) -> tuple[int, bytes]:
@@ -487,8 +499,9 @@ class Store(Protocol):
 
     def subject_job_ids(self, subject_id: str) -> list[str]: ...
 
-    def scrub_erased(self) -> None:
-        """Remove what the database's files still hold of deleted key rows."""
+    def scrub_erased(self) -> bool:
+        """Remove what the database's files still hold of deleted key rows; whether it could
+        all be done."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord:

@@ -448,5 +448,30 @@ class PostgresStore(SqlStore):
         assert best is not None  # (the statement returns one row)
         return best
 
+    def scrub_erased(self) -> bool:
+        """Rewrite ``subject_keys`` into new files (``VACUUM FULL``: the old files, which still
+        hold the erased key row's dead tuple, are unlinked), then checkpoint and switch the
+        write-ahead log so that the segments that hold the row's insert are retired (removed,
+        or recycled and overwritten; with ``wal_recycle = off`` removed). ``False`` when this
+        role may not checkpoint or switch the log (superuser or ``pg_checkpoint``): the old
+        segments then stay until the server's own checkpoints retire them (docs/privacy.md).
+
+        Raises:
+            StoreError: the table cannot be rewritten.
+        """
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("VACUUM FULL subject_keys")
+        except psycopg.Error as exc:
+            raise store_error("cannot rewrite subject_keys", exc) from exc
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("CHECKPOINT")
+                conn.execute("SELECT pg_switch_wal()")
+                conn.execute("CHECKPOINT")
+        except psycopg.Error:
+            return False
+        return True
+
     def close(self) -> None:
         self._pool.close()

@@ -9,7 +9,8 @@ CREATE TABLE subjects (
     wrapped_by   TEXT NOT NULL,
     created_at   TEXT NOT NULL,
     erased_at    TEXT,
-    erase_reason TEXT
+    erase_reason TEXT,
+    receipt      TEXT
 );
 CREATE TABLE subject_keys (
     subject_id  TEXT PRIMARY KEY,
