@@ -22,12 +22,12 @@ if TYPE_CHECKING:
     from affidavit.record._args import ArgsResolutionError, check_input_references, resolve
     from affidavit.record._decision_context import decision_context
     from affidavit.record._follow import JobFollower, follow_job, next_wait
+    from affidavit.record._opened import opened_payload
     from affidavit.record._replay import (
         Invocation,
         ReplayContext,
         ReplayContextBuilder,
         build_from_events,
-        opened_payload,
     )
     from affidavit.record._sealing import (
         Sealer,
@@ -61,7 +61,7 @@ _LAZY = {
     "ReplayContext": "affidavit.record._replay",
     "ReplayContextBuilder": "affidavit.record._replay",
     "build_from_events": "affidavit.record._replay",
-    "opened_payload": "affidavit.record._replay",
+    "opened_payload": "affidavit.record._opened",
     "SealKeyRefused": "affidavit.record._sealing",
     "Sealer": "affidavit.record._sealing",
     "default_key_path": "affidavit.record._sealing",

@@ -45,7 +45,8 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, ReplayError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, FAILED_RESULT_TYPES
 from affidavit.core.plan import Plan
-from affidavit.core.privacy import JobCipher, erased_opener, open_payload
+from affidavit.core.privacy import JobCipher
+from affidavit.record._opened import opened_payload
 from affidavit.store.base import StoredEvent
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -596,13 +597,3 @@ def build_from_events(
 ) -> ReplayContext:
     """Shorthand for :meth:`ReplayContextBuilder.build_from_events`."""
     return ReplayContextBuilder.build_from_events(events, cipher)
-
-
-def opened_payload(event: StoredEvent, cipher: JobCipher | None) -> Any:
-    """``event``'s payload with its sealed values opened under ``cipher`` (a subject's job),
-    or shown as :data:`~affidavit.core.privacy.ERASED` when ``cipher`` is ``None``."""
-    payload = event.payload
-    if not isinstance(payload, dict):
-        return payload
-    opener = erased_opener if cipher is None else cipher.open
-    return open_payload(opener, event.type, payload)
