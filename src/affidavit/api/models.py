@@ -40,6 +40,13 @@ class SubmitJob(_Body):
     not_before: AwareDatetime | None = Field(
         default=None, description="Not claimed before this time (ISO 8601 with a zone)."
     )
+    subject: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Agent jobs: the person the job's data is about. Every value a person or "
+        "an agent supplies to the job is stored sealed under the subject's key, erasable with "
+        "`affidavit erase` (docs/privacy.md). Never stored itself: only a keyed hash.",
+    )
 
     @model_validator(mode="after")
     def _plan_or_agent(self) -> SubmitJob:

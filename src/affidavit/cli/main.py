@@ -65,6 +65,8 @@ COMMAND_MODULES: dict[str, str] = {
     "claims": "claims_cmds:claims_app",
     "trust": "claims_cmds:trust_app",
     "queues": "queue_cmds:queues_app",
+    "subjects": "subjects_cmds:subjects_app",
+    "erase": "subjects_cmds:erase_app",
 }
 _registered: set[str] = set()
 

@@ -99,6 +99,16 @@ def submit(
     priority: PriorityOption = None,
     partition_key: PartitionKeyOption = None,
     not_before: NotBeforeOption = None,
+    subject: Annotated[
+        str | None,
+        typer.Option(
+            "--subject",
+            help="The person the job's data is about (agent jobs): its values are stored "
+            "sealed under the subject's key ($AFFIDAVIT_MASTER_KEY), erasable with "
+            "`affidavit erase`.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -131,6 +141,7 @@ def submit(
                     idempotency_key=idempotency_key,
                     replay_verification=replay,
                     placement=where,
+                    subject=subject,
                 )
             else:
                 job, _ = submit_job(
@@ -141,6 +152,7 @@ def submit(
                     idempotency_key=idempotency_key,
                     replay_verification=replay,
                     placement=where,
+                    subject=subject,
                 )
     if as_json:
         output.emit_json({"job_id": job.job_id, "status": job.status})

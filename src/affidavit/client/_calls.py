@@ -141,8 +141,10 @@ def submit(
     replay_verification: str | None,
     idempotency_key: str | None,
     traceparent: str | None,
+    subject: str | None = None,
 ) -> Call[Job]:
     fields = {
+        "subject": subject,
         "queue": queue,
         "priority": priority,
         "partition_key": partition_key,

@@ -99,13 +99,16 @@ class Client:
         replay_verification: str | None = None,
         idempotency_key: str | None = None,
         traceparent: str | None = None,
+        subject: str | None = None,
     ) -> Job:
         """Enqueue a job (``POST /api/jobs``; nothing runs here: a worker claims it).
         ``plan_or_agent``: a plan (a dict, an :class:`affidavit.Plan`, or a ``.json``/
         ``.yaml``/``.yml`` file's path, read here) or an agent registered in the server's
         ``--tools`` (its name, or the ``@affidavit.agent`` object). The same
         ``idempotency_key`` returns the same job. ``queue``, ``priority``, ``partition_key``,
-        ``not_before``: docs/queues.md; ``namespace``: admins only.
+        ``not_before``: docs/queues.md; ``namespace``: admins only. ``subject`` (agent
+        jobs): the person the job's data is about; its values are stored sealed under the
+        subject's key, erasable with ``affidavit erase`` (docs/privacy.md).
 
         Raises:
             PlanError: the plan file cannot be read or is not a plan.
@@ -126,6 +129,7 @@ class Client:
                 replay_verification=replay_verification,
                 idempotency_key=idempotency_key,
                 traceparent=traceparent,
+                subject=subject,
             )
         )
 
