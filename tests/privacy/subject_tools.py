@@ -52,5 +52,13 @@ def simple(ctx: AgentContext, email: str) -> Any:
     return ctx.call(send_email, to=email, body="hi")["sent_to"]
 
 
+@agent("pv_parent", version="1")
+def parent(ctx: AgentContext, email: str) -> Any:
+    child = ctx.start_job("pv_simple", {"email": email})
+    return ctx.join(child)
+
+
 def registry() -> ToolRegistry:
-    return ToolRegistry([send_email, model, fail, everything, tool_error, agent_error, simple])
+    return ToolRegistry(
+        [send_email, model, fail, everything, tool_error, agent_error, simple, parent]
+    )

@@ -51,3 +51,19 @@ def test_errors_are_sealed(rt: Runtime) -> None:
         assert st.CANARY.encode() not in _raw(rt, job.job_id), name
         assert is_sealed(rt.store.get_job(job.job_id).error)
         assert verify_job(rt.store, job.job_id).ok, name
+
+
+def test_a_subject_job_starts_no_child_and_is_not_forked(rt: Runtime) -> None:
+    import pytest
+
+    from affidavit.core.errors import AffidavitError
+
+    job = rt.submit("pv_parent", {"email": st.CANARY}, subject="customer-7")
+    done = rt.run_job(job.job_id)
+    assert done.status == "failed"
+    assert st.CANARY.encode() not in _raw(rt, job.job_id)
+    assert [j.job_id for j in rt.store.list_jobs()] == [job.job_id]  # no child was created
+    simple = rt.submit("pv_simple", {"email": st.CANARY}, subject="customer-7")
+    rt.run_job(simple.job_id)
+    with pytest.raises(AffidavitError, match="has a subject"):
+        rt.fork(simple.job_id, "#0")
