@@ -67,3 +67,21 @@ def test_a_subject_job_starts_no_child_and_is_not_forked(rt: Runtime) -> None:
     rt.run_job(simple.job_id)
     with pytest.raises(AffidavitError, match="has a subject"):
         rt.fork(simple.job_id, "#0")
+
+
+def test_a_copy_made_before_migration_24_is_read_as_it_is(store_url: str) -> None:
+    """A store opened read-only reads a database without the subject tables: no job there
+    has a subject."""
+    from affidavit.store import open_store
+    from tests.store.legacy import undo_migration_24
+
+    with Runtime(store_url, tools=st.registry()) as runtime:
+        job = runtime.submit("pv_simple", {"email": "x"})
+        runtime.run_job(job.job_id)
+    undo_migration_24(store_url)
+    store = open_store(store_url, read_only=True)
+    try:
+        assert store.job_key(job.job_id) is None and store.list_subjects() == []
+        assert verify_job(store, job.job_id).ok
+    finally:
+        store.close()

@@ -186,6 +186,14 @@ def undo_migration_27(url: str) -> None:
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 27")
 
 
+def undo_migration_24(url: str) -> None:
+    """Take the data subjects (migration 24) out of the database at ``url``."""
+    raw = RawDb(url)
+    for table in ("job_subjects", "subject_keys", "subjects"):
+        raw.execute(f"DROP TABLE {table}")
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 24")
+
+
 def undo_migration_23(url: str) -> None:
     """Take the child-job links (migration 23) out of the database at ``url``."""
     raw = RawDb(url)
@@ -213,6 +221,7 @@ def undo_migration_12(url: str) -> None:
     signed them (v1: no events root), the two seal columns gone (the later migrations undone
     first)."""
     undo_migration_27(url)
+    undo_migration_24(url)
     undo_migration_23(url)
     undo_migration_22(url)
     undo_migration_21(url)
