@@ -204,6 +204,10 @@ class PostgresSnapshot(SqlSnapshot):
             rows.close()
 
 
+#: The longest one step of :meth:`PostgresStore.scrub_erased` may take, in seconds.
+SCRUB_TIMEOUT = 60
+
+
 class PostgresStore(SqlStore):
     """A :class:`~affidavit.store.base.Store` on a PostgreSQL database."""
 
@@ -450,26 +454,27 @@ class PostgresStore(SqlStore):
 
     def scrub_erased(self) -> bool:
         """Rewrite ``subject_keys`` into new files (``VACUUM FULL``: the old files, which still
-        hold the erased key row's dead tuple, are unlinked), then checkpoint and switch the
-        write-ahead log so that the segments that hold the row's insert are retired (removed,
-        or recycled and overwritten; with ``wal_recycle = off`` removed). ``False`` when this
-        role may not checkpoint or switch the log (superuser or ``pg_checkpoint``): the old
-        segments then stay until the server's own checkpoints retire them (docs/privacy.md).
-
-        Raises:
-            StoreError: the table cannot be rewritten.
-        """
+        hold the erased key row's dead tuple, are emptied and unlinked), then checkpoint and
+        switch the write-ahead log so that the segments that hold the row's insert are retired
+        (removed with ``wal_recycle = off``; else recycled, and overwritten as they are
+        reused). Each step is bounded (:data:`SCRUB_TIMEOUT`); ``False`` when one could not be
+        done — a lock held too long, a slow checkpoint, or a role that may not checkpoint or
+        switch the log (superuser or ``pg_checkpoint``): running the erasure again retries
+        (docs/privacy.md)."""
+        bounded = f"SET statement_timeout = '{SCRUB_TIMEOUT}s'"
         try:
             with self._pool.connection() as conn:
-                conn.execute("VACUUM FULL subject_keys")
-        except psycopg.Error as exc:
-            raise store_error("cannot rewrite subject_keys", exc) from exc
-        try:
-            with self._pool.connection() as conn:
-                conn.execute("CHECKPOINT")
-                conn.execute("SELECT pg_switch_wal()")
-                conn.execute("CHECKPOINT")
-        except psycopg.Error:
+                conn.execute(bounded)
+                try:
+                    conn.execute(f"SET lock_timeout = '{SCRUB_TIMEOUT}s'")
+                    conn.execute("VACUUM FULL subject_keys")
+                    conn.execute("CHECKPOINT")
+                    conn.execute("SELECT pg_switch_wal()")
+                    conn.execute("CHECKPOINT")
+                finally:
+                    conn.execute("RESET statement_timeout")
+                    conn.execute("RESET lock_timeout")
+        except (psycopg.Error, PoolTimeout):
             return False
         return True
 
