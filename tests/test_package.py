@@ -24,6 +24,8 @@ ALLOWED = {
     # the transparency log: beside verify (packs carry its proofs)
     "tlog": {"core", "store", "record"},
     "packs": {"core", "store", "record", "verify", "tlog"},
+    # data subjects and their erasure: signed receipts logged in the transparency log
+    "privacy": {"core", "store", "record", "tlog"},
     "claims": {"core", "store", "record", "verify"},
     # retention archives finished jobs as packs before it removes them from the live store
     "retention": {"core", "store", "packs"},

@@ -192,6 +192,12 @@ def undo_migration_25(url: str) -> None:
     for table in ("retention_holds", "retention_policy", "archived_jobs", "job_tags"):
         raw.execute(f"DROP TABLE {table}")
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 25")
+def undo_migration_24(url: str) -> None:
+    """Take the data subjects (migration 24) out of the database at ``url``."""
+    raw = RawDb(url)
+    for table in ("job_subjects", "subject_keys", "subjects"):
+        raw.execute(f"DROP TABLE {table}")
+    raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 24")
 
 
 def undo_migration_23(url: str) -> None:
@@ -222,6 +228,7 @@ def undo_migration_12(url: str) -> None:
     first)."""
     undo_migration_27(url)
     undo_migration_25(url)
+    undo_migration_24(url)
     undo_migration_23(url)
     undo_migration_22(url)
     undo_migration_21(url)

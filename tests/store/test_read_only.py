@@ -108,6 +108,7 @@ def test_a_copy_made_before_migration_6_is_read_as_it_is(store_url: str) -> None
         21,
         22,
         23,
+        24,
         25,
         27,
     ]

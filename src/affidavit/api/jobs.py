@@ -35,7 +35,7 @@ from affidavit.api.models import (
 from affidavit.api.sealed import sealed_key, serve_bytes, serve_json
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
-from affidavit.record import fork_lineage, job_trace
+from affidavit.record import SubjectView, fork_lineage, job_trace
 from affidavit.runtime import (
     family_doc,
     registry,
@@ -126,6 +126,7 @@ def submit(
             traceparent=traceparent if valid_traceparent(traceparent) else None,
             placement=where,
             tags=body.tags,
+            subject=body.subject,
         )
         if not created:
             response.status_code = 200
@@ -143,6 +144,7 @@ def submit(
         traceparent=traceparent if valid_traceparent(traceparent) else None,
         placement=where,
         tags=body.tags,
+        subject=body.subject,
     )
     if not created:
         response.status_code = 200
@@ -211,8 +213,8 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)
 def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
-    doc = with_tags(svc.store, visible_job(svc.store, caller, job_id).to_dict())
-    doc |= family_doc(svc.store, job_id)
+    job = SubjectView(svc.store, job_id).job(visible_job(svc.store, caller, job_id))
+    doc = with_tags(svc.store, job.to_dict()) | family_doc(svc.store, job_id)
     lineage = fork_lineage(svc.store.list_events(job_id, limit=1))
     return doc if lineage is None else {**doc, "forked_from": lineage}
 
@@ -265,13 +267,17 @@ def events(
     caller: Observer,
     after_version: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    raw: bool = False,
 ) -> dict[str, Any]:
-    """The log in version order, a page at a time, each event with its chain hash."""
+    """The log in version order, a page at a time, each event with its chain hash. A job
+    with a subject shows its sealed values opened while the subject's key exists, and
+    `"[erased]"` after; `raw=true` gives the stored envelopes (what the chain covers)."""
     job = visible_job(svc.store, caller, job_id)
     page = svc.store.list_events(job_id, after_version=after_version, limit=limit)
     more = bool(page) and page[-1].version < job.version
+    view = None if raw else SubjectView(svc.store, job_id)
     return {
-        "events": [e.to_dict() for e in page],
+        "events": [e.to_dict() if view is None else view.event_dict(e) for e in page],
         "next_after_version": page[-1].version if more else None,
     }
 

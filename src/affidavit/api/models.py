@@ -45,6 +45,13 @@ class SubmitJob(_Body):
         description="Up to 16 `key → value` texts to list the job by (`GET /api/jobs?tag=K=V`); "
         "stored in plain text, never encrypted: they must not hold personal data.",
     )
+    subject: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Agent jobs: the person the job's data is about. Every value a person or "
+        "an agent supplies to the job is stored sealed under the subject's key, erasable with "
+        "`affidavit erase` (docs/privacy.md). Never stored itself: only a keyed hash.",
+    )
 
     @model_validator(mode="after")
     def _plan_or_agent(self) -> SubmitJob:

@@ -20,7 +20,7 @@ from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import InputOption, parse_json_arg, seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import JobNotFound, WaitTimeout
-from affidavit.record import fork_lineage
+from affidavit.record import SubjectView, fork_lineage
 from affidavit.store import JOB_STATUSES, JobFilter, JobRecord, Store, StoredEvent
 from affidavit.store.tags import read_tags, tag_filter, with_tags
 
@@ -140,7 +140,8 @@ def show_job(
 
     with command(as_json), opened(db, read_only=True) as store:
         job = archived_or_job(store, job_id)
-        doc = with_tags(store, job.to_dict())
+        # (a subject's: opened or erased)
+        doc = with_tags(store, SubjectView(store, job_id).job(job).to_dict())
         sealed = seal_document(store, job_id)  # what `verify_events(..., seal=...)` takes
         doc["seal"] = sealed["seal"]
         if sealed["error"] is not None:
@@ -341,13 +342,21 @@ def job_events(
     job_id: Annotated[str, typer.Argument(help="The job id.")],
     after_version: Annotated[int, typer.Option(min=0, help="Only events after this version.")] = 0,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="A subject's job: show the stored envelopes, not the opened values."
+        ),
+    ] = False,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Print a job's event log in version order, with each event's chain hash.
 
     With --json: a list of {"version","event_id","type","payload","chain_hash"}; the stored
-    bytes of each payload are exactly its RFC 8785 canonical JSON.
+    bytes of each payload are exactly its RFC 8785 canonical JSON. A job with a subject shows
+    its sealed values opened while the subject's key exists, and "[erased]" after; --raw shows
+    what is stored (and hashed): the envelopes.
 
     Exit codes: 0 printed; 2 no such job; 3 an event row changed outside affidavit (a field of
     another type; with --json also a stored payload that is not JSON: replay_error, naming the
@@ -355,14 +364,21 @@ def job_events(
     """
     with command(as_json), opened(db, read_only=True) as store:
         job = store.get_job(job_id)  # a clear "not found" rather than an empty list
+        view = None if raw else SubjectView(store, job_id)
+        if view is not None and not view.subject:
+            view = None
         shown = max(job.version - after_version, 0)
         if not as_json and min(shown, limit or shown) > output.RICH_TABLE_ROWS:
             # a long log: plain columns, printed page by page as they are read
             widths = (len(str(job.version)), _TYPE_WIDTH, 32, 17)
             stream = store.iter_events(job_id, after_version=after_version, limit=limit)
+            if view is not None:
+                stream = (view.events([e])[0] for e in stream)
             output.plain_columns(_EVENT_COLUMNS, widths, map(_event_row, stream))
             return
         events = store.list_events(job_id, after_version=after_version, limit=limit)
+        if view is not None:
+            events = view.events(events)
         docs = [e.to_dict() for e in events] if as_json else []
     if as_json:
         output.emit_json(docs)

@@ -66,6 +66,8 @@ COMMAND_MODULES: dict[str, str] = {
     "trust": "claims_cmds:trust_app",
     "queues": "queue_cmds:queues_app",
     "retention": "retention_cmds:retention_app",
+    "subjects": "subjects_cmds:subjects_app",
+    "erase": "subjects_cmds:erase_app",
 }
 _registered: set[str] = set()
 

@@ -107,6 +107,15 @@ def submit(
             metavar="KEY=VALUE",
             help="Tag the job (repeatable; at most 16): `jobs list --tag` finds it. Tags are "
             "stored in plain text, never encrypted: never put personal data in them.",
+        ),
+    ] = None,
+    subject: Annotated[
+        str | None,
+        typer.Option(
+            "--subject",
+            help="The person the job's data is about (agent jobs): its values are stored "
+            "sealed under the subject's key ($AFFIDAVIT_MASTER_KEY), erasable with "
+            "`affidavit erase`.",
             show_default=False,
         ),
     ] = None,
@@ -144,6 +153,7 @@ def submit(
                     replay_verification=replay,
                     placement=where,
                     tags=tags,
+                    subject=subject,
                 )
             else:
                 job, _ = submit_job(
@@ -155,6 +165,7 @@ def submit(
                     replay_verification=replay,
                     placement=where,
                     tags=tags,
+                    subject=subject,
                 )
     if as_json:
         output.emit_json({"job_id": job.job_id, "status": job.status})

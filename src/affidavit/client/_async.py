@@ -101,6 +101,7 @@ class AsyncClient:
         idempotency_key: str | None = None,
         traceparent: str | None = None,
         tags: Mapping[str, str] | None = None,
+        subject: str | None = None,
     ) -> Job:
         """Enqueue a job (``POST /api/jobs``; nothing runs here: a worker claims it).
         ``plan_or_agent``: a plan (a dict, an :class:`affidavit.Plan`, or a ``.json``/
@@ -110,6 +111,8 @@ class AsyncClient:
         ``not_before``: docs/queues.md; ``namespace``: admins only. ``tags``: up to 16
         ``key → value`` texts to list the job by (plain text, never encrypted: no personal
         data).
+        ``subject`` (agent jobs): the person the job's data is about; its values are stored
+        sealed under the subject's key, erasable with ``affidavit erase`` (docs/privacy.md).
 
         Raises:
             PlanError: the plan file cannot be read or is not a plan.
@@ -131,6 +134,7 @@ class AsyncClient:
                 idempotency_key=idempotency_key,
                 traceparent=traceparent,
                 tags=tags,
+                subject=subject,
             )
         )
 

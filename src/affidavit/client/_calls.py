@@ -143,9 +143,11 @@ def submit(
     idempotency_key: str | None,
     traceparent: str | None,
     tags: Mapping[str, str] | None = None,
+    subject: str | None = None,
 ) -> Call[Job]:
     fields = {
         "tags": None if tags is None else dict(tags),
+        "subject": subject,
         "queue": queue,
         "priority": priority,
         "partition_key": partition_key,

@@ -100,6 +100,7 @@ class Client:
         idempotency_key: str | None = None,
         traceparent: str | None = None,
         tags: Mapping[str, str] | None = None,
+        subject: str | None = None,
     ) -> Job:
         """Enqueue a job (``POST /api/jobs``; nothing runs here: a worker claims it).
         ``plan_or_agent``: a plan (a dict, an :class:`affidavit.Plan`, or a ``.json``/
@@ -109,6 +110,8 @@ class Client:
         ``not_before``: docs/queues.md; ``namespace``: admins only. ``tags``: up to 16
         ``key → value`` texts to list the job by (plain text, never encrypted: no personal
         data).
+        ``subject`` (agent jobs): the person the job's data is about; its values are stored
+        sealed under the subject's key, erasable with ``affidavit erase`` (docs/privacy.md).
 
         Raises:
             PlanError: the plan file cannot be read or is not a plan.
@@ -130,6 +133,7 @@ class Client:
                 idempotency_key=idempotency_key,
                 traceparent=traceparent,
                 tags=tags,
+                subject=subject,
             )
         )
 

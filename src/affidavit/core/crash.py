@@ -32,6 +32,8 @@ POINTS = frozenset(
         "retention.after_pack_verified",
         "retention.before_delete_commit",
         "retention.after_delete_commit",
+        "erase.before_commit",
+        "erase.after_commit",
     }
 )
 

@@ -202,12 +202,17 @@ class JobWaiting(_Payload):
     call: dict[str, Any] | None = None  # the approval of one tool call: step, tool, args
 
 
+# A value a person supplied, sealed under its subject's key (core/privacy.py): an object
+# {"affidavit:sealed": "v1", "kid", "ct"} where the field holds text otherwise.
+SealedText = dict[str, str]
+
+
 class Decision(_Payload):
     principal: str
     role: str
     key_id: str | None
     approved: bool
-    comment: str | None = None
+    comment: str | SealedText | None = None
 
 
 class WaitCompleted(_Payload):
@@ -235,7 +240,7 @@ class JobResumed(_Payload):
     decision: Literal["retry", "accept_result", "fail", "continue"]
     result: Any = None
     by: str | None
-    note: str | None
+    note: str | SealedText | None
     budget: BudgetSettings | None = None  # the new budget, continuing a budget_exceeded park
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from affidavit.record._args import ArgsResolutionError, check_input_references, resolve
     from affidavit.record._decision_context import decision_context
     from affidavit.record._follow import JobFollower, follow_job, next_wait
+    from affidavit.record._opened import SubjectView, opened_payload
     from affidavit.record._replay import (
         Invocation,
         ReplayContext,
@@ -60,6 +61,8 @@ _LAZY = {
     "ReplayContext": "affidavit.record._replay",
     "ReplayContextBuilder": "affidavit.record._replay",
     "build_from_events": "affidavit.record._replay",
+    "opened_payload": "affidavit.record._opened",
+    "SubjectView": "affidavit.record._opened",
     "SealKeyRefused": "affidavit.record._sealing",
     "Sealer": "affidavit.record._sealing",
     "default_key_path": "affidavit.record._sealing",
@@ -93,6 +96,7 @@ __all__ = [
     "ReplayContextBuilder",
     "SealKeyRefused",
     "Sealer",
+    "SubjectView",
     "agent_trace_of",
     "build_from_events",
     "check_input_references",
@@ -105,6 +109,7 @@ __all__ = [
     "key_status",
     "next_wait",
     "node_state",
+    "opened_payload",
     "park_doc",
     "resolve",
     "trace_of",

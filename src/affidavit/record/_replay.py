@@ -45,6 +45,8 @@ from affidavit.core.canonical import canonical
 from affidavit.core.errors import AffidavitError, ReplayError
 from affidavit.core.events import COMPLETED_RESULT_TYPES, FAILED_RESULT_TYPES
 from affidavit.core.plan import Plan
+from affidavit.core.privacy import JobCipher
+from affidavit.record._opened import opened_payload
 from affidavit.store.base import StoredEvent
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -218,16 +220,20 @@ class ReplayContextBuilder:
         }
 
     @classmethod
-    def build_from_events(cls, events: Iterable[StoredEvent]) -> ReplayContext:
-        """The context of the log ``events`` (in version order, starting at 1).
+    def build_from_events(
+        cls, events: Iterable[StoredEvent], cipher: JobCipher | None = None
+    ) -> ReplayContext:
+        """The context of the log ``events`` (in version order, starting at 1); ``cipher``:
+        the job's data key, which opens its sealed values (a subject's job).
 
         Raises:
             ReplayError: the log is structurally impossible; ``version`` names the first
                 offending event.
+            SealedValueError: a sealed value does not open under ``cipher``.
         """
         builder = cls()
         for event in events:
-            builder.add(event)
+            builder.add(event, None if cipher is None else opened_payload(event, cipher))
         return builder.ctx
 
     @property
@@ -586,6 +592,8 @@ class ReplayContextBuilder:
         ctx.stream_values += 1
 
 
-def build_from_events(events: Iterable[StoredEvent]) -> ReplayContext:
+def build_from_events(
+    events: Iterable[StoredEvent], cipher: JobCipher | None = None
+) -> ReplayContext:
     """Shorthand for :meth:`ReplayContextBuilder.build_from_events`."""
-    return ReplayContextBuilder.build_from_events(events)
+    return ReplayContextBuilder.build_from_events(events, cipher)

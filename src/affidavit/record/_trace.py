@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from affidavit.record._agent_trace import agent_trace_of, is_agent_log
+from affidavit.record._opened import SubjectView
 from affidavit.record._replay import ReplayContext, ReplayContextBuilder
 from affidavit.record._states import NodeFacts, node_state
 from affidavit.store import JobFilter, JobRecord, Store, StoredEvent
@@ -51,8 +52,9 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
         JobNotFound: no such job.
         ReplayError: the log is structurally impossible (see ``affidavit verify``).
     """
-    job = store.get_job(job_id)
-    events = store.list_events(job_id)
+    view = SubjectView(store, job_id)  # a subject's values: opened, or shown erased
+    job = view.job(store.get_job(job_id))
+    events = view.events(store.list_events(job_id))
     # an agent job's trace is the sequence of its calls: see affidavit.record._agent_trace
     trace = agent_trace_of(job, events)[0] if is_agent_log(events) else trace_of(job, events)[0]
     lineage = fork_lineage(events)

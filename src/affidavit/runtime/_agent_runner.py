@@ -31,7 +31,7 @@ from affidavit.core.agent_steps import (
     agent_step_id,
     call_signature,
 )
-from affidavit.core.canonical import canonical
+from affidavit.core.canonical import canonical, parse
 from affidavit.core.errors import AffidavitError, CancelRequestedError, FencedError, StoreError
 from affidavit.record import ReplayContext
 from affidavit.runtime._agent import Agent, AgentContext, running
@@ -293,10 +293,14 @@ class AgentRun:
                     },
                 )
             ) from exc
-        hashed = hashlib.sha256(args_jcs).hexdigest()[:16]
         with self._lock:
             seq = self._seq
             self._seq += 1
+        step = agent_step_id(self.job_id, seq, kind)
+        cipher = self.executor.cipher
+        if cipher is not None:  # a subject's job: the args are recorded, hashed, keyed sealed
+            args_jcs = canonical(cipher.seal(parse(args_jcs)))
+        hashed = hashlib.sha256(args_jcs).hexdigest()[:16]
         node_id = agent_node_id(seq)
         recorded = self.replay.agent_steps.get(seq)
         called = {"kind": kind, "tool_name": tool_name, "args_hash": hashed}
@@ -306,7 +310,6 @@ class AgentRun:
             self._kinds[node_id] = kind
             spec = StepSpec(node_id, str(recorded["step_id"]), kind, tool_name)
             return spec, args_jcs, None
-        step = agent_step_id(self.job_id, seq, kind)
         payload = {
             "seq": seq,
             "node_id": node_id,

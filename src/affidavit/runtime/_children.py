@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from affidavit.core import crash
 from affidavit.core.errors import AffidavitError, StoreError
+from affidavit.core.privacy import SubjectError
 from affidavit.core.seal import seal_sha256
 from affidavit.record import ReplayContext
 from affidavit.runtime._agent import Agent
@@ -145,11 +146,18 @@ def create_child(
 
     Raises:
         PlanError, ConfigError: the child cannot be created (an unknown agent, a bad plan).
+        SubjectError: the parent has a subject.
     """
     from affidavit.runtime._submit import submit_agent_job, submit_job
     from affidavit.store.queues import placement
 
     store = journal.store
+    if store.writer_cipher(journal.job_id) is not None:  # (its input would leave the seal)
+        raise SubjectError(
+            f"job {journal.job_id} has a subject: it cannot start child jobs (not supported "
+            "yet: a child would record the parent's values outside the subject's key)",
+            hint="Call the child's work as steps of the same job.",
+        )
     namespace, submitted_by = replay.namespace, replay.submitted_by  # (job_created's)
     if namespace is None:  # (a log that does not say: the job's row does)
         parent = store.get_job(journal.job_id)
@@ -311,6 +319,12 @@ def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -
     """``ctx.start_job``: the ``job`` step — create the child once, record its id."""
     args = start_args(target, job_input, queue)
     check_child(run, args)
+    if run.executor.cipher is not None:
+        raise SubjectError(
+            f"job {run.job_id} has a subject: it cannot start child jobs (not supported yet: "
+            "a child would record the parent's values outside the subject's key)",
+            hint="Call the child's work as steps of the same job.",
+        )
     run.quiesce()
     spec, _, called = run.next_step("job", None, args)
     if spec.node_id in run.replay.completed_nodes:

@@ -39,7 +39,7 @@ def _locked(tx: Transaction, job_id: str) -> tuple[JobRecord, ReplayContext]:
     job = tx.get_job(job_id, for_update=True)
     if job is None:
         raise JobNotFound(job_id)
-    return job, build_from_events(tx.list_events(job_id))
+    return job, build_from_events(tx.list_events(job_id), tx.job_cipher(job_id))
 
 
 # --- signal -----------------------------------------------------------------------------------
@@ -374,6 +374,9 @@ def _close_parked(
         "catch_up": True,
     }
     if decision == "accept_result":
+        cipher = tx.job_cipher(job_id)  # a subject's job: the result is hashed as it is stored
+        if cipher is not None:
+            result = cipher.seal(result)
         tx.ledger_finish(job_id, key, status="committed", result=result)
         return [
             NewEvent(

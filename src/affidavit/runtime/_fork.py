@@ -70,8 +70,8 @@ def submit_fork(
 
     Raises:
         JobNotFound: no job ``job_id``.
-        ForkRefused: the source has no seal, or ``from_step`` is none of the steps it
-            completed; nothing is written.
+        ForkRefused: the source has no seal or a subject, or ``from_step`` is none of the
+            steps it completed; nothing is written.
         IdempotencyConflict: ``idempotency_key`` names a job that is not this fork (another
             source, step or input, or no fork); nothing is written.
         ConfigError: an idempotency key that is not non-empty text.
@@ -80,6 +80,11 @@ def submit_fork(
 
     check_idempotency_key(idempotency_key)
     source = store.get_job(job_id)
+    if store.job_key(job_id) is not None:  # its recorded values are sealed for it alone
+        raise ForkRefused(
+            f"job {job_id} has a subject: a fork would need its values outside the subject's "
+            "key (not supported)"
+        )
     seal = store.get_seal(job_id)
     if seal is None:
         raise ForkRefused(f"job {job_id} is {source.status}, not finished: it has no seal to fork")

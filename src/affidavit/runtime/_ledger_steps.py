@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from affidavit.core.canonical import canonical, sha256_hex
+from affidavit.core.canonical import canonical, parse, sha256_hex
 from affidavit.runtime._limits import release_in
 from affidavit.runtime._run_base import Item, StepFailed, elapsed_ms, error_dict, recorded
 from affidavit.runtime._sdk import Tool, ToolContext
@@ -99,7 +99,10 @@ def commit(
     ``timed_out``: the fields of a call that ran past its time limit and was resolved by the
     tool's reconcile hook (``timeout_seconds``, ``resolution``)."""
     base = {"node_id": spec.node_id, "step_id": step_id or spec.step_id}
-    jcs = result_jcs if result_jcs is not None else canonical(result)
+    jcs = plain = result_jcs if result_jcs is not None else canonical(result)
+    if ex.cipher is not None:  # a subject's job: the result is recorded (and hashed) sealed
+        result = ex.cipher.seal(parse(plain))
+        jcs = canonical(result)
     items: list[Item] = [
         (
             "tool_invocation_finished",
@@ -143,7 +146,7 @@ def commit(
     ex.journal.tx_retrying(durable, _commit_txn, ex, items, key, result, jcs)
     if ex.grants:
         ex.grants.pop(key, None)
-    return recorded(jcs)
+    return recorded(plain)
 
 
 def _commit_txn(

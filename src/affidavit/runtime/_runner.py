@@ -25,7 +25,7 @@ from affidavit.core.errors import (
     StoreUnavailable,
 )
 from affidavit.core.plan import Node, Plan
-from affidavit.record import ReplayContext, ReplayContextBuilder, Sealer, resolve
+from affidavit.record import ReplayContext, ReplayContextBuilder, Sealer, opened_payload, resolve
 from affidavit.runtime._cancel import end_cancelled
 from affidavit.runtime._children import run_job_node
 from affidavit.runtime._journal import Journal, RunControl
@@ -121,9 +121,10 @@ class JobRunner:
             events = self._read_log(claim)
         except Stop as stop:
             return stop.status
+        cipher = self.store.writer_cipher(claim.job_id)  # a subject's job: its values open
         builder = ReplayContextBuilder()
         for event in events:
-            builder.add(event)
+            builder.add(event, None if cipher is None else opened_payload(event, cipher))
         replay = builder.ctx
         if builder.agent is not None:
             from affidavit.runtime._agent_runner import run_agent_job

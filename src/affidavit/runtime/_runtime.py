@@ -12,6 +12,7 @@ from affidavit.core.config import DEFAULT_NAMESPACE, database_url
 from affidavit.core.errors import PlanError
 from affidavit.core.parks import RESUME_DECISIONS
 from affidavit.core.plan import Plan
+from affidavit.core.privacy import KeyProvider, master_key_provider
 from affidavit.core.signing import SigningKey
 from affidavit.record import Sealer, follow_job
 from affidavit.runtime._agent import Agent
@@ -72,6 +73,7 @@ class Runtime:
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         max_outage_seconds: float | None = None,
         queues: Iterable[str] | None = None,
+        master_key: KeyProvider | Path | str | None = None,
     ) -> None:
         if tools is None:
             self.tools = registry
@@ -84,6 +86,8 @@ class Runtime:
             self.tools = self.tools.with_verifiers(verifiers)
         self.metrics = RuntimeMetrics()
         self.store = store if store is not None else open_store(database_url(db_url))
+        if master_key is not None:  # (else $AFFIDAVIT_MASTER_KEY, when a subject needs one)
+            self.store.subjects.use(master_key_provider(master_key))
         self._closed = False
         if isinstance(signing_key, SigningKey):
             self.sealer = Sealer(key=signing_key)
@@ -151,6 +155,7 @@ class Runtime:
         partition_key: str | None = None,
         not_before: datetime | None = None,
         tags: Mapping[str, str] | None = None,
+        subject: str | None = None,
     ) -> JobRecord:
         """Validate and enqueue a job; the same ``idempotency_key`` returns the same job.
         Nothing is written unless the plan, its tools and the input are all valid. See
@@ -167,7 +172,9 @@ class Runtime:
 
         ``tags``: up to 16 ``key → value`` texts to list the job by (``jobs list --tag``);
         stored in plain text, never encrypted — they must not hold personal data (see
-        :mod:`affidavit.core.tags`)."""
+        :mod:`affidavit.core.tags`).
+        ``subject`` (agent jobs): the person the job's data is about; its values are stored
+        sealed under the subject's key, erasable with ``affidavit erase`` (docs/privacy.md)."""
         self._check_open()
         where = placement(
             queue, priority=priority, partition_key=partition_key, not_before=not_before
@@ -189,6 +196,7 @@ class Runtime:
                 traceparent=traceparent,
                 placement=where,
                 tags=tags,
+                subject=subject,
             )
             return job
         job, _ = submit_job(
@@ -203,6 +211,7 @@ class Runtime:
             traceparent=traceparent,
             placement=where,
             tags=tags,
+            subject=subject,
         )
         return job
 

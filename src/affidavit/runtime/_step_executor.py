@@ -32,6 +32,7 @@ from affidavit.core import crash
 from affidavit.core.errors import CancelRequestedError, LedgerRowExists
 from affidavit.core.ids import new_event_ids
 from affidavit.core.plan import external_key, idempotency_key_of
+from affidavit.core.privacy import is_sealed
 from affidavit.record import ReplayContext
 from affidavit.runtime._approvals import gate_call
 from affidavit.runtime._in_flight import reconcile, resolve_in_flight
@@ -147,6 +148,8 @@ class StepExecutor:
         step_concurrency: int = 1,
     ) -> None:
         self.journal = journal
+        # a subject's job: the key its values are sealed under (core/privacy.py)
+        self.cipher = journal.store.writer_cipher(journal.claim.job_id)
         self.tools = tools
         self.replay = replay
         self.policy = policy
@@ -381,6 +384,8 @@ class StepExecutor:
                 },
             )
         )
+        if self.cipher is not None and is_sealed(row.result):
+            return self.cipher.open(row.result)
         return row.result
 
     def _committed_try(self, try_: _Try, result: Any, result_jcs: bytes) -> Any:

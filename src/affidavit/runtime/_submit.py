@@ -17,8 +17,9 @@ from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError, IdempotencyConflict, PlanError
 from affidavit.core.events import TRACEPARENT, utc_now
 from affidavit.core.plan import Plan
+from affidavit.core.privacy import SubjectError, check_subject
 from affidavit.core.tags import check_tags
-from affidavit.record import check_input_references
+from affidavit.record import check_input_references, opened_payload
 from affidavit.runtime._agent import Agent
 from affidavit.runtime._confirm import REPLAY_VERIFICATION_MODES
 from affidavit.runtime._sdk import ToolRegistry
@@ -130,6 +131,7 @@ def submit_job(
     placement: Placement | None = None,
     parent: tuple[str, str] | None = None,
     tags: Mapping[str, str] | None = None,
+    subject: str | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
     (per namespace) returns the existing job and ``created=False``. Nothing is written unless
@@ -152,6 +154,12 @@ def submit_job(
         InvalidTags: tags out of bounds (:func:`affidavit.core.tags.check_tags`).
         CanonicalizationError: the input is not JSON that can be recorded.
     """
+    if subject is not None:  # a plan's verifier resolves its args from the input it recorded
+        raise SubjectError(
+            "a subject is for agent jobs: a plan job's steps take their arguments from its "
+            "input, which its verifier reads",
+            hint="Submit an agent (@affidavit.agent) for data about a person.",
+        )
     check_idempotency_key(idempotency_key)
     check_traceparent(traceparent)
     job_tags = check_tags(tags)
@@ -251,7 +259,8 @@ def _same_submission(store: Store, job: JobRecord, plan_hash: str, job_input: An
         IdempotencyConflict: the key's job has another plan or input.
     """
     first = store.list_events(job.job_id, limit=2)
-    recorded = {e.type: e.payload for e in first}
+    key = store.job_key(job.job_id)  # a subject's job: its input is compared opened
+    recorded = {e.type: opened_payload(e, key[1]) if key else e.payload for e in first}
     created, generated = recorded.get("job_created", {}), recorded.get("plan_generated", {})
     differs = [
         what
@@ -325,19 +334,26 @@ def submit_agent_job(
     placement: Placement | None = None,
     parent: tuple[str, str] | None = None,
     tags: Mapping[str, str] | None = None,
+    subject: str | None = None,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
     ``agent_started`` with the agent's name, version and policy. The input is the agent
     function's keyword arguments (a JSON object). Same idempotency rules as
     :func:`submit_job` (the same key with another agent, version or input is a conflict).
     ``parent``: ``(parent_job_id, parent_step_id)`` of a child job (recorded in its
-    ``job_created`` and linked in the store).
+    ``job_created`` and linked in the store). ``subject``: the person the job's data is
+    about: every value a person or an agent supplies to the job is stored sealed under the
+    subject's data key, so that ``affidavit erase`` can erase it (docs/privacy.md).
 
     Raises:
         PlanError: the agent is not registered, or the input does not fit its parameters.
+        SubjectError: a malformed subject, or one that was erased.
+        MasterKeyError: a subject is given and no master key is configured.
         IdempotencyConflict, ConfigError, InvalidTags, CanonicalizationError: as
             :func:`submit_job`.
     """
+    if subject is not None:
+        check_subject(subject)
     check_idempotency_key(idempotency_key)
     check_traceparent(traceparent)
     job_tags = check_tags(tags)
@@ -355,6 +371,7 @@ def submit_agent_job(
         placement=placement,
         parent=parent,
         tags=job_tags,
+        subject=subject,
         events=[
             NewEvent(
                 "job_created",

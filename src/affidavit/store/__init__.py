@@ -9,6 +9,7 @@ from affidavit.core.errors import ConfigError, UnsupportedDatabaseURL
 from affidavit.store._forgery import forged_copy
 from affidavit.store._rows import RowReader
 from affidavit.store._sealkeys import SealKeyAdmission
+from affidavit.store._subjects import SubjectKeys, SubjectRow
 from affidavit.store._tlog import LogLeaf, QueuedLeaf, RejectedLeaf
 from affidavit.store._trust import ClaimOutcome, trust_record_id
 from affidavit.store._urls import SUPPORTED_SCHEMES, database_file, sqlite_path, url_backend
@@ -61,6 +62,8 @@ __all__ = [
     "Snapshot",
     "Store",
     "StoredEvent",
+    "SubjectKeys",
+    "SubjectRow",
     "Transaction",
     "connect_raw",
     "database_file",

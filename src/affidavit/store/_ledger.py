@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from affidavit.core.canonical import canonical, parse
 from affidavit.core.events import utc_now
+from affidavit.core.privacy import is_sealed
 from affidavit.store.base import Claimed, LedgerRow
+
+if TYPE_CHECKING:
+    from affidavit.core.privacy import JobCipher
 
 LEDGER_COLUMNS = (
     "job_id, idempotency_key, node_id, step_id, tool_name, args_hash, status, invocation_id, "
@@ -94,6 +98,10 @@ class LedgerOps:
 
     @abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+    if TYPE_CHECKING:  # (of SubjectOps, mixed in beside this)
+
+        def job_cipher(self, job_id: str) -> JobCipher | None: ...
 
     def inserted(self, sql: str, params: Sequence[Any]) -> bool:
         """Run one ``INSERT … ON CONFLICT DO NOTHING`` of one row; whether the row went in."""
@@ -204,6 +212,12 @@ class LedgerOps:
         """Mark the row ``committed`` (with its result) or ``failed`` (with the error). A
         committed row is never changed again. ``result_jcs``: the result's canonical bytes,
         when the caller has them already."""
+        cipher = self.job_cipher(job_id)
+        if cipher is not None:  # a subject's job: its result and error are stored sealed
+            if result is not None and not is_sealed(result):
+                result, result_jcs = cipher.seal(result), None
+            if error is not None:
+                error = cipher.seal(error)
         if result_jcs is None and result is not None:
             result_jcs = canonical(result)
         self.execute(

@@ -40,6 +40,7 @@ from affidavit.store._sql_rows import (
     job_from_row,
     pre_encoded,
 )
+from affidavit.store._subjects import SubjectOps
 from affidavit.store._tlog import TlogWrites
 from affidavit.store._trust import TrustOps
 from affidavit.store._types import TERMINAL_STATUSES
@@ -133,6 +134,7 @@ class SqlTransaction(
     TlogWrites,
     TrustOps,
     ClaimOps,
+    SubjectOps,
     ABC,
 ):
     """The :class:`~affidavit.store.base.Transaction` logic, over four primitives that each
@@ -252,7 +254,7 @@ class SqlTransaction(
         """See :meth:`Transaction.append`. ``head`` lets the append skip reading the head back
         (it is refused exactly as without it); ``hashes`` lets a backend write the rows without
         building an event object per row (SQLite does, see :meth:`_append_hashes`)."""
-        rows = pre_encoded(events, encoded)
+        rows = self.sealed_rows(job_id, pre_encoded(events, encoded))
         if head is None:
             job_row, head_row = self._lock_and_head(job_id)
             head_hex = check_head(job_id, job_row, head_row, expected_version, fence)
@@ -370,8 +372,10 @@ class SqlTransaction(
                 current=current.attempt_id,
             )
         new_status = current.status if status is None else _check_status(status)
-        out = canonical(output).decode() if output is not None else None
-        err = canonical(error).decode() if error is not None else None
+        sealed_out = self.sealed_column(job_id, output)
+        sealed_err = self.sealed_column(job_id, error)
+        out = canonical(sealed_out).decode() if output is not None else None
+        err = canonical(sealed_err).decode() if error is not None else None
         now = utc_now()
         self.execute(_STATUS_UPDATE, (new_status, out, err, now, job_id))
         if new_status in TERMINAL_STATUSES:
@@ -398,8 +402,8 @@ class SqlTransaction(
             STATUS_UPDATE_FENCED,
             (
                 _check_status(status),
-                canonical(output).decode() if output is not None else None,
-                canonical(error).decode() if error is not None else None,
+                None if output is None else canonical(self.sealed_column(job_id, output)).decode(),
+                None if error is None else canonical(self.sealed_column(job_id, error)).decode(),
                 utc_now(),
                 job_id,
                 fence,

@@ -17,6 +17,7 @@ from affidavit.core.errors import (
     MigrationError,
     NoSchemaError,
 )
+from affidavit.core.privacy import JobCipher
 from affidavit.core.seal import PublicKey, Seal
 from affidavit.store import migrations
 from affidavit.store._apikeys import ApiKeyReads
@@ -39,6 +40,15 @@ from affidavit.store._sql_rows import (
     job_from_row,
     jobs_where,
     pre_encoded,
+)
+from affidavit.store._subjects import (
+    _KEY_OF_JOB,
+    SUBJECT_GROUP,
+    SUBJECT_LIST,
+    SUBJECTS_MIGRATION,
+    SubjectKeys,
+    SubjectRow,
+    subject_row,
 )
 from affidavit.store._tlog import TLOG_MIGRATION
 from affidavit.store._trust import TRUST_MIGRATION
@@ -74,6 +84,16 @@ class SqlStore(ApiKeyReads, ABC):
     tlog_tables = True  # (False on a copy made before migration 10)
     trust_tables = True  # (False on a copy made before migration 15, read as it is)
     retention_tables = True  # (False on a copy made before migration 25: no tags, no archive)
+    subject_tables = True  # (False on a copy made before migration 24, read as it is)
+    _subject_keys: SubjectKeys | None = None
+
+    @property
+    def subjects(self) -> SubjectKeys:
+        """This store's key provider and the data keys its writers use (see
+        :class:`~affidavit.store._subjects.SubjectKeys`)."""
+        if self._subject_keys is None:
+            self._subject_keys = SubjectKeys()
+        return self._subject_keys
 
     @abstractmethod
     def _reader(self) -> AbstractContextManager[Cursor]: ...
@@ -132,6 +152,8 @@ class SqlStore(ApiKeyReads, ABC):
             self.trust_tables = False  # (no outcome and no trust seal yet)
         if any(m.version == RETENTION_MIGRATION for m in pending):
             self.retention_tables = False  # (no tag, no archived job yet)
+        if any(m.version == SUBJECTS_MIGRATION for m in pending):
+            self.subject_tables = False  # (no job has a subject yet)
         if not all(m.older_schema_readable for m in pending):
             raise MigrationError(
                 f"the database schema is at version {max(applied)}, older than this "
@@ -192,6 +214,7 @@ class SqlStore(ApiKeyReads, ABC):
         placement: Placement | None = None,
         parent: tuple[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
+        subject: str | None = None,
     ) -> tuple[JobRecord, bool]:
         encoded = encode_events(events)
         with self.transaction(durable=durable) as tx:
@@ -208,6 +231,8 @@ class SqlStore(ApiKeyReads, ABC):
                 tx.link_child(job.job_id, *parent)
             if created and tags:
                 tag_job(tx, job.job_id, tags)
+            if created and subject is not None:
+                tx.bind_subject(job.job_id, subject)
             if created and encoded:
                 stored = tx.append(job.job_id, encoded=encoded, expected_version=0)
                 job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)
@@ -305,3 +330,58 @@ class SqlStore(ApiKeyReads, ABC):
         with self._reader() as cur:
             cur.execute(self._q(KEYS_SELECT))
             return [key_from_row(r) for r in cur.fetchall()]
+
+    # --- subjects -----------------------------------------------------------------------------
+
+    def job_key(self, job_id: str) -> tuple[str, JobCipher | None] | None:
+        """For a reader: ``job_id``'s subject id and the cipher of its data key (``None`` once
+        the subject is erased), or ``None`` for a job without a subject. Read each time: a
+        reader never shows a value whose key was erased since."""
+        if not self.subject_tables or unmatchable(job_id):
+            return None
+        rows = self._read_rows(_KEY_OF_JOB, (job_id,))
+        if not rows:
+            return None
+        if rows[0][1] is None:
+            return str(rows[0][0]), None
+        return str(rows[0][0]), self.subjects.cipher(job_id, rows[0])
+
+    def writer_cipher(self, job_id: str) -> JobCipher | None:
+        """The cipher a writer of ``job_id`` seals with (``None``: no subject), kept for the
+        job's next writes in this process.
+
+        Raises:
+            SubjectError: the job's subject was erased.
+        """
+        known, cipher = self.subjects.cached(job_id)
+        if known or not self.subject_tables:
+            return cipher
+        rows = self._read_rows(_KEY_OF_JOB, (job_id,))
+        cipher = self.subjects.cipher(job_id, rows[0] if rows else None)
+        self.subjects.remember(job_id, cipher)
+        return cipher
+
+    def list_subjects(self, subject_id: str | None = None) -> list[SubjectRow]:
+        """The subjects (or the one of ``subject_id``), oldest first: ids, job counts, first
+        and last use, erasure; never the subjects themselves."""
+        if not self.subject_tables:
+            return []
+        where, params = ("WHERE s.subject_id = ?", (subject_id,)) if subject_id else ("", ())
+        return [
+            subject_row(r) for r in self._read_rows(SUBJECT_LIST + where + SUBJECT_GROUP, params)
+        ]
+
+    def subject_job_ids(self, subject_id: str) -> list[str]:
+        """The ids of the subject's jobs, oldest first."""
+        if not self.subject_tables:
+            return []
+        rows = self._read_rows(
+            "SELECT job_id FROM job_subjects WHERE subject_id = ? ORDER BY created_at, job_id",
+            (subject_id,),
+        )
+        return [str(r[0]) for r in rows]
+
+    def scrub_erased(self) -> bool:
+        """Remove the copies the database's files may still hold of deleted key rows (the
+        backend's own way: see docs/privacy.md); whether it could all be done."""
+        return True

@@ -108,6 +108,14 @@ _JOB_AND_HEAD = (
 )
 
 
+_REBUILD_SUBJECT_KEYS = (
+    "CREATE TABLE subject_keys_kept (subject_id TEXT PRIMARY KEY, wrapped_key BLOB NOT NULL)",
+    "INSERT INTO subject_keys_kept SELECT subject_id, wrapped_key FROM subject_keys",
+    "DROP TABLE subject_keys",
+    "ALTER TABLE subject_keys_kept RENAME TO subject_keys",
+)
+
+
 class SqliteTransaction(SqlTransaction):
     """Statements run at once on the writer connection, through its one cursor (a cursor per
     statement costs more than the statement's own bookkeeping). No row locks are needed:
@@ -118,6 +126,21 @@ class SqliteTransaction(SqlTransaction):
     def __init__(self, conn: apsw.Connection, cursor: apsw.Cursor) -> None:
         self._conn = conn
         self._cur = cursor
+
+    def erase_subject(
+        self, subject_id: str, *, at: str, reason: str | None, receipt: str, leaf: bytes
+    ) -> None:
+        """:meth:`SubjectOps.erase_subject`, with ``secure_delete`` on: the key row's bytes
+        are overwritten with zeros, and the table is rebuilt so that no page it ever used keeps
+        a copy (its old pages are freed, which zeroes them too). What the write-ahead log still
+        holds is removed by :meth:`SqliteStore.scrub_erased` after the commit."""
+        self._cur.execute("PRAGMA secure_delete = ON")
+        try:
+            super().erase_subject(subject_id, at=at, reason=reason, receipt=receipt, leaf=leaf)
+            for statement in _REBUILD_SUBJECT_KEYS:
+                self._cur.execute(statement)
+        finally:
+            self._cur.execute("PRAGMA secure_delete = OFF")
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._cur.execute(sql, params)

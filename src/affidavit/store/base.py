@@ -41,8 +41,10 @@ from affidavit.store._types import (
 )
 
 if TYPE_CHECKING:
+    from affidavit.core.privacy import JobCipher
     from affidavit.core.seal import PublicKey, Seal
     from affidavit.store._sealkeys import SealKeyAdmission
+    from affidavit.store._subjects import SubjectKeys, SubjectRow
     from affidavit.store.migrations import Migration
     from affidavit.store.queues import Placement
 
@@ -148,6 +150,30 @@ class Transaction(
             CanonicalizationError: a payload is not representable (nothing is written).
             ValueError: both ``events`` and ``encoded`` are given.
         """
+        ...
+
+    def bind_subject(self, job_id: str, subject: str) -> str:
+        """Make ``job_id`` a job of ``subject`` (see :mod:`affidavit.store._subjects`)."""
+        ...
+
+    def job_cipher(self, job_id: str) -> JobCipher | None:
+        """The writer's cipher of ``job_id``'s subject; ``None`` without one."""
+        ...
+
+    def lock_subject(self, subject_id: str) -> tuple[str | None, str | None] | None:
+        """Lock the subject's row; ``(erased_at, receipt)``, ``None`` for no such subject."""
+        ...
+
+    def subject_jobs_locked(self, subject_id: str) -> list[tuple[str, str]]:
+        """``(job_id, status)`` of the subject's jobs, their rows locked."""
+        ...
+
+    def subject_key_id(self, subject_id: str) -> str | None: ...
+
+    def erase_subject(
+        self, subject_id: str, *, at: str, reason: str | None, receipt: str, leaf: bytes
+    ) -> None:
+        """Delete the subject's data key, record the erasure and queue its log leaf."""
         ...
 
     def head(self, job_id: str) -> tuple[int, bytes]:
@@ -446,6 +472,7 @@ class Store(Protocol):
         placement: Placement | None = None,
         parent: tuple[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
+        subject: str | None = None,
     ) -> tuple[JobRecord, bool]:
         """Create a job and append its first ``events`` atomically; with an idempotency key
         already used in the namespace, return the existing job (and ``False``), writing nothing.
@@ -453,7 +480,32 @@ class Store(Protocol):
         ``parent``: ``(parent_job_id, parent_step_id)`` of a child job, linked in the same
         transaction (see :mod:`affidavit.store._children`). ``tags``: the job's tags (checked
         by the caller: :func:`affidavit.core.tags.check_tags`), written in the same
-        transaction (see :mod:`affidavit.store.tags`)."""
+        transaction (see :mod:`affidavit.store.tags`).
+        ``subject``: the job's data
+        subject, whose key seals its values (see :mod:`affidavit.store._subjects`)."""
+        ...
+
+    @property
+    def subjects(self) -> SubjectKeys:
+        """The store's key provider and its writers' data keys."""
+        ...
+
+    def job_key(self, job_id: str) -> tuple[str, JobCipher | None] | None:
+        """``job_id``'s subject id and data key cipher (``None`` once erased); ``None``
+        without a subject. Read each time."""
+        ...
+
+    def writer_cipher(self, job_id: str) -> JobCipher | None:
+        """The cipher a writer of ``job_id`` seals with (``None``: no subject), cached."""
+        ...
+
+    def list_subjects(self, subject_id: str | None = None) -> list[SubjectRow]: ...
+
+    def subject_job_ids(self, subject_id: str) -> list[str]: ...
+
+    def scrub_erased(self) -> bool:
+        """Remove what the database's files still hold of deleted key rows; whether it could
+        all be done."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord:

@@ -204,6 +204,10 @@ class PostgresSnapshot(SqlSnapshot):
             rows.close()
 
 
+#: The longest one step of :meth:`PostgresStore.scrub_erased` may take, in seconds.
+SCRUB_TIMEOUT = 60
+
+
 class PostgresStore(SqlStore):
     """A :class:`~affidavit.store.base.Store` on a PostgreSQL database."""
 
@@ -321,6 +325,8 @@ class PostgresStore(SqlStore):
             try:
                 tx = PostgresTransaction(conn, durable=durable, prepare=self.prepare)
                 tx.trust_tables = self.trust_tables
+                tx.subjects = self.subjects
+                tx.subject_tables = self.subject_tables
                 yield tx
                 tx.commit()
             except BaseException:
@@ -446,6 +452,32 @@ class PostgresStore(SqlStore):
                     best = ClockOffset(float(row[0]) - (sent + half), half)
         assert best is not None  # (the statement returns one row)
         return best
+
+    def scrub_erased(self) -> bool:
+        """Rewrite ``subject_keys`` into new files (``VACUUM FULL``: the old files, which still
+        hold the erased key row's dead tuple, are emptied and unlinked), then checkpoint and
+        switch the write-ahead log so that the segments that hold the row's insert are retired
+        (removed with ``wal_recycle = off``; else recycled, and overwritten as they are
+        reused). Each step is bounded (:data:`SCRUB_TIMEOUT`); ``False`` when one could not be
+        done — a lock held too long, a slow checkpoint, or a role that may not checkpoint or
+        switch the log (superuser or ``pg_checkpoint``): running the erasure again retries
+        (docs/privacy.md)."""
+        bounded = f"SET statement_timeout = '{SCRUB_TIMEOUT}s'"
+        try:
+            with self._pool.connection() as conn:
+                conn.execute(bounded)
+                try:
+                    conn.execute(f"SET lock_timeout = '{SCRUB_TIMEOUT}s'")
+                    conn.execute("VACUUM FULL subject_keys")
+                    conn.execute("CHECKPOINT")
+                    conn.execute("SELECT pg_switch_wal()")
+                    conn.execute("CHECKPOINT")
+                finally:
+                    conn.execute("RESET statement_timeout")
+                    conn.execute("RESET lock_timeout")
+        except (psycopg.Error, PoolTimeout):
+            return False
+        return True
 
     def close(self) -> None:
         self._pool.close()

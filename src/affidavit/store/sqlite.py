@@ -114,6 +114,8 @@ class _WriteTransaction:
         store._in_write = True
         tx = SqliteTransaction(store._writer, cursor)
         tx.trust_tables = store.trust_tables
+        tx.subjects = store.subjects
+        tx.subject_tables = store.subject_tables
         return tx
 
     def __exit__(
@@ -438,6 +440,14 @@ class SqliteStore(SqlStore):
                 raise
         # text that is not UTF-8 (a column edited outside the store) failed the strict read
         return read(True)
+
+    def scrub_erased(self) -> bool:
+        """Checkpoint the write-ahead log into the database file and truncate it, so that the
+        log keeps no copy of an erased key row (the file's copy was zeroed by the erasure).
+        ``False`` when a reader still needed the log and the checkpoint could not finish."""
+        with self._write_lock:
+            row = self._writer_cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return row is not None and not row[0]
 
     def close(self) -> None:
         self._closed = True
