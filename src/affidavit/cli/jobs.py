@@ -20,7 +20,7 @@ from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import InputOption, parse_json_arg, seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import WaitTimeout
-from affidavit.record import fork_lineage
+from affidavit.record import fork_lineage, recovered_steps, recovery_text
 from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
 
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -123,6 +123,9 @@ def show_job(
             doc["forked_from"] = lineage
         doc.update(family_doc(store, job_id))
         doc.update(decisions_doc(store, job))
+        recovered = recovered_steps(store.iter_events(job_id))
+        if recovered:  # calls a later attempt recovered after the attempt that made them died
+            doc["recovered"] = recovered
         claims = job_queue_claims(store, job_id, time.time())
         if claims:  # a job of a named queue: each claim's grant (none for the default queue)
             doc["queue_claims"] = claims
@@ -145,6 +148,8 @@ def show_job(
     output.out.print(table)
     for key, length in cut:
         output.cut_note(key, length, f"affidavit jobs show {job_id} --json")
+    for entry in doc.get("recovered", []):
+        output.out.print(f"recovered {recovery_text(entry)}", markup=False, highlight=False)
     for line in next_steps(doc):
         output.out.print(escape(line), highlight=False, soft_wrap=True)  # (copied whole)
 
@@ -390,10 +395,11 @@ def job_trace_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Each node of the job's plan with its state (pure, side_effect_committed, compensated,
-    in_flight, waiting, approved, signalled, parked, running, failed, unknown, pending,
-    skipped),
-    outcome, attempts and duration; for an agent job, each recorded step in sequence order
-    with its kind, tool, state, attempts, duration and waits.
+    in_flight, waiting, approved, denied, signalled, parked, running, failed, unknown,
+    pending, skipped), outcome, attempts and duration; for an agent job, each recorded step
+    in sequence order with its kind, tool, state, attempts, duration and waits. A step whose
+    call a later attempt recovered (caught up by reconcile, or re-run after a lost call) is
+    named after the table, with the dead attempt's worker.
 
     Exit codes: 0 shown; 2 no such job; 3 a log that cannot be read (replay_error: an event row
     changed outside affidavit, named by job and version) or store error.
@@ -415,6 +421,10 @@ def job_trace_cmd(
     for row in rows:  # (node ids come from the plan: never read as markup)
         table.add_row(*map(escape, row))
     output.out.print(table)
+    for n in doc["nodes"]:  # (how a step's call was recovered after its attempt died)
+        for entry in n.get("recovered") or []:
+            text = recovery_text({"node_id": n["id"], **entry})
+            output.out.print(f"recovered {text}", markup=False, highlight=False)
 
 
 @jobs_app.command("fork")

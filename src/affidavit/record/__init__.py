@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from affidavit.record._args import ArgsResolutionError, check_input_references, resolve
     from affidavit.record._decision_context import decision_context
     from affidavit.record._follow import JobFollower, follow_job, next_wait
+    from affidavit.record._recovered import recovered_steps, recovery_text
     from affidavit.record._replay import (
         Invocation,
         ReplayContext,
@@ -60,6 +61,8 @@ _LAZY = {
     "ReplayContext": "affidavit.record._replay",
     "ReplayContextBuilder": "affidavit.record._replay",
     "build_from_events": "affidavit.record._replay",
+    "recovered_steps": "affidavit.record._recovered",
+    "recovery_text": "affidavit.record._recovered",
     "SealKeyRefused": "affidavit.record._sealing",
     "Sealer": "affidavit.record._sealing",
     "default_key_path": "affidavit.record._sealing",
@@ -106,6 +109,8 @@ __all__ = [
     "next_wait",
     "node_state",
     "park_doc",
+    "recovered_steps",
+    "recovery_text",
     "resolve",
     "trace_of",
     "trust_key",
