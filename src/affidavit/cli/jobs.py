@@ -19,9 +19,9 @@ from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import InputOption, parse_json_arg, seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
-from affidavit.core.errors import WaitTimeout
-from affidavit.record import fork_lineage, recovered_steps, recovery_text
-from affidavit.store import JOB_STATUSES, JobFilter, StoredEvent
+from affidavit.core.errors import AffidavitError, WaitTimeout
+from affidavit.record import fork_lineage, job_input, recovered_steps, recovery_text
+from affidavit.store import JOB_STATUSES, JobFilter, Store, StoredEvent
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_INTERRUPTED = 130
@@ -53,7 +53,7 @@ def list_jobs(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List jobs, newest first.
+    """List jobs, newest first, each with its input (cut to 60 characters).
 
     Exit codes: 0 listed; 2 no job JOB (--before); 3 bad filter or store error.
     """
@@ -68,15 +68,26 @@ def list_jobs(
                 parent=parent,
             )
         )
+        # each job's input, as its job_created recorded it (the human table only: --json lists
+        # the job objects, and `jobs show` / `jobs trace --json` hold the whole input)
+        inputs = {} if as_json else {j.job_id: _input_cell(store, j.job_id) for j in jobs}
     if as_json:
         output.emit_json([j.to_dict() for j in jobs])
         return
     if not jobs:
         output.err.print("no jobs")
         return
-    headers = ("job_id", "status", "plan", "namespace", "events", "created_at")
+    headers = ("job_id", "status", "plan", "namespace", "events", "created_at", "input")
     rows = [
-        (j.job_id, j.status, j.plan_name or "", j.namespace, str(j.version), j.created_at)
+        (
+            j.job_id,
+            j.status,
+            j.plan_name or "",
+            j.namespace,
+            str(j.version),
+            j.created_at,
+            inputs[j.job_id],
+        )
         for j in jobs
     ]
     if len(rows) > output.RICH_TABLE_ROWS:
@@ -93,6 +104,20 @@ def list_jobs(
     if len(jobs) == limit:  # (on stderr: the table on stdout stays just the table)
         output.out.file.flush()  # (so that the two streams, when merged, stay in order)
         output.err.print(f"next page: --before {escape(jobs[-1].job_id)}")
+
+
+INPUT_CELL_CHARS = 60  # a job's input in `jobs list`, cut to this many characters
+
+
+def _input_cell(store: Store, job_id: str) -> str:
+    """The job's input as compact JSON, cut to :data:`INPUT_CELL_CHARS` (``?`` when its
+    ``job_created`` cannot be read: `affidavit verify JOB` says why)."""
+    try:
+        value = job_input(store.list_events(job_id, limit=1))
+    except AffidavitError:  # (an event row changed outside affidavit: the list still lists)
+        return "?"
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return output.cut(text, INPUT_CELL_CHARS)[0]
 
 
 @jobs_app.command("show")

@@ -27,8 +27,10 @@ from affidavit.cli.run_options import (
     parse_json_arg,
 )
 from affidavit.core.canonical import canonical
+from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError
 from affidavit.core.plan import Plan
+from affidavit.faces.auth import check_namespace
 from affidavit.record import check_input_references
 from affidavit.runtime import (
     Agent,
@@ -99,15 +101,24 @@ def submit(
     priority: PriorityOption = None,
     partition_key: PartitionKeyOption = None,
     not_before: NotBeforeOption = None,
+    namespace: Annotated[
+        str,
+        typer.Option(
+            "--namespace",
+            help="The namespace the job belongs to: API keys of that namespace see it (1-64 of "
+            "letters, digits, '_', '.', '-').",
+        ),
+    ] = DEFAULT_NAMESPACE,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Validate and enqueue a job for workers; nothing runs here.
 
     Exit codes: 0 enqueued (or already there, with the same idempotency key); 3 invalid plan,
-    unknown tool, bad input or store error (nothing is written).
+    unknown tool, bad input, invalid namespace or store error (nothing is written).
     """
     with command(as_json):
+        check_namespace(namespace)
         parsed, job_input = prepared_job(
             plan, tools, input, idempotency_key=idempotency_key, agent=agent
         )
@@ -129,6 +140,7 @@ def submit(
                     job_input,
                     tools=registry,
                     idempotency_key=idempotency_key,
+                    namespace=namespace,
                     replay_verification=replay,
                     placement=where,
                 )
@@ -139,10 +151,11 @@ def submit(
                     job_input,
                     tools=registry,
                     idempotency_key=idempotency_key,
+                    namespace=namespace,
                     replay_verification=replay,
                     placement=where,
                 )
     if as_json:
-        output.emit_json({"job_id": job.job_id, "status": job.status})
+        output.emit_json({"job_id": job.job_id, "status": job.status, "namespace": job.namespace})
     else:
         output.out.print(job.job_id)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         NodeFacts,
         node_state,
     )
-    from affidavit.record._trace import fork_lineage, job_trace, park_doc, trace_of
+    from affidavit.record._trace import fork_lineage, job_input, job_trace, park_doc, trace_of
 
 _LAZY = {
     "AgentOutcome": "affidavit.record._agent_trace",
@@ -75,6 +75,7 @@ _LAZY = {
     "NodeFacts": "affidavit.record._states",
     "node_state": "affidavit.record._states",
     "fork_lineage": "affidavit.record._trace",
+    "job_input": "affidavit.record._trace",
     "job_trace": "affidavit.record._trace",
     "park_doc": "affidavit.record._trace",
     "trace_of": "affidavit.record._trace",
@@ -104,6 +105,7 @@ __all__ = [
     "follow_job",
     "fork_lineage",
     "is_agent_log",
+    "job_input",
     "job_trace",
     "key_status",
     "next_wait",
