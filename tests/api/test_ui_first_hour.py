@@ -15,7 +15,7 @@ import pytest
 import affidavit.core.crash as crash_module
 from affidavit import Runtime, Tool, ToolContext, ToolRegistry
 from tests.api.conftest import WAITING_PLAN, Api
-from tests.api.test_ui import browser, open_page  # noqa: F401 (browser: a fixture)
+from tests.api.test_ui import ARTIFACTS, browser, open_page  # noqa: F401 (browser: a fixture)
 from tests.runtime.helpers import SimulatedCrash, wait_lease_expired
 from tests.verify.agent_log import AgentLog, store_log
 
@@ -78,8 +78,11 @@ def test_an_agent_approval_is_shown_by_its_key(browser: Any, api: Api) -> None: 
     page = open_page(browser, api, f"/ui/jobs/{job_id}", "approver_a")
     row = page.locator("#agent-calls tr[data-seq='1'] td.step-name")
     assert row.inner_text() == "big_refund (step #1)"
+    assert page.inner_text("#nodes tr[data-node='#1'] td:first-child") == "big_refund (step #1)"
     assert page.inner_text("[data-wait='#1']").startswith("Waiting on big_refund (step #1):")
     assert page.inner_text("#decide .wait-decision h3") == "Approval “big_refund (step #1)”"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"agent-key-{api.store.backend}.png"), full_page=True)
     page.close()
 
 

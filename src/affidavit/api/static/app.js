@@ -168,7 +168,7 @@ function timeline(trace) {
     const x = LEFT + (start / span) * W;
     const w = Math.max(3, ((end - start) / span) * W);
     const y = i * ROW + 4;
-    svg.append(el("svg:text", { x: 0, y: y + 13, text: n.id }));
+    svg.append(el("svg:text", { x: 0, y: y + 13, text: n.key || n.id }));
     svg.append(el("svg:rect", { x, y, width: w, height: ROW - 6, rx: 3,
       fill: COLORS[n.state] || "#999", "data-bar": n.id }));
     svg.append(el("svg:text", { x: x + w + 6, y: y + 13, fill: "#5f6b76",
@@ -295,7 +295,7 @@ async function renderJob(content, jobId, onDecided) {
     "recovered"].map((h) => el("th", { text: h }))));
   for (const n of trace.nodes) {
     nodes.append(el("tr", { "data-node": n.id },
-      el("td", { text: n.id }), el("td", { text: n.tool ? `${n.type}: ${n.tool}` : n.type }),
+      el("td", { text: stepName(n.id, n.key) }), el("td", { text: n.tool ? `${n.type}: ${n.tool}` : n.type }),
       el("td", { text: LABELS[n.state] || n.state }), el("td", { text: String(n.attempts) }),
       el("td", { text: n.duration_ms === null ? "" : `${n.duration_ms.toFixed(1)} ms` }),
       el("td", { text: n.error ? n.error.message || JSON.stringify(n.error) : "" }),
