@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 import affidavit.core.crash as crash_module
-from affidavit import Runtime, Tool, ToolContext, ToolRegistry
+from affidavit import AgentContext, Runtime, Tool, ToolContext, ToolRegistry
 from affidavit.core.approvals import Principal
 from affidavit.record._trace import job_trace
+from affidavit.runtime._agent import Agent
 from affidavit.runtime._decisions import signal_job
 from affidavit.store import Store
 from tests.cli.test_cli import cli
@@ -83,6 +84,33 @@ def test_a_tool_call_of_a_live_run_is_running_and_one_a_dead_run_left_is_in_flig
         wait_lease_expired(rt.store, job_id)  # (the run is dead: nobody holds the job)
         assert rt.get_job(job_id).status == "running"
         assert _state(rt.store, job_id, "s")["state"] == "in_flight"
+
+
+def test_an_agent_s_tool_call_of_a_live_run_is_running(store_url: str) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(ctx: ToolContext) -> dict[str, Any]:
+        entered.set()
+        assert release.wait(30)
+        return {"done": True}
+
+    def fn(ctx: AgentContext) -> Any:
+        return ctx.call("slow")
+
+    tools = ToolRegistry([Tool("slow", slow, "tool"), Agent("slow_agent", fn, "1")])
+    with Runtime(store_url, tools=tools) as rt:
+        job_id = rt.submit("slow_agent", {}).job_id
+        runner = threading.Thread(target=rt.run_job, args=(job_id,))
+        runner.start()
+        try:
+            assert entered.wait(30)
+            (step,) = job_trace(rt.store, job_id)["nodes"]
+            assert step["state"] == "running" and step["idempotency_key"], step
+        finally:
+            release.set()
+            runner.join(30)
+        (step,) = job_trace(rt.store, job_id)["nodes"]
+        assert step["state"] == "side_effect_committed"
 
 
 @pytest.mark.parametrize("approved", [True, False])
