@@ -14,9 +14,10 @@ The file (``affidavit.disclosure/v1``, JCS)::
      "events": [{"version", "event_id", "type", "payload", "previous_chain_hash", "proof"}],
      "tlog_proof": <c2sp.org/tlog-proof@v1 text> | null}
 
-``selector`` is the ``--step`` value as given: decimal digits select the one event with that
-version; anything else every step event (:data:`STEP_EVENT_TYPES`) whose payload's ``node_id``
-or ``step_id`` equals it. Hashes are lowercase hex; ``previous_chain_hash`` is ``""`` for
+``selector`` says what is disclosed: decimal digits select the one event with that version
+(``--event N``); anything else every step event (:data:`STEP_EVENT_TYPES`) whose payload's
+``node_id`` or ``step_id`` equals it (``--step S``; an agent step's number, ``--step 3``, is
+recorded as its node id ``#3``). Hashes are lowercase hex; ``previous_chain_hash`` is ``""`` for
 version 1; ``proof`` is the inclusion proof, leaf sibling first.
 
 What verification proves: the seal was signed by the given key; each shown event, exactly as
