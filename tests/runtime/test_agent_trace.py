@@ -21,7 +21,7 @@ def test_completed_agent_job_is_its_sequence_of_calls(store: Store) -> None:
     assert shown == [
         ("#0", 0, "tool", "lookup_order", "side_effect_committed"),
         ("#1", 1, "pure", "decide_refund", "pure"),
-        ("#2", 2, "approval", None, "pure"),
+        ("#2", 2, "approval", None, "approved"),  # (answered by a person, not a computation)
         ("#3", 3, "sleep", None, "pure"),
         ("#4", 4, "tool", "issue_refund", "side_effect_committed"),
         ("#5", 5, "now", None, "pure"),
@@ -36,6 +36,7 @@ def test_completed_agent_job_is_its_sequence_of_calls(store: Store) -> None:
     assert refund["duration_ms"] == 4.0 and refund["output"] == {"refund_id": "R-1"}
     approval, sleep = trace["nodes"][2], trace["nodes"][3]
     assert approval["output"] == {"approved": True, "by": "ops"}
+    assert approval["outcome"] == "pure" and approval["key"] == "big_refund"
     assert [(w["wait_type"], w["signalled_by"]) for w in approval["waits"]] == [
         ("approval", "operator")
     ]

@@ -192,6 +192,8 @@ def undo_migration_25(url: str) -> None:
     for table in ("retention_holds", "retention_policy", "archived_jobs", "job_tags"):
         raw.execute(f"DROP TABLE {table}")
     raw.execute("DELETE FROM affidavit_schema_migrations WHERE version = 25")
+
+
 def undo_migration_24(url: str) -> None:
     """Take the data subjects (migration 24) out of the database at ``url``."""
     raw = RawDb(url)

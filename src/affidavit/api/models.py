@@ -208,7 +208,11 @@ class TraceNode(BaseModel):
     started_at: str | None
     finished_at: str | None
     duration_ms: float | None
-    tries: list[dict[str, Any]]
+    tries: list[dict[str, Any]]  # each with its attempt's `worker_id` (null: not recorded)
+    # each call of the step a later attempt recovered after the attempt that made it died:
+    # {"how": "caught_up"|"rerun"|"lost", "attempt", "worker_id", "at", "version",
+    # "rerun_attempt"?, "rerun_worker_id"?, "after"?: "timeout"}
+    recovered: list[dict[str, Any]] = []
     output: Any = None
     error: Any = None
     idempotency_key: str | None = None
@@ -219,6 +223,7 @@ class TraceNode(BaseModel):
     called_at: str | None = None
     args_hash: str | None = None
     waits: list[dict[str, Any]] | None = None
+    key: str | None = None  # an agent wait or approval step: the key it waits on
 
 
 class TraceChild(BaseModel):
@@ -238,6 +243,7 @@ class Trace(BaseModel):
     warnings: list[dict[str, Any]]
     created_at: str | None
     event_count: int
+    input: Any = None  # the job's input, as its job_created recorded it
     # a call of the running job waiting for a limit's grant: {"limit", "since", "reason"}
     waiting_for_limit: dict[str, Any] | None = None
     # a fork's source: {"job_id", "step", "seal_hash"}

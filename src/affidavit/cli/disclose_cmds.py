@@ -45,13 +45,23 @@ def register(app: typer.Typer) -> None:
 def disclose_job(
     job_id: Annotated[str, typer.Argument(help="A sealed (v2) job's id.")],
     step: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--step",
-            help="What to disclose: a plan node id, an agent step's node id (#SEQ) or step id "
-            "(every event of that step), or an event's version number (that event alone).",
+            help="The step to disclose (every event of it): a plan node id, an agent step's "
+            "number (3 or #3, as `jobs trace` lists it) or a step id.",
+            show_default=False,
         ),
-    ],
+    ] = None,
+    event: Annotated[
+        int | None,
+        typer.Option(
+            "--event",
+            min=1,
+            help="Instead of --step: the event of this version alone (see `jobs events`).",
+            show_default=False,
+        ),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Write the file here (default: stdout).", show_default=False),
@@ -59,18 +69,19 @@ def disclose_job(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Write a disclosure file (JSON): the step's events, each with the previous chain hash
-    and its inclusion proof against the seal's events root, the signed seal, and the job's
-    transparency-log proof when the job is in the log. Nothing else of the job is in it.
-    `affidavit disclose JOB` is short for `affidavit disclose job JOB`.
+    """Write a disclosure file (JSON): the step's events (--step) or one event (--event),
+    each with the previous chain hash and its inclusion proof against the seal's events root,
+    the signed seal, and the job's transparency-log proof when the job is in the log. Nothing
+    else of the job is in it. `affidavit disclose JOB` is short for `affidavit disclose job JOB`.
 
     Exit codes: 0 written; 1 the stored log does not match its seal; 2 no such job, the job
-    is not sealed or has a v1 seal, or no such step; 3 store error or unwritable --out.
+    is not sealed or has a v1 seal, no such step or event, or a number as --step of a plan
+    job; 3 neither or both of --step and --event, store error or unwritable --out.
     """
     from affidavit.tlog import disclose, encode_disclosure
 
     with command(as_json), opened(db, read_only=True) as store:
-        data = encode_disclosure(disclose(store, job_id, step))
+        data = encode_disclosure(disclose(store, job_id, step=step, event=event))
         if out is not None:
             try:
                 out.write_bytes(data)
@@ -80,7 +91,8 @@ def disclose_job(
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     elif as_json:
-        output.emit_json({"job_id": job_id, "step": step, "out": str(out), "bytes": len(data)})
+        shown = {"step": step} if event is None else {"event": event}
+        output.emit_json({"job_id": job_id, **shown, "out": str(out), "bytes": len(data)})
     else:
         output.err.print(f"wrote {len(data)} bytes to {out}", markup=False)
 

@@ -45,7 +45,8 @@ def emit_job(job: JobRecord, as_json: bool, decisions: dict[str, Any] | None = N
 def show_job(job: JobRecord, decisions: dict[str, Any] | None = None) -> None:
     """The job in human form: its status (stderr), its output (stdout; a long one cut), its
     error, and for a waiting or parked job the ``next:`` commands of ``jobs show`` from
-    ``decisions`` (:func:`~affidavit.cli.next_steps.decisions_doc`)."""
+    ``decisions`` (:func:`~affidavit.cli.next_steps.decisions_doc`); for a pending one (a
+    signal or a decision made it runnable), that a worker must claim it."""
     output.err.print(f"job {job.job_id}: {status_markup(job.status)}")
     if job.output is not None:
         text = json.dumps(job.output, ensure_ascii=False)
@@ -65,8 +66,8 @@ def show_job(job: JobRecord, decisions: dict[str, Any] | None = None) -> None:
         output.err.print(f"error: {message}", markup=False)
     for column, why in job.unreadable_doc().get("unreadable", {}).items():
         output.err.print(f"{column}: unreadable — {why}", markup=False)
-    if decisions:
-        for line in next_steps({"job_id": job.job_id, **decisions}):
+    if decisions is not None:
+        for line in next_steps({"job_id": job.job_id, "status": job.status, **decisions}):
             output.err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

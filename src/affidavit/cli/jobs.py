@@ -19,8 +19,14 @@ from affidavit.cli.next_steps import decisions_doc, next_steps
 from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import InputOption, parse_json_arg, seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
-from affidavit.core.errors import JobNotFound, WaitTimeout
-from affidavit.record import SubjectView, fork_lineage
+from affidavit.core.errors import AffidavitError, JobNotFound, WaitTimeout
+from affidavit.record import (
+    SubjectView,
+    fork_lineage,
+    job_input,
+    recovered_steps,
+    recovery_text,
+)
 from affidavit.store import JOB_STATUSES, JobFilter, JobRecord, Store, StoredEvent
 from affidavit.store.tags import read_tags, tag_filter, with_tags
 
@@ -71,7 +77,8 @@ def list_jobs(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List jobs, newest first. A job retention removed is not listed (see --archived).
+    """List jobs, newest first, each with its input (cut to 60 characters). A job retention
+    removed is not listed (see --archived).
 
     Exit codes: 0 listed; 2 no job JOB (--before); 3 bad filter or store error.
     """
@@ -93,6 +100,9 @@ def list_jobs(
             )
         )
         tags = read_tags(store, [j.job_id for j in jobs]) if as_json else {}
+        # each job's input, as its job_created recorded it (the human table only: --json lists
+        # the job objects, and `jobs show` / `jobs trace --json` hold the whole input)
+        inputs = {} if as_json else {j.job_id: _input_cell(store, j.job_id) for j in jobs}
     if as_json:
         output.emit_json(
             [j.to_dict() | ({"tags": tags[j.job_id]} if j.job_id in tags else {}) for j in jobs]
@@ -101,9 +111,17 @@ def list_jobs(
     if not jobs:
         output.err.print("no jobs")
         return
-    headers = ("job_id", "status", "plan", "namespace", "events", "created_at")
+    headers = ("job_id", "status", "plan", "namespace", "events", "created_at", "input")
     rows = [
-        (j.job_id, j.status, j.plan_name or "", j.namespace, str(j.version), j.created_at)
+        (
+            j.job_id,
+            j.status,
+            j.plan_name or "",
+            j.namespace,
+            str(j.version),
+            j.created_at,
+            inputs[j.job_id],
+        )
         for j in jobs
     ]
     if len(rows) > output.RICH_TABLE_ROWS:
@@ -120,6 +138,21 @@ def list_jobs(
     if len(jobs) == limit:  # (on stderr: the table on stdout stays just the table)
         output.out.file.flush()  # (so that the two streams, when merged, stay in order)
         output.err.print(f"next page: --before {escape(jobs[-1].job_id)}")
+
+
+INPUT_CELL_CHARS = 60  # a job's input in `jobs list`, cut to this many characters
+
+
+def _input_cell(store: Store, job_id: str) -> str:
+    """The job's input as compact JSON, cut to :data:`INPUT_CELL_CHARS` (``?`` when its
+    ``job_created`` cannot be read: `affidavit verify JOB` says why)."""
+    try:
+        # (a subject's input opened while its key exists, else shown as erased)
+        value = SubjectView(store, job_id).value(job_input(store.list_events(job_id, limit=1)))
+    except AffidavitError:  # (an event row changed outside affidavit: the list still lists)
+        return "?"
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return output.cut(text, INPUT_CELL_CHARS)[0]
 
 
 @jobs_app.command("show")
@@ -151,6 +184,9 @@ def show_job(
             doc["forked_from"] = lineage
         doc.update(family_doc(store, job_id))
         doc.update(decisions_doc(store, job))
+        recovered = recovered_steps(store.iter_events(job_id))
+        if recovered:  # calls a later attempt recovered after the attempt that made them died
+            doc["recovered"] = recovered
         claims = job_queue_claims(store, job_id, time.time())
         if claims:  # a job of a named queue: each claim's grant (none for the default queue)
             doc["queue_claims"] = claims
@@ -173,6 +209,8 @@ def show_job(
     output.out.print(table)
     for key, length in cut:
         output.cut_note(key, length, f"affidavit jobs show {job_id} --json")
+    for entry in doc.get("recovered", []):
+        output.out.print(f"recovered {recovery_text(entry)}", markup=False, highlight=False)
     for line in next_steps(doc):
         output.out.print(escape(line), highlight=False, soft_wrap=True)  # (copied whole)
 
@@ -451,10 +489,11 @@ def job_trace_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Each node of the job's plan with its state (pure, side_effect_committed, compensated,
-    in_flight, waiting, approved, signalled, parked, running, failed, unknown, pending,
-    skipped),
-    outcome, attempts and duration; for an agent job, each recorded step in sequence order
-    with its kind, tool, state, attempts, duration and waits.
+    in_flight, waiting, approved, denied, signalled, parked, running, failed, unknown,
+    pending, skipped), outcome, attempts and duration; for an agent job, each recorded step
+    in sequence order with its kind, tool, state, attempts, duration and waits. A step whose
+    call a later attempt recovered (caught up by reconcile, or re-run after a lost call) is
+    named after the table, with the dead attempt's worker.
 
     Exit codes: 0 shown; 2 no such job; 3 a log that cannot be read (replay_error: an event row
     changed outside affidavit, named by job and version) or store error.
@@ -476,6 +515,10 @@ def job_trace_cmd(
     for row in rows:  # (node ids come from the plan: never read as markup)
         table.add_row(*map(escape, row))
     output.out.print(table)
+    for n in doc["nodes"]:  # (how a step's call was recovered after its attempt died)
+        for entry in n.get("recovered") or []:
+            text = recovery_text({"node_id": n["id"], **entry})
+            output.out.print(f"recovered {text}", markup=False, highlight=False)
 
 
 @jobs_app.command("fork")

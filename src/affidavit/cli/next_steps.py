@@ -39,10 +39,22 @@ def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
     return {} if parked is None else {"parked": parked}
 
 
+# What a pending job needs: nothing runs in the command that made it runnable (a signal, a
+# resume, a submit); a worker must claim it.
+_CLAIM = (
+    "next: the job is pending until a worker claims it — run one with `affidavit worker "
+    "--tools MODULE` (the module that registers its tools or agent; --until-idle to stop when "
+    "nothing is left), then `affidavit jobs wait {job_id}` to follow it"
+)
+
+
 def next_steps(doc: dict[str, Any]) -> list[str]:
     """The commands that move a waiting or parked job on (``doc``: the job's ``job_id`` with
-    what :func:`decisions_doc` gives); for a call waiting for a limit, what it waits for."""
+    what :func:`decisions_doc` gives); for a call waiting for a limit, what it waits for; for
+    a pending job (``doc["status"]``), that a worker must claim it, and how."""
     job_id = doc["job_id"]
+    if doc.get("status") == "pending":
+        return [_CLAIM.format(job_id=job_id)]
     limit_wait = doc.get("waiting_for_limit")
     if isinstance(limit_wait, dict):  # (no command moves it on: a grant will)
         return [
@@ -57,7 +69,7 @@ def next_steps(doc: dict[str, Any]) -> list[str]:
                 if w["wait_type"] == "approval"
                 else "[--payload JSON]"
             )
-            + f"   ({w['wait_type']} of node {w['node_id']})"
+            + f"   ({w['wait_type']} {_step_name(w)})"
             for w in doc["waiting_for"]
         ]
     park = doc.get("parked")
@@ -73,3 +85,12 @@ def next_steps(doc: dict[str, Any]) -> list[str]:
             "retry if it did not)"
         )
     return [line]
+
+
+def _step_name(wait: dict[str, Any]) -> str:
+    """An open wait's step as people know it: an agent step by its key (``big_refund``, step
+    ``#2``), a plan node by its id."""
+    node_id = str(wait["node_id"])
+    if node_id.startswith("#"):  # (an agent step: its key is what the code named it)
+        return f"{wait['correlation_key']} (step {node_id})"
+    return f"of node {node_id}"

@@ -29,6 +29,16 @@ if TYPE_CHECKING:
     from affidavit.claims.sandbox import SandboxConfig
     from affidavit.store import Store
 
+# What a server started without --tools tells its operator: the server never runs a job's code
+# (workers do), and it can only accept an agent job for an agent it knows.
+NO_TOOLS_NOTE = (
+    "no --tools: plans are checked by the workers that run them, and an agent job "
+    '(POST /api/jobs {"agent": NAME, "input": {...}}) is refused for an agent this server does '
+    "not know — start it with --tools MODULE (the module that defines @affidavit.agent NAME). "
+    "Agent code runs in the workers, never here: start them with the same --tools "
+    "(affidavit worker --tools MODULE)."
+)
+
 apikeys_app = typer.Typer(help="API keys of the HTTP API.", no_args_is_help=True)
 
 
@@ -126,10 +136,12 @@ def serve(
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) until Ctrl-C.
 
-    With --tools, submitted plans are checked against those tools; without, workers check them
-    when they run the job. Claim commands run in a bubblewrap sandbox; where `bwrap` (package
-    bubblewrap) is missing, claims are refused (503). Exit codes: 0 stopped; 3 a bad option or
-    store error.
+    With --tools, submitted plans are checked against those tools, and agent jobs
+    (POST /api/jobs {"agent": NAME}) accepted for the agents they define; without, workers check
+    plans when they run the job and no agent job is accepted (the server says so at start).
+    A job's code always runs in the workers (affidavit worker --tools MODULE). Claim commands
+    run in a bubblewrap sandbox; where `bwrap` (package bubblewrap) is missing, claims are
+    refused (503). Exit codes: 0 stopped; 3 a bad option or store error.
     """
     import uvicorn
 
@@ -163,6 +175,8 @@ def serve(
             markup=False,
         )
         output.err.print(containment(sandbox), markup=False)
+        if not tools:
+            output.err.print(NO_TOOLS_NOTE, markup=False)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
         with background_sequencer(store, final=False):
             server.run(sockets=[sock])

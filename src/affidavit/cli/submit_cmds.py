@@ -27,9 +27,11 @@ from affidavit.cli.run_options import (
     parse_json_arg,
 )
 from affidavit.core.canonical import canonical
+from affidavit.core.config import DEFAULT_NAMESPACE
 from affidavit.core.errors import ConfigError
 from affidavit.core.plan import Plan
 from affidavit.core.tags import parse_tags
+from affidavit.faces.auth import check_namespace
 from affidavit.record import check_input_references
 from affidavit.runtime import (
     Agent,
@@ -119,16 +121,25 @@ def submit(
             show_default=False,
         ),
     ] = None,
+    namespace: Annotated[
+        str,
+        typer.Option(
+            "--namespace",
+            help="The namespace the job belongs to: API keys of that namespace see it (1-64 of "
+            "letters, digits, '_', '.', '-').",
+        ),
+    ] = DEFAULT_NAMESPACE,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Validate and enqueue a job for workers; nothing runs here.
 
     Exit codes: 0 enqueued (or already there, with the same idempotency key); 3 invalid plan,
-    unknown tool, bad input or store error (nothing is written).
+    unknown tool, bad input, invalid namespace or store error (nothing is written).
     """
     with command(as_json):
         tags = parse_tags(tag or ())
+        check_namespace(namespace)
         parsed, job_input = prepared_job(
             plan, tools, input, idempotency_key=idempotency_key, agent=agent
         )
@@ -150,6 +161,7 @@ def submit(
                     job_input,
                     tools=registry,
                     idempotency_key=idempotency_key,
+                    namespace=namespace,
                     replay_verification=replay,
                     placement=where,
                     tags=tags,
@@ -162,12 +174,13 @@ def submit(
                     job_input,
                     tools=registry,
                     idempotency_key=idempotency_key,
+                    namespace=namespace,
                     replay_verification=replay,
                     placement=where,
                     tags=tags,
                     subject=subject,
                 )
     if as_json:
-        output.emit_json({"job_id": job.job_id, "status": job.status})
+        output.emit_json({"job_id": job.job_id, "status": job.status, "namespace": job.namespace})
     else:
         output.out.print(job.job_id)

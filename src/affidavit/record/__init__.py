@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from affidavit.record._decision_context import decision_context
     from affidavit.record._follow import JobFollower, follow_job, next_wait
     from affidavit.record._opened import SubjectView, opened_payload
+    from affidavit.record._recovered import recovered_steps, recovery_text
     from affidavit.record._replay import (
         Invocation,
         ReplayContext,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
         NodeFacts,
         node_state,
     )
-    from affidavit.record._trace import fork_lineage, job_trace, park_doc, trace_of
+    from affidavit.record._trace import fork_lineage, job_input, job_trace, park_doc, trace_of
 
 _LAZY = {
     "AgentOutcome": "affidavit.record._agent_trace",
@@ -63,6 +64,8 @@ _LAZY = {
     "build_from_events": "affidavit.record._replay",
     "opened_payload": "affidavit.record._opened",
     "SubjectView": "affidavit.record._opened",
+    "recovered_steps": "affidavit.record._recovered",
+    "recovery_text": "affidavit.record._recovered",
     "SealKeyRefused": "affidavit.record._sealing",
     "Sealer": "affidavit.record._sealing",
     "default_key_path": "affidavit.record._sealing",
@@ -75,6 +78,7 @@ _LAZY = {
     "NodeFacts": "affidavit.record._states",
     "node_state": "affidavit.record._states",
     "fork_lineage": "affidavit.record._trace",
+    "job_input": "affidavit.record._trace",
     "job_trace": "affidavit.record._trace",
     "park_doc": "affidavit.record._trace",
     "trace_of": "affidavit.record._trace",
@@ -105,12 +109,15 @@ __all__ = [
     "follow_job",
     "fork_lineage",
     "is_agent_log",
+    "job_input",
     "job_trace",
     "key_status",
     "next_wait",
     "node_state",
     "opened_payload",
     "park_doc",
+    "recovered_steps",
+    "recovery_text",
     "resolve",
     "trace_of",
     "trust_key",

@@ -16,7 +16,14 @@ from typing import Any
 
 from affidavit.core.errors import ReplayError
 from affidavit.core.events import COMPLETED_RESULT_TYPES
-from affidavit.record._states import NodeFacts, node_state
+from affidavit.record._recovered import read_attempts
+from affidavit.record._states import (
+    ANSWERED_STATES,
+    NodeFacts,
+    is_denial,
+    lease_live,
+    node_state,
+)
 from affidavit.store import JobRecord, StoredEvent
 
 
@@ -28,6 +35,9 @@ class AgentOutcome:
     status: str
     output: Any = None
     error: Any = None
+
+
+_ANSWERED = frozenset(ANSWERED_STATES.values())
 
 
 def is_agent_log(events: Sequence[StoredEvent]) -> bool:
@@ -179,10 +189,12 @@ def _int(value: Any) -> int:
 
 
 def agent_trace_of(
-    job: JobRecord, events: Sequence[StoredEvent]
+    job: JobRecord, events: Sequence[StoredEvent], *, now: float | None = None
 ) -> tuple[dict[str, Any], AgentOutcome]:
     """The trace of the agent job ``job`` from its log ``events`` (all of them, in version
-    order), and how the log says it ended.
+    order), and how the log says it ended. ``now`` as for
+    :func:`~affidavit.record._trace.trace_of`. A wait or approval step carries ``key``, the
+    key it waits on (what people know it by: ``big_refund``, not ``#2``).
 
     Raises:
         ReplayError: the log cannot be read as an agent job's (a payload that is not JSON, an
@@ -194,10 +206,13 @@ def agent_trace_of(
     in_flight = {node: key for key, node in steps.open_keys.items()}
     waiting = {node: key for key, node in steps.open_waits.items()}
     parked_node = steps.parked.get("node_id") if steps.parked else None
+    attempts = read_attempts(events)
+    live = lease_live(job, now)
     nodes = []
     for node_id, node in steps.nodes.items():
         finished = steps.finished.get(node_id)
         outcome = finished.get("result_type") if finished else None
+        wait_type = node["waits"][-1]["wait_type"] if node["waits"] else None
         facts = NodeFacts(
             outcome=outcome,
             completed=outcome in COMPLETED_RESULT_TYPES,
@@ -208,11 +223,20 @@ def agent_trace_of(
             unknown=node_id in steps.unknown,
             signalled=node_id in steps.signalled,
             parked_on=parked_node == node_id,
+            answered=ANSWERED_STATES.get(str(wait_type)) if node_id in steps.signalled else None,
+            denied=node["type"] == "approval" and is_denial(finished),
+            call_live=live and attempts.last_worker(node_id) == job.lease_owner,
         )
         state = node_state(facts, job)
         shown = {**node, "state": state, "outcome": outcome}
+        shown["tries"] = [
+            {**t, "worker_id": attempts.worker_of(node_id, t["attempt"])} for t in node["tries"]
+        ]
+        shown["recovered"] = attempts.recovered.get(node_id, [])
+        if node["waits"]:
+            shown["key"] = node["waits"][-1]["correlation_key"]
         shown["attempts"] = node["attempts"] or len(node["tries"])
-        if state in COMPLETED_RESULT_TYPES and finished is not None:
+        if (state in COMPLETED_RESULT_TYPES or state in _ANSWERED) and finished is not None:
             shown["output"] = (
                 finished["output"] if "output" in finished else steps.committed.get(node_id)
             )
@@ -237,5 +261,6 @@ def agent_trace_of(
         "warnings": steps.warnings,
         "created_at": _payload(events[0]).get("at") if events else None,
         "event_count": len(events),
+        "input": _payload(events[0]).get("input") if events else None,
     }
     return trace, steps.outcome

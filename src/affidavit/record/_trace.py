@@ -7,13 +7,16 @@ A node's ``state`` is what the trace page colours it by:
 
 - ``pure`` / ``side_effect_committed`` / ``compensated``: finished with that outcome;
   ``approved`` / ``signalled``: an approval or wait node a person answered (its outcome `pure`);
+  ``denied``: an approval a person denied (its outcome `permanent_failure`, `not_approved`);
 - ``unknown``: its tool call was closed with the outcome ``unknown`` (it may or may not have
   acted: a forced cancel, a job failed with the call in flight);
-- ``in_flight``: a tool invocation started and never finished (a crash between T1 and T2);
+- ``in_flight``: a tool invocation started and never finished, and no live run holds it (a crash
+  between T1 and T2); ``running``: started and not finished in a running job — a tool call
+  included, while the run that made it holds the job's lease;
 - ``waiting``: a wait or approval node the job waits on; ``parked``: the node the job is parked
   on (an in-flight invocation, a committed step the world no longer matches, the step a crash
   loop keeps dying in — not a completed node when the loop is in finishing the job);
-- ``running``: started and not finished in a running job; ``failed``: its last try failed;
+- ``failed``: its last try failed;
 - ``pending``: not started yet, or to be finished at the next pickup (a signalled wait);
   ``skipped``: never started and the job has ended.
 
@@ -31,14 +34,17 @@ from typing import Any
 
 from affidavit.record._agent_trace import agent_trace_of, is_agent_log
 from affidavit.record._opened import SubjectView
+from affidavit.record._recovered import read_attempts
 from affidavit.record._replay import ReplayContext, ReplayContextBuilder
-from affidavit.record._states import NodeFacts, node_state
+from affidavit.record._states import (
+    ANSWERED_STATES,
+    NodeFacts,
+    is_denial,
+    lease_live,
+    node_state,
+)
 from affidavit.store import JobFilter, JobRecord, Store, StoredEvent
 from affidavit.store.limit_waits import waiting_for_limit
-
-# The state of a finished wait or approval node: a person answered it (its outcome, the world
-# semantics of the step, is `pure`, which on its own reads as a computation).
-_ANSWERED = {"signal": "signalled", "approval": "approved"}
 
 
 def job_trace(store: Store, job_id: str) -> dict[str, Any]:
@@ -56,7 +62,11 @@ def job_trace(store: Store, job_id: str) -> dict[str, Any]:
     job = view.job(store.get_job(job_id))
     events = view.events(store.list_events(job_id))
     # an agent job's trace is the sequence of its calls: see affidavit.record._agent_trace
-    trace = agent_trace_of(job, events)[0] if is_agent_log(events) else trace_of(job, events)[0]
+    now = time.time()  # (a running job's lease tells a live run's call from a dead one's)
+    if is_agent_log(events):
+        trace = agent_trace_of(job, events, now=now)[0]
+    else:
+        trace = trace_of(job, events, now=now)[0]
     lineage = fork_lineage(events)
     if lineage is not None:
         trace["forked_from"] = lineage
@@ -103,9 +113,13 @@ def park_doc(replay: ReplayContext) -> dict[str, Any] | None:
     return {"version": replay.parked_version, **shown}
 
 
-def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, Any], ReplayContext]:
+def trace_of(
+    job: JobRecord, events: Sequence[StoredEvent], *, now: float | None = None
+) -> tuple[dict[str, Any], ReplayContext]:
     """The trace of ``job`` from its log ``events`` (all of them, in version order), and the
-    replay context built on the way (for callers that need both from one pass).
+    replay context built on the way (for callers that need both from one pass). ``now`` (Unix
+    time) tells a call the running job's live run has open (``running``) from one a dead
+    attempt left (``in_flight``); without it, every open call is ``in_flight``.
 
     Raises:
         ReplayError: the log is structurally impossible.
@@ -114,6 +128,8 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
     started_at, finished_at = timings.started_at, timings.finished_at
     durations, tries = timings.durations, timings.tries
     sets = _Sets.of(replay)
+    attempts = read_attempts(events)
+    live = lease_live(job, now)
     pending_nodes, open_waits, completed = sets.pending_nodes, sets.open_waits, sets.completed
     graph = replay.task_graph or {"nodes": []}
     nodes = []
@@ -132,6 +148,8 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
             signalled=node_id in sets.signalled,
             parked_on=sets.decided_node == node_id,
             answered=sets.answered.get(node_id),
+            denied=raw["type"] == "approval" and is_denial(finished),
+            call_live=live and attempts.last_worker(node_id) == job.lease_owner,
         )
         state = node_state(facts, job)
         node: dict[str, Any] = {
@@ -146,7 +164,11 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
             "started_at": started_at.get(node_id),
             "finished_at": finished_at.get(node_id),
             "duration_ms": durations.get(node_id),
-            "tries": tries.get(node_id, []),
+            "tries": [
+                {**t, "worker_id": attempts.worker_of(node_id, t["attempt"])}
+                for t in tries.get(node_id, [])
+            ],
+            "recovered": attempts.recovered.get(node_id, []),
         }
         if node_id in completed:
             node["output"] = replay.node_output(node_id)
@@ -172,8 +194,15 @@ def trace_of(job: JobRecord, events: Sequence[StoredEvent]) -> tuple[dict[str, A
         "warnings": replay.warnings,
         "created_at": events[0].payload.get("at") if events else None,
         "event_count": len(events),
+        "input": job_input(events),
     }
     return trace, replay
+
+
+def job_input(events: Sequence[StoredEvent]) -> Any:
+    """The job's input as its ``job_created`` recorded it (``None`` without one)."""
+    first = events[0].payload if events and events[0].type == "job_created" else None
+    return first.get("input") if isinstance(first, dict) else None
 
 
 @dataclass(slots=True)
@@ -250,9 +279,9 @@ class _Sets:
             decided_node=None if loop_after_steps else parked_node,
             signalled={w["node_id"] for w in replay.completed_waits.values()},
             answered={
-                w["node_id"]: _ANSWERED[w["wait_type"]]
+                w["node_id"]: ANSWERED_STATES[w["wait_type"]]
                 for k, w in replay.waits.items()
-                if k in replay.completed_waits and w.get("wait_type") in _ANSWERED
+                if k in replay.completed_waits and w.get("wait_type") in ANSWERED_STATES
             },
             unknown={
                 inv.node_id

@@ -14,9 +14,10 @@ The file (``affidavit.disclosure/v1``, JCS)::
      "events": [{"version", "event_id", "type", "payload", "previous_chain_hash", "proof"}],
      "tlog_proof": <c2sp.org/tlog-proof@v1 text> | null}
 
-``selector`` is the ``--step`` value as given: decimal digits select the one event with that
-version; anything else every step event (:data:`STEP_EVENT_TYPES`) whose payload's ``node_id``
-or ``step_id`` equals it. Hashes are lowercase hex; ``previous_chain_hash`` is ``""`` for
+``selector`` says what is disclosed: decimal digits select the one event with that version
+(``--event N``); anything else every step event (:data:`STEP_EVENT_TYPES`) whose payload's
+``node_id`` or ``step_id`` equals it (``--step S``; an agent step's number, ``--step 3``, is
+recorded as its node id ``#3``). Hashes are lowercase hex; ``previous_chain_hash`` is ``""`` for
 version 1; ``proof`` is the inclusion proof, leaf sibling first.
 
 What verification proves: the seal was signed by the given key; each shown event, exactly as
@@ -34,7 +35,13 @@ from typing import Any
 
 from affidavit.core.canonical import canonical, canonical_of_parsed, loads_unique
 from affidavit.core.chain import GENESIS, chain_next
-from affidavit.core.errors import AffidavitError, JobNotFound, NotFound, VerificationError
+from affidavit.core.errors import (
+    AffidavitError,
+    ConfigError,
+    JobNotFound,
+    NotFound,
+    VerificationError,
+)
 from affidavit.core.merkle import MemoryTree, ProofError, leaf_hash, verify_inclusion
 from affidavit.core.note import Verifier
 from affidavit.core.seal import Seal, check_signature, key_id_for, log_leaf
@@ -78,8 +85,8 @@ class NotDisclosable(AffidavitError):
 class StepNotFound(NotFound):
     code = "step_not_found"
     default_hint = (
-        "Give a plan node id, an agent step's node id (#SEQ) or step id, or an event's "
-        "version number (see `affidavit jobs events JOB`)."
+        "Give a plan node id, an agent step's number (3 or #3) or step id, or an event's "
+        "version (`--event N`; see `affidavit jobs events JOB`)."
     )
 
 
@@ -99,16 +106,34 @@ def selects(selector: str, event_type: str, payload: Any, version: int) -> bool:
     return selector in (payload.get("node_id"), payload.get("step_id"))
 
 
-def disclose(store: Store, job_id: str, selector: str) -> dict[str, Any]:
-    """The disclosure document of the events ``selector`` names in job ``job_id``.
+def disclose(
+    store: Store,
+    job_id: str,
+    selector: str | None = None,
+    *,
+    step: str | None = None,
+    event: int | None = None,
+) -> dict[str, Any]:
+    """The disclosure document of the events ``selector`` names in job ``job_id`` (the file's
+    selector: see the module docs) — or, given instead, of the step ``step`` (a plan node id,
+    a step id, an agent step's ``#SEQ`` or, for an agent job, its sequence number alone:
+    ``"3"`` is step ``#3``), or of the event of version ``event``.
 
     Raises:
         JobNotFound: no such job.
         NotDisclosable: the job has no seal, or a v1 seal.
-        StepNotFound: nothing in the job matches ``selector``.
+        StepNotFound: nothing in the job matches, or ``step`` is a number for a plan job (its
+            events are ``event``'s).
+        ConfigError: not exactly one of ``selector``, ``step`` and ``event`` is given, or
+            ``event`` is no version (an integer ≥ 1).
         VerificationError: the stored log does not match its seal (it was altered).
     """
-    if not selector or len(selector) > MAX_SELECTOR_CHARS:
+    if sum(x is not None for x in (selector, step, event)) != 1:
+        raise ConfigError("give exactly one of --step and --event", hint=_WHAT)
+    if event is not None and (type(event) is not int or event < 1):
+        raise ConfigError(f"--event must be an event's version (≥ 1), not {event!r}", hint=_WHAT)
+    given = selector if selector is not None else step
+    if given is not None and (not given or len(given) > MAX_SELECTOR_CHARS):
         raise StepNotFound(f"--step must be 1 to {MAX_SELECTOR_CHARS} characters")
     with store.snapshot() as snap:
         if snap.get_job(job_id) is None:
@@ -128,7 +153,37 @@ def disclose(store: Store, job_id: str, selector: str) -> dict[str, Any]:
             hint="Jobs sealed by this version (seal v2) can be; share this job whole, as a "
             "proof pack (`affidavit pack export`).",
         )
+    if event is not None:
+        selector = str(event)
+    elif step is not None:
+        selector = _step_selector(job_id, events, step)
+    assert selector is not None
     return build_disclosure(seal, events, selector, _tlog_proof(store, job_id))
+
+
+_WHAT = (
+    "--step S: a plan node id, an agent step's number (3 or #3) or a step id; --event N: the "
+    "event of version N (see `affidavit jobs events JOB`)."
+)
+
+
+def _step_selector(job_id: str, events: Sequence[StoredEvent], step: str) -> str:
+    """The file's selector for the step ``step`` of the job whose log is ``events``: an agent
+    job's sequence number as its node id (``3`` → ``#3``); a plan job's step as given, never a
+    number (a number selects an event's version, which ``--event`` names).
+
+    Raises:
+        StepNotFound: ``step`` is a number and the job a plan job.
+    """
+    if not is_version_selector(step):
+        return step
+    first = events[0].payload if events and events[0].type == "job_created" else None
+    if isinstance(first, dict) and first.get("kind") == "agent":
+        return f"#{int(step)}"
+    raise StepNotFound(
+        f"job {job_id} is a plan job: --step {step} names no step (its steps are its node ids)",
+        hint=f"For the event with version {step}, pass --event {step}. " + _WHAT,
+    )
 
 
 def build_disclosure(

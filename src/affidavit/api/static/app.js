@@ -8,14 +8,15 @@ const COLORS = {
   in_flight: "var(--in_flight)", waiting: "var(--waiting)", parked: "var(--parked)",
   running: "var(--running)", failed: "var(--failed)", pending: "var(--pending)",
   skipped: "var(--skipped)", approved: "var(--pure)", signalled: "var(--pure)",
-  unknown: "var(--in_flight)",
+  unknown: "var(--in_flight)", denied: "var(--failed)",
 };
 const LABELS = {
   pure: "pure", side_effect_committed: "side effect committed", compensated: "compensated",
   in_flight: "in flight", waiting: "waiting", parked: "parked", running: "running",
   failed: "failed", pending: "pending", skipped: "skipped", approved: "approved",
-  signalled: "signalled", unknown: "unknown outcome",
+  denied: "denied", signalled: "signalled", unknown: "unknown outcome",
 };
+const INPUT_SHOWN_CHARS = 200; // the header shows the job's input up to this many characters
 const SVG = "http://www.w3.org/2000/svg";
 
 const $ = (sel) => document.querySelector(sel);
@@ -64,6 +65,29 @@ function showError(err) {
 }
 
 function short(hash) { return hash ? `${hash.slice(0, 12)}…` : ""; }
+
+// A step as people know it: an agent's wait or approval step by its key (``big_refund``), with
+// its sequence id; any other step by its id.
+function stepName(nodeId, key) {
+  return key && String(nodeId).startsWith("#") ? `${key} (step ${nodeId})` : String(nodeId);
+}
+
+// How a step's call was recovered after the attempt that made it died (trace ``recovered``).
+function recoveryText(r) {
+  const who = `attempt ${r.attempt} (worker ${r.worker_id || "unrecorded"})`;
+  const dead = r.after === "timeout" ? "timed out" : "died with its call open";
+  if (r.how === "caught_up") return `caught up by reconcile: ${who} ${dead}; its effect was found`;
+  if (r.how === "rerun") {
+    return `re-run: ${who} ${dead}, reconcile found nothing; attempt ${r.rerun_attempt} ran on `
+      + `worker ${r.rerun_worker_id}`;
+  }
+  return `lost: ${who} ${dead}, reconcile found nothing; not re-run`;
+}
+
+function recoveredCell(n) {
+  return el("td", { class: "recovered", "data-recovered": String((n.recovered || []).length),
+    text: (n.recovered || []).map(recoveryText).join("; ") });
+}
 
 // (the job list is list.js)
 
@@ -144,7 +168,7 @@ function timeline(trace) {
     const x = LEFT + (start / span) * W;
     const w = Math.max(3, ((end - start) / span) * W);
     const y = i * ROW + 4;
-    svg.append(el("svg:text", { x: 0, y: y + 13, text: n.id }));
+    svg.append(el("svg:text", { x: 0, y: y + 13, text: n.key || n.id }));
     svg.append(el("svg:rect", { x, y, width: w, height: ROW - 6, rx: 3,
       fill: COLORS[n.state] || "#999", "data-bar": n.id }));
     svg.append(el("svg:text", { x: x + w + 6, y: y + 13, fill: "#5f6b76",
@@ -167,7 +191,7 @@ const PROOFS = [
     (c) => c.error || (c.present ? `key ${c.key_id}` : "not sealed yet")],
 ];
 
-async function badges(jobId) {
+async function badges(jobId, status) {
   const box = el("div", { class: "badges", id: "proofs" });
   let verdict;
   try {
@@ -181,6 +205,12 @@ async function badges(jobId) {
   }
   for (const [name, label, pick, why] of PROOFS) {
     const check = pick(verdict) || {};
+    if (name === "seal" && !TERMINAL.includes(status) && !check.present) {
+      // (a job is sealed when it finishes: no seal yet is what an unfinished job has)
+      box.append(el("span", { class: "badge na", "data-proof": name, "data-ok": "pending",
+        title: `the job is ${status}: it is sealed when it finishes`, text: "not sealed yet" }));
+      continue;
+    }
     const good = check.ok === true;
     box.append(el("span", { class: `badge ${good ? "ok" : "fail"}`, "data-proof": name,
       "data-ok": String(good), title: why(check) || (good ? "" : "failed"),
@@ -228,7 +258,13 @@ async function renderJob(content, jobId, onDecided) {
     el("span", { class: "status", id: "job-status", text: job.status })));
   content.append(el("p", { text: `plan ${job.plan_name || "(unnamed)"} · namespace `
     + `${job.namespace} · ${trace.event_count} events · head ${short(job.head_hash)}` }));
-  content.append(await badges(jobId));
+  const input = JSON.stringify(trace.input === undefined ? null : trace.input);
+  const cut = input.length > INPUT_SHOWN_CHARS;
+  content.append(el("p", { id: "job-input" }, "input ", el("code", { class: "mono",
+    "data-cut": String(cut), text: cut ? `${input.slice(0, INPUT_SHOWN_CHARS)}…` : input }),
+  cut ? el("span", { class: "hint", text: ` (${input.length} characters; the whole input is `
+    + "the job_created event's, below)" }) : ""));
+  content.append(await badges(jobId, job.status));
   if (trace.forked_from) {  // a fork: a link to the source job (text nodes: never markup)
     const src = trace.forked_from;
     content.append(el("p", { id: "forked-from" }, "Forked from ",
@@ -244,7 +280,8 @@ async function renderJob(content, jobId, onDecided) {
   }
   for (const w of trace.waiting_for) {
     content.append(el("p", { class: "card", "data-wait": w.node_id,
-      text: `Waiting on ${w.node_id}: affidavit signal ${job.job_id} --key ${w.correlation_key}` }));
+      text: `Waiting on ${stepName(w.node_id, w.correlation_key)}: affidavit signal `
+        + `${job.job_id} --key ${w.correlation_key}` }));
   }
   const slot = el("div", { id: "decide-slot" });
   const panel = await decisionPanel(jobId, onDecided);
@@ -255,14 +292,15 @@ async function renderJob(content, jobId, onDecided) {
     dag(trace.nodes)));
   content.append(el("h2", { text: "Timeline" }), el("div", { class: "card" }, timeline(trace)));
   const nodes = el("table", { id: "nodes" });
-  nodes.append(el("tr", {}, ...["node", "type", "state", "attempts", "duration", "error"]
-    .map((h) => el("th", { text: h }))));
+  nodes.append(el("tr", {}, ...["node", "type", "state", "attempts", "duration", "error",
+    "recovered"].map((h) => el("th", { text: h }))));
   for (const n of trace.nodes) {
     nodes.append(el("tr", { "data-node": n.id },
-      el("td", { text: n.id }), el("td", { text: n.tool ? `${n.type}: ${n.tool}` : n.type }),
+      el("td", { text: stepName(n.id, n.key) }), el("td", { text: n.tool ? `${n.type}: ${n.tool}` : n.type }),
       el("td", { text: LABELS[n.state] || n.state }), el("td", { text: String(n.attempts) }),
       el("td", { text: n.duration_ms === null ? "" : `${n.duration_ms.toFixed(1)} ms` }),
-      el("td", { text: n.error ? n.error.message || JSON.stringify(n.error) : "" })));
+      el("td", { text: n.error ? n.error.message || JSON.stringify(n.error) : "" }),
+      recoveredCell(n)));
   }
   content.append(el("h2", { text: "Steps" }), nodes);
   const events = await allEvents(jobId);
@@ -429,16 +467,16 @@ function waitText(w) {
 function agentCalls(trace) {
   const agent = trace.agent || {};
   const table = el("table", { id: "agent-calls" });
-  table.append(el("tr", {}, ...["seq", "kind", "tool", "state", "attempts", "duration", "waits"]
-    .map((h) => el("th", { text: h }))));
+  table.append(el("tr", {}, ...["step", "kind", "tool", "state", "attempts", "duration", "waits",
+    "recovered"].map((h) => el("th", { text: h }))));
   for (const n of trace.nodes) {
     const state = el("td", { class: "state", text: LABELS[n.state] || n.state });
     state.style.borderLeft = `6px solid ${COLORS[n.state] || "var(--pending)"}`;
     table.append(el("tr", { "data-seq": String(n.seq), "data-state": n.state },
-      el("td", { text: String(n.seq) }), el("td", { text: n.type }),
+      el("td", { class: "step-name", text: stepName(n.id, n.key) }), el("td", { text: n.type }),
       el("td", { text: n.tool || "" }), state, el("td", { text: String(n.attempts) }),
       el("td", { text: n.duration_ms === null ? "" : `${n.duration_ms.toFixed(1)} ms` }),
-      el("td", { text: (n.waits || []).map(waitText).join("; ") })));
+      el("td", { text: (n.waits || []).map(waitText).join("; ") }), recoveredCell(n)));
   }
   const pinned = agent.version === null || agent.version === undefined
     ? "not pinned" : `version ${agent.version}`;

@@ -210,7 +210,8 @@ function waitSection(jobId, wait, caller, panel, onDecided) {
   const approval = wait.wait_type === "approval";
   const box = el("div", { class: "wait-decision", "data-wait-node": wait.node_id,
     "data-wait-type": wait.wait_type });
-  box.append(el("h3", { text: `${approval ? "Approval" : "Signal"} “${wait.node_id}”` }),
+  box.append(el("h3", { text: `${approval ? "Approval" : "Signal"} `
+    + `“${stepName(wait.node_id, wait.correlation_key)}”` }),
     el("p", { text: `Waiting ${since(wait.since)}.` }),
     facts([
       ["correlation key", wait.correlation_key, { class: "mono" }],
