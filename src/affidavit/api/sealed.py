@@ -40,6 +40,7 @@ def sealed_key(
     error for an admin (verification reports what is left of it), and gives ``None``.
 
     Raises:
+        JobArchived: retention removed it (and the caller sees its namespace).
         JobNotFound: no such job, or not the caller's namespace.
     """
     if unmatchable(job_id):  # no job can have it
@@ -47,6 +48,9 @@ def sealed_key(
     with store.snapshot(lenient_text=True) as snap:
         row = snap.job_row(job_id)
         if row is None:
+            from affidavit.api.deps import raise_if_archived  # (deps holds the service)
+
+            raise_if_archived(store, caller, job_id)
             if orphans and caller.has("admin"):
                 return None
             raise JobNotFound(job_id)
