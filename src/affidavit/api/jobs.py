@@ -32,7 +32,7 @@ from affidavit.api.models import (
     Trace,
     Verification,
 )
-from affidavit.api.sealed import sealed_key, serve_bytes, serve_json
+from affidavit.api.sealed import sealed_key, serve_bytes, serve_json, source_seal_part
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
 from affidavit.record import SubjectView, fork_lineage, job_trace
@@ -326,6 +326,9 @@ def verify(
         check_trusted_keys(svc.store, trusted_key)  # a bad key is an error, job or not
     check_verifiable(svc.store, caller, job_id)
     key = sealed_key(svc.store, caller, job_id, orphans=True, keys=True)
+    if key is not None:  # a fork's verdict also depends on its source's seal
+        source = source_seal_part(svc.store, job_id)
+        key = None if source is None else (*key, source)
     pinned = tuple(sorted(set(trusted_key or ())))
 
     def compute() -> dict[str, Any]:

@@ -72,6 +72,22 @@ def sealed_key(
         return None
 
 
+def source_seal_part(store: Store, job_id: str) -> str | None:
+    """What a fork's cached verification also depends on: its source's seal as the store
+    holds it now (a source re-sealed since must be reported, so it is part of the key);
+    ``None``: not to be cached (a source seal that cannot be read)."""
+    from affidavit.record import fork_lineage
+
+    lineage = fork_lineage(store.list_events(job_id, limit=1))
+    if lineage is None:
+        return "no-fork"
+    try:
+        seal = store.get_seal(str(lineage["job_id"]))
+        return "no-seal" if seal is None else seal_sha256(seal)
+    except (ValueError, CanonicalizationError):  # (edited outside the store)
+        return None
+
+
 @functools.cache
 def _adapter(model: type[BaseModel]) -> TypeAdapter[BaseModel]:
     return TypeAdapter(model)
