@@ -128,6 +128,7 @@ def submit_job(
     traceparent: str | None = None,
     placement: Placement | None = None,
     parent: tuple[str, str] | None = None,
+    durable: bool = True,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
     (per namespace) returns the existing job and ``created=False``. Nothing is written unless
@@ -137,7 +138,8 @@ def submit_job(
     ``replay_verification`` (``strict`` | ``warn`` | ``human``) overrides the plan's mode for
     this job; the effective policy is recorded in ``plan_generated``. ``traceparent`` (a W3C
     trace context, e.g. an HTTP request's header) is recorded in ``job_created``, so that the
-    job's spans join the trace it was submitted in.
+    job's spans join the trace it was submitted in. ``durable=False`` commits without waiting
+    for the disk (a child job: see :func:`affidavit.runtime._children.create_child`).
 
     Raises:
         PlanError: the plan is invalid or uses a tool that is not registered.
@@ -177,6 +179,7 @@ def submit_job(
         submitted_by=submitted_by,
         placement=placement,
         parent=parent,
+        durable=durable,
         events=[
             NewEvent("job_created", created_payload),
             NewEvent(
@@ -315,13 +318,14 @@ def submit_agent_job(
     traceparent: str | None = None,
     placement: Placement | None = None,
     parent: tuple[str, str] | None = None,
+    durable: bool = True,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
     ``agent_started`` with the agent's name, version and policy. The input is the agent
     function's keyword arguments (a JSON object). Same idempotency rules as
     :func:`submit_job` (the same key with another agent, version or input is a conflict).
     ``parent``: ``(parent_job_id, parent_step_id)`` of a child job (recorded in its
-    ``job_created`` and linked in the store).
+    ``job_created`` and linked in the store); ``durable`` as for :func:`submit_job`.
 
     Raises:
         PlanError: the agent is not registered, or the input does not fit its parameters.
@@ -342,6 +346,7 @@ def submit_agent_job(
         submitted_by=submitted_by,
         placement=placement,
         parent=parent,
+        durable=durable,
         events=[
             NewEvent(
                 "job_created",
