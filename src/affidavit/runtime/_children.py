@@ -169,6 +169,10 @@ def create_child(
         "submitted_by": submitted_by,
         "placement": placement(args.get("queue")),
         "parent": (journal.job_id, spec.step_id),
+        # Not synced: a commit a power failure loses takes every later one with it (the
+        # parent's record of this child too: it creates the child again), and the first
+        # synced commit after it — the child's first tool call, or its end — syncs it first.
+        "durable": False,
     }
     if "plan" in args:
         job, created = submit_job(store, str(args["plan"]), args["input"], **common)

@@ -132,6 +132,7 @@ def submit_job(
     parent: tuple[str, str] | None = None,
     tags: Mapping[str, str] | None = None,
     subject: str | None = None,
+    durable: bool = True,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue a job; returns ``(job, created)``. The same ``idempotency_key``
     (per namespace) returns the existing job and ``created=False``. Nothing is written unless
@@ -144,6 +145,8 @@ def submit_job(
     job's spans join the trace it was submitted in. ``tags``: the job's tags (plain text,
     never encrypted: see :mod:`affidavit.core.tags`), recorded in ``job_created`` and indexed
     for ``jobs list --tag``; a job the idempotency key returns keeps the tags it has.
+    ``durable=False`` commits without waiting for the disk (a child job: see
+    :func:`affidavit.runtime._children.create_child`).
 
     Raises:
         PlanError: the plan is invalid or uses a tool that is not registered.
@@ -194,6 +197,7 @@ def submit_job(
         placement=placement,
         parent=parent,
         tags=job_tags,
+        durable=durable,
         events=[
             NewEvent("job_created", created_payload),
             NewEvent(
@@ -335,6 +339,7 @@ def submit_agent_job(
     parent: tuple[str, str] | None = None,
     tags: Mapping[str, str] | None = None,
     subject: str | None = None,
+    durable: bool = True,
 ) -> tuple[JobRecord, bool]:
     """Validate and enqueue an agent job: ``job_created`` (``kind: "agent"``) and
     ``agent_started`` with the agent's name, version and policy. The input is the agent
@@ -344,6 +349,7 @@ def submit_agent_job(
     ``job_created`` and linked in the store). ``subject``: the person the job's data is
     about: every value a person or an agent supplies to the job is stored sealed under the
     subject's data key, so that ``affidavit erase`` can erase it (docs/privacy.md).
+    ``durable`` as for :func:`submit_job`.
 
     Raises:
         PlanError: the agent is not registered, or the input does not fit its parameters.
@@ -372,6 +378,7 @@ def submit_agent_job(
         parent=parent,
         tags=job_tags,
         subject=subject,
+        durable=durable,
         events=[
             NewEvent(
                 "job_created",
