@@ -92,7 +92,7 @@ def _echo(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_submit_into_a_namespace_and_list_with_the_input(store_url: str, tmp_path: Path) -> None:
     tools, plan = _echo(tmp_path)
-    long_text = "y" * 500
+    long_text = "\x9b2J" + "y" * 500  # (a C1 control first: never sent to the terminal)
     made = cli("submit", str(plan), "--tools", str(tools), "--namespace", "team-a",
                "--input", json.dumps({"x": long_text}), "--db", store_url, "--json")  # fmt: skip
     assert made.returncode == 0, made.stderr
@@ -104,7 +104,7 @@ def test_submit_into_a_namespace_and_list_with_the_input(store_url: str, tmp_pat
     human = cli("jobs", "list", "--db", store_url, env={"COLUMNS": "400"})
     assert human.returncode == 0, human.stderr
     [row] = [line for line in human.stdout.splitlines() if job_id in line]
-    assert '{"x":"yyy' in row and "…" in row and long_text not in row, row
+    assert '{"x":"?2Jyyy' in row and "…" in row and "\x9b" not in row, row
 
     bad = cli("submit", str(plan), "--tools", str(tools), "--namespace", "has space",
               "--db", store_url, "--json")  # fmt: skip

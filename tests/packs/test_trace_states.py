@@ -216,5 +216,6 @@ def test_every_state_the_traces_assign_is_a_known_state() -> None:
                 for value in values:
                     if isinstance(value, ast.Constant) and isinstance(value.value, str):
                         assigned.add(value.value)
-    assert {"parked", "in_flight", "waiting", "failed", "skipped", "running"} <= assigned
-    assert assigned | set(_trace._ANSWERED.values()) | COMPLETED_RESULT_TYPES <= set(NODE_STATES)
+    assert {"parked", "in_flight", "waiting", "failed", "skipped", "running", "denied"} <= assigned
+    answered = set(_states.ANSWERED_STATES.values())
+    assert assigned | answered | COMPLETED_RESULT_TYPES <= set(NODE_STATES)

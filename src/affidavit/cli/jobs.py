@@ -141,6 +141,9 @@ def list_jobs(
 
 
 INPUT_CELL_CHARS = 60  # a job's input in `jobs list`, cut to this many characters
+# what JSON leaves unescaped of the control characters (DEL, C1): shown as "?", so that an input
+# never sends escape sequences to the terminal
+_DEL_AND_C1 = dict.fromkeys(range(0x7F, 0xA0), "?")
 
 
 def _input_cell(store: Store, job_id: str) -> str:
@@ -151,8 +154,8 @@ def _input_cell(store: Store, job_id: str) -> str:
         value = SubjectView(store, job_id).value(job_input(store.list_events(job_id, limit=1)))
     except AffidavitError:  # (an event row changed outside affidavit: the list still lists)
         return "?"
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return output.cut(text, INPUT_CELL_CHARS)[0]
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))  # (C0 escaped)
+    return output.cut(text, INPUT_CELL_CHARS)[0].translate(_DEL_AND_C1)
 
 
 @jobs_app.command("show")
