@@ -45,7 +45,6 @@ from affidavit import AgentContext, Tool
 from affidavit.integrations.pydantic_ai._backend import AffidavitOperationBackend
 from affidavit.integrations.pydantic_ai._bridge import CURRENT_STEP, close_bridge, open_bridge
 from affidavit.integrations.pydantic_ai._steps import AgentSteps
-from affidavit.runtime import Agent as AgentJob
 
 #: The version recorded with each job by default: a change of how steps record is a new format.
 RECORD_FORMAT = "affidavit-pydantic-ai/2"
@@ -68,7 +67,7 @@ class _Shared:
     and per run): the registered job and steps, and the job whose run is in progress."""
 
     name: str = ""
-    job: AgentJob | None = None
+    job: Any = None
     steps: AgentSteps | None = None
     agent: AbstractAgent[Any, Any] | None = None
     current: ContextVar[AgentContext | None] = field(
@@ -262,7 +261,7 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
         )(run_job)
 
     @property
-    def job(self) -> AgentJob:
+    def job(self) -> Any:
         """The registered agent job (after the capability is bound to an agent)."""
         if self._shared.job is None:
             raise affidavit.ConfigError("AffidavitDurability is not bound to an agent yet")
