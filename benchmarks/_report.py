@@ -206,7 +206,8 @@ MEASURES = {
     ),
     "bench_integrations": (
         "What affidavit adds to each model request and tool call of a Pydantic AI agent"
-        " (AffidavitAgent), next to the same agent alone and under DBOSAgent."
+        " (AffidavitDurability), next to the same agent alone and under DBOSDurability (and"
+        " the deprecated wrappers AffidavitAgent and DBOSAgent)."
     ),
     "bench_mcp": (
         "What affidavit adds to each MCP tool call (one ledgered tool step) over the bare MCP"

@@ -12,12 +12,14 @@ Engines, each in a subprocess of its own (a fresh interpreter, so DBOS's process
 affidavit's registry do not meet), in one run:
 
 * ``plain``: the agent run by Pydantic AI alone (no durability: its own overhead);
-* ``affidavit``: ``AffidavitAgent`` jobs (``Runtime.submit`` + ``run_job``), SQLite and PostgreSQL:
-  each model request a recorded pure step, each tool call a ledgered tool step;
-* ``dbos``: the same agent under Pydantic AI's ``DBOSAgent`` (``await agent.run`` starting a
-  workflow), SQLite and PostgreSQL system databases: each model request a DBOS step; function
-  tools run inline in the workflow (DBOS does not checkpoint them), so its tool-call overhead
-  is that of an unrecorded call.
+* ``affidavit``: the agent with ``AffidavitDurability``, run as affidavit jobs
+  (``Runtime.submit`` + ``run_job``), SQLite and PostgreSQL: each model request a recorded pure
+  step, each tool call a ledgered tool step; ``affidavit-wrapper`` the same through the
+  deprecated ``AffidavitAgent``;
+* ``dbos``: the same agent with Pydantic AI's ``DBOSDurability``, run inside a DBOS workflow,
+  SQLite and PostgreSQL system databases: each model request a DBOS step; function tools run
+  inline in the workflow (DBOS does not checkpoint them), so its tool-call overhead is that of
+  an unrecorded call; ``dbos-wrapper`` the same through the deprecated ``DBOSAgent``.
 
 Usage (from the repository root)::
 
@@ -55,14 +57,18 @@ from benchmarks._report import (
 SECTION = "bench_integrations"
 DEFAULT_PG_URL = "postgresql://root@127.0.0.1:5432/test"
 WARMUP_RUNS = 2
+#: the durable configurations, each on every backend: the capabilities, then the wrappers
+ENGINES = ("affidavit", "dbos", "affidavit-wrapper", "dbos-wrapper")
 
 
 # --- the measured agent (built in each child process) ------------------------------------------
 
 
-def build_agent(calls: int, samples: dict[str, list[float]]) -> Any:
+def build_agent(calls: int, samples: dict[str, list[float]], durability: Any = None) -> Any:
     """The agent: ``calls`` turns each asking for one ``noop`` call, then a final answer. Each
-    model request and tool call appends (outer − inner) seconds to ``samples``."""
+    model request and tool call appends (outer − inner) seconds to ``samples``. With
+    ``durability`` (a durability capability), the agent has it besides the timer (which wraps
+    it: durability capabilities are innermost)."""
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -97,7 +103,8 @@ def build_agent(calls: int, samples: dict[str, list[float]]) -> Any:
             samples["tool"].append(time.perf_counter() - t0 - inner["tool"])
             return out
 
-    agent = Agent(FunctionModel(script), name="bench_agent", capabilities=[Timer()])
+    capabilities: list[Any] = [Timer()] if durability is None else [Timer(), durability]
+    agent = Agent(FunctionModel(script), name="bench_agent", capabilities=capabilities)
 
     @agent.tool_plain
     def noop(i: int) -> int:
@@ -110,16 +117,54 @@ def build_agent(calls: int, samples: dict[str, list[float]]) -> Any:
 
 def child(engine: str, backend: str, url: str, runs: int, calls: int) -> dict[str, Any]:
     samples: dict[str, list[float]] = {"model": [], "tool": []}
+    if engine == "affidavit":  # the capability
+        from affidavit import Runtime, ToolRegistry
+        from affidavit.integrations.pydantic_ai import AffidavitDurability
+
+        durability = AffidavitDurability(version="1")
+        build_agent(calls, samples, durability)
+        with Runtime(url, tools=ToolRegistry(durability.registrations)) as rt:
+            for r in range(WARMUP_RUNS + runs):
+                if r == WARMUP_RUNS:
+                    samples["model"].clear(), samples["tool"].clear()
+                job = rt.submit("bench_agent", {"prompt": "go"})
+                done = rt.run_job(job.job_id)
+                assert done.status == "completed", done.error
+        return samples
+    if engine == "dbos":  # the capability, its run inside a workflow of ours
+        from dbos import DBOS
+        from pydantic_ai.durable_exec.dbos import DBOSDurability
+
+        DBOS(config={"name": "bench-pydantic-ai", "system_database_url": url,
+                     "log_level": "WARNING"})  # fmt: skip
+        agent = build_agent(calls, samples, DBOSDurability())
+
+        @DBOS.workflow(name="bench_agent_run")
+        async def run_agent() -> str:
+            return str((await agent.run("go")).output)
+
+        DBOS.launch()
+        try:
+            for r in range(WARMUP_RUNS + runs):
+                if r == WARMUP_RUNS:
+                    samples["model"].clear(), samples["tool"].clear()
+                assert asyncio.run(run_agent()) == "done"
+        finally:
+            DBOS.destroy()
+        return samples
     agent = build_agent(calls, samples)
     if engine == "plain":
         for r in range(WARMUP_RUNS + runs):
             if r == WARMUP_RUNS:
                 samples["model"].clear(), samples["tool"].clear()
             assert agent.run_sync("go").output == "done"
-    elif engine == "affidavit":
+    elif engine == "affidavit-wrapper":
+        import warnings
+
         from affidavit import Runtime, ToolRegistry
         from affidavit.integrations.pydantic_ai import AffidavitAgent
 
+        warnings.simplefilter("ignore")  # AffidavitAgent is deprecated for the capability
         wrapper = AffidavitAgent(agent, name="bench_agent", version="1")
         with Runtime(url, tools=ToolRegistry(wrapper.registrations)) as rt:
             for r in range(WARMUP_RUNS + runs):
@@ -128,7 +173,7 @@ def child(engine: str, backend: str, url: str, runs: int, calls: int) -> dict[st
                 job = rt.submit("bench_agent", {"prompt": "go"})
                 done = rt.run_job(job.job_id)
                 assert done.status == "completed", done.error
-    elif engine == "dbos":
+    elif engine == "dbos-wrapper":
         import warnings
 
         from dbos import DBOS
@@ -200,7 +245,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results[("plain", "-")] = run_child("plain", "-", "-", ns.runs, ns.calls)
         for backend in backends:
-            for engine in ("affidavit", "dbos"):
+            for engine in ENGINES:
                 url, cleanup = _database(engine, backend, Path(tmp), ns.pg_url)
                 try:
                     results[(engine, backend)] = run_child(engine, backend, url, ns.runs, ns.calls)
@@ -208,7 +253,13 @@ def main() -> None:
                     cleanup()
     steal = steal_share(ticks, cpu_ticks())
 
-    labels = {"plain": "Pydantic AI alone", "affidavit": "AffidavitAgent", "dbos": "DBOSAgent"}
+    labels = {
+        "plain": "Pydantic AI alone",
+        "affidavit": "AffidavitDurability",
+        "affidavit-wrapper": "AffidavitAgent (deprecated)",
+        "dbos": "DBOSDurability",
+        "dbos-wrapper": "DBOSAgent (deprecated)",
+    }
     rows = []
     for (engine, backend), samples in results.items():
         row = [labels[engine], {"-": "—", "sqlite": "SQLite", "postgresql": "PostgreSQL"}[backend]]
@@ -232,11 +283,12 @@ def main() -> None:
         "minus the time the scripted model or the tool itself takes.\n\n"
         "### Overhead per call\n\n"
         f"{table}\n"
-        "AffidavitAgent records every model request as a pure step (its response in the log) "
-        "and every tool call as a tool step through the ledger (T1 durable before the tool "
-        "runs, T2 after). DBOSAgent records each model request as a DBOS step; its function "
-        "tools run inline in the workflow, unrecorded, so its tool row is the cost of an "
-        "unrecorded call, not of a durable one.\n"
+        "AffidavitDurability (and the AffidavitAgent wrapper over it) records every model "
+        "request as a pure step (its response in the log) and every tool call as a tool step "
+        "through the ledger (T1 durable before the tool runs, T2 after). DBOSDurability and "
+        "DBOSAgent record each model request as a DBOS step; their function tools run inline "
+        "in the workflow, unrecorded, so their tool rows are the cost of an unrecorded call, "
+        "not of a durable one.\n"
     )
     print(body)
     if not ns.no_write:
@@ -250,7 +302,7 @@ def _database(engine: str, backend: str, tmp: Path, pg_url: str) -> tuple[str, A
     import psycopg
 
     base = pg_conninfo(pg_url)
-    if engine == "affidavit":
+    if engine.startswith("affidavit"):
         schema = f"bench_pydai_{uuid.uuid4().hex[:12]}"
 
         def drop_schema() -> None:

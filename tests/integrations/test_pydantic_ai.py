@@ -177,6 +177,17 @@ def test_plain_tool_caught_in_flight_parks(store_url: str, side: Path, tmp_path:
     assert shown["status"] == "parked", shown
     assert sum(1 for line in pt.read_side(side) if line["kind"] == "lookup") == 1
     assert not out.exists()
+    # the park, the trace and the step name the real tool, with its own arguments
+    with Runtime(store_url, tools=ToolRegistry(pt.support.registrations)) as rt:
+        events = rt.store.list_events(job_id)
+    [parked] = [e.payload for e in events if e.type == "job_parked"]
+    assert parked["detail"]["tool_name"] == "support.tool.lookup"
+    [called] = [
+        e.payload for e in events if e.type == "step_called" and e.payload["kind"] == "tool"
+    ]
+    assert (called["tool_name"], called["args"]) == ("support.tool.lookup", {"q": "hello"})
+    trace = cli("jobs", "trace", job_id, "--db", store_url)
+    assert "support.tool.lookup" in trace.stdout and "call_tool" not in trace.stdout, trace.stdout
 
 
 def test_approval_from_the_cli_resumes_the_job(store_url: str, side: Path) -> None:

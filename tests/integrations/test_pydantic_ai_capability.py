@@ -195,3 +195,34 @@ def test_an_mcp_toolset_lists_once_per_turn_and_calls_with_the_keys(
     assert write["job"] == job_id
     assert isinstance(write["key"], str) and len(write["key"]) >= 32
     assert asked == [0, 1]
+
+
+def test_a_dynamic_toolsets_calls_are_tool_steps(store_url: str, tmp_path: Path) -> None:
+    """A ``DynamicToolset``'s tools are listed in a pure step and called as tool steps
+    through the ledger (not recorded as pure outputs: a call caught in flight is not run
+    again)."""
+    from pydantic_ai.toolsets import DynamicToolset, FunctionToolset
+
+    ran: list[int] = []
+
+    def bump(n: int) -> int:
+        ran.append(n)
+        return n + 1
+
+    name = f"pydai_dyn_{tmp_path.name[-12:]}"
+    durability = AffidavitDurability(version="1")
+    Agent(
+        TestModel(),
+        name=name,
+        toolsets=[DynamicToolset(lambda ctx: FunctionToolset([bump]), id="dyn")],
+        capabilities=[durability],
+    )
+    with Runtime(store_url, tools=ToolRegistry(durability.registrations)) as rt:
+        job_id = rt.submit(name, {"prompt": "go"}).job_id
+        done = rt.run_job(job_id)
+        assert done.status == "completed", done.error
+        calls = [(c["kind"], c["tool_name"]) for c in step_calls(rt, job_id)]
+        assert ("tool", f"{name}.dynamic.dyn.call_tool") in calls
+        assert ("pure", f"{name}.dynamic.dyn.get_tools") in calls
+        assert affidavit.verify_job(rt.store, job_id).ok
+    assert ran == [0]

@@ -8,7 +8,7 @@
 - :mod:`affidavit.integrations.otel` (``affidavit[otel]``): OpenTelemetry spans for jobs, steps
   and tool calls;
 - :mod:`affidavit.integrations.pydantic_ai` (``affidavit[pydantic-ai]``): a Pydantic AI agent as
-  a durable agent job (``AffidavitAgent``).
+  a durable agent job (the ``AffidavitDurability`` capability).
 
 Nothing here is imported by ``import affidavit``, and nothing here imports more of affidavit
 than ``affidavit``'s public names (``tests/test_package.py`` holds it to that).

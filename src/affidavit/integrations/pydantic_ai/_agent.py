@@ -17,7 +17,6 @@ from pydantic_ai.tools import AgentDepsT
 import affidavit
 from affidavit import Tool
 from affidavit.integrations.pydantic_ai._durability import AffidavitDurability
-from affidavit.runtime import Agent as AgentJob
 
 
 class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
@@ -95,7 +94,7 @@ class AffidavitAgent(WrapperAgent[AgentDepsT, OutputDataT]):
         raise UserError("the name of an AffidavitAgent is fixed: it names its recorded jobs")
 
     @property
-    def job(self) -> AgentJob:
+    def job(self) -> Any:
         """The registered agent job."""
         return self.durability.job
 

@@ -9,7 +9,8 @@ durability.
    response, replayed on recovery without asking the model;
 2. a function tool call is the tool step ``NAME.tool.TOOL`` with the tool's own arguments, or
    the ``@affidavit.tool`` itself for one given as ``tools=``; an MCP call is
-   ``NAME.mcp.TOOLSET.call_tool``, its discovery ``...get_tools`` and ``...get_instructions``;
+   ``NAME.mcp.TOOLSET.call_tool``, its discovery ``...get_tools`` and ``...get_instructions``
+   (a dynamic toolset's: ``NAME.dynamic.TOOLSET.call_tool`` and ``...get_tools``);
 3. argument validation and event-handler calls run inline: they are recomputed from what the
    record holds, and have no effect of their own to keep to once;
 4. any other operation is the pure step ``NAME.operation``.
@@ -32,7 +33,6 @@ from pydantic_ai.durable_exec import (
     ModelRequestId,
     ModelRequestParams,
     ToolsetCallToolId,
-    ToolsetCallToolParams,
     ToolsetGetInstructionsId,
     ToolsetGetToolsId,
     ToolsetValidateToolArgumentsId,
@@ -43,7 +43,7 @@ from pydantic_core import to_jsonable_python
 
 from affidavit import AgentContext, Tool, ToolContext, canonical_sha256
 from affidavit.integrations.pydantic_ai._bridge import record
-from affidavit.integrations.pydantic_ai._steps import AgentSteps, mcp_name
+from affidavit.integrations.pydantic_ai._steps import AgentSteps
 
 if typing.TYPE_CHECKING:
     from pydantic_ai.durable_exec import CallToolResult
@@ -102,18 +102,17 @@ class AffidavitOperationBackend(DurableOperationBackend[None]):
             return steps.model, _model_args(params, streaming=op.streaming)
         if isinstance(op, ToolsetCallToolId) and op.toolset_kind == "function":
             return steps.function_tool(params.name), to_jsonable_python(params.tool_args)
-        if isinstance(op, ToolsetCallToolId) and op.toolset_kind == "mcp":
-            assert isinstance(params, ToolsetCallToolParams)
+        if isinstance(op, ToolsetCallToolId):  # an MCP or a dynamic toolset's: one step each
             args = {
                 "tool": params.name,
                 "args": to_jsonable_python(params.tool_args),
                 "call_id": params.ctx.tool_call_id or "",
             }
-            return steps.mcp_call(op.toolset_id), args
-        if isinstance(op, ToolsetGetToolsId) and op.toolset_kind == "mcp":
-            return steps.mcp_discovery(op.toolset_id, "get_tools"), {}
+            return steps.toolset_call(op.toolset_kind, op.toolset_id), args
+        if isinstance(op, ToolsetGetToolsId):
+            return steps.discovery(op.toolset_kind, op.toolset_id, "get_tools"), {}
         if isinstance(op, ToolsetGetInstructionsId):
-            return steps.mcp_discovery(op.toolset_id, "get_instructions"), {}
+            return steps.discovery("mcp", op.toolset_id, "get_instructions"), {}
         # (the union of operation ids grows in minor releases: whatever else, recorded once)
         return steps.operation, {"operation": _describe(op)}
 
@@ -195,4 +194,4 @@ def _without_volatile(value: Any) -> Any:
     return value
 
 
-__all__ = ["AffidavitOperationBackend", "history_digest", "mcp_name"]
+__all__ = ["AffidavitOperationBackend", "history_digest"]

@@ -37,7 +37,7 @@ from pydantic_ai.durable_exec import (
 )
 from pydantic_ai.messages import AgentStreamEvent
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolApproved
-from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
+from pydantic_ai.toolsets import AbstractToolset, DynamicToolset, FunctionToolset
 from pydantic_core import to_jsonable_python
 
 import affidavit
@@ -45,7 +45,6 @@ from affidavit import AgentContext, Tool
 from affidavit.integrations.pydantic_ai._backend import AffidavitOperationBackend
 from affidavit.integrations.pydantic_ai._bridge import CURRENT_STEP, close_bridge, open_bridge
 from affidavit.integrations.pydantic_ai._steps import AgentSteps
-from affidavit.runtime import Agent as AgentJob
 
 #: The version recorded with each job by default: a change of how steps record is a new format.
 RECORD_FORMAT = "affidavit-pydantic-ai/2"
@@ -68,7 +67,7 @@ class _Shared:
     and per run): the registered job and steps, and the job whose run is in progress."""
 
     name: str = ""
-    job: AgentJob | None = None
+    job: Any = None
     steps: AgentSteps | None = None
     agent: AbstractAgent[Any, Any] | None = None
     current: ContextVar[AgentContext | None] = field(
@@ -262,7 +261,7 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
         )(run_job)
 
     @property
-    def job(self) -> AgentJob:
+    def job(self) -> Any:
         """The registered agent job (after the capability is bound to an agent)."""
         if self._shared.job is None:
             raise affidavit.ConfigError("AffidavitDurability is not bound to an agent yet")
@@ -397,6 +396,10 @@ def _pass_keys(toolset: AbstractToolset[Any], steps: AgentSteps) -> None:
     """Register an MCP toolset's steps, and give it a ``process_tool_call`` that adds the
     running step's keys to each call's ``_meta`` (after what a hook it had adds), so a server
     that deduplicates can."""
+    if isinstance(toolset, DynamicToolset) and toolset.id is not None:
+        steps.toolset_call("dynamic", toolset.id)
+        steps.discovery("dynamic", toolset.id, "get_tools")
+        return
     try:
         from pydantic_ai.mcp import MCPToolset
     except ImportError:  # pragma: no cover - without fastmcp
@@ -404,9 +407,9 @@ def _pass_keys(toolset: AbstractToolset[Any], steps: AgentSteps) -> None:
     if not isinstance(toolset, MCPToolset):
         return
     if toolset.id is not None:
-        steps.mcp_call(toolset.id)
-        steps.mcp_discovery(toolset.id, "get_tools")
-        steps.mcp_discovery(toolset.id, "get_instructions")
+        steps.toolset_call("mcp", toolset.id)
+        steps.discovery("mcp", toolset.id, "get_tools")
+        steps.discovery("mcp", toolset.id, "get_instructions")
     if getattr(toolset.process_tool_call, "affidavit_keys", False):
         return
     own = toolset.process_tool_call

@@ -16,6 +16,8 @@ same ones (``tests/integrations/test_pydantic_ai_capability.py`` pins them). For
   (args ``{"tool", "args", "call_id"}``; the call carries the step's keys in ``_meta``);
 - ``NAME.mcp.TOOLSET.get_tools`` / ``.get_instructions`` (pure) — the server's tool list and
   instructions as the run saw them;
+- ``NAME.dynamic.TOOLSET.call_tool`` (tool) and ``.get_tools`` (pure) — the same for a
+  ``DynamicToolset`` (its id: ``DynamicToolset(..., id=...)``);
 - ``NAME.operation`` (pure, args ``{"operation": ...}``) — any other durable operation
   Pydantic AI asks for (message compaction, a capability's operation), recorded once.
 """
@@ -42,8 +44,8 @@ def function_tool_name(agent: str, tool: str) -> str:
     return f"{agent}.tool.{tool}"
 
 
-def mcp_name(agent: str, toolset_id: str, operation: str) -> str:
-    return f"{agent}.mcp.{toolset_id}.{operation}"
+def toolset_name(agent: str, kind: str, toolset_id: str, operation: str) -> str:
+    return f"{agent}.{kind}.{toolset_id}.{operation}"
 
 
 def operation_name(agent: str) -> str:
@@ -99,11 +101,13 @@ class AgentSteps:
         which a worker started with ``--tools`` looks tools up in)."""
         return self._made(function_tool_name(self.agent, tool), kind="tool")
 
-    def mcp_call(self, toolset_id: str) -> Tool:
-        return self._made(mcp_name(self.agent, toolset_id, "call_tool"), kind="tool")
+    def toolset_call(self, kind: str, toolset_id: str) -> Tool:
+        """The tool step of a call of an MCP (``kind`` ``mcp``) or dynamic toolset's tool."""
+        return self._made(toolset_name(self.agent, kind, toolset_id, "call_tool"), kind="tool")
 
-    def mcp_discovery(self, toolset_id: str, operation: str) -> Tool:
-        return self._made(mcp_name(self.agent, toolset_id, operation), kind="pure")
+    def discovery(self, kind: str, toolset_id: str, operation: str) -> Tool:
+        """The pure step of a toolset's ``get_tools`` (or an MCP server's instructions)."""
+        return self._made(toolset_name(self.agent, kind, toolset_id, operation), kind="pure")
 
     def _made(self, name: str, *, kind: str) -> Tool:
         with self._lock:
