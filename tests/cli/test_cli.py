@@ -39,7 +39,7 @@ def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
 # crash point (``submit`` imports the tools module to check the plan against it: the modules
 # it imports and the tools it registers are forgotten after the call, see ``_own_imports``).
 # Starting a process costs ~0.3 s, most of it imports, and the suite runs some thousand of
-# these. Everything else (run, worker, serve, mcp, witness, demo, claims verify, db clock, ...),
+# these. Everything else (run, worker, serve, mcp, witness, demo, db clock, ...),
 # `--help`, and any call with a crash point or a preloaded library (libfaketime) set runs as a
 # real process: ``cli_process``, which a test about the process itself (exit on a signal, a
 # crash) calls.
@@ -77,6 +77,14 @@ IN_PROCESS: frozenset[tuple[str, ...]] = frozenset(
         ("claims", "show"),
         ("agents",),
         ("retention",),
+        # (the claim's command runs in a sandbox process of its own either way)
+        ("claims", "verify"),
+        ("rce-verify",),
+        ("keys", "rotate"),
+        ("queues",),
+        ("limits",),
+        ("schedules",),
+        ("jobs", "fork"),
     }
 )
 
