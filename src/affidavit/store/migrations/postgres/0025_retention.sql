@@ -7,8 +7,8 @@
 -- itself stays (a logged seal cannot be deleted), so a removed job still proves its place in the
 -- transparency log. `retention_policy`: the one policy, and the lease under which one worker at
 -- a time applies it. `retention_holds`: jobs an operator holds (a legal hold, an inquiry):
--- retention never removes them while held. A store opened read-only reads the schema before this migration: no job
--- has tags and none was archived.
+-- retention never removes them while held. A store opened read-only reads the schema before
+-- this migration: no job has tags and none was archived.
 CREATE TABLE job_tags (
     job_id TEXT NOT NULL,
     key    TEXT NOT NULL,
