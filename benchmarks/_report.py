@@ -218,8 +218,8 @@ MEASURES = {
         " and a real command, against the bare interpreter."
     ),
     "bench_packs": (
-        "Exporting and verifying a proof pack of a 10,000-step job, against assay's verifier and"
-        " against reading and hashing every file of the pack."
+        "Exporting and verifying the proof pack of one long job, against assay's verifier (in"
+        " process and whole process) and against reading and hashing every file of the pack."
     ),
 }
 

@@ -99,7 +99,7 @@ def server(kind: str, url: str) -> Iterator[str]:
     proc = subprocess.Popen([sys.executable, "-c", SERVER, kind, str(port), url])
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # (a loaded machine starts a server slowly)
         while True:
             try:
                 httpx.get(f"{base}/openapi.json", timeout=1)

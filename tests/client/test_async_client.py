@@ -107,6 +107,8 @@ def test_the_record(api: Api, tmp_path: Path) -> None:
     async def scenario() -> tuple[str, str]:
         async with AsyncClient(api.url, api_key=key(api, "observer_a")) as c:
             assert (await c.verify(job_id)).ok
+            fresh = await c.verify(job_id, fresh=True)
+            assert fresh.ok and fresh.cached is False
             path = await c.pack(job_id, tmp_path / "job.tar.gz")
             with tarfile.open(path) as archive:
                 assert f"pack-{job_id}/pack_manifest.json" in archive.getnames()

@@ -217,6 +217,17 @@ def test_verify(api: Api) -> None:
     assert result.stored_chain.event_count == api.store.get_job(job_id).version
 
 
+def test_verify_fresh(api: Api) -> None:
+    """A sealed job's verdict is kept by the server (``cached``, ``computed_at``); ``fresh``
+    verifies the database as it is now."""
+    job_id = approved_and_finished(api)
+    with client(api, "observer_a") as c:
+        first, kept, fresh = c.verify(job_id), c.verify(job_id), c.verify(job_id, fresh=True)
+    assert (first.cached, kept.cached, fresh.cached) == (False, True, False)
+    assert kept.computed_at == first.computed_at and fresh.computed_at
+    assert fresh.computed_at > first.computed_at and fresh.ok
+
+
 def test_pack(api: Api, tmp_path: Path) -> None:
     job_id = approved_and_finished(api)
     with client(api, "observer_a") as c:

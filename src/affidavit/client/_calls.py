@@ -258,8 +258,14 @@ def decisions(job_id: str) -> Call[Decisions]:
     return Call("GET", _job_path(job_id, "/decisions"), model(Decisions))
 
 
-def verify(job_id: str, trusted_keys: Sequence[str] | None) -> Call[Verification]:
-    params = tuple(("trusted_key", k) for k in trusted_keys or ())
+def verify(
+    job_id: str, trusted_keys: Sequence[str] | None, *, fresh: bool = False
+) -> Call[Verification]:
+    params: tuple[tuple[str, str | int], ...] = tuple(
+        ("trusted_key", k) for k in trusted_keys or ()
+    )
+    if fresh:
+        params += (("fresh", 1),)
     return Call("GET", _job_path(job_id, "/verify"), model(Verification), params=params)
 
 

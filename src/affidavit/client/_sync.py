@@ -277,11 +277,15 @@ class Client:
 
     # --- the record ----------------------------------------------------------------------------
 
-    def verify(self, job_id: str, *, trusted_keys: Sequence[str] | None = None) -> Verification:
+    def verify(
+        self, job_id: str, *, trusted_keys: Sequence[str] | None = None, fresh: bool = False
+    ) -> Verification:
         """Verification Mode on the server (any status; ``ok`` is the verdict): the proofs,
         the stored chain and the seal, against ``trusted_keys`` if given (base64 public keys
-        or recorded key ids). To trust no server, verify a :meth:`pack` offline."""
-        return self._run(calls.verify(job_id, trusted_keys))
+        or recorded key ids). A sealed job's result is computed once by the server and served
+        again (``cached``, ``computed_at``); ``fresh`` verifies the database as it is now. To
+        trust no server, verify a :meth:`pack` offline."""
+        return self._run(calls.verify(job_id, trusted_keys, fresh=fresh))
 
     def pack(self, job_id: str, dest: str | Path) -> Path:
         """Write the finished job's signed proof pack (a ``.tar.gz``; ``affidavit pack
