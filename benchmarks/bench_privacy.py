@@ -1,228 +1,224 @@
-"""Benchmark privacy and retention. This part, ``retention``: how many old finished jobs a
-retention run archives per second — each exported as a signed pack, written durably, read back
-and verified, then removed from the live store in one transaction — on SQLite and PostgreSQL,
-next to the baseline measured in the same run: exporting the same packs alone (no write to
-disk, no verification, no delete). It also reports the live store's size before and after
-(SQLite: the file after VACUUM; PostgreSQL: the job tables after VACUUM FULL).
+"""Benchmark data subjects: agent steps per second with a subject (every value sealed) against the
+same jobs without one, and the time ``affidavit erase`` takes for a subject with 1,000 jobs.
+
+Each case runs in a fresh subprocess, on SQLite and PostgreSQL (a fresh schema), the two
+variants alternating so that both see the same machine load:
+
+- steps: J agent jobs of S tool calls each (each call's arguments and result ~200 bytes of JSON),
+  run by one process (``Runtime.run_until_idle``); steps/s = J × S ÷ the run's time. The
+  baseline is the same jobs without a subject, measured in the same run.
+- erase: a subject with N finished one-call jobs (and as many jobs of other subjects beside
+  them); the time of ``affidavit.privacy.erase`` — the transaction and the scrub of the files
+  (SQLite: secure delete, table rebuild, WAL truncate; PostgreSQL: VACUUM FULL, checkpoints).
+
+Prints a table and writes it as this benchmark's section of ``docs/PERFORMANCE.md``
+(``benchmarks/results/bench_privacy.md``).
 
 Usage (from the repository root)::
 
-    python benchmarks/bench_privacy.py --part retention            # writes docs/PERFORMANCE.md
-    python benchmarks/bench_privacy.py --part retention --jobs 20 --no-write   # smoke test
+    python -m benchmarks.bench_privacy                    # default sizes; writes the report
+    python -m benchmarks.bench_privacy --quick --no-write   # smoke test
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rich.console import Console
-
-from affidavit import Runtime, Tool, ToolContext, ToolRegistry
-from affidavit.packs import export_archive
-from affidavit.retention import Retention, set_policy
-from affidavit.store import connect_raw, open_store
-from affidavit.store.postgres import split_url
-from affidavit.tlog import LogKey, Sequencer, default_log_key_path
 from benchmarks._report import (
     describe_machine,
     markdown_table,
     median,
     pg_fresh_schema,
     pg_server_version,
-    redact,
     write_section,
 )
 
-SECTION = "bench_privacy"
-PG_URL = os.environ.get("AFFIDAVIT_BENCH_PG_URL", "postgresql://root@127.0.0.1:5432/test")
-LATER = 10 * 86_400  # retention's clock runs this far ahead: every job is old enough
-console = Console(width=120)
+PG_URL = os.environ.get("AFFIDAVIT_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
+GOAL = 0.90  # steps/s with a subject ÷ without
+
+CHILD = """\
+import json
+import sys
+import time
+from pathlib import Path
+
+from affidavit import AgentContext, Runtime, ToolContext, ToolRegistry, agent, tool
+from affidavit.core.privacy import FileKeyProvider
+from affidavit.privacy import erase
+
+mode, url, tmp, a, b, with_subject = sys.argv[1:7]
+master = Path(tmp) / "master.key"
+if not master.exists():
+    FileKeyProvider.create(master)
+NOTE = "x" * 160
 
 
-def _tools() -> ToolRegistry:
-    def echo(ctx: ToolContext, x: int) -> dict[str, int]:
-        return {"x": x}
-
-    return ToolRegistry((Tool("echo", echo, "tool"),))
+@tool("bench_send")
+def send(ctx: ToolContext, to: str, note: str) -> dict:
+    return {"sent_to": to, "note": note}
 
 
-def _plan(steps: int) -> dict[str, Any]:
-    nodes = [
-        {"id": f"s{i}", "type": "tool", "tool": "echo", "args": {"x": i}} for i in range(steps)
-    ]
-    return {"name": "bench-retention", "nodes": nodes}
+@agent("bench_mailer", version="1")
+def mailer(ctx: AgentContext, email: str, calls: int) -> int:
+    for i in range(calls):
+        ctx.call(send, to=f"{email}+{i}", note=NOTE)
+    return calls
 
 
-def build(url: str, jobs: int, steps: int) -> list[str]:
-    """``jobs`` completed jobs of ``steps`` tool steps each, sealed, their seals in the log."""
-    with Runtime(url, tools=_tools()) as rt:
-        ids = [rt.submit(_plan(steps), {"n": n}).job_id for n in range(jobs)]
+tools = ToolRegistry([send, mailer])
+with Runtime(url, tools=tools, master_key=master, signing_key=Path(tmp) / "seal.key") as rt:
+    if mode == "steps":
+        jobs, calls = int(a), int(b)
+        for j in range(jobs):
+            subject = f"customer-{j}" if with_subject == "1" else None
+            rt.submit("bench_mailer", {"email": f"u{j}@example.org", "calls": calls},
+                      subject=subject)
+        t0, c0 = time.perf_counter(), time.process_time()
         rt.run_until_idle()
-        Sequencer(rt.store, LogKey(default_log_key_path(url))).integrate()
-    return ids
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(json.dumps({"steps_per_s": jobs * calls / elapsed, "seconds": elapsed,
+                          "cpu_us_per_step": cpu / (jobs * calls) * 1e6}))
+    else:
+        n = int(a)
+        for j in range(n):
+            for subject in ("customer-7", f"other-{j}"):
+                rt.submit("bench_mailer", {"email": f"u{j}@example.org", "calls": 1},
+                          subject=subject)
+        rt.run_until_idle()
+        t0 = time.perf_counter()
+        done = erase(rt.store, "customer-7", sealer=rt.sealer, reason="benchmark")
+        elapsed = time.perf_counter() - t0
+        assert len(done.receipt["receipt"]["job_ids"]) == n
+        print(json.dumps({"seconds": elapsed, "scrubbed": done.scrubbed}))
+"""
 
 
-def live_size(url: str) -> int:
-    """The live store's bytes once compacted (see the module docstring)."""
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///") :]
-        conn = connect_raw(path, autocommit=True)
-        try:
-            conn.execute("VACUUM")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            conn.close()
-        return Path(path).stat().st_size
-    import psycopg
-    from psycopg import sql
-
-    conninfo, schema = split_url(url)
-    total = 0
-    with psycopg.connect(conninfo, autocommit=True) as pg:
-        if schema:
-            pg.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-        for table in ("jobs", "events", "tool_invocations", "job_tags"):
-            pg.execute(sql.SQL("VACUUM FULL {}").format(sql.Identifier(table)))
-            row = pg.execute("SELECT pg_total_relation_size(%s::regclass)", (table,)).fetchone()
-            total += int(row[0]) if row else 0
-    return total
+def _child(script: Path, *args: object) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args[0]} exited {proc.returncode}: {proc.stderr[-1500:]}")
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
 
 
-def retention_once(url: str, root: Path, jobs: int, steps: int) -> dict[str, float]:
-    """One measured run on a fresh database at ``url``."""
-    ids = build(url, jobs, steps)
-    store = open_store(url)
-    try:
-        started = time.perf_counter()
-        for job_id in ids:  # the baseline: the packs exported, nothing else
-            export_archive(store, job_id)
-        export_s = time.perf_counter() - started
-        before = live_size(url)
-        set_policy(store, 0, root / "archive")
-        started = time.perf_counter()
-        report = Retention(store, clock=lambda: time.time() + LATER).run()
-        run_s = time.perf_counter() - started
-        assert len(report.archived) == jobs and not report.failed, report.failed
-        after = live_size(url)
-    finally:
-        store.close()
-    return {"archive_rate": jobs / run_s, "export_rate": jobs / export_s, "before": before,
-            "after": after}  # fmt: skip
+def _urls(backend: str, tmp: Path, tag: str) -> Any:
+    if backend == "sqlite":
+        from contextlib import nullcontext
+
+        return nullcontext(f"sqlite:///{tmp / f'{tag}.db'}")
+    return pg_fresh_schema(PG_URL, f"bench_privacy_{tag}")
 
 
-def retention(jobs: int, steps: int, reps: int, backends: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``retention`` part: median of ``reps`` runs per backend."""
-    rows = []
-    for backend in backends:
-        runs = []
-        for rep in range(reps):
-            with tempfile.TemporaryDirectory(prefix="bench_retention_") as tmp:
-                root = Path(tmp)
-                os.environ["AFFIDAVIT_SIGNING_KEY"] = str(root / "seal.key")
-                os.environ["AFFIDAVIT_LOG_KEY"] = str(root / "log.key")
-                console.print(f"retention: {backend}, run {rep + 1} of {reps} …")
-                if backend == "sqlite":
-                    runs.append(retention_once(f"sqlite:///{root / 'bench.db'}", root, jobs, steps))
-                else:
-                    with pg_fresh_schema(PG_URL, "bench_retention") as url:
-                        runs.append(retention_once(url, root, jobs, steps))
-        rows.append(
-            {"backend": backend}
-            | {k: median([r[k] for r in runs]) for k in ("archive_rate", "export_rate")}
-            | {k: runs[-1][k] for k in ("before", "after")}
-        )
-    return rows
+def run(backend: str, sizes: argparse.Namespace, tmp: Path, script: Path) -> dict[str, Any]:
+    rates: dict[str, list[float]] = {"0": [], "1": []}
+    cpu: dict[str, list[float]] = {"0": [], "1": []}
+    for rep in range(sizes.reps):
+        for flag in ("0", "1") if rep % 2 == 0 else ("1", "0"):
+            with _urls(backend, tmp, f"steps{rep}{flag}") as url:
+                report = _child(script, "steps", url, tmp, sizes.jobs, sizes.calls, flag)
+            rates[flag].append(report["steps_per_s"])
+            cpu[flag].append(report["cpu_us_per_step"])
+    with _urls(backend, tmp, "erase") as url:
+        erased = _child(script, "erase", url, tmp, sizes.erase_jobs, 0, "1")
+    plain, sealed = median(rates["0"]), median(rates["1"])
+    return {
+        "without": plain,
+        "with": sealed,
+        "ratio": sealed / plain,
+        "cpu_without": median(cpu["0"]),
+        "cpu_with": median(cpu["1"]),
+        "erase_s": erased["seconds"],
+        "scrubbed": erased["scrubbed"],
+    }
 
 
-HEADERS = (
-    "backend",
-    "jobs archived/s",
-    "packs exported/s (baseline)",
-    "ratio",
-    "live store (compacted)",
-)
-
-
-def under_load() -> str:
-    """``; under load (…)`` when the machine was busier than its cores at the start, else ``""``:
-    the numbers are then labelled so."""
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    return f"; under load: load average {load:.1f} on {cores} cores" if load > cores else ""
-
-
-def retention_markdown(
-    rows: list[dict[str, Any]], jobs: int, steps: int, reps: int, load: str = ""
-) -> str:
-    table = [
-        (
-            r["backend"],
-            f"{r['archive_rate']:,.1f}",
-            f"{r['export_rate']:,.1f}",
-            f"{r['archive_rate'] / r['export_rate']:.2f}×",
-            f"{r['before'] / 1e6:.2f} MB → {r['after'] / 1e6:.2f} MB",
-        )
-        for r in rows
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
+    parser.add_argument("--no-write", action="store_true", help="do not write the report")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), action="append")
+    args = parser.parse_args()
+    sizes = argparse.Namespace(
+        jobs=10 if args.quick else 50,
+        calls=5 if args.quick else 20,
+        reps=1 if args.quick else 3,
+        erase_jobs=50 if args.quick else 1000,
+    )
+    backends = args.backend or ["sqlite", "postgresql"]
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-privacy-") as d:
+        script = Path(d) / "privacy_child.py"
+        script.write_text(CHILD, encoding="utf-8")
+        for backend in backends:
+            results[backend] = run(backend, sizes, Path(d), script)
+            r = results[backend]
+            print(
+                f"{backend}: {r['without']:,.0f} steps/s without a subject, {r['with']:,.0f} "
+                f"with ({r['ratio']:.0%}); erase of {sizes.erase_jobs:,} jobs "
+                f"{r['erase_s']:.2f} s (scrubbed: {r['scrubbed']})"
+            )
+    pg_version = pg_server_version(PG_URL) if "postgresql" in backends else None
+    machine = describe_machine(pg_version)
+    rows = [
+        [
+            backend,
+            f"{r['without']:,.0f}",
+            f"{r['with']:,.0f}",
+            f"{r['ratio']:.0%}",
+            "yes" if r["ratio"] >= GOAL else "no",
+            f"{r['cpu_without']:,.0f} / {r['cpu_with']:,.0f}",
+            f"{r['erase_s']:.2f}",
+        ]
+        for backend, r in results.items()
     ]
-    return (
-        f"### Retention (`--part retention`{load})\n\n"
-        f"{jobs} completed, sealed jobs of {steps} tool steps each; one retention run archives "
-        "every one (pack exported, written and flushed to disk, read back and verified, then "
-        "the job deleted in one transaction). Baseline, same run: exporting the same packs "
-        f"alone. Median of {reps} runs.\n\n"
-        + markdown_table(
-            [
-                "backend",
-                "jobs archived/s",
-                "packs exported/s (baseline)",
-                "ratio",
-                "live store (compacted)",
-            ],
-            table,
-            "lrrrl",
-        )
-        + "\n\nThe time is the packs': exporting one and verifying it (phases 1–5, a replay of "
-        "its log) cost about the same, and the delete is a few statements.\n"
+    table = markdown_table(
+        [
+            "backend",
+            "steps/s, no subject",
+            "steps/s, with subject",
+            "ratio",
+            f"goal ≥ {GOAL:.0%}",
+            "CPU µs/step, without / with",
+            f"erase, {sizes.erase_jobs:,} jobs (s)",
+        ],
+        rows,
+        "lrrrlrr",
     )
+    body = f"""## Data subjects (`benchmarks/bench_privacy.py`)
 
+Agent steps per second with every value sealed under a subject's key, against the same jobs
+without a subject (the baseline, measured in the same run, alternating); and the time to erase
+a subject with {sizes.erase_jobs:,} finished jobs (the transaction and the scrub of the
+database's files).
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--part", choices=["retention"], default="retention", help="what to measure")
-    p.add_argument("--jobs", type=int, default=200, help="jobs archived per run (default 200)")
-    p.add_argument("--steps", type=int, default=5, help="tool steps per job (default 5)")
-    p.add_argument("--reps", type=int, default=3, help="repetitions (median reported)")
-    p.add_argument("--sqlite-only", action="store_true", help="skip PostgreSQL")
-    p.add_argument("--no-write", action="store_true", help="do not update docs/PERFORMANCE.md")
-    return p.parse_args(argv)
+{table}
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    backends = ["sqlite"] if args.sqlite_only else ["sqlite", "postgresql"]
-    machine = describe_machine(None if args.sqlite_only else pg_server_version(PG_URL))
-    load = under_load()
-    rows = retention(args.jobs, args.steps, args.reps, backends)
-    text = (
-        "## Privacy and retention (`benchmarks/bench_privacy.py`)\n\n"
-        f"Measured on:\n\n{machine.markdown()}\n"
-        + ("" if args.sqlite_only else f"PostgreSQL: {redact(PG_URL)}.\n\n")
-        + retention_markdown(rows, args.jobs, args.steps, args.reps, load)
-    )
-    console.print(text)
+{machine.markdown()}- {sizes.jobs} jobs × {sizes.calls} tool calls per case, median of
+  {sizes.reps} repetition(s); each case in a fresh process and a fresh database.
+- The CPU column is the run's process CPU time per step (the sealing's own cost, which the
+  machine's load disturbs less than the wall clock). A run on a shared, loaded machine (see the
+  load average) says little about the steps/s ratio: both variants wait on the same syncs.
+"""
+    print(table)
     if not args.no_write:
-        write_section(SECTION, text)
-    return 0
+        write_section("bench_privacy", body)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

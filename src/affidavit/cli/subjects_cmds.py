@@ -213,7 +213,7 @@ def verify_cmd(
     Exit codes: 0 it holds; 1 it does not; 3 usage error (unreadable file or key).
     """
     from affidavit.cli.log_cmds import read_vkey
-    from affidavit.privacy._receipt import MAX_RECEIPT_BYTES
+    from affidavit.privacy import MAX_RECEIPT_BYTES
 
     with command(as_json):
         try:

@@ -23,6 +23,7 @@ Data keys are stored wrapped by a master key (a :class:`KeyProvider`): the file 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import os
@@ -238,9 +239,15 @@ class JobCipher:
     job_id: str
     data_key: bytes
 
-    @property
+    @functools.cached_property
     def key_id(self) -> str:
         return data_key_id(self.data_key)
+
+    @functools.cached_property
+    def _siv(self) -> Any:  # one AES-SIV context per job, not one per value
+        from cryptography.hazmat.primitives.ciphers.aead import AESSIV
+
+        return AESSIV(self.data_key)
 
     def _aad(self) -> list[bytes]:
         return [_AAD_LABEL, self.job_id.encode()]
@@ -249,9 +256,7 @@ class JobCipher:
         """``value``'s envelope (an envelope already is returned as it is)."""
         if is_sealed(value):
             return value  # type: ignore[no-any-return]
-        from cryptography.hazmat.primitives.ciphers.aead import AESSIV
-
-        ct = AESSIV(self.data_key).encrypt(canonical(value), self._aad())
+        ct = self._siv.encrypt(canonical(value), self._aad())
         return {SEALED: SEALED_VERSION, "kid": self.key_id, "ct": _b64(ct)}
 
     def open(self, envelope: dict[str, Any]) -> Any:
@@ -261,10 +266,9 @@ class JobCipher:
             SealedValueError: it does not open (edited, from another job, or another key).
         """
         from cryptography.exceptions import InvalidTag
-        from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
         try:
-            plain = AESSIV(self.data_key).decrypt(_unb64(str(envelope["ct"])), self._aad())
+            plain = self._siv.decrypt(_unb64(str(envelope["ct"])), self._aad())
             return parse(plain)
         except (InvalidTag, ValueError, KeyError, TypeError):
             raise SealedValueError(f"a sealed value of job {self.job_id} does not open") from None

@@ -19,6 +19,7 @@ from affidavit.privacy._erase import (
 )
 from affidavit.privacy._receipt import (
     LEAF_TYPE,
+    MAX_RECEIPT_BYTES,
     RECEIPT_TYPE,
     ReceiptCheck,
     log_leaf,
@@ -28,6 +29,7 @@ from affidavit.privacy._receipt import (
 
 __all__ = [
     "LEAF_TYPE",
+    "MAX_RECEIPT_BYTES",
     "RECEIPT_TYPE",
     "Erasure",
     "ReceiptCheck",

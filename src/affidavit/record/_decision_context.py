@@ -17,6 +17,7 @@ from affidavit.core.errors import JobNotFound, ReplayError
 from affidavit.core.parks import DECISIONS_BY_REASON
 from affidavit.core.plan import external_key
 from affidavit.record._args import ArgsResolutionError, resolve
+from affidavit.record._opened import SubjectView
 from affidavit.record._replay import ReplayContext, ReplayContextBuilder
 from affidavit.store import LedgerRow, Store
 
@@ -45,6 +46,7 @@ def decision_context(store: Store, job_id: str) -> dict[str, Any]:
         JobNotFound: no such job.
         ReplayError: the log is structurally impossible (see ``affidavit verify``).
     """
+    view = SubjectView(store, job_id)  # a subject's values: opened, or shown erased
     with store.snapshot() as snap:
         job = snap.get_job(job_id)
         if job is None:
@@ -52,7 +54,7 @@ def decision_context(store: Store, job_id: str) -> dict[str, Any]:
         builder = ReplayContextBuilder()
         for event in snap.iter_events(job_id):
             try:
-                payload = event.payload
+                payload = view.payload(event)
             except (ValueError, RecursionError):
                 raise ReplayError("the stored payload is not JSON", version=event.version) from None
             builder.add(event, payload)

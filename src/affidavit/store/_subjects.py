@@ -39,6 +39,10 @@ _KEY_OF_JOB = (
     "LEFT JOIN subject_keys k ON k.subject_id = s.subject_id WHERE s.job_id = ?"
 )
 _SEALED_TYPES = frozenset(SEALED_FIELDS) | {"job_waiting"}
+_KEYS: dict[str, tuple[bytes, ...]] = {
+    t: tuple(f'"{f}":'.encode() for f in (*SEALED_FIELDS.get(t, ()), "call", "decided_by"))
+    for t in _SEALED_TYPES
+}
 _CACHE_LIMIT = 50_000
 
 
@@ -204,7 +208,9 @@ class SubjectOps:
             return rows
         out: list[Encoded] = []
         for event_id, event_type, data in rows:
-            if event_type in _SEALED_TYPES:
+            # (JCS writes a member as "name": an event naming none of its type's sealed fields
+            # has nothing to seal, and is not parsed)
+            if event_type in _SEALED_TYPES and any(k in data for k in _KEYS[event_type]):
                 payload = parse(data)
                 if isinstance(payload, dict) and seal_payload(cipher, event_type, payload):
                     data = canonical(payload)
