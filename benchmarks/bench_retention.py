@@ -1,8 +1,9 @@
 """Benchmark retention: how many old finished jobs a retention run archives per second — each
-exported as a signed pack, written durably, read back and verified, then removed from the live store in one transaction — on SQLite and PostgreSQL,
-next to the baseline measured in the same run: exporting the same packs alone (no write to
-disk, no verification, no delete). It also reports the live store's size before and after
-(SQLite: the file after VACUUM; PostgreSQL: the job tables after VACUUM FULL).
+exported as a signed pack, written durably, read back and verified, then removed from the live
+store in one transaction — on SQLite and PostgreSQL, next to the baseline measured in the same
+run: exporting the same packs alone (no write to disk, no verification, no delete). It also
+reports the live store's size before and after (SQLite: the file after VACUUM; PostgreSQL: the
+job tables after VACUUM FULL).
 
 Usage (from the repository root)::
 
