@@ -34,9 +34,8 @@ from affidavit.api.models import (
 )
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
-from affidavit.record import fork_lineage, job_trace
+from affidavit.record import family_doc, fork_lineage, job_trace, seal_document
 from affidavit.runtime import (
-    family_doc,
     fork_job,
     registry,
     request_cancel,
@@ -50,7 +49,7 @@ from affidavit.runtime import (
 from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.store.queues import placement
 from affidavit.verify import verify_one
-from affidavit.verify.verification import check_trusted_keys, seal_document
+from affidavit.verify.verification import check_trusted_keys
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 503)

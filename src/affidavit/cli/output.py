@@ -21,6 +21,7 @@ from affidavit.faces.errors import exit_code_for as exit_code_for
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     out: Console  # human output (stdout)
     err: Console  # notes, progress and errors (stderr)
@@ -57,6 +58,14 @@ def escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(text)
+
+
+def table(*headers: str, **options: Any) -> Table:
+    """A Rich table of ``headers`` (``options`` as :class:`rich.table.Table` takes them), Rich
+    imported on first use: a command imports it only when it prints one."""
+    from rich.table import Table
+
+    return Table(*headers, **options)
 
 
 # Rich lays a table out whole before it prints a line of it, at about a quarter of a millisecond
