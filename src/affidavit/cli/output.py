@@ -89,6 +89,13 @@ def emit_json(document: Any) -> None:
     sys.stdout.flush()
 
 
+def plain(text: str) -> None:
+    """Print ``text`` as it is, and a newline, on stdout: for a value printed alone (a job id),
+    which a script reads, without loading Rich for it."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def fail(exc: AffidavitError, *, as_json: bool, verbose: bool = False) -> NoReturn:
     """Report ``exc`` (message and hint; JSON error object with ``--json``) and exit."""
     if as_json:
