@@ -218,8 +218,9 @@ MEASURES = {
         " client, next to the same call as a DBOS step."
     ),
     "bench_startup": (
-        "What an `affidavit` call pays before it does anything: `--version`, the package import"
-        " and a real command, against the bare interpreter."
+        "What an `affidavit` call pays from process start to exit: `--version`, the package"
+        " import and the everyday commands (`submit`, `jobs list`, `jobs show`, `verify`),"
+        " against the bare interpreter; wall and CPU time."
     ),
     "bench_packs": (
         "Exporting and verifying the proof pack of one long job, against assay's verifier (in"

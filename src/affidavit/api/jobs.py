@@ -35,9 +35,8 @@ from affidavit.api.models import (
 from affidavit.api.sealed import sealed_key, serve_bytes, serve_json, source_seal_part
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
-from affidavit.record import SubjectView, fork_lineage, job_trace
+from affidavit.record import SubjectView, family_doc, fork_lineage, job_trace, seal_document
 from affidavit.runtime import (
-    family_doc,
     registry,
     request_cancel,
     require_queue,
@@ -52,7 +51,7 @@ from affidavit.store import JOB_STATUSES, JobFilter
 from affidavit.store.queues import placement
 from affidavit.store.tags import read_tags, tag_filter, with_tags
 from affidavit.verify import verification_document, verify_one_fork
-from affidavit.verify.verification import check_trusted_keys, seal_document
+from affidavit.verify.verification import check_trusted_keys
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 409, 413, 422, 429, 503)

@@ -9,23 +9,24 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened, opened_for_job
 from affidavit.cli.job_view import emit_job, exit_for, job_doc, state_user
 from affidavit.cli.next_steps import decisions_doc, next_steps
+from affidavit.cli.output import escape
 from affidavit.cli.progress import StepProgress, status_markup
 from affidavit.cli.run_options import InputOption, parse_json_arg, seconds_setting
 from affidavit.core.config import DEFAULT_STORE_RETRY_SECONDS
 from affidavit.core.errors import AffidavitError, JobNotFound, WaitTimeout
 from affidavit.record import (
     SubjectView,
+    family_doc,
     fork_lineage,
     job_input,
     recovered_steps,
     recovery_text,
+    seal_document,
 )
 from affidavit.store import JOB_STATUSES, JobFilter, JobRecord, Store, StoredEvent
 from affidavit.store.tags import read_tags, tag_filter, with_tags
@@ -127,7 +128,7 @@ def list_jobs(
     if len(rows) > output.RICH_TABLE_ROWS:
         output.plain_table(headers, rows)
     else:
-        table = Table()
+        table = output.table()
         table.add_column("job_id", no_wrap=True, min_width=36)  # an id is copied, never cut
         table.add_column("status", no_wrap=True, min_width=9)
         for name in headers[2:]:
@@ -170,9 +171,7 @@ def show_job(
 
     Exit codes: 0 shown; 2 no such job; 3 store error.
     """
-    from affidavit.runtime import family_doc
     from affidavit.store.queue_grants import job_queue_claims
-    from affidavit.verify.verification import seal_document
 
     with command(as_json), opened(db, read_only=True) as store:
         job = archived_or_job(store, job_id)
@@ -196,7 +195,7 @@ def show_job(
     if as_json:
         output.emit_json(doc)
         return
-    table = Table(show_header=False, box=None)
+    table = output.table(show_header=False, box=None)
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")  # long ids and hashes wrap whole, never cut
     cut: list[tuple[str, int]] = []
@@ -424,7 +423,7 @@ def job_events(
     if as_json:
         output.emit_json(docs)
         return
-    table = Table()
+    table = output.table()
     table.add_column("v", no_wrap=True)
     table.add_column("type", no_wrap=True, min_width=_TYPE_WIDTH)
     table.add_column("event_id", no_wrap=True, min_width=32)
@@ -514,7 +513,7 @@ def job_trace_cmd(
     if len(rows) > output.RICH_TABLE_ROWS:
         output.plain_table(headers, rows)
         return
-    table = Table(*headers)
+    table = output.table(*headers)
     for row in rows:  # (node ids come from the plan: never read as markup)
         table.add_row(*map(escape, row))
     output.out.print(table)

@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 a check failed; 2 not found; 3 usage or store error;
 
 from __future__ import annotations
 
+import copy
 import errno
 import importlib
 import inspect
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
+from typer.models import CommandInfo
 
 from affidavit import __version__
 from affidavit.cli import output, run_options
@@ -70,6 +72,7 @@ COMMAND_MODULES: dict[str, str] = {
     "erase": "subjects_cmds:erase_app",
 }
 _registered: set[str] = set()
+_OWN_COMMANDS = ("db", "demo")  # defined in this module
 
 
 def _register(name: str, source: str) -> None:
@@ -89,27 +92,66 @@ def _register(name: str, source: str) -> None:
 
 
 def load_commands(args: Sequence[str] = ()) -> typer.Typer:
-    """:data:`app` with the commands ``args`` may run: the named command's module alone when
-    the first word of ``args`` names one, else every command."""
-    named = _command_word(args)
-    names = [named] if named in COMMAND_MODULES else list(COMMAND_MODULES)
-    for name in names:
-        _register(name, COMMAND_MODULES[name])
+    """The application for the command line ``args``: when its first word names a command,
+    that command's module alone is imported and the application holds that command alone
+    (and, for a group whose next word names one of its commands, that command alone), so that
+    Typer builds only the command that runs; else :data:`app` with every command (help for the
+    whole program, an unknown command: each is listed)."""
+    at = _command_index(args)
+    named = args[at] if at is not None else None
+    if named in COMMAND_MODULES:
+        _register(named, COMMAND_MODULES[named])
+    elif named not in _OWN_COMMANDS:
+        for name, source in COMMAND_MODULES.items():
+            _register(name, source)
     _reflow_help(app)
-    return app
+    if at is None:
+        return app
+    sub = args[at + 1] if at + 1 < len(args) else None
+    return _only(app, args[at], sub) or app
+
+
+def _only(group: typer.Typer, name: str, sub: str | None = None) -> typer.Typer | None:
+    """A copy of ``group`` that holds its command or sub-group ``name`` alone (a sub-group
+    holding its command ``sub`` alone, when it has one of that name); ``None`` when ``group``
+    has no ``name``. The copies share the commands; ``group`` itself is left as it is."""
+    commands = [c for c in group.registered_commands if _name_of(c) == name]
+    groups = [g for g in group.registered_groups if g.name == name]
+    if not commands and not groups:
+        return None
+    view = copy.copy(group)
+    view.registered_commands = commands
+    view.registered_groups = groups
+    if sub is not None and len(groups) == 1 and groups[0].typer_instance is not None:
+        inner = _only(groups[0].typer_instance, sub)
+        if inner is not None and inner.registered_commands:
+            info = copy.copy(groups[0])
+            info.typer_instance = inner
+            view.registered_groups = [info]
+    return view
+
+
+def _name_of(info: CommandInfo) -> str | None:
+    """A command's name as Typer gives it (its function's name, dashed, unless named)."""
+    if info.name:
+        return info.name
+    return info.callback.__name__.lower().replace("_", "-") if info.callback else None
 
 
 _ROOT_OPTIONS_WITH_VALUE = ("--max-input-bytes",)
 
 
-def _command_word(args: Sequence[str]) -> str | None:
-    """The first word of a command line that is not one of the program's own options."""
-    words = iter(args)
-    for word in words:
-        if word in _ROOT_OPTIONS_WITH_VALUE:
-            next(words, None)
+def _command_index(args: Sequence[str]) -> int | None:
+    """Where the first word of a command line that is not one of the program's own options
+    is (``None``: there is none)."""
+    skip = False
+    for i, word in enumerate(args):
+        if skip:
+            skip = False
+        elif word in _ROOT_OPTIONS_WITH_VALUE:
+            skip = True
         elif not word.startswith("-"):
-            return word
+            return i
     return None
 
 

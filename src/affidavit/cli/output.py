@@ -21,6 +21,7 @@ from affidavit.faces.errors import exit_code_for as exit_code_for
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     out: Console  # human output (stdout)
     err: Console  # notes, progress and errors (stderr)
@@ -59,6 +60,14 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
+def table(*headers: str, **options: Any) -> Table:
+    """A Rich table of ``headers`` (``options`` as :class:`rich.table.Table` takes them), Rich
+    imported on first use: a command imports it only when it prints one."""
+    from rich.table import Table
+
+    return Table(*headers, **options)
+
+
 # Rich lays a table out whole before it prints a line of it, at about a quarter of a millisecond
 # a row (seconds for a long log): a table of more rows is printed as plain aligned columns.
 RICH_TABLE_ROWS = 1_000
@@ -77,6 +86,13 @@ EXIT_OK = 0
 def emit_json(document: Any) -> None:
     """Print one JSON document on stdout."""
     sys.stdout.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def plain(text: str) -> None:
+    """Print ``text`` as it is, and a newline, on stdout: for a value printed alone (a job id),
+    which a script reads, without loading Rich for it."""
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 

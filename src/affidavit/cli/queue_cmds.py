@@ -9,11 +9,10 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.output import escape
 from affidavit.core.errors import ConfigError
 from affidavit.store.queues import get_queue, list_queues, queue_config, queue_stats, set_queue
 
@@ -130,7 +129,7 @@ def queues_list(db: DbOption = None, as_json: JsonOption = False) -> None:
     if not docs:
         output.out.print("no queue is set: jobs go to the default queue (unlimited)")
         return
-    table = Table("queue", "limits", "pending", "running", "waiting", "started")
+    table = output.table("queue", "limits", "pending", "running", "waiting", "started")
     for doc in docs:
         table.add_row(
             escape(doc["name"]),

@@ -183,4 +183,4 @@ def submit(
     if as_json:
         output.emit_json({"job_id": job.job_id, "status": job.status, "namespace": job.namespace})
     else:
-        output.out.print(job.job_id)
+        output.plain(job.job_id)

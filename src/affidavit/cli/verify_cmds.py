@@ -11,12 +11,10 @@ from contextlib import nullcontext
 from typing import IO, Annotated
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
+from affidavit.cli.output import escape
 from affidavit.core.errors import ConfigError
 from affidavit.retention import ArchivedCheck, check_archived
 from affidavit.store import JOB_STATUSES, JobFilter, Store
@@ -261,6 +259,14 @@ def verify_all_shown(
     each: Callable[[VerificationResult], object] | None = None,
 ) -> tuple[int, list[VerificationResult]]:
     """:func:`~affidavit.verify.verify_all` with a progress bar on stderr while it runs."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     with Progress(
         TextColumn("verifying"),
         BarColumn(),
@@ -344,7 +350,7 @@ def render_trust_logs(agents: int, bad: dict[str, list[str]]) -> None:
     if not bad:
         output.out.print(f"[green]verified[/]: the trust logs and evidence of all {agents} agents")
         return
-    table = Table(title="agents NOT verified", title_justify="left")
+    table = output.table(title="agents NOT verified", title_justify="left")
     table.add_column("agent", no_wrap=True)
     table.add_column("problem", overflow="fold")
     for agent_id, problems in bad.items():
@@ -361,7 +367,7 @@ def render_all(total: int, failed: list[VerificationResult]) -> None:
         output.out.print("no jobs to verify")
         return
     if failed:
-        table = Table(title="jobs NOT verified", title_justify="left")
+        table = output.table(title="jobs NOT verified", title_justify="left")
         table.add_column("job", no_wrap=True)
         table.add_column("status", no_wrap=True)
         table.add_column("failed check", no_wrap=True)
@@ -396,7 +402,7 @@ _RECORD = frozenset(c.name for c in CHECKS if c.record)
 def render(result: VerificationResult) -> None:
     # (ids, statuses and details come from the database: never read as markup)
     title = f"job {escape(result.job_id)} ({_status_text(result)})"
-    table = Table(title=title, title_justify="left")
+    table = output.table(title=title, title_justify="left")
     table.add_column("check", no_wrap=True)
     table.add_column("", no_wrap=True)
     table.add_column("detail", overflow="fold")

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from affidavit.record._args import ArgsResolutionError, check_input_references, resolve
     from affidavit.record._decision_context import decision_context
     from affidavit.record._follow import JobFollower, follow_job, next_wait
+    from affidavit.record._job_doc import (
+        MAX_LISTED_CHILDREN,
+        family_doc,
+        fork_lineage,
+        seal_document,
+    )
     from affidavit.record._opened import SubjectView, opened_payload
     from affidavit.record._recovered import recovered_steps, recovery_text
     from affidavit.record._replay import (
@@ -45,7 +51,7 @@ if TYPE_CHECKING:
         NodeFacts,
         node_state,
     )
-    from affidavit.record._trace import fork_lineage, job_input, job_trace, park_doc, trace_of
+    from affidavit.record._trace import job_input, job_trace, park_doc, trace_of
 
 _LAZY = {
     "AgentOutcome": "affidavit.record._agent_trace",
@@ -58,6 +64,10 @@ _LAZY = {
     "JobFollower": "affidavit.record._follow",
     "follow_job": "affidavit.record._follow",
     "next_wait": "affidavit.record._follow",
+    "MAX_LISTED_CHILDREN": "affidavit.record._job_doc",
+    "family_doc": "affidavit.record._job_doc",
+    "fork_lineage": "affidavit.record._job_doc",
+    "seal_document": "affidavit.record._job_doc",
     "Invocation": "affidavit.record._replay",
     "ReplayContext": "affidavit.record._replay",
     "ReplayContextBuilder": "affidavit.record._replay",
@@ -77,7 +87,6 @@ _LAZY = {
     "NODE_STATES": "affidavit.record._states",
     "NodeFacts": "affidavit.record._states",
     "node_state": "affidavit.record._states",
-    "fork_lineage": "affidavit.record._trace",
     "job_input": "affidavit.record._trace",
     "job_trace": "affidavit.record._trace",
     "park_doc": "affidavit.record._trace",
@@ -88,6 +97,7 @@ __getattr__ = lazy_exports("affidavit.record", _LAZY, globals())
 
 __all__ = [
     "COMPLETED_STATES",
+    "MAX_LISTED_CHILDREN",
     "NODE_STATES",
     "NODE_STATE_KINDS",
     "NODE_STATE_KIND_NAMES",
@@ -106,6 +116,7 @@ __all__ = [
     "check_input_references",
     "decision_context",
     "default_key_path",
+    "family_doc",
     "follow_job",
     "fork_lineage",
     "is_agent_log",
@@ -119,6 +130,7 @@ __all__ = [
     "recovered_steps",
     "recovery_text",
     "resolve",
+    "seal_document",
     "trace_of",
     "trust_key",
 ]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from affidavit.record._agent_trace import agent_trace_of, is_agent_log
+from affidavit.record._job_doc import fork_lineage
 from affidavit.record._opened import SubjectView
 from affidavit.record._recovered import read_attempts
 from affidavit.record._replay import ReplayContext, ReplayContextBuilder
@@ -91,16 +92,6 @@ def job_family(store: Store, job_id: str) -> dict[str, Any]:
         "parent_job_id": store.job_parent(job_id),
         "children": [{"job_id": j.job_id, "status": j.status} for j in reversed(listed)],
     }
-
-
-def fork_lineage(events: Sequence[StoredEvent]) -> dict[str, Any] | None:
-    """A fork's source as ``jobs show`` and the trace name it: ``{"job_id", "step",
-    "seal_hash"}`` of ``job_created``'s ``forked_from``; ``None`` for a job that is no fork."""
-    first = events[0].payload if events and events[0].type == "job_created" else None
-    forked = first.get("forked_from") if isinstance(first, dict) else None
-    if not isinstance(forked, dict):
-        return None
-    return {k: forked.get(k) for k in ("job_id", "step", "seal_hash")}
 
 
 def park_doc(replay: ReplayContext) -> dict[str, Any] | None:

@@ -18,7 +18,6 @@ from affidavit.core.lazy import lazy_exports
 if TYPE_CHECKING:
     from affidavit.runtime._agent import Agent, AgentContext, agent
     from affidavit.runtime._cancel import CancelResult, request_cancel
-    from affidavit.runtime._children import family_doc
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
     from affidavit.runtime._fork import fork_job, submit_fork
@@ -122,7 +121,6 @@ _LAZY = {
     "register_verifier": "affidavit.runtime._sdk",
     "registry": "affidavit.runtime._sdk",
     "tool": "affidavit.runtime._sdk",
-    "family_doc": "affidavit.runtime._children",
     "require_queue": "affidavit.runtime._queues",
     "write_declared": "affidavit.runtime._queues",
     "check_agent_input": "affidavit.runtime._submit",
@@ -185,7 +183,6 @@ __all__ = [
     "check_timing",
     "clock_problem",
     "delete_schedule",
-    "family_doc",
     "fork_job",
     "get_schedule",
     "list_runs",

@@ -25,7 +25,7 @@ from affidavit.core import crash
 from affidavit.core.errors import AffidavitError, StoreError
 from affidavit.core.privacy import SubjectError
 from affidavit.core.seal import seal_sha256
-from affidavit.record import ReplayContext
+from affidavit.record import MAX_LISTED_CHILDREN, ReplayContext
 from affidavit.runtime._agent import Agent
 from affidavit.runtime._journal import Journal
 from affidavit.runtime._run_base import Item, StepFailed, Stop
@@ -36,8 +36,6 @@ from affidavit.store import JobFilter, Store, Transaction
 if TYPE_CHECKING:
     from affidavit.runtime._agent_runner import AgentRun
 
-#: The most children ``jobs show`` lists (``jobs list --parent`` pages through all).
-MAX_LISTED_CHILDREN = 1000
 #: The most children one join waits for.
 MAX_JOIN = 1000
 #: The events a job is created with (``job_created``, then ``plan_generated`` or
@@ -73,17 +71,6 @@ class ChildHandle:
     """A child job started with ``ctx.start_job``: pass it to ``ctx.join``."""
 
     job_id: str
-
-
-def family_doc(store: Store, job_id: str) -> dict[str, Any]:
-    """``parent_job_id`` (``None`` for a job no job created) and ``children`` (the ids of the
-    job's child jobs, oldest first, at most :data:`MAX_LISTED_CHILDREN`) of ``job_id``, as
-    ``jobs show`` and ``GET /api/jobs/{id}`` carry them."""
-    listed = store.list_jobs(JobFilter(parent=job_id, limit=MAX_LISTED_CHILDREN))
-    return {
-        "parent_job_id": store.job_parent(job_id),
-        "children": [j.job_id for j in reversed(listed)],
-    }
 
 
 def child_key(parent_step_id: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from affidavit.core.collector import collector_paused
 from affidavit.core.errors import JobNotFound, VerificationError
 from affidavit.core.seal import Seal
+from affidavit.record import seal_document
 from affidavit.store import LedgerColumns, LedgerRow, Store, StoredEvent, unmatchable
 from affidavit.verify._assemble import assemble
 from affidavit.verify._fold import LogFold
@@ -125,25 +126,6 @@ def _verify_job(
         job_row=job,
     )
     return with_log_check(result, seal, leaves)
-
-
-def seal_document(store: Store, job_id: str) -> dict[str, Any]:
-    """The job's seal as an offline verifier takes it (``verify_events(..., seal=...)``):
-    ``{"seal": Seal.to_dict() or None, "error": None}``; a seal row that cannot be read (it was
-    edited) gives ``{"seal": None, "error": why}``. The job must exist.
-
-    Raises:
-        JobNotFound: no such job.
-    """
-    _check_job_id(job_id)
-    with store.snapshot() as snap:
-        if snap.job_row(job_id) is None:
-            raise JobNotFound(job_id)
-        try:
-            seal = snap.seal_get(job_id)
-        except ValueError as exc:
-            return {"seal": None, "error": f"the seal row is malformed: {exc}"}
-    return {"seal": seal.to_dict() if seal is not None else None, "error": None}
 
 
 def check_trusted_keys(store: Store, trusted_keys: Iterable[KeyLike]) -> None:
