@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from affidavit import Runtime
+from affidavit.core.errors import IdempotencyConflict
 from affidavit.core.signing import SigningKey
 from affidavit.packs import verify_pack
 from affidavit.retention import (
@@ -198,3 +199,28 @@ def test_the_live_store_shrinks(own_database: str, tmp_path: Path) -> None:
         store.close()
     after = live_size(store_url)
     assert before - after >= 36 * 4000, (before, after)
+
+
+def test_an_archived_jobs_idempotency_key_names_no_second_job(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A key names one job for good: resubmitted after retention removed its job, it creates
+    no second job (which would run the side effects again) and writes nothing; the same key in
+    another namespace, and another key, still create jobs."""
+    [job_id] = finished_jobs(store_url, 1, idempotency_key="refund-A-1001")
+    store = open_store(store_url)
+    try:
+        set_policy(store, 86_400, tmp_path / "archive")
+        assert set(Retention(store, clock=lambda: LATER).run().archived) == {job_id}
+        checked = check_archived(store, job_id)
+        assert checked is not None and checked.tombstone.idempotency_key == "refund-A-1001"
+        with Runtime(store_url, tools=tools()) as rt:
+            with pytest.raises(IdempotencyConflict, match="retention") as refused:
+                rt.submit(one_step(), {}, idempotency_key="refund-A-1001")
+            assert job_id in str(refused.value)
+            assert rt.store.list_jobs() == []  # nothing written
+            other = rt.submit(one_step(), {}, idempotency_key="refund-A-1001", namespace="b")
+            fresh = rt.submit(one_step(), {}, idempotency_key="refund-A-1002")
+        assert {j.job_id for j in store.list_jobs()} == {other.job_id, fresh.job_id}
+    finally:
+        store.close()

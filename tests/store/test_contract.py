@@ -41,6 +41,8 @@ def test_the_public_names_of_the_store() -> None:
             "Snapshot",
             "Store",
             "StoredEvent",
+            "SubjectKeys",
+            "SubjectRow",
             "Transaction",
             "connect_raw",
             "database_file",

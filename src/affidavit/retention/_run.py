@@ -217,6 +217,7 @@ class Retention:
             None if path is None else str(path),
             digest,
             utc_now(),
+            job.idempotency_key,
         )
         with self.store.transaction() as tx:
             locked = tx.get_job(job_id, for_update=True)

@@ -17,6 +17,7 @@ from affidavit.core.canonical import canonical
 from affidavit.core.chain import GENESIS
 from affidavit.core.errors import (
     FencedError,
+    IdempotencyConflict,
     JobNotFound,
     StoreError,
 )
@@ -314,11 +315,15 @@ class SqlTransaction(
         # then is the key's job read — a new job costs one statement, not two.
         now = utc_now()
         new_id = job_id or new_job_id()
+        # (and none if retention removed the key's job: a key never names a second job)
+        values = (new_id, namespace, status, plan_name, idempotency_key, submitted_by, now, now)
         inserted = self._one(
             f"INSERT INTO jobs ({JOB_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL) "
+            "SELECT ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL "
+            "WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a "
+            "WHERE a.namespace = ? AND a.idempotency_key = ?) "
             "ON CONFLICT DO NOTHING RETURNING job_id",
-            (new_id, namespace, status, plan_name, idempotency_key, submitted_by, now, now),
+            (*values, namespace, idempotency_key),
         )
         if inserted is not None:
             job = JobRecord(
@@ -340,6 +345,7 @@ class SqlTransaction(
             existing = self._one(by_key, (namespace, idempotency_key))
             if existing is not None:
                 return job_from_row(existing), False
+            _refuse_an_archived_key(self, namespace, idempotency_key)
         raise StoreError(
             f"job id {new_id!r} already exists",
             hint="Choose another job id, or pass an idempotency key to get the existing job.",
@@ -427,3 +433,23 @@ _STATUS_UPDATE = (
     "updated_at = ? WHERE job_id = ?"
 )
 STATUS_UPDATE_FENCED = _STATUS_UPDATE + " AND attempt_id = ?"  # a run's end of its job
+
+
+def _refuse_an_archived_key(rows: Any, namespace: str, idempotency_key: str) -> None:
+    """A key names one job for good: also the one retention removed (a second job with it would
+    run its side effects again).
+
+    Raises:
+        IdempotencyConflict: ``idempotency_key`` named a job retention archived.
+    """
+    from affidavit.store.retention import archived_key_job
+
+    archived = archived_key_job(rows, namespace, idempotency_key)
+    if archived is not None:
+        raise IdempotencyConflict(
+            f"idempotency key {idempotency_key!r} named job {archived.job_id}, which retention "
+            f"removed from the live store at {archived.archived_at}",
+            hint="A key never names a second job, also after its job was archived: "
+            f"`affidavit verify {archived.job_id}` says where its pack is; use a new key for a "
+            "new job.",
+        )

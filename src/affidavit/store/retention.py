@@ -60,6 +60,8 @@ class Tombstone:
     pack_path: str | None
     pack_sha256: str | None
     archived_at: str
+    # the key it was submitted with: never used again in its namespace (see create_job)
+    idempotency_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +74,7 @@ class Tombstone:
             "pack_path": self.pack_path,
             "pack_sha256": self.pack_sha256,
             "archived_at": self.archived_at,
+            "idempotency_key": self.idempotency_key,
         }
 
 
@@ -81,7 +84,7 @@ _POLICY = (
 )
 _TOMBSTONE = (
     "SELECT job_id, namespace, plan_name, status, created_at, seal_sha256, pack_path, "
-    "pack_sha256, archived_at FROM archived_jobs"
+    "pack_sha256, archived_at, idempotency_key FROM archived_jobs"
 )
 
 
@@ -205,7 +208,8 @@ def remove_job_txn(tx: Writes, job_id: str, tombstone: Tombstone, *, by_range: b
     t = tombstone
     tx.execute(
         "INSERT INTO archived_jobs (job_id, namespace, plan_name, status, created_at, "
-        "seal_sha256, pack_path, pack_sha256, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "seal_sha256, pack_path, pack_sha256, archived_at, idempotency_key) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             t.job_id,
             t.namespace,
@@ -216,6 +220,7 @@ def remove_job_txn(tx: Writes, job_id: str, tombstone: Tombstone, *, by_range: b
             t.pack_path,
             t.pack_sha256,
             t.archived_at,
+            t.idempotency_key,
         ),
     )
     if by_range:
@@ -266,8 +271,20 @@ def archived_count(rows: Rows) -> int:
 
 def _tombstone(r: Sequence[Any]) -> Tombstone:
     return Tombstone(
-        str(r[0]), str(r[1]), r[2], str(r[3]), str(r[4]), str(r[5]), r[6], r[7], str(r[8])
+        str(r[0]), str(r[1]), r[2], str(r[3]), str(r[4]), str(r[5]), r[6], r[7], str(r[8]), r[9]
     )
+
+
+def archived_key_job(rows: Rows, namespace: str, idempotency_key: str) -> Tombstone | None:
+    """The archived job that idempotency key ``idempotency_key`` named in ``namespace``, if
+    retention removed it (a key never names a second job: not after its job was archived
+    either)."""
+    if not getattr(rows, "retention_tables", True):
+        return None
+    found = rows.query(
+        f"{_TOMBSTONE} WHERE namespace = ? AND idempotency_key = ?", (namespace, idempotency_key)
+    )
+    return _tombstone(found[0]) if found else None
 
 
 def hold_set(tx: Writes, job_id: str, reason: str) -> None:

@@ -26,9 +26,13 @@ CREATE TABLE archived_jobs (
     pack_path   TEXT,
     pack_sha256 TEXT,
     archived_at TEXT NOT NULL,
+    idempotency_key TEXT,
     CHECK ((pack_path IS NULL) = (pack_sha256 IS NULL))
 );
 CREATE INDEX archived_jobs_at ON archived_jobs (archived_at, job_id);
+-- a job's idempotency key stays taken after retention removed it (never a second job)
+CREATE UNIQUE INDEX archived_jobs_key ON archived_jobs (namespace, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 CREATE TABLE retention_policy (
     id                     INTEGER PRIMARY KEY CHECK (id = 1),
     finished_older_than_s  BIGINT,
