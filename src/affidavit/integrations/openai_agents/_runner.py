@@ -53,8 +53,8 @@ from agents.tool_context import ToolContext as SdkToolContext
 
 import affidavit
 from affidavit import AgentContext, Tool, ToolContext
+from affidavit.integrations._bridge import close_bridge, open_bridge, record
 from affidavit.integrations.openai_agents import _steps
-from affidavit.integrations.openai_agents._bridge import close_bridge, open_bridge, record
 from affidavit.integrations.openai_agents._codec import (
     conversation_digest,
     jsonable,

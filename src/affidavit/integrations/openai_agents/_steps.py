@@ -23,8 +23,11 @@ from agents.items import ModelResponse
 
 import affidavit
 from affidavit import RetryableError, ToolContext
-from affidavit.integrations.openai_agents._bridge import run_pending
+from affidavit.integrations._bridge import run_pending
 from affidavit.integrations.openai_agents._codec import dump_response, jsonable, tokens_of
+
+#: The run a step names when it runs outside one (``run_pending``).
+OPENAI_RUN = "OpenAI Agents SDK run (call AffidavitRunner.run inside the agent function)"
 
 #: Recorded with every step's name: a change of how a step records is a new version.
 STEP_VERSION = "1"
@@ -48,7 +51,7 @@ def _retryable(exc: BaseException) -> bool:
 def model_response(ctx: ToolContext, **args: Any) -> dict[str, Any]:
     """Ask the model (the coroutine the run parked) and record its response and usage."""
     try:
-        response = run_pending(ctx, args)
+        response = run_pending(ctx, args, run_by=OPENAI_RUN)
     except Exception as exc:
         if _retryable(exc):
             raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
@@ -62,7 +65,7 @@ def model_response(ctx: ToolContext, **args: Any) -> dict[str, Any]:
 
 
 def _call(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    return {"return": jsonable(run_pending(ctx, args))}
+    return {"return": jsonable(run_pending(ctx, args, run_by=OPENAI_RUN))}
 
 
 @affidavit.tool(TOOL_STEP, version=STEP_VERSION)
@@ -80,7 +83,7 @@ def call_tool_approved(ctx: ToolContext, **args: Any) -> dict[str, Any]:
 @affidavit.pure(GUARDRAIL_STEP, version=STEP_VERSION)
 def guardrail(ctx: ToolContext, **args: Any) -> dict[str, Any]:
     """Run one guardrail and record what it decided."""
-    output = run_pending(ctx, args)
+    output = run_pending(ctx, args, run_by=OPENAI_RUN)
     return {
         "tripwire_triggered": bool(output.tripwire_triggered),
         "output_info": jsonable(output.output_info),

@@ -42,7 +42,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_core import to_jsonable_python
 
 from affidavit import AgentContext, Tool, ToolContext, canonical_sha256
-from affidavit.integrations.pydantic_ai._bridge import record
+from affidavit.integrations._bridge import record
 from affidavit.integrations.pydantic_ai._steps import AgentSteps
 
 if typing.TYPE_CHECKING:

@@ -42,8 +42,8 @@ from pydantic_core import to_jsonable_python
 
 import affidavit
 from affidavit import AgentContext, Tool
+from affidavit.integrations._bridge import CURRENT_STEP, close_bridge, open_bridge
 from affidavit.integrations.pydantic_ai._backend import AffidavitOperationBackend
-from affidavit.integrations.pydantic_ai._bridge import CURRENT_STEP, close_bridge, open_bridge
 from affidavit.integrations.pydantic_ai._steps import AgentSteps
 
 #: The version recorded with each job by default: a change of how steps record is a new format.

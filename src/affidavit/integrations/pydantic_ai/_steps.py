@@ -30,7 +30,10 @@ from typing import Any
 
 import affidavit
 from affidavit import RetryableError, Tool, ToolContext
-from affidavit.integrations.pydantic_ai._bridge import run_pending
+from affidavit.integrations._bridge import run_pending
+
+#: The run a step names when it runs outside one (``run_pending``).
+PYDANTIC_AI_RUN = "Pydantic AI run"
 
 #: Recorded with each step's name: a change of how a step records is a new version.
 STEP_VERSION = "1"
@@ -56,7 +59,7 @@ def _model_step(ctx: ToolContext, **args: Any) -> Any:
     from pydantic_ai.exceptions import ModelAPIError
 
     try:
-        payload = run_pending(ctx, args)
+        payload = run_pending(ctx, args, run_by=PYDANTIC_AI_RUN)
     except ModelAPIError as exc:  # the provider's trouble: worth another attempt
         raise RetryableError(f"{type(exc).__name__}: {exc}") from exc
     usage = payload.get("usage") if isinstance(payload, dict) else None
@@ -70,7 +73,7 @@ def _model_step(ctx: ToolContext, **args: Any) -> Any:
 
 
 def _bridged_step(ctx: ToolContext, **args: Any) -> Any:
-    return run_pending(ctx, args)
+    return run_pending(ctx, args, run_by=PYDANTIC_AI_RUN)
 
 
 class AgentSteps:

@@ -1,6 +1,7 @@
-"""How a recorded step runs a coroutine of the job's Pydantic AI run.
+"""How a recorded step runs a coroutine of the job's agent-framework run (Pydantic AI, the
+OpenAI Agents SDK).
 
-affidavit runs a step's function on a step thread, synchronously; the model's and the toolsets'
+affidavit runs a step's function on a step thread, synchronously; the model's and the tools'
 coroutines belong to the job's event loop (their HTTP clients and MCP sessions were opened
 there). So the run parks a coroutine factory under the step's argument hash before
 ``ctx.call``, and the step's function, given only its arguments, claims it here and runs it on
@@ -25,9 +26,7 @@ from affidavit import AgentContext, Tool, ToolContext, canonical_sha256
 Make = Callable[[ToolContext], Coroutine[Any, Any, Any]]
 
 #: The step whose coroutine is running (what an MCP call passes in ``_meta``).
-CURRENT_STEP: ContextVar[ToolContext | None] = ContextVar(
-    "affidavit_pydantic_ai_step", default=None
-)
+CURRENT_STEP: ContextVar[ToolContext | None] = ContextVar("affidavit_bridge_step", default=None)
 
 
 @dataclass
@@ -82,12 +81,13 @@ async def record(ctx: AgentContext, step: Tool, args: dict[str, Any], make: Make
                 del bridge.claimed[step_id]
 
 
-def run_pending(ctx: ToolContext, args: dict[str, Any]) -> Any:
+def run_pending(ctx: ToolContext, args: dict[str, Any], *, run_by: str) -> Any:
     """In a step's function: run the coroutine its call parked, and return its value.
 
     Raises:
-        RuntimeError: the step runs outside the Pydantic AI run that called it (a worker
-            recovering a job is never here: its agent function makes the call again).
+        RuntimeError: the step runs outside the framework's run that called it (``run_by``
+            names it; a worker recovering a job is never here: its agent function makes the
+            call again).
     """
     with _LOCK:
         bridge = _JOBS.get(ctx.job_id)
@@ -98,7 +98,7 @@ def run_pending(ctx: ToolContext, args: dict[str, Any]) -> Any:
                 make = bridge.claimed[ctx.step_id] = waiting.pop(0)
     if bridge is None or make is None:
         raise RuntimeError(
-            f"step {ctx.step_id} of job {ctx.job_id} runs outside the Pydantic AI run that makes it"
+            f"step {ctx.step_id} of job {ctx.job_id} runs outside the {run_by} that makes it"
         )
 
     async def run() -> Any:
@@ -112,5 +112,5 @@ def run_pending(ctx: ToolContext, args: dict[str, Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(run(), bridge.loop).result()
     # a step run on the loop's own thread (a call that asks for an approval runs alone, there):
     # waiting on the busy loop would never return
-    with ThreadPoolExecutor(1, thread_name_prefix="affidavit-pydantic-ai") as helper:
+    with ThreadPoolExecutor(1, thread_name_prefix="affidavit-bridge") as helper:
         return helper.submit(asyncio.run, run()).result()
