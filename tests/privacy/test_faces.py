@@ -105,6 +105,12 @@ def test_the_api_and_the_client_submit_with_a_subject_and_read_it_erased(
         assert events[0]["payload"]["input"] == {"email": st.CANARY}
         raw = httpx.get(f"{base}/events?raw=true", headers=headers).json()["events"]
         assert is_sealed(raw[0]["payload"]["input"])
+        # a sealed job's trace is kept by the server for its seal; a subject's never is: it
+        # holds the opened values, which must be gone once the key is
+        before = httpx.get(f"{base}/trace", headers=headers).json()
+        assert st.CANARY in json.dumps(before) and before["cached"] is False
+        again = httpx.get(f"{base}/trace", headers=headers).json()
+        assert again["cached"] is False
         erase(subject_api.store, "customer-7", sealer=subject_api.runtime.sealer)
         assert c.get(job.job_id).output == ERASED
         events = httpx.get(f"{base}/events", headers=headers).json()["events"]

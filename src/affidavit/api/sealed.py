@@ -36,8 +36,10 @@ def sealed_key(
     """Check that ``caller`` may see the job, and return what identifies its sealed record:
     the seal's hash (:func:`~affidavit.core.seal.seal_sha256`), with ``keys`` a digest of the
     public keys the database records (what a verification accepts); ``None`` for a job with no
-    seal, or a seal row that cannot be read. ``orphans``: a job id without a job row is no
-    error for an admin (verification reports what is left of it), and gives ``None``.
+    seal, a seal row that cannot be read, or a job with a data subject (an answer about it
+    holds its values opened, which erasing the subject must take away: never kept).
+    ``orphans``: a job id without a job row is no error for an admin (verification reports
+    what is left of it), and gives ``None``.
 
     Raises:
         JobArchived: retention removed it (and the caller sees its namespace).
@@ -63,6 +65,8 @@ def sealed_key(
         if seal is None:
             return None
         recorded = snap.keys_list() if keys else []
+    if store.job_key(job_id) is not None:  # a data subject's: what is kept must go with its key
+        return None
     try:
         if not keys:
             return (seal_sha256(seal),)
