@@ -44,7 +44,9 @@ def test_run_that_ends_waiting_or_parked_prints_the_next_command(
 
     signalled = cli("signal", job_id, "--key", f"{job_id}:ok", "--payload", '{"approved": true}',
                     "--as", "ann", "--db", store_url)  # fmt: skip
-    assert signalled.returncode == 0 and "next:" not in signalled.stderr
+    assert signalled.returncode == 0, signalled.stderr
+    assert f"next: affidavit signal {job_id}" not in signalled.stderr  # (decided: none asked)
+    assert "until a worker claims it" in signalled.stderr  # what runs next: a worker
     report.write_text("edited by hand\n")  # the world changed: confirmation parks the job
     parked = cli(*args)
     assert parked.returncode == 4, parked.stderr

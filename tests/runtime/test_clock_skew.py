@@ -159,28 +159,28 @@ def test_a_worker_started_while_the_database_is_down_checks_at_its_first_claim(
 
 
 def test_db_clock_reports_the_offset_as_a_worker_would_judge_it(
-    store_url: str, tmp_path: Path
+    empty_store_url: str, tmp_path: Path
 ) -> None:
     """``affidavit db clock``: what a worker on this host would find, before one starts. It
     writes nothing: a database not created yet is not created (the fixture's is not yet)."""
-    here = cli("db", "clock", "--db", store_url, "--json")
+    here = cli("db", "clock", "--db", empty_store_url, "--json")
     assert here.returncode == 0, here.stderr
-    if store_url.startswith("sqlite"):
+    if empty_store_url.startswith("sqlite"):
         assert not list(tmp_path.glob("*.db*")), list(tmp_path.iterdir())
     else:
-        schema = store_url.split("schema=")[1]
+        schema = empty_store_url.split("schema=")[1]
         with psycopg.connect(PG_URL) as conn:
             found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
             assert found.fetchall() == []
     doc = json_of(here)
     assert doc["ok"] is True and doc["problem"] is None
     assert doc["lease_seconds"] == 15 and doc["allowed_seconds"] == 2.5
-    off = cli("db", "clock", "--db", store_url, "--json", env=cli_env(shifted("+30s")))
+    off = cli("db", "clock", "--db", empty_store_url, "--json", env=cli_env(shifted("+30s")))
     longer = cli(
-        "db", "clock", "--db", store_url, "--json", "--lease-seconds", "300",
+        "db", "clock", "--db", empty_store_url, "--json", "--lease-seconds", "300",
         env=cli_env(shifted("+30s")),
     )  # fmt: skip
-    if store_url.startswith("sqlite"):
+    if empty_store_url.startswith("sqlite"):
         assert doc["offset_seconds"] is None and doc["uncertainty_seconds"] is None
         assert off.returncode == 0 and json_of(off)["ok"] is True  # nothing to check
         return
@@ -190,5 +190,5 @@ def test_db_clock_reports_the_offset_as_a_worker_would_judge_it(
     assert judged["ok"] is False and abs(judged["offset_seconds"] - 30) < 1
     assert "at most 2.50 s off" in judged["problem"]
     assert longer.returncode == 0 and json_of(longer)["allowed_seconds"] == 50
-    human = cli("db", "clock", "--db", store_url, env=cli_env(shifted("+30s")))
+    human = cli("db", "clock", "--db", empty_store_url, env=cli_env(shifted("+30s")))
     assert human.returncode == 1 and "clock too far off" in human.stderr

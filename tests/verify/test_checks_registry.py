@@ -82,7 +82,14 @@ def test_the_verifier_runs_the_registry() -> None:
 
 def test_the_api_schema_lists_every_check() -> None:
     # (and when the server computed the answer, which a sealed job's is kept: docs/api.md)
-    assert list(Verification.model_fields) == ["job_id", *NAMES, "ok", "computed_at", "cached"]
+    assert list(Verification.model_fields) == [
+        "job_id",
+        *NAMES,
+        "ok",
+        "forked_from",
+        "computed_at",
+        "cached",
+    ]
 
 
 def test_the_trace_page_shows_every_proof() -> None:

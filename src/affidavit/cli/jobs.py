@@ -395,7 +395,7 @@ def job_events(
 
     With --json: a list of {"version","event_id","type","payload","chain_hash"}; the stored
     bytes of each payload are exactly its RFC 8785 canonical JSON. A job with a subject shows
-    its sealed values opened while the subject's key exists, and "[erased]" after; --raw shows
+    its sealed values opened while the subject's key exists, and each as erased after; --raw shows
     what is stored (and hashed): the envelopes.
 
     Exit codes: 0 printed; 2 no such job; 3 an event row changed outside affidavit (a field of

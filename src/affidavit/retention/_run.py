@@ -236,7 +236,7 @@ class Retention:
             if now_sealed is None or seal_sha256(now_sealed) != sealed:
                 report.skipped[job_id] = "the job's seal changed while its pack was written"
                 return
-            remove_job_txn(tx, job_id, tombstone, by_range=self.store.backend == "sqlite")
+            remove_job_txn(tx, job_id, tombstone)
             crash.crash_point("retention.before_delete_commit")  # (rolled back)
         crash.crash_point("retention.after_delete_commit")
         report.archived[job_id] = tombstone.pack_path

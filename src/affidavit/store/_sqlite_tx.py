@@ -121,6 +121,9 @@ class SqliteTransaction(SqlTransaction):
     statement costs more than the statement's own bookkeeping). No row locks are needed:
     ``BEGIN IMMEDIATE`` already holds the database write lock."""
 
+    # A job's events are the rows of its range of the table's rowid (``number << 32``).
+    EVENTS_BY_JOB_RANGE = True
+
     log_sql = BY_RANGE
 
     def __init__(self, conn: apsw.Connection, cursor: apsw.Cursor) -> None:

@@ -201,10 +201,10 @@ def why_kept(tx: Rows, job_id: str) -> str | None:
     return None
 
 
-def remove_job_txn(tx: Writes, job_id: str, tombstone: Tombstone, *, by_range: bool) -> None:
+def remove_job_txn(tx: Writes, job_id: str, tombstone: Tombstone) -> None:
     """Write ``tombstone`` and delete ``job_id`` from the live store, inside the caller's
-    transaction (which checked :func:`why_kept` after locking the job row). ``by_range``:
-    SQLite's events, found by the job's range of the table's rowid (store/sqlite.py)."""
+    transaction (which checked :func:`why_kept` after locking the job row). SQLite's events
+    are found by the job's range of the table's rowid (``EVENTS_BY_JOB_RANGE``)."""
     t = tombstone
     tx.execute(
         "INSERT INTO archived_jobs (job_id, namespace, plan_name, status, created_at, "
@@ -223,7 +223,7 @@ def remove_job_txn(tx: Writes, job_id: str, tombstone: Tombstone, *, by_range: b
             t.idempotency_key,
         ),
     )
-    if by_range:
+    if getattr(tx, "EVENTS_BY_JOB_RANGE", False):
         number = tx.query("SELECT number FROM jobs WHERE job_id = ?", (job_id,))[0][0]
         start = int(number) << 32
         # (a row of the job's id outside its range is in no log: left, verify --all reports it)
