@@ -1,7 +1,7 @@
 """Benchmark ``affidavit worker --processes N``: PostgreSQL tool steps per second of N worker
 processes at the same total concurrency (N × ``--concurrency``), in one run on one machine.
 
-Each configuration runs the same jobs (default 200 jobs × 5 chained tool steps, a fresh schema
+Each configuration runs the same jobs (default 1,000 jobs × 5 chained tool steps, a fresh schema
 each time, dropped afterwards) by one whole ``affidavit worker --until-idle`` command — process
 start to exit, so the supervisor's and its children's start-up count — alternating the
 configurations over the repetitions; the table gives the median steps/s of each and its ratio to
@@ -99,13 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="60 jobs, 1 repetition")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs of 5 tool steps each")
     parser.add_argument("--output", type=Path, default=PERFORMANCE_MD)
     args = parser.parse_args(argv)
     pg = reachable(PG_URL, console.print)
     if pg is None:
         return 1
     byte_compile_affidavit()
-    jobs, steps, reps = (60, 5, 1) if args.quick else (200, 5, 3)
+    jobs, steps, reps = (60, 5, 1) if args.quick else (args.jobs, 5, 3)
     body = report(measure(jobs, steps, reps), jobs, steps, pg)
     console.print(body, highlight=False)
     if not args.no_write:
