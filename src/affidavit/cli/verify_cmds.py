@@ -8,15 +8,14 @@ import sys
 import tempfile
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import IO, Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened
 from affidavit.cli.output import escape
-from affidavit.core.errors import ConfigError
-from affidavit.retention import ArchivedCheck, check_archived
+from affidavit.core.errors import ConfigError, JobNotFound
 from affidavit.store import JOB_STATUSES, JobFilter, Store
 from affidavit.verify import (
     CHECKS,
@@ -27,6 +26,9 @@ from affidavit.verify import (
     verify_one_fork,
     verify_tree,
 )
+
+if TYPE_CHECKING:
+    from affidavit.retention import ArchivedCheck
 
 
 def register(app: typer.Typer) -> None:
@@ -150,9 +152,14 @@ def verify(
                     if spool is not None:
                         spool.emit(total, failed, agents, bad_agents)
             else:
-                archived = check_archived(store, job_id)
-                if archived is None:
+                try:
                     result, fork = verify_one_fork(store, job_id, trusted_keys=trusted_key or None)
+                except JobNotFound:  # retention may have removed it (imported only then)
+                    from affidavit.retention import check_archived
+
+                    archived = check_archived(store, job_id)
+                    if archived is None:
+                        raise
     if job_id is not None and archived is not None:
         render_archived(archived, as_json)
         return
