@@ -55,6 +55,19 @@ def pack_events(pack: Path, limit: int) -> list[dict[str, Any]]:
     ]
 
 
+def first_event(pack: Path, limit: int) -> list[dict[str, Any]]:
+    """The first event object of a pack's ``events.ndjson`` (a list of at most one), read
+    without the rest: all :func:`forked_from` looks at.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: the line is not JSON.
+    """
+    with (pack / F.EVENTS).open("rb") as events:
+        line = events.readline(limit)
+    return [orjson.loads(line)] if line.strip() else []
+
+
 def fork_details(
     forked: dict[str, Any],
     source: Path | None,

@@ -338,11 +338,11 @@ def _check_fork(
 ) -> None:
     """A fork's ``details["fork"]`` (see :mod:`affidavit.packs._fork`); a prefix its source's
     pack does not hold is an error."""
-    from affidavit.packs._fork import fork_details, forked_from, pack_events
+    from affidavit.packs._fork import first_event, fork_details, forked_from
 
     try:
-        forked = forked_from(pack_events(st.root, st.max_file_bytes))
-    except (Fail, ValueError) as exc:  # (read and verified just before: not expected)
+        forked = forked_from(first_event(st.root, st.max_file_bytes))
+    except (OSError, ValueError) as exc:  # (read and verified just before: not expected)
         st.errors.append(f"{F.EVENTS}: {exc}")
         return
     if forked is None:
