@@ -101,6 +101,8 @@ def list_jobs(
             )
         )
         tags = read_tags(store, [j.job_id for j in jobs]) if as_json else {}
+        if as_json:  # a subject's output and error: opened, or shown erased
+            jobs = [SubjectView(store, j.job_id).job(j) for j in jobs]
         # each job's input, as its job_created recorded it (the human table only: --json lists
         # the job objects, and `jobs show` / `jobs trace --json` hold the whole input)
         inputs = {} if as_json else {j.job_id: _input_cell(store, j.job_id) for j in jobs}
