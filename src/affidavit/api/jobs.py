@@ -129,7 +129,7 @@ def submit(
         )
         if not created:
             response.status_code = 200
-        return with_tags(svc.store, job.to_dict())
+        return with_tags(svc.store, SubjectView(svc.store, job.job_id).job(job).to_dict())
     assert body.plan is not None  # (the body's validator)
     job, created = submit_job(
         svc.store,
@@ -147,7 +147,7 @@ def submit(
     )
     if not created:
         response.status_code = 200
-    return with_tags(svc.store, job.to_dict())
+    return with_tags(svc.store, SubjectView(svc.store, job.job_id).job(job).to_dict())
 
 
 @router.get("", response_model=JobList, response_model_exclude_unset=True)
@@ -196,6 +196,7 @@ def list_jobs(
         )
     )
     tags = read_tags(svc.store, [j.job_id for j in jobs])
+    jobs = [SubjectView(svc.store, j.job_id).job(j) for j in jobs]  # opened, or erased
     page: dict[str, Any] = {
         "jobs": [
             j.to_dict() | ({"tags": tags[j.job_id]} if j.job_id in tags else {}) for j in jobs
