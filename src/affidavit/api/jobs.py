@@ -35,7 +35,14 @@ from affidavit.api.models import (
 from affidavit.api.sealed import sealed_key, serve_bytes, serve_json, source_seal_part
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
-from affidavit.record import SubjectView, family_doc, fork_lineage, job_trace, seal_document
+from affidavit.record import (
+    SubjectView,
+    family_doc,
+    fork_lineage,
+    job_trace,
+    seal_document,
+    shown_job,
+)
 from affidavit.runtime import (
     registry,
     request_cancel,
@@ -196,7 +203,7 @@ def list_jobs(
         )
     )
     tags = read_tags(svc.store, [j.job_id for j in jobs])
-    jobs = [SubjectView(svc.store, j.job_id).job(j) for j in jobs]  # opened, or erased
+    jobs = [shown_job(svc.store, j) for j in jobs]  # a subject's: opened, or erased
     page: dict[str, Any] = {
         "jobs": [
             j.to_dict() | ({"tags": tags[j.job_id]} if j.job_id in tags else {}) for j in jobs

@@ -18,7 +18,7 @@ from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.faces.limits import DEFAULT_MAX_BODY
 from affidavit.mcp import _schemas as S
 from affidavit.mcp._calls import Calls, make_tool
-from affidavit.record import SubjectView
+from affidavit.record import SubjectView, shown_job
 from affidavit.runtime import (
     ToolRegistry,
     registry,
@@ -86,7 +86,7 @@ def _list_jobs(store: Store, calls: Calls) -> Tool:
             jobs = store.list_jobs(
                 JobFilter(status=status, namespace=wanted, limit=limit, before=before)
             )
-            shown = [SubjectView(store, j.job_id).job(j).to_dict() for j in jobs]
+            shown = [shown_job(store, j).to_dict() for j in jobs]
             page: dict[str, Any] = {"jobs": shown, "limit": limit}
             if len(jobs) == limit:
                 page["next_before"] = jobs[-1].job_id
