@@ -38,6 +38,8 @@ def test_the_command_line_submits_lists_erases_and_verifies(
     assert ran.returncode == 0, ran.stderr
     shown = json_of(cli("jobs", "show", job_id, *db, "--json", env=env))
     assert shown["output"] == st.CANARY
+    listed_jobs = json_of(cli("jobs", "list", *db, "--json", env=env))
+    assert [j["output"] for j in listed_jobs] == [st.CANARY]
     events = json_of(cli("jobs", "events", job_id, *db, "--json", env=env))
     assert events[0]["payload"]["input"] == {"email": st.CANARY}
     raw = json_of(cli("jobs", "events", job_id, "--raw", *db, "--json", env=env))
@@ -54,6 +56,8 @@ def test_the_command_line_submits_lists_erases_and_verifies(
     assert json_of(erased)["receipt"]["receipt"]["job_ids"] == [job_id]
     shown = json_of(cli("jobs", "show", job_id, *db, "--json", env=env))
     assert shown["output"] == ERASED
+    listed_jobs = json_of(cli("jobs", "list", *db, "--json", env=env))
+    assert [j["output"] for j in listed_jobs] == [ERASED]
     events = json_of(cli("jobs", "events", job_id, *db, "--json", env=env))
     assert events[0]["payload"]["input"] == ERASED
     assert cli("verify", job_id, *db, env=env).returncode == 0
@@ -101,6 +105,8 @@ def test_the_api_and_the_client_submit_with_a_subject_and_read_it_erased(
     base = f"{subject_api.url}/api/jobs/{job.job_id}"
     with client(subject_api, "observer_a") as c:
         assert c.get(job.job_id).output == st.CANARY
+        listed = httpx.get(f"{subject_api.url}/api/jobs", headers=headers).json()["jobs"]
+        assert [j["output"] for j in listed] == [st.CANARY]
         events = httpx.get(f"{base}/events", headers=headers).json()["events"]
         assert events[0]["payload"]["input"] == {"email": st.CANARY}
         raw = httpx.get(f"{base}/events?raw=true", headers=headers).json()["events"]
@@ -113,6 +119,8 @@ def test_the_api_and_the_client_submit_with_a_subject_and_read_it_erased(
         assert again["cached"] is False
         erase(subject_api.store, "customer-7", sealer=subject_api.runtime.sealer)
         assert c.get(job.job_id).output == ERASED
+        listed = httpx.get(f"{subject_api.url}/api/jobs", headers=headers).json()["jobs"]
+        assert [j["output"] for j in listed] == [ERASED]
         events = httpx.get(f"{base}/events", headers=headers).json()["events"]
         assert events[0]["payload"]["input"] == ERASED
         trace = httpx.get(f"{base}/trace", headers=headers)

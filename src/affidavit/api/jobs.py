@@ -35,7 +35,14 @@ from affidavit.api.models import (
 from affidavit.api.sealed import sealed_key, serve_bytes, serve_json, source_seal_part
 from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.packs import export_archive
-from affidavit.record import SubjectView, family_doc, fork_lineage, job_trace, seal_document
+from affidavit.record import (
+    SubjectView,
+    family_doc,
+    fork_lineage,
+    job_trace,
+    seal_document,
+    shown_job,
+)
 from affidavit.runtime import (
     registry,
     request_cancel,
@@ -129,7 +136,7 @@ def submit(
         )
         if not created:
             response.status_code = 200
-        return with_tags(svc.store, job.to_dict())
+        return with_tags(svc.store, SubjectView(svc.store, job.job_id).job(job).to_dict())
     assert body.plan is not None  # (the body's validator)
     job, created = submit_job(
         svc.store,
@@ -147,7 +154,7 @@ def submit(
     )
     if not created:
         response.status_code = 200
-    return with_tags(svc.store, job.to_dict())
+    return with_tags(svc.store, SubjectView(svc.store, job.job_id).job(job).to_dict())
 
 
 @router.get("", response_model=JobList, response_model_exclude_unset=True)
@@ -196,6 +203,7 @@ def list_jobs(
         )
     )
     tags = read_tags(svc.store, [j.job_id for j in jobs])
+    jobs = [shown_job(svc.store, j) for j in jobs]  # a subject's: opened, or erased
     page: dict[str, Any] = {
         "jobs": [
             j.to_dict() | ({"tags": tags[j.job_id]} if j.job_id in tags else {}) for j in jobs

@@ -27,6 +27,7 @@ from affidavit.record import (
     recovered_steps,
     recovery_text,
     seal_document,
+    shown_job,
 )
 from affidavit.store import JOB_STATUSES, JobFilter, JobRecord, Store, StoredEvent
 from affidavit.store.tags import read_tags, tag_filter, with_tags
@@ -101,6 +102,8 @@ def list_jobs(
             )
         )
         tags = read_tags(store, [j.job_id for j in jobs]) if as_json else {}
+        if as_json:  # a subject's output and error: opened, or shown erased
+            jobs = [shown_job(store, j) for j in jobs]
         # each job's input, as its job_created recorded it (the human table only: --json lists
         # the job objects, and `jobs show` / `jobs trace --json` hold the whole input)
         inputs = {} if as_json else {j.job_id: _input_cell(store, j.job_id) for j in jobs}

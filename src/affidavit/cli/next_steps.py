@@ -24,9 +24,11 @@ def decisions_doc(store: Store, job: JobRecord) -> dict[str, Any]:
         return {} if wait is None else {"waiting_for_limit": wait}
     if job.status not in ("waiting", "parked"):
         return {}
-    from affidavit.record import build_from_events, park_doc  # (the log's reading, on use)
+    from affidavit.record import SubjectView, build_from_events, park_doc  # (on use)
 
-    replay = build_from_events(store.list_events(job.job_id))
+    # a subject's values (an approval's arguments, a park's detail): opened, or shown erased
+    view = SubjectView(store, job.job_id)
+    replay = build_from_events(view.events(store.list_events(job.job_id)))
     if job.status == "waiting":
         return {
             "waiting_for": [
@@ -79,7 +81,8 @@ def next_steps(doc: dict[str, Any]) -> list[str]:
     decisions = "|".join(DECISIONS_BY_REASON.get(str(reason), ("fail",)))
     line = f"next: affidavit resume {job_id} --park {park['version']} --decision {decisions}"
     if reason == "in_flight":
-        tool = (park.get("detail") or {}).get("tool_name") or "the tool"
+        detail = park.get("detail")  # (a subject's, once erased: not a mapping)
+        tool = (detail.get("tool_name") if isinstance(detail, dict) else None) or "the tool"
         line += (
             f"   (did {tool} act? accept_result --result JSON with what it returned if it did, "
             "retry if it did not)"

@@ -18,6 +18,7 @@ from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.faces.limits import DEFAULT_MAX_BODY
 from affidavit.mcp import _schemas as S
 from affidavit.mcp._calls import Calls, make_tool
+from affidavit.record import SubjectView, shown_job
 from affidavit.runtime import (
     ToolRegistry,
     registry,
@@ -85,7 +86,8 @@ def _list_jobs(store: Store, calls: Calls) -> Tool:
             jobs = store.list_jobs(
                 JobFilter(status=status, namespace=wanted, limit=limit, before=before)
             )
-            page: dict[str, Any] = {"jobs": [j.to_dict() for j in jobs], "limit": limit}
+            shown = [shown_job(store, j).to_dict() for j in jobs]
+            page: dict[str, Any] = {"jobs": shown, "limit": limit}
             if len(jobs) == limit:
                 page["next_before"] = jobs[-1].job_id
             return page
@@ -105,7 +107,8 @@ def _list_jobs(store: Store, calls: Calls) -> Tool:
 def _get_job(calls: Calls) -> Tool:
     async def get_job_tool(job_id: JobId, ctx: Context) -> S.Job:
         def work() -> Any:
-            return calls.visible_job(calls.caller(ctx, "observer"), job_id).to_dict()
+            job = calls.visible_job(calls.caller(ctx, "observer"), job_id)
+            return SubjectView(calls.store, job_id).job(job).to_dict()
 
         return await calls.run(work)
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         fork_lineage,
         seal_document,
     )
-    from affidavit.record._opened import SubjectView, opened_payload
+    from affidavit.record._opened import SubjectView, opened_payload, shown_job
     from affidavit.record._recovered import recovered_steps, recovery_text
     from affidavit.record._replay import (
         Invocation,
@@ -74,6 +74,7 @@ _LAZY = {
     "build_from_events": "affidavit.record._replay",
     "opened_payload": "affidavit.record._opened",
     "SubjectView": "affidavit.record._opened",
+    "shown_job": "affidavit.record._opened",
     "recovered_steps": "affidavit.record._recovered",
     "recovery_text": "affidavit.record._recovered",
     "SealKeyRefused": "affidavit.record._sealing",
@@ -131,6 +132,7 @@ __all__ = [
     "recovery_text",
     "resolve",
     "seal_document",
+    "shown_job",
     "trace_of",
     "trust_key",
 ]

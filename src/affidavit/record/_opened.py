@@ -85,3 +85,11 @@ class SubjectView:
         if not self.subject:
             return job
         return replace(job, output=self.value(job.output), error=self.value(job.error))
+
+
+def shown_job(store: Store, job: JobRecord) -> JobRecord:
+    """``job`` as a list shows it: :meth:`SubjectView.job`, with the subject's key read only for
+    a job whose output or error is sealed (a page of jobs costs no query per job)."""
+    if not (is_sealed(job.output) or is_sealed(job.error)):
+        return job
+    return SubjectView(store, job.job_id).job(job)
