@@ -264,7 +264,7 @@ def fork(
     if not created:
         response.status_code = 200
     lineage = fork_lineage(svc.store.list_events(job.job_id, limit=1))
-    return {**job.to_dict(), "forked_from": lineage}
+    return {**shown_job(svc.store, job).to_dict(), "forked_from": lineage}
 
 
 @router.get("/{job_id}/events", response_model=EventPage)
@@ -410,7 +410,7 @@ def signal(job_id: str, body: Signal, svc: ServiceDep, caller: Observer) -> dict
         principal=caller.principal,
         may_signal=caller.has("agent"),
     )
-    return {**job.to_dict(), "appended": appended}
+    return {**shown_job(svc.store, job).to_dict(), "appended": appended}
 
 
 @router.post("/{job_id}/resume", response_model=Job, response_model_exclude_unset=True)
@@ -420,7 +420,7 @@ def resume(job_id: str, body: Resume, svc: ServiceDep, caller: Admin) -> dict[st
     `park_version`, only the park of that `job_parked` event: a job parked again since (or no
     longer parked) is refused (409) and nothing is written."""
     visible_job(svc.store, caller, job_id)
-    return resume_job(
+    resumed = resume_job(
         svc.store,
         job_id,
         body.decision,
@@ -428,7 +428,8 @@ def resume(job_id: str, body: Resume, svc: ServiceDep, caller: Admin) -> dict[st
         by=caller.agent_id,
         note=body.note,
         park_version=body.park_version,
-    ).to_dict()
+    )
+    return shown_job(svc.store, resumed).to_dict()
 
 
 @router.post("/{job_id}/cancel", response_model=CancelResult, response_model_exclude_unset=True)
@@ -444,4 +445,4 @@ def cancel(
     done = request_cancel(
         svc.store, job_id, reason=body.reason, by=caller.agent_id, force=body.force
     )
-    return {**done.job.to_dict(), "cancel": done.to_dict()}
+    return {**shown_job(svc.store, done.job).to_dict(), "cancel": done.to_dict()}

@@ -10,6 +10,7 @@ import typer
 from affidavit.cli import output
 from affidavit.cli.common import DbOption, JsonOption, command, opened_for_job
 from affidavit.cli.job_view import job_doc, show_job, state_user
+from affidavit.record import shown_job
 from affidavit.runtime import request_cancel, wait_for_job
 
 
@@ -55,6 +56,7 @@ def cancel(
             output.err.print(done.message(), markup=False)  # (before a --wait)
         if wait and done.state == "requested":
             job = wait_for_job(store, job_id, timeout=timeout)
+        job = shown_job(store, job)  # a subject's error: opened, or erased
     if as_json:
         output.emit_json({**job_doc(job), "cancel": done.to_dict()})
         return

@@ -575,6 +575,7 @@ def fork_job_cmd(
                 idempotency_key=idempotency_key,
             )
             lineage = fork_lineage(store.list_events(job.job_id, limit=1))
+            job = shown_job(store, job)
     if as_json:
         output.emit_json({**job.to_dict(), "forked_from": lineage})
         return
