@@ -28,8 +28,9 @@ RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 
 FILE_HEADER = (
     "# Performance\n\n"
-    "Numbers in this file are measured by `make bench` on the machine named in each section.\n"
-    "Each section links the full write-up of its latest run in `benchmarks/results/`.\n"
+    "Numbers in this file are measured by `make bench`. Each benchmark's entry below links the\n"
+    "full write-up of its latest run in `benchmarks/results/`: the method, the machine, the load\n"
+    "and every number.\n"
 )
 
 
@@ -163,110 +164,52 @@ def _markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
-# What each benchmark measures, in a sentence or two: the report's line under its title.
-MEASURES = {
-    "bench_privacy": (
-        "Data subjects: tool steps per second of agent jobs with a subject (every value sealed)"
-        " against the same jobs without one, and the time to erase a subject with 1,000 jobs."
-    ),
-    "bench_retention": (
-        "Retention: old finished jobs archived per second (each pack exported, written, read"
-        " back and verified, then the job removed), against exporting the packs alone."
-    ),
-    "bench_log": (
-        "The transparency log: queued seals integrated per second by the sequencer, a job's"
-        " tlog-proof generated and verified at a large tree, and seal → integrated latency."
-    ),
-    "bench_disclose": (
-        "Selective disclosure: what seal v2 (events_root) adds to sealing a 50-event job, and"
-        " one step's disclosure file made and verified per second."
-    ),
-    "bench_append": (
-        "`Store.append` (canonicalize, lock, read the head, fence, chain, insert; one transaction)"
-        " against plain INSERTs of the same rows into the same table at the same durability."
-    ),
-    "bench_agents": (
-        "Agent jobs: tool steps per second of an agent calling a tool in a loop, and the time a"
-        " killed agent takes to its next new step, against DBOS Transact in the same run."
-    ),
-    "bench_steps": (
-        "Durable tool steps per second: affidavit against DBOS Transact running the same work in"
-        " the same run, and against the commit floor (the bare commits the protocol needs)."
-    ),
-    "bench_verify": (
-        "`verify_job` over long logs against the limit: reading the log and recomputing its"
-        " hash chain, the least any verification must do."
-    ),
-    "bench_claims": (
-        "What a claim costs beyond spawning its command: the bubblewrap sandbox (against an"
-        " unsandboxed run), judging, the evidence record and the trust update, committed durably."
-    ),
-    "bench_api": (
-        "Requests per second over loopback HTTP against a bare FastAPI app served the same way."
-    ),
-    "bench_streams": (
-        "Live streams: from `ctx.emit` in a running job to a Server-Sent Events reader of"
-        " `/api/jobs/{id}/stream`, against one `GET /api/jobs/{id}` round trip."
-    ),
-    "bench_integrations": (
-        "What affidavit adds to each model request and tool call of a Pydantic AI agent"
-        " (AffidavitDurability), next to the same agent alone and under DBOSDurability (and"
-        " the deprecated wrappers AffidavitAgent and DBOSAgent)."
-    ),
-    "bench_mcp": (
-        "What affidavit adds to each MCP tool call (one ledgered tool step) over the bare MCP"
-        " client, next to the same call as a DBOS step."
-    ),
-    "bench_startup": (
-        "What an `affidavit` call pays from process start to exit: `--version`, the package"
-        " import and the everyday commands (`submit`, `jobs list`, `jobs show`, `verify`),"
-        " against the bare interpreter; wall and CPU time."
-    ),
-    "bench_packs": (
-        "Exporting and verifying the proof pack of one long job, against assay's verifier (in"
-        " process and whole process) and against reading and hashing every file of the pack."
-    ),
-}
+def _goal_counts(table: list[str]) -> tuple[int, int]:
+    """(met, not met) of a goal table: its cells under a heading naming "met" (else "goal")
+    that say yes / met, or no / not met; a cell saying neither (a dash) is not counted."""
+    head = [c.strip().lower() for c in table[0].strip("|").split("|")]
+    cols = [k for k, h in enumerate(head) if re.search(r"\bmet\b", h)]
+    cols = cols or [k for k, h in enumerate(head) if re.search(r"\bgoal\b", h)]
+    met = missed = 0
+    for row in table[2:]:
+        cells = [c.strip().lower() for c in row.strip("|").split("|")]
+        for k in cols:
+            cell = cells[k] if k < len(cells) else ""
+            if re.search(r"\b(no|not met)\b", cell):
+                missed += 1
+            elif re.search(r"\b(yes|met)\b", cell):
+                met += 1
+    return met, missed
 
 
 def summarize(name: str, body: str) -> str:
-    """The report's view of a benchmark's write-up: its title, what it measures (``MEASURES``),
-    the machine in one line and its goal tables (a table with a goal or "met" column; the first
-    table when none has one), each under its subheading; the rest stays in the results file it
-    links, so the report reads in two minutes."""
+    """The report's entry for a benchmark's write-up: one line with its title, the date of the
+    run, how many of its goal rows are met, and a link to the write-up (which has the method,
+    the machine and every number), so the report reads in two minutes."""
     lines = body.strip().splitlines()
-    date = cpu = title = ""
+    date = title = ""
     for line in lines:
-        if line.startswith("- Date: "):
+        if line.startswith("- Date: ") and not date:
             date = line.removeprefix("- Date: ")
-        elif line.startswith("- CPU: "):
-            cpu = line.removeprefix("- CPU: ")
+        elif line.startswith("Measured ") and not line.startswith("Measured on") and not date:
+            date = line.removeprefix("Measured ").split(" on ")[0].rstrip(".")
         elif line.startswith("## ") and not title:
-            title = line
-    tables: list[tuple[str, list[str]]] = []  # (the subheading above it, its lines)
-    heading = ""
+            title = line.removeprefix("## ")
+    tables: list[list[str]] = []
     for i, line in enumerate(lines):
-        if line.startswith("### "):
-            heading = line
-        elif line.startswith("|"):
+        if line.startswith("|"):
             if i == 0 or not lines[i - 1].startswith("|"):
-                tables.append((heading, []))
-            tables[-1][1].append(line)
-    goal_tables = [t for t in tables if re.search(r"\b(goal|met)\b", t[1][0], re.IGNORECASE)]
-    out = [title, ""] if title else []
-    if name in MEASURES:
-        out += [MEASURES[name], ""]
-    if date:
-        out += [f"Measured {date} on {cpu}." if cpu else f"Measured {date}.", ""]
-    shown = ""
-    for sub, table in goal_tables or tables[:1]:
-        if sub and sub != shown:
-            out += [sub, ""]
-            shown = sub
-        out += [*table, ""]
+                tables.append([])
+            tables[-1].append(line)
+    met = missed = 0
+    for table in tables:
+        if len(table) > 2 and re.search(r"\b(goal|met)\b", table[0], re.IGNORECASE):
+            m, n = _goal_counts(table)
+            met, missed = met + m, missed + n
+    goals = f": goals met {met} of {met + missed}" if met + missed else ""
+    when = f", {date}" if date else ""
     link = f"benchmarks/results/{name}.md"
-    out.append(f"Method and full numbers: [`{link}`](../{link}).")
-    return "\n".join(out)
+    return f"- {title or name}{when}{goals}. [Write-up](../{link})."
 
 
 def write_section(name: str, body: str, path: Path = PERFORMANCE_MD) -> None:
