@@ -136,7 +136,7 @@ def submit(
         )
         if not created:
             response.status_code = 200
-        return with_tags(svc.store, SubjectView(svc.store, job.job_id).job(job).to_dict())
+        return with_tags(svc.store, shown_job(svc.store, job).to_dict())
     assert body.plan is not None  # (the body's validator)
     job, created = submit_job(
         svc.store,
@@ -154,7 +154,7 @@ def submit(
     )
     if not created:
         response.status_code = 200
-    return with_tags(svc.store, SubjectView(svc.store, job.job_id).job(job).to_dict())
+    return with_tags(svc.store, shown_job(svc.store, job).to_dict())
 
 
 @router.get("", response_model=JobList, response_model_exclude_unset=True)
@@ -220,7 +220,7 @@ def list_jobs(
 
 @router.get("/{job_id}", response_model=Job, response_model_exclude_unset=True)
 def get_job(job_id: str, svc: ServiceDep, caller: Observer) -> dict[str, Any]:
-    job = SubjectView(svc.store, job_id).job(visible_job(svc.store, caller, job_id))
+    job = shown_job(svc.store, visible_job(svc.store, caller, job_id))
     doc = with_tags(svc.store, job.to_dict()) | family_doc(svc.store, job_id)
     lineage = fork_lineage(svc.store.list_events(job_id, limit=1))
     return doc if lineage is None else {**doc, "forked_from": lineage}

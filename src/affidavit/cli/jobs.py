@@ -179,7 +179,7 @@ def show_job(
     with command(as_json), opened(db, read_only=True) as store:
         job = archived_or_job(store, job_id)
         # (a subject's: opened or erased)
-        doc = with_tags(store, SubjectView(store, job_id).job(job).to_dict())
+        doc = with_tags(store, shown_job(store, job).to_dict())
         sealed = seal_document(store, job_id)  # what `verify_events(..., seal=...)` takes
         doc["seal"] = sealed["seal"]
         if sealed["error"] is not None:

@@ -18,7 +18,7 @@ from affidavit.faces.auth import Forbidden, check_namespace
 from affidavit.faces.limits import DEFAULT_MAX_BODY
 from affidavit.mcp import _schemas as S
 from affidavit.mcp._calls import Calls, make_tool
-from affidavit.record import SubjectView, shown_job
+from affidavit.record import shown_job
 from affidavit.runtime import (
     ToolRegistry,
     registry,
@@ -108,7 +108,7 @@ def _get_job(calls: Calls) -> Tool:
     async def get_job_tool(job_id: JobId, ctx: Context) -> S.Job:
         def work() -> Any:
             job = calls.visible_job(calls.caller(ctx, "observer"), job_id)
-            return SubjectView(calls.store, job_id).job(job).to_dict()
+            return shown_job(calls.store, job).to_dict()
 
         return await calls.run(work)
 

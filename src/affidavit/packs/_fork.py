@@ -61,9 +61,12 @@ def first_event(pack: Path, limit: int) -> list[dict[str, Any]]:
 
     Raises:
         OSError: the file cannot be read.
-        ValueError: the line is not JSON.
+        ValueError: it is not a regular file, or the line is not JSON.
     """
-    with (pack / F.EVENTS).open("rb") as events:
+    path = pack / F.EVENTS
+    if not path.is_file():  # (as :func:`read` refuses it)
+        raise ValueError("missing")
+    with path.open("rb") as events:
         line = events.readline(limit)
     return [orjson.loads(line)] if line.strip() else []
 
