@@ -111,3 +111,86 @@ def test_a_call_past_the_recorded_budget_fails(store_url: str) -> None:
     replay = replay_of(job_id, log)
     assert not replay.ok and replay.invariant == "budget", replay.error
     assert "ran past the job's budget" in replay.error
+
+
+# --- limited pure steps (a model request with a model limit among them) --------------------
+
+
+@pytest.fixture
+def pure_rt(store_url: str) -> Iterator[Runtime]:
+    t = Tool("llm", chat, "pure", limit=Limit(rate="5/1m", concurrency=1))
+    with Runtime(store_url, tools=ToolRegistry([t]), step_concurrency=3) as runtime:
+        yield runtime
+
+
+def step_grants(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        e["payload"] for e in log if e["type"] == "node_finished" and "limit_grant" in e["payload"]
+    ]
+
+
+def limited_steps_log(rt: Runtime) -> tuple[str, list[dict[str, Any]]]:
+    job_id = rt.submit(plan(*(node(f"n{i}", "llm", "pure") for i in range(3))), {}).job_id
+    assert rt.run_job(job_id).status == "completed"
+    verified = verify_job(rt.store, job_id)
+    assert verified.ok, [c for c in verified.checks() if not c.ok]
+    log = [{"type": e.type, "payload": e.payload} for e in rt.store.list_events(job_id)]
+    assert len(step_grants(log)) == 3
+    return job_id, log
+
+
+def test_a_limited_pure_steps_log_passes(pure_rt: Runtime) -> None:
+    job_id, log = limited_steps_log(pure_rt)
+    assert replay_of(job_id, log).ok
+
+
+def test_more_pure_steps_in_a_window_than_the_rate_fails(pure_rt: Runtime) -> None:
+    job_id, log = limited_steps_log(pure_rt)
+    for finished in step_grants(log):
+        finished["limit_grant"]["rate"] = [2, 60_000_000]
+    replay = replay_of(job_id, log)
+    assert not replay.ok and replay.invariant == "limit", replay.error
+    assert "3 calls started" in replay.error
+
+
+def test_pure_steps_overlapping_past_the_concurrency_fail(pure_rt: Runtime) -> None:
+    job_id, log = limited_steps_log(pure_rt)
+    first, second, _ = step_grants(log)
+    second["limit_grant"]["granted_at"] = first["limit_grant"]["granted_at"]
+    replay = replay_of(job_id, log)
+    assert not replay.ok and replay.invariant == "limit", replay.error
+    assert "2 calls in flight" in replay.error
+
+
+def test_a_pure_step_finished_before_its_grant_fails(pure_rt: Runtime) -> None:
+    job_id, log = limited_steps_log(pure_rt)
+    step_grants(log)[1]["limit_grant"]["granted_at"] = "2999-01-01T00:00:00.000000Z"
+    replay = replay_of(job_id, log)
+    assert not replay.ok and replay.invariant == "limit", replay.error
+    assert "finished before its grant" in replay.error
+
+
+def test_one_grant_recorded_for_two_steps_fails(pure_rt: Runtime) -> None:
+    job_id, log = limited_steps_log(pure_rt)
+    first, second, _ = step_grants(log)
+    second["limit_grant"]["grant_id"] = first["limit_grant"]["grant_id"]
+    replay = replay_of(job_id, log)
+    assert not replay.ok and replay.invariant == "limit", replay.error
+
+
+def test_an_agents_limited_pure_steps_are_checked(store_url: str) -> None:
+    from affidavit.runtime._agent import Agent, AgentContext
+
+    def loop(ctx: AgentContext) -> int:
+        return sum(ctx.call("llm") == "x" for _ in range(3))
+
+    tools = [Tool("llm", chat, "pure", limit=Limit(rate="5/1m")), Agent("asker", loop, "1")]
+    with Runtime(store_url, tools=ToolRegistry(tools)) as rt:
+        job_id = rt.submit("asker", {}).job_id
+        assert rt.run_job(job_id).status == "completed"
+        log = [{"type": e.type, "payload": e.payload} for e in rt.store.list_events(job_id)]
+    assert len(step_grants(log)) == 3 and replay_of(job_id, log).ok
+    for finished in step_grants(log):
+        finished["limit_grant"]["rate"] = [1, 60_000_000]
+    replay = replay_of(job_id, log)
+    assert not replay.ok and replay.invariant == "limit", replay.error

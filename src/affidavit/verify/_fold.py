@@ -329,6 +329,7 @@ class LogFold(EndEvents):
                                 result_type = p.get("result_type")
                                 if (
                                     exec_update is not None
+                                    and "limit_grant" not in p
                                     and node_id not in completed
                                     and completed.issuperset(deps[node_id])
                                     and (

@@ -256,6 +256,8 @@ class ToolEvents(PlanEvents):
     def _node_finished(self, p: dict[str, Any]) -> None:
         if self.budget is not None:
             self.budget.finished(p)
+        if "limit_grant" in p:
+            self.limits.step_finished(p, self._version)
         # docs/formats.md §5 over every node_finished in log order, whatever else is wrong with it
         # (the replay proof reports that).
         node_id: Any = p.get("node_id")
