@@ -92,11 +92,22 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    limit: Annotated[
+        str | None,
+        typer.Option(
+            "--limit",
+            help="Instead of jobs: check, from the grants every job's log records since "
+            "--since, that no window held more calls of the tool or model limit than its "
+            "recorded rate and no instant more in flight than its recorded concurrency; exit 1 "
+            "if it did not hold.",
+            show_default=False,
+        ),
+    ] = None,
     since: Annotated[
         str | None,
         typer.Option(
             "--since",
-            help="With --queue: from this time (ISO 8601 with a zone).",
+            help="With --queue or --limit: from this time (ISO 8601 with a zone).",
             show_default=False,
         ),
     ] = None,
@@ -113,18 +124,24 @@ def verify(
     states, and each evidence body against its id and its trust log entry.
 
     With --queue Q --since T: the queue's limits over its claims since T (docs/queues.md).
+    With --limit NAME --since T: a tool or model limit over the grants the jobs' logs record
+    since T (docs/limits.md).
 
     Exit codes: 0 every check holds (with --all: for every job and agent, also when there is
-    none; with --queue: every limit held); 1 some check failed; 2 no such job; 3 usage or
+    none; with --queue or --limit: every limit held); 1 some check failed; 2 no such job; 3 usage or
     store error. A job retention removed exits 0 with status `archived` (its pack's path; the
     pack, when there, must still match its recorded SHA-256 and verify, else exit 1) or
     `removed` (no archive was kept); --all does not count them.
     """
-    if queue is not None or since is not None:
-        from affidavit.cli.queue_verify import verify_queue_cmd
+    if queue is not None or limit is not None or since is not None:
+        from affidavit.cli.queue_verify import verify_limit_cmd, verify_queue_cmd
 
         alone = job_id is None and not all_jobs and not status and namespace is None
-        verify_queue_cmd(queue, since, db, as_json, alone=alone and not trusted_key)
+        alone = alone and not trusted_key and not tree
+        if limit is not None:
+            verify_limit_cmd(limit, queue, since, db, as_json, alone=alone)
+        else:
+            verify_queue_cmd(queue, since, db, as_json, alone=alone)
         return
     if tree:
         _verify_tree_cmd(job_id, db, as_json, trusted_key or None)

@@ -16,11 +16,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from affidavit.core.errors import ConfigError
 from affidavit.core.rates import Rate, parse_rate
+from affidavit.core.times import iso_us
 from affidavit.store import Store, Transaction
 from affidavit.store.limit_waits import IN_USE_US, Declared, declare_limit, wait_begin, wait_end
 
@@ -98,24 +98,6 @@ class Grant:
         if self.limit.concurrency is not None:
             out["concurrency"] = self.limit.concurrency
         return out
-
-
-def iso_us(micros: int) -> str:
-    """``micros`` since the epoch as RFC 3339 UTC with microseconds (exact both ways)."""
-    second, fraction = divmod(micros, 1_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)) + f".{fraction:06d}Z"
-
-
-def parse_iso_us(text: str) -> int:
-    """The inverse of :func:`iso_us`.
-
-    Raises:
-        ValueError: not such a time.
-    """
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    delta = moment - epoch
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def now_us() -> int:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from affidavit.core.times import parse_iso_us
 from affidavit.verify._violation import _Violation
 
 INVARIANT = "limit"
@@ -59,7 +60,7 @@ class LimitFold:
 
     def started(self, p: Mapping[str, Any], version: int) -> None:
         """A ``tool_invocation_started`` with a ``limit_grant``."""
-        name, granted, attempt, rate, concurrency = _grant(p.get("limit_grant"))
+        name, granted, attempt, rate, concurrency = read_grant(p.get("limit_grant"))
         if granted < self._last.get(name, 0):
             at = p["limit_grant"]["granted_at"]
             raise _Violation(INVARIANT, f"grant of limit {name!r} at {at} before an earlier one")
@@ -71,9 +72,9 @@ class LimitFold:
     def step_finished(self, p: Mapping[str, Any], version: int) -> None:
         """The ``node_finished`` of a limited pure step: its call ran from its grant to this
         event (its grant is recorded here, after the call)."""
-        name, granted, attempt, rate, concurrency = _grant(p.get("limit_grant"))
+        name, granted, attempt, rate, concurrency = read_grant(p.get("limit_grant"))
         try:
-            end = _parse_us(str(p.get("at")))
+            end = parse_iso_us(str(p.get("at")))
         except ValueError:
             raise _Violation(INVARIANT, "a limited step's finish has no time") from None
         if end < granted:
@@ -103,7 +104,7 @@ class LimitFold:
         ):
             return  # closed by another claim: over when its own claim's lease ended
         try:
-            call.end_us = _parse_us(str(p.get("at")))
+            call.end_us = parse_iso_us(str(p.get("at")))
         except ValueError:
             raise _Violation(INVARIANT, "a limited call's finish has no time") from None
 
@@ -135,7 +136,7 @@ class LimitFold:
         return None
 
 
-def _grant(g: Any) -> tuple[str, int, str, Any, int | None]:
+def read_grant(g: Any) -> tuple[str, int, str, Any, int | None]:
     """A recorded grant's limit, time (µs), claim, rate and concurrency, checked."""
     if not isinstance(g, Mapping):
         raise _Violation(INVARIANT, "limit_grant is not an object")
@@ -144,7 +145,7 @@ def _grant(g: Any) -> tuple[str, int, str, Any, int | None]:
     if not (isinstance(name, str) and isinstance(attempt, str) and isinstance(at, str)):
         raise _Violation(INVARIANT, "limit_grant lacks its limit, time or claim")
     try:
-        granted = _parse_us(at)
+        granted = parse_iso_us(at)
     except ValueError:
         raise _Violation(INVARIANT, f"limit_grant time {at[:40]!r} is not a time") from None
     if rate is not None and not (
@@ -162,15 +163,6 @@ def _call(
     return _Call(
         name, granted, attempt, None if rate is None else (rate[0], rate[1]), concurrency, version
     )
-
-
-def _parse_us(text: str) -> int:
-    """An RFC 3339 time as µs since the epoch, exactly (the verifier's own reader)."""
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        raise ValueError("a time without its offset")
-    delta = moment - _EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _end(call: _Call, calls: list[_Call]) -> int:
