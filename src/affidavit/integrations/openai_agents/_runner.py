@@ -16,7 +16,10 @@ How one run is recorded (the SDK's own loop runs; affidavit swaps what it calls)
 3. input and output guardrails (the agents' and the run config's) are cloned to run before the
    model (not beside it, so steps keep their order) as the pure step ``openai_agents.guardrail``;
 4. function tool calls of one turn run one at a time, in the order the model asked for them
-   (sequence numbers are program order: a recovery must make the calls in the same order).
+   (sequence numbers are program order: a recovery must make the calls in the same order);
+5. a tool made by ``as_tool`` of an agent registered with ``agent_job`` is a child job per
+   call (:mod:`._children`); a handoff runs in the same job: the agent handed to takes over
+   the conversation, and its turns are steps of this job.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ import affidavit
 from affidavit import AgentContext, Tool, ToolContext
 from affidavit.integrations._bridge import close_bridge, open_bridge, record
 from affidavit.integrations.openai_agents import _steps
+from affidavit.integrations.openai_agents._children import child_tool, sub_agent_of
 from affidavit.integrations.openai_agents._codec import (
     conversation_digest,
     jsonable,
@@ -359,6 +363,16 @@ def _wrap_tool(tool: FunctionTool, run: _Run) -> FunctionTool:
         return tool  # its own step already (and its approval rule is the runtime's)
     original = tool.on_invoke_tool
     needs_approval = tool.needs_approval
+    sub = sub_agent_of(tool)
+    if sub is not None:  # agent.as_tool of an agent_job: each call a child job
+
+        async def approve(tool_context: Any, parsed: Any, call_id: str) -> bool:
+            return await _asks_approval(needs_approval, tool_context, parsed, call_id)
+
+        invoker = child_tool(tool, sub, run.ctx, approve)
+        return dataclasses.replace(
+            tool, on_invoke_tool=invoker, needs_approval=False, timeout_seconds=None
+        )
 
     async def invoke(tool_context: SdkToolContext[Any], arguments: str) -> Any:
         try:
