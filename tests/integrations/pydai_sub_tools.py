@@ -136,4 +136,22 @@ async def inline(amount: int) -> str:
     return str(result.output)
 
 
-REGISTRATIONS = [*boss_durability.registrations, *helper_durability.registrations]
+@affidavit.agent("pydai_plain_boss", version="1")
+async def plain_boss(ctx: affidavit.AgentContext, amount: int) -> dict[str, Any]:
+    """An affidavit agent function (no Pydantic AI of its own) delegating to the helper."""
+    result = await helper.run(f"charge {amount}")
+    return {"output": result.output}
+
+
+@affidavit.agent("pydai_sync_boss", version="1")
+def sync_boss(ctx: affidavit.AgentContext, amount: int) -> dict[str, Any]:
+    """The same from a plain ``def`` agent (``run_sync``: a loop of its own)."""
+    return {"output": helper.run_sync(f"charge {amount}").output}
+
+
+REGISTRATIONS = [
+    *boss_durability.registrations,
+    *helper_durability.registrations,
+    plain_boss,
+    sync_boss,
+]

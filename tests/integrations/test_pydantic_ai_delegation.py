@@ -151,6 +151,21 @@ def test_a_child_resealed_with_another_output_fails_the_parents_tree(
         assert bad.child_job_id == child and "chain_head" in bad.problem
 
 
+@pytest.mark.parametrize("parent", ["pydai_plain_boss", "pydai_sync_boss"])
+def test_an_affidavit_agent_function_delegates_too(store_url: str, env: Any, parent: str) -> None:
+    with _runtime(store_url) as rt:
+        root = rt.submit(parent, {"amount": 4}).job_id
+        assert rt.run_job(root).status == "waiting"
+        rt.run_until_idle()
+        job = rt.get_job(root)
+        assert job.status == "completed", job.error
+        assert job.output == {"output": "charged 4"}
+        assert [c["kind"] for c in step_calls(rt, root)] == ["job", "join"]
+        [child] = rt.store.list_jobs(JobFilter(parent=root))
+        assert child.output == {"output": "charged 4"}
+        assert verify_tree(rt.store, root).ok
+
+
 def test_a_failed_child_is_an_exception_the_parent_may_catch(store_url: str, env: Any) -> None:
     with _runtime(store_url) as rt:
         root = rt.submit("pydai_boss", {"prompt": "pay -1"}).job_id

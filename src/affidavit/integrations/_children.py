@@ -10,6 +10,7 @@ returns the child it created, the second its recorded result (or waits again).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from affidavit import AgentContext, ChildResult
@@ -57,8 +58,14 @@ async def run_child(
         BaseException subclass: the parent waits for the child (its run ends here, to be
             continued by whichever worker claims it once the child has ended).
     """
-    handle = await parent.start_job(job, job_input, queue=queue)
-    result: ChildResult = await parent.join(handle)
+    handle = await _settled(parent.start_job(job, job_input, queue=queue))
+    result: ChildResult = await _settled(parent.join(handle))
     if result.status != "completed":
         raise ChildJobFailed(agent, result)
     return result
+
+
+async def _settled(answer: Any) -> Any:
+    """A ``ctx`` call's value: awaited in an ``async def`` agent, as is in a plain ``def`` one
+    (which runs the framework's run on a loop of its own, ``run_sync``)."""
+    return await answer if inspect.isawaitable(answer) else answer
