@@ -10,6 +10,8 @@ asked is a line in the side channel ``OAI_SIDE`` (``model``, with the agent and 
 - ``oai_triage`` (the parent): turn 0 calls ``note`` (an ordinary tool step) and ``refund``
   (the refunder as a tool: a child job) with the prompt's input; turn 1 answers with what the
   tools returned.
+- ``oai_front``: turn 0 hands off to the refunder (``transfer_to_refunder``): the refunder's
+  turns are a child job whose input is the conversation handed to it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class RefunderModel(Model):
     ) -> ModelResponse:
         items = _items(input)
         prompt = next(i["content"] for i in items if i.get("role") == "user")
-        turn = sum(1 for i in items if i.get("type") == "function_call")
+        turn = sum(1 for i in items if i.get("name") == "oai_refund")  # (its own calls)
         side("model", agent="refunder", turn=turn)
         if prompt == "fail":
             raise RuntimeError("the refunder cannot")
@@ -121,10 +123,33 @@ triage = Agent(
 )
 
 
+class FrontModel(Model):
+    """Hands every conversation to the refunder."""
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        side("model", agent="front", turn=0)
+        usage = Usage(requests=1, input_tokens=10, output_tokens=5, total_tokens=15)
+        call = _call("transfer_to_refunder", {}, "call-handoff")
+        return ModelResponse(output=[call], usage=usage, response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+
+front = Agent(name="front", model=FrontModel(), handoffs=[refunder])
+
+
+@affidavit.agent("oai_front", version="1")
+async def oai_front(ctx: affidavit.AgentContext, prompt: str) -> dict[str, Any]:
+    """Hands off to the refunder: the refunder's turns are a child job."""
+    result = await AffidavitRunner.run(front, prompt, run_config=QUIET)
+    return {"output": result.final_output, "last_agent": result.last_agent.name}
+
+
 @affidavit.agent("oai_triage", version="1")
 async def oai_triage(ctx: affidavit.AgentContext, prompt: str) -> dict[str, Any]:
     result = await AffidavitRunner.run(triage, prompt, run_config=QUIET)
     return {"output": result.final_output}
 
 
-REGISTRATIONS = [oai_triage, refunder_job, refund, *STEPS]
+REGISTRATIONS = [oai_triage, oai_front, refunder_job, refund, *STEPS]

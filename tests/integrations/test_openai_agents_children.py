@@ -172,3 +172,48 @@ def test_two_sdk_agents_of_one_name_are_refused() -> None:
     assert agent_job(st.refunder, name="oai_refunder") is st.refunder_job  # (the same: found)
     with pytest.raises(affidavit.ConfigError, match="registered as the job 'oai_refunder'"):
         agent_job(Agent(name="refunder"), name="oai_refunder_2")
+
+
+def _handed_off_once(rt: Runtime, env: dict[str, str], root: str) -> None:
+    """The front job completed as the refunder (a child job); every effect and turn once."""
+    job = rt.get_job(root)
+    assert job.status == "completed", job.error
+    assert job.output == {"output": "refunded 7", "last_agent": "refunder"}  # the SDK's RunResult
+    [child] = rt.store.list_jobs(JobFilter(parent=root))
+    handed = rt.store.list_events(child.job_id, limit=1)[0].payload["input"]["input"]
+    assert [i.get("role") or i.get("type") for i in handed] == [
+        "user", "function_call", "function_call_output"
+    ]  # (the conversation handed to it: the prompt and the handoff)  # fmt: skip
+    assert child.output == {"final_output": "refunded 7"}
+    ledger = Path(env["OAI_LEDGER"]).read_text().splitlines()
+    assert [line.split()[0] for line in ledger] == ["7"]
+    assert _models(env) == Counter({("front", 0): 1, ("refunder", 0): 1, ("refunder", 1): 1})
+    kinds = [(c["kind"], c["tool_name"]) for c in step_calls(rt, root)]
+    assert kinds == [("pure", "openai_agents.model_response"), ("job", None), ("join", None)]
+    tree = verify_tree(rt.store, root)
+    assert tree.ok, tree.to_dict()
+
+
+def test_a_handoff_to_a_registered_agent_is_a_child_job(store_url: str, env: Any) -> None:
+    with _runtime(store_url) as rt:
+        root = rt.submit("oai_front", {"prompt": "refund 7"}).job_id
+        assert rt.run_job(root).status == "waiting"
+        rt.run_until_idle()
+        _handed_off_once(rt, env, root)
+
+
+@pytest.mark.parametrize("point", ["wait.after_record", "tool.after_execute"])
+def test_a_worker_killed_around_a_handoff(store_url: str, env: Any, point: str) -> None:
+    root = submit(store_url, SUB_TOOLS, {"prompt": "refund 7"}, env, "oai_front")
+    killed = cli("worker", "--tools", str(SUB_TOOLS), "--until-idle", "--lease-seconds", "1",
+                 "--db", store_url, env={**env, "AFFIDAVIT_CRASH_AT": point})  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    shown = run_until_done(store_url, root, env, tools=SUB_TOOLS)
+    for _ in range(5):  # (the child's worker may have ended before the parent was woken)
+        if shown["status"] != "waiting":
+            break
+        assert worker(store_url, env, SUB_TOOLS).returncode == 0
+        shown = run_until_done(store_url, root, env, tools=SUB_TOOLS)
+    assert shown["status"] == "completed", shown
+    with _runtime(store_url) as rt:
+        _handed_off_once(rt, env, root)

@@ -11,7 +11,15 @@ agent with ``AffidavitRunner.run``; inside ``AffidavitRunner.run``, a tool made 
    ``needs_approval`` asks waits for an approval first (``approve:TOOL:CALL_ID``);
 3. what the calling model gets: the child's final output (a ``custom_output_extractor`` of
    ``as_tool`` is not applied: the parent has no ``RunResult`` of the child); a child that
-   failed or was cancelled is told to the model as the SDK's default tool error.
+   failed or was cancelled is told to the model as the SDK's default tool error;
+4. a handoff to such an agent: the SDK hands over as always (the handoff call and its output
+   are items of the run), then the agent handed to — a clone whose model is the child job —
+   takes one turn: the child job, its input ``{"input": [the conversation's items as JSON]}``,
+   whose final output is that turn's one assistant message. The parent's ``RunResult`` is the
+   SDK's: ``last_agent`` the agent handed to, ``final_output`` the child's (parsed as the
+   agent's output type by the SDK), ``new_items`` the handoff and that message (the child's own
+   items are in its record). A child that failed or was cancelled raises
+   :class:`ChildJobFailed` from ``AffidavitRunner.run``.
 """
 
 from __future__ import annotations
@@ -20,18 +28,31 @@ import hashlib
 import json
 import sys
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from agents import Agent, FunctionTool, RunConfig, default_tool_error_function
+from agents import (
+    Agent,
+    FunctionTool,
+    Model,
+    ModelResponse,
+    RunConfig,
+    Usage,
+    default_tool_error_function,
+)
+from agents.items import TResponseStreamEvent
 from agents.tool import ToolOriginType, get_function_tool_origin
 from agents.tool_context import ToolContext as SdkToolContext
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 import affidavit
 from affidavit import AgentContext, canonical
 from affidavit.integrations._children import ChildJobFailed, check_prompt, run_child
 
 _MAX_KEY = 200
+#: The most a conversation handed to a child job may weigh (canonical JSON).
+MAX_HANDOFF_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -78,7 +99,7 @@ def agent_job(
         if known is not None:
             return known.job
 
-    async def run_agent(ctx: AgentContext, input: str) -> dict[str, Any]:
+    async def run_agent(ctx: AgentContext, input: str | list[Any]) -> dict[str, Any]:
         from affidavit.integrations.openai_agents._codec import jsonable
         from affidavit.integrations.openai_agents._runner import AffidavitRunner
 
@@ -103,6 +124,67 @@ def sub_agent_of(tool: FunctionTool) -> SubAgentJob | None:
         return None
     with _LOCK:
         return _BY_AGENT_NAME.get(origin.agent_name)
+
+
+def sub_agent_for(agent: Agent[Any]) -> SubAgentJob | None:
+    """The registered job of ``agent`` itself, if any."""
+    with _LOCK:
+        found = _BY_AGENT_NAME.get(agent.name)
+    return found if found is not None and found.agent is agent else None
+
+
+class _ChildTurns(Model):
+    """The model of an agent handed to that runs as a child job: its one answer is the child's
+    final output (the child ran the agent's own turns, tools and guardrails)."""
+
+    def __init__(self, sub: SubAgentJob, ctx: AgentContext) -> None:
+        self._sub = sub
+        self._ctx = ctx
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        from affidavit.integrations.openai_agents._codec import jsonable
+
+        items = jsonable([{"role": "user", "content": input}] if isinstance(input, str) else input)
+        size = len(canonical(items))
+        if size > MAX_HANDOFF_BYTES:
+            raise ValueError(
+                f"the conversation handed to agent {self._sub.job.name!r} is {size} bytes as "
+                f"JSON; a child job's input is at most {MAX_HANDOFF_BYTES}"
+            )
+        job_name = self._sub.job.name
+        child = await run_child(
+            self._ctx, self._sub.job, job_name, {"input": items}, self._sub.queue
+        )
+        output = child.output
+        final = output.get("final_output") if isinstance(output, dict) else output
+        text = final if isinstance(final, str) else json.dumps(final)
+        message = ResponseOutputMessage(
+            id=f"msg_child_{child.job_id}",
+            type="message",
+            role="assistant",
+            status="completed",
+            content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise affidavit.ConfigError("streamed model responses are not recorded in affidavit jobs")
+
+
+def handed_to_child(agent: Agent[Any], sub: SubAgentJob, ctx: AgentContext) -> Agent[Any]:
+    """What a handoff to ``agent`` (registered with :func:`agent_job`) runs in the parent: a
+    clone of it whose one turn is the child job (no tools, handoffs or guardrails of its own:
+    the child has them)."""
+    return agent.clone(
+        model=_ChildTurns(sub, ctx),
+        tools=[],
+        handoffs=[],
+        mcp_servers=[],
+        input_guardrails=[],
+        output_guardrails=[],
+    )
 
 
 def child_tool(tool: FunctionTool, sub: SubAgentJob, ctx: AgentContext, approve: Any) -> Any:

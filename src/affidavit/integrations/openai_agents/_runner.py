@@ -18,8 +18,9 @@ How one run is recorded (the SDK's own loop runs; affidavit swaps what it calls)
 4. function tool calls of one turn run one at a time, in the order the model asked for them
    (sequence numbers are program order: a recovery must make the calls in the same order);
 5. a tool made by ``as_tool`` of an agent registered with ``agent_job`` is a child job per
-   call (:mod:`._children`); a handoff runs in the same job: the agent handed to takes over
-   the conversation, and its turns are steps of this job.
+   call, and a handoff to such an agent is a child job given the conversation
+   (:mod:`._children`); a handoff to any other agent runs in the same job: its turns are steps
+   of this job.
 """
 
 from __future__ import annotations
@@ -58,7 +59,12 @@ import affidavit
 from affidavit import AgentContext, Tool, ToolContext
 from affidavit.integrations._bridge import close_bridge, open_bridge, record
 from affidavit.integrations.openai_agents import _steps
-from affidavit.integrations.openai_agents._children import child_tool, sub_agent_of
+from affidavit.integrations.openai_agents._children import (
+    child_tool,
+    handed_to_child,
+    sub_agent_for,
+    sub_agent_of,
+)
 from affidavit.integrations.openai_agents._codec import (
     conversation_digest,
     jsonable,
@@ -187,15 +193,21 @@ def _wrap_agent(agent: Agent[Any], run: _Run) -> Agent[Any]:
 
 
 def _wrap_handoff(handoff: Agent[Any] | Handoff[Any, Any], run: _Run) -> Any:
-    """A handoff runs in the same job: the agent it hands to is recorded as the first was."""
+    """A handoff runs in the same job: the agent it hands to is recorded as the first was, or,
+    registered with ``agent_job``, its turns are a child job."""
     if isinstance(handoff, Agent):
-        return _wrap_agent(handoff, run)
+        return _handed_to(handoff, run)
     original = handoff.on_invoke_handoff
 
     async def invoke(context: Any, arguments: str) -> Agent[Any]:
-        return _wrap_agent(await original(context, arguments), run)
+        return _handed_to(await original(context, arguments), run)
 
     return dataclasses.replace(handoff, on_invoke_handoff=invoke)
+
+
+def _handed_to(agent: Agent[Any], run: _Run) -> Agent[Any]:
+    sub = sub_agent_for(agent)
+    return _wrap_agent(agent, run) if sub is None else handed_to_child(agent, sub, run.ctx)
 
 
 def _pass_keys(server: Any) -> None:
