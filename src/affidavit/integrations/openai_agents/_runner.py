@@ -90,6 +90,7 @@ class _Run:
         self.ctx = ctx
         self.turn = 0
         self.agents: dict[int, Agent[Any]] = {}  # id(original) -> its clone (handoff cycles)
+        self.model_override = False  # the RunConfig names the model of every agent
 
 
 class AffidavitRunner:
@@ -132,6 +133,7 @@ class AffidavitRunner:
                 hint="Pass the history as the input (a list of items) instead.",
             )
         run = _Run(ctx)
+        run.model_override = run_config is not None and run_config.model is not None
         config = _recorded_config(run_config or RunConfig(), run)
         agent = _wrap_agent(starting_agent, run)
         open_bridge(ctx.job_id)
@@ -207,7 +209,15 @@ def _wrap_handoff(handoff: Agent[Any] | Handoff[Any, Any], run: _Run) -> Any:
 
 def _handed_to(agent: Agent[Any], run: _Run) -> Agent[Any]:
     sub = sub_agent_for(agent)
-    return _wrap_agent(agent, run) if sub is None else handed_to_child(agent, sub, run.ctx)
+    if sub is None:
+        return _wrap_agent(agent, run)
+    if run.model_override:  # (it would replace the child job the clone's model is)
+        raise affidavit.ConfigError(
+            f"a handoff to {agent.name!r}, a child job (agent_job), in a run whose RunConfig "
+            "names the model of every agent",
+            hint="Give the agents their models instead of RunConfig(model=...).",
+        )
+    return handed_to_child(agent, sub, run.ctx)
 
 
 def _pass_keys(server: Any) -> None:
