@@ -16,7 +16,11 @@ How one run is recorded (the SDK's own loop runs; affidavit swaps what it calls)
 3. input and output guardrails (the agents' and the run config's) are cloned to run before the
    model (not beside it, so steps keep their order) as the pure step ``openai_agents.guardrail``;
 4. function tool calls of one turn run one at a time, in the order the model asked for them
-   (sequence numbers are program order: a recovery must make the calls in the same order).
+   (sequence numbers are program order: a recovery must make the calls in the same order);
+5. a tool made by ``as_tool`` of an agent registered with ``agent_job`` is a child job per
+   call, and a handoff to such an agent is a child job given the conversation
+   (:mod:`._children`); a handoff to any other agent runs in the same job: its turns are steps
+   of this job.
 """
 
 from __future__ import annotations
@@ -55,6 +59,12 @@ import affidavit
 from affidavit import AgentContext, Tool, ToolContext
 from affidavit.integrations._bridge import close_bridge, open_bridge, record
 from affidavit.integrations.openai_agents import _steps
+from affidavit.integrations.openai_agents._children import (
+    child_tool,
+    handed_to_child,
+    sub_agent_for,
+    sub_agent_of,
+)
 from affidavit.integrations.openai_agents._codec import (
     conversation_digest,
     jsonable,
@@ -80,6 +90,7 @@ class _Run:
         self.ctx = ctx
         self.turn = 0
         self.agents: dict[int, Agent[Any]] = {}  # id(original) -> its clone (handoff cycles)
+        self.model_override = False  # the RunConfig names the model of every agent
 
 
 class AffidavitRunner:
@@ -122,6 +133,7 @@ class AffidavitRunner:
                 hint="Pass the history as the input (a list of items) instead.",
             )
         run = _Run(ctx)
+        run.model_override = run_config is not None and run_config.model is not None
         config = _recorded_config(run_config or RunConfig(), run)
         agent = _wrap_agent(starting_agent, run)
         open_bridge(ctx.job_id)
@@ -183,15 +195,29 @@ def _wrap_agent(agent: Agent[Any], run: _Run) -> Agent[Any]:
 
 
 def _wrap_handoff(handoff: Agent[Any] | Handoff[Any, Any], run: _Run) -> Any:
-    """A handoff runs in the same job: the agent it hands to is recorded as the first was."""
+    """A handoff runs in the same job: the agent it hands to is recorded as the first was, or,
+    registered with ``agent_job``, its turns are a child job."""
     if isinstance(handoff, Agent):
-        return _wrap_agent(handoff, run)
+        return _handed_to(handoff, run)
     original = handoff.on_invoke_handoff
 
     async def invoke(context: Any, arguments: str) -> Agent[Any]:
-        return _wrap_agent(await original(context, arguments), run)
+        return _handed_to(await original(context, arguments), run)
 
     return dataclasses.replace(handoff, on_invoke_handoff=invoke)
+
+
+def _handed_to(agent: Agent[Any], run: _Run) -> Agent[Any]:
+    sub = sub_agent_for(agent)
+    if sub is None:
+        return _wrap_agent(agent, run)
+    if run.model_override:  # (it would replace the child job the clone's model is)
+        raise affidavit.ConfigError(
+            f"a handoff to {agent.name!r}, a child job (agent_job), in a run whose RunConfig "
+            "names the model of every agent",
+            hint="Give the agents their models instead of RunConfig(model=...).",
+        )
+    return handed_to_child(agent, sub, run.ctx)
 
 
 def _pass_keys(server: Any) -> None:
@@ -359,6 +385,16 @@ def _wrap_tool(tool: FunctionTool, run: _Run) -> FunctionTool:
         return tool  # its own step already (and its approval rule is the runtime's)
     original = tool.on_invoke_tool
     needs_approval = tool.needs_approval
+    sub = sub_agent_of(tool)
+    if sub is not None:  # agent.as_tool of an agent_job: each call a child job
+
+        async def approve(tool_context: Any, parsed: Any, call_id: str) -> bool:
+            return await _asks_approval(needs_approval, tool_context, parsed, call_id)
+
+        invoker = child_tool(tool, sub, run.ctx, approve)
+        return dataclasses.replace(
+            tool, on_invoke_tool=invoker, needs_approval=False, timeout_seconds=None
+        )
 
     async def invoke(tool_context: SdkToolContext[Any], arguments: str) -> Any:
         try:

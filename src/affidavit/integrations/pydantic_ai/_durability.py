@@ -16,6 +16,7 @@ recorded step (:mod:`._backend`, :mod:`._steps`). How one job runs:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import sys
@@ -30,13 +31,14 @@ from typing import Any
 from pydantic_ai import DeferredToolRequests, DeferredToolResults
 from pydantic_ai import Tool as PydanticTool
 from pydantic_ai.agent import AbstractAgent, AgentRunResult, EventStreamHandler
+from pydantic_ai.capabilities.abstract import WrapRunHandler
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
     DurabilityEngineSpec,
 )
 from pydantic_ai.messages import AgentStreamEvent
-from pydantic_ai.tools import AgentDepsT, RunContext, ToolApproved
+from pydantic_ai.tools import AgentDepsT, RunContext, ToolApproved, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, DynamicToolset, FunctionToolset
 from pydantic_core import to_jsonable_python
 
@@ -44,6 +46,7 @@ import affidavit
 from affidavit import AgentContext, Tool
 from affidavit.integrations._bridge import CURRENT_STEP, close_bridge, open_bridge
 from affidavit.integrations.pydantic_ai._backend import AffidavitOperationBackend
+from affidavit.integrations.pydantic_ai._delegation import refuse_in_step, run_delegated
 from affidavit.integrations.pydantic_ai._steps import AgentSteps
 
 #: The version recorded with each job by default: a change of how steps record is a new format.
@@ -102,6 +105,8 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
             events reach it, and the job's stream (``ctx.emit``), live while its step runs; a
             replayed request sends them to neither.
         stream: the job's stream limit (``affidavit.StreamLimit``).
+        queue: the queue the agent's runs go to as child jobs (``await agent.run(...)``
+            inside another agent's job; default: the default queue).
 
     Raises:
         affidavit.ConfigError: a bad option, a name already registered, ``tools=`` that are
@@ -142,6 +147,7 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
         deps: Any = None,
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
         stream: affidavit.StreamLimit | None = None,
+        queue: str | None = None,
     ) -> None:
         super().__init__(event_stream_handler=event_stream_handler, name=name)
         for t in tools:
@@ -161,6 +167,7 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
         self._budget = budget
         self._deps = deps
         self._stream = stream
+        self._queue = queue
         self._shared = _Shared()
         self._backend: AffidavitOperationBackend | None = None
         self._per_run = False
@@ -214,6 +221,34 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
         if handler is not None:
             await handler(ctx, self._single_event_stream(event))
 
+    async def wrap_run(
+        self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        # a run inside another agent's job (not this agent's own): a child job of that job
+        if self.in_durable_context:
+            return await super().wrap_run(ctx, handler=handler)
+        refuse_in_step(self._shared.name)
+        parent = AgentContext.current()
+        if parent is not None:
+            shared = self._shared
+            assert shared.agent is not None
+            return await run_delegated(
+                parent, self.job, shared.name, shared.agent, ctx, self._queue
+            )
+        return await super().wrap_run(ctx, handler=handler)
+
+    async def prepare_tools(
+        self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        # A tool run outside its step (durable=False) runs alone among its turn's calls: it
+        # may start a child job, which waits (on the job's loop) for the calls running before.
+        tool_defs = await super().prepare_tools(ctx, tool_defs)
+        if not self.in_durable_context:
+            return tool_defs
+        return [
+            dataclasses.replace(t, sequential=True) if t.durable is False else t for t in tool_defs
+        ]
+
     # --- the job ------------------------------------------------------------------------------
 
     def register(self, agent: AbstractAgent[Any, Any], name: str) -> None:
@@ -234,8 +269,6 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
             return
         model_limit = self._model_limit
         if model_limit is not None and model_limit.name is None and agent.model is not None:
-            import dataclasses
-
             model_name = getattr(agent.model, "model_name", str(agent.model))
             model_limit = dataclasses.replace(model_limit, name=f"model:{model_name}")
         shared.steps = AgentSteps(
