@@ -223,3 +223,19 @@ def test_the_async_client_lists_shows_and_erases(served: Served, tmp_path: Path)
     checked = cli_process("erase", "verify", str(tmp_path / "receipt.json"), "--key",
                           keys["public_key"])  # fmt: skip
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_command_line_says_not_found_and_busy_with_their_codes(
+    store_url: str, master_key: Path
+) -> None:
+    env = {"AFFIDAVIT_MASTER_KEY": str(master_key)}
+    with Runtime(store_url, tools=st.registry(), master_key=master_key) as rt:
+        job = rt.submit("pv_everything", {"email": st.CANARY}, subject="c-13")
+        assert rt.run_job(job.job_id).status == "waiting"
+    unknown = cli_process("subjects", "show", "nobody", "--db", store_url, "--json", env=env)
+    assert unknown.returncode == 2, unknown.stderr
+    assert json_of(unknown)["error"]["code"] == "subject_not_found"
+    busy = cli_process("erase", "--subject", "c-13", "--db", store_url, "--json", env=env)
+    assert busy.returncode == 3 and json_of(busy)["error"]["code"] == "subject_busy"
+    shown = json_of(cli_process("subjects", "show", "c-13", "--db", store_url, "--json", env=env))
+    assert shown["erased_at"] is None and shown["job_ids"] == [job.job_id]
