@@ -127,6 +127,19 @@ def test_subjects_are_listed_shown_and_erased_and_the_receipt_verifies(
         again = admin.erase(SUBJECT)
         assert not again.erased_now and again.receipt.receipt == done.receipt.receipt
         assert again.receipt.signature == done.receipt.signature
+        # once the log integrated the receipt's leaf, erasing again hands it back with its
+        # proof, and the receipt verifies against the log's key too
+        for _ in range(50):
+            cli_process("log", "integrate", "--db", served.db_url)  # (or the server's did)
+            logged = admin.erase(SUBJECT)
+            if logged.receipt.tlog_proof is not None:
+                break
+        assert logged.receipt.tlog_proof is not None
+        receipt.write_text(json.dumps(logged.model_dump(mode="json")["receipt"]))
+        vkey = json_of(cli_process("log", "key", "--db", served.db_url, "--json"))["vkey"]
+        checked = cli_process("erase", "verify", str(receipt), "--key", keys["public_key"],
+                              "--log-key", vkey, "--json")  # fmt: skip
+        assert checked.returncode == 0 and json_of(checked)["logged"] is True, checked.stdout
         after = admin.subject(SUBJECT)
         assert after.erased_at is not None and after.erase_reason == "request #12"
         with served.client("observer_a") as observer:
