@@ -194,6 +194,12 @@ def test_a_bad_erase_request_is_refused_and_changes_nothing(served: Served) -> N
                     admin.erase(subject, reason=reason)
             assert admin.subject("c-9").erased_at is None
             assert admin.get(job_id).output == st.CANARY  # the key is still there
+        # the client sends a dot segment as a subject, not as a step up the path
+        for dotted in ("..", ".", "a/../b"):
+            with pytest.raises(SubjectNotFound):
+                admin.subject(dotted)
+            with pytest.raises(SubjectNotFound):
+                admin.erase(dotted)
     assert EraseSubject.model_fields["reason"].metadata[0].max_length == MAX_REASON
 
 
