@@ -194,6 +194,10 @@ def test_a_bad_erase_request_is_refused_and_changes_nothing(served: Served) -> N
                     admin.erase(subject, reason=reason)
             assert admin.subject("c-9").erased_at is None
             assert admin.get(job_id).output == st.CANARY  # the key is still there
+        for query in ("limit=0", "limit=10001", "limit=x", "after=" + "a" * 65):
+            listed = httpx.get(f"{served.url}/api/subjects?{query}", headers=auth)
+            assert listed.status_code == 422, (query, listed.text)
+            assert listed.json()["error"]["code"] == "invalid_request"
         # the client sends a dot segment as a subject, not as a step up the path
         for dotted in ("..", ".", "a/../b"):
             with pytest.raises(SubjectNotFound):
@@ -226,6 +230,9 @@ def test_the_async_client_lists_shows_and_erases(served: Served, tmp_path: Path)
     async def go() -> None:
         async with served.async_client("admin") as admin:
             assert [s.jobs for s in (await admin.subjects()).subjects] == [1]
+            first = await admin.subjects(limit=1)
+            assert len(first.subjects) == 1 and first.next_after == first.subjects[0].subject_id
+            assert (await admin.subjects(limit=1, after=first.next_after)).subjects == []
             assert (await admin.subject("c-11")).job_ids == [job_id]
             with pytest.raises(SubjectNotFound):
                 await admin.subject("c-12")
@@ -258,3 +265,24 @@ def test_the_command_line_says_not_found_and_busy_with_their_codes(
     assert busy.returncode == 3 and json_of(busy)["error"]["code"] == "subject_busy"
     shown = json_of(cli_process("subjects", "show", "c-13", "--db", store_url, "--json", env=env))
     assert shown["erased_at"] is None and shown["job_ids"] == [job.job_id]
+
+
+def test_subjects_are_listed_a_page_at_a_time(rt: Runtime) -> None:
+    for n in range(5):
+        job = rt.submit("pv_simple", {"email": st.CANARY}, subject=f"page-{n}")
+        if n == 2:  # a subject of two jobs is listed once
+            rt.submit("pv_simple", {"email": "x"}, subject="page-2", idempotency_key="again")
+        assert job.job_id
+    everyone = [r.subject_id for r in rt.store.list_subjects()]
+    assert len(everyone) == 5
+    pages, after = [], None
+    while True:
+        page = rt.store.list_subjects(after=after, limit=2)
+        pages += [r.subject_id for r in page]
+        if len(page) < 2:
+            break
+        after = page[-1].subject_id
+    assert pages == everyone
+    assert rt.store.list_subjects(after="0" * 64) == []  # no subject has it
+    assert [r.jobs for r in rt.store.list_subjects(everyone[2])] == [2]
+    assert rt.store.list_subjects(everyone[2], after=everyone[2]) == []

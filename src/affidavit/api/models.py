@@ -490,6 +490,13 @@ class Subject(BaseModel):
 
 class SubjectList(BaseModel):
     subjects: list[Subject]
+    limit: int
+    after: str | None = Field(default=None, description="The cursor this page was asked after.")
+    next_after: str | None = Field(
+        default=None,
+        description="On a full page: the cursor of the next one (its last subject's id); "
+        "absent when fewer subjects than `limit` were listed.",
+    )
 
 
 class SubjectDetail(Subject):

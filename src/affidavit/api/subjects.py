@@ -8,15 +8,17 @@ given to submit (it is hashed under the master key to find the subject's id; nev
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from affidavit.api.deps import Admin, ServiceDep
 from affidavit.api.models import EraseSubject, Erasure, ErrorBody, SubjectDetail, SubjectList
 from affidavit.privacy import erase, list_subjects, show_subject
 from affidavit.record import Sealer
 
+DEFAULT_PAGE = 1000
+MAX_PAGE = 10_000
 router = APIRouter(
     prefix="/api/subjects",
     tags=["subjects"],
@@ -24,11 +26,29 @@ router = APIRouter(
 )
 
 
-@router.get("", response_model=SubjectList)
-def subjects(svc: ServiceDep, caller: Admin) -> dict[str, Any]:
-    """Every subject, oldest first: its id (a keyed hash), jobs count, first and last use,
-    erasure — never the subject itself, nor any value of its jobs. Admin keys only."""
-    return {"subjects": list_subjects(svc.store)}
+@router.get("", response_model=SubjectList, response_model_exclude_unset=True)
+def subjects(
+    svc: ServiceDep,
+    caller: Admin,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="A subject id: list the subjects after it (a page's `next_after`).",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """The subjects, oldest first, a page at a time: each one's id (a keyed hash), jobs
+    count, first and last use, erasure — never the subject itself, nor any value of its
+    jobs. A full page names the cursor of the next (`next_after`). Admin keys only."""
+    rows = list_subjects(svc.store, after=after, limit=limit)
+    page: dict[str, Any] = {"subjects": rows, "limit": limit}
+    if after is not None:
+        page["after"] = after
+    if len(rows) == limit:
+        page["next_after"] = rows[-1]["subject_id"]
+    return page
 
 
 # (`:path`: a subject may hold a `/`, sent as `%2F`; the erase route below is matched first)

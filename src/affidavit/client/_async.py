@@ -271,10 +271,12 @@ class AsyncClient:
 
     # --- data subjects (admin keys; docs/privacy.md) --------------------------------------------
 
-    async def subjects(self) -> SubjectList:
-        """Every data subject, oldest first: its id (a keyed hash), jobs count, first and last
-        use, erasure — never the subject nor its jobs' values (admin keys only)."""
-        return await self._run(calls.subjects())
+    async def subjects(self, *, limit: int = 1000, after: str | None = None) -> SubjectList:
+        """The data subjects, oldest first, a page of at most ``limit`` (up to 10,000) after
+        the subject id ``after`` (a page's ``next_after``): each one's id (a keyed hash),
+        jobs count, first and last use, erasure — never the subject nor its jobs' values
+        (admin keys only)."""
+        return await self._run(calls.subjects(limit=limit, after=after))
 
     async def subject(self, subject: str) -> SubjectDetail:
         """One subject (as given to :meth:`submit`) with its job ids (admin keys only).

@@ -377,8 +377,11 @@ def _subject_path(subject: str, tail: str = "") -> str:
     return f"/api/subjects/{quote(subject, safe='').replace('.', '%2E')}{tail}"
 
 
-def subjects() -> Call[SubjectList]:
-    return Call("GET", "/api/subjects", model(SubjectList))
+def subjects(*, limit: int, after: str | None) -> Call[SubjectList]:
+    params: list[tuple[str, str | int]] = [("limit", limit)]
+    if after is not None:
+        params.append(("after", after))
+    return Call("GET", "/api/subjects", model(SubjectList), params=tuple(params))
 
 
 def subject(subject: str) -> Call[SubjectDetail]:

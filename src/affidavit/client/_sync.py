@@ -280,10 +280,12 @@ class Client:
 
     # --- data subjects (admin keys; docs/privacy.md) --------------------------------------------
 
-    def subjects(self) -> SubjectList:
-        """Every data subject, oldest first: its id (a keyed hash), jobs count, first and last
-        use, erasure — never the subject nor its jobs' values (admin keys only)."""
-        return self._run(calls.subjects())
+    def subjects(self, *, limit: int = 1000, after: str | None = None) -> SubjectList:
+        """The data subjects, oldest first, a page of at most ``limit`` (up to 10,000) after
+        the subject id ``after`` (a page's ``next_after``): each one's id (a keyed hash),
+        jobs count, first and last use, erasure — never the subject nor its jobs' values
+        (admin keys only)."""
+        return self._run(calls.subjects(limit=limit, after=after))
 
     def subject(self, subject: str) -> SubjectDetail:
         """One subject (as given to :meth:`submit`) with its job ids (admin keys only).

@@ -27,9 +27,12 @@ def subject_document(row: SubjectRow, job_ids: list[str] | None = None) -> dict[
     return doc
 
 
-def list_subjects(store: Store) -> list[dict[str, Any]]:
-    """Every subject of ``store``, oldest first (no master key needed: ids only)."""
-    return [subject_document(r) for r in store.list_subjects()]
+def list_subjects(
+    store: Store, *, after: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The subjects of ``store``, oldest first (no master key needed: ids only); ``after``:
+    those after the subject of that id; ``limit``: at most that many."""
+    return [subject_document(r) for r in store.list_subjects(after=after, limit=limit)]
 
 
 def show_subject(store: Store, subject: str) -> dict[str, Any]:
