@@ -11,6 +11,7 @@ import pytest
 import affidavit
 from affidavit.claims.bwrap import SandboxUnavailable
 from affidavit.core import errors as e
+from affidavit.core.privacy import SubjectBusy, SubjectError, SubjectNotFound
 from affidavit.core.signing import SigningKeyError
 from affidavit.faces.auth import Forbidden, Unauthorized
 from affidavit.faces.errors import (
@@ -74,6 +75,9 @@ CASES: list[tuple[type[e.AffidavitError], int, int]] = [
     (PackError, EXIT_USAGE_OR_STORE, 409),
     (PackExistsError, EXIT_USAGE_OR_STORE, 409),
     (UnfinishedJobError, EXIT_USAGE_OR_STORE, 409),
+    (SubjectError, EXIT_USAGE_OR_STORE, 422),
+    (SubjectNotFound, EXIT_NOT_FOUND, 404),
+    (SubjectBusy, EXIT_USAGE_OR_STORE, 409),
 ]
 
 

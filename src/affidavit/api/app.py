@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from affidavit.api import claims, decisions, errors, jobs, keys, queues, ui
+from affidavit.api import claims, decisions, errors, jobs, keys, queues, subjects, ui
 from affidavit.api import log as log_api
 from affidavit.api import stream as stream_api
 from affidavit.api.deps import Admin, Service, ServiceDep, unique_json_keys
@@ -119,6 +119,7 @@ def create_app(
     app.include_router(keys.router)
     app.include_router(queues.router)
     app.include_router(log_api.router)
+    app.include_router(subjects.router)
     ui.install(app)
     _install_timing(app, registry)
     # Outermost: authenticate and cap a body before anything reads it.

@@ -470,3 +470,70 @@ class Decisions(BaseModel):
     park: ParkDecision | None
     waits: list[WaitDecision]
     caller: DecisionCaller
+
+
+# --- data subjects and their erasure (docs/privacy.md) ------------------------------------------
+
+
+class Subject(BaseModel):
+    subject_id: str = Field(
+        description="The subject's keyed hash: the subject itself is never kept."
+    )
+    key_id: str = Field(description="The id of the subject's data key.")
+    created_at: str
+    jobs: int = Field(description="How many jobs were submitted for the subject.")
+    first_used: str | None
+    last_used: str | None
+    erased_at: str | None = Field(description="When the subject was erased (null: it is not).")
+    erase_reason: str | None
+
+
+class SubjectList(BaseModel):
+    subjects: list[Subject]
+    limit: int
+    after: str | None = Field(default=None, description="The cursor this page was asked after.")
+    next_after: str | None = Field(
+        default=None,
+        description="On a full page: the cursor of the next one (its last subject's id); "
+        "absent when fewer subjects than `limit` were listed.",
+    )
+
+
+class SubjectDetail(Subject):
+    job_ids: list[str] = Field(description="The subject's jobs, oldest first.")
+
+
+class EraseSubject(_Body):
+    reason: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="Why (recorded in the signed receipt, in plain text: no personal data).",
+    )
+
+
+class ErasureReceiptBody(BaseModel):
+    subject_id: str
+    data_key_id: str | None
+    erased_at: str
+    job_ids: list[str]
+    reason: str | None
+    key_id: str = Field(description="The seal key that signed the receipt.")
+
+
+class ErasureReceipt(BaseModel):
+    type: Literal["affidavit.erasure_receipt/v1"]
+    receipt: ErasureReceiptBody
+    signature: str = Field(description="Standard base64 of the Ed25519 signature.")
+    tlog_proof: str | None = Field(
+        description="The receipt's c2sp.org/tlog-proof@v1 once the log integrated it."
+    )
+
+
+class Erasure(BaseModel):
+    receipt: ErasureReceipt = Field(
+        description="The signed receipt: save it as a file for `affidavit erase verify FILE`."
+    )
+    erased_now: bool = Field(description="False: the subject was erased before (same receipt).")
+    scrubbed: bool = Field(
+        description="False: the database could not drop every copy of the key yet: erase again."
+    )

@@ -21,9 +21,14 @@ from affidavit.cli.keys_cmds import KeyFileOption
 from affidavit.core.canonical import canonical
 from affidavit.core.errors import ConfigError, VerificationError
 from affidavit.core.signing import public_key_of
-from affidavit.privacy import erase, find_subject, stored_receipt, verify_receipt
+from affidavit.privacy import (
+    erase,
+    list_subjects,
+    show_subject,
+    stored_receipt,
+    verify_receipt,
+)
 from affidavit.record import Sealer
-from affidavit.store import SubjectRow
 
 subjects_app = typer.Typer(
     help="Data subjects: their jobs, first and last use, erasure (never their data).",
@@ -48,30 +53,14 @@ OutOption = Annotated[
 ]
 
 
-def _row(row: SubjectRow, jobs: list[str] | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "subject_id": row.subject_id,
-        "key_id": row.key_id,
-        "created_at": row.created_at,
-        "jobs": row.jobs,
-        "first_used": row.first_used,
-        "last_used": row.last_used,
-        "erased_at": row.erased_at,
-        "erase_reason": row.erase_reason,
-    }
-    if jobs is not None:
-        doc["job_ids"] = jobs
-    return doc
-
-
 @subjects_app.command("list")
-def list_subjects(db: DbOption = None, as_json: JsonOption = False) -> None:
+def list_cmd(db: DbOption = None, as_json: JsonOption = False) -> None:
     """Every subject, oldest first: its id (a keyed hash), jobs, first and last use, erasure.
 
     Exit codes: 0 listed; 3 store error.
     """
     with command(as_json), opened(db, read_only=True) as store:
-        rows = [_row(r) for r in store.list_subjects()]
+        rows = list_subjects(store)
     if as_json:
         output.emit_json({"subjects": rows})
         return
@@ -88,18 +77,18 @@ def list_subjects(db: DbOption = None, as_json: JsonOption = False) -> None:
 
 
 @subjects_app.command("show")
-def show_subject(
+def show_cmd(
     subject: Annotated[str, typer.Argument(help="The data subject.")],
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """One subject's jobs, first and last use, and erasure (needs the master key).
 
-    Exit codes: 0 shown; 3 no such subject, no master key, or store error.
+    Exit codes: 0 shown; 2 no such subject; 3 a malformed subject, no master key, or store
+    error.
     """
     with command(as_json), opened(db, read_only=True) as store:
-        row = find_subject(store, subject)
-        doc = _row(row, store.subject_job_ids(row.subject_id))
+        doc = show_subject(store, subject)
     if as_json:
         output.emit_json(doc)
         return
@@ -128,8 +117,8 @@ def erase_subject(
     nothing changed, while a job of the subject is not finished. Run again after a crash: it
     finishes the scrub and prints the same receipt.
 
-    Exit codes: 0 erased (or erased before); 3 no such subject, a job not finished, no master
-    key, or store error.
+    Exit codes: 0 erased (or erased before); 2 no such subject; 3 a job not finished, a
+    malformed subject or reason, no master key, or store error.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -141,9 +130,7 @@ def erase_subject(
             done = erase(store, subject, sealer=sealer, reason=reason)
         _write(out, done.receipt)
     if as_json:
-        output.emit_json(
-            {"receipt": done.receipt, "erased_now": done.erased_now, "scrubbed": done.scrubbed}
-        )
+        output.emit_json(done.to_dict())
         return
     body = done.receipt["receipt"]
     verb = "erased" if done.erased_now else "was erased"

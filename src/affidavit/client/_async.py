@@ -15,10 +15,13 @@ import httpx
 from affidavit.api.models import (
     CancelResult,
     Decisions,
+    Erasure,
     Event,
     Job,
     JobList,
     SignalResult,
+    SubjectDetail,
+    SubjectList,
     Trace,
     Verification,
 )
@@ -265,6 +268,37 @@ class AsyncClient:
         """Cancel a job that has not finished (admin); with a tool call in flight the job ends
         cancelled once the call's outcome is recorded, unless ``force`` (docs/runtime.md)."""
         return await self._run(calls.cancel(job_id, reason=reason, force=force))
+
+    # --- data subjects (admin keys; docs/privacy.md) --------------------------------------------
+
+    async def subjects(self, *, limit: int = 1000, after: str | None = None) -> SubjectList:
+        """The data subjects, oldest first, a page of at most ``limit`` (up to 10,000) after
+        the subject id ``after`` (a page's ``next_after``): each one's id (a keyed hash),
+        jobs count, first and last use, erasure — never the subject nor its jobs' values
+        (admin keys only)."""
+        return await self._run(calls.subjects(limit=limit, after=after))
+
+    async def subject(self, subject: str) -> SubjectDetail:
+        """One subject (as given to :meth:`submit`) with its job ids (admin keys only).
+
+        Raises:
+            SubjectNotFound: no job was ever submitted for it.
+            SubjectError: a malformed subject.
+        """
+        return await self._run(calls.subject(subject))
+
+    async def erase(self, subject: str, reason: str | None = None) -> Erasure:
+        """Erase ``subject`` (admin keys only): its data key is destroyed, every proof still
+        verifies; returns the signed receipt (``receipt``: write it as JSON for ``affidavit
+        erase verify FILE --key KEY``). Erasing again returns the same receipt with
+        ``erased_now`` false.
+
+        Raises:
+            SubjectBusy: a job of the subject is not finished (nothing changed).
+            SubjectNotFound: no job was ever submitted for it.
+            SubjectError: a malformed subject or reason.
+        """
+        return await self._run(calls.erase(subject, reason))
 
     # --- the record ----------------------------------------------------------------------------
 

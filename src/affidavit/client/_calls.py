@@ -20,6 +20,7 @@ from affidavit.api.models import (
     Cancel,
     CancelResult,
     Decisions,
+    Erasure,
     Event,
     EventPage,
     Job,
@@ -27,6 +28,8 @@ from affidavit.api.models import (
     Resume,
     Signal,
     SignalResult,
+    SubjectDetail,
+    SubjectList,
     SubmitJob,
     Trace,
     Verification,
@@ -366,6 +369,28 @@ class Reconnects:
             raise exc
         pause, self.next = self.next, min(self.next * 2, 2.0)
         return pause
+
+
+def _subject_path(subject: str, tail: str = "") -> str:
+    # every character but the unreserved ones percent-encoded, `.` too: a subject `..` must
+    # not become a dot segment that a URL normalizer removes (the server decodes it back)
+    return f"/api/subjects/{quote(subject, safe='').replace('.', '%2E')}{tail}"
+
+
+def subjects(*, limit: int, after: str | None) -> Call[SubjectList]:
+    params: list[tuple[str, str | int]] = [("limit", limit)]
+    if after is not None:
+        params.append(("after", after))
+    return Call("GET", "/api/subjects", model(SubjectList), params=tuple(params))
+
+
+def subject(subject: str) -> Call[SubjectDetail]:
+    return Call("GET", _subject_path(subject), model(SubjectDetail))
+
+
+def erase(subject: str, reason: str | None) -> Call[Erasure]:
+    # (sent as given: the server bounds the reason, and answers its own error)
+    return Call("POST", _subject_path(subject, "/erase"), model(Erasure), json={"reason": reason})
 
 
 def log_proof(job_id: str) -> Call[str]:

@@ -5,7 +5,8 @@ client raises the :class:`~affidavit.core.errors.AffidavitError` subclass whose 
 is, with the server's message and hint, so that ``except affidavit.JobNotFound`` means the same
 against a served affidavit as against a local :class:`~affidavit.Runtime`. The classes the
 client knows are those it can import without the server's layers (the store, the runtime, the
-packs, the log): ``affidavit.core``'s errors and the faces' (``unauthorized``, ``forbidden``,
+packs, the log): ``affidavit.core``'s errors (with the subjects' of
+:mod:`affidavit.core.privacy`) and the faces' (``unauthorized``, ``forbidden``,
 ``rate_limited``). Any other code — a pack's ``job_not_finished``, a resume's
 ``invalid_state`` — arrives as :class:`ApiError`, with the server's code, message, hint and the
 HTTP status.
@@ -26,6 +27,13 @@ from affidavit.core import errors as core_errors
 from affidavit.core.approvals import ApprovalRefused
 from affidavit.core.errors import AffidavitError
 from affidavit.core.inputs import InputTooLarge
+from affidavit.core.privacy import (
+    MasterKeyError,
+    SealedValueError,
+    SubjectBusy,
+    SubjectError,
+    SubjectNotFound,
+)
 from affidavit.core.tags import InvalidTags
 from affidavit.faces.auth import ApiKeyNotFound, Forbidden, Unauthorized
 from affidavit.faces.ratelimit import RateLimited
@@ -72,6 +80,11 @@ def _known_classes() -> dict[str, type[AffidavitError]]:
         ApprovalRefused,
         InputTooLarge,
         InvalidTags,
+        SubjectError,
+        SubjectNotFound,
+        SubjectBusy,
+        MasterKeyError,
+        SealedValueError,
     ]
     classes += [
         value

@@ -57,6 +57,25 @@ class SubjectError(ConfigError):
     default_hint = "A subject is 1 to 256 characters of text without control characters."
 
 
+class SubjectNotFound(SubjectError):
+    """No job was ever submitted for the subject in this store (or the master key is not the
+    one its jobs were written under: the subject's id is a keyed hash)."""
+
+    code = "subject_not_found"
+    default_hint = "Check the subject's spelling, the database and the master key."
+
+
+class SubjectBusy(SubjectError):
+    """A job of the subject is not finished: erasing now would take the values it needs to go
+    on. Nothing was changed."""
+
+    code = "subject_busy"
+    default_hint = (
+        "Cancel the subject's unfinished jobs (`affidavit cancel JOB`, POST "
+        "/api/jobs/{id}/cancel) or let them end, then erase again."
+    )
+
+
 class MasterKeyError(ConfigError):
     """The master key that wraps the subjects' data keys is missing, unreadable or wrong."""
 

@@ -86,6 +86,8 @@ FACES: dict[str, tuple[int, int]] = {
     "affidavit.core.tags.InvalidTags": (USAGE_OR_STORE, 422),
     "affidavit.core.signing.SealKeyRefused": (USAGE_OR_STORE, 422),
     "affidavit.core.privacy.SubjectError": (USAGE_OR_STORE, 422),
+    "affidavit.core.privacy.SubjectNotFound": (NOT_FOUND, 404),
+    "affidavit.core.privacy.SubjectBusy": (USAGE_OR_STORE, 409),
     "affidavit.core.privacy.MasterKeyError": (USAGE_OR_STORE, 422),
     "affidavit.core.privacy.SealedValueError": (FAILED, 409),
     "affidavit.integrations.mcp.client.McpConnectionError": (USAGE_OR_STORE, 400),

@@ -187,7 +187,7 @@ def _submit_job(store: Store, calls: Calls, tools: ToolRegistry | None) -> Tool:
                 assert plan is not None
                 # without --tools, the workers check the plan's tools when they run it
                 job, created = submit_job(store, plan, input, tools=tools, **common)
-            return {**job.to_dict(), "created": created}
+            return {**shown_job(store, job).to_dict(), "created": created}
 
         return await calls.run(work)
 
@@ -224,7 +224,8 @@ def _signal(store: Store, calls: Calls) -> Tool:
                 principal=caller.principal,
                 may_signal=True,
             )
-            return {**job.to_dict(), "appended": appended}
+            # a subject's job: its values opened, or erased (as get_job shows them)
+            return {**shown_job(store, job).to_dict(), "appended": appended}
 
         return await calls.run(work)
 
@@ -262,7 +263,8 @@ def _approve(store: Store, calls: Calls) -> Tool:
                 principal=caller.principal,
                 may_signal=False,
             )
-            return {**job.to_dict(), "appended": appended}
+            # a subject's job: its values opened, or erased (as get_job shows them)
+            return {**shown_job(store, job).to_dict(), "appended": appended}
 
         return await calls.run(work)
 

@@ -26,6 +26,7 @@ from affidavit.privacy._receipt import (
     parse_receipt,
     verify_receipt,
 )
+from affidavit.privacy._views import list_subjects, show_subject, subject_document
 
 __all__ = [
     "LEAF_TYPE",
@@ -36,9 +37,12 @@ __all__ = [
     "check_reason",
     "erase",
     "find_subject",
+    "list_subjects",
     "log_leaf",
     "parse_receipt",
+    "show_subject",
     "stored_receipt",
+    "subject_document",
     "subject_id",
     "verify_receipt",
     "with_log_proof",

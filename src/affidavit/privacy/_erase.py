@@ -18,7 +18,7 @@ from affidavit.core import crash
 from affidavit.core.canonical import canonical, parse
 from affidavit.core.errors import JobNotFound
 from affidavit.core.events import utc_now
-from affidavit.core.privacy import SubjectError, check_subject
+from affidavit.core.privacy import SubjectBusy, SubjectError, SubjectNotFound, check_subject
 from affidavit.privacy._receipt import MAX_REASON, RECORD_PREFIX, log_leaf, sign_receipt
 from affidavit.record import Sealer
 from affidavit.store import Store, SubjectRow
@@ -36,6 +36,10 @@ class Erasure:
     receipt: dict[str, Any]
     erased_now: bool
     scrubbed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``erase --json`` prints and ``POST /api/subjects/{subject}/erase`` answers."""
+        return {"receipt": self.receipt, "erased_now": self.erased_now, "scrubbed": self.scrubbed}
 
 
 def subject_id(store: Store, subject: str) -> str:
@@ -64,8 +68,10 @@ def erase(store: Store, subject: str, *, sealer: Sealer, reason: str | None = No
     receipt (see the module docstring).
 
     Raises:
-        SubjectError: a malformed subject or reason, no job was ever submitted for it, or one
-            of its jobs is not finished (nothing is changed: cancel it, or wait for its end).
+        SubjectError: a malformed subject or reason.
+        SubjectNotFound: no job was ever submitted for it.
+        SubjectBusy: one of its jobs is not finished (nothing is changed: cancel it, or wait
+            for its end).
         MasterKeyError: no master key is configured.
         SigningKeyError, SealKeyRefused: the receipt cannot be signed.
     """
@@ -75,10 +81,7 @@ def erase(store: Store, subject: str, *, sealer: Sealer, reason: str | None = No
     with store.transaction(durable=True) as tx:
         locked = tx.lock_subject(sid)
         if locked is None:
-            raise SubjectError(
-                "no job was ever submitted for this subject in this store",
-                hint="Check the subject's spelling, the --db and the master key.",
-            )
+            raise SubjectNotFound("no job was ever submitted for this subject in this store")
         erased_at, stored = locked
         if erased_at is not None and stored is not None:
             receipt, erased_now = parse(stored), False
@@ -86,7 +89,7 @@ def erase(store: Store, subject: str, *, sealer: Sealer, reason: str | None = No
             jobs = tx.subject_jobs_locked(sid)
             running = [job_id for job_id, status in jobs if status not in _FINISHED]
             if running:
-                raise SubjectError(
+                raise SubjectBusy(
                     f"{len(running)} job(s) of the subject are not finished: "
                     + ", ".join(running[:5])
                     + (" …" if len(running) > 5 else ""),
@@ -144,10 +147,12 @@ def find_subject(store: Store, subject: str) -> SubjectRow:
     """The subject's row (its jobs, first and last use, erasure).
 
     Raises:
-        SubjectError: no job was ever submitted for it.
+        SubjectError: a malformed subject.
+        SubjectNotFound: no job was ever submitted for it.
+        MasterKeyError: no master key is configured.
     """
     sid = subject_id(store, subject)
     rows = store.list_subjects(sid)
     if not rows:
-        raise SubjectError("no job was ever submitted for this subject in this store")
+        raise SubjectNotFound("no job was ever submitted for this subject in this store")
     return rows[0]

@@ -43,6 +43,7 @@ from affidavit.store._sql_rows import (
 )
 from affidavit.store._subjects import (
     _KEY_OF_JOB,
+    SUBJECT_AFTER,
     SUBJECT_GROUP,
     SUBJECT_LIST,
     SUBJECTS_MIGRATION,
@@ -361,15 +362,27 @@ class SqlStore(ApiKeyReads, ABC):
         self.subjects.remember(job_id, cipher)
         return cipher
 
-    def list_subjects(self, subject_id: str | None = None) -> list[SubjectRow]:
+    def list_subjects(
+        self, subject_id: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[SubjectRow]:
         """The subjects (or the one of ``subject_id``), oldest first: ids, job counts, first
-        and last use, erasure; never the subjects themselves."""
+        and last use, erasure; never the subjects themselves. ``after``: only those after the
+        subject of that id in this order (none when no subject has it); ``limit``: at most
+        that many."""
         if not self.subject_tables:
             return []
-        where, params = ("WHERE s.subject_id = ?", (subject_id,)) if subject_id else ("", ())
-        return [
-            subject_row(r) for r in self._read_rows(SUBJECT_LIST + where + SUBJECT_GROUP, params)
-        ]
+        params: list[Any] = [subject_id] if subject_id else []
+        where = "WHERE s.subject_id = ?" if subject_id else ""
+        if after is not None:
+            where = (where + " AND " if where else "WHERE ") + SUBJECT_AFTER
+            params += [after, after, after]
+        sql = SUBJECT_LIST + where + SUBJECT_GROUP
+        if limit is not None:
+            if not 1 <= limit <= MAX_INT64:
+                raise ConfigError("limit must be ≥ 1 (and below 2^63)")
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [subject_row(r) for r in self._read_rows(sql, params)]
 
     def subject_job_ids(self, subject_id: str) -> list[str]:
         """The ids of the subject's jobs, oldest first."""

@@ -280,6 +280,12 @@ SUBJECT_LIST = (
     "count(j.job_id), min(j.created_at), max(j.created_at) FROM subjects s "
     "LEFT JOIN job_subjects j ON j.subject_id = s.subject_id "
 )
+# after the subject whose id is the parameter (given three times), in SUBJECT_GROUP's order
+SUBJECT_AFTER = (
+    "(s.created_at > (SELECT created_at FROM subjects WHERE subject_id = ?) OR "
+    "(s.created_at = (SELECT created_at FROM subjects WHERE subject_id = ?) AND "
+    "s.subject_id > ?))"
+)
 SUBJECT_GROUP = (
     " GROUP BY s.subject_id, s.key_id, s.created_at, s.erased_at, s.erase_reason "
     "ORDER BY s.created_at, s.subject_id"

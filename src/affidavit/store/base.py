@@ -499,7 +499,12 @@ class Store(Protocol):
         """The cipher a writer of ``job_id`` seals with (``None``: no subject), cached."""
         ...
 
-    def list_subjects(self, subject_id: str | None = None) -> list[SubjectRow]: ...
+    def list_subjects(
+        self, subject_id: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[SubjectRow]:
+        """The subjects (or the one of ``subject_id``), oldest first; ``after``: those after
+        the subject of that id (none when it is no subject's); ``limit``: at most that many."""
+        ...
 
     def subject_job_ids(self, subject_id: str) -> list[str]: ...
 
