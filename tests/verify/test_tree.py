@@ -97,3 +97,27 @@ def test_a_parents_links_rewritten_and_rechained_fail_its_replay_proof(
     assert not result.ok
     assert result.replay_proof_result.invariant == "closing_rule", result.to_dict()
     assert not verify_tree(rt.store, root).ok
+
+
+def test_a_child_result_forged_on_its_row_before_the_join_fails_the_tree(
+    rt: Runtime, store_url: str
+) -> None:
+    """An operator edits a finished child's row before its parent joins it, then puts the row
+    back: the parent's record holds a result the child never produced, and the tree fails."""
+    from affidavit.store import JobFilter
+
+    job = rt.submit(ca.parent, {"orders": ["A", "B"]})
+    assert rt.run_job(job.job_id).status == "waiting"
+    children = [j.job_id for j in rt.store.list_jobs(JobFilter(parent=job.job_id))]
+    for child in children:
+        assert rt.run_job(child).status == "completed"
+    raw = RawDb(store_url)
+    ((kept,),) = raw.rows("SELECT output FROM jobs WHERE job_id = ?", (children[0],))
+    raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", ('{"refunded":"all"}', children[0]))
+    assert rt.run_job(job.job_id).status == "completed"
+    raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", (kept, children[0]))
+    assert verify_job(rt.store, job.job_id).ok and verify_job(rt.store, children[0]).ok
+    tree = verify_tree(rt.store, job.job_id)
+    assert not tree.ok
+    (bad,) = [link for link in tree.links if link.problem]
+    assert bad.child_job_id == children[0] and "output" in bad.problem, bad.problem

@@ -11,7 +11,8 @@ Verifying a tree, in order:
     parent earlier in the list, and only job ids that are one plain path component;
 (2) every job's pack verifies MATCH;
 (3) each ``child_completed`` of a parent's (verified) event log names a child of the tree
-    whose pack records the same final status, chain head, event count and seal hash;
+    whose pack records the same final status, chain head, event count and seal hash, and
+    whose terminal event holds the output and error the parent recorded;
 (4) a child its parent never joined (no ``child_completed``) has only its own pack to verify.
 """
 
@@ -31,6 +32,7 @@ from affidavit.core.seal import Seal, seal_sha256
 from affidavit.packs.export import export_pack
 from affidavit.packs.verify import PackVerdict, verify_pack
 from affidavit.store import JobFilter, Store
+from affidavit.verify import child_result_problem
 
 TREE_FILE = "tree.json"
 TREE_FORMAT = "affidavit.pack_tree/v1"
@@ -129,6 +131,8 @@ def verify_tree_packs(
                     f"the pack of child {child} is not the job its parent {job_id} recorded: "
                     f"{', '.join(differs)} differ"
                 )
+            elif problem := _result_problem(out_dir / child, child, link, max_file_bytes):
+                verdict.problems.append(problem)
     return verdict  # (4): a child its parent never joined has no link to check
 
 
@@ -172,6 +176,20 @@ def _events_of(pack: Path, event_type: str, limit: int | None) -> list[dict[str,
             if event.get("type") == event_type and isinstance(event.get("payload"), dict):
                 found.append(event["payload"])
     return found
+
+
+def _result_problem(pack: Path, child: str, link: dict[str, Any], limit: int | None) -> str:
+    """The parent's recorded result of ``child`` against the child's terminal event (the last
+    of its verified log)."""
+    lines = [
+        line
+        for line in read_limited(pack / "events.ndjson", "events.ndjson", limit=limit).splitlines()
+        if line.strip()
+    ]
+    last = orjson.loads(lines[-1]) if lines else None
+    if not isinstance(last, dict) or not isinstance(last.get("payload"), dict):
+        return f"the pack of child {child} has no terminal event"
+    return child_result_problem(child, link, str(last.get("type")), last["payload"])
 
 
 def _pack_record(pack: Path, limit: int | None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     )
     from affidavit.verify._checks import CHECKS, CheckDef
     from affidavit.verify._fork import ForkCheck, check_fork, check_reuse
-    from affidavit.verify._tree import TreeLink, TreeResult, verify_tree
+    from affidavit.verify._tree import TreeLink, TreeResult, child_result_problem, verify_tree
     from affidavit.verify._trust_log import TrustLogCheck, check_trust_log
     from affidavit.verify.result import (
         Check,
@@ -40,6 +40,7 @@ _LAZY = {
     "check_reuse": "affidavit.verify._fork",
     "TreeLink": "affidavit.verify._tree",
     "TreeResult": "affidavit.verify._tree",
+    "child_result_problem": "affidavit.verify._tree",
     "verify_tree": "affidavit.verify._tree",
     "TrustLogCheck": "affidavit.verify._trust_log",
     "check_trust_log": "affidavit.verify._trust_log",
@@ -72,6 +73,7 @@ __all__ = [
     "check_fork",
     "check_reuse",
     "check_trust_log",
+    "child_result_problem",
     "verification_document",
     "verify_all",
     "verify_events",

@@ -252,4 +252,31 @@ def _link_problem(store: Store, parent: str, recorded: dict[str, Any]) -> str:
         return (
             f"child job {child_id} is not the one its parent recorded: {', '.join(differs)} differ"
         )
+    return _result_problem(store, child_id, child.version, recorded)
+
+
+def _result_problem(store: Store, child_id: str, version: int, recorded: dict[str, Any]) -> str:
+    """The result the parent recorded against the child's own terminal event (its last: the
+    seal covers it) — never the job row, which an operator can edit: ``""`` when they agree."""
+    last = store.list_events(child_id, after_version=version - 1, limit=1) if version > 0 else []
+    if not last or last[0].version != version:
+        return f"child job {child_id} has no terminal event at its recorded length"
+    return child_result_problem(child_id, recorded, last[0].type, last[0].payload)
+
+
+def child_result_problem(
+    child_id: str, recorded: dict[str, Any], terminal_type: str, terminal: dict[str, Any]
+) -> str:
+    """Whether a parent's ``child_completed`` (``recorded``) holds the output and error of
+    the child's terminal event (``terminal_type``, its payload): ``""``, or what differs."""
+    result = {
+        "output": terminal.get("output") if terminal_type == "job_completed" else None,
+        "error": terminal.get("error") if terminal_type == "job_failed" else None,
+    }
+    differs = [name for name, value in result.items() if recorded.get(name) != value]
+    if differs:
+        return (
+            f"the parent recorded a {' and '.join(differs)} of child job {child_id} that is not "
+            f"the one its {terminal_type} holds"
+        )
     return ""
