@@ -5,6 +5,7 @@ error and own error carry one."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from affidavit import AgentContext, ToolContext, ToolRegistry, agent, pure, tool
@@ -58,7 +59,22 @@ def parent(ctx: AgentContext, email: str) -> Any:
     return ctx.join(child)
 
 
+# ``pv_slow``: a call a test holds in flight (ENTERED once it runs, returns once GATE is set)
+ENTERED, GATE = threading.Event(), threading.Event()
+
+
+@tool("pv_slow")
+def slow(ctx: ToolContext, email: str) -> dict[str, Any]:
+    ENTERED.set()
+    GATE.wait(60)
+    return {"done_for": email}
+
+
+@agent("pv_slow_agent", version="1")
+def slow_agent(ctx: AgentContext, email: str) -> Any:
+    return ctx.call(slow, email=email)
+
+
 def registry() -> ToolRegistry:
-    return ToolRegistry(
-        [send_email, model, fail, everything, tool_error, agent_error, simple, parent]
-    )
+    tools = [send_email, model, fail, slow, everything, tool_error, agent_error, simple, parent]
+    return ToolRegistry([*tools, slow_agent])

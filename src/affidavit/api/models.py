@@ -537,3 +537,7 @@ class Erasure(BaseModel):
     scrubbed: bool = Field(
         description="False: the database could not drop every copy of the key yet: erase again."
     )
+    cancelled: list[str] = Field(
+        default_factory=list,
+        description="The subject's jobs this erasure cancelled first (they had not finished).",
+    )

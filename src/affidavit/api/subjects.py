@@ -16,6 +16,7 @@ from affidavit.api.deps import Admin, ServiceDep
 from affidavit.api.models import EraseSubject, Erasure, ErrorBody, SubjectDetail, SubjectList
 from affidavit.privacy import erase, list_subjects, show_subject
 from affidavit.record import Sealer
+from affidavit.runtime import erasure_cancel
 
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
@@ -59,13 +60,17 @@ def erase_subject(
     """Erase a subject, as `affidavit erase --subject S` does: its data key is destroyed, so
     the values its jobs hold sealed can never be read again, while every proof still
     verifies. Answers the signed erasure receipt (`receipt`, for `affidavit erase verify`),
-    also queued for the transparency log. Refused with 409 (`subject_busy`), nothing
-    changed, while a job of the subject is not finished: cancel it or let it end first. 404
+    also queued for the transparency log. A job of the subject that is not finished is
+    cancelled first (`cancelled` lists them); one with a tool call in flight finishes that
+    call and records its outcome first: until it has ended the erasure is refused with 409
+    (`subject_busy`), its cancel requested — erase again then. 404
     (`subject_not_found`) for a subject no job was submitted for; 422 for a malformed subject
     or reason. Erasing again answers the same receipt (`erased_now: false`) and retries the
     scrub of the database's files (`scrubbed`). Admin keys only."""
     reason = body.reason if body is not None else None
-    done = erase(svc.store, subject, sealer=Sealer.for_store(svc.store), reason=reason)
+    sealer = Sealer.for_store(svc.store)
+    cancel = erasure_cancel(svc.store, by=caller.agent_id, sealer=sealer)
+    done = erase(svc.store, subject, sealer=sealer, reason=reason, cancel=cancel)
     return done.to_dict()
 
 

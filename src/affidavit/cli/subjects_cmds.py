@@ -113,11 +113,13 @@ def erase_subject(
 ) -> None:
     """Erase a subject: destroy its data key in the store's files, so that the values its
     jobs' records hold sealed can never be read again, while every proof still verifies.
-    Prints the signed erasure receipt (also logged in the transparency log). Refused, with
-    nothing changed, while a job of the subject is not finished. Run again after a crash: it
-    finishes the scrub and prints the same receipt.
+    Prints the signed erasure receipt (also logged in the transparency log). A job of the
+    subject that is not finished is cancelled first (a tool call in flight finishes and its
+    outcome is recorded: until such a job has ended the erasure is refused, its cancel
+    requested; erase again then). Run again after a crash: it finishes the scrub and prints
+    the same receipt.
 
-    Exit codes: 0 erased (or erased before); 2 no such subject; 3 a job not finished, a
+    Exit codes: 0 erased (or erased before); 2 no such subject; 3 a job not ended yet, a
     malformed subject or reason, no master key, or store error.
     """
     if ctx.invoked_subcommand is not None:
@@ -127,7 +129,11 @@ def erase_subject(
             raise ConfigError("give --subject S", hint="`affidavit erase --subject customer-7`")
         with opened(db) as store:
             sealer = Sealer(key_file) if key_file is not None else Sealer.for_store(store)
-            done = erase(store, subject, sealer=sealer, reason=reason)
+            from affidavit.cli.job_view import state_user
+            from affidavit.runtime import erasure_cancel
+
+            cancel = erasure_cancel(store, by=state_user(), sealer=sealer)
+            done = erase(store, subject, sealer=sealer, reason=reason, cancel=cancel)
         _write(out, done.receipt)
     if as_json:
         output.emit_json(done.to_dict())
@@ -138,6 +144,8 @@ def erase_subject(
         f"subject {body['subject_id'][:16]}… {verb} at {body['erased_at']}: "
         f"{len(body['job_ids'])} job(s)"
     )
+    if done.cancelled:
+        output.out.print(f"cancelled first: {escape(', '.join(done.cancelled))}")
     if not done.scrubbed:
         output.out.print(
             "[yellow]the database could not drop every copy of the key yet (a reader held the "

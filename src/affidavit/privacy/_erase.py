@@ -1,5 +1,10 @@
 """Erasing a data subject: the service behind ``affidavit erase`` (and ``affidavit subjects``).
 
+A job of the subject that is not finished is cancelled first, when the face gives the erasure
+a way to (``cancel``: the runtime's cancel, by its rules — a job with a tool call in flight
+finishes that call and records its real outcome, then ends cancelled): the erasure goes on once
+every job has ended, and is refused, with the cancels requested, while one has not.
+
 The erasure is one transaction: the subject's row locked (a job submitted for it meanwhile
 waits, then sees it erased), its jobs checked (every one finished, else nothing changes), its
 data key's row deleted, the subject marked erased with its signed receipt, and the receipt's
@@ -11,7 +16,8 @@ running the same command again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from affidavit.core import crash
@@ -25,6 +31,9 @@ from affidavit.store import Store, SubjectRow
 from affidavit.tlog import LogError, NotInLog, TransparencyLog
 
 _FINISHED = frozenset({"completed", "failed", "cancelled"})
+#: A job's cancel, as an erasure asks for it: ``"cancelled"`` (ended now), ``"requested"`` (it
+#: ends cancelled once its tool call in flight is resolved) or ``"ended"`` (it had finished).
+Cancel = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -36,10 +45,16 @@ class Erasure:
     receipt: dict[str, Any]
     erased_now: bool
     scrubbed: bool
+    cancelled: list[str] = field(default_factory=list)  # the jobs this erasure cancelled first
 
     def to_dict(self) -> dict[str, Any]:
         """What ``erase --json`` prints and ``POST /api/subjects/{subject}/erase`` answers."""
-        return {"receipt": self.receipt, "erased_now": self.erased_now, "scrubbed": self.scrubbed}
+        return {
+            "receipt": self.receipt,
+            "erased_now": self.erased_now,
+            "scrubbed": self.scrubbed,
+            "cancelled": self.cancelled,
+        }
 
 
 def subject_id(store: Store, subject: str) -> str:
@@ -62,22 +77,32 @@ def check_reason(reason: str | None) -> None:
         raise SubjectError("the reason contains a control character")
 
 
-def erase(store: Store, subject: str, *, sealer: Sealer, reason: str | None = None) -> Erasure:
+def erase(
+    store: Store,
+    subject: str,
+    *,
+    sealer: Sealer,
+    reason: str | None = None,
+    cancel: Cancel | None = None,
+) -> Erasure:
     """Erase ``subject``: its data key is destroyed, so the values its jobs' records hold
     sealed can never be read again, while every record still verifies; returns the signed
-    receipt (see the module docstring).
+    receipt (see the module docstring). ``cancel``: how to cancel a job of the subject that
+    is not finished, first (``None``: such a job refuses the erasure).
 
     Raises:
         SubjectError: a malformed subject or reason.
         SubjectNotFound: no job was ever submitted for it.
-        SubjectBusy: one of its jobs is not finished (nothing is changed: cancel it, or wait
-            for its end).
+        SubjectBusy: one of its jobs is not finished (nothing is erased: without ``cancel``
+            nothing is changed; with it, its cancel is requested — it ends cancelled once its
+            tool call in flight is resolved: erase again then).
         MasterKeyError: no master key is configured.
         SigningKeyError, SealKeyRefused: the receipt cannot be signed.
     """
     check_reason(reason)
     sid = subject_id(store, subject)
     key = sealer.admit(store)
+    cancelled, requested = _cancel_unfinished(store, sid, cancel) if cancel else ([], [])
     with store.transaction(durable=True) as tx:
         locked = tx.lock_subject(sid)
         if locked is None:
@@ -89,13 +114,7 @@ def erase(store: Store, subject: str, *, sealer: Sealer, reason: str | None = No
             jobs = tx.subject_jobs_locked(sid)
             running = [job_id for job_id, status in jobs if status not in _FINISHED]
             if running:
-                raise SubjectBusy(
-                    f"{len(running)} job(s) of the subject are not finished: "
-                    + ", ".join(running[:5])
-                    + (" …" if len(running) > 5 else ""),
-                    hint="Cancel them (`affidavit cancel JOB`) or let them end, then erase: "
-                    "a job still running would need the values the key opens.",
-                )
+                raise _busy(running, requested)
             at = utc_now()
             body = {
                 "subject_id": sid,
@@ -116,7 +135,40 @@ def erase(store: Store, subject: str, *, sealer: Sealer, reason: str | None = No
             crash.crash_point("erase.before_commit")
     crash.crash_point("erase.after_commit")
     scrubbed = store.scrub_erased()
-    return Erasure(with_log_proof(store, receipt), erased_now, scrubbed)
+    return Erasure(with_log_proof(store, receipt), erased_now, scrubbed, cancelled)
+
+
+def _cancel_unfinished(store: Store, sid: str, cancel: Cancel) -> tuple[list[str], list[str]]:
+    """Cancel the subject's jobs that are not finished (none once it is erased): the jobs
+    cancelled now, and those whose cancel waits for a tool call in flight."""
+    with store.transaction(durable=False) as tx:
+        locked = tx.lock_subject(sid)
+        if locked is None or locked[0] is not None:
+            return [], []
+        jobs = [job_id for job_id, status in tx.subject_jobs_locked(sid) if status not in _FINISHED]
+    cancelled: list[str] = []
+    requested: list[str] = []
+    for job_id in jobs:
+        state = cancel(job_id)  # ("ended": it finished meanwhile, by itself)
+        if state in ("cancelled", "requested"):
+            (cancelled if state == "cancelled" else requested).append(job_id)
+    return cancelled, requested
+
+
+def _busy(running: list[str], requested: list[str]) -> SubjectBusy:
+    listed = ", ".join(running[:5]) + (" …" if len(running) > 5 else "")
+    if requested:
+        return SubjectBusy(
+            f"{len(running)} job(s) of the subject are not finished: {listed}; their cancel is "
+            "requested: each ends cancelled once its tool call in flight is resolved",
+            hint="Erase again once they have ended (`affidavit jobs show JOB`): a job still "
+            "running would need the values the key opens.",
+        )
+    return SubjectBusy(
+        f"{len(running)} job(s) of the subject are not finished: {listed}",
+        hint="Cancel them (`affidavit cancel JOB`) or let them end, then erase: "
+        "a job still running would need the values the key opens.",
+    )
 
 
 def with_log_proof(store: Store, receipt: dict[str, Any]) -> dict[str, Any]:

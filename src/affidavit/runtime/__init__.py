@@ -17,7 +17,7 @@ from affidavit.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from affidavit.runtime._agent import Agent, AgentContext, agent
-    from affidavit.runtime._cancel import CancelResult, request_cancel
+    from affidavit.runtime._cancel import CancelResult, erasure_cancel, request_cancel
     from affidavit.runtime._confirm import Confirmation, ConfirmationContext, ResourceVerifier
     from affidavit.runtime._decisions import InvalidStateError, cancel_job, resume_job, signal_job
     from affidavit.runtime._fork import fork_job, submit_fork
@@ -86,6 +86,7 @@ _LAZY = {
     "ResourceVerifier": "affidavit.runtime._confirm",
     "CancelResult": "affidavit.runtime._cancel",
     "request_cancel": "affidavit.runtime._cancel",
+    "erasure_cancel": "affidavit.runtime._cancel",
     "fork_job": "affidavit.runtime._fork",
     "submit_fork": "affidavit.runtime._fork",
     "InvalidStateError": "affidavit.runtime._decisions",
@@ -183,6 +184,7 @@ __all__ = [
     "check_timing",
     "clock_problem",
     "delete_schedule",
+    "erasure_cancel",
     "fork_job",
     "get_schedule",
     "list_runs",

@@ -153,6 +153,27 @@ def request_cancel(
     return done
 
 
+#: The reason recorded with the cancel of a job whose data subject is being erased.
+ERASURE_REASON = "its data subject is being erased"
+
+
+def erasure_cancel(
+    store: Store, *, by: str | None = None, sealer: Sealer | None = None
+) -> Callable[[str], str]:
+    """The cancel an erasure asks for each unfinished job of its subject (``affidavit erase``,
+    ``POST /api/subjects/{s}/erase``): :func:`request_cancel` by its rules (a call in flight
+    finishes and records its real outcome first), answering ``"cancelled"``, ``"requested"``
+    or ``"ended"`` (the job had finished meanwhile)."""
+
+    def cancel(job_id: str) -> str:
+        try:
+            return request_cancel(store, job_id, reason=ERASURE_REASON, by=by, sealer=sealer).state
+        except InvalidStateError:
+            return "ended"
+
+    return cancel
+
+
 def cancel_children_of_failed(store: Store, job_id: str, *, sealer: Sealer | None = None) -> None:
     """After ``job_id`` failed: cancel its child jobs that have not ended (and theirs), by the
     rules of :func:`request_cancel` — a child with a tool call in flight finishes that call
