@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from affidavit import AgentContext, ToolContext, ToolRegistry, agent, tool
@@ -31,6 +32,32 @@ def refund_agent(ctx: AgentContext, order_id: str) -> dict[str, Any]:
 def parent(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
     handles = [ctx.start_job(refund_agent, {"order_id": o}) for o in orders]
     return [r.to_dict() for r in ctx.join_all(handles)]
+
+
+@agent("ch_batch", version="1")
+def batch(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
+    handles = ctx.start_jobs(refund_agent, [{"order_id": o} for o in orders])
+    return [r.to_dict() for r in ctx.join_all(handles)]
+
+
+def _parent_batched(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
+    handles = ctx.start_jobs("ch_refund_agent", [{"order_id": o} for o in orders])
+    return [r.to_dict() for r in ctx.join_all(handles)]
+
+
+#: :data:`parent` as a batch: the same name, version and steps (not in :func:`registry`).
+parent_batched = replace(parent, fn=_parent_batched)
+
+
+@agent("ch_bad_batch", version="1")
+def bad_batch(ctx: AgentContext, n: int) -> list[str]:
+    refused = []
+    for inputs in ([], [{"order_id": str(i)} for i in range(n)], [{"order_id": "A"}, {"x": 1}]):
+        try:
+            ctx.start_jobs(refund_agent, inputs)
+        except ValueError as exc:
+            refused.append(str(exc))
+    return refused
 
 
 @agent("ch_one", version="1")
@@ -97,5 +124,5 @@ def parent_then(ctx: AgentContext, order_id: str) -> dict[str, Any]:
 def registry() -> ToolRegistry:
     return ToolRegistry(
         [refund, refund_agent, parent, one, async_parent, bad_join, bad_start, forget, hang,
-         parent_then]
+         parent_then, batch, bad_batch]
     )  # fmt: skip
