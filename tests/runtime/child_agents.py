@@ -3,6 +3,7 @@ that complete, fail or wait. Every real tool execution is counted in :data:`CALL
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import replace
@@ -58,6 +59,28 @@ def bad_batch(ctx: AgentContext, n: int) -> list[str]:
         except ValueError as exc:
             refused.append(str(exc))
     return refused
+
+
+#: The meeting :func:`meet` waits at (set by the test; its parties run at the same time).
+MEETING: list[threading.Barrier] = []
+
+
+@tool("ch_meet")
+def meet(ctx: ToolContext, n: int) -> int:
+    MEETING[0].wait(timeout=5)  # (broken, the call fails: they did not all run at once)
+    return n
+
+
+@agent("ch_meeting_child", version="1")
+def meeting_child(ctx: AgentContext, n: int) -> int:
+    return int(ctx.call(meet, n=n))
+
+
+@agent("ch_meeting", version="1")
+def meeting(ctx: AgentContext, n: int) -> list[str]:
+    return [
+        r.status for r in ctx.join_all(ctx.start_jobs(meeting_child, [{"n": i} for i in range(n)]))
+    ]
 
 
 @agent("ch_one", version="1")
@@ -124,5 +147,5 @@ def parent_then(ctx: AgentContext, order_id: str) -> dict[str, Any]:
 def registry() -> ToolRegistry:
     return ToolRegistry(
         [refund, refund_agent, parent, one, async_parent, bad_join, bad_start, forget, hang,
-         parent_then, batch, bad_batch]
+         parent_then, batch, bad_batch, meet, meeting_child, meeting]
     )  # fmt: skip

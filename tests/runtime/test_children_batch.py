@@ -4,6 +4,7 @@ record), its bounds refused before anything is recorded."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -102,3 +103,16 @@ def test_a_batch_out_of_bounds_or_with_a_bad_input_is_refused_before_anything_is
     events = assert_log_sound(rt.store, job.job_id)
     assert of_type(events, "step_called") == []
     assert rt.store.list_jobs(JobFilter(parent=job.job_id)) == []
+
+
+def test_run_until_idle_runs_the_children_a_run_makes_runnable_on_every_loop(
+    rt: Runtime,
+) -> None:
+    """Only the parent is runnable when the loops start: the others wait for its run (not
+    end, as idle) and then run its children at once (each child's tool meets the others)."""
+    ca.MEETING[:] = [threading.Barrier(3)]
+    job = rt.submit(ca.meeting, {"n": 3})
+    rt.run_until_idle(concurrency=3)
+    done = rt.store.get_job(job.job_id)
+    assert done.status == "completed", done.error
+    assert done.output == ["completed"] * 3
