@@ -5,6 +5,7 @@ The service function behind ``Runtime.submit``, ``affidavit submit|run`` and ``P
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -301,6 +302,12 @@ def resolve_agent(agent: Agent | str, tools: ToolRegistry) -> Agent:
     return found
 
 
+@functools.lru_cache(maxsize=256)
+def _signature(fn: Any) -> inspect.Signature:
+    """``fn``'s signature, read once (a fan-out checks each child's input against it)."""
+    return inspect.signature(fn)
+
+
 def check_agent_input(agent: Agent, job_input: Any) -> None:
     """``job_input`` can be recorded and fits the agent function's keyword parameters.
 
@@ -315,7 +322,7 @@ def check_agent_input(agent: Agent, job_input: Any) -> None:
             f"not {type(job_input).__name__}"
         )
     try:
-        inspect.signature(agent.fn).bind(None, **job_input)
+        _signature(agent.fn).bind(None, **job_input)
     except TypeError as exc:
         raise PlanError(
             f"the input does not fit agent {agent.name!r}: {exc}",
