@@ -83,6 +83,14 @@ def meeting(ctx: AgentContext, n: int) -> list[str]:
     ]
 
 
+@agent("ch_meeting_parent", version="1")
+def meeting_parent(ctx: AgentContext, n: int) -> list[str]:
+    """Starts ``n`` children, then meets them (its run goes on while they run)."""
+    handles = ctx.start_jobs(meeting_child, [{"n": i} for i in range(n)])
+    ctx.call(meet, n=n)
+    return [r.status for r in ctx.join_all(handles)]
+
+
 @agent("ch_one", version="1")
 def one(ctx: AgentContext, order_id: str) -> dict[str, Any]:
     result = ctx.run_job("ch_refund_agent", {"order_id": order_id})
@@ -147,5 +155,5 @@ def parent_then(ctx: AgentContext, order_id: str) -> dict[str, Any]:
 def registry() -> ToolRegistry:
     return ToolRegistry(
         [refund, refund_agent, parent, one, async_parent, bad_join, bad_start, forget, hang,
-         parent_then, batch, bad_batch, meet, meeting_child, meeting]
+         parent_then, batch, bad_batch, meet, meeting_child, meeting, meeting_parent]
     )  # fmt: skip

@@ -116,3 +116,15 @@ def test_run_until_idle_runs_the_children_a_run_makes_runnable_on_every_loop(
     done = rt.store.get_job(job.job_id)
     assert done.status == "completed", done.error
     assert done.output == ["completed"] * 3
+
+
+def test_the_children_of_a_run_still_going_run_on_the_other_loops(rt: Runtime) -> None:
+    """The parent's run goes on after it created its children (it meets them): the loops
+    waiting for it to end are told the children are runnable, and run them meanwhile."""
+    ca.MEETING[:] = [threading.Barrier(3)]
+    rt.worker.poll_seconds = 60.0  # (a loop does not claim again on its own meanwhile)
+    job = rt.submit(ca.meeting_parent, {"n": 2})
+    rt.run_until_idle(concurrency=3)
+    done = rt.store.get_job(job.job_id)
+    assert done.status == "completed", done.error
+    assert done.output == ["completed"] * 2

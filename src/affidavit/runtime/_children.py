@@ -191,6 +191,8 @@ def create_children(
     # it — a child's first tool call, or its end — syncs it first.
     found = store.create_jobs([new for new, _ in made], durable=False)
     crash.crash_point("child.after_create")
+    if journal.claim.made_runnable is not None:  # (this worker's idle loops may run them)
+        journal.claim.made_runnable()
     children = []
     for (new, identity), (job, created) in zip(made, found, strict=True):
         if created:

@@ -41,13 +41,14 @@ class Activity:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._busy: set[int] = set()
-        self.finished = 0  # runs finished by the loops
+        self.finished = 0  # runs finished by the loops, or that made jobs runnable
 
     def busy(self, loop: int) -> None:
         with self._changed:
             self._busy.add(loop)
 
     def ran(self) -> None:
+        """A run ended, or made jobs runnable: the loops waiting claim again."""
         with self._changed:
             self.finished += 1
             self._changed.notify_all()
@@ -150,7 +151,9 @@ class ClaimLoop:
             if claim is not None:
                 activity.busy(id(self))
                 self.carried = _NextClaims(worker, self.stop)
-                claim = dataclasses.replace(claim, next_claim=self.carried)
+                claim = dataclasses.replace(
+                    claim, next_claim=self.carried, made_runnable=activity.ran
+                )
                 try:
                     ran = worker.run_claim(claim)
                 finally:
