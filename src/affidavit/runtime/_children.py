@@ -1,5 +1,5 @@
-"""Child jobs of agent jobs: ``ctx.start_job`` creates one, ``ctx.join`` / ``ctx.join_all``
-wait for them (docs/runtime.md, "Child jobs").
+"""Child jobs of agent jobs: ``ctx.start_job`` creates one (``ctx.start_jobs`` a batch, in one
+transaction), ``ctx.join`` / ``ctx.join_all`` wait for them (docs/runtime.md, "Child jobs").
 
 A child is created exactly once per (parent, sequence number): its idempotency key is
 ``child:<the parent's step id>``, so a parent killed between creating the child and recording
