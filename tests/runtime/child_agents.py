@@ -3,8 +3,10 @@ that complete, fail or wait. Every real tool execution is counted in :data:`CALL
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from affidavit import AgentContext, ToolContext, ToolRegistry, agent, tool
@@ -31,6 +33,62 @@ def refund_agent(ctx: AgentContext, order_id: str) -> dict[str, Any]:
 def parent(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
     handles = [ctx.start_job(refund_agent, {"order_id": o}) for o in orders]
     return [r.to_dict() for r in ctx.join_all(handles)]
+
+
+@agent("ch_batch", version="1")
+def batch(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
+    handles = ctx.start_jobs(refund_agent, [{"order_id": o} for o in orders])
+    return [r.to_dict() for r in ctx.join_all(handles)]
+
+
+def _parent_batched(ctx: AgentContext, orders: list[str]) -> list[dict[str, Any]]:
+    handles = ctx.start_jobs("ch_refund_agent", [{"order_id": o} for o in orders])
+    return [r.to_dict() for r in ctx.join_all(handles)]
+
+
+#: :data:`parent` as a batch: the same name, version and steps (not in :func:`registry`).
+parent_batched = replace(parent, fn=_parent_batched)
+
+
+@agent("ch_bad_batch", version="1")
+def bad_batch(ctx: AgentContext, n: int) -> list[str]:
+    refused = []
+    for inputs in ([], [{"order_id": str(i)} for i in range(n)], [{"order_id": "A"}, {"x": 1}]):
+        try:
+            ctx.start_jobs(refund_agent, inputs)
+        except ValueError as exc:
+            refused.append(str(exc))
+    return refused
+
+
+#: The meeting :func:`meet` waits at (set by the test; its parties run at the same time).
+MEETING: list[threading.Barrier] = []
+
+
+@tool("ch_meet")
+def meet(ctx: ToolContext, n: int) -> int:
+    MEETING[0].wait(timeout=5)  # (broken, the call fails: they did not all run at once)
+    return n
+
+
+@agent("ch_meeting_child", version="1")
+def meeting_child(ctx: AgentContext, n: int) -> int:
+    return int(ctx.call(meet, n=n))
+
+
+@agent("ch_meeting", version="1")
+def meeting(ctx: AgentContext, n: int) -> list[str]:
+    return [
+        r.status for r in ctx.join_all(ctx.start_jobs(meeting_child, [{"n": i} for i in range(n)]))
+    ]
+
+
+@agent("ch_meeting_parent", version="1")
+def meeting_parent(ctx: AgentContext, n: int) -> list[str]:
+    """Starts ``n`` children, then meets them (its run goes on while they run)."""
+    handles = ctx.start_jobs(meeting_child, [{"n": i} for i in range(n)])
+    ctx.call(meet, n=n)
+    return [r.status for r in ctx.join_all(handles)]
 
 
 @agent("ch_one", version="1")
@@ -97,5 +155,5 @@ def parent_then(ctx: AgentContext, order_id: str) -> dict[str, Any]:
 def registry() -> ToolRegistry:
     return ToolRegistry(
         [refund, refund_agent, parent, one, async_parent, bad_join, bad_start, forget, hang,
-         parent_then]
+         parent_then, batch, bad_batch, meet, meeting_child, meeting, meeting_parent]
     )  # fmt: skip

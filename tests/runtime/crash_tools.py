@@ -220,9 +220,19 @@ def crash_parent(ctx: AgentContext, side: str, children: int = 2) -> dict[str, A
     return {"children": [r.to_dict() for r in ctx.join_all(started)]}
 
 
+@agent("crash_batch_parent", version="1")
+def crash_batch_parent(ctx: AgentContext, side: str, children: int = 3) -> dict[str, Any]:
+    """Starts ``children`` charge agents as one batch (``ctx.start_jobs``) and joins them."""
+    started = ctx.start_jobs(
+        "crash_agent", [{"side": side, "amount": 10 + i} for i in range(children)]
+    )
+    return {"children": [r.to_dict() for r in ctx.join_all(started)]}
+
+
 REGISTRY = ToolRegistry(
     [
         stream_agent,
+        crash_batch_parent,
         think,
         crash_parent,
         crash_agent,

@@ -18,21 +18,22 @@ from tests.runtime.helpers import assert_log_sound, run_driver
 CRASH_LEASE = "0.5"
 
 
-def assert_tree_once(rt: Runtime, side: Path, root: str) -> None:
-    """The parent completed with two children, each created once and charging once per call."""
+def assert_tree_once(rt: Runtime, side: Path, root: str, n: int = 2) -> None:
+    """The parent completed with ``n`` children, each created once and charging once per
+    call."""
     job = rt.get_job(root)
     assert job.status == "completed", job.error
     children = rt.store.list_jobs(JobFilter(parent=root))
-    assert len(children) == 2  # created once each, crash or not
-    assert [r["job_id"] for r in job.output["children"]] == [c.job_id for c in reversed(children)]
+    assert len(children) == n  # created once each, crash or not
+    assert sorted(r["job_id"] for r in job.output["children"]) == sorted(c.job_id for c in children)
     assert all(r["status"] == "completed" for r in job.output["children"])
     charged = counts(side, "charge")
-    assert sorted(charged.values()) == [1, 1, 1, 1]  # two charges per child, each once
+    assert sorted(charged.values()) == [1] * (2 * n)  # two charges per child, each once
     assert {j for j, _ in charged} == {c.job_id for c in children}
     assert_log_sound(rt.store, root)
     tree = verify_tree(rt.store, root)
     assert tree.ok, tree.to_dict()
-    assert len(tree.results) == 3
+    assert len(tree.results) == 1 + n
 
 
 @pytest.mark.parametrize(
@@ -54,3 +55,29 @@ def test_a_tree_survives_a_kill(store_url: str, tmp_path: Path, point: str) -> N
         finished = run_driver(store_url, "--until-done")
         assert finished.returncode == 0, finished.stderr
         assert_tree_once(rt, side, root)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "child.before_create_commit",  # killed midway: the batch's inserts sent, not committed
+        "child.after_create",  # the batch exists; the parent has not recorded it
+        "wait.after_record",
+        "child.before_link",
+    ],
+)
+def test_a_batch_survives_a_kill(store_url: str, tmp_path: Path, point: str) -> None:
+    """A parent killed while it creates its children as one batch (``ctx.start_jobs``) finds
+    all of them, or none, on recovery: each created once."""
+    side = tmp_path / "side.jsonl"
+    with Runtime(store_url, tools=REGISTRY, lease_seconds=5) as rt:
+        root = rt.submit("crash_batch_parent", {"side": str(side)}).job_id
+        killed = run_driver(store_url, "--lease", CRASH_LEASE, crash=point)
+        assert killed.returncode == -9, killed
+        if point == "child.before_create_commit":
+            assert rt.store.list_jobs(JobFilter(parent=root)) == []  # (rolled back)
+        elif point == "child.after_create":
+            assert len(rt.store.list_jobs(JobFilter(parent=root))) == 3
+        finished = run_driver(store_url, "--until-done")
+        assert finished.returncode == 0, finished.stderr
+        assert_tree_once(rt, side, root, 3)

@@ -33,6 +33,7 @@ def test_the_public_names_of_the_store() -> None:
             "LedgerRow",
             "LogLeaf",
             "NewEvent",
+            "NewJob",
             "NextClaim",
             "QueuedLeaf",
             "RejectedLeaf",

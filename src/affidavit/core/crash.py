@@ -26,6 +26,7 @@ POINTS = frozenset(
         "sleep.after_record",
         "log.before_integrate",
         "stream.after_emit",
+        "child.before_create_commit",
         "child.after_create",
         "child.before_link",
         "retention.after_pack_written",

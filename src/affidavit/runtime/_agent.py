@@ -209,6 +209,10 @@ class _Backend(Protocol):
     def emit(self, value: Any) -> None: ...
     def start_job(self, target: Any, job_input: Any, queue: str | None, *, start: bool) -> Any: ...
 
+    def start_jobs(
+        self, target: Any, inputs: list[Any], queue: str | None, *, start: bool
+    ) -> Any: ...
+
     def join(self, handles: Iterable[Any], *, start: bool) -> Any: ...
 
 
@@ -370,6 +374,12 @@ class AgentContext:
         ``input``, in ``queue`` (default: the default queue), as one step: the child is
         created once, also across crashes. Returns a handle for :meth:`join`."""
         return self._backend.start_job(agent, input, queue, start=self._async)
+
+    def start_jobs(self, agent: Any, inputs: Iterable[Any], *, queue: str | None = None) -> Any:
+        """:meth:`start_job` of ``agent`` for each of ``inputs`` (1 to 1000), as one step each
+        (the steps the calls one by one record): the children are created together, in one
+        transaction, and their steps recorded in one write. Returns their handles, in order."""
+        return self._backend.start_jobs(agent, list(inputs), queue, start=self._async)
 
     def join(self, handle: Any) -> Any:
         """Wait for a child job (without a worker) and return its

@@ -38,7 +38,7 @@ from affidavit.runtime._agent import Agent, AgentContext, running
 from affidavit.runtime._agent_waits import check_sleep, check_wait, rfc3339, wait_extra, wait_step
 from affidavit.runtime._budget import BudgetMeter
 from affidavit.runtime._cancel import end_cancelled
-from affidavit.runtime._children import join_children, start_child
+from affidavit.runtime._children import join_children, start_child, start_children
 from affidavit.runtime._recovery import Recovery
 from affidavit.runtime._run_base import Claim, Item, StepFailed, Stop, error_dict, log
 from affidavit.runtime._sdk import Tool
@@ -529,6 +529,9 @@ class AgentRun:
 
     def start_job(self, target: Any, job_input: Any, queue: str | None, *, start: bool) -> Any:
         return self._settled(lambda: start_child(self, target, job_input, queue), start)
+
+    def start_jobs(self, target: Any, inputs: list[Any], queue: str | None, *, start: bool) -> Any:
+        return self._settled(lambda: start_children(self, target, inputs, queue), start)
 
     def join(self, handles: Iterable[Any], *, start: bool) -> Any:
         return self._settled(lambda: join_children(self, list(handles)), start)

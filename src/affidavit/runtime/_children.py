@@ -1,5 +1,5 @@
-"""Child jobs of agent jobs: ``ctx.start_job`` creates one, ``ctx.join`` / ``ctx.join_all``
-wait for them (docs/runtime.md, "Child jobs").
+"""Child jobs of agent jobs: ``ctx.start_job`` creates one (``ctx.start_jobs`` a batch, in one
+transaction), ``ctx.join`` / ``ctx.join_all`` wait for them (docs/runtime.md, "Child jobs").
 
 A child is created exactly once per (parent, sequence number): its idempotency key is
 ``child:<the parent's step id>``, so a parent killed between creating the child and recording
@@ -97,15 +97,23 @@ def check_child(run: AgentRun, args: dict[str, Any]) -> None:
         ValueError: what is wrong (the agent may catch it; the job's record is unchanged).
     """
     from affidavit.runtime._queues import require_queue
-    from affidavit.runtime._submit import check_agent_input, resolve_agent
     from affidavit.store.queues import placement
 
+    check_input(run, args)
     try:
-        found = resolve_agent(str(args["agent"]), run.parts.tools)
-        check_agent_input(found, args["input"])
         where = placement(args.get("queue"))
         if where is not None:
             require_queue(run.journal.store, where.queue)
+    except AffidavitError as exc:
+        raise ValueError(f"ctx.start_job: {exc.message}") from None
+
+
+def check_input(run: AgentRun, args: dict[str, Any]) -> None:
+    """:func:`check_child` of the agent and the input alone."""
+    from affidavit.runtime._submit import check_agent_input, resolve_agent
+
+    try:
+        check_agent_input(resolve_agent(str(args["agent"]), run.parts.tools), args["input"])
     except AffidavitError as exc:
         raise ValueError(f"ctx.start_job: {exc.message}") from None
 
@@ -135,7 +143,76 @@ def create_child(
         PlanError, ConfigError: the child cannot be created (an unknown agent, a bad plan).
         SubjectError: the parent has a subject.
     """
-    from affidavit.runtime._submit import submit_agent_job, submit_job
+    from affidavit.runtime._submit import submit_job
+
+    if "plan" not in args:
+        (child,) = create_children(journal, replay, tools, [(spec, args)])
+        return child
+    (common,) = _child_common(journal, replay, tools, [(spec, args)])
+    # (not synced: see create_children)
+    job, created = submit_job(
+        journal.store, str(args["plan"]), args["input"], **common, durable=False
+    )
+    crash.crash_point("child.after_create")
+    if created:
+        assert job.head_hash is not None
+        return CreatedChild(job.job_id, job.head_hash, job.version)
+    # found after a crash: it may have run since, its creation is its first events
+    first = journal.store.list_events(job.job_id, limit=CREATION_EVENTS)
+    return CreatedChild(job.job_id, first[-1].chain_hash, first[-1].version)
+
+
+def create_children(
+    journal: Journal,
+    replay: ReplayContext,
+    tools: ToolRegistry,
+    steps: Sequence[tuple[StepSpec, dict[str, Any]]],
+) -> list[CreatedChild]:
+    """Create (or find, after a crash) the child agent of each step (``spec``, ``args``: its
+    ``agent``, ``input`` and ``queue``), all in one transaction: after a crash (crash point
+    ``child.after_create``, once, after it) every one exists, or none.
+
+    Raises:
+        PlanError, ConfigError: a child cannot be created (nothing is).
+        IdempotencyConflict: a child found after a crash was made with another agent version.
+        SubjectError: the parent has a subject.
+    """
+    from affidavit.runtime._submit import agent_job, same_agent_submission
+
+    store = journal.store
+    made = [
+        agent_job(str(args["agent"]), args["input"], **common)
+        for (_, args), common in zip(
+            steps, _child_common(journal, replay, tools, steps), strict=True
+        )
+    ]
+    # Not synced: a commit a power failure loses takes every later one with it (the parent's
+    # record of these children too: it creates them again), and the first synced commit after
+    # it — a child's first tool call, or its end — syncs it first.
+    found = store.create_jobs([new for new, _ in made], durable=False)
+    crash.crash_point("child.after_create")
+    if journal.claim.made_runnable is not None:  # (this worker's idle loops may run them)
+        journal.claim.made_runnable()
+    children = []
+    for (new, identity), (job, created) in zip(made, found, strict=True):
+        if created:
+            assert job.head_hash is not None
+            children.append(CreatedChild(job.job_id, job.head_hash, job.version))
+            continue
+        # found after a crash: it may have run since, its creation is its first events
+        first = store.list_events(job.job_id, limit=CREATION_EVENTS)
+        same_agent_submission(first, job, identity, new)
+        children.append(CreatedChild(job.job_id, first[-1].chain_hash, first[-1].version))
+    return children
+
+
+def _child_common(
+    journal: Journal,
+    replay: ReplayContext,
+    tools: ToolRegistry,
+    steps: Sequence[tuple[StepSpec, dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """What each step's child submission takes besides its agent or plan and input."""
     from affidavit.store.queues import placement
 
     store = journal.store
@@ -149,29 +226,17 @@ def create_child(
     if namespace is None:  # (a log that does not say: the job's row does)
         parent = store.get_job(journal.job_id)
         namespace, submitted_by = parent.namespace, parent.submitted_by
-    common: dict[str, Any] = {
-        "tools": tools,
-        "idempotency_key": child_key(spec.step_id),
-        "namespace": namespace,
-        "submitted_by": submitted_by,
-        "placement": placement(args.get("queue")),
-        "parent": (journal.job_id, spec.step_id),
-        # Not synced: a commit a power failure loses takes every later one with it (the
-        # parent's record of this child too: it creates the child again), and the first
-        # synced commit after it — the child's first tool call, or its end — syncs it first.
-        "durable": False,
-    }
-    if "plan" in args:
-        job, created = submit_job(store, str(args["plan"]), args["input"], **common)
-    else:
-        job, created = submit_agent_job(store, str(args["agent"]), args["input"], **common)
-    crash.crash_point("child.after_create")
-    if created:
-        assert job.head_hash is not None
-        return CreatedChild(job.job_id, job.head_hash, job.version)
-    # found after a crash: it may have run since, its creation is its first events
-    first = store.list_events(job.job_id, limit=CREATION_EVENTS)
-    return CreatedChild(job.job_id, first[-1].chain_hash, first[-1].version)
+    return [
+        {
+            "tools": tools,
+            "idempotency_key": child_key(spec.step_id),
+            "namespace": namespace,
+            "submitted_by": submitted_by,
+            "placement": placement(args.get("queue")),
+            "parent": (journal.job_id, spec.step_id),
+        }
+        for spec, args in steps
+    ]
 
 
 def ended_children(
@@ -308,8 +373,22 @@ def run_job_node(
 
 def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -> ChildHandle:
     """``ctx.start_job``: the ``job`` step — create the child once, record its id."""
-    args = start_args(target, job_input, queue)
-    check_child(run, args)
+    (handle,) = start_children(run, target, [job_input], queue)
+    return handle
+
+
+def start_children(
+    run: AgentRun, target: Any, inputs: Sequence[Any], queue: str | None
+) -> list[ChildHandle]:
+    """``ctx.start_jobs``: one ``job`` step per input, the steps as many ``ctx.start_job``
+    calls record (either replays the other's record); the children not recorded yet are
+    created in one transaction, and their steps recorded in one write after it."""
+    if not 1 <= len(inputs) <= MAX_JOIN:
+        raise ValueError(f"ctx.start_jobs takes 1 to {MAX_JOIN} inputs")
+    starts = [start_args(target, job_input, queue) for job_input in inputs]
+    check_child(run, starts[0])  # (the agent and the queue are the same for every one)
+    for args in starts[1:]:
+        check_input(run, args)
     if run.executor.cipher is not None:
         raise SubjectError(
             f"job {run.job_id} has a subject: it cannot start child jobs (not supported yet: "
@@ -317,32 +396,49 @@ def start_child(run: AgentRun, target: Any, job_input: Any, queue: str | None) -
             hint="Call the child's work as steps of the same job.",
         )
     run.quiesce()
-    spec, _, called = run.next_step("job", None, args)
-    if spec.node_id in run.replay.completed_nodes:
-        crash.crash_point("agent.replay_step")
-        return ChildHandle(str(run.replay.node_output(spec.node_id)["job_id"]))
-    try:
-        run.control.check_stopping()
-        run.control.check_lease()
-        child = create_child(run.journal, run.replay, run.parts.tools, spec, args)
-        finished = {
-            "node_id": spec.node_id,
-            "step_id": spec.step_id,
-            "attempt": 1,
-            "result_type": "pure",
-            "output": {
-                "job_id": child.job_id,
-                "created_chain_head": child.chain_head,
-                "created_event_count": child.event_count,
-            },
-            "duration_ms": 0,
-        }
-        items: list[Item] = [run.plain(called)] if called else []
-        # (not synced: a record lost to a power failure finds the same child again)
-        run.journal.write(*items, ("node_finished", finished))
-    except (Stop, StoreError) as exc:
-        raise run.end(exc) from None
-    return ChildHandle(child.job_id)
+    steps = [run.next_step("job", None, args) for args in starts]
+    handles: dict[str, ChildHandle] = {}
+    new = []
+    for (spec, _, called), args in zip(steps, starts, strict=True):
+        if spec.node_id in run.replay.completed_nodes:
+            crash.crash_point("agent.replay_step")
+            handles[spec.node_id] = ChildHandle(str(run.replay.node_output(spec.node_id)["job_id"]))
+        else:
+            new.append((spec, args, called))
+    if new:
+        try:
+            run.control.check_stopping()
+            run.control.check_lease()
+            created = create_children(
+                run.journal, run.replay, run.parts.tools, [(spec, args) for spec, args, _ in new]
+            )
+            items: list[Item] = []
+            for (spec, _, called), child in zip(new, created, strict=True):
+                if called is not None:
+                    items.append(run.plain(called))
+                items.append(("node_finished", _started(spec, child)))
+                handles[spec.node_id] = ChildHandle(child.job_id)
+            # (not synced: a record lost to a power failure finds the same children again)
+            run.journal.write(*items)
+        except (Stop, StoreError) as exc:
+            raise run.end(exc) from None
+    return [handles[spec.node_id] for spec, _, _ in steps]
+
+
+def _started(spec: StepSpec, child: CreatedChild) -> dict[str, Any]:
+    """The ``node_finished`` of the ``job`` step ``spec`` that created ``child``."""
+    return {
+        "node_id": spec.node_id,
+        "step_id": spec.step_id,
+        "attempt": 1,
+        "result_type": "pure",
+        "output": {
+            "job_id": child.job_id,
+            "created_chain_head": child.chain_head,
+            "created_event_count": child.event_count,
+        },
+        "duration_ms": 0,
+    }
 
 
 def join_children(run: AgentRun, handles: list[Any]) -> list[ChildResult]:

@@ -31,15 +31,56 @@ OUTAGE_MAX_WAIT = 5.0
 log = logging.getLogger("affidavit.worker")
 
 
+class Activity:
+    """Which claim loops of one run are busy (have claimed, and not since found nothing to
+    claim), and how many runs they have finished: with ``until_idle``, a loop that finds
+    nothing to claim while another is busy waits for that one's run to end — a run makes jobs
+    runnable (a parent's children, the parent its last child wakes) — and claims again; the
+    loops end once none is busy and no run has ended since their last claim."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._busy: set[int] = set()
+        self.finished = 0  # runs finished by the loops, or that made jobs runnable
+
+    def busy(self, loop: int) -> None:
+        with self._changed:
+            self._busy.add(loop)
+
+    def ran(self) -> None:
+        """A run ended, or made jobs runnable: the loops waiting claim again."""
+        with self._changed:
+            self.finished += 1
+            self._changed.notify_all()
+
+    def work_may_come(self, loop: int, seen: int, timeout: float) -> bool:
+        """After ``loop``'s claim found nothing (``seen``: :attr:`finished` before it): wait
+        while another loop is busy and no run has finished since; ``True`` to claim again (a
+        run finished, or ``timeout`` passed with a loop still busy), ``False`` when every loop
+        is idle."""
+        with self._changed:
+            self._busy.discard(loop)
+            if not self._busy:  # (the loops waiting on this one end too)
+                self._changed.notify_all()
+            deadline = time.monotonic() + timeout
+            while self.finished == seen and self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return True
+                self._changed.wait(left)
+            return self.finished != seen
+
+
 @dataclass
 class LoopEnds:
     """What ended the claim loops of one run of a worker, shared by them: any one of these
-    stops every loop."""
+    stops every loop. ``activity``: which of them are busy (see :class:`Activity`)."""
 
     # what the first claim's clock check raised, when the database was unavailable at start
     refused: list[ClockSkewError | SealKeyRefused] = field(default_factory=list)
     gave_up: list[StoreUnavailable] = field(default_factory=list)  # the outage a loop gave up on
     claim_failed: list[Exception] = field(default_factory=list)  # a claim's error, not an outage
+    activity: Activity = field(default_factory=Activity)
 
     def any(self) -> bool:
         return bool(self.gave_up or self.refused or self.claim_failed)
@@ -90,6 +131,8 @@ class ClaimLoop:
         ``False`` when the loop ends."""
         worker = self.worker
         claim: Claim | None = None
+        activity = self.ends.activity
+        seen = activity.finished
         try:
             request = self.carried.request if self.carried is not None else None
             self.carried = None
@@ -104,10 +147,17 @@ class ClaimLoop:
                     worker._stopping.wait(worker.poll_seconds)
                     return True
                 self.left = None  # taken up again (by anyone), or ended
+            ran = None
             if claim is not None:
+                activity.busy(id(self))
                 self.carried = _NextClaims(worker, self.stop)
-                claim = dataclasses.replace(claim, next_claim=self.carried)
-            ran = worker.run_claim(claim) if claim is not None else None
+                claim = dataclasses.replace(
+                    claim, next_claim=self.carried, made_runnable=activity.ran
+                )
+                try:
+                    ran = worker.run_claim(claim)
+                finally:
+                    activity.ran()
         except (ClockSkewError, SealKeyRefused) as exc:
             self.ends.refused.append(exc)
             return False
@@ -134,8 +184,10 @@ class ClaimLoop:
         if ran is None:
             # a queue's rate holding jobs back: not idle, and wake when it allows
             held = worker.queue_claims.rate_wait()
-            if (self.until_idle and held is None) or worker._stopping.is_set():
+            if worker._stopping.is_set():
                 return False
+            if self.until_idle and held is None:
+                return activity.work_may_come(id(self), seen, worker.poll_seconds)
             self.stop.wait(worker.poll_seconds if held is None else min(held, 1.0))
         return True
 

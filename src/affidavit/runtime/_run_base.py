@@ -96,6 +96,9 @@ class Claim:
     # with it (affidavit.store.NextClaim): no round trip of its own where the store allows;
     # None from it: no claim is wanted (the worker stops)
     next_claim: Callable[[], NextClaim | None] | None = field(default=None, compare=False)
+    # tells the worker's claim loops that this run made jobs runnable (a fan-out's children,
+    # committed): a loop waiting for it to end claims now
+    made_runnable: Callable[[], None] | None = field(default=None, compare=False)
 
 
 class StepFailed(Exception):

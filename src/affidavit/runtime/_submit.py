@@ -5,9 +5,11 @@ The service function behind ``Runtime.submit``, ``affidavit submit|run`` and ``P
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from affidavit.record import check_input_references, opened_payload
 from affidavit.runtime._agent import Agent
 from affidavit.runtime._confirm import REPLAY_VERIFICATION_MODES
 from affidavit.runtime._sdk import ToolRegistry
-from affidavit.store import JobRecord, NewEvent, Store
+from affidavit.store import JobRecord, NewEvent, NewJob, Store, StoredEvent
 from affidavit.store.queues import Placement
 
 
@@ -300,6 +302,12 @@ def resolve_agent(agent: Agent | str, tools: ToolRegistry) -> Agent:
     return found
 
 
+@functools.lru_cache(maxsize=256)
+def _signature(fn: Any) -> inspect.Signature:
+    """``fn``'s signature, read once (a fan-out checks each child's input against it)."""
+    return inspect.signature(fn)
+
+
 def check_agent_input(agent: Agent, job_input: Any) -> None:
     """``job_input`` can be recorded and fits the agent function's keyword parameters.
 
@@ -314,7 +322,7 @@ def check_agent_input(agent: Agent, job_input: Any) -> None:
             f"not {type(job_input).__name__}"
         )
     try:
-        inspect.signature(agent.fn).bind(None, **job_input)
+        _signature(agent.fn).bind(None, **job_input)
     except TypeError as exc:
         raise PlanError(
             f"the input does not fit agent {agent.name!r}: {exc}",
@@ -358,6 +366,47 @@ def submit_agent_job(
         IdempotencyConflict, ConfigError, InvalidTags, CanonicalizationError: as
             :func:`submit_job`.
     """
+    new, identity = agent_job(
+        agent,
+        input,
+        tools=tools,
+        idempotency_key=idempotency_key,
+        namespace=namespace,
+        submitted_by=submitted_by,
+        replay_verification=replay_verification,
+        traceparent=traceparent,
+        placement=placement,
+        parent=parent,
+        tags=tags,
+        subject=subject,
+    )
+    ((job, created),) = store.create_jobs([new], durable=durable)
+    if not created:
+        same_agent_submission(store.list_events(job.job_id, limit=2), job, identity, new)
+    return job, created
+
+
+def agent_job(
+    agent: Agent | str,
+    input: Any = None,
+    *,
+    tools: ToolRegistry,
+    idempotency_key: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    submitted_by: str | None = None,
+    replay_verification: str | None = None,
+    traceparent: str | None = None,
+    placement: Placement | None = None,
+    parent: tuple[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+    subject: str | None = None,
+) -> tuple[NewJob, str]:
+    """The agent job :func:`submit_agent_job` creates (validated, nothing written) and its
+    agent hash, for :meth:`~affidavit.store.Store.create_jobs`.
+
+    Raises:
+        as :func:`submit_agent_job`.
+    """
     if subject is not None:
         check_subject(subject)
     check_idempotency_key(idempotency_key)
@@ -369,62 +418,48 @@ def submit_agent_job(
     policy = _job_policy(found.policy(), replay_verification)
     identity = agent_hash(found.name, found.version)
     at = utc_now()
-    job, created = store.create_job(
-        namespace=namespace,
-        plan_name=found.name,
-        idempotency_key=idempotency_key,
-        submitted_by=submitted_by,
-        placement=placement,
-        parent=parent,
-        tags=job_tags,
-        subject=subject,
-        durable=durable,
-        events=[
-            NewEvent(
-                "job_created",
-                {
-                    "at": at,
-                    "input": job_input,
-                    "plan_name": found.name,
-                    "namespace": namespace,
-                    "submitted_by": submitted_by,
-                    "idempotency_key": idempotency_key,
-                    "kind": "agent",
-                }
-                | ({} if traceparent is None else {"traceparent": traceparent})
-                | (
-                    {}
-                    if parent is None
-                    else {"parent_job_id": parent[0], "parent_step_id": parent[1]}
-                )
-                | ({"tags": job_tags} if job_tags else {}),
-            ),
-            NewEvent(
-                "agent_started",
-                {
-                    "at": at,
-                    "agent": found.name,
-                    "agent_version": found.version,
-                    "agent_hash": identity,
-                    "policy": policy,
-                }
-                | ({} if found.code_sha256 is None else {"code_sha256": found.code_sha256})
-                | ({} if found.budget is None else {"budget": found.budget.to_dict()})
-                | ({} if found.stream is None else {"stream": found.stream.to_dict()}),
-            ),
-        ],
-    )
-    if not created:
-        _same_agent_submission(store, job, identity, job_input)
-    return job, created
+    created = {
+        "at": at,
+        "input": job_input,
+        "plan_name": found.name,
+        "namespace": namespace,
+        "submitted_by": submitted_by,
+        "idempotency_key": idempotency_key,
+        "kind": "agent",
+    }
+    if traceparent is not None:
+        created["traceparent"] = traceparent
+    if parent is not None:
+        created["parent_job_id"], created["parent_step_id"] = parent
+    if job_tags:
+        created["tags"] = job_tags
+    started: dict[str, Any] = {
+        "at": at,
+        "agent": found.name,
+        "agent_version": found.version,
+        "agent_hash": identity,
+        "policy": policy,
+    }
+    if found.code_sha256 is not None:
+        started["code_sha256"] = found.code_sha256
+    if found.budget is not None:
+        started["budget"] = found.budget.to_dict()
+    if found.stream is not None:
+        started["stream"] = found.stream.to_dict()
+    events = [NewEvent("job_created", created), NewEvent("agent_started", started)]
+    new = NewJob(namespace, found.name, idempotency_key, submitted_by, events, placement, parent)
+    return replace(new, tags=job_tags, subject=subject), identity
 
 
-def _same_agent_submission(store: Store, job: JobRecord, identity: str, job_input: Any) -> None:
+def same_agent_submission(
+    first: Sequence[StoredEvent], job: JobRecord, identity: str, new: NewJob
+) -> None:
     """Refuse a resubmission under ``job``'s idempotency key with another agent, version
-    (``identity``: its agent hash) or input than ``job`` was submitted with."""
-    first = store.list_events(job.job_id, limit=2)
+    (``identity``: its agent hash) or input than ``job`` was submitted with (``first``: its
+    first events)."""
     recorded = {e.type: e.payload for e in first}
     started = recorded.get("agent_started", {})
+    job_input = new.events[0].payload["input"]
     differs = [
         what
         for what, same in (

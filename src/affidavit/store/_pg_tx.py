@@ -275,6 +275,13 @@ class PostgresTransaction(SqlTransaction):
         (rows,) = self._send([self._bound(sql, params)])
         return rows
 
+    def query_each(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+        # one round trip: every statement's rows (a batch of job inserts)
+        if not statements:
+            return []
+        self._locked = None
+        return self._send([self._bound(sql, params) for sql, params in statements])
+
     def claim(
         self,
         *,

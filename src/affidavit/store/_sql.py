@@ -124,6 +124,15 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
+_INSERT_JOB = (
+    f"INSERT INTO jobs ({JOB_COLUMNS}) "
+    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL "
+    "WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a "
+    "WHERE a.namespace = ? AND a.idempotency_key = ?) "
+    "ON CONFLICT DO NOTHING RETURNING job_id"
+)
+
+
 class SqlTransaction(
     LedgerOps,
     CancelOps,
@@ -310,46 +319,52 @@ class SqlTransaction(
         status: str = "pending",
     ) -> tuple[JobRecord, bool]:
         _check_status(status)
-        by_key = f"{self.log_sql.job_select} WHERE j.namespace = ? AND j.idempotency_key = ?"
+        row = (job_id or new_job_id(), namespace, plan_name, idempotency_key, submitted_by)
+        return self.insert_jobs([row], status)[0]
+
+    def insert_jobs(
+        self, jobs: Sequence[tuple[str, str, str | None, str | None, str | None]], status: str
+    ) -> list[tuple[JobRecord, bool]]:
+        """Insert the rows of ``jobs`` (``(job_id, namespace, plan_name, idempotency_key,
+        submitted_by)`` each) in ``status``, in order: each is :meth:`create_job`'s answer.
+        The inserts are one round trip whatever their number (:meth:`query_each`)."""
         # The insert first: a key already used makes it a no-op (its unique index), and only
         # then is the key's job read — a new job costs one statement, not two.
         now = utc_now()
-        new_id = job_id or new_job_id()
         # (and none if retention removed the key's job: a key never names a second job)
-        values = (new_id, namespace, status, plan_name, idempotency_key, submitted_by, now, now)
-        inserted = self._one(
-            f"INSERT INTO jobs ({JOB_COLUMNS}) "
-            "SELECT ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL "
-            "WHERE NOT EXISTS (SELECT 1 FROM archived_jobs a "
-            "WHERE a.namespace = ? AND a.idempotency_key = ?) "
-            "ON CONFLICT DO NOTHING RETURNING job_id",
-            (*values, namespace, idempotency_key),
+        inserted = self.query_each(
+            [
+                (_INSERT_JOB, (new_id, ns, status, plan, key, by, now, now, ns, key))
+                for new_id, ns, plan, key, by in jobs
+            ]
         )
-        if inserted is not None:
-            job = JobRecord(
-                job_id=new_id,
-                namespace=namespace,
-                status=status,
-                plan_name=plan_name,
-                idempotency_key=idempotency_key,
-                submitted_by=submitted_by,
-                created_at=now,
-                updated_at=now,
-                version=0,
-                head_hash=None,
+        found: list[tuple[JobRecord, bool]] = []
+        for (new_id, ns, plan, key, by), rows in zip(jobs, inserted, strict=True):
+            if rows:
+                job = JobRecord(new_id, ns, status, plan, key, by, now, now, 0, head_hash=None)
+                found.append((job, True))
+                continue
+            if key is not None:
+                # The key's job: from before, or a concurrent submitter's that committed first
+                # (PostgreSQL waits for it).
+                by_key = (
+                    f"{self.log_sql.job_select} WHERE j.namespace = ? AND j.idempotency_key = ?"
+                )
+                existing = self._one(by_key, (ns, key))
+                if existing is not None:
+                    found.append((job_from_row(existing), False))
+                    continue
+                _refuse_an_archived_key(self, ns, key)
+            raise StoreError(
+                f"job id {new_id!r} already exists",
+                hint="Choose another job id, or pass an idempotency key to get the existing job.",
             )
-            return job, True
-        if idempotency_key is not None:
-            # The key's job: from before, or a concurrent submitter's that committed first
-            # (PostgreSQL waits for it).
-            existing = self._one(by_key, (namespace, idempotency_key))
-            if existing is not None:
-                return job_from_row(existing), False
-            _refuse_an_archived_key(self, namespace, idempotency_key)
-        raise StoreError(
-            f"job id {new_id!r} already exists",
-            hint="Choose another job id, or pass an idempotency key to get the existing job.",
-        )
+        return found
+
+    def query_each(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+        """:meth:`query` of each statement, in order; a backend whose reads are round trips
+        sends them in one (PostgreSQL)."""
+        return [self.query(sql, params) for sql, params in statements]
 
     def get_job(self, job_id: str, *, for_update: bool = False) -> JobRecord | None:
         if for_update:

@@ -11,12 +11,15 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from affidavit.core import crash
+from affidavit.core.chain import GENESIS
 from affidavit.core.errors import (
     ConfigError,
     JobNotFound,
     MigrationError,
     NoSchemaError,
 )
+from affidavit.core.ids import new_job_id
 from affidavit.core.privacy import JobCipher
 from affidavit.core.seal import PublicKey, Seal
 from affidavit.store import migrations
@@ -59,6 +62,7 @@ from affidavit.store.base import (
     JobFilter,
     JobRecord,
     NewEvent,
+    NewJob,
     StoredEvent,
     T,
     unmatchable,
@@ -217,27 +221,34 @@ class SqlStore(ApiKeyReads, ABC):
         tags: Mapping[str, str] | None = None,
         subject: str | None = None,
     ) -> tuple[JobRecord, bool]:
-        encoded = encode_events(events)
-        with self.transaction(durable=durable) as tx:
-            job, created = tx.create_job(
-                job_id=job_id,
-                namespace=namespace,
-                plan_name=plan_name,
-                idempotency_key=idempotency_key,
-                submitted_by=submitted_by,
+        new = NewJob(
+            namespace, plan_name, idempotency_key, submitted_by, events, placement, parent, tags
+        )
+        return self.create_jobs([replace(new, subject=subject, job_id=job_id)], durable=durable)[0]
+
+    def create_jobs(
+        self, jobs: Sequence[NewJob], *, durable: bool = True
+    ) -> list[tuple[JobRecord, bool]]:
+        encoded = [encode_events(new.events) for new in jobs]
+        rows = [
+            (
+                new.job_id or new_job_id(),
+                new.namespace,
+                new.plan_name,
+                new.idempotency_key,
+                new.submitted_by,
             )
-            if created and placement is not None:
-                place_job(tx, job.job_id, placement)
-            if created and parent is not None:
-                tx.link_child(job.job_id, *parent)
-            if created and tags:
-                tag_job(tx, job.job_id, tags)
-            if created and subject is not None:
-                tx.bind_subject(job.job_id, subject)
-            if created and encoded:
-                stored = tx.append(job.job_id, encoded=encoded, expected_version=0)
-                job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)
-            return job, created
+            for new in jobs
+        ]
+        with self.transaction(durable=durable) as tx:
+            made = tx.insert_jobs(rows, "pending")
+            found = [
+                _first_writes(tx, new, first, job) if created else (job, False)
+                for new, first, (job, created) in zip(jobs, encoded, made, strict=True)
+            ]
+            if any(new.parent is not None for new in jobs):
+                crash.crash_point("child.before_create_commit")  # (rolled back: none exists)
+            return found
 
     def job_parent(self, job_id: str) -> str | None:
         if unmatchable(job_id):
@@ -398,3 +409,24 @@ class SqlStore(ApiKeyReads, ABC):
         """Remove the copies the database's files may still hold of deleted key rows (the
         backend's own way: see docs/privacy.md); whether it could all be done."""
         return True
+
+
+def _first_writes(
+    tx: SqlTransaction, new: NewJob, encoded: Sequence[Encoded], job: JobRecord
+) -> tuple[JobRecord, bool]:
+    """The rest of the creation of ``job`` (inserted in ``tx`` as ``new`` asks): its queue,
+    parent link, tags, subject and first events."""
+    if new.placement is not None:
+        place_job(tx, job.job_id, new.placement)
+    if new.parent is not None:
+        tx.link_child(job.job_id, *new.parent)
+    if new.tags:
+        tag_job(tx, job.job_id, new.tags)
+    if new.subject is not None:
+        tx.bind_subject(job.job_id, new.subject)
+    else:  # (created just now without one: its writers need not look its key up)
+        tx.no_subject(job.job_id)
+    if encoded:  # (a job of this transaction: its log is empty, no head to read)
+        stored = tx.append(job.job_id, encoded=encoded, expected_version=0, head=GENESIS)
+        job = replace(job, version=stored[-1].version, head_hash=stored[-1].chain_hash)
+    return job, True

@@ -199,6 +199,15 @@ class SubjectOps:
         keys.remember(job_id, cipher)
         return cipher
 
+    def no_subject(self, job_id: str) -> None:
+        """``job_id`` was created in this transaction without a subject (it can never have
+        one: a subject is bound in its job's creating transaction), so its writers need not
+        look its key up. Kept even if the transaction fails: no job has the id then, and one
+        created with it later with a subject is remembered again by :meth:`bind_subject`."""
+        keys = self.subjects
+        if keys is not None:
+            keys.remember(job_id, None)
+
     def sealed_rows(self, job_id: str, rows: Sequence[Encoded]) -> Sequence[Encoded]:
         """``rows`` with the values of a subject's job sealed (see the module docstring)."""
         if not rows:

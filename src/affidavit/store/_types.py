@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from affidavit.core.canonical import parse
 from affidavit.core.errors import UnreadableEventError
+
+if TYPE_CHECKING:
+    from affidavit.store.queues import Placement
 
 T = TypeVar("T")
 
@@ -32,6 +35,23 @@ class NewEvent:
     type: str
     payload: Mapping[str, Any]
     event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to create with its first ``events`` (see :meth:`Store.create_jobs`; the fields
+    are :meth:`Store.create_job`'s arguments)."""
+
+    namespace: str = "default"
+    plan_name: str | None = None
+    idempotency_key: str | None = None
+    submitted_by: str | None = None
+    events: Sequence[NewEvent] = ()
+    placement: Placement | None = None
+    parent: tuple[str, str] | None = None
+    tags: Mapping[str, str] | None = None
+    subject: str | None = None
+    job_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from affidavit.store._types import (
     LedgerColumns,
     LedgerRow,
     NewEvent,
+    NewJob,
     NextClaim,
     StoredEvent,
     T,
@@ -64,6 +65,7 @@ __all__ = [
     "LedgerColumns",
     "LedgerRow",
     "NewEvent",
+    "NewJob",
     "NextClaim",
     "Snapshot",
     "Store",
@@ -480,9 +482,16 @@ class Store(Protocol):
         ``parent``: ``(parent_job_id, parent_step_id)`` of a child job, linked in the same
         transaction (see :mod:`affidavit.store._children`). ``tags``: the job's tags (checked
         by the caller: :func:`affidavit.core.tags.check_tags`), written in the same
-        transaction (see :mod:`affidavit.store.tags`).
-        ``subject``: the job's data
-        subject, whose key seals its values (see :mod:`affidavit.store._subjects`)."""
+        transaction (see :mod:`affidavit.store.tags`). ``subject``: the job's data subject,
+        whose key seals its values (see :mod:`affidavit.store._subjects`)."""
+        ...
+
+    def create_jobs(
+        self, jobs: Sequence[NewJob], *, durable: bool = True
+    ) -> list[tuple[JobRecord, bool]]:
+        """:meth:`create_job` of each of ``jobs``, in order, in one transaction: all are
+        created (or found by their keys), or none. On PostgreSQL two round trips however many
+        there are."""
         ...
 
     @property

@@ -441,6 +441,25 @@ async function showJob(content, jobId) {
         && !list.querySelector(`[data-version="${event.version}"]`)) list.append(streamItem(event));
     if (type !== "stream_emitted") later();
   }).then(later, (err) => { showError(err); window.setTimeout(tick, REFRESH_MS); });
+  // A waiting parent records nothing while its children run: their statuses are polled, and a
+  // change redraws the page.
+  const childrenMoved = async () => {
+    const rows = [...document.querySelectorAll("#children tr[data-child]")];
+    if (!rows.some((r) => !TERMINAL.includes(r.dataset.status))) return false;
+    const trace = await api(`/api/jobs/${jobId}/trace`);
+    const now = new Map((trace.children || []).map((c) => [c.job_id, c.status]));
+    return now.size !== rows.length || rows.some((r) => now.get(r.dataset.child) !== r.dataset.status);
+  };
+  const watchChildren = async () => {
+    if (TERMINAL.includes(shown.job.status)) return;
+    try {
+      if (await childrenMoved()) await redraw();
+    } catch (err) {
+      showError(err);
+    }
+    window.setTimeout(watchChildren, REFRESH_MS);
+  };
+  window.setTimeout(watchChildren, REFRESH_MS);
   const tick = async () => {
     if (TERMINAL.includes(shown.job.status)) return;
     try {
