@@ -81,27 +81,31 @@ def test_a_malformed_tree_file_fails_closed(store_url: str, tmp_path: Path) -> N
         assert not verdict.ok and verdict.problems[0].startswith("tree.json")
 
 
-def test_a_child_result_the_parent_recorded_from_a_forged_row_fails_the_tree(
+def test_a_parent_that_recorded_another_child_result_fails_the_tree(
     store_url: str, tmp_path: Path
 ) -> None:
-    """The parent joined a child whose row an operator had edited (and then put back): each
-    pack verifies on its own, the tree does not — the child's terminal event says otherwise."""
-    from affidavit.store import JobFilter
+    """A parent's log rewritten to hold a result its child never produced and re-sealed with the
+    operator's key: each pack verifies on its own, the tree does not — the child's terminal
+    event says otherwise."""
+    from affidavit.verify.repair import seal_unsealed
     from tests.verify.helpers import RawDb
 
     raw = RawDb(store_url)
     with Runtime(store_url, tools=ca.registry()) as rt:
         root = rt.submit(ca.parent, {"orders": ["A", "B"]}).job_id
-        assert rt.run_job(root).status == "waiting"
-        children = [j.job_id for j in rt.store.list_jobs(JobFilter(parent=root))]
-        for child in children:
-            assert rt.run_job(child).status == "completed"
-        ((kept,),) = raw.rows("SELECT output FROM jobs WHERE job_id = ?", (children[0],))
-        raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", ('{"r":"all"}', children[0]))
-        assert rt.run_job(root).status == "completed"
-        raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", (kept, children[0]))
+        rt.run_until_idle()
+        rows, forged = [], None
+        for _, event_id, event_type, payload, _ in raw.events(root):
+            doc = orjson.loads(payload)
+            if event_type == "child_completed" and forged is None:
+                forged, doc["output"] = doc["job_id"], {"refunded": "all"}
+                payload = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+            rows.append((event_id, event_type, payload))
+        raw.rewrite_log(root, rows)
+        raw.execute("DELETE FROM seals WHERE job_id = ?", (root,))
+        assert [s.job_id for s in seal_unsealed(rt.store, rt.sealer).sealed] == [root]
     out = tmp_path / "tree"
     assert cli("pack", "export", root, str(out), "--tree", "--db", store_url).returncode == 0
     verdict = verify_tree_packs(out)
     assert all(p.ok for p in verdict.packs.values()) and not verdict.ok
-    assert any("output" in p and children[0] in p for p in verdict.problems), verdict.problems
+    assert any("output" in p and str(forged) in p for p in verdict.problems), verdict.problems

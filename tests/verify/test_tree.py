@@ -99,11 +99,11 @@ def test_a_parents_links_rewritten_and_rechained_fail_its_replay_proof(
     assert not verify_tree(rt.store, root).ok
 
 
-def test_a_child_result_forged_on_its_row_before_the_join_fails_the_tree(
+def test_a_child_result_forged_on_its_row_before_the_join_does_not_reach_the_parent(
     rt: Runtime, store_url: str
 ) -> None:
     """An operator edits a finished child's row before its parent joins it, then puts the row
-    back: the parent's record holds a result the child never produced, and the tree fails."""
+    back: the parent records the result the child's own log holds."""
     from affidavit.store import JobFilter
 
     job = rt.submit(ca.parent, {"orders": ["A", "B"]})
@@ -116,8 +116,33 @@ def test_a_child_result_forged_on_its_row_before_the_join_fails_the_tree(
     raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", ('{"refunded":"all"}', children[0]))
     assert rt.run_job(job.job_id).status == "completed"
     raw.execute("UPDATE jobs SET output = ? WHERE job_id = ?", (kept, children[0]))
-    assert verify_job(rt.store, job.job_id).ok and verify_job(rt.store, children[0]).ok
-    tree = verify_tree(rt.store, job.job_id)
+    # the join read the child's result from its log, not from the edited row
+    (linked,) = [
+        e.payload
+        for e in rt.store.list_events(job.job_id)
+        if e.type == "child_completed" and e.payload["job_id"] == children[0]
+    ]
+    assert linked["output"] == orjson.loads(kept) != {"refunded": "all"}
+    assert verify_tree(rt.store, job.job_id).ok
+
+
+def test_a_parent_that_recorded_another_result_fails_the_tree(rt: Runtime, store_url: str) -> None:
+    """A parent's log rewritten to hold a result its child never produced (chain recomputed,
+    re-sealed with the operator's key): each job verifies alone, the tree does not."""
+    root, children = _tree(rt)
+    raw = RawDb(store_url)
+    rows = []
+    for _, event_id, event_type, payload, _ in raw.events(root):
+        doc = orjson.loads(payload)
+        if event_type == "child_completed" and doc["job_id"] == children[0]:
+            doc["output"] = {"refunded": "all"}
+            payload = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+        rows.append((event_id, event_type, payload))
+    raw.rewrite_log(root, rows)
+    raw.execute("DELETE FROM seals WHERE job_id = ?", (root,))
+    assert [s.job_id for s in seal_unsealed(rt.store, rt.sealer).sealed] == [root]
+    assert verify_job(rt.store, root).ok
+    tree = verify_tree(rt.store, root)
     assert not tree.ok
     (bad,) = [link for link in tree.links if link.problem]
     assert bad.child_job_id == children[0] and "output" in bad.problem, bad.problem

@@ -31,7 +31,7 @@ from affidavit.runtime._journal import Journal
 from affidavit.runtime._run_base import Item, StepFailed, Stop
 from affidavit.runtime._sdk import ToolRegistry
 from affidavit.runtime._step_executor import StepSpec
-from affidavit.store import JobFilter, Store, Transaction
+from affidavit.store import JobFilter, JobRecord, Store, Transaction
 
 if TYPE_CHECKING:
     from affidavit.runtime._agent_runner import AgentRun
@@ -257,6 +257,7 @@ def ended_children(
     found: list[dict[str, Any]] = []
     for job_id in job_ids:
         job, seal = jobs[job_id], seals.get(job_id)
+        output, error = _result_of(store, job)
         found.append(
             {
                 "job_id": job_id,
@@ -264,11 +265,22 @@ def ended_children(
                 "chain_head": job.head_hash,
                 "event_count": job.version,
                 "seal_sha256": None if seal is None else seal_sha256(seal),
-                "output": job.output,
-                "error": job.error,
+                "output": output,
+                "error": error,
             }
         )
     return found
+
+
+def _result_of(store: Store, job: JobRecord) -> tuple[Any, Any]:
+    """An ended child's output and error as its terminal event records them (the last of its
+    log, which its seal covers; its job row is a copy an operator could edit)."""
+    (last,) = store.list_events(job.job_id, after_version=job.version - 1, limit=1)
+    if last.type == "job_completed":
+        return last.payload.get("output"), None
+    if last.type == "job_failed":
+        return None, last.payload.get("error")
+    return None, None
 
 
 def run_join(
