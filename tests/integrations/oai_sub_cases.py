@@ -150,6 +150,7 @@ async def oai_budget_triage(ctx: affidavit.AgentContext, prompt: str) -> dict[st
     result = await AffidavitRunner.run(budget_triage, prompt, run_config=QUIET)
     return {"output": result.final_output}
 
+
 REGISTRATIONS = [
     *st.REGISTRATIONS,
     counter_job,

@@ -15,6 +15,7 @@ from agents import Agent
 
 import affidavit
 from affidavit import Runtime, ToolRegistry
+from affidavit.integrations._children import MAX_PROMPT_BYTES, check_prompt
 from affidavit.integrations.openai_agents import agent_job
 from affidavit.integrations.openai_agents._children import sub_agent_of
 from affidavit.store import JobFilter
@@ -140,3 +141,9 @@ def test_a_child_jobs_budget_is_its_own(store_url: str, env: Any) -> None:
         assert started["policy"]["in_flight"] == "fail"
         assert (child.status, events[-1].payload["reason"]) == ("parked", "budget_exceeded")
         assert rt.get_job(root).status == "waiting"  # (its own budget, five calls, is not spent)
+
+
+def test_a_sub_agents_prompt_is_bounded_in_bytes() -> None:
+    assert check_prompt("a", "x" * MAX_PROMPT_BYTES)  # (more than 1,000,000 characters)
+    with pytest.raises(ValueError, match="bytes"):
+        check_prompt("a", "é" * (MAX_PROMPT_BYTES // 2 + 1))

@@ -11,15 +11,18 @@ agent with ``AffidavitRunner.run``; inside ``AffidavitRunner.run``, a tool made 
    ``needs_approval`` asks waits for an approval first (``approve:TOOL:CALL_ID``);
 3. what the calling model gets: the child's final output (a ``custom_output_extractor`` of
    ``as_tool`` is not applied: the parent has no ``RunResult`` of the child); a child that
-   failed or was cancelled is told to the model as the SDK's default tool error;
+   failed or was cancelled is told to the model by the tool's ``failure_error_function``; only
+   a tool made by the registered agent object itself is a child job (not a clone's);
 4. a handoff to such an agent: the SDK hands over as always (the handoff call and its output
    are items of the run), then the agent handed to — a clone whose model is the child job —
    takes one turn: the child job, its input ``{"input": [the conversation's items as JSON]}``,
-   whose final output is that turn's one assistant message. The parent's ``RunResult`` is the
-   SDK's: ``last_agent`` the agent handed to, ``final_output`` the child's (parsed as the
-   agent's output type by the SDK), ``new_items`` the handoff and that message (the child's own
-   items are in its record). A child that failed or was cancelled raises
-   :class:`ChildJobFailed` from ``AffidavitRunner.run``.
+   whose final output is that turn's one assistant message (the text the SDK parses as the
+   agent's output type: ``{"response": ...}`` for a type it wraps). The parent's ``RunResult``
+   is the SDK's: ``last_agent`` the agent handed to, ``final_output`` the child's,
+   ``new_items`` the handoff and that message (the child's own items are in its record). A
+   child that failed or was cancelled raises :class:`ChildJobFailed` from
+   ``AffidavitRunner.run``. The child's ``max_turns`` is what the parent's run has left (a
+   handoff cycle ends); the clone's model is never retried (a retry would be a second child).
 """
 
 from __future__ import annotations
