@@ -10,7 +10,9 @@ the models are scripted (no network):
   model, with a handoff or an agent tool; a server-kept conversation with a handoff);
 - ``oai_retrying``: a handoff to the refunder under a retry policy that retries everything;
 - ``oai_budgeted``: a refunder registered with a budget of its own (no tool call), called as
-  a tool by ``oai_budget_triage`` (whose budget allows five).
+  a tool by ``oai_budget_triage`` (whose budget allows five);
+- ``oai_told_triage``: the refunder as a tool whose ``failure_error_function`` is ``_told``
+  (``told``) or ``None``.
 """
 
 from __future__ import annotations
@@ -151,6 +153,29 @@ async def oai_budget_triage(ctx: affidavit.AgentContext, prompt: str) -> dict[st
     return {"output": result.final_output}
 
 
+def _told(context: Any, error: Exception) -> str:
+    return f"no refund ({type(error).__name__})"
+
+
+told_triage = Agent(
+    name="told_triage",
+    model=st.TriageModel(),
+    tools=[st.note, st.refunder.as_tool("refund", "Refund", failure_error_function=_told)],
+)
+raising_triage = Agent(
+    name="raising_triage",
+    model=st.TriageModel(),
+    tools=[st.note, st.refunder.as_tool("refund", "Refund", failure_error_function=None)],
+)
+
+
+@affidavit.agent("oai_told_triage", version="1")
+async def oai_told_triage(ctx: affidavit.AgentContext, prompt: str, told: bool) -> dict[str, Any]:
+    agent = told_triage if told else raising_triage
+    result = await AffidavitRunner.run(agent, prompt, run_config=QUIET)
+    return {"output": result.final_output}
+
+
 REGISTRATIONS = [
     *st.REGISTRATIONS,
     counter_job,
@@ -163,4 +188,5 @@ REGISTRATIONS = [
     oai_retrying,
     budgeted_job,
     oai_budget_triage,
+    oai_told_triage,
 ]

@@ -116,6 +116,25 @@ def test_a_retry_policy_does_not_start_a_handoffs_child_twice(store_url: str, en
         assert child.status == "failed"
 
 
+@pytest.mark.parametrize("told", [True, False])
+def test_a_failed_child_is_told_by_the_tools_failure_error_function(
+    store_url: str, env: Any, told: bool
+) -> None:
+    with _runtime(store_url) as rt:
+        root = rt.submit("oai_told_triage", {"prompt": "fail", "told": told}).job_id
+        rt.run_until_idle()
+        done = rt.get_job(root)
+        [child] = rt.store.list_jobs(JobFilter(parent=root))
+        assert child.status == "failed"
+        if told:  # the model is told what as_tool's function says
+            assert done.status == "completed", done.error
+            assert done.output == {"output": "noted; no refund (ChildJobFailed)"}
+        else:  # None: the SDK raises the tool's error (ChildJobFailed) as its UserError
+            assert done.status == "failed"
+            assert "Error running tool refund: the child job" in str(done.error), done.error
+        assert verify_tree(rt.store, root).ok
+
+
 def test_agent_job_again_with_other_options_is_refused() -> None:
     assert agent_job(st.refunder, name="oai_refunder", run_config=QUIET) is st.refunder_job
     for options in (
