@@ -166,3 +166,14 @@ def test_a_sub_agents_prompt_is_bounded_in_bytes() -> None:
     assert check_prompt("a", "x" * MAX_PROMPT_BYTES)  # (more than 1,000,000 characters)
     with pytest.raises(ValueError, match="bytes"):
         check_prompt("a", "é" * (MAX_PROMPT_BYTES // 2 + 1))
+
+
+@pytest.mark.parametrize("turns", [0, "3", True])
+def test_a_bad_max_turns_in_a_childs_input_fails_it(store_url: str, env: Any, turns: Any) -> None:
+    with _runtime(store_url) as rt:
+        job = rt.submit("oai_refunder", {"input": "refund 7", "max_turns": turns}).job_id
+        rt.run_until_idle()
+        done = rt.get_job(job)
+        assert done.status == "failed"
+        assert "max_turns must be an integer" in str(done.error), done.error
+        assert not Path(env["OAI_LEDGER"]).exists()  # nothing refunded

@@ -129,6 +129,8 @@ def agent_job(
         from affidavit.integrations.openai_agents._codec import jsonable
         from affidavit.integrations.openai_agents._runner import AffidavitRunner
 
+        if max_turns is not None and (type(max_turns) is not int or max_turns < 1):
+            raise affidavit.ConfigError(f"max_turns must be an integer ≥ 1, not {max_turns!r}")
         turns = [n for n in (registered_turns, max_turns) if n is not None]
         kwargs: dict[str, Any] = {"max_turns": min(turns)} if turns else {}
         result = await AffidavitRunner.run(agent, input, ctx=ctx, run_config=run_config, **kwargs)
