@@ -169,7 +169,8 @@ def test_a_child_resealed_with_another_output_fails_the_parents_tree(
 def test_two_sdk_agents_of_one_name_are_refused() -> None:
     from agents import Agent
 
-    assert agent_job(st.refunder, name="oai_refunder") is st.refunder_job  # (the same: found)
+    # (the same agent with the same options: found)
+    assert agent_job(st.refunder, name="oai_refunder", run_config=ot.QUIET) is st.refunder_job
     with pytest.raises(affidavit.ConfigError, match="registered as the job 'oai_refunder'"):
         agent_job(Agent(name="refunder"), name="oai_refunder_2")
 

@@ -10,13 +10,17 @@ returns the child it created, the second its recorded result (or waits again).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from typing import Any
 
 from affidavit import AgentContext, ChildResult
 
-#: The most text a sub-agent's prompt may carry into its child job's input.
-MAX_PROMPT_CHARS = 1_000_000
+#: The most a sub-agent's prompt may weigh (UTF-8 bytes) in its child job's input: a byte
+#: bound, as a handed-over conversation's, since bytes are what the child's input is stored as.
+MAX_PROMPT_BYTES = 4 * 1024 * 1024
+#: The longest approval or wait key a framework's tool call gives the runtime.
+MAX_CALL_KEY = 200
 
 
 class ChildJobFailed(RuntimeError):
@@ -39,12 +43,24 @@ def check_prompt(agent: str, prompt: Any) -> str:
         raise ValueError(
             f"agent {agent!r} runs as a child job with a text prompt, not {type(prompt).__name__}"
         )
-    if len(prompt) > MAX_PROMPT_CHARS:
+    size = len(prompt.encode("utf-8", "surrogatepass"))
+    if size > MAX_PROMPT_BYTES:
         raise ValueError(
-            f"the prompt for agent {agent!r} has {len(prompt)} characters; a child job's "
-            f"prompt has at most {MAX_PROMPT_CHARS}"
+            f"the prompt for agent {agent!r} is {size} bytes (UTF-8); a child job's prompt is "
+            f"at most {MAX_PROMPT_BYTES}"
         )
     return prompt
+
+
+def call_key(kind: str, tool_name: str, call_id: str) -> str:
+    """The approval or wait key ``KIND:TOOL:CALL_ID`` of a framework's tool call, at most
+    :data:`MAX_CALL_KEY` characters (a longer one keeps the tool name's first 100 characters
+    and a digest of the whole)."""
+    key = f"{kind}:{tool_name}:{call_id}"
+    if len(key) <= MAX_CALL_KEY:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{kind}:{tool_name[:100]}:{digest}"
 
 
 async def run_child(

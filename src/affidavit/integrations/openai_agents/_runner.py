@@ -53,6 +53,7 @@ from agents import (
 )
 from agents.function_schema import function_schema
 from agents.items import ModelResponse, TResponseStreamEvent
+from agents.run_config import DEFAULT_MAX_TURNS
 from agents.tool_context import ToolContext as SdkToolContext
 
 import affidavit
@@ -62,6 +63,8 @@ from affidavit.integrations.openai_agents import _steps
 from affidavit.integrations.openai_agents._children import (
     child_tool,
     handed_to_child,
+    refuse_server_state,
+    refuse_streaming,
     sub_agent_for,
     sub_agent_of,
 )
@@ -91,6 +94,8 @@ class _Run:
         self.turn = 0
         self.agents: dict[int, Agent[Any]] = {}  # id(original) -> its clone (handoff cycles)
         self.model_override = False  # the RunConfig names the model of every agent
+        self.server_state = False  # previous_response_id or conversation_id: the server's
+        self.max_turns = DEFAULT_MAX_TURNS
 
 
 class AffidavitRunner:
@@ -134,6 +139,8 @@ class AffidavitRunner:
             )
         run = _Run(ctx)
         run.model_override = run_config is not None and run_config.model is not None
+        run.server_state = any(kwargs.get(k) for k in ("previous_response_id", "conversation_id"))
+        run.max_turns = kwargs.get("max_turns") or DEFAULT_MAX_TURNS
         config = _recorded_config(run_config or RunConfig(), run)
         agent = _wrap_agent(starting_agent, run)
         open_bridge(ctx.job_id)
@@ -217,7 +224,10 @@ def _handed_to(agent: Agent[Any], run: _Run) -> Agent[Any]:
             "names the model of every agent",
             hint="Give the agents their models instead of RunConfig(model=...).",
         )
-    return handed_to_child(agent, sub, run.ctx)
+    if run.server_state:
+        raise refuse_server_state(sub.job.name)
+    # (the child's turns are this run's: it is given the turns left, a handoff cycle ends)
+    return handed_to_child(agent, sub, run.ctx, lambda: run.max_turns - run.turn)
 
 
 def _pass_keys(server: Any) -> None:
@@ -298,10 +308,7 @@ class _RecordedModel(Model):
         return load_response(recorded)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise affidavit.ConfigError(
-            "streamed model responses are not recorded in affidavit jobs",
-            hint="Use AffidavitRunner.run (not Runner.run_streamed) inside a job.",
-        )
+        refuse_streaming()
 
     def get_retry_advice(self, request: Any) -> Any:
         return self._inner.get_retry_advice(request)
@@ -387,6 +394,12 @@ def _wrap_tool(tool: FunctionTool, run: _Run) -> FunctionTool:
     needs_approval = tool.needs_approval
     sub = sub_agent_of(tool)
     if sub is not None:  # agent.as_tool of an agent_job: each call a child job
+        if run.model_override:  # (the SDK would run the agent on the RunConfig's model)
+            raise affidavit.ConfigError(
+                f"the agent tool {tool.name!r} of {sub.agent.name!r}, a child job (agent_job), "
+                "in a run whose RunConfig names the model of every agent",
+                hint="Give the agents their models instead of RunConfig(model=...).",
+            )
 
         async def approve(tool_context: Any, parsed: Any, call_id: str) -> bool:
             return await _asks_approval(needs_approval, tool_context, parsed, call_id)

@@ -17,7 +17,6 @@ recorded step (:mod:`._backend`, :mod:`._steps`). How one job runs:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import sys
 import typing
@@ -45,6 +44,7 @@ from pydantic_core import to_jsonable_python
 import affidavit
 from affidavit import AgentContext, Tool
 from affidavit.integrations._bridge import CURRENT_STEP, close_bridge, open_bridge
+from affidavit.integrations._children import call_key
 from affidavit.integrations.pydantic_ai._backend import AffidavitOperationBackend
 from affidavit.integrations.pydantic_ai._delegation import refuse_in_step, run_delegated
 from affidavit.integrations.pydantic_ai._steps import AgentSteps
@@ -61,7 +61,6 @@ META_IDEMPOTENCY_KEY, META_JOB_ID, META_STEP_ID = (
     "affidavit/job_id",
     "affidavit/step_id",
 )
-_MAX_KEY = 200
 
 
 @dataclass
@@ -382,10 +381,12 @@ class AffidavitDurability(BaseDurabilityCapability[AgentDepsT]):
                 "args": call.args_as_dict(raise_if_invalid=True),
                 "tool_call_id": call.tool_call_id,
             }
-            await ctx.approval(_key("approve", call.tool_name, call.tool_call_id), payload=payload)
+            await ctx.approval(
+                call_key("approve", call.tool_name, call.tool_call_id), payload=payload
+            )
             answers.approvals[call.tool_call_id] = ToolApproved()
         for call in requests.calls:
-            result = await ctx.wait(_key("result", call.tool_name, call.tool_call_id))
+            result = await ctx.wait(call_key("result", call.tool_name, call.tool_call_id))
             answers.calls[call.tool_call_id] = result
         return answers
 
@@ -513,14 +514,6 @@ def _schema_tool(t: Tool, current: ContextVar[AgentContext | None]) -> PydanticT
 def _stable_id(job_id: str, n: int) -> str:
     """A run id fixed by the job (a recovery's run carries the ids the first one did)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"affidavit:{job_id}:pydantic-ai:{n}"))
-
-
-def _key(kind: str, tool_name: str, call_id: str) -> str:
-    key = f"{kind}:{tool_name}:{call_id}"
-    if len(key) <= _MAX_KEY:
-        return key
-    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{kind}:{tool_name[:100]}:{digest}"
 
 
 def _first_control(group: BaseExceptionGroup[BaseException]) -> BaseException:
