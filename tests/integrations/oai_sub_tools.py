@@ -7,7 +7,7 @@ asked is a line in the side channel ``OAI_SIDE`` (``model``, with the agent and 
   ``oai_refund`` (an ``@affidavit.tool`` with a ``reconcile`` hook, through ``ledger_tool``; its
   effect is a line in ``OAI_LEDGER`` tagged with the step's idempotency key), turn 1 answers
   ``refunded N``; the input ``fail`` makes its model raise (the child fails).
-- ``oai_triage`` (the parent): turn 0 calls ``note`` (an ordinary tool step) and ``refund``
+- ``oai_sub_triage`` (the parent): turn 0 calls ``note`` (an ordinary tool step) and ``refund``
   (the refunder as a tool: a child job) with the prompt's input; turn 1 answers with what the
   tools returned.
 - ``oai_front``: turn 0 hands off to the refunder (``transfer_to_refunder``): the refunder's
@@ -146,7 +146,7 @@ async def oai_front(ctx: affidavit.AgentContext, prompt: str) -> dict[str, Any]:
     return {"output": result.final_output, "last_agent": result.last_agent.name}
 
 
-@affidavit.agent("oai_triage", version="1")
+@affidavit.agent("oai_sub_triage", version="1")
 async def oai_triage(ctx: affidavit.AgentContext, prompt: str) -> dict[str, Any]:
     result = await AffidavitRunner.run(triage, prompt, run_config=QUIET)
     return {"output": result.final_output}

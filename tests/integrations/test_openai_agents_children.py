@@ -81,7 +81,7 @@ def _tree_once(rt: Runtime, env: dict[str, str], root: str) -> str:
 
 def test_an_agent_tool_is_a_child_job_joined_durably(store_url: str, env: Any) -> None:
     with _runtime(store_url) as rt:
-        root = rt.submit("oai_triage", {"prompt": "refund 7"}).job_id
+        root = rt.submit("oai_sub_triage", {"prompt": "refund 7"}).job_id
         assert rt.run_job(root).status == "waiting"  # the triage job holds no worker meanwhile
         rt.run_until_idle()
         child = _tree_once(rt, env, root)
@@ -101,7 +101,7 @@ def test_an_agent_tool_is_a_child_job_joined_durably(store_url: str, env: Any) -
     ],
 )
 def test_a_worker_killed_around_the_agent_tool(store_url: str, env: Any, point: str) -> None:
-    root = submit(store_url, SUB_TOOLS, {"prompt": "refund 7"}, env, "oai_triage")
+    root = submit(store_url, SUB_TOOLS, {"prompt": "refund 7"}, env, "oai_sub_triage")
     killed = cli("worker", "--tools", str(SUB_TOOLS), "--until-idle", "--lease-seconds", "1",
                  "--db", store_url, env={**env, "AFFIDAVIT_CRASH_AT": point})  # fmt: skip
     assert killed.returncode == -9, killed.stderr
@@ -125,7 +125,7 @@ def test_a_worker_killed_around_the_agent_tool(store_url: str, env: Any, point: 
 
 def test_a_failed_child_is_the_tools_error_for_the_model(store_url: str, env: Any) -> None:
     with _runtime(store_url) as rt:
-        root = rt.submit("oai_triage", {"prompt": "fail"}).job_id
+        root = rt.submit("oai_sub_triage", {"prompt": "fail"}).job_id
         rt.run_until_idle()
         job = rt.get_job(root)
         assert job.status == "completed", job.error
@@ -139,7 +139,7 @@ def test_a_child_resealed_with_another_output_fails_the_parents_tree(
     store_url: str, env: Any
 ) -> None:
     with _runtime(store_url) as rt:
-        root = rt.submit("oai_triage", {"prompt": "refund 7"}).job_id
+        root = rt.submit("oai_sub_triage", {"prompt": "refund 7"}).job_id
         rt.run_until_idle()
         child = _tree_once(rt, env, root)
         raw = RawDb(store_url)

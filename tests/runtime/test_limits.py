@@ -13,7 +13,7 @@ import pytest
 
 from affidavit import Limit, Runtime, Store, Tool, ToolContext, ToolRegistry
 from affidavit.core.errors import ConfigError
-from affidavit.runtime._limits import parse_iso_us
+from affidavit.core.times import parse_iso_us
 from affidavit.store import StoredEvent
 from tests.runtime.helpers import assert_log_sound, node, plan
 

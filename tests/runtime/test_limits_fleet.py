@@ -32,7 +32,7 @@ from typing import Any
 
 from affidavit import Runtime
 from affidavit.core.rates import parse_rate, worst_window
-from affidavit.runtime._limits import parse_iso_us
+from affidavit.core.times import parse_iso_us
 from affidavit.store import JobFilter, Store
 from affidavit.verify import verify_job
 from tests.conftest import examples

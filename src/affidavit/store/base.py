@@ -419,16 +419,15 @@ class Store(Protocol):
     backend: str
 
     def migrate(self, on_apply: Callable[[Migration], None] | None = None) -> list[int]:
-        """Apply pending numbered migrations; return the versions applied (empty if none).
-        ``on_apply`` is called with each migration before it is applied (progress for a long
-        one, such as a table rebuild)."""
+        """Apply pending numbered migrations; the versions applied. ``on_apply(migration)``
+        before each (progress for a long one, such as a table rebuild)."""
         ...
 
     def schema_version(self) -> int: ...
 
     def transaction(self, *, durable: bool = True) -> AbstractContextManager[Transaction]:
-        """A write transaction. ``durable=True`` returns only after the commit is synced to
-        disk; ``durable=False`` only writes it (the next durable commit covers it)."""
+        """A write transaction: ``durable`` returns only after the commit is synced to disk,
+        else it is only written (the next durable commit covers it)."""
         ...
 
     def append(
@@ -489,9 +488,8 @@ class Store(Protocol):
     def create_jobs(
         self, jobs: Sequence[NewJob], *, durable: bool = True
     ) -> list[tuple[JobRecord, bool]]:
-        """:meth:`create_job` of each of ``jobs``, in order, in one transaction: all are
-        created (or found by their keys), or none. On PostgreSQL two round trips however many
-        there are."""
+        """:meth:`create_job` of each of ``jobs`` in order, in one transaction: all created
+        (or found by their keys) or none; on PostgreSQL two round trips however many."""
         ...
 
     @property
@@ -553,15 +551,13 @@ class Store(Protocol):
         fetched ``batch`` at a time (memory does not grow with the log)."""
         ...
 
+    # API keys, and the counts the metrics show
     def get_api_key(self, key_id: str) -> ApiKeyRow | None: ...
-
     def list_api_keys(self) -> list[ApiKeyRow]: ...
-
     def count_jobs_by_status(self) -> dict[str, int]: ...
-
     def count_invocations_by_status(self) -> dict[str, int]: ...
-
     def count_claim_verdicts(self) -> dict[tuple[str, str], int]: ...
+
     def snapshot(self, *, lenient_text: bool = False) -> AbstractContextManager[Snapshot]:
         """A consistent read-only view; see :class:`Snapshot`. ``lenient_text``: text that is
         not UTF-8 (only SQLite can hold it: a column edited outside the store) is read with
