@@ -23,6 +23,7 @@ from pydantic_ai.models.test import TestModel
 import affidavit
 from affidavit import ConfigError, Runtime, ToolRegistry
 from affidavit.integrations.pydantic_ai import RECORD_FORMAT, AffidavitAgent, AffidavitDurability
+from tests.cli.test_cli import cli as any_cli
 from tests.integrations import pydai_tools as pt
 from tests.packs.helpers import assay_verify
 
@@ -31,16 +32,11 @@ SRC = str(Path(affidavit.__file__).resolve().parents[1])
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200", **(env or {})}
-    full.pop("AFFIDAVIT_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "affidavit", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=180,
-        check=False,
-    )
+    """``affidavit ARGS`` with ``env`` over this process's environment (without its database
+    URL): tests/cli/test_cli.py's ``cli``, which runs a worker, ``jobs show`` or ``signal`` in
+    this process and a call with a crash point in a process of its own."""
+    outer = {k: v for k, v in os.environ.items() if k != "AFFIDAVIT_DATABASE_URL"}
+    return any_cli(*args, env={**outer, **(env or {})})
 
 
 @pytest.fixture
@@ -89,7 +85,7 @@ def worker(url: str, env: dict[str, str], tools: Path = TOOLS) -> subprocess.Com
 def run_until_done(
     url: str, job_id: str, env: dict[str, str], tools: Path = TOOLS
 ) -> dict[str, Any]:
-    """Workers (subprocesses) until the job ends or waits: a dead worker's lease must expire
+    """Workers until the job ends or waits: a dead worker's lease must expire
     before another can take the job, so this polls, bounded."""
     deadline = time.monotonic() + 120
     while True:
