@@ -28,7 +28,6 @@ COMMANDS = [
     ["claims", "history", "nobody", "--json"],
     ["log", "verify", "--json"],
     ["trust", "show", "nobody"],
-    ["worker", "--until-idle", "--json"],
     ["worker", "--until-idle", "--max-outage-seconds", "-1", "--json"],
     ["run", "no-such-plan.json", "--json"],
 ]
