@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK (the real library, a scripted ``Model``) run by ``AffidavitRunner`` in
 an affidavit agent job on both backends: every model call a recorded pure step, every function
 tool call a tool step through the ledger; a worker killed after a tool committed (and one killed
-between a write and its record) recovered by another worker process with each effect once and
+between a write and its record) recovered by another worker with each effect once and
 the model not asked again for a recorded turn; the pack MATCH under assay's verifier."""
 
 from __future__ import annotations

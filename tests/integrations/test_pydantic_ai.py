@@ -1,7 +1,7 @@
 """A Pydantic AI agent (the real library, a scripted ``FunctionModel``) run as an affidavit agent
 job on both backends: every model request a recorded pure step, every tool call a tool step
 through the ledger; killed between a file write and its record, recovered by another worker
-process with the file written once and the model not asked again for a recorded turn; an
+with the file written once and the model not asked again for a recorded turn; an
 approval of a deferred tool call from the CLI resumes the job."""
 
 from __future__ import annotations
