@@ -1,7 +1,7 @@
 """A Pydantic AI agent (the real library, a scripted ``FunctionModel``) run as an affidavit agent
 job on both backends: every model request a recorded pure step, every tool call a tool step
 through the ledger; killed between a file write and its record, recovered by another worker
-with the file written once and the model not asked again for a recorded turn; an
+process with the file written once and the model not asked again for a recorded turn; an
 approval of a deferred tool call from the CLI resumes the job."""
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from pydantic_ai.models.test import TestModel
 import affidavit
 from affidavit import ConfigError, Runtime, ToolRegistry
 from affidavit.integrations.pydantic_ai import RECORD_FORMAT, AffidavitAgent, AffidavitDurability
-from tests.cli.test_cli import cli as any_cli
 from tests.integrations import pydai_tools as pt
 from tests.packs.helpers import assay_verify
 
@@ -32,11 +31,16 @@ SRC = str(Path(affidavit.__file__).resolve().parents[1])
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``affidavit ARGS`` with ``env`` over this process's environment (without its database
-    URL): tests/cli/test_cli.py's ``cli``, which runs a worker, ``jobs show`` or ``signal`` in
-    this process and a call with a crash point in a process of its own."""
-    outer = {k: v for k, v in os.environ.items() if k != "AFFIDAVIT_DATABASE_URL"}
-    return any_cli(*args, env={**outer, **(env or {})})
+    full = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200", **(env or {})}
+    full.pop("AFFIDAVIT_DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "affidavit", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=180,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -85,7 +89,7 @@ def worker(url: str, env: dict[str, str], tools: Path = TOOLS) -> subprocess.Com
 def run_until_done(
     url: str, job_id: str, env: dict[str, str], tools: Path = TOOLS
 ) -> dict[str, Any]:
-    """Workers until the job ends or waits: a dead worker's lease must expire
+    """Workers (subprocesses) until the job ends or waits: a dead worker's lease must expire
     before another can take the job, so this polls, bounded."""
     deadline = time.monotonic() + 120
     while True:
