@@ -9,6 +9,7 @@ unreachable server fails the run instead of skipping the PostgreSQL half.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,13 @@ import pytest
 
 from affidavit.store import Store, open_store
 from tests.migrated import PgSchemas, SqliteTemplate
+
+# pytest rewrites the asserts of each test module it imports and keeps the result beside the
+# module (__pycache__/*-pytest-*.pyc) unless bytecode is not to be written: where
+# PYTHONDONTWRITEBYTECODE is set, every test process (each xdist worker) rewrote the ~500
+# modules again, ~9 s of CPU of its ~20 s of collection. This process writes them; the
+# variable stays set for the processes the tests start.
+sys.dont_write_bytecode = False
 
 PG_URL = os.environ.get("AFFIDAVIT_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
 REQUIRE_PG = os.environ.get("AFFIDAVIT_REQUIRE_PG") == "1"

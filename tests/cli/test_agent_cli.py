@@ -1,5 +1,6 @@
-"""Agent jobs from the command line, as real subprocesses on both backends: ``run --agent``,
-``submit --agent`` + ``worker``, ``signal`` / ``resume`` / ``cancel`` / ``jobs show|events``."""
+"""Agent jobs from the command line (``cli``, tests/cli/test_cli.py) on both backends:
+``run --agent``, ``submit --agent`` + ``worker``, ``signal`` / ``resume`` / ``cancel`` /
+``jobs show|events``."""
 
 from __future__ import annotations
 

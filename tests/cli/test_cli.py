@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import importlib
 import io
+import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,10 +42,14 @@ def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
 # crash point (``submit`` imports the tools module to check the plan against it: the modules
 # it imports and the tools it registers are forgotten after the call, see ``_own_imports``).
 # Starting a process costs ~0.3 s, most of it imports, and the suite runs some thousand of
-# these. Everything else (run, worker, serve, mcp, witness, demo, db clock, ...),
-# `--help`, and any call with a crash point or a preloaded library (libfaketime) set runs as a
-# real process: ``cli_process``, which a test about the process itself (exit on a signal, a
-# crash) calls.
+# these. ``run`` and ``worker --until-idle`` run their jobs' tools here too (the tools module
+# is imported as in a new process and forgotten after the call; a thread the command leaves
+# running fails the call, as a process of its own would have ended it); a worker that polls
+# until stopped, supervises processes (--processes) or serves metrics runs in its own process.
+# Everything else (serve, mcp, witness, demo, db clock, ...), `--help`, and any call with a
+# crash point, a preloaded library (libfaketime) or OpenTelemetry set runs as a real process:
+# ``cli_process``, which a test about the process itself (exit on a signal, a crash, a step
+# that kills or exits its process) calls.
 IN_PROCESS: frozenset[tuple[str, ...]] = frozenset(
     {
         ("jobs", "show"),
@@ -85,8 +92,15 @@ IN_PROCESS: frozenset[tuple[str, ...]] = frozenset(
         ("limits",),
         ("schedules",),
         ("jobs", "fork"),
+        ("run",),
+        ("worker",),
     }
 )
+
+# Options that make ``worker`` a process of its own: without --until-idle it polls until
+# stopped; --processes starts worker processes; --metrics-port serves HTTP.
+_WORKER_IN_PROCESS = "--until-idle"
+_WORKER_OWN_PROCESS = ("--processes", "--metrics-port")
 
 # Variables that change the process itself (a library preloaded into it, the clock it sees).
 _PROCESS_VARIABLES = ("LD_PRELOAD", "FAKETIME", "DYLD_INSERT_LIBRARIES")
@@ -96,6 +110,12 @@ def _in_process(args: tuple[str, ...], env: dict[str, str]) -> bool:
     if "--help" in args or any(name.startswith("AFFIDAVIT_CRASH") for name in env):
         return False
     if any(env.get(name) != os.environ.get(name) for name in _PROCESS_VARIABLES):
+        return False
+    if any(name.startswith("OTEL_") for name in env):  # (a global tracer, an atexit flush)
+        return False
+    if args[:1] == ("worker",) and (
+        _WORKER_IN_PROCESS not in args or any(a in _WORKER_OWN_PROCESS for a in args)
+    ):
         return False
     return args[:1] in IN_PROCESS or args[:2] in IN_PROCESS
 
@@ -140,6 +160,7 @@ def _run_in_process(
     # (the Rich consoles are made on first use and read the environment then: made anew here)
     consoles = {name: output.__dict__.pop(name, None) for name in ("out", "err")}
     code: int | str | None = 0
+    threads = set(threading.enumerate())
     try:
         os.environ.clear()
         os.environ.update(env)
@@ -148,7 +169,7 @@ def _run_in_process(
         sys.stdin = io.StringIO("")
         sys.stdout, sys.stderr = streams
         try:
-            with _own_imports(env):
+            with _own_imports(env), _own_worker_id(), _own_logging():
                 main(list(args))
         except SystemExit as exc:
             code = exc.code
@@ -164,12 +185,64 @@ def _run_in_process(
             output.__dict__.pop(name, None)
             if console is not None:
                 output.__dict__[name] = console
+    _no_thread_left(threads, args)
     stdout, stderr = (_read(stream) for stream in streams)
     if isinstance(code, str):  # (SystemExit("message"): printed on stderr, exit 1)
         stderr, code = stderr + code + "\n", 1
     return subprocess.CompletedProcess(
         [sys.executable, "-m", "affidavit", *args], code or 0, stdout, stderr
     )
+
+
+# Daemon threads a command may leave behind, each harmless once the command has returned: a
+# lease's heartbeat helper, idle once its run stopped it (it renews no lease), waits for another
+# run and ends after its idle time (~10 s).
+_IDLE_DAEMONS = frozenset({"heartbeat"})
+
+
+def _no_thread_left(before: set[threading.Thread], args: tuple[str, ...]) -> None:
+    """The threads the command started have ended, as at the exit of a process of its own:
+    a thread that is not a daemon is waited for (a process waits for it too), a daemon (which
+    a process would end) must have ended unless it is one of ``_IDLE_DAEMONS``; a thread
+    still running fails the call."""
+    left = [t for t in threading.enumerate() if t not in before]
+    for thread in left:
+        thread.join(10 if not thread.daemon else 0.5 if thread.name not in _IDLE_DAEMONS else 0)
+    running = [t.name for t in left if t.is_alive() and t.name not in _IDLE_DAEMONS]
+    assert not running, f"affidavit {' '.join(args)} left threads running: {running}"
+
+
+@contextmanager
+def _own_logging() -> Iterator[None]:
+    """Logging as in a new process: no handler configured, so a warning goes to stderr through
+    ``logging.lastResort`` (pytest's capturing handlers are set aside meanwhile)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers.clear()
+    root.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+_calls = itertools.count(1)
+
+
+@contextmanager
+def _own_worker_id() -> Iterator[None]:
+    """A worker's id names its process (host, pid, thread): a call here is given one of its
+    own, as a process of its own would have, not the test process's."""
+    from affidavit.runtime import _worker
+
+    saved = _worker.default_worker_id
+    own = f"{saved().rsplit(':', 1)[0]}-{next(_calls)}"
+    _worker.default_worker_id = lambda: f"{own}:{threading.get_ident() % 100000}"
+    try:
+        yield
+    finally:
+        _worker.default_worker_id = saved
 
 
 @contextmanager
@@ -224,7 +297,11 @@ _INSTALLED = tuple(
 
 
 def _installed(module: ModuleType) -> bool:
-    """Whether ``module`` comes with the interpreter, an installed package or affidavit."""
+    """Whether ``module`` comes with the interpreter, an installed package or affidavit; the
+    examples register tools when imported, which a new process has not done: they are
+    imported anew, as the tests' modules are."""
+    if str(getattr(module, "__name__", "")).split(".")[:2] == ["affidavit", "examples"]:
+        return False
     file = getattr(module, "__file__", None)
     return file is None or str(Path(file).resolve()).startswith(_INSTALLED)
 

@@ -1,5 +1,5 @@
-"""``affidavit signal``, ``resume --decision continue`` and ``--replay-verification`` as real
-subprocesses, on both backends."""
+"""``affidavit signal``, ``resume --decision continue`` and ``--replay-verification`` through
+``cli`` (tests/cli/test_cli.py), on both backends."""
 
 from __future__ import annotations
 

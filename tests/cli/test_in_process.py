@@ -28,6 +28,8 @@ COMMANDS = [
     ["claims", "history", "nobody", "--json"],
     ["log", "verify", "--json"],
     ["trust", "show", "nobody"],
+    ["worker", "--until-idle", "--max-outage-seconds", "-1", "--json"],
+    ["run", "no-such-plan.json", "--json"],
 ]
 
 
@@ -53,3 +55,16 @@ def test_rce_verify_of_a_directory_that_is_no_pack(tmp_path: Path) -> None:
     here, there = cli(*args), cli_process(*args)
     assert here.returncode == there.returncode != 0
     assert (here.stdout, here.stderr) == (there.stdout, there.stderr)
+
+
+def test_a_worker_that_polls_supervises_serves_or_is_traced_runs_in_its_own_process() -> None:
+    env = cli_env()
+    assert _in_process(("worker", "--until-idle", "--json"), env)
+    assert _in_process(("run", "plan.json"), env)
+    assert not _in_process(("worker",), env)  # (polls until stopped)
+    assert not _in_process(("worker", "--until-idle", "--processes", "2"), env)
+    assert not _in_process(("worker", "--until-idle", "--metrics-port", "9100"), env)
+    assert not _in_process(("run", "plan.json"), {**env, "OTEL_TRACES_EXPORTER": "console"})
+    assert not _in_process(
+        ("run", "plan.json"), {**env, "AFFIDAVIT_CRASH_AT": "tool.after_execute"}
+    )

@@ -1,5 +1,6 @@
 """`affidavit keys list | trust | rotate` and the refusal of a seal key the database does not
-accept, as an operator meets them on several hosts (real subprocesses), on both backends."""
+accept, as an operator meets them on several hosts (``cli``, tests/cli/test_cli.py), on both
+backends."""
 
 from __future__ import annotations
 

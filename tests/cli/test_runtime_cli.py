@@ -1,4 +1,6 @@
-"""``affidavit run | submit | worker | cancel | resume`` as real subprocesses, both backends."""
+"""``affidavit run | submit | worker | cancel | resume``, both backends: in the test's process
+(``cli``, tests/cli/test_cli.py) where the process is not what a test is about; crashes and
+signals in real processes of their own."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK (the real library, a scripted ``Model``) run by ``AffidavitRunner`` in
 an affidavit agent job on both backends: every model call a recorded pure step, every function
 tool call a tool step through the ledger; a worker killed after a tool committed (and one killed
-between a write and its record) recovered by another worker process with each effect once and
+between a write and its record) recovered by another worker with each effect once and
 the model not asked again for a recorded turn; the pack MATCH under assay's verifier."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 import affidavit
 from affidavit import ConfigError, Runtime, ToolRegistry
 from affidavit.integrations.openai_agents import STEPS, AffidavitRunner, ledger_tool
+from tests.cli.test_cli import cli as any_cli
 from tests.integrations import oai_tools as ot
 from tests.packs.helpers import assay_verify
 
@@ -27,16 +28,11 @@ SRC = str(Path(affidavit.__file__).resolve().parents[1])
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200", **(env or {})}
-    full.pop("AFFIDAVIT_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "affidavit", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=180,
-        check=False,
-    )
+    """``affidavit ARGS`` with ``env`` over this process's environment (without its database
+    URL): tests/cli/test_cli.py's ``cli``, which runs a worker, ``jobs show`` or ``signal`` in
+    this process and a call with a crash point in a process of its own."""
+    outer = {k: v for k, v in os.environ.items() if k != "AFFIDAVIT_DATABASE_URL"}
+    return any_cli(*args, env={**outer, **(env or {})})
 
 
 @pytest.fixture
@@ -61,7 +57,7 @@ def worker(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def run_until_done(url: str, job_id: str, env: dict[str, str]) -> dict[str, Any]:
-    """Workers (subprocesses) until the job ends or waits: a dead worker's lease must expire
+    """Workers until the job ends or waits: a dead worker's lease must expire
     before another can take the job, so this polls, bounded."""
     deadline = time.monotonic() + 120
     while True:

@@ -1,7 +1,8 @@
-"""Agent versions, on both backends, with real worker processes: an agent without ``version=``
-is not pinned, so a worker running edited code continues a job whose recorded calls the new
-code reproduces (each step records which source called it), and the nondeterminism check
-parks one it does not; a pinned version still refuses other workers."""
+"""Agent versions, on both backends, with workers that each load the code anew (the agent is
+submitted from a process of its own): an agent without ``version=`` is not pinned, so a worker
+running edited code continues a job whose recorded calls the new code reproduces (each step
+records which source called it), and the nondeterminism check parks one it does not; a pinned
+version still refuses other workers."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import affidavit
 from affidavit import AgentContext, PlanError, Runtime, ToolRegistry
 from affidavit.core.agent_steps import agent_hash
 from affidavit.runtime._agent import Agent, source_sha256
+from tests.cli.test_cli import cli as any_cli
 from tests.runtime.helpers import assert_log_sound, of_type
 
 SRC = str(Path(affidavit.__file__).resolve().parents[1])
@@ -42,12 +44,9 @@ def ver_agent(ctx: affidavit.AgentContext, n: int) -> dict:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"}
-    env.pop("AFFIDAVIT_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "affidavit", *args],
-        capture_output=True, text=True, env=env, timeout=180, check=False,
-    )  # fmt: skip
+    """tests/cli/test_cli.py's ``cli``: a worker runs in this process with the tools file's
+    module imported anew (as in a new process) and forgotten afterwards."""
+    return any_cli(*args)
 
 
 def write(path: Path, text: str) -> Path:
@@ -84,7 +83,7 @@ def started_then_continued(
     url: str, tmp_path: Path, old: str, new: str
 ) -> tuple[str, Path, subprocess.CompletedProcess[str]]:
     """A job started by ``old`` code (it waits for ``go``), signalled, then run by a new worker
-    process loading ``new`` code from another file (its job id, that file, that worker)."""
+    loading ``new`` code from another file (its job id, that file, that worker)."""
     before = write(tmp_path / "before" / "ver_tools.py", old)
     after = write(tmp_path / "after" / "ver_tools.py", new)
     job_id = submit(url, before)

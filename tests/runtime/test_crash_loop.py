@@ -14,7 +14,7 @@ import pytest
 
 from affidavit.store import open_store
 from affidavit.verify import verify_job
-from tests.cli.test_cli import cli
+from tests.cli.test_cli import cli, cli_process
 from tests.runtime.helpers import assert_log_sound, ledger_rows, of_type, wait_lease_expired
 
 LIMIT = 2  # --max-recoveries
@@ -82,11 +82,11 @@ def test_a_step_that_kills_its_worker_parks_the_job_after_the_limit(
     store = open_store(store_url)
     try:
         for run in range(LIMIT + 1):  # the first run and LIMIT recoveries: each killed
-            killed = cli(*work, *common)
+            killed = cli_process(*work, *common)
             assert killed.returncode == -9, (run, killed.stderr)
             assert calls(tmp_path) == run + 1
             wait_lease_expired(store, job_id)
-        parks = cli(*work, *common, "--json")
+        parks = cli_process(*work, *common, "--json")
         assert parks.returncode == 0, parks.stderr
         assert calls(tmp_path) == LIMIT + 1  # parked, not run again
         job = store.get_job(job_id)
@@ -109,7 +109,7 @@ def test_a_step_that_kills_its_worker_parks_the_job_after_the_limit(
         resumed = cli("resume", job_id, "--decision", "retry", *db, "--json")
         assert resumed.returncode == 0, resumed.stderr
         assert json.loads(resumed.stdout)["status"] == "pending"
-        finished = cli(*work, *common)
+        finished = cli_process(*work, *common)
         assert finished.returncode == 0, finished.stderr
     finally:
         store.close()
@@ -141,9 +141,9 @@ def test_a_crash_looping_job_failed_by_a_person_closes_its_open_invocation(
     work = ("worker", "--until-idle", "--lease-seconds", "0.5", "--max-recoveries", "0")
     store = open_store(store_url)
     try:
-        assert cli(*work, *common).returncode == -9
+        assert cli_process(*work, *common).returncode == -9
         wait_lease_expired(store, job_id)
-        assert cli(*work, *common).returncode == 0  # the first recovery is one too many
+        assert cli_process(*work, *common).returncode == 0  # the first recovery is one too many
         assert store.get_job(job_id).status == "parked"
         failed = cli("resume", job_id, "--decision", "fail", *db, "--json")
         assert failed.returncode == 0, failed.stderr
@@ -170,7 +170,9 @@ def test_a_step_that_exits_says_so(store_url: str, tmp_path: Path) -> None:
     )
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"nodes": [{"id": "q", "type": "pure", "tool": "quits"}]}))
-    ran = cli("run", str(plan), "--tools", str(tools), "--db", store_url, "--lease-seconds", "1")
+    ran = cli_process(
+        "run", str(plan), "--tools", str(tools), "--db", store_url, "--lease-seconds", "1"
+    )
     assert ran.returncode == 3
     assert "step 'q' raised SystemExit(3), which ends the run as a crash would" in ran.stderr
 
@@ -201,14 +203,14 @@ def test_a_worker_without_the_tools_does_not_reset_the_count(
     store = open_store(store_url)
     try:
         for run in range(LIMIT + 1):  # the first run and LIMIT recoveries: each killed
-            killed = cli(*work, "--tools", str(tools), *db)
+            killed = cli_process(*work, "--tools", str(tools), *db)
             assert killed.returncode == -9, (run, killed.stderr)
             wait_lease_expired(store, job_id)
             # a worker without poison_pure claims the job and hands it back
-            handed = cli(*work, "--tools", str(lite), *db)
+            handed = cli_process(*work, "--tools", str(lite), *db)
             assert handed.returncode == 0, handed.stderr
             assert store.get_job(job_id).status == "running"
-        parks = cli(*work, "--tools", str(tools), *db)
+        parks = cli_process(*work, "--tools", str(tools), *db)
         assert parks.returncode == 0, parks.stderr
         assert calls(tmp_path) == LIMIT + 1  # parked, not run again
         assert store.get_job(job_id).status == "parked"
@@ -237,10 +239,10 @@ def test_a_loop_while_finishing_the_job_parks_without_blaming_a_completed_step(
     store = open_store(store_url)
     try:
         for run in range(2):  # the first run and one recovery: each killed
-            killed = cli(*work, *common, env={"AFFIDAVIT_CRASH_AT": "job.before_complete"})
+            killed = cli_process(*work, *common, env={"AFFIDAVIT_CRASH_AT": "job.before_complete"})
             assert killed.returncode == -9, (run, killed.stderr)
             wait_lease_expired(store, job_id)
-        parks = cli(*work, *common)
+        parks = cli_process(*work, *common)
         assert parks.returncode == 0, parks.stderr
         assert store.get_job(job_id).status == "parked"
         [parked] = of_type(assert_log_sound(store, job_id), "job_parked")
@@ -252,7 +254,7 @@ def test_a_loop_while_finishing_the_job_parks_without_blaming_a_completed_step(
         assert trace["parked"]["reason"] == "crash_loop"
         resumed = cli("resume", job_id, "--decision", "retry", "--db", store_url)
         assert resumed.returncode == 0, resumed.stderr
-        assert cli(*work, *common).returncode == 0
+        assert cli_process(*work, *common).returncode == 0
         assert store.get_job(job_id).status == "completed"
         assert [r.status for r in ledger_rows(store, job_id)] == ["committed"]  # ran once
         assert verify_job(store, job_id).ok

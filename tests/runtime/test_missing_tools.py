@@ -1,6 +1,6 @@
 """A worker that lacks a job's tools (started without, or with the wrong, ``--tools``) hands
 the job back untouched instead of failing it, and does not claim it again; a worker with the
-tools then runs it. Real worker processes, both backends."""
+tools then runs it. Both backends."""
 
 from __future__ import annotations
 
