@@ -23,7 +23,8 @@ from affidavit.verify import verify_job, verify_tree
 from affidavit.verify.repair import seal_unsealed
 from tests.integrations import oai_sub_tools as st
 from tests.integrations import oai_tools as ot
-from tests.integrations.test_pydantic_ai import cli, run_until_done, step_calls, submit, worker
+from tests.integrations.child_crash import killed_then_finished, tree_verifies
+from tests.integrations.test_pydantic_ai import step_calls
 from tests.verify.helpers import RawDb
 
 SUB_TOOLS = Path(st.__file__)
@@ -101,26 +102,15 @@ def test_an_agent_tool_is_a_child_job_joined_durably(store_url: str, env: Any) -
     ],
 )
 def test_a_worker_killed_around_the_agent_tool(store_url: str, env: Any, point: str) -> None:
-    root = submit(store_url, SUB_TOOLS, {"prompt": "refund 7"}, env, "oai_sub_triage")
-    killed = cli("worker", "--tools", str(SUB_TOOLS), "--until-idle", "--lease-seconds", "1",
-                 "--db", store_url, env={**env, "AFFIDAVIT_CRASH_AT": point})  # fmt: skip
-    assert killed.returncode == -9, killed.stderr
-    shown = run_until_done(store_url, root, env, tools=SUB_TOOLS)
-    for _ in range(5):  # (the child's worker may have ended before the parent was woken)
-        if shown["status"] != "waiting":
-            break
-        assert worker(store_url, env, SUB_TOOLS).returncode == 0
-        shown = run_until_done(store_url, root, env, tools=SUB_TOOLS)
-    assert shown["status"] == "completed", shown
+    root = killed_then_finished(
+        store_url, SUB_TOOLS, {"prompt": "refund 7"}, env, "oai_sub_triage", point
+    )
     with _runtime(store_url) as rt:
         _tree_once(rt, env, root)
     if point == "tool.after_execute:2":  # the refund in flight was reconciled, not repeated
         lines = ot.read_side(Path(env["OAI_SIDE"]))
         assert [x["amount"] for x in lines if x["kind"] == "reconcile"] == [7]
-    verified = cli("verify", root, "--tree", "--db", store_url, "--json")
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    doc = json.loads(verified.stdout)
-    assert doc["ok"] is True and len(doc["jobs"]) == 2, doc
+    tree_verifies(store_url, root, jobs=2)
 
 
 def test_a_failed_child_is_the_tools_error_for_the_model(store_url: str, env: Any) -> None:
@@ -205,16 +195,8 @@ def test_a_handoff_to_a_registered_agent_is_a_child_job(store_url: str, env: Any
 
 @pytest.mark.parametrize("point", ["wait.after_record", "tool.after_execute"])
 def test_a_worker_killed_around_a_handoff(store_url: str, env: Any, point: str) -> None:
-    root = submit(store_url, SUB_TOOLS, {"prompt": "refund 7"}, env, "oai_front")
-    killed = cli("worker", "--tools", str(SUB_TOOLS), "--until-idle", "--lease-seconds", "1",
-                 "--db", store_url, env={**env, "AFFIDAVIT_CRASH_AT": point})  # fmt: skip
-    assert killed.returncode == -9, killed.stderr
-    shown = run_until_done(store_url, root, env, tools=SUB_TOOLS)
-    for _ in range(5):  # (the child's worker may have ended before the parent was woken)
-        if shown["status"] != "waiting":
-            break
-        assert worker(store_url, env, SUB_TOOLS).returncode == 0
-        shown = run_until_done(store_url, root, env, tools=SUB_TOOLS)
-    assert shown["status"] == "completed", shown
+    root = killed_then_finished(
+        store_url, SUB_TOOLS, {"prompt": "refund 7"}, env, "oai_front", point
+    )
     with _runtime(store_url) as rt:
         _handed_off_once(rt, env, root)

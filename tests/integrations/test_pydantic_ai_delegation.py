@@ -22,7 +22,8 @@ from affidavit.verify import verify_job, verify_tree
 from affidavit.verify.repair import seal_unsealed
 from tests.integrations import pydai_sub_tools as st
 from tests.integrations import pydai_tools as pt
-from tests.integrations.test_pydantic_ai import cli, run_until_done, step_calls, submit, worker
+from tests.integrations.child_crash import killed_then_finished, tree_verifies
+from tests.integrations.test_pydantic_ai import step_calls
 from tests.verify.helpers import RawDb
 
 SUB_TOOLS = Path(st.__file__)
@@ -101,26 +102,13 @@ def test_a_delegated_run_is_a_child_job_joined_durably(store_url: str, env: Any)
     ],
 )
 def test_a_worker_killed_around_the_sub_agent(store_url: str, env: Any, point: str) -> None:
-    root = submit(store_url, SUB_TOOLS, {"prompt": "pay 7"}, env, "pydai_boss")
-    killed = cli("worker", "--tools", str(SUB_TOOLS), "--until-idle", "--lease-seconds", "1",
-                 "--db", store_url, env={**env, "AFFIDAVIT_CRASH_AT": point})  # fmt: skip
-    assert killed.returncode == -9, killed.stderr
-    shown = run_until_done(store_url, root, env, tools=SUB_TOOLS)
-    for _ in range(5):  # (the child's worker may have ended before the boss was woken)
-        if shown["status"] != "waiting":
-            break
-        assert worker(store_url, env, SUB_TOOLS).returncode == 0
-        shown = run_until_done(store_url, root, env, tools=SUB_TOOLS)
-    assert shown["status"] == "completed", shown
+    root = killed_then_finished(store_url, SUB_TOOLS, {"prompt": "pay 7"}, env, "pydai_boss", point)
     with _runtime(store_url) as rt:
         _tree_once(rt, env, root)
     if point == "tool.after_execute:2":  # the charge in flight was reconciled, not repeated
         lines = pt.read_side(Path(env["PYDAI_SIDE"]))
         assert [x["amount"] for x in lines if x["kind"] == "reconcile"] == [7]
-    verified = cli("verify", root, "--tree", "--db", store_url, "--json")
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    doc = json.loads(verified.stdout)
-    assert doc["ok"] is True and len(doc["jobs"]) == 2, doc
+    tree_verifies(store_url, root, jobs=2)
 
 
 def test_a_child_resealed_with_another_output_fails_the_parents_tree(

@@ -57,13 +57,18 @@ def _row(table: Table, name: str, check: LimitCheck | None, unit: str) -> None:
     table.add_row(name, mark, escape(detail))  # (ids come from the database: never markup)
 
 
-def render(proof: QueueProof) -> None:
-    doc = proof.to_dict()
-    title = f"queue {escape(proof.config.name)} from {doc['since']} to {doc['until']}"
+def _limits_table(title: str) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("limit", no_wrap=True)
     table.add_column("", no_wrap=True)
     table.add_column("detail", overflow="fold")
+    return table
+
+
+def render(proof: QueueProof) -> None:
+    doc = proof.to_dict()
+    title = f"queue {escape(proof.config.name)} from {doc['since']} to {doc['until']}"
+    table = _limits_table(title)
     _row(table, "rate", proof.rate, "starts in a window")
     _row(table, "concurrency", proof.concurrency, "running at once")
     _row(table, "worker_concurrency", proof.worker_concurrency, "running at once")
@@ -103,10 +108,7 @@ def verify_limit_cmd(
 def render_limit(proof: LimitProof) -> None:
     doc = proof.to_dict()
     title = f"limit {escape(proof.name)} from {doc['since']} to {doc['until']}"
-    table = Table(title=title, title_justify="left")
-    table.add_column("limit", no_wrap=True)
-    table.add_column("", no_wrap=True)
-    table.add_column("detail", overflow="fold")
+    table = _limits_table(title)
     _row(table, "rate", proof.rate, "calls started in a window")
     _row(table, "concurrency", proof.concurrency, "calls in flight")
     output.out.print(table)
